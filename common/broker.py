@@ -1,0 +1,267 @@
+# The broker state machine: connections in, bytes and decisions out.
+#
+# Theory of operation. The shell (cpython_host/ or firmware/) owns sockets and
+# the clock. It tells the broker about each accepted connection, each chunk of
+# received bytes and each lost connection, and calls tick(now) about once a
+# second. The broker frames and decodes the bytes, dispatches each packet
+# through HANDLERS (one entry per packet type), and leaves its answers in the
+# connections' output lists; take_dirty() names the connections that have
+# output or must be closed. Packet handling is split by family:
+#   handle_connect   CONNECT, DISCONNECT, sessions, wills, takeover
+#   handle_publish   PUBLISH in both directions, acks, routing, retained
+#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE, retained replay
+# Errors raised while decoding or handling a packet carry their reason code
+# and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
+# only; no input from the network can raise out of data_received().
+
+from common import consts as C
+from common import handle_connect, handle_publish, handle_subscribe
+from common.codec import FrameReader
+from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
+from common.errors import MqttError, ProtocolError
+from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
+from common.pools import MessagePool, SlotPool
+from common.session import Session, Subscription
+from common.topics import SubscriptionTrie, TopicTree
+
+VERSION = "0.1.0"
+
+# Connections accepted beyond max_connections only to send a polite refusal.
+REFUSAL_SLOTS = 4
+
+
+class Stats:
+    """Counters for $SYS and metrics. Kept below 2**30 by the shell's reading."""
+
+    def __init__(self):
+        self.connections_total = 0
+        self.clients_maximum = 0
+        self.messages_received = 0
+        self.messages_sent = 0
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.dropped_qos0 = 0  # QoS 0 dropped for a slow or offline client
+        self.dropped_queue_full = 0  # dropped: a session's queue was full
+        self.dropped_too_large = 0  # larger than a v5 client's Maximum Packet Size
+        self.dropped_no_slab = 0  # the message pool was exhausted
+        self.dropped_retained = 0  # retained store full
+        self.expired = 0  # v5 Message Expiry reached before delivery
+        self.refused_connections = 0
+
+
+def _pingreq(broker, conn, pkt, now):
+    broker.write(conn, PINGRESP_BYTES)
+
+
+def _unexpected(broker, conn, pkt, now):
+    # A server-to-client packet, or AUTH without an authentication method.
+    raise ProtocolError("packet type %d not allowed from a client" % pkt.ptype)
+
+
+PINGRESP_BYTES = encode_packet(Pingresp(), 4)
+
+# Dispatch table indexed by packet type: the handler of a packet a client may
+# send once connected. CONNECT is handled before this table is consulted.
+HANDLERS = (
+    _unexpected,  # 0 reserved (the codec refuses it)
+    _unexpected,  # 1 CONNECT: a second one is a protocol error [MQTT-3.1.0-2]
+    _unexpected,  # 2 CONNACK
+    handle_publish.handle_publish,  # 3
+    handle_publish.handle_puback,  # 4
+    handle_publish.handle_pubrec,  # 5
+    handle_publish.handle_pubrel,  # 6
+    handle_publish.handle_pubcomp,  # 7
+    handle_subscribe.handle_subscribe,  # 8
+    _unexpected,  # 9 SUBACK
+    handle_subscribe.handle_unsubscribe,  # 10
+    _unexpected,  # 11 UNSUBACK
+    _pingreq,  # 12
+    _unexpected,  # 13 PINGRESP
+    handle_connect.handle_disconnect,  # 14
+    handle_connect.handle_auth,  # 15
+)
+
+
+class Broker:
+    """The sans-I/O MQTT broker. See docs/architecture.md for the shell API."""
+
+    def __init__(self, settings, entropy, store=None):
+        s = settings
+        self.settings = s
+        self.entropy = entropy
+        self.store = store
+        self.conns = []  # index = connection id
+        self.free_cids = []
+        self.live_connections = 0
+        self.sessions = {}  # client id -> Session
+        self.session_pool = SlotPool(Session, s.max_sessions, s.prealloc)
+        self.sub_pool = SlotPool(Subscription, s.max_subscriptions, s.prealloc)
+        self.messages = MessagePool(s.max_messages, s.prealloc)
+        self.trie = SubscriptionTrie(s.match_cache_bytes)
+        self.shared = {}  # (group, filter) key string -> SharedGroup
+        self.retained = TopicTree()
+        self.retained_bytes = 0
+        self.generation = 0  # session generations, strictly increasing
+        self.dirty = []
+        self.stats = Stats()
+        self.match_buf = []  # reused by routing
+        self.touched_buf = []
+        self.route_stamp = 0
+        self.started = None  # first `now` seen, for uptime
+
+    # ---------------------------------------------------------------- shell API
+
+    def connection_made(self, now):
+        """Register an accepted connection; its id, or -1 to close it at once."""
+        if self.started is None:
+            self.started = now
+        s = self.settings
+        refuse = 0
+        if self.live_connections >= s.max_connections:
+            if self.live_connections >= s.max_connections + REFUSAL_SLOTS:
+                self.stats.refused_connections += 1
+                return -1
+            refuse = C.RC_SERVER_UNAVAILABLE
+        if self.free_cids:
+            conn = self.conns[self.free_cids.pop()]
+        else:
+            conn = Connection(len(self.conns))
+            self.conns.append(conn)
+        conn.state = NEW
+        conn.reader = FrameReader(s.max_packet_size)
+        conn.deadline = now + s.connect_timeout
+        conn.refuse_reason = refuse
+        self.live_connections += 1
+        self.stats.connections_total += 1
+        return conn.cid
+
+    def data_received(self, cid, data, now):
+        """Feed bytes received on connection `cid`."""
+        conn = self.conns[cid]
+        if conn.state != NEW and conn.state != CONNECTED:
+            return  # closing: the rest of the input is discarded
+        self.stats.bytes_received += len(data)
+        reader = conn.reader
+        try:
+            reader.feed(data)
+            while conn.state == NEW or conn.state == CONNECTED:
+                frame = reader.maybe_read_frame()
+                if frame is None:
+                    break
+                pkt = decode_packet(frame[0], reader.buf, frame[1], frame[2], conn.level)
+                if conn.state == NEW:
+                    handle_connect.handle_connect(self, conn, pkt, now)
+                else:
+                    HANDLERS[pkt.ptype](self, conn, pkt, now)
+        except MqttError as err:
+            self.fail(conn, err.reason, now)
+            return
+        if conn.state == CONNECTED and conn.keep_alive:
+            # [MQTT-3.1.2-24] one and a half times the keep-alive, rounded up.
+            conn.deadline = now + (conn.keep_alive * 3 + 1) // 2
+
+    def connection_lost(self, cid, now):
+        """The socket is closed (by the peer, an error, or after is_closing)."""
+        conn = self.conns[cid]
+        if conn.state == FREE:
+            return
+        if conn.state != CLOSING:
+            handle_connect.detach(self, conn, now)
+        conn.reset()
+        conn.reader = None
+        self.live_connections -= 1
+        self.free_cids.append(cid)
+
+    def tick(self, now):
+        """Run the timers; returns the next time (s) tick() has work, or None."""
+        if self.started is None:
+            self.started = now
+        for conn in self.conns:
+            if conn.deadline and now >= conn.deadline:
+                if conn.state == NEW:
+                    self.close(conn, now)  # CONNECT not completed in time
+                elif conn.state == CONNECTED:
+                    self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
+        return handle_connect.run_session_timers(self, now)
+
+    def take_dirty(self):
+        """Ids of the connections with output to take or a close to perform."""
+        dirty = self.dirty
+        if not dirty:
+            return dirty
+        self.dirty = []
+        conns = self.conns
+        for cid in dirty:
+            conns[cid].dirty = False
+        return dirty
+
+    def take_output(self, cid):
+        """The bytes waiting for connection `cid` (None if none or paused)."""
+        conn = self.conns[cid]
+        out = conn.out
+        if not out or (conn.paused and conn.state != CLOSING):
+            return None
+        data = out[0] if len(out) == 1 else b"".join(out)
+        conn.out = []
+        conn.out_bytes = 0
+        self.stats.bytes_sent += len(data)
+        return data
+
+    def is_closing(self, cid):
+        return self.conns[cid].state == CLOSING
+
+    def set_paused(self, cid, paused):
+        conn = self.conns[cid]
+        conn.paused = paused
+        if not paused and conn.out:
+            self.mark_dirty(conn)
+
+    def shutdown(self, now):
+        """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
+        for conn in self.conns:
+            if conn.state == CONNECTED:
+                self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
+            elif conn.state == NEW:
+                self.close(conn, now)
+
+    def publish(self, topic, payload, qos, retain, now):
+        """Publish a message from the broker itself ($SYS, bridge)."""
+        return handle_publish.route(self, None, topic, payload, qos, retain, None, 0, now)
+
+    # ------------------------------------------------------ used by handlers
+
+    def write(self, conn, data):
+        conn.out.append(data)
+        conn.out_bytes += len(data)
+        if not conn.dirty:
+            self.mark_dirty(conn)
+
+    def mark_dirty(self, conn):
+        if not conn.dirty:
+            conn.dirty = True
+            self.dirty.append(conn.cid)
+
+    def close(self, conn, now, publish_will=True):
+        """Start closing a connection: no more input, output flushed by the shell."""
+        if conn.state == CLOSING or conn.state == FREE:
+            return
+        if not publish_will:
+            conn.will_on_close = False
+        handle_connect.detach(self, conn, now)
+        conn.state = CLOSING
+        conn.deadline = 0
+        self.mark_dirty(conn)
+
+    def fail(self, conn, reason, now, publish_will=True):
+        """Close after an error: DISCONNECT with `reason` for v5, else just close."""
+        if conn.state == CONNECTED and conn.level == 5:
+            self.write(conn, encode_packet(Disconnect(reason, None), 5))
+        elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
+            # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
+            # the client's level is unknown, so answer in the oldest format.
+            self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), 4))
+        self.close(conn, now, publish_will)
+
+    def new_generation(self):
+        self.generation += 1
+        return self.generation

@@ -1,0 +1,322 @@
+"""Wire primitives of MQTT (1.5) and the incremental, bounded frame reader.
+
+Theory of operation
+-------------------
+Decoders take ``(buf, start, end)``: ``buf`` is any bytes-like object (usually
+``FrameReader.buf``), ``start`` the offset to read at and ``end`` the limit
+the value must fit in (the end of the packet, or of the property block). They
+return ``(value, new_offset)`` and raise ``MalformedPacket`` when the value
+would run past ``end`` -- truncation inside a packet whose length the fixed
+header announced is a malformed packet, never "need more data". Offsets are
+plain ints: no memoryview is sliced (each slice allocates on MicroPython).
+
+Encoders work in two passes: the packet encoder adds up the sizes
+(``vbi_size``, ``len`` of the UTF-8 bytes), allocates one ``bytearray`` of the
+exact size with ``new_packet_buffer`` and fills it front to back with the
+``write_*`` helpers, which take ``(buf, offset, value)`` and return the new
+offset (``struct.pack_into`` for the integers).
+
+``FrameReader`` turns a byte stream cut in arbitrary chunks into frames
+``(first_byte, body_start, body_end)`` indexing ``reader.buf``. It reads the
+fixed header only (first byte + Remaining Length) and refuses a packet larger
+than ``max_packet_size`` (the whole packet, fixed header included, as in
+MQTT 5.0 3.1.2.11.4) as soon as the header is complete: the body of a packet
+that announces 256 MB is never buffered. Buffer discipline: ``buf`` is only
+extended in place while no frame from it has been handed out (``pos == 0``);
+once frames were returned, the next ``feed`` builds a *new* bytearray from the
+unconsumed tail, so a memoryview a caller may hold of an earlier frame keeps
+pointing at valid (old) memory. A frame's offsets are valid until the next
+``feed``.
+"""
+
+import struct
+
+from common.consts import VBI_MAX
+from common.errors import MalformedPacket, PacketTooLarge, ProtocolError
+from common.utf8 import decode_utf8
+
+# ---------------------------------------------------------------------------
+# Decoding primitives
+# ---------------------------------------------------------------------------
+
+
+def decode_u8(buf, start, end):
+    """One byte."""
+    if start >= end:
+        raise MalformedPacket("truncated byte")
+    return buf[start], start + 1
+
+
+def decode_u16(buf, start, end):
+    """Two Byte Integer, big-endian (1.5.2)."""
+    if start + 2 > end:
+        raise MalformedPacket("truncated two byte integer")
+    return (buf[start] << 8) | buf[start + 1], start + 2
+
+
+def decode_u32(buf, start, end):
+    """Four Byte Integer, big-endian (1.5.3). May exceed the small-int range
+    of 32-bit ports (0xFFFFFFFF lives on the heap there)."""
+    if start + 4 > end:
+        raise MalformedPacket("truncated four byte integer")
+    return struct.unpack_from("!I", buf, start)[0], start + 4
+
+
+def decode_vbi(buf, start, end):
+    """Variable Byte Integer (1.5.5) inside a packet.
+
+    At most four bytes: a fifth byte is malformed. The encoding must be the
+    minimal one [MQTT-1.5.5-1]: a last byte of 0x00 after a continuation
+    (e.g. 0x80 0x00 for 0) is malformed.
+    """
+    value = 0
+    shift = 0
+    i = start
+    while True:
+        if i >= end:
+            raise MalformedPacket("truncated variable byte integer")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift == 28:
+            raise MalformedPacket("variable byte integer longer than 4 bytes")
+    if b == 0 and i - start > 1:
+        raise MalformedPacket("non-minimal variable byte integer")  # [MQTT-1.5.5-1]
+    return value, i
+
+
+def decode_str(buf, start, end):
+    """UTF-8 Encoded String (1.5.4): two-byte length, then MQTT UTF-8 bytes."""
+    if start + 2 > end:
+        raise MalformedPacket("truncated string length")
+    n = (buf[start] << 8) | buf[start + 1]
+    a = start + 2
+    b = a + n
+    if b > end:
+        raise MalformedPacket("string runs past the end")
+    return decode_utf8(buf, a, b), b
+
+
+def decode_bin(buf, start, end):
+    """Binary Data (1.5.6): two-byte length, then that many bytes."""
+    if start + 2 > end:
+        raise MalformedPacket("truncated binary length")
+    n = (buf[start] << 8) | buf[start + 1]
+    a = start + 2
+    b = a + n
+    if b > end:
+        raise MalformedPacket("binary data runs past the end")
+    return take_bytes(buf, a, b), b
+
+
+def decode_str_pair(buf, start, end):
+    """UTF-8 String Pair (1.5.7): ``(name, value)``."""
+    name, i = decode_str(buf, start, end)
+    value, i = decode_str(buf, i, end)
+    return (name, value), i
+
+
+def take_bytes(buf, start, end):
+    """An immutable copy of buf[start:end] (the payload outlives the frame)."""
+    if type(buf) is bytes:
+        return buf[start:end]
+    return bytes(buf[start:end])
+
+
+def check_end(i, end):
+    """A packet body must be consumed exactly: leftovers are malformed."""
+    if i != end:
+        raise MalformedPacket("bytes left over in the packet")
+
+
+def decode_packet_id(buf, start, end):
+    """A non-zero Packet Identifier (2.2.1)."""
+    pid, i = decode_u16(buf, start, end)
+    if pid == 0:
+        # [MQTT-2.3.1-1] a packet that needs an identifier has a non-zero one
+        raise ProtocolError("packet identifier 0")
+    return pid, i
+
+
+def decode_reason_list(buf, start, end, allowed):
+    """The payload of SUBACK/UNSUBACK: one or more reason codes from ``allowed``."""
+    if start >= end:
+        raise ProtocolError("acknowledgement without reason codes")
+    reasons = []
+    i = start
+    while i < end:
+        r = buf[i]
+        if r not in allowed:
+            raise ProtocolError("invalid reason code 0x%02X" % r)
+        reasons.append(r)
+        i += 1
+    return reasons
+
+
+# ---------------------------------------------------------------------------
+# Encoding primitives
+# ---------------------------------------------------------------------------
+
+
+def vbi_size(value):
+    """Bytes needed to encode value as a Variable Byte Integer."""
+    if value < 128:
+        return 1
+    if value < 16384:
+        return 2
+    if value < 2097152:
+        return 3
+    if value <= VBI_MAX:
+        return 4
+    raise ValueError("value too large for a variable byte integer")
+
+
+def utf8_bytes(s):
+    """A str as UTF-8 bytes (bytes pass through unchanged)."""
+    if isinstance(s, str):
+        return s.encode("utf-8")
+    return s
+
+
+def write_u8(buf, off, value):
+    buf[off] = value
+    return off + 1
+
+
+def write_u16(buf, off, value):
+    struct.pack_into("!H", buf, off, value)
+    return off + 2
+
+
+def write_u32(buf, off, value):
+    struct.pack_into("!I", buf, off, value)
+    return off + 4
+
+
+def write_vbi(buf, off, value):
+    """Minimal Variable Byte Integer encoding [MQTT-1.5.5-1]."""
+    if value < 0 or value > VBI_MAX:
+        raise ValueError("value out of range for a variable byte integer")
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            buf[off] = b | 0x80
+            off += 1
+        else:
+            buf[off] = b
+            return off + 1
+
+
+def write_raw(buf, off, data):
+    n = len(data)
+    buf[off:off + n] = data
+    return off + n
+
+
+def write_prefixed(buf, off, data):
+    """Two-byte length then the bytes (strings already UTF-8 encoded, binary)."""
+    n = len(data)
+    if n > 65535:
+        raise ValueError("string or binary data longer than 65535 bytes")
+    buf[off] = n >> 8
+    buf[off + 1] = n & 0xFF
+    off += 2
+    buf[off:off + n] = data
+    return off + n
+
+
+def new_packet_buffer(first_byte, remaining_length):
+    """Allocate the whole packet once and write its fixed header.
+
+    Returns ``(buf, offset)`` with ``offset`` at the start of the variable
+    header; the caller must fill exactly ``remaining_length`` bytes.
+    """
+    buf = bytearray(1 + vbi_size(remaining_length) + remaining_length)
+    buf[0] = first_byte
+    return buf, write_vbi(buf, 1, remaining_length)
+
+
+def encode_vbi(value):
+    """A Variable Byte Integer as bytes (tests and tools)."""
+    buf = bytearray(vbi_size(value))
+    write_vbi(buf, 0, value)
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------------------
+# Incremental frame reader
+# ---------------------------------------------------------------------------
+
+
+class FrameReader:
+    """Split a byte stream into MQTT frames, enforcing a maximum packet size.
+
+    ``feed(data)`` appends bytes; ``maybe_read_frame()`` returns ``None`` when
+    more bytes are needed, or ``(first_byte, body_start, body_end)`` indexing
+    ``self.buf``. Raises ``MalformedPacket`` for a bad Remaining Length and
+    ``PacketTooLarge`` (0x95) for a packet above ``max_packet_size``, both as
+    soon as the fixed header shows it. After an error the stream is unusable
+    (the connection must be closed).
+    """
+
+    def __init__(self, max_packet_size=VBI_MAX + 5):
+        self.max_packet_size = max_packet_size
+        self.buf = bytearray()
+        self.pos = 0  # offset of the first byte not yet returned in a frame
+
+    def feed(self, data):
+        """Append received bytes. Invalidates frames returned before."""
+        pos = self.pos
+        if pos:
+            buf = self.buf
+            if pos >= len(buf):
+                self.buf = bytearray(data)
+            else:
+                # A new object: views of the old one stay valid (see module doc).
+                tail = buf[pos:]
+                tail.extend(data)
+                self.buf = tail
+            self.pos = 0
+        else:
+            # No frame of this buffer was ever handed out: growing it in place
+            # cannot invalidate anything we gave away.
+            self.buf.extend(data)
+
+    def pending(self):
+        """Number of buffered bytes not yet returned in a frame."""
+        return len(self.buf) - self.pos
+
+    def maybe_read_frame(self):
+        """Return the next complete frame, or None if more bytes are needed."""
+        buf = self.buf
+        pos = self.pos
+        n = len(buf)
+        i = pos + 1
+        value = 0
+        shift = 0
+        while True:
+            if i >= n:
+                return None
+            b = buf[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift == 28:
+                # The fourth byte says "more follows": no fifth byte is allowed.
+                raise MalformedPacket("remaining length longer than 4 bytes")
+        if b == 0 and i - pos > 2:
+            raise MalformedPacket("non-minimal remaining length")  # [MQTT-1.5.5-1]
+        total = i - pos + value
+        if total > self.max_packet_size:
+            raise PacketTooLarge("packet of %d bytes" % total)
+        end = pos + total
+        if end > n:
+            return None
+        self.pos = end
+        return buf[pos], i, end

@@ -1,0 +1,89 @@
+"""Every shim that lets the core run unchanged on CPython and MicroPython.
+
+Rules (see ../docs/architecture.md and the CONVENTIONS):
+- feature detection only, never platform checks: we try a thing and keep what works;
+- nothing here does I/O or reads a clock; the shells own those;
+- import-time work is limited to a few cheap probes whose results are constants.
+
+What lives here:
+- ``const``: MicroPython's compile-time constant marker; the identity on CPython.
+- ``STRICT_UTF8_DECODE``: True when ``str(b, "utf-8")`` already rejects every byte
+  sequence that the MQTT UTF-8 rules reject (except U+0000, which no standard
+  decoder refuses). CPython's decoder is strict; MicroPython's is lax (it accepts
+  overlong forms, surrogates and code points above U+10FFFF), so there the codec
+  runs our own validator (common/utf8.py) on every string.
+- ``STRUCT_ERROR``: the exception ``struct`` raises on a short buffer
+  (``struct.error`` on CPython, ``ValueError`` on MicroPython).
+- ``print_exception``: ``sys.print_exception`` on MicroPython, a ``traceback``
+  based stand-in on CPython (imported lazily, so the core imports no I/O module).
+"""
+
+try:  # MicroPython
+    from micropython import const  # type: ignore[import-not-found]
+except ImportError:  # CPython
+
+    def const(value):  # type: ignore[no-redef]
+        """Identity on CPython; MicroPython folds the value at compile time."""
+        return value
+
+
+import struct
+
+STRUCT_ERROR = getattr(struct, "error", ValueError)
+
+
+# Byte sequences that the MQTT UTF-8 rules forbid [MQTT-1.5.4-1] and that a
+# strict decoder must refuse: an overlong NUL, an overlong '/', a UTF-16
+# surrogate (U+D800), a code point above U+10FFFF, a truncated 3-byte sequence,
+# a stray continuation byte.
+UTF8_PROBES = (
+    b"\xc0\x80",
+    b"\xe0\x80\xaf",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xe2\x82",
+    b"\x80",
+)
+
+
+def probe_strict_utf8():
+    """Return True if this interpreter's UTF-8 decoder refuses every probe.
+
+    Feature detection, not a platform check: a MicroPython build that one day
+    ships a strict decoder would get the fast path automatically.
+    """
+    for probe in UTF8_PROBES:
+        try:
+            str(probe, "utf-8")
+        except UnicodeError:
+            continue
+        except ValueError:  # some builds raise a plain ValueError
+            continue
+        return False
+    try:
+        str(b"\xe2\x82\xac\xf0\x9f\x98\x80", "utf-8")  # a valid euro sign + emoji
+    except (UnicodeError, ValueError):
+        return False
+    return True
+
+
+STRICT_UTF8_DECODE = probe_strict_utf8()
+
+
+def decode_str_strict(data):
+    """Decode UTF-8 bytes with the interpreter's decoder, or None if it refuses them."""
+    try:
+        return str(data, "utf-8")
+    except (UnicodeError, ValueError):
+        return None
+
+
+try:  # MicroPython
+    from sys import print_exception  # type: ignore[attr-defined]
+except ImportError:  # CPython
+
+    def print_exception(exc, file=None):  # type: ignore[misc]
+        """Print a traceback like MicroPython's ``sys.print_exception``."""
+        import traceback  # lazy: traceback pulls in linecache/os
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=file)

@@ -1,0 +1,40 @@
+# One network connection as the core sees it: protocol level, the peer's
+# limits, the frame reader and the output waiting for the shell.
+#
+# Lifecycle: FREE -> NEW (accepted, CONNECT not yet seen) -> CONNECTED ->
+# CLOSING (the broker decided to close: the shell flushes the output, then
+# half-closes and reports connection_lost) -> FREE. A connection the shell
+# reports lost goes straight to FREE.
+
+FREE = 0
+NEW = 1
+CONNECTED = 2
+CLOSING = 3
+
+
+class Connection:
+    def __init__(self, cid):
+        self.cid = cid  # the id the shell knows this connection by
+        self.reader = None
+        self.reset()
+
+    def reset(self):
+        self.state = FREE
+        self.level = 4  # wire format used for output: 4 (3.1 and 3.1.1) or 5
+        self.session = None
+        self.generation = 0  # session generation this connection serves
+        self.out = []  # encoded packets waiting for the shell
+        self.out_bytes = 0
+        self.dirty = False
+        self.paused = False  # the transport is above its high-water mark
+        self.keep_alive = 0
+        self.deadline = 0  # absolute (s): CONNECT timeout or keep-alive, 0 = none
+        self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
+        # The peer's own limits (v5 CONNECT properties).
+        self.receive_maximum = 65535
+        self.max_packet_out = 0  # 0 = no limit
+        self.alias_max_out = 0
+        self.aliases_in = None  # inbound topic alias -> topic
+        self.aliases_out = None  # topic -> outbound alias
+        self.problem_info = True  # v5 Request Problem Information
+        self.will_on_close = True  # cleared by a normal DISCONNECT

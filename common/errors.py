@@ -1,0 +1,78 @@
+"""The codec's one error type and its subclasses.
+
+Every malformed or illegal input raises an ``MqttError`` that carries the MQTT
+5.0 reason code the specification names (2.4), so the connection layer can turn
+it into output: a DISCONNECT with that reason (v5), a CONNACK refusal, or just a
+close (3.1.1). Nothing else may escape the frame reader or ``decode_packet``.
+
+MicroPython notes: ``super().__init__`` (``Exception.__init__`` does not exist
+there), explicit attributes (no exception chaining), single inheritance.
+"""
+
+from common.consts import (
+    RC_MALFORMED_PACKET,
+    RC_PACKET_TOO_LARGE,
+    RC_PROTOCOL_ERROR,
+    RC_TOPIC_NAME_INVALID,
+    RC_UNSUPPORTED_PROTOCOL_VERSION,
+)
+
+
+class MqttError(Exception):
+    """A protocol violation with the v5 reason code that answers it.
+
+    ``reason`` is the reason code (an int), ``msg`` a short human explanation
+    (for logs; never sent on the wire unless the broker puts it in a Reason
+    String).
+    """
+
+    def __init__(self, reason, msg=""):
+        super().__init__(msg)
+        self.reason = reason
+        self.msg = msg
+
+    def __repr__(self):
+        return "%s(0x%02X, %r)" % (type(self).__name__, self.reason, self.msg)
+
+    def __str__(self):
+        return "0x%02X %s" % (self.reason, self.msg)
+
+
+class MalformedPacket(MqttError):
+    """0x81: the bytes do not follow the packet grammar."""
+
+    def __init__(self, msg=""):
+        super().__init__(RC_MALFORMED_PACKET, msg)
+
+
+class ProtocolError(MqttError):
+    """0x82: well-formed bytes that the protocol forbids."""
+
+    def __init__(self, msg=""):
+        super().__init__(RC_PROTOCOL_ERROR, msg)
+
+
+class PacketTooLarge(MqttError):
+    """0x95: the packet exceeds the maximum packet size we accept."""
+
+    def __init__(self, msg=""):
+        super().__init__(RC_PACKET_TOO_LARGE, msg)
+
+
+class UnsupportedProtocol(MqttError):
+    """0x84 (v5) / CONNACK return code 0x01 (3.1.1): a protocol level we do not speak.
+
+    ``level`` is the Protocol Level byte received, so the broker can answer in
+    the right dialect (a 3.1.1 CONNACK for levels below 5).
+    """
+
+    def __init__(self, level, msg=""):
+        super().__init__(RC_UNSUPPORTED_PROTOCOL_VERSION, msg)
+        self.level = level
+
+
+class TopicNameInvalid(MqttError):
+    """0x90: a PUBLISH (or will) topic name that is not a valid topic name."""
+
+    def __init__(self, msg=""):
+        super().__init__(RC_TOPIC_NAME_INVALID, msg)

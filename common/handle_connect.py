@@ -1,0 +1,347 @@
+# CONNECT, DISCONNECT and AUTH; session lifetime, takeover and wills.
+#
+# Theory of operation. A CONNECT is checked in the order of the spec's
+# statements; each refusal is a CONNACK with the level's code, then close.
+# An accepted CONNECT either resumes the session of its client id or starts a
+# new one with a new generation number. A live connection already serving
+# that client id is taken over: it is closed (v5: DISCONNECT 0x8E) and its
+# will published as for any abnormal close [MQTT-3.1.4-2].
+#
+# When a connection ends, detach() decides the fate of its will (published at
+# once, delayed by the v5 Will Delay Interval, or discarded after a normal
+# DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
+# time). run_session_timers() publishes delayed wills and expires orphans.
+
+from common import consts as C
+from common import handle_publish, handle_subscribe
+from common.connection import CONNECTED
+from common.errors import ProtocolError
+from common.packets import Connack, encode_packet, prop_get
+from common.topics import validate_topic_name
+
+NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
+
+# v5 reason code -> 3.1.1 CONNACK return code
+_V3_CONNACK = {
+    C.RC_SUCCESS: C.CONNACK_ACCEPTED,
+    C.RC_UNSUPPORTED_PROTOCOL_VERSION: C.CONNACK_REFUSED_PROTOCOL_VERSION,
+    C.RC_CLIENT_IDENTIFIER_NOT_VALID: C.CONNACK_REFUSED_IDENTIFIER_REJECTED,
+    C.RC_BAD_USER_NAME_OR_PASSWORD: C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD,
+    C.RC_NOT_AUTHORIZED: C.CONNACK_REFUSED_NOT_AUTHORIZED,
+}
+
+
+def send_connack(broker, conn, session_present, reason, props=None):
+    if conn.level == 5:
+        pkt = Connack(session_present, reason, props)
+    else:
+        code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
+        pkt = Connack(session_present, code, None)
+    broker.write(conn, encode_packet(pkt, conn.level))
+
+
+def refuse(broker, conn, reason, now):
+    send_connack(broker, conn, False, reason)
+    broker.close(conn, now, publish_will=False)
+
+
+# ------------------------------------------------------------------ CONNECT
+
+
+def handle_connect(broker, conn, pkt, now):
+    if pkt.ptype != C.CONNECT:
+        # [MQTT-3.1.0-1] the first packet must be CONNECT.
+        broker.close(conn, now, publish_will=False)
+        return
+    s = broker.settings
+    level = pkt.level
+    conn.level = 5 if level == 5 else 4
+    if level == 3 and not s.allow_mqtt31:
+        refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now)  # [MQTT-3.1.2-2]
+        return
+    if conn.refuse_reason:
+        # Accepted beyond max_connections only to say so.
+        refuse(broker, conn, C.RC_SERVER_BUSY if level == 5 else C.RC_SERVER_UNAVAILABLE, now)
+        return
+    v5 = level == 5
+    props = pkt.props
+    if v5 and prop_get(props, C.PROP_AUTHENTICATION_METHOD, None) is not None:
+        # No enhanced authentication method is configured.
+        refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now)
+        return
+
+    # Client identifier [MQTT-3.1.3-*].
+    client_id = pkt.client_id
+    assigned = None
+    if not client_id:
+        if not v5 and not pkt.clean_start:
+            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now)  # [MQTT-3.1.3-8]
+            return
+        client_id = assigned = _generate_client_id(broker)  # [MQTT-3.1.3-6]
+    elif len(client_id) > s.max_client_id_length:
+        refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now)  # [MQTT-3.1.3-9]
+        return
+
+    # Keep-alive cap: v5 is told the server's value; 3.1.1 has no way to be
+    # told, so it is refused as mosquitto does.
+    keep_alive = pkt.keep_alive
+    server_keep_alive = None
+    if s.max_keepalive and (keep_alive == 0 or keep_alive > s.max_keepalive):
+        if not v5:
+            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now)
+            return
+        keep_alive = server_keep_alive = s.max_keepalive
+
+    # The will is refused exactly as the same live PUBLISH would be.
+    if pkt.will_topic is not None:
+        reason = _check_will(broker, pkt)
+        if reason:
+            refuse(broker, conn, reason, now)
+            return
+
+    # Session expiry.
+    if v5:
+        expiry = prop_get(props, C.PROP_SESSION_EXPIRY_INTERVAL, 0)
+        if expiry > s.max_session_expiry:
+            expiry = s.max_session_expiry
+    elif pkt.clean_start:
+        expiry = 0
+    else:
+        expiry = s.persistent_session_expiry or NEVER
+
+    # Takeover and session resumption.
+    session = broker.sessions.get(client_id)
+    if session is not None and session.conn is not None:
+        old = session.conn
+        broker.fail(old, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
+        session = broker.sessions.get(client_id)  # the close may have ended it
+    if session is not None and pkt.clean_start:
+        destroy_session(broker, session, now)  # [MQTT-3.1.2-6] [MQTT-3.1.2-4]
+        session = None
+    session_present = session is not None
+    if session is None:
+        session = broker.session_pool.alloc()
+        if session is None:
+            refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now)
+            return
+        session.client_id = client_id
+        session.generation = broker.new_generation()
+        session.setup_queue(s.max_queued_messages, s.max_queued_messages if s.prealloc else 4)
+        broker.sessions[client_id] = session
+    else:
+        _cancel_will(broker, session)
+    session.level = conn.level
+    session.expiry_interval = expiry
+    session.expires_at = 0
+    session.conn = conn
+    conn.session = session
+    conn.generation = session.generation
+    conn.keep_alive = keep_alive
+    conn.deadline = now + (keep_alive * 3 + 1) // 2 if keep_alive else 0
+    conn.state = CONNECTED
+    conn.will_on_close = True
+    if pkt.will_topic is not None:
+        _set_will(broker, session, pkt, now)
+
+    ack_props = None
+    if v5:
+        conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, 65535)
+        conn.max_packet_out = prop_get(props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
+        conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
+        conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
+        ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
+    send_connack(broker, conn, session_present and level != 3, C.RC_SUCCESS, ack_props)
+    st = broker.stats
+    if broker.live_connections > st.clients_maximum:
+        st.clients_maximum = broker.live_connections
+    # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the queue.
+    handle_publish.resume(broker, conn, session, now)
+
+
+def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
+    s = broker.settings
+    props = [
+        (C.PROP_RECEIVE_MAXIMUM, s.max_inflight_in),
+        (C.PROP_MAXIMUM_PACKET_SIZE, s.max_packet_size),
+        (C.PROP_TOPIC_ALIAS_MAXIMUM, s.topic_alias_maximum),
+    ]
+    if assigned is not None:
+        props.append((C.PROP_ASSIGNED_CLIENT_IDENTIFIER, assigned))
+    if server_keep_alive is not None:
+        props.append((C.PROP_SERVER_KEEP_ALIVE, server_keep_alive))
+    if expiry != prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, 0):
+        props.append((C.PROP_SESSION_EXPIRY_INTERVAL, expiry))
+    if s.maximum_qos < 2:
+        props.append((C.PROP_MAXIMUM_QOS, s.maximum_qos))
+    if not s.retain_available:
+        props.append((C.PROP_RETAIN_AVAILABLE, 0))
+    if not s.wildcard_subscriptions:
+        props.append((C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE, 0))
+    if not s.subscription_identifiers:
+        props.append((C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE, 0))
+    if not s.shared_subscriptions:
+        props.append((C.PROP_SHARED_SUBSCRIPTION_AVAILABLE, 0))
+    if s.response_information and prop_get(pkt.props, C.PROP_REQUEST_RESPONSE_INFORMATION, 0):
+        props.append((C.PROP_RESPONSE_INFORMATION, s.response_information))
+    return props
+
+
+def _generate_client_id(broker):
+    while True:
+        raw = broker.entropy(8)
+        cid = "siskin-"
+        for b in raw:
+            cid += "0123456789abcdef"[b >> 4] + "0123456789abcdef"[b & 15]
+        if cid not in broker.sessions:
+            return cid
+
+
+def _check_will(broker, pkt):
+    s = broker.settings
+    if validate_topic_name(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
+        return C.RC_TOPIC_NAME_INVALID
+    if pkt.will_topic.startswith("$SYS"):
+        return C.RC_NOT_AUTHORIZED
+    if pkt.level == 5:
+        if pkt.will_qos > s.maximum_qos:
+            return C.RC_QOS_NOT_SUPPORTED  # [MQTT-3.2.2-12]
+        if pkt.will_retain and not s.retain_available:
+            return C.RC_RETAIN_NOT_SUPPORTED  # [MQTT-3.2.2-13]
+    return 0
+
+
+def _set_will(broker, session, pkt, now):
+    props = pkt.will_props
+    delay = 0
+    expiry = 0
+    fwd = None
+    if props:
+        fwd = []
+        for pid, value in props:
+            if pid == C.PROP_WILL_DELAY_INTERVAL:
+                delay = value
+            elif pid == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+                expiry = value
+            else:
+                fwd.append((pid, value))
+    msg = broker.messages.new(
+        pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd or None, 0, session.client_id
+    )
+    if msg is None:
+        return  # no slab for the will: it cannot be kept (counted)
+    broker.messages.hold(msg)
+    session.will = msg
+    session.will_delay = delay
+    session.will_expiry = expiry
+
+
+def _cancel_will(broker, session):
+    if session.will is not None:
+        broker.messages.drop(session.will)
+        session.will = None
+    session.will_at = 0
+
+
+def _publish_will(broker, session, now):
+    msg = session.will
+    session.will = None
+    session.will_at = 0
+    if msg is None:
+        return
+    handle_publish.route(
+        broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, session.will_expiry, now
+    )
+    broker.messages.drop(msg)
+
+
+# ----------------------------------------------------- end of a connection
+
+
+def detach(broker, conn, now):
+    """The connection ends (any reason): decide the will and the session."""
+    session = conn.session
+    if session is None or session.conn is not conn:
+        conn.session = None
+        return
+    session.conn = None
+    conn.session = None
+    if conn.state == CONNECTED and conn.will_on_close and session.will is not None:
+        if session.will_delay == 0 or session.expiry_interval == 0:
+            _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
+        else:
+            delay = session.will_delay
+            if delay > session.expiry_interval:
+                delay = session.expiry_interval
+            session.will_at = now + delay
+    elif session.will is not None and session.will_at == 0:
+        _cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
+    if session.expiry_interval == 0:
+        destroy_session(broker, session, now)
+    elif session.expiry_interval != NEVER:
+        session.expires_at = now + session.expiry_interval
+
+
+def destroy_session(broker, session, now):
+    """End a session: publish a pending will, free its subscriptions and queue."""
+    if session.will is not None:
+        if session.will_at:
+            _publish_will(broker, session, now)  # the session ends before the delay
+        else:
+            _cancel_will(broker, session)
+    handle_subscribe.remove_all(broker, session)
+    handle_publish.release_session_messages(broker, session)
+    if broker.sessions.get(session.client_id) is session:
+        del broker.sessions[session.client_id]
+    broker.session_pool.release(session)
+
+
+def run_session_timers(broker, now):
+    """Publish due delayed wills and expire orphaned sessions."""
+    due = None
+    expired = None
+    for session in broker.sessions.values():
+        if session.will_at and now >= session.will_at:
+            if due is None:
+                due = []
+            due.append(session)
+        if session.expires_at and now >= session.expires_at and session.conn is None:
+            if expired is None:
+                expired = []
+            expired.append(session)
+    if due:
+        for session in due:
+            _publish_will(broker, session, now)
+    if expired:
+        for session in expired:
+            destroy_session(broker, session, now)
+    if broker.live_connections or broker.sessions:
+        return now + 1
+    return None
+
+
+# ---------------------------------------------------------- DISCONNECT, AUTH
+
+
+def handle_disconnect(broker, conn, pkt, now):
+    session = conn.session
+    if conn.level == 5:
+        expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, None)
+        if expiry is not None:
+            if session.expiry_interval == 0 and expiry != 0:
+                # [MQTT-3.14.2-2] cannot turn a non-persistent session persistent.
+                raise ProtocolError("Session Expiry set on DISCONNECT after 0 at CONNECT")
+            if expiry > broker.settings.max_session_expiry:
+                expiry = broker.settings.max_session_expiry
+            session.expiry_interval = expiry
+        # 0x04 "Disconnect with Will Message" keeps the will [MQTT-3.14.4-3].
+        conn.will_on_close = pkt.reason == C.RC_DISCONNECT_WITH_WILL
+    else:
+        conn.will_on_close = False  # [MQTT-3.14.4-3]
+    broker.close(conn, now)
+
+
+def handle_auth(broker, conn, pkt, now):
+    # No enhanced authentication method is configured, so the client had no
+    # Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
+    raise ProtocolError("AUTH without an authentication method")
+

@@ -1,0 +1,327 @@
+# PUBLISH in both directions: inbound QoS 0/1/2, routing, delivery, acks.
+#
+# Theory of operation. An inbound PUBLISH is checked (topic, alias, QoS,
+# retain), then route() stores it once as a pooled Message (when it is
+# retained or someone subscribes), finds the matching subscriptions in the
+# trie, folds several subscriptions of one session into one delivery at the
+# highest granted QoS [MQTT-3.3.5-1] carrying all their Subscription
+# Identifiers, and hands each session a delivery.
+#
+# Delivery to a session: QoS 0 goes straight to the connection's output (or
+# is dropped and counted for a slow reader over max_out_buffer); QoS 1/2 goes
+# out while the session's inflight window (min of max_inflight and the
+# client's Receive Maximum) has room and nothing older waits in its queue,
+# otherwise it waits in the queue in order. Acks free window slots and
+# pump() moves queued deliveries out in order [MQTT-4.6.0-*].
+
+from common import consts as C
+from common import retained
+from common.errors import MqttError, ProtocolError
+from common.packets import PubAck, Publish, encode_packet
+from common.session import AWAIT_ACK, AWAIT_COMP, InflightEntry
+from common.topics import validate_topic_name
+
+# ------------------------------------------------------------------ inbound
+
+
+def handle_publish(broker, conn, pkt, now):
+    s = broker.settings
+    session = conn.session
+    broker.stats.messages_received += 1
+    topic = pkt.topic
+    qos = pkt.qos
+    fwd = None
+    expiry = 0
+    if conn.level == 5:
+        props = pkt.props
+        if props:
+            fwd = []
+            alias = 0
+            for pid, value in props:
+                if pid == C.PROP_TOPIC_ALIAS:
+                    alias = value
+                elif pid == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+                    expiry = value
+                elif pid == C.PROP_SUBSCRIPTION_IDENTIFIER:
+                    raise ProtocolError("Subscription Identifier from a client")  # [MQTT-3.3.4-6]
+                else:
+                    fwd.append((pid, value))
+            if alias:
+                topic = _resolve_alias(broker, conn, topic, alias)
+            if not fwd:
+                fwd = None
+        if qos > s.maximum_qos:
+            raise MqttError(C.RC_QOS_NOT_SUPPORTED, "QoS above Maximum QoS")  # [MQTT-3.2.2-11]
+        if pkt.retain and not s.retain_available:
+            raise MqttError(C.RC_RETAIN_NOT_SUPPORTED, "retain not available")  # [MQTT-3.2.2-14]
+    if not topic:
+        raise ProtocolError("empty topic without a topic alias")  # [MQTT-3.3.2-1]
+    if validate_topic_name(topic, s.max_topic_levels, s.max_topic_length):
+        raise MqttError(C.RC_TOPIC_NAME_INVALID, "topic name invalid")
+    pid = pkt.packet_id
+    if qos == 2:
+        if pid in session.qos2_in:
+            # A resent QoS 2 PUBLISH before PUBREL: acknowledge, do not
+            # deliver again [MQTT-4.3.3-9].
+            send_ack(broker, conn, C.PUBREC, pid, C.RC_SUCCESS)
+            return
+        if len(session.qos2_in) >= s.max_inflight_in:
+            raise MqttError(C.RC_RECEIVE_MAXIMUM_EXCEEDED, "too many QoS 2 in flight")  # [MQTT-3.3.4-7]
+    if topic.startswith("$SYS"):
+        reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
+    else:
+        reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
+    if qos == 1:
+        send_ack(broker, conn, C.PUBACK, pid, reason)  # [MQTT-4.3.2-2]
+    elif qos == 2:
+        if reason < 0x80:
+            session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
+        send_ack(broker, conn, C.PUBREC, pid, reason)
+
+
+def _resolve_alias(broker, conn, topic, alias):
+    if alias > broker.settings.topic_alias_maximum:
+        raise MqttError(C.RC_TOPIC_ALIAS_INVALID, "topic alias above the maximum")  # [MQTT-3.3.2-9]
+    aliases = conn.aliases_in
+    if topic:
+        if aliases is None:
+            aliases = conn.aliases_in = {}
+        aliases[alias] = topic  # [MQTT-3.3.2-12] (re)define the alias
+        return topic
+    known = aliases.get(alias) if aliases is not None else None
+    if known is None:
+        raise ProtocolError("unknown topic alias")
+    return known
+
+
+def send_ack(broker, conn, ptype, packet_id, reason):
+    broker.write(conn, encode_packet(PubAck(ptype, packet_id, reason, None), conn.level))
+
+
+def handle_pubrel(broker, conn, pkt, now):
+    session = conn.session
+    pid = pkt.packet_id
+    if pid in session.qos2_in:
+        session.qos2_in.discard(pid)
+        send_ack(broker, conn, C.PUBCOMP, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-11]
+    else:
+        send_ack(broker, conn, C.PUBCOMP, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
+
+
+# ------------------------------------------------------------------ routing
+
+
+def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, now):
+    """Deliver a message to every matching subscription; a v5 reason code."""
+    messages = broker.messages
+    expiry = now + expiry_interval if expiry_interval else 0
+    msg = None
+    if retain:
+        msg = retained.store(broker, topic, payload, qos, props, expiry, origin)
+    matches = broker.match_buf
+    broker.trie.match(topic, matches)
+    if not matches:
+        return C.RC_NO_MATCHING_SUBSCRIBERS
+    if msg is None:
+        msg = messages.new(topic, payload, qos, retain, props, expiry, origin)
+        if msg is None:
+            del matches[:]
+            broker.stats.dropped_no_slab += 1
+            return C.RC_QUOTA_EXCEEDED
+    messages.hold(msg)  # keep it alive while delivering
+    stamp = broker.route_stamp + 1
+    if stamp >= 0x3FFFFFFF:
+        stamp = 1
+    broker.route_stamp = stamp
+    touched = broker.touched_buf
+    for entry in matches:
+        sub = entry if entry.group is None else entry.pick(broker, now)
+        if sub is None:
+            continue
+        sess = sub.session
+        if sub.no_local and sess.client_id == origin:
+            continue  # [MQTT-3.8.3-3]
+        granted = sub.qos if sub.qos < qos else qos  # [MQTT-3.8.4-6]
+        keep_retain = retain and sub.retain_as_published  # [MQTT-3.3.1-12]
+        if sess.route_stamp != stamp:
+            sess.route_stamp = stamp
+            sess.route_qos = granted
+            sess.route_retain = keep_retain
+            sess.route_ids = None
+            touched.append(sess)
+        else:
+            if granted > sess.route_qos:
+                sess.route_qos = granted
+            if keep_retain:
+                sess.route_retain = True
+        if sub.sub_id:
+            if sess.route_ids is None:
+                sess.route_ids = [sub.sub_id]
+            else:
+                sess.route_ids.append(sub.sub_id)
+    del matches[:]
+    for sess in touched:
+        deliver(broker, sess, msg, sess.route_qos, sess.route_retain, sess.route_ids, now)
+    del touched[:]
+    messages.drop(msg)
+    return C.RC_SUCCESS
+
+
+def window(broker, conn):
+    cap = broker.settings.max_inflight
+    peer = conn.receive_maximum
+    return peer if peer < cap else cap
+
+
+def deliver(broker, session, msg, qos, retain, sub_ids, now):
+    """Send now, or queue in order, or drop and count."""
+    conn = session.conn
+    if qos == 0:
+        if conn is None:
+            if broker.settings.queue_qos0_offline:
+                _enqueue(broker, session, msg, 0, retain, sub_ids)
+            else:
+                broker.stats.dropped_qos0 += 1
+        elif conn.paused and conn.out_bytes >= broker.settings.max_out_buffer:
+            broker.stats.dropped_qos0 += 1
+        else:
+            _send(broker, conn, msg, 0, retain, sub_ids, 0, False, now)
+        return
+    if conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
+        _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, now)
+    else:
+        _enqueue(broker, session, msg, qos, retain, sub_ids)
+
+
+def _enqueue(broker, session, msg, qos, retain, sub_ids):
+    s = broker.settings
+    if session.queued_bytes + msg.size > s.max_queued_bytes or not session.queue.push(
+        (msg, qos, retain, sub_ids)
+    ):
+        broker.stats.dropped_queue_full += 1
+        return
+    session.queued_bytes += msg.size
+    broker.messages.hold(msg)
+
+
+def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, now):
+    pid = session.allocate_packet_id()
+    if _send(broker, conn, msg, qos, retain, sub_ids, pid, False, now):
+        session.inflight.append(InflightEntry(pid, msg, qos, retain, sub_ids))
+        broker.messages.hold(msg)
+
+
+def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
+    """Encode and write one PUBLISH; False if the client's size limit forbids it."""
+    props = None
+    if conn.level == 5:
+        props = msg.props
+        if msg.expiry or sub_ids:
+            props = list(props) if props else []
+            if msg.expiry:
+                left = msg.expiry - now
+                # [MQTT-3.3.2-6] the interval less the time spent waiting.
+                props.append((C.PROP_MESSAGE_EXPIRY_INTERVAL, left if left > 0 else 0))
+            if sub_ids:
+                for sid in sub_ids:
+                    props.append((C.PROP_SUBSCRIPTION_IDENTIFIER, sid))  # [MQTT-3.3.4-3]
+    data = encode_packet(Publish(msg.topic, msg.payload, qos, retain, dup, pid, props), conn.level)
+    if conn.max_packet_out and len(data) > conn.max_packet_out:
+        broker.stats.dropped_too_large += 1  # [MQTT-3.1.2-25]
+        return False
+    broker.write(conn, data)
+    broker.stats.messages_sent += 1
+    return True
+
+
+def pump(broker, session, now):
+    """Move queued deliveries out while the window allows, in order."""
+    conn = session.conn
+    if conn is None:
+        return
+    queue = session.queue
+    w = window(broker, conn)
+    messages = broker.messages
+    while queue.count:
+        item = queue.peek()
+        msg = item[0]
+        qos = item[1]
+        if qos and len(session.inflight) >= w:
+            return
+        queue.pop()
+        session.queued_bytes -= msg.size
+        if msg.expiry and now >= msg.expiry:
+            broker.stats.expired += 1  # [MQTT-3.3.2-5]
+        elif qos == 0:
+            _send(broker, conn, msg, 0, item[2], item[3], 0, False, now)
+        else:
+            _send_inflight(broker, conn, session, msg, qos, item[2], item[3], now)
+        messages.drop(msg)
+
+
+def resume(broker, conn, session, now):
+    """On reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL in order."""
+    for entry in session.inflight:
+        if entry.state == AWAIT_ACK:
+            _send(broker, conn, entry.msg, entry.qos, entry.retain, entry.sub_ids, entry.packet_id, True, now)
+        else:
+            send_ack(broker, conn, C.PUBREL, entry.packet_id, C.RC_SUCCESS)
+    pump(broker, session, now)
+
+
+def release_session_messages(broker, session):
+    messages = broker.messages
+    for item in session.queue.clear():
+        messages.drop(item[0])
+    for entry in session.inflight:
+        if entry.msg is not None:
+            messages.drop(entry.msg)
+    session.inflight = []
+    session.queued_bytes = 0
+    session.qos2_in = set()
+
+
+# ------------------------------------------------------------ outbound acks
+
+
+def handle_puback(broker, conn, pkt, now):
+    session = conn.session
+    i = session.find_inflight(pkt.packet_id)
+    if i < 0:
+        return  # unknown id: nothing to release
+    entry = session.inflight[i]
+    if entry.qos != 1:
+        raise ProtocolError("PUBACK for a QoS 2 message")
+    del session.inflight[i]
+    broker.messages.drop(entry.msg)
+    pump(broker, session, now)
+
+
+def handle_pubrec(broker, conn, pkt, now):
+    session = conn.session
+    pid = pkt.packet_id
+    i = session.find_inflight(pid)
+    if i < 0:
+        send_ack(broker, conn, C.PUBREL, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
+        return
+    entry = session.inflight[i]
+    if entry.qos != 2:
+        raise ProtocolError("PUBREC for a QoS 1 message")
+    if entry.msg is not None:
+        broker.messages.drop(entry.msg)  # [MQTT-4.3.3-4] the message is done with
+        entry.msg = None
+    if pkt.reason >= 0x80:
+        del session.inflight[i]  # v5: the receiver refused it; no PUBREL
+        pump(broker, session, now)
+        return
+    entry.state = AWAIT_COMP
+    send_ack(broker, conn, C.PUBREL, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-3]
+
+
+def handle_pubcomp(broker, conn, pkt, now):
+    session = conn.session
+    i = session.find_inflight(pkt.packet_id)
+    if i < 0 or session.inflight[i].state != AWAIT_COMP:
+        return
+    del session.inflight[i]
+    pump(broker, session, now)

@@ -1,0 +1,143 @@
+# SUBSCRIBE and UNSUBSCRIBE, and the retained replay a subscription triggers.
+#
+# Each filter of a SUBSCRIBE gets its own answer in SUBACK, in order
+# [MQTT-3.8.4-2]: the granted QoS, or a failure code (3.1.1: 0x80; v5: the
+# specific reason). A filter already subscribed by the session replaces the
+# old subscription's options [MQTT-3.8.4-3]. Shared subscriptions join a
+# SharedGroup that sits in the trie in place of its members. After SUBACK,
+# retained messages matching each new or replaced subscription are sent with
+# the retain flag set [MQTT-3.3.1-8], as v5 Retain Handling allows.
+
+from common import consts as C
+from common import handle_publish, retained
+from common.errors import MqttError, ProtocolError
+from common.packets import Suback, Unsuback, encode_packet, prop_get
+from common.session import SharedGroup
+from common.topics import filter_covers, parse_shared, validate_topic_filter
+
+
+def handle_subscribe(broker, conn, pkt, now):
+    session = conn.session
+    v5 = conn.level == 5
+    sub_id = 0
+    if v5:
+        sub_id = prop_get(pkt.props, C.PROP_SUBSCRIPTION_IDENTIFIER, 0)
+        if sub_id and not broker.settings.subscription_identifiers:
+            raise MqttError(C.RC_SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED, "no subscription identifiers")
+    codes = []
+    replay = []
+    for flt, options in pkt.topics:
+        code, sub = _subscribe_one(broker, session, flt, options, sub_id, v5)
+        if code >= 0x80 and not v5:
+            code = C.SUBACK_FAILURE_311  # 3.1.1 knows one failure code
+        codes.append(code)
+        if sub is not None:
+            replay.append(sub)
+    broker.write(conn, encode_packet(Suback(pkt.packet_id, codes, None), conn.level))
+    for sub in replay:
+        _replay_retained(broker, session, sub, now)
+
+
+def _subscribe_one(broker, session, flt, options, sub_id, v5):
+    """Subscribe one filter: (reason code, subscription to replay or None)."""
+    s = broker.settings
+    qos = options & 3
+    no_local = (options >> 2) & 1 == 1
+    group, inner = parse_shared(flt)
+    if inner is None:
+        return C.RC_TOPIC_FILTER_INVALID, None
+    if group is not None:
+        if not s.shared_subscriptions:
+            return C.RC_SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
+        if no_local and v5:
+            raise ProtocolError("No Local on a shared subscription")  # [MQTT-3.8.3-4]
+    if validate_topic_filter(inner, s.max_topic_levels, s.max_topic_length):
+        return C.RC_TOPIC_FILTER_INVALID, None
+    if not s.wildcard_subscriptions and ("+" in inner or "#" in inner):
+        return C.RC_WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED, None
+    for denied in s.deny_subscribe:
+        if filter_covers(denied, inner):
+            return C.RC_NOT_AUTHORIZED, None
+    if qos > s.maximum_qos:
+        qos = s.maximum_qos  # [MQTT-3.8.4-6] grant less than asked
+    sub = session.subs.get(flt)
+    is_new = sub is None
+    if is_new:
+        if len(session.subs) >= s.max_subscriptions_per_client:
+            return C.RC_QUOTA_EXCEEDED, None
+        sub = broker.sub_pool.alloc()
+        if sub is None:
+            return C.RC_QUOTA_EXCEEDED, None
+        sub.session = session
+        sub.key = flt
+        sub.filter = inner
+        sub.group = group
+        session.subs[flt] = sub
+        if group is None:
+            broker.trie.add(inner, sub)
+        else:
+            _join_group(broker, group, inner, sub)
+    sub.qos = qos
+    sub.no_local = no_local
+    sub.retain_as_published = (options >> 3) & 1 == 1
+    sub.retain_handling = (options >> 4) & 3
+    sub.sub_id = sub_id
+    rh = sub.retain_handling
+    if group is not None or rh == 2 or (rh == 1 and not is_new):
+        return qos, None  # no retained messages for shared subscriptions [MQTT-3.8.4-? v5 4.8.2]
+    return qos, sub
+
+
+def _join_group(broker, group, inner, sub):
+    key = group + "/" + inner
+    grp = broker.shared.get(key)
+    if grp is None:
+        grp = SharedGroup(group, inner)
+        broker.shared[key] = grp
+        broker.trie.add(inner, grp)
+    grp.members.append(sub)
+
+
+def _replay_retained(broker, session, sub, now):
+    found = []
+    retained.matching(broker, sub.filter, found, now)
+    ids = [sub.sub_id] if sub.sub_id else None
+    for msg in found:
+        qos = msg.qos if msg.qos < sub.qos else sub.qos
+        handle_publish.deliver(broker, session, msg, qos, True, ids, now)
+
+
+def handle_unsubscribe(broker, conn, pkt, now):
+    session = conn.session
+    codes = []
+    for flt in pkt.filters:
+        sub = session.subs.get(flt)
+        if sub is None:
+            codes.append(C.RC_NO_SUBSCRIPTION_EXISTED)
+        else:
+            remove(broker, sub)
+            codes.append(C.RC_SUCCESS)
+    # [MQTT-3.10.4-4] UNSUBACK even when nothing was subscribed.
+    broker.write(conn, encode_packet(Unsuback(pkt.packet_id, codes, None), conn.level))
+
+
+def remove(broker, sub):
+    session = sub.session
+    del session.subs[sub.key]
+    group, inner = parse_shared(sub.key)
+    if group is None:
+        broker.trie.remove(sub.filter, sub)
+    else:
+        key = group + "/" + inner
+        grp = broker.shared.get(key)
+        if grp is not None:
+            grp.members.remove(sub)
+            if not grp.members:
+                broker.trie.remove(inner, grp)
+                del broker.shared[key]
+    broker.sub_pool.release(sub)
+
+
+def remove_all(broker, session):
+    for sub in list(session.subs.values()):
+        remove(broker, sub)

@@ -1,0 +1,643 @@
+"""MQTT control packets: classes and the symmetric ``decode_*``/``encode_*`` pairs.
+
+Theory of operation
+-------------------
+``decode_packet(first_byte, buf, start, end, level)`` checks the fixed header
+(type, reserved flags [MQTT-2.2.2-1, -2]) and dispatches through ``DECODERS``,
+a tuple indexed by packet type, to ``decode_<type>(first_byte, buf, start,
+end, level)``. ``buf[start:end]`` is the packet body (what the Remaining
+Length announced); every decoder must consume exactly that: bytes left over
+are a malformed packet. ``level`` is the connection's protocol level (3 and 4
+decode alike; 5 adds reason codes and properties); CONNECT carries its own.
+
+``encode_packet(pkt, level)`` dispatches through ``ENCODERS`` to
+``encode_<type>(pkt, level)``, which adds up the size, allocates the packet
+once and writes it front to back. Encoders produce the shortest form the spec
+allows (v5 acks, DISCONNECT and AUTH omit a zero reason code and an empty
+property block, 3.4.2.1, 3.14.2.1, 3.15.2.1); they do not police what their
+caller sends (a broker test may want to send a bad packet on purpose).
+
+Errors are ``MqttError`` subclasses carrying the reason code the spec names.
+``decode_packet`` converts any stray low-level exception into
+``MalformedPacket`` as a last guard, so nothing else escapes whatever the bytes.
+"""
+
+from common.codec import (
+    check_end, decode_packet_id, decode_reason_list,
+    decode_bin, decode_str, decode_u16, decode_u8, new_packet_buffer, take_bytes,
+    utf8_bytes, vbi_size, write_prefixed, write_raw, write_u16, write_u8,
+)
+from common.compat import STRUCT_ERROR
+from common.consts import (
+    AUTH, CONNACK, CONNECT, DISCONNECT, LEVEL_5, PACKET_NAMES, PINGREQ, PINGRESP,
+    PROP_TOPIC_ALIAS, PUBACK, PUBLISH, PUBREC, PUBREL, REASONS_AUTH,
+    REASONS_CONNACK, REASONS_DISCONNECT, REASONS_PUBACK, REASONS_PUBREL, REASONS_SUBACK,
+    REASONS_UNSUBACK, RETURN_CODES_CONNACK_311, RETURN_CODES_SUBACK_311, SUBACK, SUBSCRIBE,
+    UNSUBACK, UNSUBSCRIBE, WILL,
+)
+from common.errors import (
+    MalformedPacket, MqttError, ProtocolError, TopicNameInvalid, UnsupportedProtocol,
+)
+from common.properties import (
+    decode_properties, decode_reason_props, encode_reason_props, prop_get, properties_size,
+    write_properties,
+)
+
+# ---------------------------------------------------------------------------
+# Packet classes: plain attributes, keyword defaults, ``ptype`` on every one.
+# ---------------------------------------------------------------------------
+
+
+class Packet:
+    """Base: equality over ``FIELDS`` (``None`` and ``[]`` properties compare
+    equal) and a readable repr, for tests and logs."""
+
+    ptype = 0
+    FIELDS = ()
+
+    def __eq__(self, other):
+        if not isinstance(other, Packet) or other.ptype != self.ptype:
+            return False
+        for name in self.FIELDS:
+            a = getattr(self, name)
+            b = getattr(other, name)
+            if not a and not b and name.endswith("props"):
+                continue
+            if a != b:
+                return False
+        return True
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        parts = []
+        for name in self.FIELDS:
+            parts.append("%s=%r" % (name, getattr(self, name)))
+        return "%s(%s)" % (type(self).__name__, ", ".join(parts))
+
+
+class Connect(Packet):
+    ptype = CONNECT
+    FIELDS = (
+        "level", "clean_start", "keep_alive", "client_id", "will_topic",
+        "will_payload", "will_qos", "will_retain", "will_props", "username",
+        "password", "props", "proto_name",
+    )
+
+    def __init__(self, level=4, clean_start=True, keep_alive=0, client_id="",
+                 will_topic=None, will_payload=None, will_qos=0, will_retain=False,
+                 will_props=None, username=None, password=None, props=None,
+                 proto_name=None):
+        self.level = level
+        self.clean_start = clean_start
+        self.keep_alive = keep_alive
+        self.client_id = client_id
+        self.will_topic = will_topic  # None: no will
+        self.will_payload = will_payload
+        self.will_qos = will_qos
+        self.will_retain = will_retain
+        self.will_props = will_props
+        self.username = username  # None: flag clear
+        self.password = password  # bytes, None: flag clear
+        self.props = props
+        if proto_name is None:
+            proto_name = "MQIsdp" if level == 3 else "MQTT"
+        self.proto_name = proto_name
+
+
+class Connack(Packet):
+    ptype = CONNACK
+    FIELDS = ("session_present", "reason", "props")
+
+    def __init__(self, session_present=False, reason=0, props=None):
+        self.session_present = session_present
+        self.reason = reason  # v5 reason code, or 3.1.1 return code
+        self.props = props
+
+
+class Publish(Packet):
+    ptype = PUBLISH
+    FIELDS = ("topic", "payload", "qos", "retain", "dup", "packet_id", "props")
+
+    def __init__(self, topic="", payload=b"", qos=0, retain=False, dup=False,
+                 packet_id=0, props=None):
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.dup = dup
+        self.packet_id = packet_id  # 0 for QoS 0 (no packet identifier)
+        self.props = props
+
+
+class PubAck(Packet):
+    """PUBACK, PUBREC, PUBREL or PUBCOMP (``ptype`` says which)."""
+
+    FIELDS = ("packet_id", "reason", "props")
+
+    def __init__(self, ptype=PUBACK, packet_id=0, reason=0, props=None):
+        self.ptype = ptype
+        self.packet_id = packet_id
+        self.reason = reason
+        self.props = props
+
+
+class Subscribe(Packet):
+    ptype = SUBSCRIBE
+    FIELDS = ("packet_id", "topics", "props")
+
+    def __init__(self, packet_id=0, topics=None, props=None):
+        self.packet_id = packet_id
+        self.topics = topics if topics is not None else []  # [(filter, options byte)]
+        self.props = props
+
+
+class Suback(Packet):
+    ptype = SUBACK
+    FIELDS = ("packet_id", "reasons", "props")
+
+    def __init__(self, packet_id=0, reasons=None, props=None):
+        self.packet_id = packet_id
+        self.reasons = reasons if reasons is not None else []
+        self.props = props
+
+
+class Unsubscribe(Packet):
+    ptype = UNSUBSCRIBE
+    FIELDS = ("packet_id", "filters", "props")
+
+    def __init__(self, packet_id=0, filters=None, props=None):
+        self.packet_id = packet_id
+        self.filters = filters if filters is not None else []
+        self.props = props
+
+
+class Unsuback(Packet):
+    ptype = UNSUBACK
+    FIELDS = ("packet_id", "reasons", "props")
+
+    def __init__(self, packet_id=0, reasons=None, props=None):
+        self.packet_id = packet_id
+        self.reasons = reasons if reasons is not None else []  # [] at 3.1.1
+        self.props = props
+
+
+class Pingreq(Packet):
+    ptype = PINGREQ
+
+
+class Pingresp(Packet):
+    ptype = PINGRESP
+
+
+class Disconnect(Packet):
+    ptype = DISCONNECT
+    FIELDS = ("reason", "props")
+
+    def __init__(self, reason=0, props=None):
+        self.reason = reason
+        self.props = props
+
+
+class Auth(Packet):
+    ptype = AUTH
+    FIELDS = ("reason", "props")
+
+    def __init__(self, reason=0, props=None):
+        self.reason = reason
+        self.props = props
+
+
+# ---------------------------------------------------------------------------
+# Decoders: (first_byte, buf, start, end, level) -> packet
+# ---------------------------------------------------------------------------
+
+
+def check_topic_name(topic):
+    if "+" in topic or "#" in topic:
+        raise TopicNameInvalid("wildcard in a topic name")  # [MQTT-3.3.2-2]
+
+
+def decode_connect(first, buf, start, end, level):
+    name, i = decode_str(buf, start, end)
+    lvl, i = decode_u8(buf, i, end)
+    # The protocol name and level decide how to read the rest: stop here if
+    # they are not ours [MQTT-3.1.2-1, -2].
+    if name == "MQTT":
+        if lvl != 4 and lvl != 5:
+            raise UnsupportedProtocol(lvl, "protocol level %d" % lvl)
+    elif name == "MQIsdp":
+        if lvl != 3:
+            raise UnsupportedProtocol(lvl, "MQIsdp with level %d" % lvl)
+    else:
+        raise ProtocolError("unknown protocol name")  # [MQTT-3.1.2-1]
+    flags, i = decode_u8(buf, i, end)
+    if flags & 0x01:
+        raise MalformedPacket("CONNECT reserved flag set")  # [MQTT-3.1.2-3]
+    will = flags & 0x04
+    will_qos = (flags >> 3) & 3
+    will_retain = flags & 0x20
+    if will:
+        if will_qos == 3:
+            # 3.1.1 [MQTT-3.1.2-14], 5.0 [MQTT-3.1.2-12]
+            raise MalformedPacket("will QoS 3")
+    elif will_qos or will_retain:
+        # 3.1.1 [MQTT-3.1.2-11, -13, -15], 5.0 [MQTT-3.1.2-11, -13]
+        raise MalformedPacket("will QoS or retain without will flag")
+    if lvl != 5 and flags & 0x40 and not flags & 0x80:
+        # 3.1.1 [MQTT-3.1.2-22]; 5.0 allows a password without a user name
+        raise MalformedPacket("password flag without user name flag")
+    pkt = Connect(lvl, (flags & 0x02) != 0, 0, "", proto_name=name)
+    pkt.keep_alive, i = decode_u16(buf, i, end)
+    if lvl == 5:
+        pkt.props, i = decode_properties(buf, i, end, CONNECT)
+    pkt.client_id, i = decode_str(buf, i, end)
+    if will:
+        if lvl == 5:
+            pkt.will_props, i = decode_properties(buf, i, end, WILL)
+        topic, i = decode_str(buf, i, end)
+        if not topic:
+            raise TopicNameInvalid("empty will topic")  # [MQTT-4.7.3-1]
+        check_topic_name(topic)
+        pkt.will_topic = topic
+        pkt.will_payload, i = decode_bin(buf, i, end)
+        pkt.will_qos = will_qos
+        pkt.will_retain = will_retain != 0
+    if flags & 0x80:
+        pkt.username, i = decode_str(buf, i, end)
+    if flags & 0x40:
+        pkt.password, i = decode_bin(buf, i, end)
+    check_end(i, end)
+    return pkt
+
+
+def decode_connack(first, buf, start, end, level):
+    flags, i = decode_u8(buf, start, end)
+    if flags & 0xFE:
+        raise MalformedPacket("CONNACK reserved flags set")  # [MQTT-3.2.2-1]
+    reason, i = decode_u8(buf, i, end)
+    props = None
+    if level == LEVEL_5:
+        if reason not in REASONS_CONNACK:
+            raise ProtocolError("invalid CONNACK reason code")
+        props, i = decode_properties(buf, i, end, CONNACK)
+    elif reason not in RETURN_CODES_CONNACK_311:
+        raise ProtocolError("invalid CONNACK return code")
+    if reason and flags:
+        # 3.1.1 [MQTT-3.2.2-4], 5.0 [MQTT-3.2.2-6]
+        raise ProtocolError("session present with a refusal")
+    check_end(i, end)
+    return Connack(flags == 1, reason, props)
+
+
+def decode_publish(first, buf, start, end, level):
+    qos = (first >> 1) & 3
+    if qos == 3:
+        raise MalformedPacket("PUBLISH with QoS 3")  # [MQTT-3.3.1-4]
+    dup = first & 0x08
+    if dup and not qos:
+        raise ProtocolError("DUP set on a QoS 0 PUBLISH")  # [MQTT-3.3.1-2]
+    topic, i = decode_str(buf, start, end)
+    pid = 0
+    if qos:
+        pid, i = decode_packet_id(buf, i, end)
+    props = None
+    if level == LEVEL_5:
+        props, i = decode_properties(buf, i, end, PUBLISH)
+    if not topic:
+        if level != LEVEL_5:
+            raise TopicNameInvalid("empty topic name")  # [MQTT-4.7.3-1]
+        if prop_get(props, PROP_TOPIC_ALIAS) is None:
+            # 3.3.2.1: a zero-length topic needs a Topic Alias (resolved by the broker)
+            raise ProtocolError("empty topic name without a topic alias")
+    else:
+        check_topic_name(topic)
+    return Publish(topic, take_bytes(buf, i, end), qos, (first & 1) != 0, dup != 0, pid, props)
+
+
+def decode_puback(first, buf, start, end, level):
+    ptype = first >> 4
+    pid, i = decode_packet_id(buf, start, end)
+    reason = 0
+    props = None
+    if level == LEVEL_5 and i < end:
+        # Remaining Length 2: reason 0, no properties; 3: no properties (3.4.2.1)
+        reason = buf[i]
+        i += 1
+        allowed = REASONS_PUBACK if ptype == PUBACK or ptype == PUBREC else REASONS_PUBREL
+        if reason not in allowed:
+            raise ProtocolError("invalid reason code for %s" % PACKET_NAMES[ptype])
+        if i < end:
+            props, i = decode_properties(buf, i, end, ptype)
+    check_end(i, end)
+    return PubAck(ptype, pid, reason, props)
+
+
+def decode_subscribe(first, buf, start, end, level):
+    pid, i = decode_packet_id(buf, start, end)
+    props = None
+    if level == LEVEL_5:
+        props, i = decode_properties(buf, i, end, SUBSCRIBE)
+    topics = []
+    while i < end:
+        filt, i = decode_str(buf, i, end)
+        opts, i = decode_u8(buf, i, end)
+        if level == LEVEL_5:
+            if opts & 0xC0:
+                raise MalformedPacket("subscription options reserved bits")  # [MQTT-3.8.3-5]
+            if opts & 0x03 == 3:
+                raise ProtocolError("subscription QoS 3")  # 3.8.3.1
+            if opts & 0x30 == 0x30:
+                raise ProtocolError("retain handling 3")  # 3.8.3.1
+        elif opts & 0xFC or opts == 3:
+            raise MalformedPacket("bad requested QoS byte")  # 3.1.1 [MQTT-3-8.3-4]
+        topics.append((filt, opts))
+    if not topics:
+        # 3.1.1 [MQTT-3.8.3-3], 5.0 [MQTT-3.8.3-2]
+        raise ProtocolError("SUBSCRIBE without topic filters")
+    return Subscribe(pid, topics, props)
+
+
+def decode_suback(first, buf, start, end, level):
+    pid, i = decode_packet_id(buf, start, end)
+    props = None
+    if level == LEVEL_5:
+        props, i = decode_properties(buf, i, end, SUBACK)
+        allowed = REASONS_SUBACK
+    else:
+        allowed = RETURN_CODES_SUBACK_311  # [MQTT-3.9.3-2]
+    return Suback(pid, decode_reason_list(buf, i, end, allowed), props)
+
+
+def decode_unsubscribe(first, buf, start, end, level):
+    pid, i = decode_packet_id(buf, start, end)
+    props = None
+    if level == LEVEL_5:
+        props, i = decode_properties(buf, i, end, UNSUBSCRIBE)
+    filters = []
+    while i < end:
+        filt, i = decode_str(buf, i, end)
+        filters.append(filt)
+    if not filters:
+        raise ProtocolError("UNSUBSCRIBE without topic filters")  # [MQTT-3.10.3-2]
+    return Unsubscribe(pid, filters, props)
+
+
+def decode_unsuback(first, buf, start, end, level):
+    pid, i = decode_packet_id(buf, start, end)
+    if level != LEVEL_5:
+        check_end(i, end)
+        return Unsuback(pid, [], None)
+    props, i = decode_properties(buf, i, end, UNSUBACK)
+    return Unsuback(pid, decode_reason_list(buf, i, end, REASONS_UNSUBACK), props)
+
+
+def decode_ping(first, buf, start, end, level):
+    check_end(start, end)  # PINGREQ and PINGRESP have no body
+    return Pingreq() if first >> 4 == PINGREQ else Pingresp()
+
+
+def decode_disconnect_auth(first, buf, start, end, level):
+    if first >> 4 == AUTH:
+        return Auth(*decode_reason_props(buf, start, end, level, AUTH, REASONS_AUTH))
+    return Disconnect(*decode_reason_props(buf, start, end, level, DISCONNECT, REASONS_DISCONNECT))
+
+
+DECODERS = (
+    None, decode_connect, decode_connack, decode_publish, decode_puback,
+    decode_puback, decode_puback, decode_puback, decode_subscribe, decode_suback,
+    decode_unsubscribe, decode_unsuback, decode_ping, decode_ping,
+    decode_disconnect_auth, decode_disconnect_auth,
+)
+
+
+def decode_packet(first_byte, buf, start, end, level):
+    """Decode one packet body ``buf[start:end]`` whose first byte is ``first_byte``."""
+    ptype = first_byte >> 4
+    flags = first_byte & 0x0F
+    if ptype == 0:
+        raise MalformedPacket("packet type 0 is reserved")  # 2.1.2
+    if ptype == AUTH and level != LEVEL_5:
+        raise MalformedPacket("AUTH before MQTT 5")  # 3.1.1 2.2.1: type 15 reserved
+    if ptype == PUBREL or ptype == SUBSCRIBE or ptype == UNSUBSCRIBE:
+        if flags != 0x02:
+            raise MalformedPacket("fixed header flags must be 0010")  # [MQTT-2.2.2-1, -2]
+    elif flags and ptype != PUBLISH:
+        raise MalformedPacket("fixed header flags must be 0000")  # [MQTT-2.2.2-1, -2]
+    try:
+        return DECODERS[ptype](first_byte, buf, start, end, level)
+    except MqttError:
+        raise
+    except (IndexError, ValueError, TypeError, KeyError, UnicodeError, STRUCT_ERROR, OverflowError):
+        # Last guard: the decoders bound-check by design; this only turns a
+        # missed case into the answer the spec gives to bad bytes.
+        raise MalformedPacket("undecodable packet")
+
+
+# ---------------------------------------------------------------------------
+# Encoders: (pkt, level) -> bytes
+# ---------------------------------------------------------------------------
+
+
+def encode_connect(p, level=None):
+    lvl = p.level
+    v5 = lvl == LEVEL_5
+    name = utf8_bytes(p.proto_name or ("MQIsdp" if lvl == 3 else "MQTT"))
+    cid = utf8_bytes(p.client_id or "")
+    flags = 0x02 if p.clean_start else 0
+    size = 2 + len(name) + 1 + 1 + 2 + 2 + len(cid)
+    if v5:
+        psize = properties_size(p.props)
+        size += vbi_size(psize) + psize
+    if p.will_topic is not None:
+        flags |= 0x04 | (p.will_qos << 3)
+        if p.will_retain:
+            flags |= 0x20
+        wtopic = utf8_bytes(p.will_topic)
+        wpayload = p.will_payload or b""
+        size += 4 + len(wtopic) + len(wpayload)
+        if v5:
+            wsize = properties_size(p.will_props)
+            size += vbi_size(wsize) + wsize
+    if p.username is not None:
+        flags |= 0x80
+        user = utf8_bytes(p.username)
+        size += 2 + len(user)
+    if p.password is not None:
+        flags |= 0x40
+        password = utf8_bytes(p.password)
+        size += 2 + len(password)
+    buf, off = new_packet_buffer(0x10, size)
+    off = write_prefixed(buf, off, name)
+    off = write_u8(buf, off, lvl)
+    off = write_u8(buf, off, flags)
+    off = write_u16(buf, off, p.keep_alive)
+    if v5:
+        off = write_properties(buf, off, p.props, psize)
+    off = write_prefixed(buf, off, cid)
+    if p.will_topic is not None:
+        if v5:
+            off = write_properties(buf, off, p.will_props, wsize)
+        off = write_prefixed(buf, off, wtopic)
+        off = write_prefixed(buf, off, wpayload)
+    if p.username is not None:
+        off = write_prefixed(buf, off, user)
+    if p.password is not None:
+        off = write_prefixed(buf, off, password)
+    return bytes(buf)
+
+
+def encode_connack(p, level):
+    size = 2
+    if level == LEVEL_5:
+        psize = properties_size(p.props)
+        size += vbi_size(psize) + psize
+    buf, off = new_packet_buffer(0x20, size)
+    off = write_u8(buf, off, 1 if p.session_present else 0)
+    off = write_u8(buf, off, p.reason)
+    if level == LEVEL_5:
+        write_properties(buf, off, p.props, psize)
+    return bytes(buf)
+
+
+def encode_publish(p, level):
+    qos = p.qos
+    first = 0x30 | (qos << 1)
+    if p.dup:
+        first |= 0x08
+    if p.retain:
+        first |= 0x01
+    topic = utf8_bytes(p.topic)
+    payload = p.payload or b""
+    size = 2 + len(topic) + len(payload)
+    if qos:
+        size += 2
+    if level == LEVEL_5:
+        psize = properties_size(p.props)
+        size += vbi_size(psize) + psize
+    buf, off = new_packet_buffer(first, size)
+    off = write_prefixed(buf, off, topic)
+    if qos:
+        off = write_u16(buf, off, p.packet_id)
+    if level == LEVEL_5:
+        off = write_properties(buf, off, p.props, psize)
+    write_raw(buf, off, payload)
+    return bytes(buf)
+
+
+def encode_puback(p, level):
+    ptype = p.ptype
+    first = (ptype << 4) | (0x02 if ptype == PUBREL else 0)
+    size = 2
+    psize = 0
+    if level == LEVEL_5:
+        if p.props:
+            psize = properties_size(p.props)
+            size = 3 + vbi_size(psize) + psize
+        elif p.reason:
+            size = 3  # 3.4.2.2.1: Remaining Length 3 means no property length
+    buf, off = new_packet_buffer(first, size)
+    off = write_u16(buf, off, p.packet_id)
+    if size > 2:
+        off = write_u8(buf, off, p.reason)
+        if size > 3:
+            write_properties(buf, off, p.props, psize)
+    return bytes(buf)
+
+
+def encode_subscribe(p, level):
+    size = 2
+    filters = []
+    for filt, _opts in p.topics:
+        f = utf8_bytes(filt)
+        filters.append(f)
+        size += 3 + len(f)
+    if level == LEVEL_5:
+        psize = properties_size(p.props)
+        size += vbi_size(psize) + psize
+    buf, off = new_packet_buffer(0x82, size)
+    off = write_u16(buf, off, p.packet_id)
+    if level == LEVEL_5:
+        off = write_properties(buf, off, p.props, psize)
+    k = 0
+    for _filt, opts in p.topics:
+        off = write_prefixed(buf, off, filters[k])
+        off = write_u8(buf, off, opts)
+        k += 1
+    return bytes(buf)
+
+
+def encode_unsubscribe(p, level):
+    size = 2
+    filters = []
+    for filt in p.filters:
+        f = utf8_bytes(filt)
+        filters.append(f)
+        size += 2 + len(f)
+    if level == LEVEL_5:
+        psize = properties_size(p.props)
+        size += vbi_size(psize) + psize
+    buf, off = new_packet_buffer(0xA2, size)
+    off = write_u16(buf, off, p.packet_id)
+    if level == LEVEL_5:
+        off = write_properties(buf, off, p.props, psize)
+    for f in filters:
+        off = write_prefixed(buf, off, f)
+    return bytes(buf)
+
+
+def encode_ack_list(first, p, level, with_reasons):
+    """SUBACK and UNSUBACK: packet id, v5 properties, one reason per filter."""
+    reasons = p.reasons if with_reasons else ()
+    size = 2 + len(reasons)
+    if level == LEVEL_5:
+        psize = properties_size(p.props)
+        size += vbi_size(psize) + psize
+    buf, off = new_packet_buffer(first, size)
+    off = write_u16(buf, off, p.packet_id)
+    if level == LEVEL_5:
+        off = write_properties(buf, off, p.props, psize)
+    for r in reasons:
+        buf[off] = r
+        off += 1
+    return bytes(buf)
+
+
+def encode_suback(p, level):
+    return encode_ack_list(0x90, p, level, True)
+
+
+def encode_unsuback(p, level):
+    # 3.1.1 UNSUBACK has no payload (3.1.1 3.11.3)
+    return encode_ack_list(0xB0, p, level, level == LEVEL_5)
+
+
+def encode_ping(p, level):
+    return bytes((p.ptype << 4, 0))
+
+
+def encode_disconnect(p, level):
+    return encode_reason_props(0xE0, p, level)
+
+
+def encode_auth(p, level):
+    if level != LEVEL_5:
+        raise ValueError("AUTH exists only in MQTT 5")
+    return encode_reason_props(0xF0, p, level)
+
+
+ENCODERS = (
+    None, encode_connect, encode_connack, encode_publish, encode_puback,
+    encode_puback, encode_puback, encode_puback, encode_subscribe, encode_suback,
+    encode_unsubscribe, encode_unsuback, encode_ping, encode_ping,
+    encode_disconnect, encode_auth,
+)
+
+
+def encode_packet(pkt, level):
+    """Encode ``pkt`` for a connection at protocol ``level`` (CONNECT uses its own)."""
+    return ENCODERS[pkt.ptype](pkt, level)
+

@@ -1,0 +1,173 @@
+# Bounded pools and rings.
+#
+# Theory of operation: every long-lived object the broker holds for a peer
+# (connections, sessions, subscriptions, message slabs) comes from a SlotPool
+# with a fixed capacity decided at start-up from the board settings. A pool
+# recycles its objects through a free list and answers None when it is full,
+# so the caller can give the protocol's polite refusal instead of growing.
+# With prealloc (boards) every object is created at start-up so the heap is
+# laid out once; without it (host) objects are created on first use, up to
+# the same capacity, and recycled.
+#
+# A Ring is a bounded FIFO over a list; it grows by doubling up to its cap so
+# an idle session costs a few slots, never more than the cap.
+
+
+class SlotPool:
+    """Fixed-capacity pool of reusable objects made by `factory()`."""
+
+    def __init__(self, factory, capacity, prealloc=False):
+        self.factory = factory
+        self.capacity = capacity
+        self.created = 0
+        self.in_use = 0
+        self.free = []
+        if prealloc:
+            for _ in range(capacity):
+                self.free.append(factory())
+            self.created = capacity
+
+    def alloc(self):
+        """An object from the pool, or None when all `capacity` are in use."""
+        if self.free:
+            obj = self.free.pop()
+        elif self.created < self.capacity:
+            obj = self.factory()
+            self.created += 1
+        else:
+            return None
+        self.in_use += 1
+        return obj
+
+    def release(self, obj):
+        obj.reset()
+        self.in_use -= 1
+        self.free.append(obj)
+
+
+class Message:
+    """One application message, stored once and shared by every queue.
+
+    `refs` counts the queues, inflight windows and the retained store holding
+    it; at zero it goes back to the pool.
+    """
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.topic = ""
+        self.payload = b""
+        self.qos = 0
+        self.retain = False
+        self.props = None  # v5 properties forwarded, wire order; None = none
+        self.expiry = 0  # absolute time (s) after which it is dropped, 0 = never
+        self.origin = None  # client id of the publisher (No Local)
+        self.refs = 0
+        self.size = 0  # topic + payload bytes, for queue byte limits
+        self.wire = None  # cache: encoded packets shared by subscribers
+
+
+class MessagePool:
+    """Message slabs with reference counting."""
+
+    def __init__(self, capacity, prealloc=False):
+        self.pool = SlotPool(Message, capacity, prealloc)
+
+    def new(self, topic, payload, qos, retain, props, expiry, origin):
+        msg = self.pool.alloc()
+        if msg is None:
+            return None
+        msg.topic = topic
+        msg.payload = payload
+        msg.qos = qos
+        msg.retain = retain
+        msg.props = props
+        msg.expiry = expiry
+        msg.origin = origin
+        msg.size = len(topic) + len(payload)
+        return msg
+
+    def hold(self, msg):
+        msg.refs += 1
+
+    def drop(self, msg):
+        msg.refs -= 1
+        if msg.refs <= 0:
+            self.pool.release(msg)
+
+    def in_use(self):
+        return self.pool.in_use
+
+
+class Ring:
+    """Bounded FIFO. push() answers False when the ring is at its cap."""
+
+    def __init__(self, cap, initial=4):
+        self.cap = cap
+        size = initial if initial < cap else cap
+        self.buf = [None] * (size if size > 0 else 1)
+        self.head = 0
+        self.count = 0
+
+    def push(self, item):
+        buf = self.buf
+        n = len(buf)
+        if self.count == n:
+            if n >= self.cap:
+                return False
+            self._grow()
+            buf = self.buf
+            n = len(buf)
+        buf[(self.head + self.count) % n] = item
+        self.count += 1
+        return True
+
+    def push_front(self, item):
+        """Put an item back at the head (it was taken and could not be sent)."""
+        buf = self.buf
+        if self.count == len(buf):
+            self._grow()
+            buf = self.buf
+        self.head = (self.head - 1) % len(buf)
+        buf[self.head] = item
+        self.count += 1
+
+    def peek(self):
+        return self.buf[self.head] if self.count else None
+
+    def pop(self):
+        if not self.count:
+            return None
+        buf = self.buf
+        item = buf[self.head]
+        buf[self.head] = None
+        self.head = (self.head + 1) % len(buf)
+        self.count -= 1
+        return item
+
+    def clear(self):
+        """Empty the ring and return its items in order (to release them)."""
+        out = []
+        while self.count:
+            out.append(self.pop())
+        return out
+
+    def items(self):
+        """The items in order, as a new list (for persistence and tests)."""
+        buf = self.buf
+        n = len(buf)
+        out = []
+        for i in range(self.count):
+            out.append(buf[(self.head + i) % n])
+        return out
+
+    def _grow(self):
+        old = self.items()
+        size = len(self.buf) * 2
+        if size > self.cap:
+            size = self.cap
+        if size <= len(self.buf):
+            size = len(self.buf) + 1  # push_front past the cap by one
+        self.buf = old + [None] * (size - len(old))
+        self.head = 0

@@ -1,0 +1,311 @@
+"""MQTT 5.0 properties (2.2.2): the table, decoding and encoding.
+
+Theory of operation
+-------------------
+Properties travel as a Variable Byte Integer length followed by
+``identifier, value`` items. In memory they are a list of ``(prop_id, value)``
+in wire order (MicroPython dicts do not keep insertion order, and User
+Property order is significant [MQTT-3.3.2-18]); a User Property value is a
+``(name, value)`` tuple of strs; Binary Data values are bytes; UTF-8 strings
+are strs; integers are ints. ``None`` or ``[]`` means "no properties", and the
+decoder returns ``None`` for an empty block (no allocation).
+
+``PROPERTIES`` maps each identifier to ``(data_type, allowed, bit)``:
+``allowed`` is a bit mask of the packet types that may carry it (``1 << ptype``,
+with ``WILL`` = 16 for the Will Properties of CONNECT), ``bit`` a distinct
+small bit used to spot repeats without allocating a set (every mask stays
+below 2**30, so it is a small int on 32-bit ports).
+
+Errors (2.2.2.2 and the per-property text of 3.x):
+- an unknown identifier, or one not allowed in this packet: MalformedPacket;
+- a property other than User Property included twice, or Subscription
+  Identifier twice outside PUBLISH: ProtocolError;
+- a value the spec forbids (Receive Maximum 0, Maximum Packet Size 0,
+  Subscription Identifier 0, Topic Alias 0, a 0/1 flag byte with another
+  value, Maximum QoS not 0/1): ProtocolError.
+"""
+
+from common.codec import (
+    check_end,
+    new_packet_buffer,
+    decode_bin,
+    decode_str,
+    decode_str_pair,
+    decode_u16,
+    decode_u32,
+    decode_vbi,
+    utf8_bytes,
+    vbi_size,
+    write_prefixed,
+    write_u16,
+    write_u32,
+    write_u8,
+    write_vbi,
+)
+from common.consts import (
+    AUTH,
+    CONNACK,
+    CONNECT,
+    LEVEL_5,
+    PACKET_NAMES,
+    DISCONNECT,
+    PT_BIN,
+    PT_BYTE,
+    PT_PAIR,
+    PT_STR,
+    PT_U16,
+    PT_U32,
+    PT_VBI,
+    PUBACK,
+    PUBCOMP,
+    PUBLISH,
+    PUBREC,
+    PUBREL,
+    SUBACK,
+    SUBSCRIBE,
+    UNSUBACK,
+    UNSUBSCRIBE,
+    WILL,
+)
+from common.errors import MalformedPacket, ProtocolError
+
+M_CONNECT = 1 << CONNECT
+M_CONNACK = 1 << CONNACK
+M_PUBLISH = 1 << PUBLISH
+M_ACKS = (1 << PUBACK) | (1 << PUBREC) | (1 << PUBREL) | (1 << PUBCOMP)
+M_SUBSCRIBE = 1 << SUBSCRIBE
+M_SUBACK = 1 << SUBACK
+M_UNSUBSCRIBE = 1 << UNSUBSCRIBE
+M_UNSUBACK = 1 << UNSUBACK
+M_DISCONNECT = 1 << DISCONNECT
+M_AUTH = 1 << AUTH
+M_WILL = 1 << WILL
+M_ALL = (
+    M_CONNECT | M_CONNACK | M_PUBLISH | M_ACKS | M_SUBSCRIBE | M_SUBACK
+    | M_UNSUBSCRIBE | M_UNSUBACK | M_DISCONNECT | M_AUTH | M_WILL
+)
+
+# Table 2-4 of MQTT 5.0 (2.2.2.2): id -> (data type, where allowed, repeat bit)
+PROPERTIES = {
+    0x01: (PT_BYTE, M_PUBLISH | M_WILL, 1 << 0),  # Payload Format Indicator
+    0x02: (PT_U32, M_PUBLISH | M_WILL, 1 << 1),  # Message Expiry Interval
+    0x03: (PT_STR, M_PUBLISH | M_WILL, 1 << 2),  # Content Type
+    0x08: (PT_STR, M_PUBLISH | M_WILL, 1 << 3),  # Response Topic
+    0x09: (PT_BIN, M_PUBLISH | M_WILL, 1 << 4),  # Correlation Data
+    0x0B: (PT_VBI, M_PUBLISH | M_SUBSCRIBE, 1 << 5),  # Subscription Identifier
+    0x11: (PT_U32, M_CONNECT | M_CONNACK | M_DISCONNECT, 1 << 6),  # Session Expiry Interval
+    0x12: (PT_STR, M_CONNACK, 1 << 7),  # Assigned Client Identifier
+    0x13: (PT_U16, M_CONNACK, 1 << 8),  # Server Keep Alive
+    0x15: (PT_STR, M_CONNECT | M_CONNACK | M_AUTH, 1 << 9),  # Authentication Method
+    0x16: (PT_BIN, M_CONNECT | M_CONNACK | M_AUTH, 1 << 10),  # Authentication Data
+    0x17: (PT_BYTE, M_CONNECT, 1 << 11),  # Request Problem Information
+    0x18: (PT_U32, M_WILL, 1 << 12),  # Will Delay Interval
+    0x19: (PT_BYTE, M_CONNECT, 1 << 13),  # Request Response Information
+    0x1A: (PT_STR, M_CONNACK, 1 << 14),  # Response Information
+    0x1C: (PT_STR, M_CONNACK | M_DISCONNECT, 1 << 15),  # Server Reference
+    0x1F: (  # Reason String
+        PT_STR,
+        M_CONNACK | M_ACKS | M_SUBACK | M_UNSUBACK | M_DISCONNECT | M_AUTH,
+        1 << 16,
+    ),
+    0x21: (PT_U16, M_CONNECT | M_CONNACK, 1 << 17),  # Receive Maximum
+    0x22: (PT_U16, M_CONNECT | M_CONNACK, 1 << 18),  # Topic Alias Maximum
+    0x23: (PT_U16, M_PUBLISH, 1 << 19),  # Topic Alias
+    0x24: (PT_BYTE, M_CONNACK, 1 << 20),  # Maximum QoS
+    0x25: (PT_BYTE, M_CONNACK, 1 << 21),  # Retain Available
+    0x26: (PT_PAIR, M_ALL, 0),  # User Property: may repeat everywhere
+    0x27: (PT_U32, M_CONNECT | M_CONNACK, 1 << 22),  # Maximum Packet Size
+    0x28: (PT_BYTE, M_CONNACK, 1 << 23),  # Wildcard Subscription Available
+    0x29: (PT_BYTE, M_CONNACK, 1 << 24),  # Subscription Identifier Available
+    0x2A: (PT_BYTE, M_CONNACK, 1 << 25),  # Shared Subscription Available
+}
+
+SUBSCRIPTION_IDENTIFIER_BIT = 1 << 5
+
+# Properties whose value must be 1 or more (the text of 3.1.2.11, 3.2.2.3,
+# 3.3.2.3.8, 3.3.2.3.4): Subscription Identifier (VBI 1..268435455), Receive
+# Maximum, Topic Alias, Maximum Packet Size.
+NONZERO_PROPS = (0x0B, 0x21, 0x23, 0x27)
+
+
+def prop_type(pid):
+    """The data type (PT_*) of a property id, or None if unknown."""
+    info = PROPERTIES.get(pid)
+    if info is None:
+        return None
+    return info[0]
+
+
+def prop_get(props, pid, default=None):
+    """The value of the first property ``pid`` in ``props``, or ``default``."""
+    if props:
+        for p in props:
+            if p[0] == pid:
+                return p[1]
+    return default
+
+
+def prop_get_all(props, pid):
+    """Every value of property ``pid`` in wire order (User Property,
+    Subscription Identifier in PUBLISH)."""
+    out = []
+    if props:
+        for p in props:
+            if p[0] == pid:
+                out.append(p[1])
+    return out
+
+
+def decode_properties(buf, start, end, ptype):
+    """Decode a property block of a packet of type ``ptype`` (or WILL).
+
+    Returns ``(props, new_offset)``; ``props`` is None when the block is empty.
+    """
+    length, i = decode_vbi(buf, start, end)
+    stop = i + length
+    if stop > end:
+        raise MalformedPacket("property length runs past the end")
+    if length == 0:
+        return None, i
+    pmask = 1 << ptype
+    seen = 0
+    props = []
+    while i < stop:
+        pid = buf[i]
+        i += 1
+        info = PROPERTIES.get(pid)
+        if info is None:
+            raise MalformedPacket("unknown property 0x%02X" % pid)
+        dtype, allowed, bit = info
+        if not allowed & pmask:
+            raise MalformedPacket("property 0x%02X not allowed here" % pid)
+        if bit:
+            if seen & bit and not (bit == SUBSCRIPTION_IDENTIFIER_BIT and ptype == PUBLISH):
+                raise ProtocolError("property 0x%02X included twice" % pid)
+            seen |= bit
+        if dtype == PT_BYTE:
+            if i >= stop:
+                raise MalformedPacket("truncated property")
+            value = buf[i]
+            i += 1
+            # Every Byte property is a 0/1 flag (Maximum QoS too: 0 or 1,
+            # 3.2.2.3.4; Payload Format Indicator 3.3.2.3.2).
+            if value > 1:
+                raise ProtocolError("property 0x%02X must be 0 or 1" % pid)
+        elif dtype == PT_U16:
+            value, i = decode_u16(buf, i, stop)
+        elif dtype == PT_U32:
+            value, i = decode_u32(buf, i, stop)
+        elif dtype == PT_VBI:
+            value, i = decode_vbi(buf, i, stop)
+        elif dtype == PT_STR:
+            value, i = decode_str(buf, i, stop)
+        elif dtype == PT_BIN:
+            value, i = decode_bin(buf, i, stop)
+        else:
+            value, i = decode_str_pair(buf, i, stop)
+        if value == 0 and pid in NONZERO_PROPS:
+            raise ProtocolError("property 0x%02X must not be 0" % pid)
+        props.append((pid, value))
+    return props, stop
+
+
+def properties_size(props):
+    """Bytes taken by the items of ``props`` (without the length prefix)."""
+    size = 0
+    if not props:
+        return 0
+    for pid, value in props:
+        info = PROPERTIES.get(pid)
+        if info is None:
+            raise ValueError("unknown property id %r" % (pid,))
+        dtype = info[0]
+        if dtype == PT_BYTE:
+            size += 2
+        elif dtype == PT_U16:
+            size += 3
+        elif dtype == PT_U32:
+            size += 5
+        elif dtype == PT_VBI:
+            size += 1 + vbi_size(value)
+        elif dtype == PT_PAIR:
+            size += 5 + len(utf8_bytes(value[0])) + len(utf8_bytes(value[1]))
+        else:
+            size += 3 + len(utf8_bytes(value))
+    return size
+
+
+def properties_block_size(props):
+    """Bytes taken by the whole block: length prefix plus items."""
+    n = properties_size(props)
+    return vbi_size(n) + n
+
+
+def write_properties(buf, off, props, size):
+    """Write the block (length ``size`` from ``properties_size``) at ``off``."""
+    off = write_vbi(buf, off, size)
+    if not props:
+        return off
+    for pid, value in props:
+        dtype = PROPERTIES[pid][0]
+        buf[off] = pid
+        off += 1
+        if dtype == PT_BYTE:
+            off = write_u8(buf, off, value)
+        elif dtype == PT_U16:
+            off = write_u16(buf, off, value)
+        elif dtype == PT_U32:
+            off = write_u32(buf, off, value)
+        elif dtype == PT_VBI:
+            off = write_vbi(buf, off, value)
+        elif dtype == PT_PAIR:
+            off = write_prefixed(buf, off, utf8_bytes(value[0]))
+            off = write_prefixed(buf, off, utf8_bytes(value[1]))
+        else:
+            off = write_prefixed(buf, off, utf8_bytes(value))
+    return off
+
+
+def encode_properties(props):
+    """The property block as bytes (length prefix included)."""
+    size = properties_size(props)
+    buf = bytearray(vbi_size(size) + size)
+    write_properties(buf, 0, props, size)
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------------------
+# "Reason code, then an optional property block": DISCONNECT and AUTH bodies
+# ---------------------------------------------------------------------------
+
+
+def decode_reason_props(buf, start, end, level, ptype, allowed):
+    """DISCONNECT and AUTH bodies: empty (reason 0), reason, or reason + props."""
+    reason = 0
+    props = None
+    i = start
+    if level == LEVEL_5 and i < end:
+        reason = buf[i]
+        i += 1
+        if reason not in allowed:
+            raise ProtocolError("invalid reason code for %s" % PACKET_NAMES[ptype])
+        if i < end:
+            props, i = decode_properties(buf, i, end, ptype)
+    check_end(i, end)
+    return reason, props
+
+
+def encode_reason_props(first, p, level):
+    """DISCONNECT and AUTH: Remaining Length 0 for reason 0 and no properties,
+    1 for a reason without properties (3.14.2.1, 3.15.2.1)."""
+    if level != LEVEL_5:
+        return bytes((first, 0))
+    if not p.props:
+        if p.reason == 0:
+            return bytes((first, 0))
+        return bytes((first, 1, p.reason))
+    psize = properties_size(p.props)
+    buf, off = new_packet_buffer(first, 1 + vbi_size(psize) + psize)
+    off = write_u8(buf, off, p.reason)
+    write_properties(buf, off, p.props, psize)
+    return bytes(buf)

@@ -1,0 +1,98 @@
+"""Shared pytest set-up for the whole suite (CPython only).
+
+- Puts the repository root on sys.path, so `import common` works whatever
+  directory pytest was started from.
+- `require(component, available, hint)`: a test that needs an outside
+  component (node, mosquitto, micropython, mpy-cross, the wasm port) calls it
+  instead of `pytest.skip`. Normally a missing component skips the test; with
+  SISKIN_REQUIRE_ALL=1 (set by .ci/run) it fails it, so CI can never go green
+  by skipping.
+- `tool_path(name)`: a console tool from the venv (next to sys.executable),
+  else from PATH.
+- `core_test_ids` fixture: the ids of the test methods pytest collects in
+  tests/core, which the MicroPython runs must all pass.
+- Hypothesis profile: no deadline (CI machines are slow and shared);
+  SISKIN_FUZZ_EXAMPLES=N sets max_examples (`make fuzz`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+REQUIRE_ALL = os.environ.get("SISKIN_REQUIRE_ALL", "") not in ("", "0")
+
+
+def require(component: str, available: object, hint: str = "") -> None:
+    """Skip (or, with SISKIN_REQUIRE_ALL=1, fail) unless `available` is truthy."""
+    if available:
+        return
+    message = f"{component} is not available"
+    if hint:
+        message += f" ({hint})"
+    if REQUIRE_ALL:
+        pytest.fail(message + " and SISKIN_REQUIRE_ALL=1 forbids skipping", pytrace=False)
+    pytest.skip(message)
+
+
+def tool_path(name: str) -> str | None:
+    """A console tool installed in the running venv, else found on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+# -- hypothesis ---------------------------------------------------------------
+
+try:
+    from hypothesis import settings as _hyp_settings
+except ImportError:  # pragma: no cover - hypothesis is a pinned test dependency
+    _hyp_settings = None
+
+if _hyp_settings is not None:
+    _examples = os.environ.get("SISKIN_FUZZ_EXAMPLES")
+    _options: dict[str, object] = {"deadline": None, "print_blob": True}
+    if _examples:
+        _options["max_examples"] = int(_examples)
+    _hyp_settings.register_profile("siskin", **_options)  # type: ignore[arg-type]
+    _hyp_settings.load_profile("siskin")
+
+
+# -- the core test inventory --------------------------------------------------
+
+
+def collect_core_test_ids() -> list[str]:
+    """Test ids pytest collects in tests/core, as dotted names
+    (tests.core.test_x.Class.test_method), the form tests/upy/run.py prints."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/core"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode not in (0, 5):
+        raise RuntimeError("pytest could not collect tests/core:\n" + proc.stdout + proc.stderr)
+    ids = []
+    for line in proc.stdout.splitlines():
+        if "::" not in line:
+            continue
+        path, _, rest = line.partition("::")
+        module = path[: -len(".py")].replace("/", ".")
+        ids.append(module + "." + rest.replace("::", "."))
+    return ids
+
+
+@pytest.fixture(scope="session")
+def core_test_ids() -> list[str]:
+    return collect_core_test_ids()

@@ -1,0 +1,156 @@
+# In-memory harness: N clients joined to one sans-I/O Broker, bytes moved by
+# hand (after h11's ConnectionPair). Runs unchanged on CPython and
+# MicroPython. Clients encode with the codec and decode the broker's output
+# with the codec's client-side decoders, so every byte crosses the wire format.
+
+from common import consts as C
+from common.broker import Broker
+from common.codec import FrameReader
+from common.packets import (
+    Connect,
+    Disconnect,
+    Pingreq,
+    PubAck,
+    Publish,
+    Subscribe,
+    Unsubscribe,
+    decode_packet,
+    encode_packet,
+)
+from common.settings import Settings
+
+
+class Harness:
+    def __init__(self, **overrides):
+        self.now = 1000
+        self.counter = 0
+        self.broker = Broker(Settings(overrides), self.entropy)
+        self.clients = {}
+
+    def entropy(self, n):
+        self.counter += 1
+        return bytes([(self.counter + i) & 0xFF for i in range(n)])
+
+    def client(self, level=4):
+        c = Client(self, level)
+        self.clients[c.cid] = c
+        return c
+
+    def pump(self):
+        """Move every byte the broker wants to send into the clients."""
+        broker = self.broker
+        for cid in broker.take_dirty():
+            client = self.clients.get(cid)
+            data = broker.take_output(cid)
+            if client is None:
+                continue
+            if data:
+                client.receive(data)
+            if broker.is_closing(cid) and not client.closed:
+                client.closed = True
+                broker.connection_lost(cid, self.now)
+
+    def advance(self, seconds):
+        """Let `seconds` pass one second at a time, ticking the broker."""
+        for _ in range(seconds):
+            self.now += 1
+            self.broker.tick(self.now)
+            self.pump()
+
+
+class Client:
+    def __init__(self, harness, level):
+        self.h = harness
+        self.level = level
+        self.cid = harness.broker.connection_made(harness.now)
+        self.reader = FrameReader(1 << 28)
+        self.inbox = []
+        self.closed = self.cid < 0
+
+    # ------------------------------------------------------------- transport
+
+    def send_raw(self, data):
+        self.h.broker.data_received(self.cid, data, self.h.now)
+        self.h.pump()
+
+    def send(self, pkt):
+        self.send_raw(encode_packet(pkt, 5 if self.level == 5 else 4))
+
+    def receive(self, data):
+        self.reader.feed(data)
+        while True:
+            frame = self.reader.maybe_read_frame()
+            if frame is None:
+                return
+            level = 5 if self.level == 5 else 4
+            self.inbox.append(decode_packet(frame[0], self.reader.buf, frame[1], frame[2], level))
+
+    def drop(self):
+        """The network connection breaks (no DISCONNECT)."""
+        if not self.closed:
+            self.closed = True
+            self.h.broker.connection_lost(self.cid, self.h.now)
+            self.h.pump()
+
+    def take(self):
+        """Everything received so far."""
+        got = self.inbox
+        self.inbox = []
+        return got
+
+    def expect(self, ptype):
+        """The next received packet, which must be of type `ptype`."""
+        if not self.inbox:
+            raise AssertionError("expected %s, received nothing" % C.PACKET_NAMES[ptype])
+        pkt = self.inbox.pop(0)
+        if pkt.ptype != ptype:
+            raise AssertionError("expected %s, got %s" % (C.PACKET_NAMES[ptype], C.PACKET_NAMES[pkt.ptype]))
+        return pkt
+
+    # --------------------------------------------------------------- actions
+
+    def connect(self, client_id="c", clean=True, keep_alive=0, will=None, props=None, level=None):
+        """Send CONNECT; `will` is (topic, payload, qos, retain[, props])."""
+        lvl = self.level if level is None else level
+        w = will or (None, b"", 0, False, None)
+        pkt = Connect(
+            level=lvl,
+            clean_start=clean,
+            keep_alive=keep_alive,
+            client_id=client_id,
+            will_topic=w[0],
+            will_payload=w[1],
+            will_qos=w[2],
+            will_retain=w[3],
+            will_props=w[4] if len(w) > 4 else None,
+            props=props,
+        )
+        self.send_raw(encode_packet(pkt, lvl))
+        if self.inbox and self.inbox[0].ptype == C.CONNACK:
+            return self.inbox.pop(0)
+        return None
+
+    def subscribe(self, flt, qos=0, packet_id=1, props=None, options=None):
+        opts = qos if options is None else options
+        self.send(Subscribe(packet_id, [(flt, opts)], props))
+        return self.expect(C.SUBACK)
+
+    def unsubscribe(self, flt, packet_id=2):
+        self.send(Unsubscribe(packet_id, [flt], None))
+        return self.expect(C.UNSUBACK)
+
+    def publish(self, topic, payload, qos=0, retain=False, packet_id=0, dup=False, props=None):
+        if qos and not packet_id:
+            packet_id = 1
+        self.send(Publish(topic, payload, qos, retain, dup, packet_id, props))
+
+    def ack(self, pkt):
+        """Acknowledge a received PUBLISH (QoS 1: PUBACK; QoS 2: PUBREC)."""
+        self.send(PubAck(C.PUBACK if pkt.qos == 1 else C.PUBREC, pkt.packet_id, 0, None))
+
+    def ping(self):
+        self.send(Pingreq())
+        return self.expect(C.PINGRESP)
+
+    def disconnect(self, reason=0, props=None):
+        self.send(Disconnect(reason, props))

@@ -1,0 +1,414 @@
+# PUBLISH flows, routing, retained messages, flow control and limits
+# (MQTT 3.1.1) on the in-memory harness. Runs under CPython and MicroPython.
+
+import unittest
+
+from common import consts as C
+from common.packets import PubAck
+from tests.core.harness import Harness
+
+
+def pair(h, qos, **kw):
+    """A subscriber on "t" at `qos` and a connected publisher."""
+    sub = h.client()
+    sub.connect("sub", **kw)
+    sub.subscribe("t", qos)
+    pub = h.client()
+    pub.connect("pub")
+    return sub, pub
+
+
+class TestQoS(unittest.TestCase):
+    def test_qos0_delivery(self):
+        h = Harness()
+        sub, pub = pair(h, 0)
+        pub.publish("t", b"hello")
+        msg = sub.expect(C.PUBLISH)
+        self.assertEqual((msg.topic, msg.payload, msg.qos, msg.retain), ("t", b"hello", 0, False))
+        self.assertEqual(pub.take(), [])  # no ack for QoS 0
+
+    def test_qos1_inbound_acked_and_delivered(self):
+        # [MQTT-4.3.2-2] PUBACK with the same packet id
+        h = Harness()
+        sub, pub = pair(h, 1)
+        pub.publish("t", b"one", qos=1, packet_id=77)
+        ack = pub.expect(C.PUBACK)
+        self.assertEqual(ack.packet_id, 77)
+        msg = sub.expect(C.PUBLISH)
+        self.assertEqual(msg.qos, 1)
+        self.assertTrue(msg.packet_id > 0)  # [MQTT-2.3.1-1]
+
+    def test_qos2_inbound_delivered_once_and_id_held_until_pubrel(self):
+        # [MQTT-4.3.3-2] PUBREC, [MQTT-4.3.3-9] no second delivery before PUBREL
+        h = Harness()
+        sub, pub = pair(h, 2)
+        pub.publish("t", b"two", qos=2, packet_id=9)
+        self.assertEqual(pub.expect(C.PUBREC).packet_id, 9)
+        pub.publish("t", b"two", qos=2, packet_id=9, dup=True)
+        self.assertEqual(pub.expect(C.PUBREC).packet_id, 9)
+        self.assertEqual(len([p for p in sub.take() if p.ptype == C.PUBLISH]), 1)
+        pub.send(PubAck(C.PUBREL, 9, 0, None))
+        self.assertEqual(pub.expect(C.PUBCOMP).packet_id, 9)  # [MQTT-4.3.3-11]
+        # After PUBCOMP the id is free: the same id is a new message.
+        pub.publish("t", b"again", qos=2, packet_id=9)
+        pub.expect(C.PUBREC)
+        self.assertEqual(sub.expect(C.PUBLISH).payload, b"again")
+
+    def test_qos2_outbound_flow(self):
+        # [MQTT-4.3.3-1] PUBLISH, PUBREC -> PUBREL, PUBCOMP
+        h = Harness()
+        sub, pub = pair(h, 2)
+        pub.publish("t", b"x", qos=2, packet_id=1)
+        msg = sub.expect(C.PUBLISH)
+        self.assertEqual(msg.qos, 2)
+        sub.send(PubAck(C.PUBREC, msg.packet_id, 0, None))
+        rel = sub.expect(C.PUBREL)
+        self.assertEqual(rel.packet_id, msg.packet_id)
+        sub.send(PubAck(C.PUBCOMP, msg.packet_id, 0, None))
+        self.assertEqual(h.broker.sessions["sub"].inflight, [])
+
+    def test_qos_downgraded_to_granted(self):
+        # [MQTT-3.8.4-6]
+        h = Harness()
+        sub, pub = pair(h, 0)
+        pub.publish("t", b"x", qos=2, packet_id=3)
+        self.assertEqual(sub.expect(C.PUBLISH).qos, 0)
+
+    def test_subscriber_qos_above_publish_qos_not_upgraded(self):
+        h = Harness()
+        sub, pub = pair(h, 2)
+        pub.publish("t", b"x", qos=1)
+        self.assertEqual(sub.expect(C.PUBLISH).qos, 1)
+
+    def test_pubrel_unknown_id_still_completed(self):
+        h = Harness()
+        sub, pub = pair(h, 0)
+        pub.send(PubAck(C.PUBREL, 4242, 0, None))
+        self.assertEqual(pub.expect(C.PUBCOMP).packet_id, 4242)
+
+    def test_redelivery_with_dup_in_order_after_reconnect(self):
+        # [MQTT-4.4.0-1] [MQTT-3.3.1-1]
+        h = Harness()
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 1)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(3):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        first = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(first), 3)
+        sub.drop()
+        again = h.client()
+        again.connect("sub", clean=False)
+        resent = again.take()
+        self.assertEqual([m.payload for m in resent], [b"\x00", b"\x01", b"\x02"])
+        self.assertEqual([m.packet_id for m in resent], [m.packet_id for m in first])
+        for m in resent:
+            self.assertTrue(m.dup)
+
+    def test_pubrel_resent_after_reconnect(self):
+        # [MQTT-4.4.0-1] unacknowledged PUBREL is resent
+        h = Harness()
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 2)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t", b"x", qos=2, packet_id=1)
+        msg = sub.expect(C.PUBLISH)
+        sub.send(PubAck(C.PUBREC, msg.packet_id, 0, None))
+        sub.expect(C.PUBREL)
+        sub.drop()
+        again = h.client()
+        again.connect("sub", clean=False)
+        self.assertEqual(again.expect(C.PUBREL).packet_id, msg.packet_id)
+
+    def test_publish_racing_resume_queues_behind_inflight(self):
+        # DESIGN ordering: a publish arriving as the session resumes waits
+        # behind the resent messages.
+        h = Harness(max_inflight=2)
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 1)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(4):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        sub.take()
+        sub.drop()
+        pub.publish("t", b"\x04", qos=1, packet_id=5)
+        again = h.client()
+        again.connect("sub", clean=False)
+        pub.publish("t", b"\x05", qos=1, packet_id=6)
+        seen = []
+        for _ in range(10):
+            got = [m for m in again.take() if m.ptype == C.PUBLISH]
+            if not got:
+                break
+            for m in got:
+                seen.append(m.payload[0])
+                again.ack(m)
+        self.assertEqual(seen, [0, 1, 2, 3, 4, 5])
+
+
+class TestFlowControl(unittest.TestCase):
+    def test_inflight_cap_then_queue_in_order(self):
+        h = Harness(max_inflight=3)
+        sub, pub = pair(h, 1)
+        for i in range(10):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        first = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(first), 3)  # never more than the cap unacknowledged
+        seen = [m.payload[0] for m in first]
+        pending = first
+        while pending:
+            for m in pending:
+                sub.ack(m)
+            pending = [m for m in sub.take() if m.ptype == C.PUBLISH]
+            self.assertTrue(len(pending) <= 3)
+            seen += [m.payload[0] for m in pending]
+        self.assertEqual(seen, list(range(10)))  # [MQTT-4.6.0-5]
+
+    def test_queue_limit_drops_and_counts(self):
+        h = Harness(max_queued_messages=2)
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 1)
+        sub.drop()
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(5):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        self.assertEqual(len([p for p in pub.take() if p.ptype == C.PUBACK]), 5)
+        self.assertEqual(h.broker.stats.dropped_queue_full, 3)
+        again = h.client()
+        again.connect("sub", clean=False)
+        self.assertEqual([m.payload for m in again.take()], [b"\x00", b"\x01"])
+
+    def test_queue_byte_limit(self):
+        h = Harness(max_queued_bytes=10)
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 1)
+        sub.drop()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t", b"12345678", qos=1)  # 1 + 8 bytes
+        pub.publish("t", b"12345678", qos=1, packet_id=2)
+        self.assertEqual(h.broker.stats.dropped_queue_full, 1)
+
+    def test_slow_reader_qos0_dropped_beyond_out_buffer(self):
+        h = Harness(max_out_buffer=100)
+        sub, pub = pair(h, 0)
+        h.broker.set_paused(sub.cid, True)
+        for _ in range(20):
+            pub.publish("t", b"x" * 20)
+        self.assertTrue(h.broker.stats.dropped_qos0 > 0)
+        self.assertTrue(h.broker.conns[sub.cid].out_bytes <= 100 + 30)
+        h.broker.set_paused(sub.cid, False)
+        h.pump()
+        got = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(got) + h.broker.stats.dropped_qos0, 20)
+
+    def test_message_pool_exhaustion_is_refused_not_crashed(self):
+        h = Harness(max_messages=2)
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 1)
+        sub.drop()
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(4):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        self.assertEqual(h.broker.stats.dropped_no_slab, 2)
+        self.assertFalse(pub.closed)
+
+
+class TestRouting(unittest.TestCase):
+    def test_overlapping_subscriptions_one_copy_at_max_qos(self):
+        # [MQTT-3.3.5-1]
+        h = Harness()
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("a/+", 0, packet_id=1)
+        sub.subscribe("a/#", 2, packet_id=2)
+        sub.subscribe("a/b", 1, packet_id=3)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("a/b", b"x", qos=2)
+        got = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(got), 1)
+        self.assertEqual(got[0].qos, 2)
+
+    def test_retain_flag_cleared_on_live_delivery(self):
+        # [MQTT-3.3.1-9]
+        h = Harness()
+        sub, pub = pair(h, 0)
+        pub.publish("t", b"r", retain=True)
+        self.assertFalse(sub.expect(C.PUBLISH).retain)
+
+    def test_order_per_publisher_and_topic(self):
+        # [MQTT-4.6.0-6]
+        h = Harness()
+        sub, pub = pair(h, 2)
+        for i in range(20):
+            pub.publish("t", bytes([i]), qos=i % 3, packet_id=i + 1)
+        got = []
+        for m in sub.take():
+            if m.ptype == C.PUBLISH:
+                got.append(m.payload[0])
+        self.assertEqual(got, list(range(20)))
+
+    def test_publish_to_sys_refused(self):
+        h = Harness()
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("$SYS/#")
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("$SYS/broker/fake", b"x", qos=1)
+        pub.expect(C.PUBACK)
+        self.assertEqual(sub.take(), [])
+
+    def test_dollar_topics_not_matched_by_leading_wildcard(self):
+        # [MQTT-4.7.2-1]
+        h = Harness()
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("#")
+        sub.subscribe("+/x", packet_id=2)
+        h.broker.publish("$SYS/x", b"sys", 0, False, h.now)
+        h.pump()
+        self.assertEqual(sub.take(), [])
+
+    def test_topic_limits(self):
+        h = Harness(max_topic_levels=3, max_topic_length=10)
+        sub, pub = pair(h, 0)
+        pub.publish("a/b/c/d", b"x")
+        self.assertTrue(pub.closed)
+
+    def test_wildcard_in_publish_topic_closes(self):
+        # [MQTT-3.3.2-2]
+        h = Harness()
+        sub, pub = pair(h, 0)
+        pub.send_raw(b"\x30\x05\x00\x03a/+")
+        self.assertTrue(pub.closed)
+
+
+class TestRetained(unittest.TestCase):
+    def test_retained_sent_on_subscribe_with_retain_flag(self):
+        # [MQTT-3.3.1-5] [MQTT-3.3.1-8]
+        h = Harness()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r/1", b"one", qos=1, retain=True)
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("r/#", 1)
+        msg = sub.expect(C.PUBLISH)
+        self.assertEqual((msg.topic, msg.payload, msg.retain, msg.qos), ("r/1", b"one", True, 1))
+
+    def test_retained_replaced(self):
+        # [MQTT-3.3.1-5] only the latest is kept
+        h = Harness()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r", b"old", retain=True)
+        pub.publish("r", b"new", retain=True)
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("r")
+        self.assertEqual([m.payload for m in sub.take()], [b"new"])
+
+    def test_zero_length_retained_clears(self):
+        # [MQTT-3.3.1-10] [MQTT-3.3.1-11]
+        h = Harness()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r", b"x", retain=True)
+        pub.publish("r", b"", retain=True)
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("r")
+        self.assertEqual(sub.take(), [])
+        self.assertEqual(h.broker.retained.count, 0)
+
+    def test_resubscribe_replaces_and_resends_retained(self):
+        # [MQTT-3.8.4-3]
+        h = Harness()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r", b"x", qos=1, retain=True)
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("r", 0)
+        self.assertEqual(sub.expect(C.PUBLISH).qos, 0)
+        sub.subscribe("r", 1, packet_id=5)
+        self.assertEqual(sub.expect(C.PUBLISH).qos, 1)
+        self.assertEqual(len(h.broker.sessions["sub"].subs), 1)
+        pub.publish("r", b"live", qos=1, packet_id=2)
+        live = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(live), 1)  # replaced, not doubled
+
+    def test_retained_store_limit(self):
+        h = Harness(max_retained=2)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(3):
+            pub.publish("r/%d" % i, b"x", retain=True)
+        self.assertEqual(h.broker.retained.count, 2)
+        self.assertEqual(h.broker.stats.dropped_retained, 1)
+        pub.publish("r/0", b"y", retain=True)  # a replacement still fits
+        self.assertEqual(h.broker.stats.dropped_retained, 1)
+
+    def test_retained_messages_release_slabs(self):
+        h = Harness()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r", b"x", retain=True)
+        pub.publish("r", b"", retain=True)
+        self.assertEqual(h.broker.messages.in_use(), 0)
+
+
+class TestSubscribe(unittest.TestCase):
+    def test_suback_codes_in_order(self):
+        # [MQTT-3.8.4-1] [MQTT-3.8.4-2] [MQTT-3.9.3-1]
+        from common.packets import Subscribe
+
+        h = Harness(deny_subscribe=["secret/#"])
+        c = h.client()
+        c.connect("c")
+        c.send(Subscribe(3, [("a", 2), ("a/#/b", 1), ("secret/x", 1), ("b", 1)], None))
+        ack = c.expect(C.SUBACK)
+        self.assertEqual(ack.packet_id, 3)
+        self.assertEqual(ack.reasons, [2, 0x80, 0x80, 1])
+
+    def test_subscription_limit_per_client(self):
+        h = Harness(max_subscriptions_per_client=2)
+        c = h.client()
+        c.connect("c")
+        self.assertEqual(c.subscribe("a").reasons, [0])
+        self.assertEqual(c.subscribe("b", packet_id=2).reasons, [0])
+        self.assertEqual(c.subscribe("c", packet_id=3).reasons, [0x80])
+        self.assertEqual(c.subscribe("a", 1, packet_id=4).reasons, [1])  # replacement fits
+
+    def test_unsubscribe_stops_delivery(self):
+        # [MQTT-3.10.4-2] [MQTT-3.10.4-4] [MQTT-3.10.4-5]
+        h = Harness()
+        sub, pub = pair(h, 0)
+        ack = sub.unsubscribe("t", packet_id=8)
+        self.assertEqual(ack.packet_id, 8)
+        pub.publish("t", b"x")
+        self.assertEqual(sub.take(), [])
+        self.assertEqual(sub.unsubscribe("never", packet_id=9).packet_id, 9)
+
+    def test_session_end_frees_subscriptions(self):
+        h = Harness()
+        c = h.client()
+        c.connect("c")
+        c.subscribe("a/#")
+        self.assertEqual(h.broker.trie.count, 1)
+        c.drop()
+        self.assertEqual(h.broker.trie.count, 0)
+        self.assertEqual(h.broker.sub_pool.in_use, 0)

@@ -1,0 +1,251 @@
+# common/ is sans-I/O: importing any of its modules needs no I/O or clock
+# module (DESIGN.md "Layout"; CONVENTIONS.md "No I/O, no clock").
+#
+# Runs on CPython (pytest) and on MicroPython (tests/upy/run.py, unix and
+# wasm ports), two ways:
+#
+# 1. Statically: every import statement in every file of common/, including
+#    imports inside functions and inside try/except feature detection,
+#    names no forbidden module. (On CPython the `ast` module double-checks the
+#    line scanner.)
+# 2. Dynamically: with every forbidden name in sys.modules replaced by a
+#    poison object, each module of common/ is imported afresh. A
+#    `from time import x` raises ImportError; a plain `import time` binds the
+#    poison, which we then find in the module's globals. (`sys.modules[name]
+#    = None` blocks imports on CPython but not on MicroPython, where the
+#    import simply binds None; a poison object behaves the same on both.)
+#    Everything outside common/ that common/ imports is loaded once before
+#    the poison goes in, so only common/'s own imports are judged.
+
+import os
+import sys
+import unittest
+
+FORBIDDEN = (
+    "socket", "usocket",
+    "asyncio", "uasyncio", "_asyncio",
+    "select", "uselect", "selectors",
+    "time", "utime",
+    "os", "uos",
+    "ssl", "ussl", "tls",
+    "machine", "network",
+    "threading", "_thread",
+    "subprocess",
+)  # fmt: skip
+
+_TAIL = "/tests/core/test_sans_io.py"
+
+
+def _repo_root():
+    here = __file__
+    if not here.endswith(_TAIL):
+        here = os.getcwd().rstrip("/") + "/" + here.lstrip("./")
+    return here[: -len(_TAIL)]
+
+
+def _is_dir(path):
+    return os.stat(path)[0] & 0x4000 != 0
+
+
+def common_sources():
+    """[(module name, file path)] for every .py file under common/, sorted."""
+    root = _repo_root()
+    found = []
+
+    def walk(rel):
+        for name in os.listdir(root + "/" + rel):
+            if name == "__pycache__":
+                continue
+            path = root + "/" + rel + "/" + name
+            if _is_dir(path):
+                try:
+                    os.stat(path + "/__init__.py")
+                except OSError:
+                    continue  # not a package
+                walk(rel + "/" + name)
+            elif name.endswith(".py"):
+                modname = rel.replace("/", ".")
+                if name != "__init__.py":
+                    modname += "." + name[:-3]
+                found.append((modname, path))
+
+    walk("common")
+    found.sort()
+    return found
+
+
+def _imported_names(statement):
+    """Top-level module names an import statement names ([] if it is not one)."""
+    words = statement.split()
+    if not words:
+        return []
+    if words[0] == "import":
+        names = []
+        for part in statement[len("import") :].split(","):
+            part = part.strip().split(" ")[0].strip("()")
+            if part:
+                names.append(part.split(".")[0])
+        return names
+    if words[0] == "from" and len(words) >= 4 and words[2] == "import":
+        module = words[1]
+        if module.startswith("."):
+            return []  # relative: inside common/
+        return [module.split(".")[0]]
+    return []
+
+
+def scan_imports(text):
+    """[(line number, module name)] for every import statement in a source,
+    skipping the insides of triple-quoted strings."""
+    found = []
+    in_string = None
+    lineno = 0
+    for line in text.split("\n"):
+        lineno += 1
+        stripped = line.strip()
+        if in_string is not None:
+            if stripped.count(in_string) % 2 == 1:
+                in_string = None
+            continue
+        for quote in ('"""', "'''"):
+            if stripped.count(quote) % 2 == 1:
+                # Code before an opening quote may still be an import (rare).
+                in_string = quote
+                break
+        if stripped.startswith("#"):
+            continue
+        for statement in stripped.split(";"):
+            for name in _imported_names(statement.strip()):
+                found.append((lineno, name))
+    return found
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class _Poison:
+    """Stands in sys.modules for a forbidden module."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, attr):
+        raise ImportError("sans-I/O: common/ touched forbidden module %s (.%s)" % (self.name, attr))
+
+
+def _common_entries():
+    return [name for name in sys.modules if name == "common" or name.startswith("common.")]
+
+
+class TestSansIO(unittest.TestCase):
+    def test_common_has_modules(self):
+        names = [m for m, _ in common_sources()]
+        self.assertIn("common", names)
+
+    def test_no_forbidden_import_statements(self):
+        bad = []
+        for modname, path in common_sources():
+            for lineno, name in scan_imports(_read(path)):
+                if name in FORBIDDEN:
+                    bad.append("%s:%d imports %s" % (path, lineno, name))
+        self.assertEqual(bad, [])
+
+    def test_line_scanner_agrees_with_ast(self):
+        try:
+            import ast
+        except ImportError:
+            self.skipTest("no ast module on this interpreter; the line scanner alone is used")
+        for modname, path in common_sources():
+            text = _read(path)
+            expected = []
+            for node in ast.walk(ast.parse(text, path)):
+                if isinstance(node, ast.Import):
+                    expected.extend((node.lineno, a.name.split(".")[0]) for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    expected.append((node.lineno, node.module.split(".")[0]))
+            got = scan_imports(text)
+            # The line scanner may also find the same import twice (never
+            # fewer); what matters is that it misses none.
+            for item in expected:
+                self.assertIn(item, got, "line scanner missed an import in %s" % path)
+
+    def test_import_with_io_and_clock_blocked(self):
+        sources = common_sources()
+        problems = []
+        # Load common/ and whatever it imports from outside, unpoisoned first.
+        for modname, _ in sources:
+            try:
+                __import__(modname)
+            except ImportError as e:
+                problems.append("%s does not import even unpoisoned: %s" % (modname, e))
+        saved = {}
+        for name in _common_entries():
+            saved[name] = sys.modules[name]
+        blocked = {}
+        for name in FORBIDDEN:
+            if name in sys.modules:
+                blocked[name] = sys.modules[name]
+        try:
+            for name in FORBIDDEN:
+                sys.modules[name] = _Poison(name)
+            for modname, _ in sources:
+                for name in _common_entries():
+                    del sys.modules[name]
+                try:
+                    __import__(modname)
+                    module = sys.modules[modname]
+                except ImportError as e:
+                    problems.append("%s: %s" % (modname, e))
+                    continue
+                for attr in dir(module):
+                    if isinstance(getattr(module, attr), _Poison):
+                        problems.append("%s binds forbidden module as %s" % (modname, attr))
+        finally:
+            for name in FORBIDDEN:
+                if name in blocked:
+                    sys.modules[name] = blocked[name]
+                else:
+                    del sys.modules[name]
+            for name in _common_entries():
+                del sys.modules[name]
+            for name in saved:
+                sys.modules[name] = saved[name]
+        self.assertEqual(problems, [])
+
+
+class TestScanner(unittest.TestCase):
+    # The checks above are only as good as the scanner; prove it on samples.
+    def test_finds_every_import_form(self):
+        text = "\n".join(
+            (
+                "import time",
+                "import struct, os.path as p",
+                "from socket import socket",
+                "    from . import codec",
+                "def f():",
+                "    import utime",
+                "x = 1; import select",
+                "# import machine",
+                '"""',
+                "import network",
+                '"""',
+                "from .topics import x",
+            )
+        )
+        self.assertEqual(
+            scan_imports(text),
+            [(1, "time"), (2, "struct"), (2, "os"), (3, "socket"), (6, "utime"), (7, "select")],
+        )
+
+    def test_poison_blocks_both_forms(self):
+        sys.modules["siskin_poisoned_probe"] = _Poison("siskin_poisoned_probe")
+        try:
+            with self.assertRaises(ImportError):
+                from siskin_poisoned_probe import anything  # noqa: F401
+            import siskin_poisoned_probe
+
+            self.assertIsInstance(siskin_poisoned_probe, _Poison)
+        finally:
+            del sys.modules["siskin_poisoned_probe"]

