@@ -108,6 +108,18 @@ class Broker:
         self.touched_buf = []
         self.route_stamp = 0
         self.started = None  # first `now` seen, for uptime
+        # Optional callable(level, text) set by the shell: what happened to
+        # whom. Levels as in logging (10 debug, 20 info, 30 warning). Never
+        # called on the per-message path.
+        self.logger = None
+
+    def log(self, level, fmt, args):
+        if self.logger is not None:
+            self.logger(level, fmt % args)
+
+    def client_name(self, conn):
+        session = conn.session
+        return session.client_id if session is not None else "#%d" % conn.cid
 
     # ---------------------------------------------------------------- shell API
 
@@ -154,6 +166,7 @@ class Broker:
                 else:
                     HANDLERS[pkt.ptype](self, conn, pkt, now)
         except MqttError as err:
+            self.log(30, "closing %s: %s (reason 0x%02x)", (self.client_name(conn), err, err.reason))
             self.fail(conn, err.reason, now)
             return
         if conn.state == CONNECTED and conn.keep_alive:
@@ -166,6 +179,8 @@ class Broker:
         if conn.state == FREE:
             return
         if conn.state != CLOSING:
+            if conn.state == CONNECTED:
+                self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
             handle_connect.detach(self, conn, now)
         conn.reset()
         conn.reader = None
@@ -179,8 +194,10 @@ class Broker:
         for conn in self.conns:
             if conn.deadline and now >= conn.deadline:
                 if conn.state == NEW:
+                    self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                     self.close(conn, now)  # CONNECT not completed in time
                 elif conn.state == CONNECTED:
+                    self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
                     self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
         return handle_connect.run_session_timers(self, now)
 

@@ -41,6 +41,7 @@ def send_connack(broker, conn, session_present, reason, props=None):
 
 
 def refuse(broker, conn, reason, now):
+    broker.log(30, "refused CONNECT on #%d: reason 0x%02x", (conn.cid, reason))
     send_connack(broker, conn, False, reason)
     broker.close(conn, now, publish_will=False)
 
@@ -113,6 +114,7 @@ def handle_connect(broker, conn, pkt, now):
     session = broker.sessions.get(client_id)
     if session is not None and session.conn is not None:
         old = session.conn
+        broker.log(20, "%s taken over by a new connection", (client_id,))
         broker.fail(old, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
         session = broker.sessions.get(client_id)  # the close may have ended it
     if session is not None and pkt.clean_start:
@@ -151,6 +153,11 @@ def handle_connect(broker, conn, pkt, now):
         conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
     send_connack(broker, conn, session_present and level != 3, C.RC_SUCCESS, ack_props)
+    broker.log(
+        20,
+        "%s connected (level %d, keep-alive %d, session %s)",
+        (client_id, level, keep_alive, "resumed" if session_present else "new"),
+    )
     st = broker.stats
     if broker.live_connections > st.clients_maximum:
         st.clients_maximum = broker.live_connections
@@ -265,6 +272,8 @@ def detach(broker, conn, now):
         return
     session.conn = None
     conn.session = None
+    if _has_shared(session):
+        handle_publish.hand_over_shared(broker, session, now)
     if conn.state == CONNECTED and conn.will_on_close and session.will is not None:
         if session.will_delay == 0 or session.expiry_interval == 0:
             _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
@@ -288,11 +297,20 @@ def destroy_session(broker, session, now):
             _publish_will(broker, session, now)  # the session ends before the delay
         else:
             _cancel_will(broker, session)
-    handle_subscribe.remove_all(broker, session)
+    if _has_shared(session):
+        handle_publish.hand_over_shared(broker, session, now)
+    handle_subscribe.remove_all(broker, session, now)
     handle_publish.release_session_messages(broker, session)
     if broker.sessions.get(session.client_id) is session:
         del broker.sessions[session.client_id]
     broker.session_pool.release(session)
+
+
+def _has_shared(session):
+    for sub in session.subs.values():
+        if sub.group is not None:
+            return True
+    return False
 
 
 def run_session_timers(broker, now):
@@ -337,6 +355,7 @@ def handle_disconnect(broker, conn, pkt, now):
         conn.will_on_close = pkt.reason == C.RC_DISCONNECT_WITH_WILL
     else:
         conn.will_on_close = False  # [MQTT-3.14.4-3]
+    broker.log(20, "%s disconnected (DISCONNECT 0x%02x)", (session.client_id, pkt.reason))
     broker.close(conn, now)
 
 

@@ -135,14 +135,21 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     broker.route_stamp = stamp
     touched = broker.touched_buf
     for entry in matches:
-        sub = entry if entry.group is None else entry.pick(broker, now)
-        if sub is None:
+        if entry.group is not None:
+            # A shared subscription: one member gets its own copy, apart from
+            # the member's other subscriptions, so it can be handed to another
+            # member if this one leaves (v5 4.8.2).
+            sub = entry.pick(broker, now)
+            if sub is not None:
+                granted = sub.qos if sub.qos < qos else qos
+                ids = [sub.sub_id] if sub.sub_id else None
+                deliver(broker, sub.session, msg, granted, retain and sub.retain_as_published, ids, now, entry)
             continue
-        sess = sub.session
-        if sub.no_local and sess.client_id == origin:
+        sess = entry.session
+        if entry.no_local and sess.client_id == origin:
             continue  # [MQTT-3.8.3-3]
-        granted = sub.qos if sub.qos < qos else qos  # [MQTT-3.8.4-6]
-        keep_retain = retain and sub.retain_as_published  # [MQTT-3.3.1-12]
+        granted = entry.qos if entry.qos < qos else qos  # [MQTT-3.8.4-6]
+        keep_retain = retain and entry.retain_as_published  # [MQTT-3.3.1-12]
         if sess.route_stamp != stamp:
             sess.route_stamp = stamp
             sess.route_qos = granted
@@ -154,14 +161,14 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
                 sess.route_qos = granted
             if keep_retain:
                 sess.route_retain = True
-        if sub.sub_id:
+        if entry.sub_id:
             if sess.route_ids is None:
-                sess.route_ids = [sub.sub_id]
+                sess.route_ids = [entry.sub_id]
             else:
-                sess.route_ids.append(sub.sub_id)
+                sess.route_ids.append(entry.sub_id)
     del matches[:]
     for sess in touched:
-        deliver(broker, sess, msg, sess.route_qos, sess.route_retain, sess.route_ids, now)
+        deliver(broker, sess, msg, sess.route_qos, sess.route_retain, sess.route_ids, now, None)
     del touched[:]
     messages.drop(msg)
     return C.RC_SUCCESS
@@ -173,13 +180,16 @@ def window(broker, conn):
     return peer if peer < cap else cap
 
 
-def deliver(broker, session, msg, qos, retain, sub_ids, now):
-    """Send now, or queue in order, or drop and count."""
+def deliver(broker, session, msg, qos, retain, sub_ids, now, group=None):
+    """Send now, or queue in order, or drop and count.
+
+    `group` is the SharedGroup this delivery was picked for, or None.
+    """
     conn = session.conn
     if qos == 0:
         if conn is None:
             if broker.settings.queue_qos0_offline:
-                _enqueue(broker, session, msg, 0, retain, sub_ids)
+                _enqueue(broker, session, msg, 0, retain, sub_ids, group)
             else:
                 broker.stats.dropped_qos0 += 1
         elif conn.paused and conn.out_bytes >= broker.settings.max_out_buffer:
@@ -188,15 +198,15 @@ def deliver(broker, session, msg, qos, retain, sub_ids, now):
             _send(broker, conn, msg, 0, retain, sub_ids, 0, False, now)
         return
     if conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
-        _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, now)
+        _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now)
     else:
-        _enqueue(broker, session, msg, qos, retain, sub_ids)
+        _enqueue(broker, session, msg, qos, retain, sub_ids, group)
 
 
-def _enqueue(broker, session, msg, qos, retain, sub_ids):
+def _enqueue(broker, session, msg, qos, retain, sub_ids, group):
     s = broker.settings
     if session.queued_bytes + msg.size > s.max_queued_bytes or not session.queue.push(
-        (msg, qos, retain, sub_ids)
+        (msg, qos, retain, sub_ids, group)
     ):
         broker.stats.dropped_queue_full += 1
         return
@@ -204,19 +214,22 @@ def _enqueue(broker, session, msg, qos, retain, sub_ids):
     broker.messages.hold(msg)
 
 
-def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, now):
+def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now):
     pid = session.allocate_packet_id()
     if _send(broker, conn, msg, qos, retain, sub_ids, pid, False, now):
-        session.inflight.append(InflightEntry(pid, msg, qos, retain, sub_ids))
+        entry = InflightEntry(pid, msg, qos, retain, sub_ids)
+        entry.group = group
+        session.inflight.append(entry)
         broker.messages.hold(msg)
 
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     """Encode and write one PUBLISH; False if the client's size limit forbids it."""
     props = None
+    topic = msg.topic
     if conn.level == 5:
         props = msg.props
-        if msg.expiry or sub_ids:
+        if msg.expiry or sub_ids or conn.alias_max_out:
             props = list(props) if props else []
             if msg.expiry:
                 left = msg.expiry - now
@@ -225,13 +238,36 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
             if sub_ids:
                 for sid in sub_ids:
                     props.append((C.PROP_SUBSCRIPTION_IDENTIFIER, sid))  # [MQTT-3.3.4-3]
-    data = encode_packet(Publish(msg.topic, msg.payload, qos, retain, dup, pid, props), conn.level)
+            if conn.alias_max_out:
+                topic = _alias_out(conn, topic, props)
+    data = encode_packet(Publish(topic, msg.payload, qos, retain, dup, pid, props), conn.level)
     if conn.max_packet_out and len(data) > conn.max_packet_out:
         broker.stats.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
     broker.write(conn, data)
     broker.stats.messages_sent += 1
     return True
+
+
+def _alias_out(conn, topic, props):
+    """Outbound topic alias: the topic to put on the wire, alias appended to props.
+
+    The first PUBLISH on a topic carries the topic and a new alias; later ones
+    carry only the alias. Aliases are never reassigned once the client's
+    Topic Alias Maximum is used up [MQTT-3.3.2-8] [MQTT-3.3.2-10].
+    """
+    aliases = conn.aliases_out
+    if aliases is None:
+        aliases = conn.aliases_out = {}
+    alias = aliases.get(topic)
+    if alias is not None:
+        props.append((C.PROP_TOPIC_ALIAS, alias))
+        return ""
+    if len(aliases) < conn.alias_max_out:
+        alias = len(aliases) + 1
+        aliases[topic] = alias
+        props.append((C.PROP_TOPIC_ALIAS, alias))
+    return topic
 
 
 def pump(broker, session, now):
@@ -255,7 +291,7 @@ def pump(broker, session, now):
         elif qos == 0:
             _send(broker, conn, msg, 0, item[2], item[3], 0, False, now)
         else:
-            _send_inflight(broker, conn, session, msg, qos, item[2], item[3], now)
+            _send_inflight(broker, conn, session, msg, qos, item[2], item[3], item[4], now)
         messages.drop(msg)
 
 
@@ -267,6 +303,45 @@ def resume(broker, conn, session, now):
         else:
             send_ack(broker, conn, C.PUBREL, entry.packet_id, C.RC_SUCCESS)
     pump(broker, session, now)
+
+
+def hand_over_shared(broker, session, now, group=None):
+    """A shared-subscription member leaves: give its undelivered copies to others.
+
+    Queued copies and QoS 1 copies sent but not acknowledged go to another
+    member of their group (`group`, or every group); a QoS 2 copy already
+    sent stays with this session, since it must be completed with the same
+    client [MQTT-4.8.2-4] [MQTT-4.8.2-5].
+    """
+    moved = []
+    queue = session.queue
+    for item in queue.clear():
+        g = item[4]
+        if g is not None and (group is None or g is group):
+            session.queued_bytes -= item[0].size
+            moved.append(item)
+        else:
+            queue.push(item)
+    inflight = session.inflight
+    i = 0
+    while i < len(inflight):
+        entry = inflight[i]
+        g = entry.group
+        if g is not None and entry.qos == 1 and (group is None or g is group):
+            moved.append((entry.msg, 1, entry.retain, None, g))
+            del inflight[i]
+        else:
+            i += 1
+    for item in moved:
+        msg = item[0]
+        sub = item[4].pick(broker, now, session)
+        if sub is None:
+            broker.stats.dropped_queue_full += 1
+        else:
+            qos = item[1] if item[1] < sub.qos else sub.qos
+            ids = [sub.sub_id] if sub.sub_id else None
+            deliver(broker, sub.session, msg, qos, item[2], ids, now, item[4])
+        broker.messages.drop(msg)
 
 
 def release_session_messages(broker, session):

@@ -115,13 +115,13 @@ def handle_unsubscribe(broker, conn, pkt, now):
         if sub is None:
             codes.append(C.RC_NO_SUBSCRIPTION_EXISTED)
         else:
-            remove(broker, sub)
+            remove(broker, sub, now)
             codes.append(C.RC_SUCCESS)
     # [MQTT-3.10.4-4] UNSUBACK even when nothing was subscribed.
     broker.write(conn, encode_packet(Unsuback(pkt.packet_id, codes, None), conn.level))
 
 
-def remove(broker, sub):
+def remove(broker, sub, now):
     session = sub.session
     del session.subs[sub.key]
     group, inner = parse_shared(sub.key)
@@ -132,12 +132,13 @@ def remove(broker, sub):
         grp = broker.shared.get(key)
         if grp is not None:
             grp.members.remove(sub)
+            handle_publish.hand_over_shared(broker, session, now, grp)
             if not grp.members:
                 broker.trie.remove(inner, grp)
                 del broker.shared[key]
     broker.sub_pool.release(sub)
 
 
-def remove_all(broker, session):
+def remove_all(broker, session, now):
     for sub in list(session.subs.values()):
-        remove(broker, sub)
+        remove(broker, sub, now)

@@ -7,7 +7,8 @@
 # rebuild it; the live Connection it is attached to is a separate object.
 #
 # Outbound delivery state:
-#   queue     Ring of (msg, qos, retain, sub_ids): routed, not yet sent
+#   queue     Ring of (msg, qos, retain, sub_ids, group): routed, not yet
+#             sent; group is the SharedGroup it was picked for, or None
 #   inflight  list of InflightEntry in send order: sent, not yet acknowledged
 # Redelivery on reconnect resends `inflight` in order (DUP), then the queue,
 # so a message routed while the client was away waits behind them
@@ -28,6 +29,7 @@ class InflightEntry:
         self.retain = retain
         self.sub_ids = sub_ids
         self.state = AWAIT_ACK
+        self.group = None  # SharedGroup it was picked for, or None
 
 
 class Subscription:
@@ -123,22 +125,27 @@ class SharedGroup:
         self.members = []  # Subscriptions, in joining order
         self.next = 0
 
-    def pick(self, broker, now):
+    def pick(self, broker, now, leaving=None):
+        """The member to get the next message; None if there is none but `leaving`."""
         members = self.members
         n = len(members)
-        if not n:
-            return None
-        start = self.next % n
+        start = self.next % n if n else 0
         fallback = None
         for k in range(n):
             sub = members[(start + k) % n]
-            conn = sub.session.conn
-            if conn is None:
+            session = sub.session
+            if session is leaving:
                 continue
-            if len(sub.session.inflight) < broker.settings.max_inflight:
-                self.next = start + k + 1
-                return sub
+            conn = session.conn
             if fallback is None:
                 fallback = sub
+            if conn is None:
+                continue
+            cap = broker.settings.max_inflight
+            if conn.receive_maximum < cap:
+                cap = conn.receive_maximum
+            if len(session.inflight) < cap and not session.queue.count:
+                self.next = start + k + 1
+                return sub
         self.next = start + 1
-        return fallback if fallback is not None else members[start]
+        return fallback

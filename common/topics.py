@@ -79,17 +79,12 @@
 # Recursion depth of every walk is bounded by the number of levels, which
 # the broker bounds with max_topic_levels.
 
-try:
-    from micropython import const  # type: ignore[import-not-found]
-except ImportError:  # CPython
+from common.compat import const
+from common.consts import RC_TOPIC_FILTER_INVALID, RC_TOPIC_NAME_INVALID
 
-    def const(x):
-        return x
-
-
-# v5 reason codes (the same values as common.consts; public names)
-TOPIC_FILTER_INVALID = 0x8F
-TOPIC_NAME_INVALID = 0x90
+# the v5 reason codes these functions return, under this module's names
+TOPIC_FILTER_INVALID: int = RC_TOPIC_FILTER_INVALID  # 0x8F
+TOPIC_NAME_INVALID: int = RC_TOPIC_NAME_INVALID  # 0x90
 
 # parse_shared() result for a "$share/" filter that breaks [MQTT-4.8.2-1/-2]
 SHARED_INVALID = ("", None)
@@ -163,7 +158,7 @@ def validate_topic_filter(flt: str, max_levels: int = 0, max_length: int = 0) ->
     return 0
 
 
-def parse_shared(flt: str) -> tuple:
+def parse_shared(flt: str) -> tuple[str | None, str | None]:
     """Split "$share/<group>/<filter>"; see the header for the three results."""
     if not flt.startswith(SHARE_PREFIX):
         return None, flt
@@ -297,7 +292,7 @@ class SubscriptionTrie:
         self.generation = 0
         self._cache_bytes = cache_bytes
         self._cache_used = 0
-        self._cache: dict | None = {} if cache_bytes > 0 else None
+        self._cache: dict[str, object] | None = {} if cache_bytes > 0 else None
 
     def _changed(self):
         self.generation = (self.generation + 1) & _GEN_WRAP
@@ -341,14 +336,15 @@ class SubscriptionTrie:
     def remove(self, flt: str, entry) -> bool:
         """Unsubscribe `entry` (by identity); prune emptied nodes. False if absent."""
         node = self._root
-        path = []
+        nodes = []  # the nodes above `node` and the level leading down from each
+        levels = []
         slot = _SUBS
         for lv in flt.split("/"):
             if lv == "#":
                 slot = _HASH
                 break
-            path.append(node)
-            path.append(lv)
+            nodes.append(node)
+            levels.append(lv)
             if lv == "+":
                 node = node[_PLUS]
             else:
@@ -365,13 +361,13 @@ class SubscriptionTrie:
         del lst[i]  # keeps the order of the others
         if not lst:
             node[slot] = None
-        while path:
+        while nodes:
             if node[0] is not None or node[1] is not None:
                 break
             if node[2] is not None or node[3] is not None:
                 break
-            lv = path.pop()
-            parent = path.pop()
+            lv = levels.pop()
+            parent = nodes.pop()
             if lv == "+":
                 parent[_PLUS] = None
             else:
@@ -384,7 +380,7 @@ class SubscriptionTrie:
         self._changed()
         return True
 
-    def match(self, topic: str, out: list) -> None:
+    def match(self, topic: str, out) -> None:
         """Append every entry whose filter matches `topic` to `out`."""
         cache = self._cache
         if cache is not None:
@@ -486,8 +482,8 @@ def _match_levels(node, levels, i, out):
 class TopicTree:
     """Topic name -> value (retained messages), with filter queries."""
 
-    def __init__(self):
-        self._root = [None, None]
+    def __init__(self) -> None:
+        self._root: list[object] = [None, None]
         self.count = 0
 
     def set(self, topic: str, value) -> None:
@@ -521,13 +517,14 @@ class TopicTree:
     def remove(self, topic: str):
         """Remove and return the value stored at `topic` (None if none); prune."""
         node = self._root
-        path = []
+        nodes = []  # the nodes above `node` and the level leading down from each
+        levels = []
         for lv in topic.split("/"):
             kids = node[_KIDS]
             if kids is None:
                 return None
-            path.append(node)
-            path.append(lv)
+            nodes.append(node)
+            levels.append(lv)
             node = kids.get(lv)
             if node is None:
                 return None
@@ -536,9 +533,9 @@ class TopicTree:
             return None
         node[_VALUE] = None
         self.count -= 1
-        while path and node[_KIDS] is None and node[_VALUE] is None:
-            lv = path.pop()
-            parent = path.pop()
+        while nodes and node[_KIDS] is None and node[_VALUE] is None:
+            lv = levels.pop()
+            parent = nodes.pop()
             kids = parent[_KIDS]
             del kids[lv]
             if not kids:
@@ -546,6 +543,6 @@ class TopicTree:
             node = parent
         return value
 
-    def match_filter(self, flt: str, out: list) -> None:
+    def match_filter(self, flt: str, out) -> None:
         """Append the value of every topic matched by the valid filter `flt`."""
         _match_levels(self._root, flt.split("/"), 0, out)

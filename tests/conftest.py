@@ -54,18 +54,21 @@ def tool_path(name: str) -> str | None:
 
 # -- hypothesis ---------------------------------------------------------------
 
-try:
-    from hypothesis import settings as _hyp_settings
-except ImportError:  # pragma: no cover - hypothesis is a pinned test dependency
-    _hyp_settings = None
 
-if _hyp_settings is not None:
-    _examples = os.environ.get("SISKIN_FUZZ_EXAMPLES")
-    _options: dict[str, object] = {"deadline": None, "print_blob": True}
-    if _examples:
-        _options["max_examples"] = int(_examples)
-    _hyp_settings.register_profile("siskin", **_options)  # type: ignore[arg-type]
-    _hyp_settings.load_profile("siskin")
+def _load_hypothesis_profile() -> None:
+    try:
+        from hypothesis import settings
+    except ImportError:  # pragma: no cover - hypothesis is a pinned test dependency
+        return
+    examples = os.environ.get("SISKIN_FUZZ_EXAMPLES")
+    if examples:
+        settings.register_profile("siskin", deadline=None, print_blob=True, max_examples=int(examples))
+    else:
+        settings.register_profile("siskin", deadline=None, print_blob=True)
+    settings.load_profile("siskin")
+
+
+_load_hypothesis_profile()
 
 
 # -- the core test inventory --------------------------------------------------

@@ -101,8 +101,9 @@ class TestAssertRaises(unittest.TestCase):
         self.assertEqual(ctx.exception.code, 0x81)
 
     def test_catches_subclasses(self):
-        with self.assertRaises(Exception):
-            _raise_boom(1)
+        with self.assertRaises(LookupError) as ctx:
+            {}["missing"]
+        self.assertIsInstance(ctx.exception, KeyError)
 
     def test_call_form(self):
         self.assertRaises(_Boom, _raise_boom, 0x80, extra=2)

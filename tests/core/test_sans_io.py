@@ -146,7 +146,7 @@ class TestSansIO(unittest.TestCase):
 
     def test_no_forbidden_import_statements(self):
         bad = []
-        for modname, path in common_sources():
+        for _modname, path in common_sources():
             for lineno, name in scan_imports(_read(path)):
                 if name in FORBIDDEN:
                     bad.append("%s:%d imports %s" % (path, lineno, name))
@@ -157,7 +157,7 @@ class TestSansIO(unittest.TestCase):
             import ast
         except ImportError:
             self.skipTest("no ast module on this interpreter; the line scanner alone is used")
-        for modname, path in common_sources():
+        for _modname, path in common_sources():
             text = _read(path)
             expected = []
             for node in ast.walk(ast.parse(text, path)):

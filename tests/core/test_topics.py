@@ -51,9 +51,7 @@ class TestValidateTopicName(unittest.TestCase):
             self.assertEqual(validate_topic_name(t, 0, 0), 0)
 
     def test_empty(self):
-        self.assertEqual(
-            validate_topic_name("", 0, 0), TOPIC_NAME_INVALID
-        )  # [MQTT-4.7.3-1]
+        self.assertEqual(validate_topic_name("", 0, 0), TOPIC_NAME_INVALID)  # [MQTT-4.7.3-1]
 
     def test_wildcards(self):
         # [MQTT-3.3.2-2] [MQTT-4.7.0-1] no wildcard characters in a topic name
@@ -61,9 +59,7 @@ class TestValidateTopicName(unittest.TestCase):
             self.assertEqual(validate_topic_name(t, 0, 0), TOPIC_NAME_INVALID)
 
     def test_null(self):
-        self.assertEqual(
-            validate_topic_name("a\x00b", 0, 0), TOPIC_NAME_INVALID
-        )  # [MQTT-4.7.3-2]
+        self.assertEqual(validate_topic_name("a\x00b", 0, 0), TOPIC_NAME_INVALID)  # [MQTT-4.7.3-2]
 
     def test_max_levels(self):
         self.assertEqual(validate_topic_name("a/b/c", 3, 0), 0)
@@ -106,14 +102,10 @@ class TestValidateTopicFilter(unittest.TestCase):
             self.assertEqual(validate_topic_filter(f, 0, 0), 0, f)
 
     def test_empty(self):
-        self.assertEqual(
-            validate_topic_filter("", 0, 0), TOPIC_FILTER_INVALID
-        )  # [MQTT-4.7.3-1]
+        self.assertEqual(validate_topic_filter("", 0, 0), TOPIC_FILTER_INVALID)  # [MQTT-4.7.3-1]
 
     def test_null(self):
-        self.assertEqual(
-            validate_topic_filter("a/\x00", 0, 0), TOPIC_FILTER_INVALID
-        )  # [MQTT-4.7.3-2]
+        self.assertEqual(validate_topic_filter("a/\x00", 0, 0), TOPIC_FILTER_INVALID)  # [MQTT-4.7.3-2]
 
     def test_hash_last_and_alone(self):
         # [MQTT-4.7.1-2]
@@ -136,9 +128,7 @@ class TestValidateTopicFilter(unittest.TestCase):
 
     def test_shared_refused_here(self):
         # shared subscriptions go through parse_shared() first
-        self.assertEqual(
-            validate_topic_filter("$share/g/a", 0, 0), TOPIC_FILTER_INVALID
-        )
+        self.assertEqual(validate_topic_filter("$share/g/a", 0, 0), TOPIC_FILTER_INVALID)
 
     def test_limits(self):
         self.assertEqual(validate_topic_filter("a/+/#", 3, 0), 0)
@@ -219,9 +209,7 @@ class TestTopicMatches(unittest.TestCase):
     def test_dollar_topics(self):
         # [MQTT-4.7.2-1] a filter starting with a wildcard does not match "$" topics
         self.check("#", (), ("$SYS", "$SYS/monitor/Clients", "$share/x"))
-        self.check(
-            "+/monitor/Clients", ("a/monitor/Clients",), ("$SYS/monitor/Clients",)
-        )
+        self.check("+/monitor/Clients", ("a/monitor/Clients",), ("$SYS/monitor/Clients",))
         self.check("$SYS/#", ("$SYS", "$SYS/monitor/Clients"), ("SYS/x",))
         self.check("$SYS/monitor/+", ("$SYS/monitor/Clients",), ())
         self.check("a/+", ("a/$b",), ())  # "$" only matters in the first level
@@ -348,9 +336,7 @@ class TestSubscriptionTrie(unittest.TestCase):
         t.add("+/x", Sub("plus"))
         t.add("#", Sub("hash"))
         for i in range(10):
-            self.assertEqual(
-                names(self.match("k" + str(i) + "/x")), ["hash", "plus", "k" + str(i)]
-            )
+            self.assertEqual(names(self.match("k" + str(i) + "/x")), ["hash", "plus", "k" + str(i)])
 
     def test_appends_to_out(self):
         s = Sub("s")
@@ -425,9 +411,7 @@ class TestSubscriptionTrie(unittest.TestCase):
         t = self.trie
         for f in ("#", "+", "+/+", "+/#", "$SYS", "$SYS/+", "$SYS/#", "$/#"):
             t.add(f, Sub(f))
-        self.assertEqual(
-            names(self.match("$SYS")), ["$SYS", "$SYS/#"]
-        )  # [MQTT-4.7.2-1]
+        self.assertEqual(names(self.match("$SYS")), ["$SYS", "$SYS/#"])  # [MQTT-4.7.2-1]
         self.assertEqual(names(self.match("$SYS/a")), ["$SYS/#", "$SYS/+"])
         self.assertEqual(names(self.match("$")), ["$/#"])  # parent of "$/#"
         self.assertEqual(names(self.match("$/x")), ["$/#"])
@@ -437,9 +421,7 @@ class TestSubscriptionTrie(unittest.TestCase):
         t = self.trie
         for f in ("/", "+/", "/+", "+/+", "//#", "+"):
             t.add(f, Sub(f))
-        self.assertEqual(
-            sorted(names(self.match("/"))), ["+/", "+/+", "/", "/+", "//#"]
-        )
+        self.assertEqual(sorted(names(self.match("/"))), ["+/", "+/+", "/", "/+", "//#"])
         self.assertEqual(sorted(names(self.match("//"))), ["//#"])
         self.assertEqual(sorted(names(self.match("a/"))), ["+/", "+/+"])
 
@@ -492,6 +474,29 @@ class TestSubscriptionTrie(unittest.TestCase):
         self.assertEqual(len(self.match("a", t2)), 20)
         self.assertEqual(len(t2._cache), 0)
         self.assertEqual(len(self.match("a", t2)), 20)
+
+    def test_cache_hit_allocates_nothing(self):
+        # allocation budget, measured where gc.mem_alloc exists (MicroPython)
+        import gc
+
+        mem_alloc = getattr(gc, "mem_alloc", None)
+        if mem_alloc is None:
+            return
+        t = SubscriptionTrie(4096)
+        t.add("a/+", Sub("1"))
+        t.add("#", Sub("2"))
+        out = []
+        topics = ("a/b", "zz/q", "$x", "a/b", "$x")
+        for topic in topics:  # fill the cache and grow `out` once
+            t.match(topic, out)
+        used = 0
+        for topic in topics:
+            del out[:]
+            gc.collect()
+            before = mem_alloc()
+            t.match(topic, out)
+            used += mem_alloc() - before
+        self.assertEqual(used, 0)
 
     def test_cache_disabled(self):
         self.assertIsNone(SubscriptionTrie(0)._cache)
@@ -576,9 +581,7 @@ class TestTopicTree(unittest.TestCase):
     def test_order_is_level_lexicographic(self):
         topics = ("b", "a/c", "a", "a/b/c", "a/", "a//x", "a/b", "c/a", "$SYS/x")
         self.fill(topics)
-        self.assertEqual(
-            self.query("#"), ["a", "a/", "a//x", "a/b", "a/b/c", "a/c", "b", "c/a"]
-        )
+        self.assertEqual(self.query("#"), ["a", "a/", "a//x", "a/b", "a/b/c", "a/c", "b", "c/a"])
         self.assertEqual(self.query("a/#"), ["a", "a/", "a//x", "a/b", "a/b/c", "a/c"])
         self.assertEqual(self.query("a/+"), ["a/", "a/b", "a/c"])
         self.assertEqual(self.query("+"), ["a", "b"])
@@ -613,9 +616,7 @@ class TestTopicTree(unittest.TestCase):
             "$SYS/monitor/+",
             "+/#",
         ):
-            want = sorted(
-                (t for t in topics if topic_matches(flt, t)), key=lambda t: t.split("/")
-            )
+            want = sorted((t for t in topics if topic_matches(flt, t)), key=lambda t: t.split("/"))
             self.assertEqual(self.query(flt), want, flt)
 
     def test_dollar_rule(self):

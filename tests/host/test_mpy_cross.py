@@ -81,7 +81,9 @@ def test_compiled_core_loads_in_micropython(tmp_path: Path) -> None:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         modules.append(".".join(parts))
-    code = "import sys\n" + "".join(f"import {m}\nassert sys.modules['{m}'].__file__.endswith('.mpy')\n" for m in modules)
+    code = "import sys\n" + "".join(
+        f"import {m}\nassert sys.modules['{m}'].__file__.endswith('.mpy')\n" for m in modules
+    )
     code += f"print('loaded {len(modules)} .mpy modules')\n"
     env = dict(os.environ, MICROPYPATH=str(tmp_path))
     proc = subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)

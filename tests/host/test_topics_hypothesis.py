@@ -2,6 +2,8 @@
 # retained tree agree with the reference matcher topic_matches(), and
 # filter_covers() is sound and exact against it.
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,15 +25,13 @@ literal = st.sampled_from(LITERALS)
 
 
 @st.composite
-def topics(draw):
+def topics(draw: Any) -> str:
     return "/".join(draw(st.lists(literal, min_size=1, max_size=4))) or "a"
 
 
 @st.composite
-def filters(draw):
-    levels = draw(
-        st.lists(st.sampled_from(LITERALS + ["+", "+"]), min_size=1, max_size=4)
-    )
+def filters(draw: Any) -> str:
+    levels = draw(st.lists(st.sampled_from([*LITERALS, "+", "+"]), min_size=1, max_size=4))
     if draw(st.booleans()):
         levels.append("#")
     if levels == [""]:
@@ -40,14 +40,14 @@ def filters(draw):
 
 
 class Entry:
-    def __init__(self, flt):
+    def __init__(self, flt: str) -> None:
         self.flt = flt
 
 
-def test_generators_are_valid():
+def test_generators_are_valid() -> None:
     # the strategies only produce valid names and filters
     @given(topics(), filters())
-    def check(topic, flt):
+    def check(topic: str, flt: str) -> None:
         assert validate_topic_name(topic, 0, 0) == 0, topic
         assert validate_topic_filter(flt, 0, 0) == 0, flt
 
@@ -60,13 +60,13 @@ def test_generators_are_valid():
     st.lists(topics(), min_size=1, max_size=15),
     st.sampled_from([0, 300, 1 << 20]),
 )
-def test_trie_agrees_with_reference(flts, tops, cache):
+def test_trie_agrees_with_reference(flts: list[str], tops: list[str], cache: int) -> None:
     trie = SubscriptionTrie(cache)
     entries = [Entry(f) for f in flts]
     for e in entries:
         trie.add(e.flt, e)
     assert trie.count == len(entries)
-    out = []
+    out: list[Entry] = []
     for _ in range(2):  # the second pass runs from the cache when enabled
         for t in tops:
             del out[:]
@@ -94,7 +94,7 @@ def test_trie_agrees_with_reference(flts, tops, cache):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(filters(), min_size=1, max_size=12), topics())
-def test_trie_order_is_deterministic(flts, topic):
+def test_trie_order_is_deterministic(flts: list[str], topic: str) -> None:
     # same adds in the same order -> same result order, whatever the history
     a = SubscriptionTrie()
     b = SubscriptionTrie(1 << 16)
@@ -106,7 +106,8 @@ def test_trie_order_is_deterministic(flts, topic):
         b.remove("zz/" + e.flt, e)  # ...removed again
     for e in ea:
         b.add(e.flt, e)
-    oa, ob = [], []
+    oa: list[Entry] = []
+    ob: list[Entry] = []
     a.match(topic, oa)
     b.match(topic, ob)
     b.match(topic, ob)
@@ -115,13 +116,13 @@ def test_trie_order_is_deterministic(flts, topic):
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(topics(), max_size=30), filters())
-def test_retained_tree_agrees_with_reference(tops, flt):
+def test_retained_tree_agrees_with_reference(tops: list[str], flt: str) -> None:
     tree = TopicTree()
     for t in tops:
         tree.set(t, t)
     uniq = sorted(set(tops), key=lambda t: t.split("/"))
     assert tree.count == len(uniq)
-    out = []
+    out: list[str] = []
     tree.match_filter(flt, out)
     # exactly the matching topics, in level-lexicographic order
     assert out == [t for t in uniq if topic_matches(flt, t)]
@@ -133,7 +134,7 @@ def test_retained_tree_agrees_with_reference(tops, flt):
     assert tree._root == [None, None]
 
 
-def _witnesses(inner):
+def _witnesses(inner: str) -> list[str]:
     # topics matched by `inner`: "+" -> a fresh level, "#" -> nothing (when
     # not first), one or two fresh levels
     levels = inner.split("/")
@@ -144,14 +145,14 @@ def _witnesses(inner):
     out = []
     if base:
         out.append("/".join(base))
-    out.append("/".join(base + ["Q"]))
-    out.append("/".join(base + ["Q", "Q"]))
+    out.append("/".join([*base, "Q"]))
+    out.append("/".join([*base, "Q", "Q"]))
     return out
 
 
 @settings(max_examples=1000, deadline=None)
 @given(filters(), filters(), st.lists(topics(), max_size=20))
-def test_filter_covers_sound_and_exact(outer, inner, tops):
+def test_filter_covers_sound_and_exact(outer: str, inner: str, tops: list[str]) -> None:
     covers = filter_covers(outer, inner)
     cands = _witnesses(inner) + tops
     for t in cands:
@@ -159,22 +160,20 @@ def test_filter_covers_sound_and_exact(outer, inner, tops):
             assert topic_matches(outer, t), (outer, inner, t)  # sound
     if not covers:
         # exact: some topic matched by inner escapes outer
-        assert any(
-            topic_matches(inner, t) and not topic_matches(outer, t)
-            for t in _witnesses(inner)
-        ), (outer, inner)
+        assert any(topic_matches(inner, t) and not topic_matches(outer, t) for t in _witnesses(inner)), (outer, inner)
     if outer == inner:
         assert covers
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="ab/+#$\x00", max_size=12))
-def test_validators_never_raise(s):
+def test_validators_never_raise(s: str) -> None:
     assert validate_topic_name(s, 3, 8) in (0, 0x90)
     assert validate_topic_filter(s, 3, 8) in (0, 0x8F)
     group, inner = parse_shared("$share/" + s)
     if (group, inner) != SHARED_INVALID:
         assert group and "/" not in group and "+" not in group and "#" not in group
+        assert inner is not None
         assert validate_topic_filter(inner, 0, 0) == 0
     if validate_topic_name(s, 0, 0) == 0:
         # a valid name matches itself as a filter

@@ -111,6 +111,7 @@ def main(argv):
     root = _repo_root()
     _setup_path(root)
     import unittest  # the shim in tests/upy/lib, first on sys.path now
+
     print(describe_interpreter())
 
     package = directory.replace("/", ".")
@@ -134,7 +135,7 @@ def main(argv):
         gc.collect()
         try:
             module = _load_module(modname)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - any import failure is a test failure
+        except (Exception, SystemExit) as e:  # any import failure is a test failure
             print("ERROR importing", modname)
             result.add_failure(modname, e)
             continue

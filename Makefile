@@ -1,0 +1,135 @@
+# Siskin — every command of the repository.
+#
+#   make test    set up everything (venv, pinned deps, npm dev deps), run all tests
+#   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data)
+#   make lint    ruff over the tree, mypy over the CPython host and tools
+#   make fuzz    the hypothesis tests with many more examples
+#   make soak    long-running soak tests        (not built yet)
+#   make bench   benchmarks against peer brokers (not built yet)
+#   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
+#
+# Needs: Python >= 3.11 with venv (Debian: python3-venv), and for the
+# Node-based tests Node.js >= 20 with npm. .ci/run installs the system
+# packages on a fresh Debian machine.
+#
+# Set-up is keyed on content: the venv is (re)provisioned when pyproject.toml
+# changes, node_modules when package.json/package-lock.json change, so a
+# second `make test` goes straight to pytest.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+# -bb: comparing or str()-ing bytes against str is an error, not a silent bug.
+PYTEST := $(PY) -bb -m pytest
+
+hash = $(shell cat $(1) 2>/dev/null | sha1sum | cut -c1-12)
+
+PIP_STAMP := $(VENV)/.siskin-deps-$(call hash,pyproject.toml)
+NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
+GOLDEN_DIR := tools/golden
+GOLDEN_STAMP := $(if $(wildcard $(GOLDEN_DIR)/package.json),$(GOLDEN_DIR)/node_modules/.siskin-npm-$(call hash,$(GOLDEN_DIR)/package.json $(GOLDEN_DIR)/package-lock.json))
+HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
+
+.PHONY: help test setup venv npm run lint fuzz soak bench clean distclean
+
+help:
+	@sed -n '3,10p' Makefile | sed 's/^# \{0,1\}//'
+
+# ---------------------------------------------------------------------------
+# set-up
+
+setup: venv npm
+
+venv: $(PIP_STAMP)
+
+$(PIP_STAMP): pyproject.toml
+	@if ! $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	  echo "make: need Python >= 3.11 as '$(PYTHON)' (found: $$($(PYTHON) --version 2>&1 || echo none)); set PYTHON=..." >&2; exit 1; fi
+	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	  echo "make: creating $(VENV) with $$($(PYTHON) --version)"; \
+	  rm -rf $(VENV); \
+	  $(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; on Debian/Ubuntu: apt-get install python3-venv" >&2; rm -rf $(VENV); exit 1; }; \
+	fi
+	@# The pinned test and lint dependencies come from pyproject.toml, the one
+	@# place they are listed. (The project itself is not installed: the tests
+	@# run from the tree, with the repository root on sys.path.)
+	$(PY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(d["test"] + d["lint"]))' > $(VENV)/requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	@rm -f $(VENV)/.siskin-deps-*
+	@touch $@
+
+npm: $(NPM_STAMP) $(GOLDEN_STAMP)
+
+# npm ci installs exactly the lock file; without npm the Node-based tests
+# skip (or fail under SISKIN_REQUIRE_ALL=1), so say so and carry on.
+$(NPM_STAMP): package.json package-lock.json
+ifeq ($(HAVE_NPM),yes)
+	npm ci --no-audit --no-fund --loglevel=error
+	@rm -f node_modules/.siskin-npm-*
+	@touch $@
+else
+	@echo "make: npm not found: skipping the npm dev dependencies (Node-based tests will skip)" >&2
+endif
+
+ifneq ($(GOLDEN_STAMP),)
+$(GOLDEN_STAMP): $(wildcard $(GOLDEN_DIR)/package.json $(GOLDEN_DIR)/package-lock.json)
+ifeq ($(HAVE_NPM),yes)
+	@if [ -f $(GOLDEN_DIR)/package-lock.json ]; then \
+	  npm ci --prefix $(GOLDEN_DIR) --no-audit --no-fund --loglevel=error; \
+	else \
+	  npm install --prefix $(GOLDEN_DIR) --no-audit --no-fund --loglevel=error; \
+	fi
+	@rm -f $(GOLDEN_DIR)/node_modules/.siskin-npm-*
+	@touch $@
+else
+	@echo "make: npm not found: skipping $(GOLDEN_DIR) dependencies" >&2
+endif
+endif
+
+# ---------------------------------------------------------------------------
+# commands
+
+# pytest exits 5 when it collected no tests; make fails on any non-zero exit,
+# so "no tests" is a failure here too.
+test: setup
+	$(PYTEST) $(PYTEST_ARGS)
+
+run: venv
+	@if [ ! -f cpython_host/__main__.py ]; then \
+	  echo "siskin: the broker is not built yet (cpython_host/__main__.py does not exist)." >&2; \
+	  echo "siskin: 'make run' will start it on 127.0.0.1:1883 with boards/linux.toml and ./data once it lands." >&2; \
+	  exit 1; \
+	fi
+	$(PY) -m cpython_host --host 127.0.0.1 --port 1883 --config boards/linux.toml --data-dir ./data
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	@dirs=$$(for d in cpython_host tools; do [ -n "$$(find $$d -name '*.py' -not -path '*/node_modules/*' 2>/dev/null | head -1)" ] && echo $$d; done; true); \
+	if [ -z "$$dirs" ]; then echo "mypy: no host code yet (cpython_host/, tools/ have no .py files)"; \
+	else echo "$(VENV)/bin/mypy $$dirs"; $(VENV)/bin/mypy $$dirs; fi
+
+SISKIN_FUZZ_EXAMPLES ?= 20000
+fuzz: setup
+	SISKIN_FUZZ_EXAMPLES=$(SISKIN_FUZZ_EXAMPLES) $(PYTEST) tests/host -m hypothesis --timeout=0 $(PYTEST_ARGS)
+
+soak: setup
+	@if [ ! -d tests/soak ]; then echo "make soak: not built yet (no tests/soak/)" >&2; exit 1; fi
+	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
+
+bench: setup
+	@if [ ! -f tools/bench/__main__.py ] && [ ! -f tools/bench.py ]; then echo "make bench: not built yet (no tools/bench)" >&2; exit 1; fi
+	$(PY) -m tools.bench
+
+clean:
+	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache dist build *.egg-info
+	find . -path ./$(VENV) -prune -o -path ./node_modules -prune -o \
+	  \( -name __pycache__ -o -name '*.mpy' \) -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV) node_modules $(GOLDEN_DIR)/node_modules

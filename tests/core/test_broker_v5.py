@@ -1,0 +1,553 @@
+# MQTT 5.0 server features on the in-memory harness, and 3.1.1/5.0 mixed.
+# Runs under CPython and MicroPython.
+
+import unittest
+
+from common import consts as C
+from common.packets import Publish, PubAck, Subscribe, prop_get
+from tests.core.harness import Harness
+
+SEI = C.PROP_SESSION_EXPIRY_INTERVAL
+
+
+def props_of(pkt, pid):
+    return [v for k, v in (pkt.props or []) if k == pid]
+
+
+def v5(h, cid="c", clean=True, props=None, **kw):
+    c = h.client(level=5)
+    ack = c.connect(cid, clean=clean, props=props, **kw)
+    return c, ack
+
+
+class TestConnack(unittest.TestCase):
+    def test_connack_announces_limits(self):
+        h = Harness(max_inflight_in=20, max_packet_size=5000, topic_alias_maximum=7)
+        c, ack = v5(h)
+        self.assertEqual(ack.reason, C.RC_SUCCESS)
+        self.assertEqual(prop_get(ack.props, C.PROP_RECEIVE_MAXIMUM), 20)
+        self.assertEqual(prop_get(ack.props, C.PROP_MAXIMUM_PACKET_SIZE), 5000)
+        self.assertEqual(prop_get(ack.props, C.PROP_TOPIC_ALIAS_MAXIMUM), 7)
+        self.assertIsNone(prop_get(ack.props, C.PROP_MAXIMUM_QOS))  # 2 is the default
+        self.assertIsNone(prop_get(ack.props, C.PROP_RETAIN_AVAILABLE))
+
+    def test_connack_tells_truth_when_features_off(self):
+        h = Harness(
+            maximum_qos=1,
+            retain_available=False,
+            wildcard_subscriptions=False,
+            subscription_identifiers=False,
+            shared_subscriptions=False,
+        )
+        c, ack = v5(h)
+        self.assertEqual(prop_get(ack.props, C.PROP_MAXIMUM_QOS), 1)
+        self.assertEqual(prop_get(ack.props, C.PROP_RETAIN_AVAILABLE), 0)
+        self.assertEqual(prop_get(ack.props, C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE), 0)
+        self.assertEqual(prop_get(ack.props, C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE), 0)
+        self.assertEqual(prop_get(ack.props, C.PROP_SHARED_SUBSCRIPTION_AVAILABLE), 0)
+
+    def test_assigned_client_identifier(self):
+        # [MQTT-3.2.2-16]
+        h = Harness()
+        c, ack = v5(h, cid="", clean=False)
+        assigned = prop_get(ack.props, C.PROP_ASSIGNED_CLIENT_IDENTIFIER)
+        self.assertTrue(assigned)
+        self.assertIn(assigned, h.broker.sessions)
+
+    def test_server_keep_alive(self):
+        # [MQTT-3.2.2-21]
+        h = Harness(max_keepalive=30)
+        c, ack = v5(h, keep_alive=300)
+        self.assertEqual(prop_get(ack.props, C.PROP_SERVER_KEEP_ALIVE), 30)
+        h.advance(44)
+        self.assertFalse(c.closed)
+        h.advance(2)
+        self.assertTrue(c.closed)
+
+    def test_response_information(self):
+        h = Harness(response_information="resp/")
+        c, ack = v5(h, props=[(C.PROP_REQUEST_RESPONSE_INFORMATION, 1)])
+        self.assertEqual(prop_get(ack.props, C.PROP_RESPONSE_INFORMATION), "resp/")
+        d, ack2 = v5(h, cid="d")
+        self.assertIsNone(prop_get(ack2.props, C.PROP_RESPONSE_INFORMATION))
+
+    def test_unknown_auth_method(self):
+        h = Harness()
+        c, ack = v5(h, props=[(C.PROP_AUTHENTICATION_METHOD, "KERBEROS")])
+        self.assertEqual(ack.reason, C.RC_BAD_AUTHENTICATION_METHOD)
+        self.assertTrue(c.closed)
+
+    def test_connection_limit_server_busy(self):
+        h = Harness(max_connections=1)
+        v5(h, cid="a")
+        c, ack = v5(h, cid="b")
+        self.assertEqual(ack.reason, C.RC_SERVER_BUSY)
+
+
+class TestSessionExpiry(unittest.TestCase):
+    def test_session_expires_by_clock(self):
+        h = Harness()
+        c, ack = v5(h, clean=False, props=[(SEI, 10)])
+        c.drop()
+        h.advance(9)
+        self.assertIn("c", h.broker.sessions)
+        h.advance(2)
+        self.assertFalse("c" in h.broker.sessions)
+
+    def test_zero_expiry_ends_with_connection(self):
+        h = Harness()
+        c, ack = v5(h, clean=False)
+        c.drop()
+        self.assertFalse("c" in h.broker.sessions)
+
+    def test_clean_start_discards_existing_session(self):
+        # [MQTT-3.1.2-4]
+        h = Harness()
+        c, ack = v5(h, clean=False, props=[(SEI, 100)])
+        c.drop()
+        d, ack = v5(h, clean=True, props=[(SEI, 100)])
+        self.assertFalse(ack.session_present)
+
+    def test_resume_reports_session_present(self):
+        h = Harness()
+        c, ack = v5(h, clean=False, props=[(SEI, 100)])
+        c.drop()
+        d, ack = v5(h, clean=False, props=[(SEI, 100)])
+        self.assertTrue(ack.session_present)
+
+    def test_disconnect_updates_expiry(self):
+        h = Harness()
+        c, ack = v5(h, clean=False, props=[(SEI, 100)])
+        c.disconnect(props=[(SEI, 5)])
+        h.advance(6)
+        self.assertFalse("c" in h.broker.sessions)
+
+    def test_disconnect_cannot_set_expiry_after_zero(self):
+        # [MQTT-3.14.2-2]
+        h = Harness()
+        c, ack = v5(h)
+        c.disconnect(props=[(SEI, 5)])
+        self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_PROTOCOL_ERROR)
+
+    def test_expiry_capped_by_setting_and_reported(self):
+        h = Harness(max_session_expiry=60)
+        c, ack = v5(h, clean=False, props=[(SEI, 3600)])
+        self.assertEqual(prop_get(ack.props, SEI), 60)
+
+
+class TestMessageExpiry(unittest.TestCase):
+    def test_queued_message_expires(self):
+        h = Harness()
+        s, _ = v5(h, "s", clean=False, props=[(SEI, 1000)])
+        s.subscribe("t", 1)
+        s.drop()
+        p, _ = v5(h, "p")
+        p.publish("t", b"short", qos=1, props=[(C.PROP_MESSAGE_EXPIRY_INTERVAL, 5)])
+        p.publish("t", b"long", qos=1, packet_id=2, props=[(C.PROP_MESSAGE_EXPIRY_INTERVAL, 50)])
+        h.advance(10)
+        s2, _ = v5(h, "s", clean=False, props=[(SEI, 1000)])
+        got = [m for m in s2.take() if m.ptype == C.PUBLISH]
+        self.assertEqual([m.payload for m in got], [b"long"])
+        # [MQTT-3.3.2-6] the interval less the time waited
+        self.assertEqual(props_of(got[0], C.PROP_MESSAGE_EXPIRY_INTERVAL), [40])
+
+    def test_retained_message_expires(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("r", b"x", retain=True, props=[(C.PROP_MESSAGE_EXPIRY_INTERVAL, 3)])
+        h.advance(4)
+        s, _ = v5(h, "s")
+        s.subscribe("r")
+        self.assertEqual(s.take(), [])
+        self.assertEqual(h.broker.retained.count, 0)
+
+
+class TestFlowAndSize(unittest.TestCase):
+    def test_client_receive_maximum_caps_inflight(self):
+        # [MQTT-3.3.4-9]
+        h = Harness(max_inflight=16)
+        s, _ = v5(h, "s", props=[(C.PROP_RECEIVE_MAXIMUM, 2)])
+        s.subscribe("t", 1)
+        p, _ = v5(h, "p")
+        for i in range(5):
+            p.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        got = [m for m in s.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(got), 2)
+        s.ack(got[0])
+        self.assertEqual([m.payload for m in s.take()], [b"\x02"])
+
+    def test_receive_maximum_exceeded_disconnects_0x93(self):
+        # [MQTT-3.3.4-7]
+        h = Harness(max_inflight_in=2)
+        p, _ = v5(h, "p")
+        for i in range(3):
+            p.publish("t", b"x", qos=2, packet_id=i + 1)
+        self.assertEqual(p.expect(C.PUBREC).packet_id, 1)
+        self.assertEqual(p.expect(C.PUBREC).packet_id, 2)
+        self.assertEqual(p.expect(C.DISCONNECT).reason, C.RC_RECEIVE_MAXIMUM_EXCEEDED)
+        self.assertTrue(p.closed)
+
+    def test_packet_too_large_disconnects_0x95(self):
+        h = Harness(max_packet_size=100)
+        p, _ = v5(h, "p")
+        p.publish("t", b"x" * 200)
+        self.assertEqual(p.expect(C.DISCONNECT).reason, C.RC_PACKET_TOO_LARGE)
+
+    def test_message_over_client_maximum_not_sent(self):
+        # [MQTT-3.1.2-25]
+        h = Harness()
+        s, _ = v5(h, "s", props=[(C.PROP_MAXIMUM_PACKET_SIZE, 50)])
+        s.subscribe("t", 1)
+        p, _ = v5(h, "p")
+        p.publish("t", b"x" * 100, qos=1)
+        p.publish("t", b"small", qos=1, packet_id=2)
+        self.assertEqual([m.payload for m in s.take()], [b"small"])
+        self.assertEqual(h.broker.stats.dropped_too_large, 1)
+
+
+class TestTopicAlias(unittest.TestCase):
+    def test_inbound_alias(self):
+        h = Harness()
+        s, _ = v5(h, "s")
+        s.subscribe("long/topic/name")
+        p, _ = v5(h, "p")
+        p.publish("long/topic/name", b"1", props=[(C.PROP_TOPIC_ALIAS, 3)])
+        p.publish("", b"2", props=[(C.PROP_TOPIC_ALIAS, 3)])
+        got = s.take()
+        self.assertEqual([(m.topic, m.payload) for m in got], [("long/topic/name", b"1"), ("long/topic/name", b"2")])
+
+    def test_alias_above_maximum_0x94(self):
+        # [MQTT-3.3.2-9]
+        h = Harness(topic_alias_maximum=2)
+        p, _ = v5(h, "p")
+        p.publish("t", b"x", props=[(C.PROP_TOPIC_ALIAS, 3)])
+        self.assertEqual(p.expect(C.DISCONNECT).reason, C.RC_TOPIC_ALIAS_INVALID)
+
+    def test_unknown_alias_protocol_error(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("", b"x", props=[(C.PROP_TOPIC_ALIAS, 1)])
+        self.assertEqual(p.expect(C.DISCONNECT).reason, C.RC_PROTOCOL_ERROR)
+
+    def test_outbound_aliases_assigned(self):
+        h = Harness()
+        s, _ = v5(h, "s", props=[(C.PROP_TOPIC_ALIAS_MAXIMUM, 1)])
+        s.subscribe("#")
+        p, _ = v5(h, "p")
+        p.publish("a/b", b"1")
+        p.publish("a/b", b"2")
+        p.publish("c", b"3")
+        got = s.take()
+        self.assertEqual(got[0].topic, "a/b")
+        self.assertEqual(props_of(got[0], C.PROP_TOPIC_ALIAS), [1])
+        self.assertEqual(got[1].topic, "")
+        self.assertEqual(props_of(got[1], C.PROP_TOPIC_ALIAS), [1])
+        self.assertEqual(got[2].topic, "c")  # no alias left [MQTT-3.3.2-8]
+        self.assertEqual(props_of(got[2], C.PROP_TOPIC_ALIAS), [])
+
+
+class TestSubscriptionOptions(unittest.TestCase):
+    def test_no_local(self):
+        # [MQTT-3.8.3-3]
+        h = Harness()
+        c, _ = v5(h, "c")
+        c.subscribe("t", options=C.SUBOPT_NO_LOCAL)
+        c.publish("t", b"mine")
+        self.assertEqual(c.take(), [])
+        d, _ = v5(h, "d")
+        d.publish("t", b"theirs")
+        self.assertEqual(c.expect(C.PUBLISH).payload, b"theirs")
+
+    def test_retain_as_published(self):
+        # [MQTT-3.3.1-12]
+        h = Harness()
+        a, _ = v5(h, "a")
+        a.subscribe("t", options=C.SUBOPT_RETAIN_AS_PUBLISHED)
+        b, _ = v5(h, "b")
+        b.subscribe("t")
+        p, _ = v5(h, "p")
+        p.publish("t", b"x", retain=True)
+        self.assertTrue(a.expect(C.PUBLISH).retain)
+        self.assertFalse(b.expect(C.PUBLISH).retain)
+
+    def test_retain_handling(self):
+        # [MQTT-3.3.1-9] [MQTT-3.3.1-10] [MQTT-3.3.1-11] (v5 numbering)
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("r", b"x", retain=True)
+        c, _ = v5(h, "c")
+        c.subscribe("r", options=2 << 4)  # 2: never
+        self.assertEqual(c.take(), [])
+        c.subscribe("r", options=1 << 4, packet_id=2)  # 1: only if new (it exists)
+        self.assertEqual(c.take(), [])
+        d, _ = v5(h, "d")
+        d.subscribe("r", options=1 << 4)
+        self.assertEqual(len(d.take()), 1)
+        d.subscribe("r", options=0, packet_id=3)  # 0: always
+        self.assertEqual(len(d.take()), 1)
+
+    def test_subscription_identifiers_all_carried(self):
+        # [MQTT-3.3.4-3] [MQTT-3.3.4-4]
+        h = Harness()
+        c, _ = v5(h, "c")
+        c.subscribe("a/#", props=[(C.PROP_SUBSCRIPTION_IDENTIFIER, 7)])
+        c.subscribe("a/+", packet_id=2, props=[(C.PROP_SUBSCRIPTION_IDENTIFIER, 9)])
+        c.subscribe("a/b", packet_id=3)
+        p, _ = v5(h, "p")
+        p.publish("a/b", b"x")
+        got = c.take()
+        self.assertEqual(len(got), 1)
+        ids = props_of(got[0], C.PROP_SUBSCRIPTION_IDENTIFIER)
+        ids.sort()
+        self.assertEqual(ids, [7, 9])
+
+    def test_subscription_identifier_refused_when_off(self):
+        h = Harness(subscription_identifiers=False)
+        c, _ = v5(h, "c")
+        c.send(Subscribe(1, [("a", 0)], [(C.PROP_SUBSCRIPTION_IDENTIFIER, 1)]))
+        self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED)
+
+    def test_suback_reason_codes(self):
+        h = Harness(shared_subscriptions=False, wildcard_subscriptions=False, deny_subscribe=["x/#"])
+        c, _ = v5(h, "c")
+        c.send(Subscribe(1, [("$share/g/a", 0), ("a/+", 0), ("x/y", 0), ("a//#/", 0), ("ok", 1)], None))
+        self.assertEqual(
+            c.expect(C.SUBACK).reasons,
+            [
+                C.RC_SHARED_SUBSCRIPTIONS_NOT_SUPPORTED,
+                C.RC_WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED,
+                C.RC_NOT_AUTHORIZED,
+                C.RC_TOPIC_FILTER_INVALID,
+                1,
+            ],
+        )
+
+    def test_unsuback_reason_codes(self):
+        h = Harness()
+        c, _ = v5(h, "c")
+        c.subscribe("a")
+        from common.packets import Unsubscribe
+
+        c.send(Unsubscribe(4, ["a", "b"], None))
+        self.assertEqual(c.expect(C.UNSUBACK).reasons, [C.RC_SUCCESS, C.RC_NO_SUBSCRIPTION_EXISTED])
+
+
+class TestShared(unittest.TestCase):
+    def test_one_member_gets_each_message_round_robin(self):
+        h = Harness()
+        a, _ = v5(h, "a")
+        b, _ = v5(h, "b")
+        a.subscribe("$share/g/t", 1)
+        b.subscribe("$share/g/t", 1)
+        p, _ = v5(h, "p")
+        for i in range(6):
+            p.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+            for c in (a, b):
+                for m in c.inbox:
+                    if m.ptype == C.PUBLISH:
+                        c.ack(m)
+        got_a = [m.payload[0] for m in a.take() if m.ptype == C.PUBLISH]
+        got_b = [m.payload[0] for m in b.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(sorted(got_a + got_b), list(range(6)))
+        self.assertEqual(len(got_a), 3)
+        self.assertEqual(len(got_b), 3)
+
+    def test_no_retained_on_shared_subscribe(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("t", b"r", retain=True)
+        a, _ = v5(h, "a")
+        a.subscribe("$share/g/t")
+        self.assertEqual(a.take(), [])
+
+    def test_unacked_messages_of_leaving_member_go_to_another(self):
+        h = Harness()
+        a, _ = v5(h, "a")
+        a.subscribe("$share/g/t", 1)
+        p, _ = v5(h, "p")
+        p.publish("t", b"m", qos=1)
+        self.assertEqual(a.expect(C.PUBLISH).payload, b"m")
+        b, _ = v5(h, "b")
+        b.subscribe("$share/g/t", 1)
+        a.drop()  # never acknowledged
+        self.assertEqual(b.expect(C.PUBLISH).payload, b"m")
+
+    def test_no_local_on_shared_is_protocol_error(self):
+        # [MQTT-3.8.3-4]
+        h = Harness()
+        a, _ = v5(h, "a")
+        a.send(Subscribe(1, [("$share/g/t", C.SUBOPT_NO_LOCAL)], None))
+        self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_PROTOCOL_ERROR)
+
+
+class TestWillDelay(unittest.TestCase):
+    def setUp(self):
+        self.h = Harness()
+        self.w, _ = v5(self.h, "w")
+        self.w.subscribe("will/#")
+
+    def will(self, delay):
+        return ("will/x", b"bye", 0, False, [(C.PROP_WILL_DELAY_INTERVAL, delay), (C.PROP_CONTENT_TYPE, "text")])
+
+    def test_delayed_will_published_after_delay(self):
+        c, _ = v5(self.h, "c", clean=False, props=[(SEI, 100)], will=self.will(5))
+        c.drop()
+        self.h.advance(4)
+        self.assertEqual(self.w.take(), [])
+        self.h.advance(2)
+        msg = self.w.expect(C.PUBLISH)
+        self.assertEqual(props_of(msg, C.PROP_CONTENT_TYPE), ["text"])  # will properties passed
+
+    def test_reconnect_cancels_delayed_will(self):
+        c, _ = v5(self.h, "c", clean=False, props=[(SEI, 100)], will=self.will(5))
+        c.drop()
+        self.h.advance(2)
+        v5(self.h, "c", clean=False, props=[(SEI, 100)])
+        self.h.advance(10)
+        self.assertEqual(self.w.take(), [])
+
+    def test_will_published_when_session_ends_first(self):
+        c, _ = v5(self.h, "c", clean=False, props=[(SEI, 2)], will=self.will(50))
+        c.drop()
+        self.h.advance(3)
+        self.assertEqual(self.w.expect(C.PUBLISH).payload, b"bye")
+
+    def test_disconnect_with_will_message(self):
+        # [MQTT-3.14.4-3] reason 0x04 keeps the will
+        c, _ = v5(self.h, "c")
+        c.connect  # already connected above
+        d, _ = v5(self.h, "d", will=("will/d", b"wanted", 0, False, None))
+        d.disconnect(reason=C.RC_DISCONNECT_WITH_WILL)
+        self.assertEqual(self.w.expect(C.PUBLISH).payload, b"wanted")
+
+
+class TestServerDisconnect(unittest.TestCase):
+    def test_takeover_0x8e(self):
+        h = Harness()
+        a, _ = v5(h, "same")
+        b, _ = v5(h, "same")
+        self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_SESSION_TAKEN_OVER)
+
+    def test_keepalive_0x8d(self):
+        h = Harness()
+        a, _ = v5(h, "a", keep_alive=2)
+        h.advance(4)
+        self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_KEEP_ALIVE_TIMEOUT)
+
+    def test_shutdown_0x8b(self):
+        h = Harness()
+        a, _ = v5(h, "a")
+        h.broker.shutdown(h.now)
+        h.pump()
+        self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_SERVER_SHUTTING_DOWN)
+
+    def test_malformed_0x81(self):
+        h = Harness()
+        a, _ = v5(h, "a")
+        a.send_raw(b"\x30\x03\x00\x05a")
+        self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_MALFORMED_PACKET)
+
+    def test_qos_not_supported(self):
+        # [MQTT-3.2.2-11]
+        h = Harness(maximum_qos=1)
+        a, _ = v5(h, "a")
+        a.publish("t", b"x", qos=2)
+        self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_QOS_NOT_SUPPORTED)
+
+
+class TestAckReasons(unittest.TestCase):
+    def test_puback_no_matching_subscribers(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("nobody", b"x", qos=1)
+        self.assertEqual(p.expect(C.PUBACK).reason, C.RC_NO_MATCHING_SUBSCRIBERS)
+        s, _ = v5(h, "s")
+        s.subscribe("t")
+        p.publish("t", b"x", qos=1, packet_id=2)
+        self.assertEqual(p.expect(C.PUBACK).reason, C.RC_SUCCESS)
+
+    def test_puback_not_authorized_for_sys(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("$SYS/x", b"x", qos=1)
+        self.assertEqual(p.expect(C.PUBACK).reason, C.RC_NOT_AUTHORIZED)
+
+    def test_pubrec_quota_exceeded_when_pool_empty(self):
+        h = Harness(max_messages=1)
+        s, _ = v5(h, "s", clean=False, props=[(SEI, 100)])
+        s.subscribe("t", 1)
+        s.drop()
+        p, _ = v5(h, "p")
+        p.publish("t", b"1", qos=2, packet_id=1)
+        self.assertEqual(p.expect(C.PUBREC).reason, C.RC_SUCCESS)
+        p.publish("t", b"2", qos=2, packet_id=2)
+        self.assertEqual(p.expect(C.PUBREC).reason, C.RC_QUOTA_EXCEEDED)
+
+    def test_pubrel_unknown_id_0x92(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.send(PubAck(C.PUBREL, 5, 0, None))
+        self.assertEqual(p.expect(C.PUBCOMP).reason, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
+
+
+class TestPassThrough(unittest.TestCase):
+    def test_properties_passed_unchanged_and_in_order(self):
+        h = Harness()
+        s, _ = v5(h, "s")
+        s.subscribe("req")
+        p, _ = v5(h, "p")
+        props = [
+            (C.PROP_USER_PROPERTY, ("k", "1")),
+            (C.PROP_PAYLOAD_FORMAT_INDICATOR, 1),
+            (C.PROP_RESPONSE_TOPIC, "resp/1"),
+            (C.PROP_USER_PROPERTY, ("k", "2")),
+            (C.PROP_CORRELATION_DATA, b"\x00\x01"),
+            (C.PROP_CONTENT_TYPE, "application/json"),
+            (C.PROP_USER_PROPERTY, ("a", "3")),
+        ]
+        p.publish("req", b"{}", props=props)
+        got = s.expect(C.PUBLISH)
+        self.assertEqual(got.props, props)
+
+
+class TestMixedVersions(unittest.TestCase):
+    def test_v5_to_311_and_back(self):
+        h = Harness()
+        old = h.client(level=4)
+        old.connect("old")
+        old.subscribe("t", 2)
+        new, _ = v5(h, "new")
+        new.subscribe("t", 2)
+        for qos in (0, 1, 2):
+            for retain in (False, True):
+                new.publish("t", b"5", qos=qos, retain=retain, packet_id=qos + 1,
+                            props=[(C.PROP_USER_PROPERTY, ("x", "y"))])
+                new.take()
+                m = old.expect(C.PUBLISH)
+                self.assertEqual((m.payload, m.qos, m.props), (b"5", qos, None))
+                if qos:
+                    old.ack(m)
+                old.take()
+                if qos == 2:
+                    new.send(PubAck(C.PUBREL, 3, 0, None))
+                    new.take()
+                old.publish("t", b"4", qos=qos, retain=retain, packet_id=qos + 10)
+                old.take()
+                got = [x for x in new.take() if x.ptype == C.PUBLISH]
+                self.assertEqual(got[0].payload, b"4")
+                self.assertEqual(got[0].qos, qos)
+                if qos:
+                    new.ack(got[0])
+                if qos == 2:
+                    old.send(PubAck(C.PUBREL, 12, 0, None))
+                new.take()
+                old.take()
+
+    def test_publish_packet_from_old_client_has_no_props(self):
+        h = Harness()
+        s, _ = v5(h, "s")
+        s.subscribe("t")
+        o = h.client()
+        o.connect("o")
+        o.send(Publish("t", b"x", 0, False, False, 0, None))
+        self.assertIsNone(s.expect(C.PUBLISH).props or None)
