@@ -95,10 +95,11 @@ endif
 # ---------------------------------------------------------------------------
 # commands
 
-# pytest exits 5 when it collected no tests; make fails on any non-zero exit,
-# so "no tests" is a failure here too.
+# pytest exits 5 when it collected no tests: that is a failure too.
 test: setup
-	$(PYTEST) $(PYTEST_ARGS)
+	@echo "$(PYTEST) $(PYTEST_ARGS)"
+	@$(PYTEST) $(PYTEST_ARGS) || { rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): failing" >&2; fi; exit $$rc; }
 
 run: venv
 	@if [ ! -f cpython_host/__main__.py ]; then \

@@ -16,6 +16,7 @@
 
 from common import consts as C
 from common import handle_connect, handle_publish, handle_subscribe
+from common.auth_scram import ScramSha256
 from common.codec import FrameReader
 from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
 from common.errors import MqttError, ProtocolError
@@ -112,6 +113,11 @@ class Broker:
         # whom. Levels as in logging (10 debug, 20 info, 30 warning). Never
         # called on the per-message path.
         self.logger = None
+        # Enhanced authentication methods by name (v5 AUTH).
+        self.auth_methods = {}
+        if s.scram_users:
+            method = ScramSha256(s.scram_users)
+            self.auth_methods[method.name] = method
 
     def log(self, level, fmt, args):
         if self.logger is not None:
@@ -167,7 +173,7 @@ class Broker:
                     HANDLERS[pkt.ptype](self, conn, pkt, now)
         except MqttError as err:
             self.log(30, "closing %s: %s (reason 0x%02x)", (self.client_name(conn), err, err.reason))
-            self.fail(conn, err.reason, now)
+            self.fail(conn, err.reason, now, text=err.msg)
             return
         if conn.state == CONNECTED and conn.keep_alive:
             # [MQTT-3.1.2-24] one and a half times the keep-alive, rounded up.
@@ -269,10 +275,14 @@ class Broker:
         conn.deadline = 0
         self.mark_dirty(conn)
 
-    def fail(self, conn, reason, now, publish_will=True):
-        """Close after an error: DISCONNECT with `reason` for v5, else just close."""
+    def fail(self, conn, reason, now, publish_will=True, text=None):
+        """Close after an error: DISCONNECT with `reason` for v5, else just close.
+
+        `text` becomes the v5 Reason String (always allowed on DISCONNECT).
+        """
         if conn.state == CONNECTED and conn.level == 5:
-            self.write(conn, encode_packet(Disconnect(reason, None), 5))
+            props = [(C.PROP_REASON_STRING, text)] if text else None
+            self.write(conn, encode_packet(Disconnect(reason, props), 5))
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.

@@ -38,3 +38,7 @@ class Connection:
         self.aliases_out = None  # topic -> outbound alias
         self.problem_info = True  # v5 Request Problem Information
         self.will_on_close = True  # cleared by a normal DISCONNECT
+        # v5 enhanced authentication in progress or done.
+        self.auth_method = None  # the method object, None = none used
+        self.auth_state = None  # the method's state between AUTH packets
+        self.pending_connect = None  # CONNECT waiting for the exchange to end

@@ -15,8 +15,9 @@
 from common import consts as C
 from common import handle_publish, handle_subscribe
 from common.connection import CONNECTED
+from common.auth_scram import CONTINUE, SUCCESS
 from common.errors import ProtocolError
-from common.packets import Connack, encode_packet, prop_get
+from common.packets import Auth, Connack, encode_packet, prop_get
 from common.topics import validate_topic_name
 
 NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
@@ -50,10 +51,19 @@ def refuse(broker, conn, reason, now):
 
 
 def handle_connect(broker, conn, pkt, now):
-    if pkt.ptype != C.CONNECT:
+    """A packet on a connection whose CONNECT is not yet accepted."""
+    if pkt.ptype == C.AUTH and conn.pending_connect is not None:
+        _continue_auth(broker, conn, pkt, now)
+        return
+    if pkt.ptype != C.CONNECT or conn.pending_connect is not None:
         # [MQTT-3.1.0-1] the first packet must be CONNECT.
         broker.close(conn, now, publish_will=False)
         return
+    _connect(broker, conn, pkt, now, None)
+
+
+def _connect(broker, conn, pkt, now, auth_out):
+    """Check and accept a CONNECT; `auth_out` is set once enhanced auth succeeded."""
     s = broker.settings
     level = pkt.level
     conn.level = 5 if level == 5 else 4
@@ -66,10 +76,23 @@ def handle_connect(broker, conn, pkt, now):
         return
     v5 = level == 5
     props = pkt.props
-    if v5 and prop_get(props, C.PROP_AUTHENTICATION_METHOD, None) is not None:
-        # No enhanced authentication method is configured.
-        refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now)
-        return
+    method_name = prop_get(props, C.PROP_AUTHENTICATION_METHOD, None) if v5 else None
+    if method_name is not None and auth_out is None:
+        method = broker.auth_methods.get(method_name)
+        if method is None:
+            refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now)
+            return
+        status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
+        conn.auth_method = method
+        if status == CONTINUE:
+            conn.auth_state = state
+            conn.pending_connect = pkt
+            _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
+            return
+        if status != SUCCESS:
+            refuse(broker, conn, C.RC_NOT_AUTHORIZED, now)
+            return
+        auth_out = out
 
     # Client identifier [MQTT-3.1.3-*].
     client_id = pkt.client_id
@@ -152,6 +175,10 @@ def handle_connect(broker, conn, pkt, now):
         conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
         conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
+        if conn.auth_method is not None:
+            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name))
+            if auth_out:
+                ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != 3, C.RC_SUCCESS, ack_props)
     broker.log(
         20,
@@ -359,8 +386,52 @@ def handle_disconnect(broker, conn, pkt, now):
     broker.close(conn, now)
 
 
+def _send_auth(broker, conn, reason, data):
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name)]
+    if data:
+        props.append((C.PROP_AUTHENTICATION_DATA, data))
+    broker.write(conn, encode_packet(Auth(reason, props), 5))
+
+
+def _auth_step(broker, conn, pkt):
+    """Run one step of the exchange; the method's (status, out_data)."""
+    method = conn.auth_method
+    if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
+        raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
+    data = prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b"")
+    if pkt.reason == C.RC_REAUTHENTICATE:
+        status, out, state = method.start(data, broker.entropy)
+    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and conn.auth_state is not None:
+        status, out, state = method.step(conn.auth_state, data)
+    else:
+        raise ProtocolError("unexpected AUTH reason code")
+    conn.auth_state = state if status == CONTINUE else None
+    return status, out
+
+
+def _continue_auth(broker, conn, pkt, now):
+    status, out = _auth_step(broker, conn, pkt)
+    if status == CONTINUE:
+        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
+    elif status == SUCCESS:
+        connect = conn.pending_connect
+        conn.pending_connect = None
+        _connect(broker, conn, connect, now, out or b"")
+    else:
+        conn.pending_connect = None
+        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now)
+
+
 def handle_auth(broker, conn, pkt, now):
-    # No enhanced authentication method is configured, so the client had no
-    # Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
-    raise ProtocolError("AUTH without an authentication method")
+    """AUTH once connected: re-authentication [MQTT-4.12.1-1]."""
+    if conn.auth_method is None:
+        # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
+        raise ProtocolError("AUTH without an authentication method")
+    status, out = _auth_step(broker, conn, pkt)
+    if status == CONTINUE:
+        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
+    elif status == SUCCESS:
+        _send_auth(broker, conn, C.RC_SUCCESS, out)
+    else:
+        broker.fail(conn, C.RC_NOT_AUTHORIZED, now, text="re-authentication failed")  # [MQTT-4.12.1-2]
 

@@ -67,16 +67,20 @@ def handle_publish(broker, conn, pkt, now):
             return
         if len(session.qos2_in) >= s.max_inflight_in:
             raise MqttError(C.RC_RECEIVE_MAXIMUM_EXCEEDED, "too many QoS 2 in flight")  # [MQTT-3.3.4-7]
+    text = None
     if topic.startswith("$SYS"):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
+        text = "only the broker publishes under $SYS/"
     else:
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
+        if reason == C.RC_QUOTA_EXCEEDED:
+            text = "message store full"
     if qos == 1:
-        send_ack(broker, conn, C.PUBACK, pid, reason)  # [MQTT-4.3.2-2]
+        send_ack(broker, conn, C.PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
     elif qos == 2:
         if reason < 0x80:
             session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
-        send_ack(broker, conn, C.PUBREC, pid, reason)
+        send_ack(broker, conn, C.PUBREC, pid, reason, text)
 
 
 def _resolve_alias(broker, conn, topic, alias):
@@ -94,8 +98,13 @@ def _resolve_alias(broker, conn, topic, alias):
     return known
 
 
-def send_ack(broker, conn, ptype, packet_id, reason):
-    broker.write(conn, encode_packet(PubAck(ptype, packet_id, reason, None), conn.level))
+def send_ack(broker, conn, ptype, packet_id, reason, text=None):
+    """PUBACK/PUBREC/PUBREL/PUBCOMP; `text` is a v5 Reason String, sent only
+    when the client did not turn off Request Problem Information [MQTT-3.1.2-29]."""
+    props = None
+    if text is not None and conn.level == 5 and conn.problem_info:
+        props = [(C.PROP_REASON_STRING, text)]
+    broker.write(conn, encode_packet(PubAck(ptype, packet_id, reason, props), conn.level))
 
 
 def handle_pubrel(broker, conn, pkt, now):

@@ -42,6 +42,10 @@ FIELDS = (
     ("shared_subscriptions", True, "bool"),
     ("topic_alias_maximum", 16, "int"),  # inbound aliases a v5 client may use
     ("response_information", "", "str"),  # answer to Request Response Information
+    # -- authentication --
+    # v5 enhanced authentication: lines "user:salt:iterations:StoredKey:ServerKey"
+    # (base64) made by `python -m cpython_host scram-user`; empty = method off.
+    ("scram_users", [], "list"),
     # -- housekeeping --
     ("sys_interval", 10, "int"),  # s between $SYS updates, 0 = off
     ("prealloc", False, "bool"),  # create every pool object at start-up (boards)

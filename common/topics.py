@@ -62,9 +62,17 @@
 # looked up in a children dict (nothing else is allocated). The budget
 # `cache_bytes` approximates bytes on a 32-bit port: each cached topic costs
 # 32 + len(topic) + 4 * len(entries); when the budget is full the cache is
-# cleared and refills with the live topics. 0 disables it. The walk itself
-# ends after one lookup when the first level has no subscribers, so even
-# without the cache an unsubscribed topic is cheap (see docs for numbers).
+# cleared and refills with the live topics (the dict table adds roughly a
+# third on top). 0 disables it. A result bigger than the whole budget is
+# never cached. The walk itself ends after one lookup when the first level
+# has no subscribers, so even without the cache an unsubscribed topic is
+# cheap. Measured (1000 filters, 8 rotating topics, loop overhead included):
+#   CPython 3.11:    cache hit ~0.25-0.3 us; walk 0.8 us (miss at level 1),
+#                    1.8-2 us (3 levels, "+" branch)
+#   MicroPython 1.29 unix: cache hit ~0.55 us and 0 bytes; walk 2.1 us and
+#                    ~96 B (64-bit port) per level string sliced
+# A cache of topic -> result beats a first-level index because it removes
+# the per-level slices, which are the only allocation left on MicroPython.
 # `generation` counts add/remove calls (wrapping below 2**30) for callers
 # that keep their own derived caches.
 #

@@ -551,3 +551,26 @@ class TestMixedVersions(unittest.TestCase):
         o.connect("o")
         o.send(Publish("t", b"x", 0, False, False, 0, None))
         self.assertIsNone(s.expect(C.PUBLISH).props or None)
+
+
+class TestProblemInformation(unittest.TestCase):
+    def test_reason_string_on_refused_puback(self):
+        h = Harness()
+        p, _ = v5(h, "p")
+        p.publish("$SYS/x", b"x", qos=1)
+        self.assertTrue(props_of(p.expect(C.PUBACK), C.PROP_REASON_STRING))
+
+    def test_no_reason_string_when_problem_information_off(self):
+        # [MQTT-3.1.2-29]
+        h = Harness()
+        p, _ = v5(h, "p", props=[(C.PROP_REQUEST_PROBLEM_INFORMATION, 0)])
+        p.publish("$SYS/x", b"x", qos=1)
+        ack = p.expect(C.PUBACK)
+        self.assertEqual(ack.reason, C.RC_NOT_AUTHORIZED)
+        self.assertEqual(props_of(ack, C.PROP_REASON_STRING), [])
+
+    def test_disconnect_carries_reason_string(self):
+        h = Harness()
+        a, _ = v5(h, "a", props=[(C.PROP_REQUEST_PROBLEM_INFORMATION, 0)])
+        a.send_raw(b"\x30\x03\x00\x05a")
+        self.assertTrue(props_of(a.expect(C.DISCONNECT), C.PROP_REASON_STRING))

@@ -1,0 +1,411 @@
+"""Run the real host server (`python -m cpython_host`) as a subprocess.
+
+    with BrokerProcess(tmp_path, limits={"connect_timeout": 1}) as broker:
+        sock = socket.create_connection(("127.0.0.1", broker.port))
+
+The server listens on port 0 (the OS picks a free loopback port, so parallel
+runs never collide) and the helper reads the real port from the server's
+"listening on" log line. The log goes to a file (`broker.log_path`), not a
+pipe, so a chatty server can never block on a full pipe; `log_text()` reads
+it. `stop()` sends SIGTERM and returns the exit code; the context manager
+kills the process if it is still running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+_LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def write_config(path: Path, limits: dict[str, Any] | None = None, server: dict[str, Any] | None = None) -> Path:
+    lines = ["[limits]"]
+    lines += [f"{k} = {toml_value(v)}" for k, v in (limits or {}).items()]
+    lines.append("[server]")
+    lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """Run `python -m cpython_host ARGS` to completion (for --help, bad configs)."""
+    return subprocess.run(
+        [sys.executable, "-m", "cpython_host", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class BrokerProcess:
+    def __init__(
+        self,
+        workdir: Path,
+        limits: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+        log_level: str = "debug",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = write_config(self.workdir / "siskin.toml", limits, server)
+        self.log_path = self.workdir / "broker.log"
+        self.log_level = log_level
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 15.0) -> BrokerProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "cpython_host",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--config",
+            str(self.config_path),
+            "--data-dir",
+            str(self.workdir / "data"),
+            "--log-level",
+            self.log_level,
+            *self.extra_args,
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with self.log_path.open("wb") as logf:
+            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = _LISTENING.search(self.log_text())
+            if m:
+                self.host, self.port = m.group(1), int(m.group(2))
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode} at start:\n{self.log_text()}")
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"broker did not start listening within {timeout} s:\n{self.log_text()}")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, wait; the exit code (the process is killed on timeout)."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise RuntimeError(f"broker ignored SIGTERM for {timeout} s:\n{self.log_text()}") from None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    # --------------------------------------------------------------- probes
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def rss(self) -> int:
+        """The broker's resident set size in bytes (Linux /proc)."""
+        with open(f"/proc/{self.pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def wait_log(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        """Wait until the log matches the regular expression `pattern`."""
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while True:
+            m = rx.search(self.log_text())
+            if m:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError(f"log never matched {pattern!r}:\n{self.log_text()[-4000:]}")
+            time.sleep(0.02)
+
+
+# ---------------------------------------------------------------------------
+# Raw MQTT 3.1.1 bytes, written out by hand (not with common/'s encoder, so
+# the server is tested against an independent reading of the spec).
+
+
+def vbi(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n % 128
+        n //= 128
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def mqtt_str(s: str | bytes) -> bytes:
+    b = s.encode() if isinstance(s, str) else s
+    return len(b).to_bytes(2, "big") + b
+
+
+def connect_packet(
+    client_id: str,
+    clean: bool = True,
+    keep_alive: int = 0,
+    will: tuple[str, bytes, int, bool] | None = None,
+) -> bytes:
+    flags = 0x02 if clean else 0
+    payload = mqtt_str(client_id)
+    if will is not None:
+        topic, message, qos, retain = will
+        flags |= 0x04 | (qos << 3) | (0x20 if retain else 0)
+        payload += mqtt_str(topic) + mqtt_str(message)
+    body = mqtt_str("MQTT") + bytes([4, flags]) + keep_alive.to_bytes(2, "big") + payload
+    return b"\x10" + vbi(len(body)) + body
+
+
+def publish_packet(topic: str, payload: bytes, qos: int = 0, packet_id: int = 0, retain: bool = False) -> bytes:
+    body = mqtt_str(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + payload
+    return bytes([0x30 | (qos << 1) | (1 if retain else 0)]) + vbi(len(body)) + body
+
+
+def subscribe_packet(packet_id: int, topic_filter: str, qos: int) -> bytes:
+    body = packet_id.to_bytes(2, "big") + mqtt_str(topic_filter) + bytes([qos])
+    return b"\x82" + vbi(len(body)) + body
+
+
+def puback_packet(packet_id: int) -> bytes:
+    return b"\x40\x02" + packet_id.to_bytes(2, "big")
+
+
+DISCONNECT = b"\xe0\x00"
+
+
+class RawClient:
+    """A plain TCP socket speaking hand-made MQTT; parses what comes back."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        import socket
+
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_packet(self, timeout: float = 5.0) -> tuple[int, bytes] | None:
+        """(first byte, body) of the next packet, or None if the server closed."""
+        self.sock.settimeout(timeout)
+        while True:
+            parsed = self._parse()
+            if parsed is not None:
+                return parsed
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def _parse(self) -> tuple[int, bytes] | None:
+        buf = self.buf
+        if len(buf) < 2:
+            return None
+        n = 0
+        mult = 1
+        i = 1
+        while True:
+            if i >= len(buf):
+                return None
+            b = buf[i]
+            n += (b & 0x7F) * mult
+            mult *= 128
+            i += 1
+            if not b & 0x80:
+                break
+        if len(buf) < i + n:
+            return None
+        self.buf = buf[i + n :]
+        return buf[0], buf[i : i + n]
+
+    def connect(self, client_id: str, clean: bool = True, keep_alive: int = 0, will: Any = None) -> bytes:
+        """CONNECT and return the CONNACK body (2 bytes: flags, return code)."""
+        self.send(connect_packet(client_id, clean, keep_alive, will))
+        pkt = self.read_packet()
+        assert pkt is not None, "closed instead of CONNACK"
+        assert pkt[0] == 0x20, f"expected CONNACK, got {pkt[0]:#x}"
+        return pkt[1]
+
+    def subscribe(self, topic_filter: str, qos: int, packet_id: int = 1) -> int:
+        self.send(subscribe_packet(packet_id, topic_filter, qos))
+        pkt = self.read_packet()
+        assert pkt is not None and pkt[0] == 0x90, f"expected SUBACK, got {pkt!r}"
+        return pkt[1][2]
+
+    def closed_within(self, seconds: float) -> bool:
+        """True if the server closes (EOF or reset) within `seconds`; input is discarded."""
+        import time as _time
+
+        deadline = _time.monotonic() + seconds
+        while True:
+            left = deadline - _time.monotonic()
+            if left <= 0:
+                return False
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                return False
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+            if not chunk:
+                return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def parse_publish(first: int, body: bytes) -> tuple[str, bytes, int, bool, bool, int]:
+    """(topic, payload, qos, retain, dup, packet_id) of a PUBLISH body."""
+    n = int.from_bytes(body[:2], "big")
+    topic = body[2 : 2 + n].decode()
+    qos = (first >> 1) & 3
+    i = 2 + n
+    pid = 0
+    if qos:
+        pid = int.from_bytes(body[i : i + 2], "big")
+        i += 2
+    return topic, body[i:], qos, bool(first & 1), bool(first & 8), pid
+
+
+# ---------------------------------------------------------------------------
+# paho-mqtt 2.2 (CallbackAPIVersion.VERSION2, MQTT 3.1.1) with blocking helpers.
+
+
+class Paho:
+    def __init__(self, port: int, client_id: str = "", clean: bool = True, keep_alive: int = 60) -> None:
+        import queue
+        import threading
+
+        import paho.mqtt.client as mqtt
+
+        self.port = port
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.connected = threading.Event()
+        self.disconnected = threading.Event()
+        self.subscribed: dict[int, Any] = {}
+        self.sub_event = threading.Condition()
+        self.session_present: bool | None = None
+        self.connack_rc: Any = None
+        self.keep_alive = keep_alive
+        c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=clean,
+            protocol=mqtt.MQTTv311,
+        )
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_message = self._on_message
+        c.on_subscribe = self._on_subscribe
+        self.client = c
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self.session_present = bool(flags.session_present)
+        self.connack_rc = rc
+        self.connected.set()
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self.disconnected.set()
+
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        self.messages.put(msg)
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any, props: Any) -> None:
+        with self.sub_event:
+            self.subscribed[mid] = reasons
+            self.sub_event.notify_all()
+
+    def connect(self, timeout: float = 5.0) -> Paho:
+        self.client.connect("127.0.0.1", self.port, keepalive=self.keep_alive)
+        self.client.loop_start()
+        if not self.connected.wait(timeout):
+            raise AssertionError("paho client did not get CONNACK")
+        if self.connack_rc != 0:
+            raise AssertionError(f"CONNACK refused: {self.connack_rc}")
+        return self
+
+    def subscribe(self, topic: str, qos: int = 0, timeout: float = 5.0) -> Any:
+        rc, mid = self.client.subscribe(topic, qos)
+        assert rc == 0
+        with self.sub_event:
+            if not self.sub_event.wait_for(lambda: mid in self.subscribed, timeout):
+                raise AssertionError(f"no SUBACK for {topic}")
+            return self.subscribed[mid]
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, timeout: float = 5.0) -> None:
+        info = self.client.publish(topic, payload, qos, retain)
+        info.wait_for_publish(timeout)
+        assert info.is_published(), f"publish to {topic} not completed"
+
+    def get(self, timeout: float = 5.0) -> Any:
+        import queue
+
+        try:
+            return self.messages.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("no message arrived") from None
+
+    def get_nothing(self, wait: float = 0.3) -> None:
+        import queue
+
+        try:
+            msg = self.messages.get(timeout=wait)
+        except queue.Empty:
+            return
+        raise AssertionError(f"unexpected message on {msg.topic}: {msg.payload!r}")
+
+    def close(self) -> None:
+        try:
+            self.client.disconnect()
+        finally:
+            self.client.loop_stop()
