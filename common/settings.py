@@ -5,6 +5,8 @@
 # rather than silently ignored. docs/limits.md lists them with the answer the
 # broker gives when each one is reached.
 
+from common.topics import validate_topic_filter
+
 # (name, default, kind) — kind is "int", "bool", "str" or "list".
 FIELDS = (
     # -- connections and sessions --
@@ -92,3 +94,6 @@ class Settings:
             raise ValueError("maximum_qos must be 0, 1 or 2")
         if self.topic_alias_maximum > 65535:
             raise ValueError("topic_alias_maximum must be 0..65535")
+        for flt in self.deny_subscribe:
+            if not isinstance(flt, str) or validate_topic_filter(flt, 0, 0):
+                raise ValueError("deny_subscribe entry %r is not a valid topic filter" % (flt,))

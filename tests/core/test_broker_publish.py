@@ -412,3 +412,26 @@ class TestSubscribe(unittest.TestCase):
         c.drop()
         self.assertEqual(h.broker.trie.count, 0)
         self.assertEqual(h.broker.sub_pool.in_use, 0)
+
+
+class TestSettings(unittest.TestCase):
+    def test_unknown_setting_named(self):
+        from common.settings import Settings
+
+        with self.assertRaises(ValueError) as ctx:
+            Settings({"max_conections": 5})
+        self.assertIn("max_conections", str(ctx.exception))
+
+    def test_wrong_type_named(self):
+        from common.settings import Settings
+
+        with self.assertRaises(ValueError):
+            Settings({"max_inflight": "16"})
+        with self.assertRaises(ValueError):
+            Settings({"allow_mqtt31": 1})
+
+    def test_invalid_deny_filter_refused(self):
+        from common.settings import Settings
+
+        with self.assertRaises(ValueError):
+            Settings({"deny_subscribe": ["a/#/b"]})
