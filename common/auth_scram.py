@@ -46,7 +46,8 @@ def b64(data):
 
 
 def unb64(text):
-    return binascii.a2b_base64(text)
+    # Bytes in: some ports' binascii (the WebAssembly one) refuses str.
+    return binascii.a2b_base64(text.encode() if isinstance(text, str) else text)
 
 
 def salted_password(password, salt, iterations):

@@ -198,7 +198,9 @@ class Broker:
         if self.started is None:
             self.started = now
         for conn in self.conns:
-            if conn.deadline and now >= conn.deadline:
+            if conn.deadline and now > conn.deadline:
+                # `now` is whole seconds: strictly after, so a timer never
+                # fires before its full time has passed.
                 if conn.state == NEW:
                     self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                     self.close(conn, now)  # CONNECT not completed in time

@@ -14,8 +14,8 @@
 
 from common import consts as C
 from common import handle_publish, handle_subscribe
-from common.connection import CONNECTED
 from common.auth_scram import CONTINUE, SUCCESS
+from common.connection import CONNECTED
 from common.errors import ProtocolError
 from common.packets import Auth, Connack, encode_packet, prop_get
 from common.topics import validate_topic_name
@@ -345,11 +345,11 @@ def run_session_timers(broker, now):
     due = None
     expired = None
     for session in broker.sessions.values():
-        if session.will_at and now >= session.will_at:
+        if session.will_at and now > session.will_at:
             if due is None:
                 due = []
             due.append(session)
-        if session.expires_at and now >= session.expires_at and session.conn is None:
+        if session.expires_at and now > session.expires_at and session.conn is None:
             if expired is None:
                 expired = []
             expired.append(session)

@@ -10,36 +10,45 @@ Length announced); every decoder must consume exactly that: bytes left over
 are a malformed packet. ``level`` is the connection's protocol level (3 and 4
 decode alike; 5 adds reason codes and properties); CONNECT carries its own.
 
-``encode_packet(pkt, level)`` dispatches through ``ENCODERS`` to
-``encode_<type>(pkt, level)``, which adds up the size, allocates the packet
-once and writes it front to back. Encoders produce the shortest form the spec
-allows (v5 acks, DISCONNECT and AUTH omit a zero reason code and an empty
-property block, 3.4.2.1, 3.14.2.1, 3.15.2.1); they do not police what their
-caller sends (a broker test may want to send a bad packet on purpose).
-
-Errors are ``MqttError`` subclasses carrying the reason code the spec names.
-``decode_packet`` converts any stray low-level exception into
-``MalformedPacket`` as a last guard, so nothing else escapes whatever the bytes.
+``encode_packet(pkt, level)`` dispatches through ``ENCODERS``; each encoder
+adds up the size, allocates once and writes front to back, in the shortest
+form the spec allows (3.4.2.1, 3.14.2.1, 3.15.2.1). Encoders do not police
+their caller (a test may send a bad packet on purpose). ``decode_packet``
+turns any stray low-level exception into ``MalformedPacket`` as a last guard.
 """
 
+from common import consts as C
 from common.codec import (
-    check_end, decode_packet_id, decode_reason_list,
-    decode_bin, decode_str, decode_u16, decode_u8, new_packet_buffer, take_bytes,
-    utf8_bytes, vbi_size, write_prefixed, write_raw, write_u16, write_u8,
+    check_end,
+    decode_bin,
+    decode_packet_id,
+    decode_reason_list,
+    decode_str,
+    decode_u8,
+    decode_u16,
+    new_packet_buffer,
+    take_bytes,
+    utf8_bytes,
+    vbi_size,
+    write_prefixed,
+    write_raw,
+    write_u8,
+    write_u16,
 )
 from common.compat import STRUCT_ERROR
-from common.consts import (
-    AUTH, CONNACK, CONNECT, DISCONNECT, LEVEL_5, PACKET_NAMES, PINGREQ, PINGRESP,
-    PROP_TOPIC_ALIAS, PUBACK, PUBLISH, PUBREC, PUBREL, REASONS_AUTH,
-    REASONS_CONNACK, REASONS_DISCONNECT, REASONS_PUBACK, REASONS_PUBREL, REASONS_SUBACK,
-    REASONS_UNSUBACK, RETURN_CODES_CONNACK_311, RETURN_CODES_SUBACK_311, SUBACK, SUBSCRIBE,
-    UNSUBACK, UNSUBSCRIBE, WILL,
-)
 from common.errors import (
-    MalformedPacket, MqttError, ProtocolError, TopicNameInvalid, UnsupportedProtocol,
+    MalformedPacket,
+    MqttError,
+    ProtocolError,
+    TopicNameInvalid,
+    UnsupportedProtocol,
 )
 from common.properties import (
-    decode_properties, decode_reason_props, encode_reason_props, prop_get, properties_size,
+    decode_properties,
+    decode_reason_props,
+    encode_reason_props,
+    prop_get,
+    properties_size,
     write_properties,
 )
 
@@ -49,8 +58,7 @@ from common.properties import (
 
 
 class Packet:
-    """Base: equality over ``FIELDS`` (``None`` and ``[]`` properties compare
-    equal) and a readable repr, for tests and logs."""
+    """Equality over ``FIELDS`` (``None`` and ``[]`` properties are equal), repr."""
 
     ptype = 0
     FIELDS = ()
@@ -70,17 +78,13 @@ class Packet:
     def __ne__(self, other):
         return not self.__eq__(other)
 
-    __hash__ = None
-
     def __repr__(self):
-        parts = []
-        for name in self.FIELDS:
-            parts.append("%s=%r" % (name, getattr(self, name)))
+        parts = ["%s=%r" % (name, getattr(self, name)) for name in self.FIELDS]
         return "%s(%s)" % (type(self).__name__, ", ".join(parts))
 
 
 class Connect(Packet):
-    ptype = CONNECT
+    ptype = C.CONNECT
     FIELDS = (
         "level", "clean_start", "keep_alive", "client_id", "will_topic",
         "will_payload", "will_qos", "will_retain", "will_props", "username",
@@ -109,7 +113,7 @@ class Connect(Packet):
 
 
 class Connack(Packet):
-    ptype = CONNACK
+    ptype = C.CONNACK
     FIELDS = ("session_present", "reason", "props")
 
     def __init__(self, session_present=False, reason=0, props=None):
@@ -119,7 +123,7 @@ class Connack(Packet):
 
 
 class Publish(Packet):
-    ptype = PUBLISH
+    ptype = C.PUBLISH
     FIELDS = ("topic", "payload", "qos", "retain", "dup", "packet_id", "props")
 
     def __init__(self, topic="", payload=b"", qos=0, retain=False, dup=False,
@@ -138,7 +142,7 @@ class PubAck(Packet):
 
     FIELDS = ("packet_id", "reason", "props")
 
-    def __init__(self, ptype=PUBACK, packet_id=0, reason=0, props=None):
+    def __init__(self, ptype=C.PUBACK, packet_id=0, reason=0, props=None):
         self.ptype = ptype
         self.packet_id = packet_id
         self.reason = reason
@@ -146,7 +150,7 @@ class PubAck(Packet):
 
 
 class Subscribe(Packet):
-    ptype = SUBSCRIBE
+    ptype = C.SUBSCRIBE
     FIELDS = ("packet_id", "topics", "props")
 
     def __init__(self, packet_id=0, topics=None, props=None):
@@ -156,7 +160,7 @@ class Subscribe(Packet):
 
 
 class Suback(Packet):
-    ptype = SUBACK
+    ptype = C.SUBACK
     FIELDS = ("packet_id", "reasons", "props")
 
     def __init__(self, packet_id=0, reasons=None, props=None):
@@ -166,7 +170,7 @@ class Suback(Packet):
 
 
 class Unsubscribe(Packet):
-    ptype = UNSUBSCRIBE
+    ptype = C.UNSUBSCRIBE
     FIELDS = ("packet_id", "filters", "props")
 
     def __init__(self, packet_id=0, filters=None, props=None):
@@ -176,7 +180,7 @@ class Unsubscribe(Packet):
 
 
 class Unsuback(Packet):
-    ptype = UNSUBACK
+    ptype = C.UNSUBACK
     FIELDS = ("packet_id", "reasons", "props")
 
     def __init__(self, packet_id=0, reasons=None, props=None):
@@ -186,15 +190,15 @@ class Unsuback(Packet):
 
 
 class Pingreq(Packet):
-    ptype = PINGREQ
+    ptype = C.PINGREQ
 
 
 class Pingresp(Packet):
-    ptype = PINGRESP
+    ptype = C.PINGRESP
 
 
 class Disconnect(Packet):
-    ptype = DISCONNECT
+    ptype = C.DISCONNECT
     FIELDS = ("reason", "props")
 
     def __init__(self, reason=0, props=None):
@@ -203,7 +207,7 @@ class Disconnect(Packet):
 
 
 class Auth(Packet):
-    ptype = AUTH
+    ptype = C.AUTH
     FIELDS = ("reason", "props")
 
     def __init__(self, reason=0, props=None):
@@ -253,11 +257,11 @@ def decode_connect(first, buf, start, end, level):
     pkt = Connect(lvl, (flags & 0x02) != 0, 0, "", proto_name=name)
     pkt.keep_alive, i = decode_u16(buf, i, end)
     if lvl == 5:
-        pkt.props, i = decode_properties(buf, i, end, CONNECT)
+        pkt.props, i = decode_properties(buf, i, end, C.CONNECT)
     pkt.client_id, i = decode_str(buf, i, end)
     if will:
         if lvl == 5:
-            pkt.will_props, i = decode_properties(buf, i, end, WILL)
+            pkt.will_props, i = decode_properties(buf, i, end, C.WILL)
         topic, i = decode_str(buf, i, end)
         if not topic:
             raise TopicNameInvalid("empty will topic")  # [MQTT-4.7.3-1]
@@ -280,11 +284,11 @@ def decode_connack(first, buf, start, end, level):
         raise MalformedPacket("CONNACK reserved flags set")  # [MQTT-3.2.2-1]
     reason, i = decode_u8(buf, i, end)
     props = None
-    if level == LEVEL_5:
-        if reason not in REASONS_CONNACK:
+    if level == C.LEVEL_5:
+        if reason not in C.REASONS_CONNACK:
             raise ProtocolError("invalid CONNACK reason code")
-        props, i = decode_properties(buf, i, end, CONNACK)
-    elif reason not in RETURN_CODES_CONNACK_311:
+        props, i = decode_properties(buf, i, end, C.CONNACK)
+    elif reason not in C.RETURN_CODES_CONNACK_311:
         raise ProtocolError("invalid CONNACK return code")
     if reason and flags:
         # 3.1.1 [MQTT-3.2.2-4], 5.0 [MQTT-3.2.2-6]
@@ -305,12 +309,12 @@ def decode_publish(first, buf, start, end, level):
     if qos:
         pid, i = decode_packet_id(buf, i, end)
     props = None
-    if level == LEVEL_5:
-        props, i = decode_properties(buf, i, end, PUBLISH)
+    if level == C.LEVEL_5:
+        props, i = decode_properties(buf, i, end, C.PUBLISH)
     if not topic:
-        if level != LEVEL_5:
+        if level != C.LEVEL_5:
             raise TopicNameInvalid("empty topic name")  # [MQTT-4.7.3-1]
-        if prop_get(props, PROP_TOPIC_ALIAS) is None:
+        if prop_get(props, C.PROP_TOPIC_ALIAS) is None:
             # 3.3.2.1: a zero-length topic needs a Topic Alias (resolved by the broker)
             raise ProtocolError("empty topic name without a topic alias")
     else:
@@ -323,13 +327,13 @@ def decode_puback(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     reason = 0
     props = None
-    if level == LEVEL_5 and i < end:
+    if level == C.LEVEL_5 and i < end:
         # Remaining Length 2: reason 0, no properties; 3: no properties (3.4.2.1)
         reason = buf[i]
         i += 1
-        allowed = REASONS_PUBACK if ptype == PUBACK or ptype == PUBREC else REASONS_PUBREL
+        allowed = C.REASONS_PUBACK if ptype == C.PUBACK or ptype == C.PUBREC else C.REASONS_PUBREL
         if reason not in allowed:
-            raise ProtocolError("invalid reason code for %s" % PACKET_NAMES[ptype])
+            raise ProtocolError("invalid reason code for %s" % C.PACKET_NAMES[ptype])
         if i < end:
             props, i = decode_properties(buf, i, end, ptype)
     check_end(i, end)
@@ -339,13 +343,13 @@ def decode_puback(first, buf, start, end, level):
 def decode_subscribe(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     props = None
-    if level == LEVEL_5:
-        props, i = decode_properties(buf, i, end, SUBSCRIBE)
+    if level == C.LEVEL_5:
+        props, i = decode_properties(buf, i, end, C.SUBSCRIBE)
     topics = []
     while i < end:
         filt, i = decode_str(buf, i, end)
         opts, i = decode_u8(buf, i, end)
-        if level == LEVEL_5:
+        if level == C.LEVEL_5:
             if opts & 0xC0:
                 raise MalformedPacket("subscription options reserved bits")  # [MQTT-3.8.3-5]
             if opts & 0x03 == 3:
@@ -364,19 +368,19 @@ def decode_subscribe(first, buf, start, end, level):
 def decode_suback(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     props = None
-    if level == LEVEL_5:
-        props, i = decode_properties(buf, i, end, SUBACK)
-        allowed = REASONS_SUBACK
+    if level == C.LEVEL_5:
+        props, i = decode_properties(buf, i, end, C.SUBACK)
+        allowed = C.REASONS_SUBACK
     else:
-        allowed = RETURN_CODES_SUBACK_311  # [MQTT-3.9.3-2]
+        allowed = C.RETURN_CODES_SUBACK_311  # [MQTT-3.9.3-2]
     return Suback(pid, decode_reason_list(buf, i, end, allowed), props)
 
 
 def decode_unsubscribe(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     props = None
-    if level == LEVEL_5:
-        props, i = decode_properties(buf, i, end, UNSUBSCRIBE)
+    if level == C.LEVEL_5:
+        props, i = decode_properties(buf, i, end, C.UNSUBSCRIBE)
     filters = []
     while i < end:
         filt, i = decode_str(buf, i, end)
@@ -388,22 +392,22 @@ def decode_unsubscribe(first, buf, start, end, level):
 
 def decode_unsuback(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
-    if level != LEVEL_5:
+    if level != C.LEVEL_5:
         check_end(i, end)
         return Unsuback(pid, [], None)
-    props, i = decode_properties(buf, i, end, UNSUBACK)
-    return Unsuback(pid, decode_reason_list(buf, i, end, REASONS_UNSUBACK), props)
+    props, i = decode_properties(buf, i, end, C.UNSUBACK)
+    return Unsuback(pid, decode_reason_list(buf, i, end, C.REASONS_UNSUBACK), props)
 
 
 def decode_ping(first, buf, start, end, level):
     check_end(start, end)  # PINGREQ and PINGRESP have no body
-    return Pingreq() if first >> 4 == PINGREQ else Pingresp()
+    return Pingreq() if first >> 4 == C.PINGREQ else Pingresp()
 
 
 def decode_disconnect_auth(first, buf, start, end, level):
-    if first >> 4 == AUTH:
-        return Auth(*decode_reason_props(buf, start, end, level, AUTH, REASONS_AUTH))
-    return Disconnect(*decode_reason_props(buf, start, end, level, DISCONNECT, REASONS_DISCONNECT))
+    if first >> 4 == C.AUTH:
+        return Auth(*decode_reason_props(buf, start, end, level, C.AUTH, C.REASONS_AUTH))
+    return Disconnect(*decode_reason_props(buf, start, end, level, C.DISCONNECT, C.REASONS_DISCONNECT))
 
 
 DECODERS = (
@@ -420,12 +424,12 @@ def decode_packet(first_byte, buf, start, end, level):
     flags = first_byte & 0x0F
     if ptype == 0:
         raise MalformedPacket("packet type 0 is reserved")  # 2.1.2
-    if ptype == AUTH and level != LEVEL_5:
+    if ptype == C.AUTH and level != C.LEVEL_5:
         raise MalformedPacket("AUTH before MQTT 5")  # 3.1.1 2.2.1: type 15 reserved
-    if ptype == PUBREL or ptype == SUBSCRIBE or ptype == UNSUBSCRIBE:
+    if ptype == C.PUBREL or ptype == C.SUBSCRIBE or ptype == C.UNSUBSCRIBE:
         if flags != 0x02:
             raise MalformedPacket("fixed header flags must be 0010")  # [MQTT-2.2.2-1, -2]
-    elif flags and ptype != PUBLISH:
+    elif flags and ptype != C.PUBLISH:
         raise MalformedPacket("fixed header flags must be 0000")  # [MQTT-2.2.2-1, -2]
     try:
         return DECODERS[ptype](first_byte, buf, start, end, level)
@@ -444,7 +448,7 @@ def decode_packet(first_byte, buf, start, end, level):
 
 def encode_connect(p, level=None):
     lvl = p.level
-    v5 = lvl == LEVEL_5
+    v5 = lvl == C.LEVEL_5
     name = utf8_bytes(p.proto_name or ("MQIsdp" if lvl == 3 else "MQTT"))
     cid = utf8_bytes(p.client_id or "")
     flags = 0x02 if p.clean_start else 0
@@ -492,13 +496,13 @@ def encode_connect(p, level=None):
 
 def encode_connack(p, level):
     size = 2
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(0x20, size)
     off = write_u8(buf, off, 1 if p.session_present else 0)
     off = write_u8(buf, off, p.reason)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         write_properties(buf, off, p.props, psize)
     return bytes(buf)
 
@@ -515,14 +519,14 @@ def encode_publish(p, level):
     size = 2 + len(topic) + len(payload)
     if qos:
         size += 2
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(first, size)
     off = write_prefixed(buf, off, topic)
     if qos:
         off = write_u16(buf, off, p.packet_id)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         off = write_properties(buf, off, p.props, psize)
     write_raw(buf, off, payload)
     return bytes(buf)
@@ -530,10 +534,10 @@ def encode_publish(p, level):
 
 def encode_puback(p, level):
     ptype = p.ptype
-    first = (ptype << 4) | (0x02 if ptype == PUBREL else 0)
+    first = (ptype << 4) | (0x02 if ptype == C.PUBREL else 0)
     size = 2
     psize = 0
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         if p.props:
             psize = properties_size(p.props)
             size = 3 + vbi_size(psize) + psize
@@ -555,12 +559,12 @@ def encode_subscribe(p, level):
         f = utf8_bytes(filt)
         filters.append(f)
         size += 3 + len(f)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(0x82, size)
     off = write_u16(buf, off, p.packet_id)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         off = write_properties(buf, off, p.props, psize)
     k = 0
     for _filt, opts in p.topics:
@@ -577,12 +581,12 @@ def encode_unsubscribe(p, level):
         f = utf8_bytes(filt)
         filters.append(f)
         size += 2 + len(f)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(0xA2, size)
     off = write_u16(buf, off, p.packet_id)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         off = write_properties(buf, off, p.props, psize)
     for f in filters:
         off = write_prefixed(buf, off, f)
@@ -593,12 +597,12 @@ def encode_ack_list(first, p, level, with_reasons):
     """SUBACK and UNSUBACK: packet id, v5 properties, one reason per filter."""
     reasons = p.reasons if with_reasons else ()
     size = 2 + len(reasons)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(first, size)
     off = write_u16(buf, off, p.packet_id)
-    if level == LEVEL_5:
+    if level == C.LEVEL_5:
         off = write_properties(buf, off, p.props, psize)
     for r in reasons:
         buf[off] = r
@@ -612,7 +616,7 @@ def encode_suback(p, level):
 
 def encode_unsuback(p, level):
     # 3.1.1 UNSUBACK has no payload (3.1.1 3.11.3)
-    return encode_ack_list(0xB0, p, level, level == LEVEL_5)
+    return encode_ack_list(0xB0, p, level, level == C.LEVEL_5)
 
 
 def encode_ping(p, level):
@@ -624,7 +628,7 @@ def encode_disconnect(p, level):
 
 
 def encode_auth(p, level):
-    if level != LEVEL_5:
+    if level != C.LEVEL_5:
         raise ValueError("AUTH exists only in MQTT 5")
     return encode_reason_props(0xF0, p, level)
 
