@@ -43,6 +43,9 @@ config file (TOML; boards/linux.toml is a commented example of every key):
 $SYS: statistics are published as retained messages under $SYS/broker/
 every sys_interval seconds ([limits] sys_interval, 0 = off).
 
+other command:
+  siskin scram-user NAME                   print a [limits] scram_users line (v5 SCRAM-SHA-256)
+
 exit status: 0 after a clean shutdown, 1 if the port cannot be opened,
 2 for a bad command line or config file.
 """
@@ -76,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level",
         choices=LOG_LEVELS,
         type=str.lower,
-        help="how much to log (default info: connects, disconnects, refusals; debug adds each "
-        "socket open/close)",
+        help="how much to log (default info: connects, disconnects, refusals; debug adds each socket open/close)",
     )
     p.add_argument("--version", action="version", version=f"siskin {VERSION}")
     return p
@@ -100,7 +102,43 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
+def scram_user(argv: Sequence[str]) -> int:
+    """`siskin scram-user NAME`: print a [limits] scram_users line for NAME."""
+    import getpass
+
+    from common.auth_scram import make_credentials
+
+    p = argparse.ArgumentParser(
+        prog="siskin scram-user",
+        description="Print the scram_users line (user:salt:iterations:StoredKey:ServerKey) for a v5 "
+        "SCRAM-SHA-256 user. The broker keeps no password, only these derived keys. Add the line "
+        "to [limits] scram_users in the config file.",
+        epilog='example:  siskin scram-user alice  ->  scram_users = ["alice:..."]',
+    )
+    p.add_argument("name", help="user name (no ':' and no ',')")
+    p.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations (default 4096)")
+    p.add_argument(
+        "--password-stdin", action="store_true", help="read the password from the first line of stdin, not a prompt"
+    )
+    args = p.parse_args(argv)
+    if ":" in args.name or "," in args.name or not args.name:
+        p.error("the name must be non-empty and contain no ':' or ','")
+    if args.iterations < 1:
+        p.error("--iterations must be at least 1")
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+    if not password:
+        p.error("empty password")
+    print(make_credentials(args.name, password, os.urandom(16), args.iterations))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["scram-user"]:
+        return scram_user(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         cfg: HostConfig = load_config(args.config)
@@ -114,6 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= cfg.port <= 65535:
         print(f"siskin: --port {cfg.port}: wants 0..65535", file=sys.stderr)
         return 2
+    from cpython_host.server import make_broker, serve
+
+    try:
+        broker = make_broker(cfg)
+    except ValueError as e:  # e.g. a malformed scram_users line
+        print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
+        return 2
     setup_logging(cfg.log_level)
     data_dir = None
     if args.data_dir is not None:
@@ -123,10 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as e:
             print(f"siskin: --data-dir {args.data_dir}: cannot create it: {e.strerror}", file=sys.stderr)
             return 2
-    from cpython_host.server import serve  # after logging is set up
-
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(serve(cfg, data_dir))
+        return runner.run(serve(cfg, broker, data_dir))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def _check_limit(where: str, name: str, value: Any) -> None:
     else:
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         if not ok:
-            raise ConfigError(f"{where}: {name} = {value!r}: wants a list of strings, e.g. {name} = [\"a/#\"].")
+            raise ConfigError(f'{where}: {name} = {value!r}: wants a list of strings, e.g. {name} = ["a/#"].')
     if not ok:
         raise ConfigError(f"{where}: {name} = {value!r}: wants {_KIND_WORDS[kind]}; fix the value.")
 
@@ -90,17 +90,17 @@ def _check_server(where: str, name: str, value: Any) -> Any:
     spec = SERVER_KEYS.get(name)
     if spec is None:
         raise ConfigError(
-            f"{where}: unknown key {name!r}{_suggest(name, list(SERVER_KEYS))}"
-            f" Known keys: {', '.join(SERVER_KEYS)}."
+            f"{where}: unknown key {name!r}{_suggest(name, list(SERVER_KEYS))} Known keys: {', '.join(SERVER_KEYS)}."
         )
     kind = spec[1]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool):
         raise ConfigError(f"{where}: {name} = {value!r}: wants {'a number' if kind is float else kind.__name__}.")
-    if kind is not str and value < 0:
+    number = value if isinstance(value, (int, float)) else 0
+    if number < 0:
         raise ConfigError(f"{where}: {name} = {value!r}: must not be negative.")
-    if name == "port" and value > 65535:
+    if name == "port" and number > 65535:
         raise ConfigError(f"{where}: port = {value}: wants 0..65535.")
     return value
 
@@ -115,11 +115,13 @@ def load_config(path: str | None) -> HostConfig:
         with p.open("rb") as f:
             doc = tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file; pass an existing file to --config (e.g. boards/linux.toml).")
+        raise ConfigError(
+            f"{path}: no such config file; pass an existing file to --config (e.g. boards/linux.toml)."
+        ) from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read the config file: {e.strerror}.")
+        raise ConfigError(f"{path}: cannot read the config file: {e.strerror}.") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}; fix the syntax.")
+        raise ConfigError(f"{path}: not valid TOML: {e}; fix the syntax.") from None
     cfg.source = str(p)
     for table, body in doc.items():
         if table not in ("limits", "server", "log"):
@@ -135,7 +137,7 @@ def load_config(path: str | None) -> HostConfig:
     try:
         cfg.settings = Settings(cfg.limits)
     except ValueError as e:  # cross-field and range checks of the core
-        raise ConfigError(f"{path}: [limits]: {e}; fix the value.")
+        raise ConfigError(f"{path}: [limits]: {e}; fix the value.") from None
     for name, value in doc.get("server", {}).items():
         setattr(cfg, name, _check_server(f"{path}: [server]", name, value))
     if cfg.write_buffer_low > cfg.write_buffer_high:

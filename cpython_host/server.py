@@ -101,7 +101,7 @@ class ClientProtocol(asyncio.Protocol):
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)
-            transport.abort()
+            self.transport.abort()
             return
         self.cid = cid
         sock = transport.get_extra_info("socket")
@@ -119,7 +119,15 @@ class ClientProtocol(asyncio.Protocol):
         if self.closing or self.cid < 0:
             return  # draining before close: the core wants no more input
         server = self.server
-        server.broker.data_received(self.cid, data, monotonic_seconds())
+        try:
+            server.broker.data_received(self.cid, data, monotonic_seconds())
+        except Exception:
+            # The core turns every bad input into a close by itself; an
+            # exception here is a bug in the core. Contain it to this
+            # connection so that every other client carries on.
+            log.exception("core error on connection #%d from %s; aborting it", self.cid, self.peer)
+            self.closing = True
+            self.transport.abort()
         server.schedule_flush()
 
     def eof_received(self) -> bool:
@@ -154,7 +162,10 @@ class ClientProtocol(asyncio.Protocol):
         server = self.server
         if server.protocols.get(cid) is self:
             del server.protocols[cid]
-        server.broker.connection_lost(cid, monotonic_seconds())
+        try:
+            server.broker.connection_lost(cid, monotonic_seconds())
+        except Exception:  # a core bug; see data_received
+            log.exception("core error closing connection #%d from %s", cid, self.peer)
         if server.debug:
             log.debug("connection #%d from %s closed%s", cid, self.peer, f" ({exc})" if exc else "")
         server.schedule_flush()  # a will may have been published
@@ -288,12 +299,21 @@ class BrokerServer:
                 for proto in list(self.protocols.values()):
                     proto.transport.abort()
                 await asyncio.sleep(0)
+        if self.listener is not None:
+            try:
+                await asyncio.wait_for(self.listener.wait_closed(), 1.0)
+            except TimeoutError:  # pragma: no cover - every connection is closed by now
+                pass
         log.info("shutdown complete in %.2f s", time.monotonic() - started)
 
 
-async def serve(config: HostConfig, data_dir: str | None) -> int:
+def make_broker(config: HostConfig) -> Broker:
+    """The core, sized from the settings; ValueError for settings it refuses."""
+    return Broker(config.settings, os.urandom)
+
+
+async def serve(config: HostConfig, broker: Broker, data_dir: str | None) -> int:
     """Run the broker until SIGINT/SIGTERM; the process exit code."""
-    broker = Broker(config.settings, os.urandom)
     server = BrokerServer(broker, config)
     loop = asyncio.get_running_loop()
     try:

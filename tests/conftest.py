@@ -74,6 +74,11 @@ _load_hypothesis_profile()
 # -- the core test inventory --------------------------------------------------
 
 
+def _dotted(nodeid: str) -> str:
+    path, _, rest = nodeid.partition("::")
+    return path[: -len(".py")].replace("/", ".") + "." + rest.replace("::", ".")
+
+
 def collect_core_test_ids() -> list[str]:
     """Test ids pytest collects in tests/core, as dotted names
     (tests.core.test_x.Class.test_method), the form tests/upy/run.py prints."""
@@ -86,16 +91,27 @@ def collect_core_test_ids() -> list[str]:
     )
     if proc.returncode not in (0, 5):
         raise RuntimeError("pytest could not collect tests/core:\n" + proc.stdout + proc.stderr)
-    ids = []
-    for line in proc.stdout.splitlines():
-        if "::" not in line:
-            continue
-        path, _, rest = line.partition("::")
-        module = path[: -len(".py")].replace("/", ".")
-        ids.append(module + "." + rest.replace("::", "."))
-    return ids
+    return [_dotted(line) for line in proc.stdout.splitlines() if "::" in line]
+
+
+_CORE = REPO_ROOT / "tests" / "core"
+_session_core_ids: list[str] | None = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    # When this run collects the whole of tests/core anyway (as `make test`
+    # does), remember its ids before -k/-m deselection, which saves a second
+    # pytest process for the inventory.
+    global _session_core_ids
+    roots = {REPO_ROOT, REPO_ROOT / "tests", _CORE}
+    args = config.args or [str(REPO_ROOT / p) for p in config.getini("testpaths")]
+    if any("::" not in a and (config.invocation_params.dir / a).resolve() in roots for a in args):
+        _session_core_ids = [_dotted(item.nodeid) for item in items if item.nodeid.startswith("tests/core/")]
 
 
 @pytest.fixture(scope="session")
 def core_test_ids() -> list[str]:
+    if _session_core_ids is not None:
+        return list(_session_core_ids)
     return collect_core_test_ids()

@@ -12,9 +12,17 @@
 // runner's output, ending with "N passed, N failed, N skipped", and exits
 // with the runner's status (1 on a Python exception in the runner itself).
 //
-// What this port lacks compared with the unix port: socket, cryptolib
-// (AES), select on real fds, threads, and the file system is RAM only. The
-// core needs none of them; tests that do must skipTest with a reason.
+// What this port (the "pyscript" build of 1.27.0) has and lacks, probed:
+// - missing: socket, ssl/tls, cryptolib (no AES), machine, network, _thread,
+//   btree; the file system is RAM only (no NODEFS).
+// - pure-Python (frozen micropython-lib) instead of C: binascii (its
+//   a2b_base64 takes bytes only: a str raises TypeError, where the unix
+//   port's C binascii accepts it), os, time, io, collections, asyncio, hmac,
+//   base64.
+// - hashlib has sha256 only (the unix port also has md5 and sha1).
+// - the GC heap grows on demand, so --heap is the initial size, not a cap.
+// The core needs none of the missing modules; a core test that does must
+// skipTest with a reason, and tests/host/test_wasm.py prints those.
 
 import fs from "node:fs";
 import path from "node:path";

@@ -4,7 +4,7 @@
 import unittest
 
 from common import consts as C
-from common.packets import Publish, PubAck, Subscribe, prop_get
+from common.packets import PubAck, Publish, Subscribe, prop_get
 from tests.core.harness import Harness
 
 SEI = C.PROP_SESSION_EXPIRY_INTERVAL

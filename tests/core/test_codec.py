@@ -8,20 +8,51 @@ assertNotEqual and fail.
 import unittest
 
 from common.codec import (
-    FrameReader, decode_bin, decode_str, decode_u16, decode_u32, decode_vbi, encode_vbi,
+    FrameReader,
+    decode_bin,
+    decode_str,
+    decode_u16,
+    decode_u32,
+    decode_vbi,
+    encode_vbi,
 )
 from common.consts import (
-    AUTH, DISCONNECT, PUBACK, PUBCOMP, PUBREC, PUBREL, RC_MALFORMED_PACKET, RC_PACKET_TOO_LARGE,
-    RC_PROTOCOL_ERROR, RC_TOPIC_NAME_INVALID, RC_UNSUPPORTED_PROTOCOL_VERSION, SUBSCRIBE,
+    DISCONNECT,
+    PUBACK,
+    PUBCOMP,
+    PUBREC,
+    PUBREL,
+    RC_MALFORMED_PACKET,
+    RC_PACKET_TOO_LARGE,
+    RC_PROTOCOL_ERROR,
+    RC_TOPIC_NAME_INVALID,
+    RC_UNSUPPORTED_PROTOCOL_VERSION,
+    SUBSCRIBE,
     UNSUBSCRIBE,
 )
 from common.errors import (
-    MalformedPacket, MqttError, PacketTooLarge, ProtocolError, TopicNameInvalid,
+    MalformedPacket,
+    MqttError,
+    PacketTooLarge,
+    ProtocolError,
+    TopicNameInvalid,
     UnsupportedProtocol,
 )
 from common.packets import (
-    Auth, Connack, Connect, Disconnect, Pingreq, Pingresp, PubAck, Publish, Suback,
-    Subscribe, Unsuback, Unsubscribe, decode_packet, encode_packet,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    PubAck,
+    Publish,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    decode_packet,
+    encode_packet,
 )
 from common.properties import decode_properties, encode_properties, prop_get, prop_get_all
 
@@ -169,7 +200,7 @@ class TestFrameReader(unittest.TestCase):
         # feed() never resizes a buffer a frame was handed out from.
         reader = FrameReader(1 << 20)
         reader.feed(b"\xc0\x00\x30\x03\x00\x01a")
-        first, start, end = reader.maybe_read_frame()
+        self.assertEqual(reader.maybe_read_frame(), (0xC0, 2, 2))
         view = memoryview(reader.buf)
         reader.feed(b"x" * 4096)
         self.assertEqual(bytes(view[0:2]), b"\xc0\x00")

@@ -17,8 +17,20 @@ from common.codec import FrameReader
 from common.consts import AUTH, CONNECT, PT_BIN, PT_PAIR, PUBACK, PUBCOMP, PUBREC, PUBREL
 from common.errors import MqttError
 from common.packets import (
-    Auth, Connack, Connect, Disconnect, Pingreq, Pingresp, PubAck, Publish, Suback,
-    Subscribe, Unsuback, Unsubscribe, decode_packet, encode_packet,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    PubAck,
+    Publish,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    decode_packet,
+    encode_packet,
 )
 from common.properties import PROPERTIES, prop_type
 

@@ -327,6 +327,7 @@ class Paho:
         import threading
 
         import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
 
         self.port = port
         self.messages: queue.Queue[Any] = queue.Queue()
@@ -338,7 +339,7 @@ class Paho:
         self.connack_rc: Any = None
         self.keep_alive = keep_alive
         c = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
+            CallbackAPIVersion.VERSION2,
             client_id=client_id,
             clean_session=clean,
             protocol=mqtt.MQTTv311,
@@ -376,7 +377,7 @@ class Paho:
 
     def subscribe(self, topic: str, qos: int = 0, timeout: float = 5.0) -> Any:
         rc, mid = self.client.subscribe(topic, qos)
-        assert rc == 0
+        assert rc == 0 and mid is not None
         with self.sub_event:
             if not self.sub_event.wait_for(lambda: mid in self.subscribed, timeout):
                 raise AssertionError(f"no SUBACK for {topic}")

@@ -17,11 +17,24 @@ import pytest
 
 from common.codec import FrameReader
 from common.consts import (
-    PROP_CONTENT_TYPE, PROP_CORRELATION_DATA, PROP_MESSAGE_EXPIRY_INTERVAL, PROP_REASON_STRING,
-    PROP_SESSION_EXPIRY_INTERVAL, PROP_USER_PROPERTY, PUBACK, PUBREL,
+    PROP_CONTENT_TYPE,
+    PROP_CORRELATION_DATA,
+    PROP_MESSAGE_EXPIRY_INTERVAL,
+    PROP_REASON_STRING,
+    PROP_SESSION_EXPIRY_INTERVAL,
+    PROP_USER_PROPERTY,
+    PUBACK,
+    PUBREL,
 )
 from common.packets import (
-    Connect, Disconnect, PubAck, Publish, Subscribe, Unsubscribe, decode_packet, encode_packet,
+    Connect,
+    Disconnect,
+    PubAck,
+    Publish,
+    Subscribe,
+    Unsubscribe,
+    decode_packet,
+    encode_packet,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

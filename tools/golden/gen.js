@@ -237,7 +237,8 @@ for (const level of [4, 5]) {
   add(`publish-${level}-qos0`, level, { cmd: 'publish', topic: 'a/b', payload: Buffer.from('hello'), qos: 0, retain: false, dup: false })
   add(`publish-${level}-qos1-retain-empty-payload`, level, { cmd: 'publish', topic: 'retained/x', payload: Buffer.alloc(0), qos: 1, messageId: 1, retain: true, dup: false })
   add(`publish-${level}-qos2-dup-utf8`, level, { cmd: 'publish', topic: UTF8, payload: Buffer.from(UTF8), qos: 2, messageId: 65535, retain: false, dup: true })
-  add(`publish-${level}-large-payload`, level, { cmd: 'publish', topic: 'bulk', payload: big, qos: 1, messageId: 300, retain: false, dup: false })
+  // one three-byte Remaining Length is enough (the fixture file is also read on small heaps)
+  if (level === 4) add(`publish-${level}-large-payload`, level, { cmd: 'publish', topic: 'bulk', payload: big, qos: 1, messageId: 300, retain: false, dup: false })
   add(`publish-${level}-two-byte-length`, level, { cmd: 'publish', topic: 't', payload: big.subarray(0, 200), qos: 0, retain: true, dup: false })
 }
 add('publish-5-all-properties', 5, {

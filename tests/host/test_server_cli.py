@@ -1,0 +1,173 @@
+"""The command line: --help, config errors, board files, data dir, SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from common.settings import FIELDS
+from tests.host.broker_proc import REPO_ROOT, BrokerProcess, RawClient, publish_packet, run_cli
+
+BOARDS = ("linux", "rpi")
+
+
+def test_help_teaches() -> None:
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    out = proc.stdout
+    for option in ("--host", "--port", "--config", "--data-dir", "--log-level"):
+        assert option in out
+    assert "default 127.0.0.1" in out and "default 1883" in out
+    assert "persistence is not" in out and "implemented yet" in out  # never pretends to persist
+    assert "examples:" in out and "--config boards/linux.toml" in out
+    assert "$SYS" in out and "SIGTERM" in out
+
+
+def test_version() -> None:
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("siskin ")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[limits]\nmax_conections = 5\n", ["[limits]", "max_conections", "did you mean 'max_connections'"]),
+        ("[limits]\nmax_connections = 'many'\n", ["max_connections", "integer"]),
+        ("[limits]\nmax_connections = -1\n", ["max_connections", "integer >= 0"]),
+        ("[limits]\nallow_mqtt31 = 1\n", ["allow_mqtt31", "true or false"]),
+        ("[limits]\nmax_inflight = 0\n", ["max_inflight", "1..65535"]),
+        ("[limits]\ndeny_subscribe = [1]\n", ["deny_subscribe", "list of strings"]),
+        ("[limits]\nscram_users = ['nonsense']\n", ["[limits]", "SCRAM"]),
+        ("[limit]\nmax_connections = 5\n", ["[limit]", "did you mean 'limits'"]),
+        ("[server]\nprot = 1\n", ["[server]", "prot", "did you mean 'port'"]),
+        ("[server]\nport = 70000\n", ["port", "0..65535"]),
+        ("[log]\nlevel = 'loud'\n", ["[log]", "loud", "debug, info, warning, error"]),
+        ("[limits\nmax_connections = 5\n", ["not valid TOML", "line 1"]),
+    ],
+)
+def test_bad_config_one_line_error(tmp_path: Path, text: str, expected: list[str]) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    proc = run_cli("--config", str(cfg), "--port", "0")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # one line, no traceback
+    assert lines[0].startswith("siskin: config error: " + str(cfg))
+    for word in expected:
+        assert word in lines[0]
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    proc = run_cli("--config", str(tmp_path / "nope.toml"))
+    assert proc.returncode == 2
+    assert "nope.toml" in proc.stderr and "no such config file" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_flag_exit_2() -> None:
+    proc = run_cli("--log-level", "loud")
+    assert proc.returncode == 2
+    assert "--log-level" in proc.stderr
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_board_file_names_every_setting(board: str) -> None:
+    path = REPO_ROOT / "boards" / f"{board}.toml"
+    text = path.read_text()
+    doc = tomllib.loads(text)
+    assert set(doc["limits"]) == {name for name, _d, _k in FIELDS}
+    lines = text.splitlines()
+    for name, _default, _kind in FIELDS:
+        i = next(i for i, line in enumerate(lines) if line.startswith(name + " ="))
+        assert lines[i - 1].startswith("#"), f"{board}.toml: {name} has no comment"
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_board_file_starts_a_broker(tmp_path: Path, board: str) -> None:
+    src = (REPO_ROOT / "boards" / f"{board}.toml").read_text()
+    b = BrokerProcess(tmp_path)
+    b.config_path.write_text(src)  # the real board file (the CLI's --port 0 overrides its port)
+    with b:
+        b.wait_log(rf"settings: {b.config_path}")
+        c = RawClient(b.port)
+        assert c.connect("board") == b"\x00\x00"
+        c.close()
+        assert b.stop() == 0
+
+
+def test_data_dir_created_and_persistence_disclaimed(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, log_level="info") as b:
+        assert (tmp_path / "data").is_dir()
+        b.wait_log(r"persistence is not implemented yet")
+        assert b.stop() == 0
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path / "first") as first:
+        proc = run_cli("--port", str(first.port))
+        assert proc.returncode == 1
+        assert f"cannot listen on 127.0.0.1:{first.port}" in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_shutdown(tmp_path: Path, sig: signal.Signals) -> None:
+    # close_linger bounds how long shutdown waits for these clients (which only
+    # look at their sockets after the broker has exited) to close their side.
+    with BrokerProcess(tmp_path, log_level="info", server={"close_linger": 0.5}) as b:
+        clients = [RawClient(b.port) for _ in range(3)]
+        for i, c in enumerate(clients):
+            c.connect(f"shut-{i}")
+        idle = RawClient(b.port)  # accepted, CONNECT not sent yet
+        assert b.proc is not None
+        b.proc.send_signal(sig)
+        assert b.proc.wait(10) == 0
+        for c in [*clients, idle]:
+            assert c.closed_within(3)  # every client sees the close
+            c.close()
+        log = b.log_text()
+        assert f"shutting down ({sig.name})" in log
+        assert "shutdown complete" in log
+        assert "Traceback" not in log
+
+
+def test_shutdown_with_a_client_that_does_not_read(tmp_path: Path) -> None:
+    """A client with a full socket cannot hold up shutdown beyond its bound."""
+    b = BrokerProcess(tmp_path, limits={"sys_interval": 0}, server={"shutdown_timeout": 1.0, "close_linger": 1.0})
+    with b:
+        slow = RawClient(b.port)
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect("stuck")
+        slow.subscribe("stuck/#", 0)
+        pub = RawClient(b.port)
+        pub.connect("stuck-pub")
+        chunk = publish_packet("stuck/t", b"z" * 60000) * 20
+        for _ in range(10):
+            pub.send(chunk)
+        assert b.stop(timeout=10) == 0
+        assert "shutdown complete" in b.log_text()
+        slow.close()
+        pub.close()
+
+
+def test_scram_user_line_is_accepted_by_the_broker(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpython_host", "scram-user", "alice", "--password-stdin"],
+        cwd=REPO_ROOT,
+        input="s3cret\n",
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    user, salt, iterations, stored, server = line.split(":")
+    assert (user, iterations) == ("alice", "4096") and salt and stored and server
+    assert "s3cret" not in line
+    with BrokerProcess(tmp_path, limits={"scram_users": [line]}) as b:
+        assert b.stop() == 0

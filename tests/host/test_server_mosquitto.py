@@ -1,0 +1,137 @@
+"""The real host server against mosquitto_pub / mosquitto_sub (MQTT 3.1.1).
+
+The binaries come from the Debian package mosquitto-clients. Without them
+these tests skip, or fail under SISKIN_REQUIRE_ALL=1 (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import require, tool_path
+from tests.host.broker_proc import BrokerProcess, Paho
+
+pytestmark = pytest.mark.interop
+
+HINT = "apt-get install mosquitto-clients"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("mosq"), limits={"sys_interval": 1}) as b:
+        yield b
+        assert b.alive(), b.log_text()
+        assert "Traceback" not in b.log_text(), b.log_text()  # no core error was contained
+
+
+@pytest.fixture
+def mosquitto_pub() -> str:
+    path = tool_path("mosquitto_pub")
+    require("mosquitto_pub", path, HINT)
+    assert path is not None
+    return path
+
+
+@pytest.fixture
+def mosquitto_sub() -> str:
+    path = tool_path("mosquitto_sub")
+    require("mosquitto_sub", path, HINT)
+    assert path is not None
+    return path
+
+
+def run(cmd: list[str], timeout: float = 10, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=stdin)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}: {proc.stderr}"
+    return proc
+
+
+def common_args(broker: BrokerProcess) -> list[str]:
+    return ["-h", "127.0.0.1", "-p", str(broker.port), "-V", "mqttv311"]
+
+
+def test_retained_with_sub_count(broker: BrokerProcess, mosquitto_pub: str, mosquitto_sub: str) -> None:
+    for i, qos in enumerate((0, 1, 2)):
+        run([mosquitto_pub, *common_args(broker), "-t", f"mret/{i}", "-m", f"value {i}", "-r", "-q", str(qos)])
+    out = run([mosquitto_sub, *common_args(broker), "-t", "mret/#", "-C", "3", "-v", "-W", "5"]).stdout
+    assert sorted(out.splitlines()) == ["mret/0 value 0", "mret/1 value 1", "mret/2 value 2"]
+
+
+def test_live_messages_with_sub_count(broker: BrokerProcess, mosquitto_pub: str, mosquitto_sub: str) -> None:
+    probe = Paho(broker.port, "mlive-probe").connect()
+    try:
+        probe.subscribe("$SYS/broker/subscriptions/count", 0)
+        baseline = int(probe.get().payload)  # retained: the latest value at once
+        sub = subprocess.Popen(
+            [mosquitto_sub, *common_args(broker), "-t", "mlive/t", "-q", "1", "-C", "5", "-W", "10"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # mosquitto_sub's SUBSCRIBE is in place once $SYS counts it.
+            while int(probe.get(timeout=5).payload) <= baseline:
+                pass
+            lines = "".join(f"line {i}\n" for i in range(5))
+            run([mosquitto_pub, *common_args(broker), "-t", "mlive/t", "-q", "1", "-l"], stdin=lines)
+            out, err = sub.communicate(timeout=10)
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+                sub.wait()
+    finally:
+        probe.close()
+    assert sub.returncode == 0, err
+    assert out.splitlines() == [f"line {i}" for i in range(5)]  # in order [MQTT-4.6.0-2]
+
+
+def test_qos2_from_mosquitto_pub_to_paho(broker: BrokerProcess, mosquitto_pub: str) -> None:
+    sub = Paho(broker.port, "mq2-sub").connect()
+    try:
+        sub.subscribe("mq2/t", 2)
+        run([mosquitto_pub, *common_args(broker), "-t", "mq2/t", "-m", "exactly once", "-q", "2"])
+        m = sub.get()
+        assert (m.payload, m.qos) == (b"exactly once", 2)
+        sub.get_nothing()
+    finally:
+        sub.close()
+
+
+def test_paho_to_mosquitto_sub(broker: BrokerProcess, mosquitto_sub: str) -> None:
+    pub = Paho(broker.port, "mq-paho-pub").connect()
+    try:
+        pub.publish("mqp/t", b"from paho", 1, retain=True)
+        out = run([mosquitto_sub, *common_args(broker), "-t", "mqp/t", "-C", "1", "-q", "1", "-W", "5"]).stdout
+        assert out == "from paho\n"
+    finally:
+        pub.close()
+
+
+def test_sys_with_mosquitto_sub(broker: BrokerProcess, mosquitto_sub: str) -> None:
+    out = run(
+        [
+            mosquitto_sub,
+            *common_args(broker),
+            "-t",
+            "$SYS/broker/version",
+            "-t",
+            "$SYS/broker/uptime",
+            "-C",
+            "2",
+            "-v",
+            "-W",
+            "5",
+        ]
+    ).stdout
+    lines = dict(line.split(" ", 1) for line in out.splitlines())
+    assert lines["$SYS/broker/version"].startswith("siskin ")
+    assert int(lines["$SYS/broker/uptime"]) >= 0
+
+
+def test_mosquitto_pub_to_sys_refused(broker: BrokerProcess, mosquitto_pub: str, mosquitto_sub: str) -> None:
+    run([mosquitto_pub, *common_args(broker), "-t", "$SYS/broker/version", "-m", "forged", "-r", "-q", "1"])
+    out = run([mosquitto_sub, *common_args(broker), "-t", "$SYS/broker/version", "-C", "1", "-W", "5"]).stdout
+    assert out.startswith("siskin ")

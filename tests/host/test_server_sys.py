@@ -1,0 +1,113 @@
+"""$SYS/broker/... topics published by the host (sys_interval = 1)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient
+
+pytestmark = pytest.mark.interop
+
+TOPICS = (
+    "version",
+    "uptime",
+    "clients/connected",
+    "clients/total",
+    "clients/maximum",
+    "messages/received",
+    "messages/sent",
+    "messages/dropped",
+    "messages/dropped/qos0",
+    "messages/dropped/queue_full",
+    "bytes/received",
+    "bytes/sent",
+    "subscriptions/count",
+    "retained messages/count",
+    "heap/current",
+)
+
+
+def collect_until(sub: Paho, done: object, timeout: float = 6.0) -> dict[str, str]:
+    """Latest value of each $SYS/broker/ topic, once done(values) holds."""
+    values: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            m = sub.get(timeout=max(0.05, deadline - time.monotonic()))
+        except AssertionError:
+            break
+        values[m.topic.removeprefix("$SYS/broker/")] = m.payload.decode()
+        if done(values):  # type: ignore[operator]
+            return values
+    raise AssertionError(f"$SYS never reached the expected values: {values}")
+
+
+def test_sys_topics_plausible(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, limits={"sys_interval": 1}) as b:
+        sub = Paho(b.port, "sys-sub").connect()
+        others = [Paho(b.port, f"sys-{i}").connect() for i in range(2)]
+        offline = Paho(b.port, "sys-offline", clean=False).connect()
+        offline.subscribe("sys/t", 1)
+        offline.close()  # a persistent session whose client is away
+        try:
+            others[0].subscribe("sys/t", 0)
+            for i in range(10):
+                others[1].publish("sys/t", b"%d" % i, 1)
+            others[1].publish("sys/retained", b"kept", 0, retain=True)
+            sub.subscribe("$SYS/broker/#", 0)
+
+            def settled(v: dict[str, str]) -> bool:
+                return (
+                    all(t in v for t in TOPICS)
+                    and v["clients/connected"] == "3"
+                    and int(v["messages/received"]) >= 11
+                    # every $SYS topic is itself retained, plus sys/retained
+                    and int(v["retained messages/count"]) == len(v) + 1
+                )
+
+            v = collect_until(sub, settled)
+            assert v["version"].startswith("siskin ")
+            assert 0 <= int(v["uptime"]) < 60
+            assert v["clients/total"] == "4"  # 3 connected + the offline persistent session
+            assert int(v["clients/maximum"]) >= 4
+            assert v["subscriptions/count"] == "3"  # sys-0, sys-offline, and $SYS/broker/# itself
+            assert int(v["messages/sent"]) >= 10  # sys-0 got 10; the offline session queued up to 10
+            assert int(v["bytes/received"]) > 100
+            assert int(v["bytes/sent"]) > 50
+            assert v["messages/dropped"] == "0"
+            assert 1_000_000 < int(v["heap/current"]) < 500_000_000  # RSS in bytes
+
+            # Uptime advances and the values follow the clients.
+            others[0].close()
+            v2 = collect_until(sub, lambda v: v.get("clients/connected") == "2")
+            assert int(v2["uptime"]) >= int(v["uptime"])
+        finally:
+            for o in others:
+                if not o.disconnected.is_set():
+                    o.close()
+            sub.close()
+
+
+def test_sys_off(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, limits={"sys_interval": 0}) as b:
+        sub = Paho(b.port, "sys-off").connect()
+        try:
+            sub.subscribe("$SYS/#", 0)
+            sub.get_nothing(1.3)
+        finally:
+            sub.close()
+
+
+def test_sys_not_matched_by_hash(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, limits={"sys_interval": 1}) as b:
+        c = RawClient(b.port)
+        c.connect("hash")
+        assert c.subscribe("#", 0) == 0
+        # $SYS topics are not matched by a wildcard in the first level [MQTT-4.7.2-1].
+        with pytest.raises(TimeoutError):
+            pkt = c.read_packet(timeout=1.5)
+            pytest.fail(f"got a message on '#': {pkt!r}")
+        c.close()
