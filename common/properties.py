@@ -204,7 +204,7 @@ def decode_properties(buf, start, end, ptype):
             value, i = decode_bin(buf, i, stop)
         else:
             value, i = decode_str_pair(buf, i, stop)
-        if value == 0 and pid in NONZERO_PROPS:
+        if pid in NONZERO_PROPS and value == 0:
             raise ProtocolError("property 0x%02X must not be 0" % pid)
         props.append((pid, value))
     return props, stop
