@@ -34,8 +34,6 @@ hash = $(shell cat $(1) 2>/dev/null | sha1sum | cut -c1-12)
 
 PIP_STAMP := $(VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
-GOLDEN_DIR := tools/golden
-GOLDEN_STAMP := $(if $(wildcard $(GOLDEN_DIR)/package.json),$(GOLDEN_DIR)/node_modules/.siskin-npm-$(call hash,$(GOLDEN_DIR)/package.json $(GOLDEN_DIR)/package-lock.json))
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
 .PHONY: help test setup venv npm run lint fuzz soak bench clean distclean
@@ -68,7 +66,7 @@ $(PIP_STAMP):
 	@rm -f $(VENV)/.siskin-deps-*
 	@touch $@
 
-npm: $(NPM_STAMP) $(GOLDEN_STAMP)
+npm: $(NPM_STAMP)
 
 # npm ci installs exactly the lock file; without npm the Node-based tests
 # skip (or fail under SISKIN_REQUIRE_ALL=1), so say so and carry on.
@@ -81,20 +79,6 @@ else
 	@echo "make: npm not found: skipping the npm dev dependencies (Node-based tests will skip)" >&2
 endif
 
-ifneq ($(GOLDEN_STAMP),)
-$(GOLDEN_STAMP):
-ifeq ($(HAVE_NPM),yes)
-	@if [ -f $(GOLDEN_DIR)/package-lock.json ]; then \
-	  npm ci --prefix $(GOLDEN_DIR) --no-audit --no-fund --loglevel=error; \
-	else \
-	  npm install --prefix $(GOLDEN_DIR) --no-audit --no-fund --loglevel=error; \
-	fi
-	@rm -f $(GOLDEN_DIR)/node_modules/.siskin-npm-*
-	@touch $@
-else
-	@echo "make: npm not found: skipping $(GOLDEN_DIR) dependencies" >&2
-endif
-endif
 
 # ---------------------------------------------------------------------------
 # commands
@@ -137,4 +121,4 @@ clean:
 	  \( -name __pycache__ -o -name '*.mpy' \) -print0 | xargs -0 rm -rf
 
 distclean: clean
-	rm -rf $(VENV) node_modules $(GOLDEN_DIR)/node_modules
+	rm -rf $(VENV) node_modules

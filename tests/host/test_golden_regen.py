@@ -61,7 +61,7 @@ def node_with_mqtt_packet():
         capture_output=True, text=True, timeout=60,
     )
     if probe.returncode != 0:
-        missing("mqtt-packet is not installed (npm install --prefix tools/golden)")
+        missing("mqtt-packet is not installed (make npm installs it from the root package.json)")
     return node
 
 
@@ -75,7 +75,7 @@ def test_committed_fixtures_match_the_generator():
 
 
 def test_generator_pins_the_encoder_version():
-    lock = (GEN.parent / "package-lock.json").read_text()
+    lock = (ROOT / "package-lock.json").read_text()
     assert '"node_modules/mqtt-packet"' in lock
     assert '"version": "9.0.2"' in lock
 

@@ -2,7 +2,7 @@
 // Golden fixtures for Siskin's codec from an independent encoder.
 //
 // Usage (from the repository root):
-//   npm install --prefix tools/golden        # mqtt-packet 9.0.2, pinned by package-lock.json
+//   npm ci                                   # at the repository root: mqtt-packet 9.0.2, pinned by package-lock.json
 //   node tools/golden/gen.js > tests/fixtures/golden.json
 //
 // Every fixture is one packet: the protocol level of the connection, the fields
