@@ -323,7 +323,6 @@ class TestWill(unittest.TestCase):
     def test_will_on_keepalive_timeout(self):
         c = self.h.client()
         c.connect("a", keep_alive=2, will=("will/a", b"ka", 0, False))
-        self.w.connect  # watcher has no keep-alive
         self.h.advance(4)
         self.assertTrue(c.closed)
         self.assertEqual(self.w.expect(C.PUBLISH).payload, b"ka")

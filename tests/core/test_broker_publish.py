@@ -82,7 +82,7 @@ class TestQoS(unittest.TestCase):
 
     def test_pubrel_unknown_id_still_completed(self):
         h = Harness()
-        sub, pub = pair(h, 0)
+        _sub, pub = pair(h, 0)
         pub.send(PubAck(C.PUBREL, 4242, 0, None))
         self.assertEqual(pub.expect(C.PUBCOMP).packet_id, 4242)
 
@@ -284,14 +284,14 @@ class TestRouting(unittest.TestCase):
 
     def test_topic_limits(self):
         h = Harness(max_topic_levels=3, max_topic_length=10)
-        sub, pub = pair(h, 0)
+        _sub, pub = pair(h, 0)
         pub.publish("a/b/c/d", b"x")
         self.assertTrue(pub.closed)
 
     def test_wildcard_in_publish_topic_closes(self):
         # [MQTT-3.3.2-2]
         h = Harness()
-        sub, pub = pair(h, 0)
+        _sub, pub = pair(h, 0)
         pub.send_raw(b"\x30\x05\x00\x03a/+")
         self.assertTrue(pub.closed)
 

@@ -23,7 +23,7 @@ def v5(h, cid="c", clean=True, props=None, **kw):
 class TestConnack(unittest.TestCase):
     def test_connack_announces_limits(self):
         h = Harness(max_inflight_in=20, max_packet_size=5000, topic_alias_maximum=7)
-        c, ack = v5(h)
+        _c, ack = v5(h)
         self.assertEqual(ack.reason, C.RC_SUCCESS)
         self.assertEqual(prop_get(ack.props, C.PROP_RECEIVE_MAXIMUM), 20)
         self.assertEqual(prop_get(ack.props, C.PROP_MAXIMUM_PACKET_SIZE), 5000)
@@ -39,7 +39,7 @@ class TestConnack(unittest.TestCase):
             subscription_identifiers=False,
             shared_subscriptions=False,
         )
-        c, ack = v5(h)
+        _c, ack = v5(h)
         self.assertEqual(prop_get(ack.props, C.PROP_MAXIMUM_QOS), 1)
         self.assertEqual(prop_get(ack.props, C.PROP_RETAIN_AVAILABLE), 0)
         self.assertEqual(prop_get(ack.props, C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE), 0)
@@ -49,7 +49,7 @@ class TestConnack(unittest.TestCase):
     def test_assigned_client_identifier(self):
         # [MQTT-3.2.2-16]
         h = Harness()
-        c, ack = v5(h, cid="", clean=False)
+        _c, ack = v5(h, cid="", clean=False)
         assigned = prop_get(ack.props, C.PROP_ASSIGNED_CLIENT_IDENTIFIER)
         self.assertTrue(assigned)
         self.assertIn(assigned, h.broker.sessions)
@@ -66,9 +66,9 @@ class TestConnack(unittest.TestCase):
 
     def test_response_information(self):
         h = Harness(response_information="resp/")
-        c, ack = v5(h, props=[(C.PROP_REQUEST_RESPONSE_INFORMATION, 1)])
+        _c, ack = v5(h, props=[(C.PROP_REQUEST_RESPONSE_INFORMATION, 1)])
         self.assertEqual(prop_get(ack.props, C.PROP_RESPONSE_INFORMATION), "resp/")
-        d, ack2 = v5(h, cid="d")
+        _d, ack2 = v5(h, cid="d")
         self.assertIsNone(prop_get(ack2.props, C.PROP_RESPONSE_INFORMATION))
 
     def test_unknown_auth_method(self):
@@ -80,14 +80,14 @@ class TestConnack(unittest.TestCase):
     def test_connection_limit_server_busy(self):
         h = Harness(max_connections=1)
         v5(h, cid="a")
-        c, ack = v5(h, cid="b")
+        _c, ack = v5(h, cid="b")
         self.assertEqual(ack.reason, C.RC_SERVER_BUSY)
 
 
 class TestSessionExpiry(unittest.TestCase):
     def test_session_expires_by_clock(self):
         h = Harness()
-        c, ack = v5(h, clean=False, props=[(SEI, 10)])
+        c, _ack = v5(h, clean=False, props=[(SEI, 10)])
         c.drop()
         h.advance(9)
         self.assertIn("c", h.broker.sessions)
@@ -96,7 +96,7 @@ class TestSessionExpiry(unittest.TestCase):
 
     def test_zero_expiry_ends_with_connection(self):
         h = Harness()
-        c, ack = v5(h, clean=False)
+        c, _ack = v5(h, clean=False)
         c.drop()
         self.assertFalse("c" in h.broker.sessions)
 
@@ -105,19 +105,19 @@ class TestSessionExpiry(unittest.TestCase):
         h = Harness()
         c, ack = v5(h, clean=False, props=[(SEI, 100)])
         c.drop()
-        d, ack = v5(h, clean=True, props=[(SEI, 100)])
+        _d, ack = v5(h, clean=True, props=[(SEI, 100)])
         self.assertFalse(ack.session_present)
 
     def test_resume_reports_session_present(self):
         h = Harness()
         c, ack = v5(h, clean=False, props=[(SEI, 100)])
         c.drop()
-        d, ack = v5(h, clean=False, props=[(SEI, 100)])
+        _d, ack = v5(h, clean=False, props=[(SEI, 100)])
         self.assertTrue(ack.session_present)
 
     def test_disconnect_updates_expiry(self):
         h = Harness()
-        c, ack = v5(h, clean=False, props=[(SEI, 100)])
+        c, _ack = v5(h, clean=False, props=[(SEI, 100)])
         c.disconnect(props=[(SEI, 5)])
         h.advance(6)
         self.assertFalse("c" in h.broker.sessions)
@@ -125,13 +125,13 @@ class TestSessionExpiry(unittest.TestCase):
     def test_disconnect_cannot_set_expiry_after_zero(self):
         # [MQTT-3.14.2-2]
         h = Harness()
-        c, ack = v5(h)
+        c, _ack = v5(h)
         c.disconnect(props=[(SEI, 5)])
         self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_PROTOCOL_ERROR)
 
     def test_expiry_capped_by_setting_and_reported(self):
         h = Harness(max_session_expiry=60)
-        c, ack = v5(h, clean=False, props=[(SEI, 3600)])
+        _c, ack = v5(h, clean=False, props=[(SEI, 3600)])
         self.assertEqual(prop_get(ack.props, SEI), 60)
 
 
@@ -414,8 +414,7 @@ class TestWillDelay(unittest.TestCase):
 
     def test_disconnect_with_will_message(self):
         # [MQTT-3.14.4-3] reason 0x04 keeps the will
-        c, _ = v5(self.h, "c")
-        c.connect  # already connected above
+        _c, _ = v5(self.h, "c")
         d, _ = v5(self.h, "d", will=("will/d", b"wanted", 0, False, None))
         d.disconnect(reason=C.RC_DISCONNECT_WITH_WILL)
         self.assertEqual(self.w.expect(C.PUBLISH).payload, b"wanted")
@@ -425,7 +424,7 @@ class TestServerDisconnect(unittest.TestCase):
     def test_takeover_0x8e(self):
         h = Harness()
         a, _ = v5(h, "same")
-        b, _ = v5(h, "same")
+        _b, _ = v5(h, "same")
         self.assertEqual(a.expect(C.DISCONNECT).reason, C.RC_SESSION_TAKEN_OVER)
 
     def test_keepalive_0x8d(self):

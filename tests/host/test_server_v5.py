@@ -176,7 +176,7 @@ def _read_packets(s: socket.socket, seconds: float = 5.0) -> list:
     while time.time() < end:
         try:
             data = s.recv(65536)
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             break
         if not data:
             break
