@@ -22,7 +22,6 @@ class Connection:
         self.state = FREE
         self.level = 4  # wire format used for output: 4 (3.1 and 3.1.1) or 5
         self.session = None
-        self.generation = 0  # session generation this connection serves
         self.out = []  # encoded packets waiting for the shell
         self.out_bytes = 0
         self.dirty = False

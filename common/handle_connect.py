@@ -160,7 +160,6 @@ def _connect(broker, conn, pkt, now, auth_out):
     session.expires_at = 0
     session.conn = conn
     conn.session = session
-    conn.generation = session.generation
     conn.keep_alive = keep_alive
     conn.deadline = now + (keep_alive * 3 + 1) // 2 if keep_alive else 0
     conn.state = CONNECTED

@@ -84,7 +84,7 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
     sub.sub_id = sub_id
     rh = sub.retain_handling
     if group is not None or rh == 2 or (rh == 1 and not is_new):
-        return qos, None  # no retained messages for shared subscriptions [MQTT-3.8.4-? v5 4.8.2]
+        return qos, None  # no retained messages for a shared subscription (v5 4.8.2)
     return qos, sub
 
 

@@ -123,16 +123,6 @@ class Ring:
         self.count += 1
         return True
 
-    def push_front(self, item):
-        """Put an item back at the head (it was taken and could not be sent)."""
-        buf = self.buf
-        if self.count == len(buf):
-            self._grow()
-            buf = self.buf
-        self.head = (self.head - 1) % len(buf)
-        buf[self.head] = item
-        self.count += 1
-
     def peek(self):
         return self.buf[self.head] if self.count else None
 
@@ -167,7 +157,5 @@ class Ring:
         size = len(self.buf) * 2
         if size > self.cap:
             size = self.cap
-        if size <= len(self.buf):
-            size = len(self.buf) + 1  # push_front past the cap by one
         self.buf = old + [None] * (size - len(old))
         self.head = 0
