@@ -21,6 +21,7 @@ from common.codec import FrameReader
 from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
 from common.errors import MqttError, ProtocolError
 from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
+from common.persist import Persist
 from common.pools import MessagePool, SlotPool
 from common.session import Session, Subscription
 from common.topics import SubscriptionTrie, TopicTree
@@ -91,6 +92,9 @@ class Broker:
         self.settings = s
         self.entropy = entropy
         self.store = store
+        # Writes persistent state to `store` (a common.store.Store); None = off.
+        # Make sure restore() runs before the first connection.
+        self.persist = None
         self.conns = []  # index = connection id
         self.free_cids = []
         self.live_connections = 0
@@ -118,6 +122,8 @@ class Broker:
         if s.scram_users:
             method = ScramSha256(s.scram_users)
             self.auth_methods[method.name] = method
+        if store is not None:
+            self.persist = Persist(self, store)
 
     def log(self, level, fmt, args):
         if self.logger is not None:
@@ -209,11 +215,38 @@ class Broker:
                     self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
         return handle_connect.run_session_timers(self, now)
 
+    def restore(self, now, wall):
+        """Load the persistent state from the store (once, before serving).
+
+        `wall` is the wall-clock time in seconds matching `now`, so expiry
+        keeps running across a restart. Returns counts of what came back.
+        """
+        counts = self.persist.restore(now, wall)
+        self.log(
+            20,
+            "restored %d sessions, %d subscriptions, %d queued messages, %d retained (%d dropped, %d damaged records skipped)",
+            (counts["sessions"], counts["subscriptions"], counts["messages"], counts["retained"], counts["dropped"], counts["skipped"]),
+        )
+        return counts
+
+    def sync_store(self):
+        """Make every stored change durable now (the store's fsync)."""
+        if self.store is not None:
+            self.store.sync()
+
     def take_dirty(self):
-        """Ids of the connections with output to take or a close to perform."""
+        """Ids of the connections with output to take or a close to perform.
+
+        With `store_sync = always`, the store is synced first: no output
+        (PUBACK, PUBREC, CONNACK...) leaves before what it acknowledges is
+        durable.
+        """
         dirty = self.dirty
         if not dirty:
             return dirty
+        store = self.store
+        if store is not None and store.dirty and self.settings.store_sync == "always":
+            store.sync()
         self.dirty = []
         conns = self.conns
         for cid in dirty:
@@ -248,6 +281,7 @@ class Broker:
                 self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
             elif conn.state == NEW:
                 self.close(conn, now)
+        self.sync_store()
 
     def publish(self, topic, payload, qos, retain, now):
         """Publish a message from the broker itself ($SYS, bridge)."""

@@ -166,6 +166,8 @@ def _connect(broker, conn, pkt, now, auth_out):
     conn.will_on_close = True
     if pkt.will_topic is not None:
         _set_will(broker, session, pkt, now)
+    if broker.persist is not None:
+        broker.persist.session_saved(session)
 
     ack_props = None
     if v5:
@@ -312,8 +314,11 @@ def detach(broker, conn, now):
         _cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
     if session.expiry_interval == 0:
         destroy_session(broker, session, now)
-    elif session.expiry_interval != NEVER:
+        return
+    if session.expiry_interval != NEVER:
         session.expires_at = now + session.expiry_interval
+    if broker.persist is not None:
+        broker.persist.session_saved(session)  # the disconnect time and a DISCONNECT's new expiry
 
 
 def destroy_session(broker, session, now):

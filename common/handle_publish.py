@@ -18,7 +18,7 @@ from common import consts as C
 from common import retained
 from common.errors import MqttError, ProtocolError
 from common.packets import PubAck, Publish, encode_packet
-from common.session import AWAIT_ACK, AWAIT_COMP, InflightEntry
+from common.session import AWAIT_ACK, AWAIT_COMP, QUEUED, SENT, InflightEntry
 from common.topics import validate_topic_name
 
 # ------------------------------------------------------------------ inbound
@@ -80,6 +80,8 @@ def handle_publish(broker, conn, pkt, now):
     elif qos == 2:
         if reason < 0x80:
             session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
+            if session.stored:
+                broker.persist.session_saved(session)
         send_ack(broker, conn, C.PUBREC, pid, reason, text)
 
 
@@ -112,6 +114,8 @@ def handle_pubrel(broker, conn, pkt, now):
     pid = pkt.packet_id
     if pid in session.qos2_in:
         session.qos2_in.discard(pid)
+        if session.stored:
+            broker.persist.session_saved(session)
         send_ack(broker, conn, C.PUBCOMP, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-11]
     else:
         send_ack(broker, conn, C.PUBCOMP, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
@@ -214,22 +218,34 @@ def deliver(broker, session, msg, qos, retain, sub_ids, now, group=None):
 
 def _enqueue(broker, session, msg, qos, retain, sub_ids, group):
     s = broker.settings
-    if session.queued_bytes + msg.size > s.max_queued_bytes or not session.queue.push(
-        (msg, qos, retain, sub_ids, group)
-    ):
+    queue = session.queue
+    if session.queued_bytes + msg.size > s.max_queued_bytes or queue.count >= queue.cap:
         broker.stats.dropped_queue_full += 1
         return
+    seq = 0
+    if session.stored:
+        seq = broker.persist.delivery_added(session, msg, qos, retain, sub_ids, group, QUEUED, 0)
+    queue.push((msg, qos, retain, sub_ids, group, seq))
     session.queued_bytes += msg.size
     broker.messages.hold(msg)
 
 
-def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now):
+def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now, seq=0):
+    """Send a QoS 1/2 delivery and keep it in the window; `seq` if already stored."""
     pid = session.allocate_packet_id()
     if _send(broker, conn, msg, qos, retain, sub_ids, pid, False, now):
         entry = InflightEntry(pid, msg, qos, retain, sub_ids)
         entry.group = group
         session.inflight.append(entry)
         broker.messages.hold(msg)
+        if session.stored:
+            if seq:
+                entry.seq = seq
+                broker.persist.delivery_sent(session, entry)
+            else:
+                entry.seq = broker.persist.delivery_added(session, msg, qos, retain, sub_ids, group, SENT, pid)
+    elif seq:
+        broker.persist.delivery_done(session, seq)  # too large for this client: dropped
 
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
@@ -295,12 +311,16 @@ def pump(broker, session, now):
             return
         queue.pop()
         session.queued_bytes -= msg.size
-        if msg.expiry and now >= msg.expiry:
-            broker.stats.expired += 1  # [MQTT-3.3.2-5]
-        elif qos == 0:
-            _send(broker, conn, msg, 0, item[2], item[3], 0, False, now)
+        seq = item[5]
+        if qos and not (msg.expiry and now >= msg.expiry):
+            _send_inflight(broker, conn, session, msg, qos, item[2], item[3], item[4], now, seq)
         else:
-            _send_inflight(broker, conn, session, msg, qos, item[2], item[3], item[4], now)
+            if qos == 0:
+                _send(broker, conn, msg, 0, item[2], item[3], 0, False, now)
+            else:
+                broker.stats.expired += 1  # [MQTT-3.3.2-5]
+            if seq:
+                broker.persist.delivery_done(session, seq)
         messages.drop(msg)
 
 
@@ -328,6 +348,8 @@ def hand_over_shared(broker, session, now, group=None):
         g = item[4]
         if g is not None and (group is None or g is group):
             session.queued_bytes -= item[0].size
+            if item[5]:
+                broker.persist.delivery_done(session, item[5])
             moved.append(item)
         else:
             queue.push(item)
@@ -337,6 +359,8 @@ def hand_over_shared(broker, session, now, group=None):
         entry = inflight[i]
         g = entry.group
         if g is not None and entry.qos == 1 and (group is None or g is group):
+            if entry.seq:
+                broker.persist.delivery_done(session, entry.seq)
             moved.append((entry.msg, 1, entry.retain, None, g))
             del inflight[i]
         else:
@@ -354,6 +378,8 @@ def hand_over_shared(broker, session, now, group=None):
 
 
 def release_session_messages(broker, session):
+    if session.stored:
+        broker.persist.session_forgotten(session)
     messages = broker.messages
     for item in session.queue.clear():
         messages.drop(item[0])
@@ -377,6 +403,8 @@ def handle_puback(broker, conn, pkt, now):
     if entry.qos != 1:
         raise ProtocolError("PUBACK for a QoS 2 message")
     del session.inflight[i]
+    if entry.seq:
+        broker.persist.delivery_done(session, entry.seq)
     broker.messages.drop(entry.msg)
     pump(broker, session, now)
 
@@ -396,8 +424,12 @@ def handle_pubrec(broker, conn, pkt, now):
         entry.msg = None
     if pkt.reason >= 0x80:
         del session.inflight[i]  # v5: the receiver refused it; no PUBREL
+        if entry.seq:
+            broker.persist.delivery_done(session, entry.seq)
         pump(broker, session, now)
         return
+    if entry.state == AWAIT_ACK and entry.seq:
+        broker.persist.delivery_released(session, entry)
     entry.state = AWAIT_COMP
     send_ack(broker, conn, C.PUBREL, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-3]
 
@@ -407,5 +439,7 @@ def handle_pubcomp(broker, conn, pkt, now):
     i = session.find_inflight(pkt.packet_id)
     if i < 0 or session.inflight[i].state != AWAIT_COMP:
         return
-    del session.inflight[i]
+    entry = session.inflight.pop(i)
+    if entry.seq:
+        broker.persist.delivery_done(session, entry.seq)
     pump(broker, session, now)

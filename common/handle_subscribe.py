@@ -65,27 +65,38 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
     if is_new:
         if len(session.subs) >= s.max_subscriptions_per_client:
             return C.RC_QUOTA_EXCEEDED, None
-        sub = broker.sub_pool.alloc()
+        sub = add_subscription(broker, session, flt)
         if sub is None:
             return C.RC_QUOTA_EXCEEDED, None
-        sub.session = session
-        sub.key = flt
-        sub.filter = inner
-        sub.group = group
-        session.subs[flt] = sub
-        if group is None:
-            broker.trie.add(inner, sub)
-        else:
-            _join_group(broker, group, inner, sub)
     sub.qos = qos
     sub.no_local = no_local
     sub.retain_as_published = (options >> 3) & 1 == 1
     sub.retain_handling = (options >> 4) & 3
     sub.sub_id = sub_id
+    if session.stored:
+        broker.persist.sub_saved(session, sub)
     rh = sub.retain_handling
     if group is not None or rh == 2 or (rh == 1 and not is_new):
         return qos, None  # no retained messages for a shared subscription (v5 4.8.2)
     return qos, sub
+
+
+def add_subscription(broker, session, flt):
+    """A new subscription of `session` to valid filter `flt`, in the trie; None if the pool is full."""
+    sub = broker.sub_pool.alloc()
+    if sub is None:
+        return None
+    group, inner = parse_shared(flt)
+    sub.session = session
+    sub.key = flt
+    sub.filter = inner
+    sub.group = group
+    session.subs[flt] = sub
+    if group is None:
+        broker.trie.add(inner, sub)
+    else:
+        _join_group(broker, group, inner, sub)
+    return sub
 
 
 def _join_group(broker, group, inner, sub):
@@ -124,6 +135,8 @@ def handle_unsubscribe(broker, conn, pkt, now):
 def remove(broker, sub, now):
     session = sub.session
     del session.subs[sub.key]
+    if session.stored:
+        broker.persist.sub_removed(session, sub)
     group, inner = parse_shared(sub.key)
     if group is None:
         broker.trie.remove(sub.filter, sub)

@@ -66,6 +66,7 @@ class Message:
         self.refs = 0
         self.size = 0  # topic + payload bytes, for queue byte limits
         self.wire = None  # cache: encoded packets shared by subscribers
+        self.sid = 0  # id of its record in the store, 0 = not stored
 
 
 class MessagePool:
@@ -73,6 +74,7 @@ class MessagePool:
 
     def __init__(self, capacity, prealloc=False):
         self.pool = SlotPool(Message, capacity, prealloc)
+        self.on_free = None  # callable(msg) for a stored message's last drop
 
     def new(self, topic, payload, qos, retain, props, expiry, origin):
         msg = self.pool.alloc()
@@ -94,6 +96,8 @@ class MessagePool:
     def drop(self, msg):
         msg.refs -= 1
         if msg.refs <= 0:
+            if msg.sid and self.on_free is not None:
+                self.on_free(msg)
             self.pool.release(msg)
 
     def in_use(self):

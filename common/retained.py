@@ -7,8 +7,11 @@
 # Expired messages (v5 Message Expiry) are removed when next looked at.
 
 
-def store(broker, topic, payload, qos, props, expiry, origin):
-    """Keep `payload` as the topic's retained message; the Message, or None."""
+def store(broker, topic, payload, qos, props, expiry, origin, save=True):
+    """Keep `payload` as the topic's retained message; the Message, or None.
+
+    `save` writes it to the persistent store (off while restoring from it).
+    """
     tree = broker.retained
     messages = broker.messages
     old = tree.get(topic)
@@ -32,6 +35,8 @@ def store(broker, topic, payload, qos, props, expiry, origin):
     messages.hold(msg)
     tree.set(topic, msg)
     broker.retained_bytes += msg.size
+    if save and broker.persist is not None:
+        broker.persist.retained_set(msg)
     return msg
 
 
@@ -39,6 +44,8 @@ def _forget(broker, topic, msg):
     broker.retained.remove(topic)
     broker.retained_bytes -= msg.size
     broker.messages.drop(msg)
+    if broker.persist is not None:
+        broker.persist.retained_cleared(topic)
 
 
 def matching(broker, flt, out, now):

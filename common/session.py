@@ -7,8 +7,9 @@
 # rebuild it; the live Connection it is attached to is a separate object.
 #
 # Outbound delivery state:
-#   queue     Ring of (msg, qos, retain, sub_ids, group): routed, not yet
-#             sent; group is the SharedGroup it was picked for, or None
+#   queue     Ring of (msg, qos, retain, sub_ids, group, seq): routed, not
+#             yet sent; group is the SharedGroup it was picked for, or None;
+#             seq numbers its record in the store (0 = not stored)
 #   inflight  list of InflightEntry in send order: sent, not yet acknowledged
 # Redelivery on reconnect resends `inflight` in order (DUP), then the queue,
 # so a message routed while the client was away waits behind them
@@ -20,6 +21,11 @@ from common.pools import Ring
 AWAIT_ACK = 0  # PUBLISH sent: waiting for PUBACK (QoS 1) or PUBREC (QoS 2)
 AWAIT_COMP = 1  # PUBREL sent: waiting for PUBCOMP
 
+# State of a delivery record in the store (common/persist.py).
+QUEUED = 0  # routed, not sent
+SENT = 1  # PUBLISH sent with its packet id, awaiting PUBACK/PUBREC
+RELEASED = 2  # PUBREL sent, awaiting PUBCOMP (the message is gone)
+
 
 class InflightEntry:
     def __init__(self, packet_id, msg, qos, retain, sub_ids):
@@ -30,6 +36,7 @@ class InflightEntry:
         self.sub_ids = sub_ids
         self.state = AWAIT_ACK
         self.group = None  # SharedGroup it was picked for, or None
+        self.seq = 0  # its delivery record in the store, 0 = not stored
 
 
 class Subscription:
@@ -58,6 +65,7 @@ class Session:
     def reset(self):
         self.client_id = ""
         self.generation = 0
+        self.stored = False  # persisted: changes are written to the store
         self.level = 4
         self.expiry_interval = 0  # s the session outlives its connection
         self.expires_at = 0  # absolute time (s) while orphaned, 0 = never

@@ -48,6 +48,12 @@ FIELDS = (
     # v5 enhanced authentication: lines "user:salt:iterations:StoredKey:ServerKey"
     # (base64) made by `python -m cpython_host scram-user`; empty = method off.
     ("scram_users", [], "list"),
+    # -- persistence (used when the shell gives the broker a store) --
+    # "always": every acknowledged QoS 1/2 message is durable before its ack
+    # leaves; "batch": the shell syncs every store_sync_ms, so a crash may
+    # lose the acks of that last window.
+    ("store_sync", "always", "str"),
+    ("store_sync_ms", 100, "int"),
     # -- housekeeping --
     ("sys_interval", 10, "int"),  # s between $SYS updates, 0 = off
     ("prealloc", False, "bool"),  # create every pool object at start-up (boards)
@@ -90,6 +96,8 @@ class Settings:
             raise ValueError("max_inflight_in must be 1..65535")
         if self.max_packet_size < 16:
             raise ValueError("max_packet_size must be at least 16 bytes")
+        if self.store_sync not in ("always", "batch"):
+            raise ValueError("store_sync must be 'always' or 'batch'")
         if self.maximum_qos > 2:
             raise ValueError("maximum_qos must be 0, 1 or 2")
         if self.topic_alias_maximum > 65535:

@@ -21,11 +21,14 @@ from common.settings import Settings
 
 
 class Harness:
-    def __init__(self, **overrides):
-        self.now = 1000
+    def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
+        """A broker with `overrides` settings; with a `store` (common.store.Store,
+        opened) it restores from it first, `wall` being the wall clock at `now`."""
+        self.now = now
         self.counter = 0
-        self.broker = Broker(Settings(overrides), self.entropy)
+        self.broker = Broker(Settings(overrides), self.entropy, store)
         self.clients = {}
+        self.restored = self.broker.restore(now, wall) if store is not None else None
 
     def entropy(self, n):
         self.counter += 1

@@ -1,0 +1,334 @@
+# Persistence: sessions, subscriptions, queues, inflight state and retained
+# messages survive a restart, and a power cut keeps everything acknowledged.
+# The backend is tests/core/memkv.py: power_cut() keeps exactly what was
+# synced. Runs under CPython and MicroPython.
+
+import unittest
+
+from common import consts as C
+from common.store import Store, StoreError, pack, unpack
+from tests.core.harness import Harness
+from tests.core.memkv import MemKV
+
+
+def open_store(backend, **kw):
+    store = Store(backend, **kw)
+    store.open()
+    return store
+
+
+def restart(backend, now=2000, wall=1700001000, **settings):
+    """A fresh broker over what survives a power cut of `backend`."""
+    survivor = backend.power_cut()
+    return Harness(store=open_store(survivor), now=now, wall=wall, **settings), survivor
+
+
+def keys_of(backend, ns):
+    return sorted(k for k, _v in backend.items(ns))
+
+
+class TestRecordCodec(unittest.TestCase):
+    def test_pack_round_trip(self):
+        values = [None, True, False, 0, 1, -1, 127, 128, -129, 2**40, -(2**40), "", "é/x", b"", b"\x00\xff", [], [1, [b"a", "b"], None]]
+        for v in values:
+            self.assertEqual(unpack(pack(v)), v)
+        self.assertEqual(unpack(pack((1, ("k", "v")))), [1, ["k", "v"]])
+
+    def test_damaged_body_raises(self):
+        data = pack(["topic", b"payload"])
+        for cut in range(1, len(data)):
+            with self.assertRaises((ValueError, IndexError)):
+                unpack(data[:cut])
+        with self.assertRaises(ValueError):
+            unpack(data + b"\x00")
+
+
+class TestStoreOpen(unittest.TestCase):
+    def test_boot_counter_grows_and_is_synced(self):
+        kv = MemKV()
+        s1 = open_store(kv)
+        s2 = open_store(kv.power_cut())
+        self.assertEqual(s1.boot, 1)
+        self.assertEqual(s2.boot, 2)
+
+    def test_newer_schema_refused_with_advice(self):
+        kv = MemKV()
+        open_store(kv)
+        meta = bytearray(kv.get(b"V"))
+        meta[4] = 99
+        kv.put(b"V", bytes(meta))
+        with self.assertRaises(StoreError) as cm:
+            open_store(kv)
+        self.assertIn("--wipe-store", str(cm.exception))
+        self.assertIn("schema 99", str(cm.exception))
+
+    def test_records_without_meta_refused(self):
+        kv = MemKV()
+        kv.put(b"Sx", b"\x01\x00\x00")
+        with self.assertRaises(StoreError):
+            open_store(kv)
+
+    def test_wipe_discards_everything(self):
+        kv = MemKV()
+        meta = bytearray(b"SKNS\x63\x00\x00\x00\x01\x00\x00")
+        kv.put(b"V", bytes(meta))
+        kv.put(b"Sx", b"junk")
+        store = Store(kv)
+        store.open(wipe=True)
+        self.assertEqual(keys_of(kv, b"S"), [])
+        self.assertEqual(store.boot, 1)
+
+    def test_damaged_record_skipped_and_counted(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = h.client()
+        c.connect("keep", clean=False)
+        c.subscribe("t", qos=1)
+        kv.put(b"Sbroken", b"\x01\x00\x06\x09")  # a list that claims 9 items
+        kv.put(b"Sold", b"\x07\x00\x00")  # an unknown schema
+        kv.sync()
+        h2, _kv = restart(kv)
+        self.assertEqual(h2.restored["skipped"], 2)
+        self.assertEqual(h2.restored["sessions"], 1)
+
+
+class TestRestart(unittest.TestCase):
+    def persistent_subscriber(self, h, qos=1, level=4, props=None):
+        c = h.client(level)
+        c.connect("sub", clean=False, props=props)
+        c.subscribe("t/#", qos=qos)
+        return c
+
+    def test_offline_queue_survives_power_cut_in_order(self):
+        # [MQTT-3.1.2-5] QoS 1/2 messages for an offline persistent session are
+        # kept; here across a power cut right after the last PUBACK.
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h)
+        sub.disconnect()
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(5):
+            pub.publish("t/%d" % i, b"m%d" % i, qos=1, packet_id=i + 1)
+            self.assertEqual(pub.expect(C.PUBACK).packet_id, i + 1)
+        h2, _kv = restart(kv)
+        self.assertEqual(h2.restored["sessions"], 1)
+        again = h2.client()
+        ack = again.connect("sub", clean=False)
+        self.assertTrue(ack.session_present)
+        got = again.take()
+        self.assertEqual([p.topic for p in got], ["t/%d" % i for i in range(5)])
+        self.assertEqual([p.payload for p in got], [b"m%d" % i for i in range(5)])
+
+    def test_subscriptions_restored_without_reconnect(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h, qos=2)
+        sub.drop()
+        h2, _kv = restart(kv)
+        pub = h2.client()
+        pub.connect("pub")
+        pub.publish("t/x", b"after", qos=2, packet_id=9)
+        self.assertEqual(pub.expect(C.PUBREC).reason, C.RC_SUCCESS)
+        again = h2.client()
+        again.connect("sub", clean=False)
+        pkt = again.expect(C.PUBLISH)
+        self.assertEqual((pkt.topic, pkt.payload, pkt.qos), ("t/x", b"after", 2))
+
+    def test_unacknowledged_publish_resent_with_dup_and_same_id(self):
+        # [MQTT-4.4.0-1] across a restart.
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t/a", b"one", qos=1, packet_id=3)
+        first = sub.expect(C.PUBLISH)
+        self.assertFalse(first.dup)
+        h2, _kv = restart(kv)
+        again = h2.client()
+        again.connect("sub", clean=False)
+        resent = again.expect(C.PUBLISH)
+        self.assertTrue(resent.dup)
+        self.assertEqual(resent.packet_id, first.packet_id)
+        self.assertEqual(resent.payload, b"one")
+
+    def test_pubrel_stage_survives(self):
+        # QoS 2 outbound: after PUBREC the broker owes PUBREL, never the PUBLISH again.
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h, qos=2)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t/a", b"two", qos=2, packet_id=3)
+        pkt = sub.expect(C.PUBLISH)
+        sub.ack(pkt)
+        self.assertEqual(sub.expect(C.PUBREL).packet_id, pkt.packet_id)
+        h2, kv2 = restart(kv)
+        again = h2.client()
+        again.connect("sub", clean=False)
+        rel = again.expect(C.PUBREL)
+        self.assertEqual(rel.packet_id, pkt.packet_id)
+        self.assertEqual(again.take(), [])
+        again.send_raw(bytes([0x70, 2, 0, pkt.packet_id]))  # PUBCOMP
+        self.assertEqual(keys_of(kv2, b"D"), [])
+
+    def test_inbound_qos2_not_delivered_twice_across_restart(self):
+        # [MQTT-4.3.3-9] the packet id held until PUBREL survives the restart.
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h, qos=2)
+        sub.disconnect()
+        pub = h.client()
+        pub.connect("pub", clean=False)
+        pub.publish("t/q", b"once", qos=2, packet_id=7)
+        self.assertEqual(pub.expect(C.PUBREC).packet_id, 7)
+        h2, _kv = restart(kv)
+        pub2 = h2.client()
+        pub2.connect("pub", clean=False)
+        pub2.publish("t/q", b"once", qos=2, packet_id=7, dup=True)
+        self.assertEqual(pub2.expect(C.PUBREC).packet_id, 7)
+        pub2.send_raw(bytes([0x62, 2, 0, 7]))  # PUBREL
+        self.assertEqual(pub2.expect(C.PUBCOMP).reason, C.RC_SUCCESS)
+        again = h2.client()
+        again.connect("sub", clean=False)
+        got = [p for p in again.take() if p.ptype == C.PUBLISH]
+        self.assertEqual([p.payload for p in got], [b"once"])
+
+    def test_retained_restored_and_cleared_stays_cleared(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r/keep", b"kept", qos=1, retain=True, packet_id=1)
+        pub.publish("r/gone", b"soon gone", qos=1, retain=True, packet_id=2)
+        pub.publish("r/gone", b"", qos=1, retain=True, packet_id=3)
+        pub.take()
+        h2, _kv = restart(kv)
+        self.assertEqual(h2.restored["retained"], 1)
+        c = h2.client()
+        c.connect("late")
+        c.subscribe("r/#", qos=1)
+        got = c.take()
+        self.assertEqual([(p.topic, p.payload, p.retain) for p in got], [("r/keep", b"kept", True)])
+
+    def test_clean_sessions_are_not_stored(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = h.client()
+        c.connect("clean", clean=True)
+        c.subscribe("t", qos=1)
+        self.assertEqual(keys_of(kv, b"S") + keys_of(kv, b"U"), [])
+
+    def test_acknowledged_deliveries_leave_no_records(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h, qos=2)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(3):
+            pub.publish("t/%d" % i, b"x", qos=1 + i % 2, packet_id=i + 1)
+        for pkt in sub.take():
+            sub.ack(pkt)
+            if pkt.qos == 2:
+                rel = sub.expect(C.PUBREL)
+                sub.send_raw(bytes([0x70, 2, 0, rel.packet_id]))
+        self.assertEqual(keys_of(kv, b"D") + keys_of(kv, b"M"), [])
+        sub.unsubscribe("t/#")
+        self.assertEqual(keys_of(kv, b"U"), [])
+
+    def test_expiry_runs_across_restart(self):
+        # v5 Session Expiry: the time the broker was down counts.
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = self.persistent_subscriber(h, level=5, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 100)])
+        c.disconnect()
+        # Down for 50 s: the session is still there.
+        h2, kv2 = restart(kv, now=10, wall=1700000000 + 50)
+        self.assertEqual(h2.restored["sessions"], 1)
+        # Down for 200 s in all: it expired while the broker was down.
+        h3, kv3 = restart(kv2, now=10, wall=1700000000 + 200)
+        self.assertEqual(h3.restored["sessions"], 0)
+        self.assertEqual(keys_of(kv3, b"S") + keys_of(kv3, b"U"), [])
+
+    def test_session_expires_by_clock_after_restart(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = self.persistent_subscriber(h, level=5, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 30)])
+        c.disconnect()
+        h2, kv2 = restart(kv, now=500, wall=1700000000 + 10)  # 20 s of 30 left
+        h2.advance(15)
+        self.assertIn("sub", h2.broker.sessions)
+        h2.advance(10)
+        self.assertNotIn("sub", h2.broker.sessions)
+        self.assertEqual(keys_of(kv2, b"S"), [])
+
+    def test_clock_going_back_is_clamped(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = self.persistent_subscriber(h, level=5, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 60)])
+        c.disconnect()
+        # A board without a real-time clock restarts at wall time "0".
+        h2, _kv = restart(kv, now=5, wall=100)
+        session = h2.broker.sessions["sub"]
+        self.assertLessEqual(session.expires_at, 5 + 60)
+
+    def test_session_no_longer_persistent_is_forgotten(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = self.persistent_subscriber(h, level=5, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 60)])
+        c.disconnect()
+        again = h.client(5)
+        again.connect("sub", clean=False)  # Session Expiry 0 now
+        self.assertEqual(keys_of(kv, b"S") + keys_of(kv, b"U"), [])
+
+    def test_message_expiry_counts_downtime(self):
+        # [MQTT-3.3.2-6] the interval less the time waited, across a restart.
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h, level=5, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 1000)])
+        sub.disconnect()
+        pub = h.client(5)
+        pub.connect("pub")
+        pub.publish("t/short", b"s", qos=1, packet_id=1, props=[(C.PROP_MESSAGE_EXPIRY_INTERVAL, 20)])
+        pub.publish("t/long", b"l", qos=1, packet_id=2, props=[(C.PROP_MESSAGE_EXPIRY_INTERVAL, 500)])
+        pub.take()
+        h2, _kv = restart(kv, now=3, wall=1700000000 + 100)
+        again = h2.client(5)
+        again.connect("sub", clean=False, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 1000)])
+        got = [p for p in again.take() if p.ptype == C.PUBLISH]
+        self.assertEqual([p.topic for p in got], ["t/long"])
+        left = [v for k, v in got[0].props if k == C.PROP_MESSAGE_EXPIRY_INTERVAL]
+        self.assertEqual(left, [400])
+
+    def test_generations_keep_increasing(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = self.persistent_subscriber(h)
+        before = h.broker.sessions["sub"].generation
+        c.drop()
+        h2, _kv = restart(kv)
+        other = h2.client()
+        other.connect("other", clean=False)
+        self.assertGreater(h2.broker.sessions["other"].generation, before)
+
+    def test_batch_sync_leaves_the_window_to_the_shell(self):
+        kv = MemKV()
+        h = Harness(store=open_store(kv), store_sync="batch")
+        sub = self.persistent_subscriber(h)
+        sub.disconnect()
+        syncs = kv.syncs
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t/a", b"x", qos=1, packet_id=1)
+        pub.expect(C.PUBACK)
+        self.assertEqual(kv.syncs, syncs)  # acked, not yet durable: the batch window
+        h.broker.sync_store()
+        h2, _kv = restart(kv)
+        again = h2.client()
+        again.connect("sub", clean=False)
+        self.assertEqual(again.expect(C.PUBLISH).payload, b"x")
+
+
+if __name__ == "__main__":
+    unittest.main()
