@@ -17,6 +17,8 @@
 import binascii
 import hashlib
 
+from common.hmac256 import hmac_sha256
+
 CONTINUE = 0
 SUCCESS = 1
 FAIL = 2
@@ -26,15 +28,6 @@ METHOD_NAME = "SCRAM-SHA-256"
 
 def _sha256(data):
     return hashlib.sha256(data).digest()
-
-
-def hmac_sha256(key, msg):
-    if len(key) > 64:
-        key = _sha256(key)
-    key = key + b"\x00" * (64 - len(key))
-    inner = bytes([b ^ 0x36 for b in key])
-    outer = bytes([b ^ 0x5C for b in key])
-    return _sha256(outer + _sha256(inner + msg))
 
 
 def _xor(a, b):

@@ -205,10 +205,8 @@ class Store:
         backend.put(META_KEY, self._meta())
         backend.sync()  # the new boot counter is durable before any nonce uses it
         if encrypted:
-            if meta is None:
-                self.put(CHECK_KEY, b"", CHECK_TEXT)
-            else:
-                self._check_key()
+            if meta is None or self._check_key() != self.key_id:
+                self.put(CHECK_KEY, b"", CHECK_TEXT)  # new store, or a new current key
             self.sync()
 
     def _check_meta(self, meta, encrypted):
@@ -240,6 +238,7 @@ class Store:
             )
 
     def _check_key(self):
+        """The key id of the key-check record, after checking it authenticates."""
         value = self.backend.get(CHECK_KEY)
         if value is None or len(value) < 3 + _NONCE_LEN + _TAG_LEN:
             raise StoreError("the store's key-check record is missing: start with --wipe-store to discard the store")
@@ -255,6 +254,7 @@ class Store:
             )
         if text != CHECK_TEXT:
             raise StoreError("the store's key-check record is damaged: start with --wipe-store to discard the store")
+        return kid
 
     def _meta(self):
         b = self.boot
