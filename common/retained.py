@@ -35,8 +35,8 @@ def store(broker, topic, payload, qos, props, expiry, origin, save=True):
     messages.hold(msg)
     tree.set(topic, msg)
     broker.retained_bytes += msg.size
-    if save and broker.persist is not None:
-        broker.persist.retained_set(msg)
+    if save and broker.persist is not None and not topic.startswith("$SYS"):
+        broker.persist.retained_set(msg)  # $SYS is the broker's own, rebuilt at start
     return msg
 
 

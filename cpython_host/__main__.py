@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,11 +44,19 @@ config file (TOML; boards/linux.toml is a commented example of every key):
 $SYS: statistics are published as retained messages under $SYS/broker/
 every sys_interval seconds ([limits] sys_interval, 0 = off).
 
-other command:
+persistence: with --data-dir, sessions, subscriptions, queued messages and
+retained messages are kept in DIR/siskin.log and come back after a restart or
+a crash (kill -9, power loss). [limits] store_sync = "always" (default) makes
+every acknowledged QoS 1/2 message durable before its ack; "batch" syncs every
+store_sync_ms. Encryption at rest (AES-GCM): --store-key-file FILE or the
+environment variable SISKIN_STORE_KEY (64 hex digits; docs/persistence.md).
+
+other commands:
   siskin scram-user NAME                   print a [limits] scram_users line (v5 SCRAM-SHA-256)
+  siskin store-key                         print a fresh AES-256 store key (keep it secret)
 
 exit status: 0 after a clean shutdown, 1 if the port cannot be opened,
-2 for a bad command line or config file.
+2 for a bad command line, config file, key or store.
 """
 
 
@@ -72,8 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="directory for persistent state (created if missing). NOTE: persistence is not "
-        "implemented yet; sessions and retained messages live in memory only and are lost on exit",
+        help="directory for persistent state (created if missing): sessions, subscriptions, queued "
+        "and retained messages survive restarts and crashes. Without it, everything is in memory only",
+    )
+    p.add_argument(
+        "--store-key-file",
+        metavar="FILE",
+        help="encrypt the store with the AES key in FILE (64 hex digits; `siskin store-key` makes one). "
+        "Default: the environment variable SISKIN_STORE_KEY, else no encryption",
+    )
+    p.add_argument(
+        "--wipe-store",
+        action="store_true",
+        help="discard everything in the data directory's store before starting (sessions, queues, "
+        "retained messages): for a store that is damaged, from a newer Siskin, or under a lost key",
     )
     p.add_argument(
         "--log-level",
@@ -83,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"siskin {VERSION}")
     return p
+
+
+def _store_log(level: int, text: str) -> None:
+    logging.getLogger("siskin.store").log(level, "%s", text)
 
 
 def setup_logging(level: str) -> None:
@@ -135,10 +160,31 @@ def scram_user(argv: Sequence[str]) -> int:
     return 0
 
 
+def store_key(argv: Sequence[str]) -> int:
+    """`siskin store-key`: print a fresh 256-bit store key."""
+    argparse.ArgumentParser(
+        prog="siskin store-key",
+        description="Print a fresh random AES-256 key (64 hex digits) for --store-key-file or "
+        "SISKIN_STORE_KEY. Keep it secret and keep a copy: without it the store cannot be read.",
+        epilog="example:  siskin store-key > /etc/siskin/store.key && chmod 600 /etc/siskin/store.key",
+    ).parse_args(argv)
+    print(os.urandom(32).hex())
+    return 0
+
+
+def _key_text(args: argparse.Namespace) -> str | None:
+    if args.store_key_file is not None:
+        with open(args.store_key_file) as f:
+            return f.read()
+    return os.environ.get("SISKIN_STORE_KEY") or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["scram-user"]:
         return scram_user(argv[1:])
+    if argv[:1] == ["store-key"]:
+        return store_key(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         cfg: HostConfig = load_config(args.config)
@@ -152,24 +198,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= cfg.port <= 65535:
         print(f"siskin: --port {cfg.port}: wants 0..65535", file=sys.stderr)
         return 2
+    from common.store import StoreError
     from cpython_host.server import make_broker, serve
+    from cpython_host.storage import open_store
 
-    try:
-        broker = make_broker(cfg)
-    except ValueError as e:  # e.g. a malformed scram_users line
-        print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
-        return 2
     setup_logging(cfg.log_level)
+    store = None
     data_dir = None
     if args.data_dir is not None:
         data_dir = os.path.abspath(args.data_dir)
         try:
-            os.makedirs(data_dir, exist_ok=True)
-        except OSError as e:
-            print(f"siskin: --data-dir {args.data_dir}: cannot create it: {e.strerror}", file=sys.stderr)
+            store = open_store(data_dir, _key_text(args), args.wipe_store, _store_log)
+        except StoreError as e:
+            print(f"siskin: store in {data_dir}: {e}", file=sys.stderr)
             return 2
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(serve(cfg, broker, data_dir))
+        except OSError as e:
+            print(f"siskin: store in {data_dir}: {e.strerror or e} ({e.filename or data_dir})", file=sys.stderr)
+            return 2
+    elif args.wipe_store or args.store_key_file:
+        print("siskin: --wipe-store and --store-key-file need --data-dir", file=sys.stderr)
+        return 2
+    try:
+        broker = make_broker(cfg, store)
+    except ValueError as e:  # e.g. a malformed scram_users line
+        print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
+        return 2
+    if store is not None:
+        from cpython_host.server import monotonic_seconds
+
+        broker.logger = _store_log
+        broker.restore(monotonic_seconds(), int(time.time()))
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(serve(cfg, broker, data_dir))
+    finally:
+        if store is not None:
+            store.close()
 
 
 if __name__ == "__main__":

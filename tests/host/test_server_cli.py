@@ -24,7 +24,8 @@ def test_help_teaches() -> None:
     for option in ("--host", "--port", "--config", "--data-dir", "--log-level"):
         assert option in out
     assert "default 127.0.0.1" in out and "default 1883" in out
-    assert "persistence is not" in out and "implemented yet" in out  # never pretends to persist
+    for option in ("--store-key-file", "--wipe-store", "SISKIN_STORE_KEY", "store_sync", "store-key"):
+        assert option in out
     assert "examples:" in out and "--config boards/linux.toml" in out
     assert "$SYS" in out and "SIGTERM" in out
 
@@ -101,10 +102,11 @@ def test_board_file_starts_a_broker(tmp_path: Path, board: str) -> None:
         assert b.stop() == 0
 
 
-def test_data_dir_created_and_persistence_disclaimed(tmp_path: Path) -> None:
+def test_data_dir_created_and_store_opened(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path, log_level="info") as b:
         assert (tmp_path / "data").is_dir()
-        b.wait_log(r"persistence is not implemented yet")
+        b.wait_log(r"persistent state in .*data \(store_sync = always\)")
+        assert (tmp_path / "data" / "siskin.log").is_file()
         assert b.stop() == 0
 
 

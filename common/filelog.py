@@ -1,0 +1,360 @@
+# Log-structured key-value store in one append-only file.
+#
+# Theory of operation
+# -------------------
+# The host backend (POSIX files through cpython_host/posix_fs.py) and the
+# board fallback when no raw flash partition is used (a littlefs file through
+# firmware/littlefs_fs.py). All I/O goes through the `fs` adapter handed in:
+#
+#   fs.open(path, mode)   modes "rb", "ab", "wb"; file objects with
+#                         read/write/seek/tell/flush/close
+#   fs.sync(file)         data durable (host: flush + fsync; board: flush)
+#   fs.rename(src, dst)   atomic replace
+#   fs.remove(path), fs.exists(path)
+#   fs.sync_dir(dir)      names in dir durable (host: fsync dir; board: no-op)
+#
+# File layout: the 8-byte file header b"SKVLOG1\n", then records back to back
+# in the framing of common/kvrecord.py (header, key, value, CRC-32). A delete
+# appends a tombstone. The in-RAM index maps key -> (offset, record size);
+# get() reads the record back and checks its CRC.
+#
+# Open scans the file: a later record of a key wins. A record with a bad CRC
+# but a plausible length inside the file is skipped (counted in `skipped`);
+# anything else ends the scan (a torn tail after a power cut). If anything
+# was skipped or cut off, the log is rewritten at once (as a compaction), so
+# later appends never land behind garbage the next open would stop at.
+#
+# Compaction, when the file is at least `compact_ratio` times the live bytes
+# and at least `compact_min` bytes: the live records are written to
+# path + ".compact", which is synced, renamed over the log, and the directory
+# synced. A crash before the rename leaves the old log (the leftover
+# .compact is removed at the next open); after it, the complete new one.
+# Tombstones are not copied: the new file holds nothing older they could hide.
+#
+# Durability: sync() flushes and syncs the file; what was put before it
+# survives a power cut, what came after may be lost, whole records only.
+
+import struct
+
+from .kvrecord import (
+    CRC_SIZE,
+    ERASED,
+    HEADER_FORMAT,
+    HEADER_SIZE,
+    INVALID,
+    MAGIC,
+    OVERHEAD,
+    StoreFull,
+    crc32,
+    decode,
+    decode_header,
+    encode_into,
+    is_tombstone,
+)
+
+FILE_MAGIC = b"SKVLOG1\n"
+FILE_HEADER_SIZE = 8
+COMPACT_SUFFIX = ".compact"
+CORRUPT_SUFFIX = ".corrupt"
+_SMALL = 512  # records up to this size are encoded in one buffer, one write
+_CHUNK = 512  # read size when checking the CRC of a big value at open
+
+
+def _dirname(path):
+    i = path.rfind("/")
+    if i < 0:
+        return "."
+    if i == 0:
+        return "/"
+    return path[:i]
+
+
+class FileLog:
+    """The persistent-store backend interface over an append-only file."""
+
+    def __init__(self, fs, path, compact_min=65536, compact_ratio=2, max_bytes=0):
+        self.fs = fs
+        self.path = path
+        self.compact_min = compact_min
+        self.compact_ratio = compact_ratio
+        self.max_bytes = max_bytes  # 0 = no limit but the file system's
+        self.user_bytes = 0
+        self.device_bytes = 0
+        self.skipped = 0
+        self.compactions = 0
+        self.live_bytes = 0  # bytes of live records (without the file header)
+        self.file_size = 0
+        self._index = {}
+        self._af = None  # append handle
+        self._rf = None  # read handle, reopened after appends
+        self._rf_stale = True
+        self._unsynced = False
+        self._tail_dirty = False  # a write failed part way: rewrite first
+        self._buf = bytearray(_SMALL)
+        self._open()
+
+    # -- public interface ---------------------------------------------------
+
+    def get(self, key):
+        loc = self._index.get(key)
+        if loc is None:
+            return None
+        data = self._read_record(loc[0], loc[1])
+        if data is None:
+            return None
+        rec = decode(data, 0, len(data))
+        if rec == INVALID or rec == ERASED or data[rec[1] : rec[2]] != key:
+            self.skipped += 1  # damaged since it was written
+            return None
+        return data[rec[2] : rec[3]]
+
+    def put(self, key, value):
+        self._append(key, value, False)
+
+    def delete(self, key):
+        if key not in self._index:
+            self.user_bytes += len(key)
+            return
+        self._append(key, b"", True)
+
+    def items(self, prefix=b""):
+        found = []
+        for key in self._index:
+            if key.startswith(prefix):
+                found.append(key)
+        # Read in file order: sequential on the medium.
+        found.sort(key=lambda k: self._index[k][0])
+        out = []
+        for key in found:
+            value = self.get(key)
+            if value is not None:
+                out.append((key, value))
+        return out
+
+    def sync(self):
+        if self._unsynced and self._af is not None:
+            self.fs.sync(self._af)
+            self._unsynced = False
+
+    def close(self):
+        if self._af is not None:
+            self.sync()
+            self._af.close()
+            self._af = None
+        if self._rf is not None:
+            self._rf.close()
+            self._rf = None
+
+    def __len__(self):
+        return len(self._index)
+
+    # -- open ---------------------------------------------------------------
+
+    def _open(self):
+        fs = self.fs
+        tmp = self.path + COMPACT_SUFFIX
+        if fs.exists(tmp):
+            if fs.exists(self.path):
+                fs.remove(tmp)  # a compaction that never reached its rename
+            else:
+                # Only a remove-then-rename adapter (FAT) leaves this: the
+                # .compact was synced before the old log was removed.
+                fs.rename(tmp, self.path)
+        if not fs.exists(self.path):
+            self._create()
+            return
+        f = fs.open(self.path, "rb")
+        try:
+            header = f.read(FILE_HEADER_SIZE)
+            size = f.seek(0, 2)
+            f.seek(FILE_HEADER_SIZE)
+            if header != FILE_MAGIC:
+                good = -1
+            else:
+                good = self._scan(f, size)
+        finally:
+            f.close()
+        if good < 0:
+            if size > FILE_HEADER_SIZE:
+                # Not our log (or its header is damaged): keep it for a human.
+                self.skipped += 1
+                fs.rename(self.path, self.path + CORRUPT_SUFFIX)
+            self._create()  # a creation that a power cut interrupted
+            return
+        self.file_size = size
+        if good < size or self.skipped:
+            self.file_size = good
+            self._rewrite()
+        else:
+            self._af = fs.open(self.path, "ab")
+
+    def _scan(self, f, size):
+        """Index the records; return the offset after the last good one."""
+        off = FILE_HEADER_SIZE
+        good = off
+        index = self._index
+        while off < size:
+            head = f.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE:
+                break
+            parsed = decode_header(head, 0)
+            if parsed == INVALID or parsed == ERASED:
+                break
+            flags, klen, vlen = parsed
+            rsize = OVERHEAD + klen + vlen
+            if off + rsize > size:
+                break  # torn tail
+            key = f.read(klen)
+            crc = crc32(key, crc32(head))
+            left = vlen
+            while left > 0:
+                chunk = f.read(left if left < _CHUNK else _CHUNK)
+                if not chunk:
+                    break
+                crc = crc32(chunk, crc)
+                left -= len(chunk)
+            stored = f.read(CRC_SIZE)
+            if left or len(key) != klen or len(stored) != CRC_SIZE:
+                break
+            if struct.unpack("<I", stored)[0] != crc:
+                # Damaged, but its length stays inside the file: skip just it.
+                self.skipped += 1
+                off += rsize
+                continue
+            old = index.get(key)
+            if old is not None:
+                self.live_bytes -= old[1]
+            if is_tombstone(flags):
+                if old is not None:
+                    del index[key]
+            else:
+                index[key] = (off, rsize)
+                self.live_bytes += rsize
+            off += rsize
+            good = off
+        return good
+
+    def _create(self):
+        f = self.fs.open(self.path, "wb")
+        f.write(FILE_MAGIC)
+        self.fs.sync(f)
+        f.close()
+        self.fs.sync_dir(_dirname(self.path))
+        self.device_bytes += FILE_HEADER_SIZE
+        self.file_size = FILE_HEADER_SIZE
+        self._af = self.fs.open(self.path, "ab")
+
+    # -- appending ----------------------------------------------------------
+
+    def _append(self, key, value, tombstone):
+        klen = len(key)
+        vlen = len(value)
+        size = OVERHEAD + klen + vlen
+        self.user_bytes += klen + vlen
+        if self._tail_dirty:
+            self._rewrite()
+        if self.max_bytes and self.file_size + size > self.max_bytes:
+            # The old record of the key stays live until the new one is written.
+            if not tombstone and FILE_HEADER_SIZE + self.live_bytes + size > self.max_bytes:
+                raise StoreFull("file store full")
+            self._rewrite()
+            if self.file_size + size > self.max_bytes and not tombstone:
+                raise StoreFull("file store full")
+        old = self._index.get(key)
+        off = self.file_size
+        af = self._af
+        try:
+            if size <= _SMALL:
+                encode_into(self._buf, 0, key, value, tombstone)
+                af.write(memoryview(self._buf)[0:size])
+            else:
+                head = bytearray(HEADER_SIZE)
+                struct.pack_into(HEADER_FORMAT, head, 0, MAGIC, 1 if tombstone else 0, klen, vlen)
+                crc = crc32(value, crc32(key, crc32(head)))
+                af.write(head)
+                af.write(key)
+                af.write(value)
+                af.write(struct.pack("<I", crc))
+        except OSError as e:
+            # Part of the record may be in the file: never append behind it.
+            self._tail_dirty = True
+            if e.args and e.args[0] == 28:
+                raise StoreFull("file system full")
+            raise
+        self.file_size = off + size
+        self.device_bytes += size
+        self._unsynced = True
+        self._rf_stale = True
+        if old is not None:
+            self.live_bytes -= old[1]
+        if tombstone:
+            del self._index[key]
+        else:
+            self._index[key] = (off, size)
+            self.live_bytes += size
+        self._maybe_compact()
+
+    def _maybe_compact(self):
+        if self.file_size < self.compact_min:
+            return
+        if self.file_size >= self.compact_ratio * (FILE_HEADER_SIZE + self.live_bytes):
+            self._rewrite()
+
+    def _read_record(self, off, size):
+        if self._rf_stale or self._rf is None:
+            if self._af is not None:
+                self._af.flush()  # so a second handle sees the appends
+            if self._rf is not None:
+                self._rf.close()
+            self._rf = self.fs.open(self.path, "rb")
+            self._rf_stale = False
+        rf = self._rf
+        rf.seek(off)
+        data = rf.read(size)
+        if len(data) != size:
+            self.skipped += 1
+            return None
+        return data
+
+    def _rewrite(self):
+        """Compaction: live records to path.compact, sync, rename over the log."""
+        fs = self.fs
+        tmp = self.path + COMPACT_SUFFIX
+        keys = list(self._index)
+        keys.sort(key=lambda k: self._index[k][0])
+        out = fs.open(tmp, "wb")
+        new_index = {}
+        pos = FILE_HEADER_SIZE
+        try:
+            out.write(FILE_MAGIC)
+            for key in keys:
+                off, size = self._index[key]
+                data = self._read_record(off, size)
+                if data is None:
+                    continue
+                rec = decode(data, 0, size)
+                if rec == INVALID or rec == ERASED:
+                    self.skipped += 1
+                    continue
+                out.write(data)
+                new_index[key] = (pos, size)
+                pos += size
+            fs.sync(out)
+        finally:
+            out.close()
+        for f in (self._af, self._rf):
+            if f is not None:
+                f.close()
+        self._af = None
+        self._rf = None
+        fs.rename(tmp, self.path)
+        fs.sync_dir(_dirname(self.path))
+        self.device_bytes += pos
+        self.compactions += 1
+        self._index = new_index
+        self.live_bytes = pos - FILE_HEADER_SIZE
+        self.file_size = pos
+        self._tail_dirty = False
+        self._unsynced = False
+        self._rf_stale = True
+        self._af = fs.open(self.path, "ab")

@@ -1,0 +1,321 @@
+"""The append-only file store (common/filelog.py) on an in-memory file system
+with power cuts (tests/core/memfs.py), on every interpreter: the interface,
+reopen, torn tails, compaction through path + ".compact", limits, write
+amplification, and a power cut at every file-system operation of a scenario.
+tests/host/test_filelog_posix.py runs it on real files."""
+
+import unittest
+
+from common.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
+from common.kvrecord import OVERHEAD, StoreFull
+from tests.core.flashsim import PowerCut, XorShift
+from tests.core.memfs import MemFS
+from tests.core.test_kvlog import churn, value_for
+
+PATH = "/data/siskin.log"
+
+
+class TestFileLogBasics(unittest.TestCase):
+    def setUp(self):
+        self.fs = MemFS()
+        self.kv = FileLog(self.fs, PATH)
+
+    def test_put_get_overwrite_delete(self):
+        kv = self.kv
+        self.assertIsNone(kv.get(b"a"))
+        kv.put(b"a", b"1")
+        kv.put(b"b", b"")
+        self.assertEqual(kv.get(b"a"), b"1")
+        kv.put(b"a", b"22")
+        self.assertEqual(kv.get(b"a"), b"22")
+        self.assertEqual(kv.get(b"b"), b"")
+        kv.delete(b"a")
+        kv.delete(b"never")
+        self.assertIsNone(kv.get(b"a"))
+        self.assertEqual(kv.items(), [(b"b", b"")])
+
+    def test_items_prefix(self):
+        kv = self.kv
+        for k in (b"s/1", b"r/1", b"s/2", b"s"):
+            kv.put(k, k + b"!")
+        got = kv.items(b"s/")
+        got.sort()
+        self.assertEqual(got, [(b"s/1", b"s/1!"), (b"s/2", b"s/2!")])
+
+    def test_reopen_after_sync(self):
+        kv = self.kv
+        kv.put(b"x", b"old")
+        kv.put(b"x", b"new")
+        kv.put(b"z", b"doomed")
+        kv.delete(b"z")
+        kv.put(b"big", b"B" * 5000)  # beyond the one-buffer path
+        kv.sync()
+        kv2 = FileLog(self.fs, PATH)
+        self.assertEqual(kv2.get(b"x"), b"new")
+        self.assertIsNone(kv2.get(b"z"))
+        self.assertEqual(kv2.get(b"big"), b"B" * 5000)
+        self.assertEqual(kv2.skipped, 0)
+        kv2.close()
+        self.assertEqual(FileLog(self.fs, PATH).get(b"x"), b"new")
+
+    def test_counters(self):
+        kv = self.kv
+        kv.put(b"key", b"value")
+        kv.delete(b"key")
+        self.assertEqual(kv.user_bytes, 3 + 5 + 3)
+        self.assertEqual(kv.device_bytes, FILE_HEADER_SIZE + (OVERHEAD + 8) + (OVERHEAD + 3))
+
+    def test_torn_tail_is_cut_off_and_later_appends_readable(self):
+        kv = self.kv
+        kv.put(b"a", b"kept")
+        kv.sync()
+        size = self.fs.size(PATH)
+        kv.put(b"b", b"torn record")
+        # Keep only part of the last record, as a power cut may.
+        self.fs.truncate(PATH, size + 7)
+        kv2 = FileLog(self.fs, PATH)
+        self.assertEqual(kv2.skipped, 0)
+        self.assertEqual(kv2.get(b"a"), b"kept")
+        self.assertIsNone(kv2.get(b"b"))
+        self.assertEqual(self.fs.size(PATH), size)  # rewritten without the tail
+        kv2.put(b"c", b"after")
+        kv2.sync()
+        kv3 = FileLog(self.fs, PATH)
+        self.assertEqual(kv3.get(b"c"), b"after")
+        self.assertEqual(kv3.get(b"a"), b"kept")
+
+    def test_zero_filled_tail(self):
+        kv = self.kv
+        kv.put(b"a", b"kept")
+        kv.sync()
+        self.fs.names[PATH].data.extend(bytes(40))  # length grew, data never came
+        kv2 = FileLog(self.fs, PATH)
+        self.assertEqual(kv2.items(), [(b"a", b"kept")])
+        kv2.put(b"b", b"next")
+        kv2.sync()
+        self.assertEqual(FileLog(self.fs, PATH).get(b"b"), b"next")
+
+    def test_damaged_record_in_the_middle_is_skipped(self):
+        kv = self.kv
+        kv.put(b"a", b"one")
+        kv.sync()
+        start = self.fs.size(PATH)
+        kv.put(b"b", b"two")
+        kv.put(b"c", b"three")
+        kv.sync()
+        self.fs.corrupt(PATH, start + OVERHEAD)  # inside b's value
+        kv2 = FileLog(self.fs, PATH)
+        self.assertEqual(kv2.skipped, 1)
+        self.assertEqual(kv2.get(b"a"), b"one")
+        self.assertIsNone(kv2.get(b"b"))
+        self.assertEqual(kv2.get(b"c"), b"three")
+        kv2.put(b"d", b"four")
+        kv2.sync()
+        kv3 = FileLog(self.fs, PATH)
+        self.assertEqual(kv3.skipped, 0)
+        self.assertEqual(kv3.get(b"d"), b"four")
+
+    def test_leftover_compact_file_removed(self):
+        self.kv.put(b"a", b"1")
+        self.kv.sync()
+        f = self.fs.open(PATH + COMPACT_SUFFIX, "wb")
+        f.write(b"half a compaction")
+        f.close()
+        kv2 = FileLog(self.fs, PATH)
+        self.assertFalse(self.fs.exists(PATH + COMPACT_SUFFIX))
+        self.assertEqual(kv2.get(b"a"), b"1")
+
+    def test_foreign_file_kept_aside(self):
+        f = self.fs.open("/data/other", "wb")
+        f.write(b"this is not a siskin log at all")
+        f.close()
+        kv = FileLog(self.fs, "/data/other")
+        self.assertEqual(kv.skipped, 1)
+        self.assertTrue(self.fs.exists("/data/other" + CORRUPT_SUFFIX))
+        kv.put(b"a", b"1")
+        kv.sync()
+        self.assertEqual(FileLog(self.fs, "/data/other").get(b"a"), b"1")
+
+    def test_compaction_under_churn_keeps_every_live_key(self):
+        kv = FileLog(self.fs, "/data/churn.log", compact_min=2048)
+        model = {}
+        for round_ in range(3):
+            churn(kv, model, 500, 20, 50, seed=round_ + 1)
+            for k in model:
+                self.assertEqual(kv.get(k), model[k])
+            kv.sync()
+            kv = FileLog(self.fs, "/data/churn.log", compact_min=2048)
+            self.assertEqual(dict(kv.items()), model)
+        self.assertLess(self.fs.size("/data/churn.log"), 2 * (FILE_HEADER_SIZE + kv.live_bytes) + 2048)
+
+    def test_store_full_with_max_bytes(self):
+        kv = FileLog(self.fs, "/data/small.log", compact_min=512, max_bytes=2048)
+        value = b"v" * 100
+        stored = []
+        with self.assertRaises(StoreFull):
+            for i in range(100):
+                kv.put(b"k%02d" % i, value)
+                stored.append(b"k%02d" % i)
+        self.assertGreater(len(stored), 10)
+        with self.assertRaises(StoreFull):  # old and new must fit at once
+            kv.put(stored[0], value_for(0, 100))
+        self.assertEqual(kv.get(stored[0]), value)
+        kv.delete(stored.pop())
+        for i in range(200):  # overwrites fit again, through compaction
+            kv.put(stored[i % len(stored)], value_for(i, 100))
+        kv.delete(stored[0])
+        kv.put(b"new", value)
+        kv.sync()
+        self.assertLessEqual(self.fs.size("/data/small.log"), 2048)
+        kv2 = FileLog(self.fs, "/data/small.log", max_bytes=2048)
+        self.assertEqual(kv2.get(b"new"), value)
+        self.assertEqual(len(kv2), len(stored))
+
+    def test_write_amplification(self):
+        kv = FileLog(self.fs, "/data/wa.log", compact_min=65536)
+        model = {}
+        churn(kv, model, 10000, 64, 100, seed=11, delete_every=10)
+        kv.sync()
+        wa = kv.device_bytes / kv.user_bytes
+        print(
+            "filelog write amplification: 10000 ops, user %d B, device %d B, WA %.3f, compactions %d"
+            % (kv.user_bytes, kv.device_bytes, wa, kv.compactions)
+        )
+        self.assertLess(wa, 1.5)
+        self.assertEqual(dict(FileLog(self.fs, "/data/wa.log").items()), model)
+
+
+# -- power cut at every file-system operation ----------------------------------
+
+KEYS = [b"k%d" % i for i in range(6)]
+
+
+def scenario_ops():
+    """Puts, deletes and syncs; small enough compaction thresholds that the
+    scenario compacts several times."""
+    rng = XorShift(7)
+    ops = []
+    for i in range(110):
+        r = rng.below(8)
+        key = KEYS[rng.below(len(KEYS))]
+        if r == 0:
+            ops.append(("sync", None, None))
+        elif r == 1:
+            ops.append(("delete", key, None))
+        else:
+            ops.append(("put", key, value_for(i, 10 + rng.below(60))))
+    ops.append(("sync", None, None))
+    return ops
+
+
+def open_log(fs):
+    return FileLog(fs, PATH, compact_min=600)
+
+
+class Expect:
+    """Per key: the value at the last completed sync, and every value put
+    (None: deleted) since. After a cut, a key must hold one of them."""
+
+    def __init__(self):
+        self.synced = {}
+        self.since = {}
+
+    def apply(self, op, key, value):
+        if op == "sync":
+            for k in self.since:
+                self.synced[k] = self.since[k][-1]
+            self.since = {}
+        else:
+            self.since.setdefault(key, []).append(value)
+
+    def allowed(self, key):
+        return [self.synced.get(key)] + self.since.get(key, [])
+
+    def reset(self, state):
+        self.synced = dict(state)
+        self.since = {}
+
+
+def session(fs, ops, expect, cut=0, seed=1):
+    """Open, arm a cut at the cut-th fs operation, run ops. Returns True if
+    the power failed. An interrupted op counts as begun: its value is allowed."""
+    kv = None
+    if cut:
+        fs.cut_after(cut, seed=seed)
+    try:
+        kv = open_log(fs)
+        for op, key, value in ops:
+            if op != "sync":
+                expect.apply(op, key, value)  # may land even if the op is cut
+            if op == "put":
+                kv.put(key, value)
+            elif op == "delete":
+                kv.delete(key)
+            else:
+                kv.sync()
+                expect.apply(op, key, value)
+    except PowerCut:
+        fs.restore_power()
+        return True
+    kv.close()
+    return False
+
+
+class TestFileLogPowerCuts(unittest.TestCase):
+    def verify(self, fs, expect, where):
+        kv = open_log(fs)  # never fails
+        state = {}
+        for key in KEYS:
+            got = kv.get(key)
+            self.assertIn(got, expect.allowed(key), "%s: key %r" % (where, key))
+            state[key] = got
+        expect.reset(state)
+        return kv
+
+    def check_still_works(self, fs, where):
+        kv = open_log(fs)
+        for key in KEYS:
+            kv.put(key, key + b" after the cut")
+        kv.delete(KEYS[0])
+        kv.sync()
+        kv2 = open_log(fs)
+        for key in KEYS:
+            expect = None if key == KEYS[0] else key + b" after the cut"
+            self.assertEqual(kv2.get(key), expect, where)
+
+    def test_power_cut_at_every_fs_operation(self):
+        ops = scenario_ops()
+        ref = MemFS()
+        self.assertFalse(session(ref, ops, Expect()))
+        total = ref.ops
+        self.assertGreater(open_log(ref).compactions + ref.syncs, 10)
+        covered = 0
+        for k in range(1, total + 1):
+            fs = MemFS()
+            expect = Expect()
+            self.assertTrue(session(fs, ops, expect, cut=k, seed=k), "cut %d did not happen" % k)
+            covered += 1
+            where = "cut at fs op %d/%d" % (k, total)
+            self.verify(fs, expect, where)
+            self.check_still_works(fs, where)
+        print("filelog power cuts: %d of %d fs operations covered" % (covered, total))
+        self.assertEqual(covered, total)
+
+    def test_two_power_cuts_in_a_row(self):
+        ops = scenario_ops()
+        ref = MemFS()
+        session(ref, ops, Expect())
+        total = ref.ops
+        pairs = 0
+        for k in range(2, total + 1, 13):
+            for second in (1, 2, 4, 9):
+                fs = MemFS()
+                expect = Expect()
+                session(fs, ops, expect, cut=k, seed=k)
+                self.verify(fs, expect, "first cut %d" % k)
+                session(fs, ops, expect, cut=second, seed=k * 31 + second)
+                where = "cuts at %d then %d" % (k, second)
+                self.verify(fs, expect, where)
+                self.check_still_works(fs, where)
+                pairs += 1
+        print("filelog double power cuts: %d pairs" % pairs)
