@@ -318,7 +318,11 @@ class Broker:
         """
         if conn.state == CONNECTED and conn.level == 5:
             props = [(C.PROP_REASON_STRING, text)] if text else None
-            self.write(conn, encode_packet(Disconnect(reason, props), 5))
+            data = encode_packet(Disconnect(reason, props), 5)
+            if props and conn.max_packet_out and len(data) > conn.max_packet_out:
+                # No Reason String beyond the client's Maximum Packet Size [MQTT-3.14.2-3].
+                data = encode_packet(Disconnect(reason, None), 5)
+            self.write(conn, data)
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.

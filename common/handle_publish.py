@@ -74,6 +74,11 @@ def handle_publish(broker, conn, pkt, now):
     else:
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if reason == C.RC_QUOTA_EXCEEDED:
+            if qos and conn.level != 5:
+                # 3.1.1 has no code to refuse it: a transient error closes
+                # the connection, never an ack for a message not kept
+                # [MQTT-4.8.0-2] (3.1.1).
+                raise MqttError(C.RC_QUOTA_EXCEEDED, "message store full")
             text = "message store full"
     if qos == 1:
         send_ack(broker, conn, C.PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
@@ -106,7 +111,12 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
     props = None
     if text is not None and conn.level == 5 and conn.problem_info:
         props = [(C.PROP_REASON_STRING, text)]
-    broker.write(conn, encode_packet(PubAck(ptype, packet_id, reason, props), conn.level))
+    data = encode_packet(PubAck(ptype, packet_id, reason, props), conn.level)
+    if props and conn.max_packet_out and len(data) > conn.max_packet_out:
+        # The Reason String goes rather than exceed the client's Maximum
+        # Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
+        data = encode_packet(PubAck(ptype, packet_id, reason, None), conn.level)
+    broker.write(conn, data)
 
 
 def handle_pubrel(broker, conn, pkt, now):

@@ -49,6 +49,7 @@ from common.consts import (
     DISCONNECT,
     LEVEL_5,
     PACKET_NAMES,
+    PROP_RESPONSE_TOPIC,
     PT_BIN,
     PT_BYTE,
     PT_PAIR,
@@ -200,6 +201,8 @@ def decode_properties(buf, start, end, ptype):
             value, i = decode_vbi(buf, i, stop)
         elif dtype == PT_STR:
             value, i = decode_str(buf, i, stop)
+            if pid == PROP_RESPONSE_TOPIC and ("+" in value or "#" in value):
+                raise ProtocolError("wildcard in a Response Topic")  # [MQTT-3.3.2-14]
         elif dtype == PT_BIN:
             value, i = decode_bin(buf, i, stop)
         else:

@@ -64,7 +64,7 @@ class TestConnect(unittest.TestCase):
         self.assertTrue(c.closed)
 
     def test_empty_client_id_with_clean_session_gets_an_id(self):
-        # [MQTT-3.1.3-6] [MQTT-3.1.3-7]
+        # [MQTT-3.1.3-6]
         h = Harness()
         a = h.client()
         b = h.client()
@@ -75,7 +75,7 @@ class TestConnect(unittest.TestCase):
         self.assertNotEqual(ids[0], ids[1])
 
     def test_empty_client_id_without_clean_session_refused(self):
-        # [MQTT-3.1.3-8]
+        # [MQTT-3.1.3-7] [MQTT-3.1.3-8]
         h = Harness()
         c = h.client()
         ack = c.connect("", clean=False)

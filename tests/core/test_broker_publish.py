@@ -39,7 +39,8 @@ class TestQoS(unittest.TestCase):
         self.assertTrue(msg.packet_id > 0)  # [MQTT-2.3.1-1]
 
     def test_qos2_inbound_delivered_once_and_id_held_until_pubrel(self):
-        # [MQTT-4.3.3-2] PUBREC, [MQTT-4.3.3-9] no second delivery before PUBREL
+        # [MQTT-4.3.3-2] PUBREC; PUBREC again but no second delivery before
+        # PUBREL; PUBCOMP; then the id is a new message
         h = Harness()
         sub, pub = pair(h, 2)
         pub.publish("t", b"two", qos=2, packet_id=9)
@@ -48,7 +49,7 @@ class TestQoS(unittest.TestCase):
         self.assertEqual(pub.expect(C.PUBREC).packet_id, 9)
         self.assertEqual(len([p for p in sub.take() if p.ptype == C.PUBLISH]), 1)
         pub.send(PubAck(C.PUBREL, 9, 0, None))
-        self.assertEqual(pub.expect(C.PUBCOMP).packet_id, 9)  # [MQTT-4.3.3-11]
+        self.assertEqual(pub.expect(C.PUBCOMP).packet_id, 9)
         # After PUBCOMP the id is free: the same id is a new message.
         pub.publish("t", b"again", qos=2, packet_id=9)
         pub.expect(C.PUBREC)
@@ -221,8 +222,13 @@ class TestFlowControl(unittest.TestCase):
         pub.connect("pub")
         for i in range(4):
             pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
-        self.assertEqual(h.broker.stats.dropped_no_slab, 2)
-        self.assertFalse(pub.closed)
+        # Two fit; the third cannot be kept, and 3.1.1 cannot say so in a
+        # PUBACK: the publisher is closed unacknowledged [MQTT-4.8.0-2].
+        self.assertEqual([a.packet_id for a in pub.take() if a.ptype == C.PUBACK], [1, 2])
+        self.assertTrue(pub.closed)
+        self.assertEqual(h.broker.stats.dropped_no_slab, 1)
+        other = h.client()
+        self.assertEqual(other.connect("other").reason, C.CONNACK_ACCEPTED)  # the broker carries on
 
 
 class TestRouting(unittest.TestCase):
@@ -373,7 +379,8 @@ class TestRetained(unittest.TestCase):
 
 class TestSubscribe(unittest.TestCase):
     def test_suback_codes_in_order(self):
-        # [MQTT-3.8.4-1] [MQTT-3.8.4-2] [MQTT-3.9.3-1]
+        # [MQTT-3.8.4-1] [MQTT-3.8.4-2] [MQTT-3.9.3-1] [MQTT-3.9.3-2] every
+        # failure (invalid, denied) is 0x80
         from common.packets import Subscribe
 
         h = Harness(deny_subscribe=["secret/#"])

@@ -65,6 +65,7 @@ class TestConnack(unittest.TestCase):
         self.assertTrue(c.closed)
 
     def test_response_information(self):
+        # [MQTT-3.1.2-28] none unless asked for
         h = Harness(response_information="resp/")
         _c, ack = v5(h, props=[(C.PROP_REQUEST_RESPONSE_INFORMATION, 1)])
         self.assertEqual(prop_get(ack.props, C.PROP_RESPONSE_INFORMATION), "resp/")
@@ -72,6 +73,7 @@ class TestConnack(unittest.TestCase):
         self.assertIsNone(prop_get(ack2.props, C.PROP_RESPONSE_INFORMATION))
 
     def test_unknown_auth_method(self):
+        # [MQTT-4.12.0-1]
         h = Harness()
         c, ack = v5(h, props=[(C.PROP_AUTHENTICATION_METHOD, "KERBEROS")])
         self.assertEqual(ack.reason, C.RC_BAD_AUTHENTICATION_METHOD)
@@ -86,6 +88,7 @@ class TestConnack(unittest.TestCase):
 
 class TestSessionExpiry(unittest.TestCase):
     def test_session_expires_by_clock(self):
+        # [MQTT-4.1.0-2]
         h = Harness()
         c, _ack = v5(h, clean=False, props=[(SEI, 10)])
         c.drop()
@@ -127,7 +130,9 @@ class TestSessionExpiry(unittest.TestCase):
         h = Harness()
         c, _ack = v5(h)
         c.disconnect(props=[(SEI, 5)])
-        self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_PROTOCOL_ERROR)
+        d = c.expect(C.DISCONNECT)
+        self.assertEqual(d.reason, C.RC_PROTOCOL_ERROR)
+        self.assertEqual(props_of(d, SEI), [])  # never sent by the Server
 
     def test_expiry_capped_by_setting_and_reported(self):
         h = Harness(max_session_expiry=60)
@@ -147,7 +152,7 @@ class TestMessageExpiry(unittest.TestCase):
         h.advance(10)
         s2, _ = v5(h, "s", clean=False, props=[(SEI, 1000)])
         got = [m for m in s2.take() if m.ptype == C.PUBLISH]
-        self.assertEqual([m.payload for m in got], [b"long"])
+        self.assertEqual([m.payload for m in got], [b"long"])  # [MQTT-3.3.2-5]
         # [MQTT-3.3.2-6] the interval less the time waited
         self.assertEqual(props_of(got[0], C.PROP_MESSAGE_EXPIRY_INTERVAL), [40])
 
@@ -164,7 +169,8 @@ class TestMessageExpiry(unittest.TestCase):
 
 class TestFlowAndSize(unittest.TestCase):
     def test_client_receive_maximum_caps_inflight(self):
-        # [MQTT-3.3.4-9]
+        # [MQTT-3.3.4-9] [MQTT-4.9.0-1] the quota starts at 2, [MQTT-4.9.0-2]
+        # nothing more at zero
         h = Harness(max_inflight=16)
         s, _ = v5(h, "s", props=[(C.PROP_RECEIVE_MAXIMUM, 2)])
         s.subscribe("t", 1)
@@ -188,6 +194,7 @@ class TestFlowAndSize(unittest.TestCase):
         self.assertTrue(p.closed)
 
     def test_packet_too_large_disconnects_0x95(self):
+        # [MQTT-3.2.2-15] enforced on input
         h = Harness(max_packet_size=100)
         p, _ = v5(h, "p")
         p.publish("t", b"x" * 200)
@@ -217,7 +224,7 @@ class TestTopicAlias(unittest.TestCase):
         self.assertEqual([(m.topic, m.payload) for m in got], [("long/topic/name", b"1"), ("long/topic/name", b"2")])
 
     def test_alias_above_maximum_0x94(self):
-        # [MQTT-3.3.2-9]
+        # [MQTT-3.3.2-9] [MQTT-3.2.2-17]
         h = Harness(topic_alias_maximum=2)
         p, _ = v5(h, "p")
         p.publish("t", b"x", props=[(C.PROP_TOPIC_ALIAS, 3)])
@@ -259,7 +266,7 @@ class TestSubscriptionOptions(unittest.TestCase):
         self.assertEqual(c.expect(C.PUBLISH).payload, b"theirs")
 
     def test_retain_as_published(self):
-        # [MQTT-3.3.1-12]
+        # [MQTT-3.3.1-12] [MQTT-3.3.1-13]
         h = Harness()
         a, _ = v5(h, "a")
         a.subscribe("t", options=C.SUBOPT_RETAIN_AS_PUBLISHED)
@@ -399,6 +406,7 @@ class TestWillDelay(unittest.TestCase):
         self.assertEqual(props_of(msg, C.PROP_CONTENT_TYPE), ["text"])  # will properties passed
 
     def test_reconnect_cancels_delayed_will(self):
+        # [MQTT-3.1.3-9]
         c, _ = v5(self.h, "c", clean=False, props=[(SEI, 100)], will=self.will(5))
         c.drop()
         self.h.advance(2)
@@ -413,7 +421,7 @@ class TestWillDelay(unittest.TestCase):
         self.assertEqual(self.w.expect(C.PUBLISH).payload, b"bye")
 
     def test_disconnect_with_will_message(self):
-        # [MQTT-3.14.4-3] reason 0x04 keeps the will
+        # [MQTT-3.1.2-8] only 0x00 deletes the will: 0x04 keeps it
         _c, _ = v5(self.h, "c")
         d, _ = v5(self.h, "d", will=("will/d", b"wanted", 0, False, None))
         d.disconnect(reason=C.RC_DISCONNECT_WITH_WILL)
@@ -491,6 +499,8 @@ class TestAckReasons(unittest.TestCase):
 
 class TestPassThrough(unittest.TestCase):
     def test_properties_passed_unchanged_and_in_order(self):
+        # [MQTT-3.3.2-4] [MQTT-3.3.2-15] [MQTT-3.3.2-16] [MQTT-3.3.2-17]
+        # [MQTT-3.3.2-18] [MQTT-3.3.2-20]
         h = Harness()
         s, _ = v5(h, "s")
         s.subscribe("req")

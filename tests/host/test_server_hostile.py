@@ -55,7 +55,7 @@ def still_serving(broker: BrokerProcess, witness: Paho) -> None:
 def test_garbage_bytes(broker: BrokerProcess, witness: Paho) -> None:
     c = RawClient(broker.port)
     c.send(b"\x00\xff\xfe garbage that is not MQTT at all \x01\x02")
-    assert c.closed_within(3)  # packet type 0 is reserved: malformed [MQTT-2.2.1]
+    assert c.closed_within(3)  # packet type 0 is reserved (2.2.1): closed [MQTT-4.8.0-1]
     still_serving(broker, witness)
 
 
@@ -84,7 +84,7 @@ def test_oversized_remaining_length(broker: BrokerProcess, witness: Paho, after_
 def test_remaining_length_five_bytes(broker: BrokerProcess, witness: Paho) -> None:
     c = RawClient(broker.port)
     c.connect("vbi5")
-    c.send(b"\x30\xff\xff\xff\xff\x01")  # a 5-byte remaining length is malformed [MQTT-2.2.3]
+    c.send(b"\x30\xff\xff\xff\xff\x01")  # a 5-byte remaining length (2.2.3) is malformed: closed [MQTT-4.8.0-1]
     assert c.closed_within(3)
     still_serving(broker, witness)
 

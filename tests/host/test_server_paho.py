@@ -42,6 +42,7 @@ def paho(broker: BrokerProcess, clients: list[Paho], client_id: str = "", clean:
     return c.connect()
 
 
+# [MQTT-7.0.0-2] a stock client, no extension; [MQTT-7.1.1-1] over TCP
 @pytest.mark.parametrize("qos", [0, 1, 2])
 def test_round_trip(broker: BrokerProcess, clients: list[Paho], qos: int) -> None:
     sub = paho(broker, clients, f"sub-{qos}")
@@ -50,7 +51,7 @@ def test_round_trip(broker: BrokerProcess, clients: list[Paho], qos: int) -> Non
     for i in range(5):
         pub.publish(f"rt/{qos}/x", b"m%d" % i, qos)
     got = [sub.get() for _ in range(5)]
-    assert [m.payload for m in got] == [b"m%d" % i for i in range(5)]  # order kept [MQTT-4.6.0-2..4]
+    assert [m.payload for m in got] == [b"m%d" % i for i in range(5)]  # order kept [MQTT-4.6.0-6]
     assert {m.qos for m in got} == {qos}
     assert not any(m.retain for m in got)
 

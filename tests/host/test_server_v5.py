@@ -74,6 +74,7 @@ def v5(broker: BrokerProcess, clients: list[V5], cid: str, clean: bool = True, *
     return c
 
 
+# [MQTT-3.1.4-5] CONNACK 0x00 over TCP [MQTT-4.2-1]
 def test_connack_properties(broker: BrokerProcess, clients: list[V5]) -> None:
     c = v5(broker, clients, "props")
     assert c.rc == 0
@@ -82,6 +83,7 @@ def test_connack_properties(broker: BrokerProcess, clients: list[V5]) -> None:
     assert c.props.MaximumPacketSize > 0
 
 
+# [MQTT-3.3.2-15] [MQTT-3.3.2-16] [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.2-20]
 def test_user_properties_and_request_response_pass_through(broker: BrokerProcess, clients: list[V5]) -> None:
     sub = v5(broker, clients, "rr-sub")
     sub.subscribe("req/+", 1)
@@ -101,6 +103,7 @@ def test_user_properties_and_request_response_pass_through(broker: BrokerProcess
     assert msg.properties.ContentType == "text/plain"
 
 
+# [MQTT-3.3.4-3] [MQTT-3.8.3-3]
 def test_subscription_identifier_and_no_local(broker: BrokerProcess, clients: list[V5]) -> None:
     c = v5(broker, clients, "subid")
     sp = Properties(PacketTypes.SUBSCRIBE)
@@ -137,6 +140,7 @@ def test_shared_subscription_spreads_messages(broker: BrokerProcess, clients: li
     assert per_member["a"] and per_member["b"]  # both members got work
 
 
+# [MQTT-3.1.2-23] [MQTT-3.1.2-5] [MQTT-3.2.2-3]
 def test_session_expiry_and_resume(broker: BrokerProcess, clients: list[V5]) -> None:
     c = V5(broker.port, "expiring", True, _connect_props(SessionExpiryInterval=60))
     c.subscribe("exp/t", 1)
@@ -156,6 +160,7 @@ def _connect_props(**values: int) -> Properties:
     return p
 
 
+# [MQTT-3.1.4-3]
 def test_takeover_disconnect_reaches_old_client(broker: BrokerProcess, clients: list[V5]) -> None:
     first = v5(broker, clients, "twin")
     v5(broker, clients, "twin")
@@ -186,6 +191,7 @@ def _read_packets(s: socket.socket, seconds: float = 5.0) -> list:
     return got
 
 
+# [MQTT-4.13.1-1] [MQTT-3.14.4-1]
 def test_disconnect_reaches_client_despite_unread_input(broker: BrokerProcess) -> None:
     # The server half-closes and drains, so the DISCONNECT is not destroyed by
     # a reset even though the client keeps sending after the bad packet.
@@ -199,6 +205,7 @@ def test_disconnect_reaches_client_despite_unread_input(broker: BrokerProcess) -
     assert got[-1].reason == C.RC_MALFORMED_PACKET
 
 
+# [MQTT-3.2.2-15]
 def test_packet_too_large_0x95(broker: BrokerProcess, tmp_path: Path) -> None:
     with BrokerProcess(tmp_path, limits={"sys_interval": 0, "max_packet_size": 1000}) as small:
         s = _raw_v5(small.port, "big")
@@ -209,6 +216,7 @@ def test_packet_too_large_0x95(broker: BrokerProcess, tmp_path: Path) -> None:
         assert got[-1].reason == C.RC_PACKET_TOO_LARGE
 
 
+# [MQTT-3.1.2-8] DISCONNECT 0x04 keeps the will
 def test_clean_disconnect_with_will_message(broker: BrokerProcess, clients: list[V5]) -> None:
     watcher = v5(broker, clients, "will-watch")
     watcher.subscribe("wills/#")
