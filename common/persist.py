@@ -31,6 +31,7 @@
 from common import handle_subscribe, retained
 from common.pools import Ring
 from common.session import AWAIT_ACK, AWAIT_COMP, QUEUED, RELEASED, SENT, InflightEntry
+from common.store import u64be
 
 NS_SESSION = b"S"
 NS_SUB = b"U"
@@ -41,22 +42,7 @@ NS_RETAINED = b"R"
 NEVER = 0xFFFFFFFF
 
 
-def _u64(n):
-    return bytes(
-        [
-            (n >> 56) & 0xFF,
-            (n >> 48) & 0xFF,
-            (n >> 40) & 0xFF,
-            (n >> 32) & 0xFF,
-            (n >> 24) & 0xFF,
-            (n >> 16) & 0xFF,
-            (n >> 8) & 0xFF,
-            n & 0xFF,
-        ]
-    )
-
-
-def _from_u64(b):
+def _from_be(b):
     n = 0
     for x in b:
         n = (n << 8) | x
@@ -160,13 +146,13 @@ class Persist:
             msg.sid = mid
             self.store.put(
                 NS_MESSAGE,
-                _u64(mid),
+                u64be(mid),
                 [msg.topic, msg.payload, msg.qos, msg.retain, _props_out(msg.props), self._wall(msg.expiry), msg.origin],
             )
         return msg.sid
 
     def _delivery_key(self, session, seq):
-        return session.client_id.encode() + b"\0" + _u64(seq)
+        return session.client_id.encode() + b"\0" + u64be(seq)
 
     def delivery_added(self, session, msg, qos, retain, sub_ids, group, state, packet_id):
         """A new delivery for a stored session; its sequence number (0 if not stored)."""
@@ -211,7 +197,7 @@ class Persist:
     def message_freed(self, msg):
         """MessagePool hook: the last reference to a stored message went."""
         if msg.sid:
-            self.store.delete(NS_MESSAGE, _u64(msg.sid))
+            self.store.delete(NS_MESSAGE, u64be(msg.sid))
 
     # ---------------------------------------------------------- retained
 
@@ -236,7 +222,7 @@ class Persist:
 
         messages = {}
         for key, rec in store.items(NS_MESSAGE):
-            mid = _from_u64(key)
+            mid = _from_be(key)
             topic, payload, qos, retain, props, expiry_wall, origin = rec
             msg = broker.messages.new(topic, payload, qos, retain, _props_in(props), self._core(expiry_wall, now, 0), origin)
             if msg is None:
@@ -275,7 +261,7 @@ class Persist:
         for msg in messages.values():
             if msg.refs == 0:
                 broker.messages.pool.release(msg)  # no delivery refers to it
-                store.delete(NS_MESSAGE, _u64(msg.sid))
+                store.delete(NS_MESSAGE, u64be(msg.sid))
             else:
                 counts["messages"] += 1
 
@@ -328,7 +314,7 @@ class Persist:
         for key, rec in store.items(NS_DELIVERY):
             cid, seq = key.split(b"\0", 1)
             session = broker.sessions.get(cid.decode())
-            seq = _from_u64(seq)
+            seq = _from_be(seq)
             if seq >= self.next_seq:
                 self.next_seq = seq + 1
             mid, qos, retain, sub_ids, state, packet_id, share = rec

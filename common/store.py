@@ -154,6 +154,11 @@ def unpack(buf):
 # ------------------------------------------------------------------- store
 
 
+def u64be(n):
+    """`n` as 8 bytes, big-endian (keys sort in numeric order)."""
+    return bytes([(n >> shift) & 0xFF for shift in (56, 48, 40, 32, 24, 16, 8, 0)])
+
+
 def _u32(data, i):
     return (data[i] << 24) | (data[i + 1] << 16) | (data[i + 2] << 8) | data[i + 3]
 
@@ -257,10 +262,7 @@ class Store:
         return kid
 
     def _meta(self):
-        b = self.boot
-        return MAGIC + bytes(
-            [SCHEMA, (b >> 24) & 0xFF, (b >> 16) & 0xFF, (b >> 8) & 0xFF, b & 0xFF, 1 if self.keys else 0, self.key_id]
-        )
+        return MAGIC + bytes([SCHEMA]) + u64be(self.boot)[4:] + bytes([1 if self.keys else 0, self.key_id])
 
     # -- records
 
@@ -275,22 +277,7 @@ class Store:
             c = self.counter
             b = self.boot
             header = bytes([SCHEMA, FLAG_ENCRYPTED, self.key_id])
-            nonce = bytes(
-                [
-                    (b >> 24) & 0xFF,
-                    (b >> 16) & 0xFF,
-                    (b >> 8) & 0xFF,
-                    b & 0xFF,
-                    (c >> 56) & 0xFF,
-                    (c >> 48) & 0xFF,
-                    (c >> 40) & 0xFF,
-                    (c >> 32) & 0xFF,
-                    (c >> 24) & 0xFF,
-                    (c >> 16) & 0xFF,
-                    (c >> 8) & 0xFF,
-                    c & 0xFF,
-                ]
-            )
+            nonce = u64be(b)[4:] + u64be(c)
             sealed = self.keys[self.key_id].encrypt(nonce, body, header + full)
             self.backend.put(full, header + nonce + sealed)
         self.dirty = True

@@ -20,6 +20,22 @@ from common.packets import (
 from common.settings import Settings
 
 
+# Hand-made wire bytes for tests that must send what the codec would refuse
+# to encode.
+def vbi(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out += bytes([b | 0x80 if n else b])
+        if not n:
+            return out
+
+
+def s16(b):
+    return bytes([len(b) >> 8, len(b) & 0xFF]) + b
+
+
 class Harness:
     def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
         """A broker with `overrides` settings; with a `store` (common.store.Store,

@@ -8,21 +8,7 @@ import unittest
 from common import consts as C
 from common.packets import Connect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet
 from common.topics import topic_matches
-from tests.core.harness import Client, Harness
-
-
-def vbi(n):
-    out = b""
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out += bytes([b | 0x80 if n else b])
-        if not n:
-            return out
-
-
-def s16(b):
-    return bytes([len(b) >> 8, len(b) & 0xFF]) + b
+from tests.core.harness import Client, Harness, s16, vbi
 
 
 def connect_raw(flags, payload, keep_alive=0):

@@ -8,24 +8,10 @@ import unittest
 from common import consts as C
 from common.packets import Auth, Connect, Disconnect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet, prop_get
 from common.topics import topic_matches
-from tests.core.harness import Client, Harness
+from tests.core.harness import Client, Harness, s16, vbi
 from tests.core.test_auth_scram import auth_props, exchange, scram_harness
 
 SEI = C.PROP_SESSION_EXPIRY_INTERVAL
-
-
-def vbi(n):
-    out = b""
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out += bytes([b | 0x80 if n else b])
-        if not n:
-            return out
-
-
-def s16(b):
-    return bytes([len(b) >> 8, len(b) & 0xFF]) + b
 
 
 def connect_raw(flags, payload, props=b"", name=b"MQTT", level=5):
