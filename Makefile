@@ -4,8 +4,8 @@
 #   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
 #   make fuzz    the hypothesis tests with many more examples
-#   make soak    long-running soak tests        (not built yet)
-#   make bench   benchmarks against peer brokers (not built yet)
+#   make soak    soak tests: firmware heap under load, many kill -9 crash iterations
+#   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
 #
 # Needs: Python >= 3.11 with venv (Debian: python3-venv), and for the
@@ -107,13 +107,32 @@ SISKIN_FUZZ_EXAMPLES ?= 20000
 fuzz: setup
 	SISKIN_FUZZ_EXAMPLES=$(SISKIN_FUZZ_EXAMPLES) $(PYTEST) tests/host -m hypothesis --timeout=0 $(PYTEST_ARGS)
 
+# SISKIN_SOAK_SECONDS: length of the firmware soak (default 180);
+# SISKIN_CRASH_ITERATIONS: kill -9 iterations of the persistence crash test.
+SISKIN_CRASH_ITERATIONS ?= 100
 soak: setup
-	@if [ ! -d tests/soak ]; then echo "make soak: not built yet (no tests/soak/)" >&2; exit 1; fi
 	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
+	SISKIN_CRASH_ITERATIONS=$(SISKIN_CRASH_ITERATIONS) $(PYTEST) tests/host/test_persist_crash.py -s --timeout=0 $(PYTEST_ARGS)
 
-bench: setup
-	@if [ ! -f tools/bench/__main__.py ] && [ ! -f tools/bench.py ]; then echo "make bench: not built yet (no tools/bench)" >&2; exit 1; fi
-	$(PY) -m tools.bench
+# Siskin (.venv, asyncio; and .venv-bench, uvloop) side by side with Mosquitto
+# (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt, uvloop and py-spy go
+# into a separate .venv-bench so that their dependencies never touch the
+# pinned test venv. BENCH_ARGS=--full: the full run of docs/benchmarks.md.
+BENCH_VENV ?= .venv-bench
+# cryptography: the host's store imports it (same pin as the test venv).
+BENCH_PKGS := amqtt==0.12.1 uvloop==0.23.0 py-spy==0.4.3 $(shell grep -o '"cryptography==[^"]*"' pyproject.toml | tr -d '"')
+BENCH_STAMP := $(BENCH_VENV)/.siskin-bench-$(shell echo '$(BENCH_PKGS)' | sha1sum | cut -c1-12)
+BENCH_ARGS ?=
+bench: venv
+	@if [ ! -f $(BENCH_STAMP) ]; then \
+	  echo "make bench: creating $(BENCH_VENV) with $(BENCH_PKGS)"; \
+	  rm -rf $(BENCH_VENV); \
+	  $(PYTHON) -m venv $(BENCH_VENV) && echo '*' > $(BENCH_VENV)/.gitignore && \
+	  $(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(BENCH_PKGS) && \
+	  touch $(BENCH_STAMP) || { rm -rf $(BENCH_VENV); exit 1; }; \
+	fi
+	@[ -x /usr/sbin/mosquitto ] || echo "make bench: no /usr/sbin/mosquitto (apt-get install mosquitto): it is left out" >&2
+	$(PY) -m tools.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache dist build *.egg-info

@@ -1,0 +1,103 @@
+# The firmware's start-up: config -> Wi-Fi -> watchdog -> store -> broker ->
+# network shell; a fatal error is logged and the board restarted.
+#
+#   on a board:     main.py calls run() (config /siskin.json)
+#   on unix:        micropython firmware/main.py --config path.json [--port N]
+#                   [--board NAME|PATH] [--heap-report S]
+#
+# The unix port takes the same path without the board-only parts (no
+# `network`, no machine.WDT, no machine.reset: see firmware/board.py), which
+# is how the tests run the firmware.
+
+import asyncio
+import os
+import sys
+import time
+
+from common.broker import VERSION, Broker
+from common.store import StoreError
+from firmware import board
+from firmware.boardcfg import ConfigError, board_path, load_board, load_device
+from firmware.shell import Log, Server, now
+from firmware.storage import open_store
+
+DEFAULT_CONFIG = "/siskin.json"
+
+
+def parse_args(argv):
+    opts = {"config": DEFAULT_CONFIG, "port": None, "board": None, "heap_report": None, "root": None}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key = arg[2:].replace("-", "_") if arg.startswith("--") else None
+        if key not in opts or i + 1 >= len(argv):
+            raise ConfigError(
+                "usage: main.py [--config PATH] [--port N] [--board NAME|PATH] [--heap-report S] [--root DIR]"
+            )
+        value = argv[i + 1]
+        opts[key] = int(value) if key in ("port", "heap_report") else value
+        i += 2
+    return opts
+
+
+def build(argv, root):
+    """(server, log, watchdog) ready to run, from the command line and config."""
+    args = parse_args(argv)
+    cfg = load_device(args["config"])
+    if args["port"] is not None:
+        cfg["port"] = args["port"]
+    if args["board"] is not None:
+        cfg["board"] = args["board"]
+    if args["heap_report"] is not None:
+        cfg["server"]["heap_report"] = args["heap_report"]
+    log = Log(cfg["log_level"])
+    settings, opts = load_board(board_path(args["root"] or root, cfg["board"]), cfg["limits"], cfg["server"])
+    log.log(20, "siskin %s on %s (board settings: %s)" % (VERSION, sys.platform, cfg["board"]))
+    wdt = board.start_watchdog(cfg["watchdog_ms"], log)
+    feed = wdt.feed if wdt is not None else None
+    board.bring_up_network(cfg, log, feed)
+    try:
+        store = open_store(cfg, log)
+    except (StoreError, ValueError) as e:
+        # A wrong key or a store from a newer Siskin would fail the same way
+        # after every reset: stop at the REPL instead (docs/boards.md).
+        raise ConfigError("store %s: %s" % (cfg["storage"], e))
+    broker = Broker(settings, os.urandom, store=store)
+    if store is not None:
+        broker.logger = log.log
+        # Wall time so that expiry counts the downtime (boards without NTP:
+        # seconds since 2000 from boot, clamped by the store; see persistence.md).
+        broker.restore(now(), int(time.time()))
+    server = Server(broker, opts, cfg["host"], cfg["port"], log)
+    server.on_tick = feed
+    return server, log
+
+
+def run(argv=None, root=""):
+    """Run the broker until interrupted; restart the board on a fatal error."""
+    log = Log("info")
+    try:
+        server, log = build(sys.argv[1:] if argv is None else argv, root)
+    except ConfigError as e:
+        log.log(40, "config: %s" % e)
+        if board.has_network():
+            # A board with a bad config would reboot forever; stay at the
+            # REPL so the file can be fixed (mpremote, docs/boards.md).
+            return 2
+        sys.exit(2)
+    except Exception as e:  # e.g. MemoryError sizing the pools
+        log.log(40, "fatal at start-up: %r; restarting" % (e,))
+        sys.print_exception(e)
+        board.reset(log)
+    try:
+        try:
+            asyncio.run(server.serve())
+        except KeyboardInterrupt:
+            # Ctrl-C at the REPL, SIGINT on the unix port: stop gracefully
+            # (the tasks of the interrupted loop are still queued).
+            asyncio.run(server.stop("interrupted"))
+    except Exception as e:
+        log.log(40, "fatal: %r; restarting" % (e,))
+        sys.print_exception(e)
+        board.reset(log)
+    return 0

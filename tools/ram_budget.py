@@ -1,0 +1,490 @@
+"""Measure the broker's RAM budget with _GC.mem_alloc() deltas (MicroPython).
+
+    # on MicroPython (any port), from the repository root:
+    micropython -X heapsize=220K tools/ram_budget.py boards/esp32.json
+    # from CPython: run it on a port and print its JSON
+    python tools/ram_budget.py --port wasm boards/esp32.json   # 32-bit, as the boards
+    python tools/ram_budget.py --port unix --heap 220K boards/esp32.json
+
+Theory of operation
+-------------------
+Under MicroPython this drives the sans-I/O core in memory, the way
+tests/core/harness.py does (bytes in, bytes out, no sockets), and reads
+_GC.mem_alloc() after gc.collect() before and after each step. It prints ONE
+JSON object (the last line of its output) with, in bytes:
+
+  code            importing common/ (bytecode of the core; frozen into flash
+                  on a custom image, so not heap there)
+  shell_slot      one preallocated connection slot of firmware/shell.py
+                  (read buffer of `read_buffer` bytes + bookkeeping)
+  baseline        Broker(board settings) right after start-up: with prealloc
+                  every pooled object (sessions, subscriptions, message slabs)
+                  is already in here
+  per_client      one more connected client (CONNECT with a 10-byte client
+                  id, clean session), beyond the preallocated pools
+  per_subscription  one more subscription of a connected client (a
+                  distinct 3-level filter)
+  per_queued      one more QoS 1 message (64-byte payload, 10-byte topic)
+                  queued for an offline persistent session
+  per_retained    one more retained message (64-byte payload, distinct
+                  3-level topic)
+  at_limits       the heap in use with the board at its limits: every
+                  connection slot filled, max_connections clients each with
+                  min(max_subscriptions_per_client, ...) subscriptions,
+                  max_retained retained messages and the message pool
+                  queued for an offline session (see _at_limits)
+  heap            _GC.mem_free() + _GC.mem_alloc() (the port's whole heap)
+
+The per-item figures are averages over `N` items, measured with prealloc off
+(objects are created on use), so each is the full cost of one more item; the
+baseline and at_limits figures use the board's settings as they are.
+
+Under CPython (`--port wasm` or `--port unix`) it runs itself on that port
+and relays the JSON: the wasm port is the 32-bit MicroPython 1.27 of
+@micropython/micropython-webassembly-pyscript (npm; 4-byte words like the
+ESP32 and RP2040), whose heap grows on demand so only deltas mean anything;
+the unix port is 64-bit (objects about twice as big) with a real cap
+(`--heap`), which shows whether the board settings fit at 2x.
+"""
+
+import gc
+import json
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _module(name: str) -> "Any":
+    """Import the code under measurement by name (it runs on MicroPython; the
+    host's type checker covers it through its own entry points, not this tool)."""
+    return __import__(name, None, None, ["_"])
+
+
+# MicroPython's gc (mem_alloc/mem_free); typed loosely for the host's checker.
+_GC: "Any" = gc
+
+
+N = 20  # items per averaged measurement
+PAYLOAD = b"x" * 64
+
+
+def _alloc() -> int:
+    gc.collect()
+    gc.collect()
+    return int(_GC.mem_alloc())
+
+
+# ---------------------------------------------------------------- in memory
+
+
+class Driver:
+    """Clients of one in-memory broker; the output is read and thrown away."""
+
+    def __init__(self, broker: "Any") -> None:
+        FrameReader = _module("common.codec").FrameReader
+        self.broker = broker
+        self.now = 1000
+        self.FrameReader = FrameReader
+
+    def connect(self, client_id: str, clean: bool = True, level: int = 4) -> int:
+        packets = _module("common.packets")
+        Connect, encode_packet = packets.Connect, packets.encode_packet
+
+        cid = self.broker.connection_made(self.now)
+        if cid < 0:
+            return -1
+        pkt = Connect(level=level, clean_start=clean, keep_alive=60, client_id=client_id)
+        self.send(cid, encode_packet(pkt, level))
+        return int(cid)
+
+    def send(self, cid: int, data: bytes) -> None:
+        self.broker.data_received(cid, data, self.now)
+        self.pump()
+
+    def pump(self) -> None:
+        broker = self.broker
+        for cid in broker.take_dirty():
+            broker.take_output(cid)
+            if broker.is_closing(cid):
+                broker.connection_lost(cid, self.now)
+
+    def subscribe(self, cid: int, flt: str, qos: int, pid: int = 1) -> None:
+        packets = _module("common.packets")
+        Subscribe, encode_packet = packets.Subscribe, packets.encode_packet
+
+        self.send(cid, encode_packet(Subscribe(pid, [(flt, qos)], None), 4))
+
+    def publish(self, cid: int, topic: str, payload: bytes, qos: int, retain: bool = False, pid: int = 1) -> None:
+        packets = _module("common.packets")
+        Publish, encode_packet = packets.Publish, packets.encode_packet
+
+        self.send(cid, encode_packet(Publish(topic, payload, qos, retain, False, pid, None), 4))
+        # The in-memory publisher's PUBACK/PUBREC answers are discarded; QoS 2
+        # needs the PUBREL to free the packet id.
+        if qos == 2:
+            PubAck = packets.PubAck
+            self.send(cid, encode_packet(PubAck(6, pid, 0, None), 4))
+
+    def drop(self, cid: int) -> None:
+        self.broker.connection_lost(cid, self.now)
+        self.pump()
+
+
+def _entropy(n: int) -> bytes:
+    return bytes(n)
+
+
+def _settings(board: str, **overrides: "Any") -> "tuple[Any, dict[str, Any]]":
+    settings, server = _module("firmware.boardcfg").load_board(board)
+    settings.update(overrides)
+    return settings, server
+
+
+# The measurement is a sequence of steps; the runner reads _GC.mem_alloc()
+# after a full collection before and after each one. On the wasm port that
+# collection must happen between two runPython calls (outside any Python
+# frame: its GC scans the WebAssembly stack conservatively, so garbage still
+# referenced from a live C frame would count), so the steps are separate
+# functions rather than one loop, and the state lives in STATE.
+STEPS = (
+    "code",
+    "settings",
+    "shell_slot",
+    "free_slots",
+    "baseline",
+    "at_limits",
+    "free_broker",
+    "items_setup",
+    "per_client",
+    "per_subscription",
+    "offline_setup",
+    "per_queued",
+    "per_retained",
+)
+STATE: "dict[str, Any]" = {}
+RESULT: "dict[str, Any]" = {}
+
+
+def begin(board: str) -> None:
+    STATE.clear()
+    RESULT.clear()
+    RESULT["board"] = board
+    STATE["board"] = board
+
+
+def step(name: str) -> int:
+    """Run one step; how many items it made (0: not a measurement)."""
+    return int(globals()["_step_" + name]())
+
+
+def record(name: str, items: int, delta: int) -> None:
+    if items:
+        RESULT[name] = delta // items
+
+
+def finish() -> "dict[str, Any]":
+    lim = RESULT["at_limits"] = STATE["at_limits"]
+    lim["dynamic"] = RESULT.pop("at_limits_dynamic")
+    lim["total"] = RESULT["baseline"] + lim["dynamic"] + lim["slots"] * RESULT["shell_slot"]
+    gc.collect()
+    RESULT["heap"] = _GC.mem_free() + _GC.mem_alloc()
+    return RESULT
+
+
+def _step_code() -> int:
+    # The core (with persist and the store), the board loader, the shell and
+    # the storage path: littlefs log, HKDF, AES-GCM (firmware/crypto.py itself
+    # needs cryptolib, which the wasm port lacks; its module is tiny).
+    for name in ("common.broker", "firmware.boardcfg", "firmware.shell", "firmware.storage", "common.aesgcm"):
+        _module(name)
+
+    return 1  # the code of the firmware, as loaded bytecode
+
+
+def _step_settings() -> int:
+    settings, server = _settings(STATE["board"])
+    STATE["settings"] = settings
+    STATE["server"] = server
+    RESULT["settings"] = {
+        "max_connections": settings.max_connections,
+        "max_sessions": settings.max_sessions,
+        "max_subscriptions": settings.max_subscriptions,
+        "max_subscriptions_per_client": settings.max_subscriptions_per_client,
+        "max_messages": settings.max_messages,
+        "max_queued_messages": settings.max_queued_messages,
+        "max_retained": settings.max_retained,
+        "max_packet_size": settings.max_packet_size,
+        "max_sockets": server["max_sockets"],
+        "read_buffer": server["read_buffer"],
+    }
+    return 0
+
+
+def _step_shell_slot() -> int:
+    Slot = _module("firmware.shell").Slot
+    size = STATE["server"]["read_buffer"]
+    STATE["slots"] = [Slot(i, size) for i in range(N)]
+    return N
+
+
+def _step_free_slots() -> int:
+    del STATE["slots"]
+    return 0
+
+
+def _step_baseline() -> int:
+    Broker = _module("common.broker").Broker
+    STATE["broker"] = Broker(STATE["settings"], _entropy)
+    return 1
+
+
+def _step_at_limits() -> int:
+    STATE["at_limits"] = _at_limits(STATE["broker"], STATE["settings"], STATE["server"])
+    RESULT["at_limits_dynamic"] = 0  # filled by record()
+    return 1
+
+
+def _step_free_broker() -> int:
+    del STATE["broker"]
+    return 0
+
+
+def _step_items_setup() -> int:
+    # Per-item costs: prealloc off, generous pools, so each item is new.
+    Broker = _module("common.broker").Broker
+    big, _ = _settings(
+        STATE["board"],
+        prealloc=False,
+        max_connections=4 * N,
+        max_sessions=4 * N,
+        max_subscriptions=8 * N,
+        max_subscriptions_per_client=4 * N,
+        max_messages=8 * N,
+        max_queued_messages=4 * N,
+        max_queued_bytes=1 << 20,
+        max_retained=4 * N,
+        max_retained_bytes=1 << 20,
+        match_cache_bytes=0,
+    )
+    d = Driver(Broker(big, _entropy))
+    # Warm up: the first client, subscription and message create shared
+    # structures (trie root, dict resizes) that are not per item.
+    c0 = d.connect("warm-up-00")
+    d.subscribe(c0, "w/0/0", 1)
+    d.publish(c0, "w/0/1", PAYLOAD, 0, True)
+    STATE["d"] = d
+    STATE["c0"] = c0
+    return 0
+
+
+def _step_per_client() -> int:
+    d = STATE["d"]
+    STATE["cids"] = [d.connect(f"client-{i:03d}") for i in range(N)]
+    return N
+
+
+def _step_per_subscription() -> int:
+    d = STATE["d"]
+    cid = STATE["cids"][0]
+    for i in range(N):
+        d.subscribe(cid, f"s/{i}/+", 1, pid=i + 1)
+    return N
+
+
+def _step_offline_setup() -> int:
+    # An offline persistent session with one QoS 1 subscription.
+    d = STATE["d"]
+    off = d.connect("offline-00", clean=False)
+    d.subscribe(off, "q/t/x", 1)
+    d.drop(off)
+    return 0
+
+
+def _step_per_queued() -> int:
+    d = STATE["d"]
+    for i in range(N):
+        d.publish(STATE["c0"], "q/t/x", PAYLOAD, 1, pid=i + 1)
+    return N
+
+
+def _step_per_retained() -> int:
+    d = STATE["d"]
+    for i in range(N):
+        d.publish(STATE["c0"], f"r/{i}/x", PAYLOAD, 0, True)
+    return N
+
+
+def measure(board: str) -> "dict[str, Any]":
+    """Every step in this interpreter; the result dict."""
+    begin(board)
+    for name in STEPS:
+        a = _alloc()
+        items = step(name)
+        delta = _alloc() - a
+        record("at_limits_dynamic" if name == "at_limits" else name, items, delta)
+    return finish()
+
+
+def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dict[str, Any]":
+    """Fill the board to its limits; what was filled.
+
+    max_connections clients; enough offline persistent sessions (within
+    max_sessions) to queue the whole message pool but max_retained, each with
+    max_queued_messages QoS 1 messages; the subscriptions left shared among
+    the clients (at most max_subscriptions_per_client each); max_retained
+    retained messages. Payloads are 64 bytes.
+    """
+    s = settings
+    d = Driver(broker)
+    per_queue = s.max_queued_messages
+    to_queue = s.max_messages - s.max_retained
+    offline = (to_queue + per_queue - 1) // per_queue
+    if offline > s.max_sessions - s.max_connections:
+        offline = s.max_sessions - s.max_connections
+    # The offline sessions first: connected, they would count against max_connections.
+    for k in range(offline):
+        off = d.connect(f"offline-{k:02d}", clean=False)
+        d.subscribe(off, f"q/{k}/#", 1)
+        d.drop(off)
+    cids = []
+    for i in range(s.max_connections):
+        cid = d.connect(f"client-{i:03d}")
+        if cid >= 0:
+            cids.append(cid)
+    per = (s.max_subscriptions - offline) // len(cids)
+    if per > s.max_subscriptions_per_client:
+        per = s.max_subscriptions_per_client
+    subs = 0
+    for cid in cids:
+        for j in range(per):
+            d.subscribe(cid, f"dev/{cid}/{j}", 1, pid=j + 1)
+            subs += 1
+    pub = cids[0]
+    pid = 0
+    queued = 0
+    for k in range(offline):
+        for _ in range(per_queue if to_queue - queued > per_queue else to_queue - queued):
+            pid = pid % 60000 + 1
+            d.publish(pub, f"q/{k}/x", PAYLOAD, 1, pid=pid)
+            queued += 1
+    for i in range(s.max_retained):
+        d.publish(pub, f"r/{i}/x", PAYLOAD, 0, True)
+    st = broker.stats
+    return {
+        "clients": len(cids),
+        "subscriptions": subs + offline,
+        "offline_sessions": offline,
+        "queued": queued - st.dropped_queue_full - st.dropped_no_slab,
+        "sessions": len(broker.sessions),
+        "retained": s.max_retained - st.dropped_retained,
+        "messages_in_pool": broker.messages.in_use(),
+        "slots": server["max_sockets"] - 1,
+    }
+
+
+# ------------------------------------------------------------------- CPython
+
+
+def _run_on_port(port: str, board: str, heap: str, code: str) -> "dict[str, Any]":
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if port == "unix":
+        exe = os.path.join(os.path.dirname(sys.executable), "micropython")
+        env = dict(os.environ, MICROPYPATH=(os.path.join(root, code) + ":" if code else "") + root + ":.frozen")
+        cmd = [exe, "-X", "heapsize=" + heap, "tools/ram_budget.py", board]
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    else:
+        script = (
+            _WASM_JS.replace("@ROOT@", json.dumps(root))
+            .replace("@BOARD@", json.dumps(board))
+            .replace("@CODE@", json.dumps(code))
+        )
+        proc = subprocess.run(
+            ["node", "--input-type=module", "-e", script], cwd=root, capture_output=True, text=True, timeout=300
+        )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        # (Node prints the minified line of the port's module with an error: skip long lines.)
+        text = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines() if len(line) < 400)
+        sys.stderr.write(text[-3000:] + "\n")
+        raise SystemExit(f"ram_budget: the {port} run failed (exit {proc.returncode})")
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["port"] = port
+    return result
+
+
+# Copies common/, firmware/, boards/ and this file into the wasm port's
+# in-memory file system (it cannot see the host's) and runs measure().
+_WASM_JS = """
+import fs from "node:fs";
+import path from "node:path";
+const root = @ROOT@;
+const { loadMicroPython } = await import(path.join(root, "node_modules/@micropython/micropython-webassembly-pyscript/micropython.mjs"));
+let out = "";
+const mp = await loadMicroPython({ heapsize: 1 << 20, stdout: (l) => { out += l + "\\n"; }, stderr: (l) => process.stderr.write(l + "\\n") });
+function copy(rel) {
+  const src = path.join(root, rel), dst = "/siskin/" + rel;
+  if (fs.statSync(src).isDirectory()) {
+    mp.FS.mkdirTree(dst);
+    for (const n of fs.readdirSync(src)) if (/[.](py|mpy|json)$/.test(n)) copy(rel + "/" + n);
+  } else { mp.FS.mkdirTree(path.posix.dirname(dst)); mp.FS.writeFile(dst, fs.readFileSync(src)); }
+}
+// From a tools/build output (.mpy, as a board loads them) or the sources.
+const code = @CODE@;
+for (const d of ["common", "firmware"]) copy(code ? code + "/" + d : d);
+if (code) { mp.FS.rename("/siskin/" + code + "/common", "/siskin/common"); mp.FS.rename("/siskin/" + code + "/firmware", "/siskin/firmware"); }
+for (const d of ["boards", "tools/ram_budget.py"]) copy(d);
+mp.runPython(`
+import os, sys, gc
+os.chdir("/siskin")
+sys.path.insert(0, "/siskin/tools")
+sys.path.insert(0, "/siskin")
+import ram_budget, json
+ram_budget.begin(${JSON.stringify(@BOARD@)})
+`);
+// Collect between runPython calls, outside any Python frame (see STEPS).
+const alloc = () => { mp.runPython("gc.collect()"); mp.runPython("gc.collect(); _m = gc.mem_alloc()"); return mp.globals.get("_m"); };
+mp.runPython("_steps = json.dumps(ram_budget.STEPS)");
+const steps = JSON.parse(mp.globals.get("_steps"));
+for (const name of steps) {
+  const a = alloc();
+  mp.runPython(`_n = ram_budget.step(${JSON.stringify(name)})`);
+  const items = mp.globals.get("_n");
+  const delta = alloc() - a;
+  const key = name === "at_limits" ? "at_limits_dynamic" : name;
+  mp.runPython(`ram_budget.record(${JSON.stringify(key)}, ${items}, ${delta})`);
+}
+mp.runPython("print(json.dumps(ram_budget.finish()))");
+process.stdout.write(out);
+"""
+
+
+def _cpython_main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="RAM budget of the broker, measured on a MicroPython port")
+    ap.add_argument("board", help="board settings file, e.g. boards/esp32.json")
+    ap.add_argument("--port", choices=("wasm", "unix"), default="wasm")
+    ap.add_argument("--heap", default="220K", help="unix port heap cap (-X heapsize)")
+    ap.add_argument(
+        "--mpy", default="", help="load common/ and firmware/ from this tools/build output (e.g. dist/unix)"
+    )
+    args = ap.parse_args(argv)
+    print(json.dumps(_run_on_port(args.port, args.board, args.heap, args.mpy.rstrip("/"))))
+
+
+def main() -> None:
+    if sys.implementation.name != "micropython":
+        _cpython_main(sys.argv[1:])
+        return
+    args = sys.argv[1:]
+    board = args[0] if args else "boards/esp32.json"
+    print(json.dumps(measure(board)))
+
+
+if __name__ == "__main__":
+    main()
