@@ -21,6 +21,7 @@ from common.consts import (
     CONNACK,
     CONNECT,
     DISCONNECT,
+    PROP_RESPONSE_TOPIC,
     PT_BIN,
     PT_BYTE,
     PT_PAIR,
@@ -103,7 +104,8 @@ def prop_value(pid):
     if dtype == PT_U32:
         return st.integers(low, 0xFFFFFFFF)
     if dtype == PT_STR:
-        return mqtt_text
+        # A Response Topic is a topic name: no wildcards [MQTT-3.3.2-14].
+        return topic_name if pid == PROP_RESPONSE_TOPIC else mqtt_text
     if dtype == PT_BIN:
         return blob
     if dtype == PT_PAIR:
