@@ -36,9 +36,12 @@ FLAG_ENCRYPTED = 1
 _NONCE_LEN = 12
 _TAG_LEN = 16
 
-# Schema migrations: MIGRATIONS[v] upgrades a record body of version v to
-# v + 1. None exist yet (schema 1 is the first); open() consults this table so
-# that an older store is upgraded rather than refused.
+# Schema migrations: MIGRATIONS[v](full_key, value) returns the value of a
+# version-v record as version v + 1 has it. A record is upgraded step by step
+# when it is read (and written back in the current schema whenever the broker
+# next changes it), so an older store opens as long as every step from its
+# version exists; otherwise open() refuses it with what to do. None exist yet:
+# schema 1 is the first.
 MIGRATIONS = {}
 
 
@@ -159,6 +162,21 @@ def u64be(n):
     return bytes([(n >> shift) & 0xFF for shift in (56, 48, 40, 32, 24, 16, 8, 0)])
 
 
+def _can_migrate(schema):
+    if schema > SCHEMA or schema < 1:
+        return False
+    for v in range(schema, SCHEMA):
+        if v not in MIGRATIONS:
+            return False
+    return True
+
+
+def _migrate(full, schema, value):
+    for v in range(schema, SCHEMA):
+        value = MIGRATIONS[v](full, value)
+    return value
+
+
 def _u32(data, i):
     return (data[i] << 24) | (data[i + 1] << 16) | (data[i + 2] << 8) | data[i + 3]
 
@@ -224,7 +242,7 @@ class Store:
                 "upgrade Siskin, or start with --wipe-store to discard the stored sessions and messages"
                 % (schema, SCHEMA)
             )
-        if schema < SCHEMA and schema not in MIGRATIONS:
+        if not _can_migrate(schema):
             raise StoreError(
                 "the store has schema %d, which this Siskin cannot migrate to %d: "
                 "start with --wipe-store to discard it" % (schema, SCHEMA)
@@ -305,8 +323,8 @@ class Store:
         if len(raw) < 2:
             raise ValueError("record too short")
         schema = raw[0]
-        if schema != SCHEMA:
-            raise ValueError("record schema %d, expected %d" % (schema, SCHEMA))
+        if not _can_migrate(schema):
+            raise ValueError("record schema %d, this Siskin reads %d" % (schema, SCHEMA))
         if raw[1] & FLAG_ENCRYPTED:
             if len(raw) < 3 + _NONCE_LEN + _TAG_LEN:
                 raise ValueError("encrypted record too short")
@@ -318,10 +336,10 @@ class Store:
                 body = aead.decrypt(nonce, bytes(raw[3 + _NONCE_LEN :]), bytes(raw[:3]) + full)
             except ValueError:
                 raise ValueError("authentication failed: tampered, moved or under another key")
-            return unpack(body)
+            return _migrate(full, schema, unpack(body))
         if self.keys:
             raise ValueError("plain record in an encrypted store: tampered")
-        return unpack(memoryview(raw)[2:])
+        return _migrate(full, schema, unpack(memoryview(raw)[2:]))
 
     def sync(self):
         """Make every change so far durable (the backend's fsync)."""

@@ -72,6 +72,35 @@ class TestStoreOpen(unittest.TestCase):
         self.assertIn("--wipe-store", str(cm.exception))
         self.assertIn("schema 99", str(cm.exception))
 
+    def test_older_schema_migrated_when_a_path_exists(self):
+        from common import store as store_module
+
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        c = h.client(5)
+        c.connect("old", clean=False, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 50)])
+        c.drop()
+        survivor = kv.power_cut()
+
+        def double_expiry(full, value):
+            if full[:1] == b"S":
+                value[1] *= 2  # an observable change, as a real migration would make
+            return value
+
+        saved = store_module.SCHEMA
+        store_module.SCHEMA = saved + 1
+        try:
+            with self.assertRaises(StoreError) as cm:
+                open_store(MemKV(survivor.durable))  # no migration from `saved` yet
+            self.assertIn("cannot migrate", str(cm.exception))
+            store_module.MIGRATIONS[saved] = double_expiry
+            h2 = Harness(store=open_store(survivor))
+            self.assertEqual(h2.broker.sessions["old"].expiry_interval, 100)
+            self.assertEqual(survivor.get(b"V")[4], saved + 1)  # the meta record is upgraded
+        finally:
+            store_module.SCHEMA = saved
+            store_module.MIGRATIONS.pop(saved, None)
+
     def test_records_without_meta_refused(self):
         kv = MemKV()
         kv.put(b"Sx", b"\x01\x00\x00")
