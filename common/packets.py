@@ -17,6 +17,8 @@ their caller (a test may send a bad packet on purpose). ``decode_packet``
 turns any stray low-level exception into ``MalformedPacket`` as a last guard.
 """
 
+import sys
+
 from common import consts as C
 from common.codec import (
     check_end,
@@ -457,6 +459,11 @@ def decode_packet(first_byte, buf, start, end, level):
 # Encoders: (pkt, level) -> bytes
 # ---------------------------------------------------------------------------
 
+# encode_publish's per-message path: on CPython, joining the parts is about a
+# third faster than filling a bytearray; on MicroPython the bytearray takes
+# fewer heap blocks (tools/bench/upy_heap.py measures them).
+_JOIN_PARTS = sys.implementation.name == "cpython"
+
 
 def encode_connect(p, level=None):
     lvl = p.level
@@ -539,6 +546,16 @@ def encode_publish(p, level):
             size += 1  # Property Length 0
         if tlen > 65535:
             raise ValueError("string or binary data longer than 65535 bytes")
+        if _JOIN_PARTS and size < 128:
+            if qos:
+                pid = p.packet_id
+                if level == C.LEVEL_5:
+                    mid = bytes((pid >> 8, pid & 0xFF, 0))
+                else:
+                    mid = bytes((pid >> 8, pid & 0xFF))
+            else:
+                mid = b"\x00" if level == C.LEVEL_5 else b""
+            return b"".join((bytes((first, size, tlen >> 8, tlen & 0xFF)), topic, mid, payload))
         if size < 128:
             buf = bytearray(2 + size)
             buf[1] = size

@@ -63,7 +63,6 @@ import collections
 import logging
 import os
 import signal
-import socket
 import time
 from typing import Any
 
@@ -83,7 +82,7 @@ def monotonic_seconds() -> int:
 class ClientProtocol(asyncio.Protocol):
     """One accepted connection; a thin adapter between a transport and the core."""
 
-    __slots__ = ("cid", "closing", "linger_handle", "peer", "server", "transport")
+    __slots__ = ("cid", "closing", "linger_handle", "peername", "server", "transport")
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -91,16 +90,19 @@ class ClientProtocol(asyncio.Protocol):
         self.cid = -1
         self.closing = False  # the close procedure has started: input is discarded
         self.linger_handle: asyncio.TimerHandle | None = None
-        self.peer = "?"
+        self.peername: Any = None  # (host, port); formatted only for the log
+
+    @property
+    def peer(self) -> str:
+        p = self.peername
+        return f"{p[0]}:{p[1]}" if p else "?"
 
     # -------------------------------------------------------------- asyncio
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         server = self.server
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.peer = f"{peer[0]}:{peer[1]}"
+        self.peername = transport.get_extra_info("peername")
         cid = server.broker.connection_made(monotonic_seconds())
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
@@ -108,12 +110,9 @@ class ClientProtocol(asyncio.Protocol):
             self.transport.abort()
             return
         self.cid = cid
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:  # pragma: no cover - not TCP (e.g. a UNIX socket)
-                pass
+        # No setsockopt(TCP_NODELAY) here: asyncio and uvloop both set it on
+        # every TCP transport they make (checked on both), and a connection
+        # storm pays for every system call.
         transport.set_write_buffer_limits(server.write_high, server.write_low)  # type: ignore[attr-defined]
         server.protocols[cid] = self
         if server.debug:
@@ -251,12 +250,18 @@ class BrokerServer:
         so flushing now writes exactly what a call_soon flush would, one loop
         iteration (a select() and a callback) sooner: about a tenth of the
         cost of a PUBLISH -> PUBACK round trip. Otherwise (more input in this
-        turn, or a loop without `_ready` such as uvloop) the flush waits for
-        the end of the turn, so output from many inputs still goes out in one
-        write per connection.
+        turn) the flush waits for the end of the turn, so output from many
+        inputs still goes out in one write per connection.
+
+        On loops that hide their queue (uvloop), every input is flushed at
+        once: libuv reads a readable socket up to 32 times in one go, so
+        waiting for the end of the turn would let a firehose publisher pile
+        megabytes into the subscribers' output lists before any write could
+        report backpressure (pause_writing): tests/host/test_server_backpressure.py
+        fails that way. uvloop's writes are cheap enough to pay per input.
         """
         ready = self.ready
-        if ready is not None and not ready and not self.flush_scheduled:
+        if ready is None or (not ready and not self.flush_scheduled):
             self.flush()
         else:
             self.schedule_flush()

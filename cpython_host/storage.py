@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 from common.filelog import FileLog
 from common.store import Store, StoreError
-from cpython_host.crypto import make_aead
 from cpython_host.posix_fs import PosixFS
 
 LOG_NAME = "siskin.log"
@@ -65,6 +64,13 @@ def open_store(
     if key_text is not None:
         keys = parse_keys(key_text)
         key_id = max(keys)
+        try:
+            # Only an encrypted store needs the `cryptography` package.
+            from cpython_host.crypto import make_aead
+        except ImportError:
+            raise StoreError(
+                "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
+            ) from None
         aeads = {kid: make_aead(key) for kid, key in keys.items()}
     backend = FileLog(PosixFS(), os.path.join(data_dir, LOG_NAME))
     store = Store(backend, aeads, key_id, log)

@@ -1,0 +1,104 @@
+"""The benchmark tool works: one tiny round of every scenario (tools/bench).
+
+Runs `python -m tools.bench --smoke` against Siskin (this interpreter) and,
+where it is installed, Mosquitto; amqtt is only for `make bench` (it lives in
+.venv-bench), never here. Checks that each scenario printed one well-formed
+JSON line and that its figures are plausible: messages were delivered, QoS 1
+and 2 lost nothing, percentiles are ordered, the table was printed. It never
+asserts a speed: speed is what `make bench` reports, side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO_ROOT, require
+from tools.bench import brokers
+
+SCENARIOS = {
+    "idle",
+    "fanin_qos0",
+    "fanin_qos1",
+    "fanin_qos2",
+    "fanout_10",
+    "fanout_100",
+    "latency",
+    "retained",
+}
+
+
+def run_smoke(names: list[str], json_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.bench",
+            "--smoke",
+            "--brokers",
+            ",".join(names),
+            "--siskin-python",
+            sys.executable,
+            "--json",
+            str(json_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def check_result(r: dict[str, Any]) -> None:
+    name = f"{r['broker']} {r['scenario']}"
+    assert "error" not in r, f"{name}: {r['error']}"
+    s = r["scenario"]
+    if s.startswith("fanin"):
+        assert r["sent"] > 0 and r["delivered"] > 0, name
+        assert r["msg_per_s"] > 0, name
+        if r["qos"]:
+            assert r["delivered"] == r["sent"] and r["loss"] == 0, f"{name}: QoS {r['qos']} lost messages: {r}"
+        assert 0 <= r["loss"] <= 1, name
+    elif s.startswith("fanout"):
+        assert r["sent"] > 0 and r["delivered"] > 0, name
+        assert r["deliveries_per_s"] > 0 and r["ragged"] == 0, name
+        lat = r["latency_us"]
+        assert r["latency_samples"] > 0 and 0 < lat["p50"] <= lat["p90"] <= lat["p99"], name
+    elif s == "latency":
+        for key in ("puback_us", "roundtrip_us"):
+            p = r[key]
+            assert 0 < p["p50"] <= p["p90"] <= p["p99"], f"{name} {key}: {p}"
+    elif s == "idle":
+        assert r["clients"] == 100, name
+        assert r["connect_per_s"] > 0, name
+        assert r["rss_after"] > 0 and isinstance(r["rss_per_conn"], int), name
+    elif s == "retained":
+        assert r["received"] == r["topics"] == 1000, name
+        assert r["replay_s"] is not None and r["replay_s"] > 0, name
+    cpu = r["gen_cpu"]
+    assert cpu and all(isinstance(v, (int, float, list)) for v in cpu.values()), name
+
+
+def test_bench_smoke(tmp_path: Path) -> None:
+    names = ["siskin"]
+    if brokers.Mosquitto.available():
+        names.append("mosquitto")
+    else:
+        require("mosquitto", False, "apt-get install mosquitto")
+    out = tmp_path / "bench.jsonl"
+    proc = run_smoke(names, out)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = [json.loads(line) for line in lines]
+    assert results == [json.loads(line) for line in out.read_text().splitlines()]
+    for broker in names:
+        seen = {r["scenario"] for r in results if r["broker"] == broker}
+        assert seen == SCENARIOS, f"{broker}: scenarios {sorted(seen)}"
+    for r in results:
+        check_result(r)
+    assert "| figure |" in proc.stdout, proc.stdout[-2000:]
+    if "mosquitto" in names:
+        assert "siskin/mosquitto" in proc.stdout

@@ -1,0 +1,1 @@
+"""Benchmarks of Siskin side by side with Mosquitto and amqtt (`python -m tools.bench`)."""

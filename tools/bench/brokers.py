@@ -1,0 +1,261 @@
+"""Start and stop the brokers under test on free loopback ports.
+
+- Siskin: `<python> -m cpython_host --port P --config <tmp.toml>` (no
+  --data-dir: persistence off), limits raised so the bench never hits them.
+- Mosquitto: /usr/sbin/mosquitto -c <tmp.conf> with `listener P 127.0.0.1`,
+  `allow_anonymous true`, `persistence false` and the same queue/inflight
+  limits as Siskin's.
+- amqtt: `amqtt -c <tmp.yaml>` from the separate .venv-bench.
+
+Every broker logs at warning level or less (per-connection info lines cost
+the same I/O in all of them) and publishes $SYS every 10 s, as by default.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import mqtt
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+MOSQUITTO = "/usr/sbin/mosquitto"
+
+# Limits raised in every broker so that only speed is measured: the fan-in
+# scenarios queue up to a few hundred thousand messages for one subscriber.
+SISKIN_LIMITS = {
+    "max_connections": 5000,
+    "max_sessions": 10000,
+    "max_subscriptions": 100000,
+    "max_messages": 2000000,
+    "max_queued_messages": 2000000,
+    "max_queued_bytes": 1 << 30,
+    "max_retained": 100000,
+    "max_retained_bytes": 1 << 30,
+    "max_inflight": 16,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+class BrokerProc:
+    name = "?"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"{self.name}.log"
+        self.cwd = REPO_ROOT
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 30.0) -> BrokerProc:
+        self.port = free_port()
+        cmd = self.command()
+        with self.log_path.open("ab") as logf:
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} at start: {self.log_tail()}")
+            try:
+                s = mqtt.open_client(self.port, f"probe-{os.getpid()}", timeout=2)
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{self.name} did not answer on port {self.port}: {self.log_tail()}") from None
+                time.sleep(0.05)
+                continue
+            s.sendall(mqtt.DISCONNECT)
+            s.close()
+            return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        p = self.proc
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except FileNotFoundError:
+            return ""
+
+
+class Siskin(BrokerProc):
+    name = "siskin"
+
+    def __init__(
+        self, workdir: Path, python: str | None = None, root: str | None = None, name: str = "siskin"
+    ) -> None:
+        self.name = name
+        super().__init__(workdir)
+        if root:
+            self.cwd = Path(root)  # another checkout (an A/B comparison)
+        venv = REPO_ROOT / ".venv" / "bin" / "python"
+        self.python = python or (str(venv) if venv.exists() else sys.executable)
+        self.config = workdir / f"{name}.toml"
+        lines = ["[limits]"] + [f"{k} = {_toml(v)}" for k, v in SISKIN_LIMITS.items()]
+        lines += ["[server]", "backlog = 4096"]
+        self.config.write_text("\n".join(lines) + "\n")
+
+    def command(self) -> list[str]:
+        return [
+            self.python,
+            "-m",
+            "cpython_host",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--config",
+            str(self.config),
+            "--log-level",
+            "warning",
+        ]
+
+    def event_loop(self) -> str:
+        return "uvloop" if has_uvloop(self.python) else "asyncio"
+
+    def version(self) -> str:
+        r = subprocess.run(
+            [self.python, "-c", "import sys; from common.broker import VERSION; print(VERSION, sys.version.split()[0])"],
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+        )
+        version, _, python = r.stdout.strip().partition(" ")
+        return f"siskin {version} (Python {python}, {self.event_loop()})"
+
+
+def bench_python() -> str:
+    """The interpreter of .venv-bench (amqtt, uvloop, py-spy), made by `make bench`."""
+    return str(REPO_ROOT / ".venv-bench" / "bin" / "python")
+
+
+def has_uvloop(python: str) -> bool:
+    """True if `python` exists and can import uvloop (cpython_host then uses it)."""
+    if not os.access(python, os.X_OK):
+        return False
+    r = subprocess.run([python, "-c", "import uvloop"], capture_output=True)
+    return r.returncode == 0
+
+
+class Mosquitto(BrokerProc):
+    name = "mosquitto"
+
+    @staticmethod
+    def available() -> bool:
+        return os.access(MOSQUITTO, os.X_OK)
+
+    def command(self) -> list[str]:
+        conf = self.workdir / "mosquitto.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    f"listener {self.port} 127.0.0.1",
+                    "allow_anonymous true",
+                    "persistence false",
+                    "set_tcp_nodelay true",
+                    "log_dest stderr",
+                    "log_type error",
+                    "log_type warning",
+                    "sys_interval 10",
+                    f"max_queued_messages {SISKIN_LIMITS['max_queued_messages']}",
+                    f"max_queued_bytes {SISKIN_LIMITS['max_queued_bytes']}",
+                    f"max_inflight_messages {SISKIN_LIMITS['max_inflight']}",
+                    "",
+                ]
+            )
+        )
+        return [MOSQUITTO, "-c", str(conf)]
+
+    def version(self) -> str:
+        r = subprocess.run([MOSQUITTO, "-h"], capture_output=True, text=True)
+        first = (r.stdout or r.stderr).strip().splitlines()
+        return first[0] if first else "mosquitto"
+
+
+class Amqtt(BrokerProc):
+    name = "amqtt"
+    VENV = REPO_ROOT / ".venv-bench"
+
+    @classmethod
+    def exe(cls) -> str | None:
+        beside = cls.VENV / "bin" / "amqtt"
+        if beside.exists():
+            return str(beside)
+        return shutil.which("amqtt")
+
+    @classmethod
+    def available(cls) -> bool:
+        return cls.exe() is not None
+
+    def command(self) -> list[str]:
+        conf = self.workdir / "amqtt.yaml"
+        conf.write_text(
+            "\n".join(
+                [
+                    "---",
+                    "listeners:",
+                    "  default:",
+                    "    type: tcp",
+                    f"    bind: 127.0.0.1:{self.port}",
+                    "plugins:",
+                    "  amqtt.plugins.authentication.AnonymousAuthPlugin:",
+                    "    allow_anonymous: true",
+                    "  amqtt.plugins.sys.broker.BrokerSysPlugin:",
+                    "    sys_interval: 10",
+                    "",
+                ]
+            )
+        )
+        exe = self.exe()
+        assert exe is not None
+        return [exe, "-c", str(conf)]
+
+    def version(self) -> str:
+        exe = self.exe()
+        assert exe is not None
+        r = subprocess.run([exe, "--version"], capture_output=True, text=True)
+        return "amqtt " + (r.stdout or r.stderr).strip().split()[-1] if (r.stdout or r.stderr).strip() else "amqtt"
+
+
+def make_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="siskin-bench-"))

@@ -1,0 +1,243 @@
+# mypy: ignore-errors
+# (MicroPython code: gc.mem_alloc and micropython exist only there, and the
+# core it drives is untyped; mypy strict has nothing to check here.)
+#
+# Heap bytes the core allocates per routed message, under MicroPython.
+#
+#   node tools/bench/upy_wasm.mjs                  32-bit wasm port (the boards' object model)
+#   MICROPYPATH=. .venv/bin/micropython -X heapsize=4M tools/bench/upy_heap.py
+#                                                  64-bit unix port, + heap_lock proofs
+#
+# Drives one sans-I/O Broker in memory (as tests/core/harness.py does, but
+# with every input packet encoded before the measurement): a publisher and
+# 1 or 10 subscribers, QoS 0 or QoS 1, with the esp32 board's switches that
+# matter here (prealloc pools, no match cache). For each case it measures,
+# with gc.disable() and gc.mem_alloc() deltas over `N` messages:
+#   route   the publisher's PUBLISH in (feed, frame, decode, route) and every
+#           delivery encoded, plus the shell taking the output (take_dirty,
+#           take_output): bytes per message;
+#   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK).
+# A phase that measures 0 is run again under micropython.heap_lock() where
+# the port has it: any allocation then raises MemoryError, so "0" is proved,
+# not sampled. Prints one JSON line per case and phase.
+#
+# Runs under MicroPython only (gc.mem_alloc); imports nothing but common/.
+
+import gc
+import json
+import sys
+
+from common.broker import Broker
+from common.settings import Settings
+
+try:
+    import micropython
+except ImportError:
+    micropython = None
+
+N = 200  # messages per measurement
+NOW = 1000
+TOPIC = "bench/heap"
+PAYLOAD = bytes(range(64))
+
+
+def vbi(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | 0x80 if n else b)
+        if not n:
+            return bytes(out)
+
+
+def mqtt_str(s):
+    b = s.encode()
+    return bytes((len(b) >> 8, len(b) & 0xFF)) + b
+
+
+def packet(first, body):
+    return bytes((first,)) + vbi(len(body)) + body
+
+
+def connect_pkt(client_id):
+    return packet(0x10, mqtt_str("MQTT") + bytes((4, 2, 0, 0)) + mqtt_str(client_id))
+
+
+def subscribe_pkt(pid, flt, qos):
+    return packet(0x82, bytes((pid >> 8, pid & 0xFF)) + mqtt_str(flt) + bytes((qos,)))
+
+
+def publish_pkt(qos, pid):
+    mid = bytes((pid >> 8, pid & 0xFF)) if qos else b""
+    return packet(0x30 | (qos << 1), mqtt_str(TOPIC) + mid + PAYLOAD)
+
+
+def puback_pkt(pid):
+    return bytes((0x40, 2, pid >> 8, pid & 0xFF))
+
+
+def entropy(n):
+    return bytes(n)
+
+
+class Rig:
+    """A broker, one publisher and `subs` subscribers, all connected."""
+
+    def __init__(self, subs, qos):
+        settings = Settings(
+            {
+                "prealloc": True,
+                "match_cache_bytes": 0,
+                "max_connections": 16,
+                "max_sessions": 16,
+                "max_subscriptions": 48,
+                "max_messages": 96,
+                "max_inflight": 8,
+                "sys_interval": 0,
+            }
+        )
+        self.broker = Broker(settings, entropy)
+        self.qos = qos
+        self.pub = self.join("pub")
+        self.subs = []
+        for i in range(subs):
+            cid = self.join("sub" + str(i))
+            self.feed(cid, subscribe_pkt(1, TOPIC, qos))
+            self.subs.append(cid)
+        self.drain()
+
+    def join(self, client_id):
+        cid = self.broker.connection_made(NOW)
+        self.feed(cid, connect_pkt(client_id))
+        return cid
+
+    def feed(self, cid, data):
+        self.broker.data_received(cid, data, NOW)
+        self.drain()
+
+    def drain(self):
+        broker = self.broker
+        for cid in broker.take_dirty():
+            broker.take_output(cid)
+
+
+def measure(fn, n):
+    """Bytes allocated per call of fn(i) over n calls, the collector off."""
+    gc.collect()
+    gc.disable()
+    try:
+        before = gc.mem_alloc()
+        for i in range(n):
+            fn(i)
+        after = gc.mem_alloc()
+    finally:
+        gc.enable()
+    return (after - before) / n
+
+
+def locked(fn, n):
+    """True if n calls of fn(i) allocate nothing (micropython.heap_lock)."""
+    if micropython is None or not hasattr(micropython, "heap_lock"):
+        return None
+    gc.collect()
+    micropython.heap_lock()
+    try:
+        for i in range(n):
+            fn(i)
+    except MemoryError:
+        micropython.heap_unlock()
+        return False
+    micropython.heap_unlock()
+    return True
+
+
+def run_case(subs, qos):
+    rig = Rig(subs, qos)
+    broker = rig.broker
+    # Every input encoded beforehand: publisher PUBLISH ids 1..N (QoS 1), the
+    # subscribers' PUBACKs for the ids the broker hands out (1, 2, ... per
+    # session, one message in flight at a time here).
+    pubs = [publish_pkt(qos, (i % 60000) + 1) for i in range(N * 2 + 20)]
+    acks = [puback_pkt((i % 60000) + 1) for i in range(N * 2 + 20)]
+    pub = rig.pub
+    sub_cids = rig.subs
+    counter = [0]
+
+    def one_route(i):
+        k = counter[0]
+        broker.data_received(pub, pubs[k], NOW)
+        for cid in broker.take_dirty():
+            broker.take_output(cid)
+        if qos:
+            ack = acks[k]
+            for cid in sub_cids:
+                broker.data_received(cid, ack, NOW)
+            for cid in broker.take_dirty():
+                broker.take_output(cid)
+        counter[0] = k + 1
+
+    # Warm up (buffers reach their steady size), then measure.
+    for i in range(10):
+        one_route(i)
+    per_msg = measure(one_route, N)
+    results = [{"case": "route", "qos": qos, "subscribers": subs, "bytes_per_message": per_msg}]
+    if qos:
+        # The acks alone: route N messages, then time only the PUBACKs.
+        pending = []
+
+        def send_only(i):
+            k = counter[0]
+            broker.data_received(pub, pubs[k], NOW)
+            for cid in broker.take_dirty():
+                broker.take_output(cid)
+            pending.append(acks[k])
+            counter[0] = k + 1
+
+        def ack_only(i):
+            ack = pending[i]
+            for cid in sub_cids:
+                broker.data_received(cid, ack, NOW)
+            for cid in broker.take_dirty():
+                broker.take_output(cid)
+
+        # One message in flight at a time keeps the ids in step: send one,
+        # measure its acks, repeat.
+        total = 0
+        for i in range(N):
+            send_only(i)
+            gc.collect()
+            gc.disable()
+            before = gc.mem_alloc()
+            ack_only(i)
+            total += gc.mem_alloc() - before
+            gc.enable()
+        per_ack = total / (N * subs)
+        row = {"case": "puback", "qos": 1, "subscribers": subs, "bytes_per_ack": per_ack}
+        if per_ack == 0:
+            send_only(0)
+            proof = locked(lambda i: ack_only(len(pending) - 1), 1)
+            row["heap_lock"] = proof
+        results.append(row)
+    if per_msg == 0:
+        results[0]["heap_lock"] = locked(one_route, N)
+    return results
+
+
+def main():
+    impl = sys.implementation
+    info = {
+        "impl": impl.name,
+        "version": ".".join(str(x) for x in impl.version[:3]),
+        "platform": sys.platform,
+        "maxsize": sys.maxsize,
+        "heap_lock": micropython is not None and hasattr(micropython, "heap_lock"),
+    }
+    print(json.dumps(info))
+    for qos in (0, 1):
+        for subs in (1, 10):
+            for row in run_case(subs, qos):
+                print(json.dumps(row))
+
+
+main()
