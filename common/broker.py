@@ -113,10 +113,12 @@ class Broker:
         self.touched_buf = []
         self.route_stamp = 0
         self.started = None  # first `now` seen, for uptime
-        # Optional callable(level, text) set by the shell: what happened to
-        # whom. Levels as in logging (10 debug, 20 info, 30 warning). Never
-        # called on the per-message path.
+        # Optional callable(level, text) set by the shell (set_logger): what
+        # happened to whom. Levels as in logging (10 debug, 20 info, 30
+        # warning). Never called on the per-message path; below log_level
+        # not even formatted (a connection storm logs nothing at warning).
         self.logger = None
+        self.log_level = 0
         # Enhanced authentication methods by name (v5 AUTH).
         self.auth_methods = {}
         if s.scram_users:
@@ -125,8 +127,13 @@ class Broker:
         if store is not None:
             self.persist = Persist(self, store)
 
+    def set_logger(self, logger, level=0):
+        """Send the core's log lines of `level` and above to logger(level, text)."""
+        self.logger = logger
+        self.log_level = level
+
     def log(self, level, fmt, args):
-        if self.logger is not None:
+        if self.logger is not None and level >= self.log_level:
             self.logger(level, fmt % args)
 
     def client_name(self, conn):

@@ -34,11 +34,11 @@ _V3_CONNACK = {
 
 def send_connack(broker, conn, session_present, reason, props=None):
     if conn.level == 5:
-        pkt = Connack(session_present, reason, props)
+        broker.write(conn, encode_packet(Connack(session_present, reason, props), 5))
     else:
+        # 3.1.1: four fixed bytes (one per connection in a connect storm).
         code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
-        pkt = Connack(session_present, code, None)
-    broker.write(conn, encode_packet(pkt, conn.level))
+        broker.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
 
 
 def refuse(broker, conn, reason, now):

@@ -260,9 +260,21 @@ def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now,
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     """Encode and write one PUBLISH; False if the client's size limit forbids it."""
+    level = conn.level
+    if qos == 0 and not retain and not msg.retain:
+        if level == 4:
+            data = msg.wire4
+            if data is None:
+                data = msg.wire4 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), 4)
+            return _write_publish(broker, conn, data)
+        if not (msg.props or msg.expiry or sub_ids or conn.alias_max_out):
+            data = msg.wire5
+            if data is None:
+                data = msg.wire5 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), 5)
+            return _write_publish(broker, conn, data)
     props = None
     topic = msg.topic
-    if conn.level == 5:
+    if level == 5:
         props = msg.props
         if msg.expiry or sub_ids or conn.alias_max_out:
             props = list(props) if props else []
@@ -275,7 +287,10 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
                     props.append((C.PROP_SUBSCRIPTION_IDENTIFIER, sid))  # [MQTT-3.3.4-3]
             if conn.alias_max_out:
                 topic = _alias_out(conn, topic, props)
-    data = encode_packet(Publish(topic, msg.payload, qos, retain, dup, pid, props), conn.level)
+    return _write_publish(broker, conn, encode_packet(Publish(topic, msg.payload, qos, retain, dup, pid, props), level))
+
+
+def _write_publish(broker, conn, data):
     if conn.max_packet_out and len(data) > conn.max_packet_out:
         broker.stats.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False

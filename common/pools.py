@@ -65,7 +65,10 @@ class Message:
         self.origin = None  # client id of the publisher (No Local)
         self.refs = 0
         self.size = 0  # topic + payload bytes, for queue byte limits
-        self.wire = None  # cache: encoded packets shared by subscribers
+        # The QoS 0 PUBLISH every plain subscriber gets, encoded once per
+        # message (3.1.1 and v5 forms): fan-out copies bytes, not work.
+        self.wire4 = None
+        self.wire5 = None
         self.sid = 0  # id of its record in the store, 0 = not stored
 
 

@@ -226,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if store is not None:
         from cpython_host.server import monotonic_seconds
 
-        broker.logger = _store_log
+        broker.set_logger(_store_log)
         broker.restore(monotonic_seconds(), int(time.time()))
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -224,7 +224,7 @@ class BrokerServer:
         self.listener: asyncio.Server | None = None
         self.clock_task: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
-        broker.logger = self._core_logger
+        broker.set_logger(self._core_logger, core_log.getEffectiveLevel())
 
     @staticmethod
     def _core_logger(level: int, text: str) -> None:

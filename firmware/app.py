@@ -64,7 +64,7 @@ def build(argv, root):
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
     broker = Broker(settings, os.urandom, store=store)
     if store is not None:
-        broker.logger = log.log
+        broker.set_logger(log.log, log.level)
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
         broker.restore(now(), int(time.time()))

@@ -154,7 +154,7 @@ class Server:
         self.stop_event = asyncio.Event()
         self.on_tick = None  # callable() run every second (watchdog feed)
         self.heap_next = 0
-        broker.logger = log.core
+        broker.set_logger(log.core, log.level)
 
     # ---------------------------------------------------------- lifecycle
 

@@ -104,7 +104,7 @@ def prop_value(pid):
     if dtype == PT_U32:
         return st.integers(low, 0xFFFFFFFF)
     if dtype == PT_STR:
-        # A Response Topic is a topic name: no wildcards [MQTT-3.3.2-14].
+        # A Response Topic is a topic name: no wildcards (the decoder refuses them).
         return topic_name if pid == PROP_RESPONSE_TOPIC else mqtt_text
     if dtype == PT_BIN:
         return blob
