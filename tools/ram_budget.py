@@ -28,6 +28,10 @@ JSON object (the last line of its output) with, in bytes:
                   queued for an offline persistent session
   per_retained    one more retained message (64-byte payload, distinct
                   3-level topic)
+  per_queued_stored, per_retained_stored
+                  the same with the store on (firmware/storage.py's littlefs
+                  log, not encrypted): adds the store's RAM index entries
+                  (the record data itself is on flash)
   at_limits       the heap in use with the board at its limits: every
                   connection slot filled, max_connections clients each with
                   min(max_subscriptions_per_client, ...) subscriptions,
@@ -162,6 +166,10 @@ STEPS = (
     "offline_setup",
     "per_queued",
     "per_retained",
+    "free_items",
+    "stored_setup",
+    "per_queued_stored",
+    "per_retained_stored",
 )
 STATE: "dict[str, Any]" = {}
 RESULT: "dict[str, Any]" = {}
@@ -300,6 +308,66 @@ def _step_offline_setup() -> int:
     d.subscribe(off, "q/t/x", 1)
     d.drop(off)
     return 0
+
+
+def _step_free_items() -> int:
+    del STATE["d"], STATE["c0"], STATE["cids"]
+    return 0
+
+
+STORE_PATH = "ram_budget.store"
+
+
+def _step_stored_setup() -> int:
+    # As items_setup + offline_setup, with the board's store (a littlefs log).
+    import os
+
+    try:
+        os.remove(STORE_PATH)
+    except OSError:
+        pass
+    Store = _module("common.store").Store
+    FileLog = _module("common.filelog").FileLog
+    LittleFS = _module("firmware.littlefs_fs").LittleFS
+    Broker = _module("common.broker").Broker
+    big, _ = _settings(
+        STATE["board"],
+        prealloc=False,
+        max_messages=8 * N,
+        max_queued_messages=4 * N,
+        max_queued_bytes=1 << 20,
+        max_retained=4 * N,
+        max_retained_bytes=1 << 20,
+        match_cache_bytes=0,
+    )
+    store = Store(FileLog(LittleFS(), STORE_PATH, compact_min=1 << 20))
+    store.open()
+    broker = Broker(big, _entropy, store)
+    broker.restore(1, 1)
+    d = Driver(broker)
+    c0 = d.connect("warm-up-00")
+    d.publish(c0, "w/0/1", PAYLOAD, 0, True)
+    off = d.connect("offline-00", clean=False)
+    d.subscribe(off, "q/t/x", 1)
+    d.drop(off)
+    d.publish(c0, "q/t/x", PAYLOAD, 1, pid=1)  # the first record of each kind
+    STATE["d"] = d
+    STATE["c0"] = c0
+    return 0
+
+
+def _step_per_queued_stored() -> int:
+    d = STATE["d"]
+    for i in range(N):
+        d.publish(STATE["c0"], "q/t/x", PAYLOAD, 1, pid=i + 2)
+    return N
+
+
+def _step_per_retained_stored() -> int:
+    d = STATE["d"]
+    for i in range(N):
+        d.publish(STATE["c0"], f"r/{i}/x", PAYLOAD, 0, True)
+    return N
 
 
 def _step_per_queued() -> int:
