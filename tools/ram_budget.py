@@ -356,32 +356,36 @@ def _step_stored_setup() -> int:
     return 0
 
 
-def _step_per_queued_stored() -> int:
+def _queue_n(first_pid: int) -> int:
+    """N QoS 1 messages for the offline session's queue."""
     d = STATE["d"]
     for i in range(N):
-        d.publish(STATE["c0"], "q/t/x", PAYLOAD, 1, pid=i + 2)
+        d.publish(STATE["c0"], "q/t/x", PAYLOAD, 1, pid=first_pid + i)
     return N
+
+
+def _retain_n() -> int:
+    """N retained messages on distinct topics."""
+    d = STATE["d"]
+    for i in range(N):
+        d.publish(STATE["c0"], f"r/{i}/x", PAYLOAD, 0, True)
+    return N
+
+
+def _step_per_queued_stored() -> int:
+    return _queue_n(2)  # pid 1 went with the warm-up
 
 
 def _step_per_retained_stored() -> int:
-    d = STATE["d"]
-    for i in range(N):
-        d.publish(STATE["c0"], f"r/{i}/x", PAYLOAD, 0, True)
-    return N
+    return _retain_n()
 
 
 def _step_per_queued() -> int:
-    d = STATE["d"]
-    for i in range(N):
-        d.publish(STATE["c0"], "q/t/x", PAYLOAD, 1, pid=i + 1)
-    return N
+    return _queue_n(1)
 
 
 def _step_per_retained() -> int:
-    d = STATE["d"]
-    for i in range(N):
-        d.publish(STATE["c0"], f"r/{i}/x", PAYLOAD, 0, True)
-    return N
+    return _retain_n()
 
 
 def measure(board: str) -> "dict[str, Any]":

@@ -173,3 +173,17 @@ class Client:
 
     def disconnect(self, reason=0, props=None):
         self.send(Disconnect(reason, props))
+
+
+class RawClient(Client):
+    """A harness client that also keeps the raw bytes it receives."""
+
+    def __init__(self, harness, level=4):
+        Client.__init__(self, harness, level)
+        self.raw = b""
+        harness.clients[self.cid] = self
+
+    def receive(self, data):
+        self.raw += data
+        Client.receive(self, data)
+

@@ -8,7 +8,7 @@ import unittest
 from common import consts as C
 from common.packets import Connect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet
 from common.topics import topic_matches
-from tests.core.harness import Client, Harness, s16, vbi
+from tests.core.harness import Harness, RawClient, s16, vbi
 
 
 def connect_raw(flags, payload, keep_alive=0):
@@ -19,19 +19,6 @@ def connect_raw(flags, payload, keep_alive=0):
 def publish_raw(topic, payload=b"x"):
     body = s16(topic) + payload
     return b"\x30" + vbi(len(body)) + body
-
-
-class RawClient(Client):
-    """A harness client that also keeps the raw bytes it receives."""
-
-    def __init__(self, harness, level=4):
-        Client.__init__(self, harness, level)
-        self.raw = b""
-        harness.clients[self.cid] = self
-
-    def receive(self, data):
-        self.raw += data
-        Client.receive(self, data)
 
 
 def connected(h, cid, clean=True, **kw):

@@ -8,7 +8,7 @@ import unittest
 from common import consts as C
 from common.packets import Auth, Connect, Disconnect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet, prop_get
 from common.topics import topic_matches
-from tests.core.harness import Client, Harness, s16, vbi
+from tests.core.harness import Harness, RawClient, s16, vbi
 from tests.core.test_auth_scram import auth_props, exchange, scram_harness
 
 SEI = C.PROP_SESSION_EXPIRY_INTERVAL
@@ -22,19 +22,6 @@ def connect_raw(flags, payload, props=b"", name=b"MQTT", level=5):
 def publish_raw(topic, props=b"", payload=b"x", first=0x30, packet_id=b""):
     body = s16(topic) + packet_id + vbi(len(props)) + props + payload
     return bytes([first]) + vbi(len(body)) + body
-
-
-class RawClient(Client):
-    """A harness client that also keeps the raw bytes it receives."""
-
-    def __init__(self, harness, level=5):
-        Client.__init__(self, harness, level)
-        self.raw = b""
-        harness.clients[self.cid] = self
-
-    def receive(self, data):
-        self.raw += data
-        Client.receive(self, data)
 
 
 class RecordingClient(RawClient):
@@ -120,7 +107,7 @@ class TestPacketIdentifiers(unittest.TestCase):
         # [MQTT-2.2.1-2] [MQTT-4.3.1-1] [MQTT-3.3.1-2] QoS 0, DUP 0, no id;
         # [MQTT-2.2.2-1] no properties: Property Length 0
         h = Harness()
-        s = RawClient(h)
+        s = RawClient(h, 5)
         s.connect("s")
         s.raw = b""
         s.subscribe("t", 2)
@@ -303,7 +290,7 @@ class TestConnect(unittest.TestCase):
         # flag bits 7-1 are 0; [MQTT-3.1.2-5] [MQTT-3.2.2-3] resumed: 1;
         # [MQTT-3.1.2-6] no session: a new one, 0; [MQTT-3.1.4-4] [MQTT-3.1.4-5]
         h = Harness()
-        s = RawClient(h)
+        s = RawClient(h, 5)
         ack = s.connect("s", clean=False, props=[(SEI, 100)])
         self.assertEqual((ack.reason, ack.session_present), (C.RC_SUCCESS, False))
         self.assertEqual(s.raw[2], 0)
@@ -311,7 +298,7 @@ class TestConnect(unittest.TestCase):
         s.drop()
         p, _ = v5(h, "p")
         p.publish("t", b"queued", qos=1)
-        again = RawClient(h)
+        again = RawClient(h, 5)
         again.send_raw(encode_packet(Connect(level=5, clean_start=False, client_id="s", props=[(SEI, 100)]), 5))
         got = again.take()
         self.assertEqual([x.ptype for x in got], [C.CONNACK, C.PUBLISH])
@@ -810,7 +797,7 @@ class TestReasonCodes(unittest.TestCase):
         # PUBACK/PUBREC refusing a $SYS publish loses its Reason String rather
         # than exceed 20 bytes; [MQTT-3.1.2-24] nothing larger is ever sent
         h = Harness()
-        c = RawClient(h)
+        c = RawClient(h, 5)
         c.connect("c", props=[(C.PROP_MAXIMUM_PACKET_SIZE, 20)])
         c.raw = b""
         c.publish("$SYS/x", b"x", qos=1, packet_id=1)
@@ -825,7 +812,7 @@ class TestReasonCodes(unittest.TestCase):
     def test_disconnect_reason_string_within_the_client_maximum(self):
         # [MQTT-3.14.2-3] [MQTT-3.14.2-4]
         h = Harness()
-        c = RawClient(h)
+        c = RawClient(h, 5)
         c.connect("c", props=[(C.PROP_MAXIMUM_PACKET_SIZE, 16)])
         c.raw = b""
         c.send_raw(b"\x30\x03\x00\x05a")

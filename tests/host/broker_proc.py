@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.bench import mqtt as raw
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 _LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
@@ -171,22 +173,14 @@ class BrokerProcess:
 
 # ---------------------------------------------------------------------------
 # Raw MQTT 3.1.1 bytes, written out by hand (not with common/'s encoder, so
-# the server is tested against an independent reading of the spec).
+# the server is tested against an independent reading of the spec): the load
+# generator's builders (tools/bench/mqtt.py), plus what only the tests need.
 
-
-def vbi(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n % 128
-        n //= 128
-        out.append(b | 0x80 if n else b)
-        if not n:
-            return bytes(out)
-
-
-def mqtt_str(s: str | bytes) -> bytes:
-    b = s.encode() if isinstance(s, str) else s
-    return len(b).to_bytes(2, "big") + b
+vbi = raw.vbi
+mqtt_str = raw.mqtt_str
+publish_packet = raw.publish
+subscribe_packet = raw.subscribe
+DISCONNECT = raw.DISCONNECT
 
 
 def connect_packet(
@@ -205,21 +199,8 @@ def connect_packet(
     return b"\x10" + vbi(len(body)) + body
 
 
-def publish_packet(topic: str, payload: bytes, qos: int = 0, packet_id: int = 0, retain: bool = False) -> bytes:
-    body = mqtt_str(topic) + (packet_id.to_bytes(2, "big") if qos else b"") + payload
-    return bytes([0x30 | (qos << 1) | (1 if retain else 0)]) + vbi(len(body)) + body
-
-
-def subscribe_packet(packet_id: int, topic_filter: str, qos: int) -> bytes:
-    body = packet_id.to_bytes(2, "big") + mqtt_str(topic_filter) + bytes([qos])
-    return b"\x82" + vbi(len(body)) + body
-
-
 def puback_packet(packet_id: int) -> bytes:
     return b"\x40\x02" + packet_id.to_bytes(2, "big")
-
-
-DISCONNECT = b"\xe0\x00"
 
 
 class RawClient:

@@ -30,8 +30,8 @@ def vbi(n: int) -> bytes:
             return bytes(out)
 
 
-def mqtt_str(s: str) -> bytes:
-    b = s.encode()
+def mqtt_str(s: str | bytes) -> bytes:
+    b = s.encode() if isinstance(s, str) else s
     return len(b).to_bytes(2, "big") + b
 
 
