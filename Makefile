@@ -114,13 +114,12 @@ soak: setup
 	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
 	SISKIN_CRASH_ITERATIONS=$(SISKIN_CRASH_ITERATIONS) $(PYTEST) tests/host/test_persist_crash.py -s --timeout=0 $(PYTEST_ARGS)
 
-# Siskin (.venv, asyncio; and .venv-bench, uvloop) side by side with Mosquitto
-# (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt, uvloop and py-spy go
-# into a separate .venv-bench so that their dependencies never touch the
-# pinned test venv. BENCH_ARGS=--full: the full run of docs/benchmarks.md.
+# Siskin (.venv, on asyncio's loop and on uvloop) side by side with Mosquitto
+# (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt and py-spy go into a
+# separate .venv-bench so that their dependencies never touch the pinned test
+# venv. BENCH_ARGS=--full: the full run of docs/benchmarks.md.
 BENCH_VENV ?= .venv-bench
-# cryptography: the host's store imports it (same pin as the test venv).
-BENCH_PKGS := amqtt==0.12.1 uvloop==0.23.0 py-spy==0.4.3 $(shell grep -o '"cryptography==[^"]*"' pyproject.toml | tr -d '"')
+BENCH_PKGS := amqtt==0.12.1 py-spy==0.4.3
 BENCH_STAMP := $(BENCH_VENV)/.siskin-bench-$(shell echo '$(BENCH_PKGS)' | sha1sum | cut -c1-12)
 BENCH_ARGS ?=
 bench: venv

@@ -27,9 +27,11 @@ MAX_OUT_BUFFER = 262144
 RSS_SLACK = 24 * 1024 * 1024  # allocator slack and Python's own growth; 50 MB would blow it
 
 
-def test_slow_reader_bounded_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_slow_reader_bounded_memory(tmp_path: Path, loop: str) -> None:
     limits = {"sys_interval": 1, "max_out_buffer": MAX_OUT_BUFFER, "max_packet_size": 1 << 20}
-    with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
+    with BrokerProcess(tmp_path, limits=limits, log_level="info", extra_args=("--event-loop", loop)) as b:
+        b.wait_log(f"event loop: {loop}")
         slow = RawClient(b.port)
         slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
         slow.connect("slow")

@@ -21,7 +21,7 @@ def test_help_teaches() -> None:
     proc = run_cli("--help")
     assert proc.returncode == 0
     out = proc.stdout
-    for option in ("--host", "--port", "--config", "--data-dir", "--log-level"):
+    for option in ("--host", "--port", "--config", "--data-dir", "--log-level", "--event-loop"):
         assert option in out
     assert "default 127.0.0.1" in out and "default 1883" in out
     for option in ("--store-key-file", "--wipe-store", "SISKIN_STORE_KEY", "store_sync", "store-key"):

@@ -20,9 +20,12 @@ from tests.host.broker_proc import (
 pytestmark = pytest.mark.interop
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("paho"), limits={"sys_interval": 0}) as b:
+# Every test runs on both event loops the host supports (--event-loop).
+@pytest.fixture(scope="module", params=["uvloop", "asyncio"])
+def broker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    loop = ("--event-loop", request.param)
+    with BrokerProcess(tmp_path_factory.mktemp("paho"), limits={"sys_interval": 0}, extra_args=loop) as b:
+        b.wait_log(f"event loop: {request.param}")
         yield b
         assert b.alive(), b.log_text()
         assert "Traceback" not in b.log_text(), b.log_text()  # no core error was contained

@@ -230,8 +230,8 @@ def compare(args: argparse.Namespace) -> int:
     nofile = raise_nofile()
     wanted = args.brokers.split(",")
     classes: dict[str, Callable[[Path], brokers.BrokerProc]] = {
-        "siskin": lambda wd: brokers.Siskin(wd, args.siskin_python, args.siskin_root),
-        "siskin-uvloop": lambda wd: brokers.Siskin(wd, brokers.bench_python(), args.siskin_root, "siskin-uvloop"),
+        "siskin": lambda wd: brokers.Siskin(wd, args.siskin_python, args.siskin_root, "siskin", "asyncio"),
+        "siskin-uvloop": lambda wd: brokers.Siskin(wd, args.siskin_python, args.siskin_root, "siskin-uvloop", "uvloop"),
         "mosquitto": brokers.Mosquitto,
         "amqtt": brokers.Amqtt,
     }
@@ -240,8 +240,8 @@ def compare(args: argparse.Namespace) -> int:
         if n == "mosquitto" and not brokers.Mosquitto.available():
             print(f"bench: {brokers.MOSQUITTO} not found (apt-get install mosquitto): skipping it", file=sys.stderr)
             continue
-        if n == "siskin-uvloop" and not brokers.has_uvloop(brokers.bench_python()):
-            print("bench: no uvloop in .venv-bench (make bench installs it): skipping siskin-uvloop", file=sys.stderr)
+        if n == "siskin-uvloop" and not brokers.has_uvloop(args.siskin_python or brokers.siskin_python()):
+            print("bench: no uvloop in .venv (make setup installs it): skipping siskin-uvloop", file=sys.stderr)
             continue
         if n == "amqtt" and not brokers.Amqtt.available():
             print("bench: amqtt not found (make bench installs it into .venv-bench): skipping it", file=sys.stderr)
@@ -359,8 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--brokers",
         default="siskin,siskin-uvloop,mosquitto,amqtt",
-        help="comma-separated (default: siskin,siskin-uvloop,mosquitto,amqtt; siskin-uvloop is Siskin under "
-        ".venv-bench's interpreter, which has uvloop)",
+        help="comma-separated (default: siskin,siskin-uvloop,mosquitto,amqtt; siskin runs with "
+        "--event-loop asyncio, siskin-uvloop with --event-loop uvloop, the default of make run)",
     )
     p.add_argument("--only", default="", help="comma-separated scenarios (idle,fanin,fanout,latency,retained, ...)")
     p.add_argument("--json", metavar="FILE", help="also append every result line to FILE")

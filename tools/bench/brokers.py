@@ -122,14 +122,19 @@ class Siskin(BrokerProc):
     name = "siskin"
 
     def __init__(
-        self, workdir: Path, python: str | None = None, root: str | None = None, name: str = "siskin"
+        self,
+        workdir: Path,
+        python: str | None = None,
+        root: str | None = None,
+        name: str = "siskin",
+        loop: str = "auto",
     ) -> None:
         self.name = name
+        self.loop = loop  # --event-loop
         super().__init__(workdir)
         if root:
             self.cwd = Path(root)  # another checkout (an A/B comparison)
-        venv = REPO_ROOT / ".venv" / "bin" / "python"
-        self.python = python or (str(venv) if venv.exists() else sys.executable)
+        self.python = python or siskin_python()
         self.config = workdir / f"{name}.toml"
         lines = ["[limits]"] + [f"{k} = {_toml(v)}" for k, v in SISKIN_LIMITS.items()]
         lines += ["[server]", "backlog = 4096"]
@@ -148,9 +153,13 @@ class Siskin(BrokerProc):
             str(self.config),
             "--log-level",
             "warning",
+            "--event-loop",
+            self.loop,
         ]
 
     def event_loop(self) -> str:
+        if self.loop != "auto":
+            return self.loop
         return "uvloop" if has_uvloop(self.python) else "asyncio"
 
     def version(self) -> str:
@@ -164,9 +173,10 @@ class Siskin(BrokerProc):
         return f"siskin {version} (Python {python}, {self.event_loop()})"
 
 
-def bench_python() -> str:
-    """The interpreter of .venv-bench (amqtt, uvloop, py-spy), made by `make bench`."""
-    return str(REPO_ROOT / ".venv-bench" / "bin" / "python")
+def siskin_python() -> str:
+    """The test venv's interpreter (it has uvloop), else this one."""
+    venv = REPO_ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
 
 
 def has_uvloop(python: str) -> bool:
