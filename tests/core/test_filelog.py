@@ -9,6 +9,7 @@ import unittest
 from common.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
 from common.kvrecord import OVERHEAD, StoreFull
 from tests.core.flashsim import PowerCut, XorShift
+from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
 from tests.core.memfs import MemFS
 from tests.core.test_kvlog import churn, value_for
 
@@ -21,26 +22,10 @@ class TestFileLogBasics(unittest.TestCase):
         self.kv = FileLog(self.fs, PATH)
 
     def test_put_get_overwrite_delete(self):
-        kv = self.kv
-        self.assertIsNone(kv.get(b"a"))
-        kv.put(b"a", b"1")
-        kv.put(b"b", b"")
-        self.assertEqual(kv.get(b"a"), b"1")
-        kv.put(b"a", b"22")
-        self.assertEqual(kv.get(b"a"), b"22")
-        self.assertEqual(kv.get(b"b"), b"")
-        kv.delete(b"a")
-        kv.delete(b"never")
-        self.assertIsNone(kv.get(b"a"))
-        self.assertEqual(kv.items(), [(b"b", b"")])
+        check_put_get_overwrite_delete(self, self.kv)
 
     def test_items_prefix(self):
-        kv = self.kv
-        for k in (b"s/1", b"r/1", b"s/2", b"s"):
-            kv.put(k, k + b"!")
-        got = kv.items(b"s/")
-        got.sort()
-        self.assertEqual(got, [(b"s/1", b"s/1!"), (b"s/2", b"s/2!")])
+        check_items_prefix(self, self.kv)
 
     def test_reopen_after_sync(self):
         kv = self.kv

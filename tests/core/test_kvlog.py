@@ -10,6 +10,7 @@ from common import kvrecord
 from common.kvlog import SECTOR_HEADER_SIZE, KVLog
 from common.kvrecord import ERASED, INVALID, OVERHEAD, StoreFull
 from tests.core.flashsim import FlashSim, PowerCut, XorShift
+from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
 
 
 def value_for(i, size):
@@ -104,27 +105,10 @@ class TestKVLogBasics(unittest.TestCase):
         self.kv = KVLog(self.dev)
 
     def test_put_get_overwrite_delete(self):
-        kv = self.kv
-        self.assertIsNone(kv.get(b"a"))
-        kv.put(b"a", b"1")
-        kv.put(b"b", b"")
-        self.assertEqual(kv.get(b"a"), b"1")
-        self.assertEqual(kv.get(b"b"), b"")
-        kv.put(b"a", b"22")
-        self.assertEqual(kv.get(b"a"), b"22")
-        kv.delete(b"a")
-        kv.delete(b"never")  # no error if absent
-        self.assertIsNone(kv.get(b"a"))
-        self.assertEqual(kv.items(), [(b"b", b"")])
+        check_put_get_overwrite_delete(self, self.kv)
 
     def test_items_prefix(self):
-        kv = self.kv
-        for k in (b"s/1", b"s/2", b"r/1", b"s"):
-            kv.put(k, k + b"!")
-        got = kv.items(b"s/")
-        got.sort()
-        self.assertEqual(got, [(b"s/1", b"s/1!"), (b"s/2", b"s/2!")])
-        self.assertEqual(len(kv.items()), 4)
+        check_items_prefix(self, self.kv)
 
     def test_reopen_keeps_values_and_tombstones(self):
         kv = self.kv
