@@ -200,6 +200,7 @@ class Store:
         self.counter = 0
         self.dirty = False
         self.skipped = 0  # records that failed their check at restore
+        self.errors = 0  # writes the backend refused (full, I/O error)
         if self.keys and key_id not in self.keys:
             raise StoreError("key id %d is not among the configured keys" % key_id)
 
@@ -289,7 +290,7 @@ class Store:
         full = ns + key
         body = pack(value)
         if not self.keys:
-            self.backend.put(full, bytes([SCHEMA, 0]) + body)
+            self._write(self.backend.put, full, bytes([SCHEMA, 0]) + body)
         else:
             self.counter += 1
             c = self.counter
@@ -297,12 +298,31 @@ class Store:
             header = bytes([SCHEMA, FLAG_ENCRYPTED, self.key_id])
             nonce = u64be(b)[4:] + u64be(c)
             sealed = self.keys[self.key_id].encrypt(nonce, body, header + full)
-            self.backend.put(full, header + nonce + sealed)
+            self._write(self.backend.put, full, header + nonce + sealed)
         self.dirty = True
 
     def delete(self, ns, key):
-        self.backend.delete(ns + key)
+        self._write(self.backend.delete, ns + key)
         self.dirty = True
+
+    def _write(self, op, *args):
+        # A full disk or flash, an I/O error or a record too big for a flash
+        # block must not take the broker down mid-packet: the change is not
+        # stored, the error is counted and logged (the first and every
+        # 1000th), and the broker carries on serving from memory.
+        try:
+            op(*args)
+        except (OSError, ValueError) as err:
+            self._failed(err)
+
+    def _failed(self, err):
+        self.errors += 1
+        if self.log is not None and (self.errors == 1 or self.errors % 1000 == 0):
+            self.log(
+                40,
+                "store: write failed (%d so far): %r; what is not stored is lost on a restart. "
+                "Free space or fix the disk." % (self.errors, err),
+            )
 
     def items(self, ns):
         """[(key without ns, value)] of a namespace; damaged records are skipped and counted."""
@@ -345,7 +365,10 @@ class Store:
         """Make every change so far durable (the backend's fsync)."""
         if self.dirty:
             self.dirty = False
-            self.backend.sync()
+            try:
+                self.backend.sync()
+            except OSError as err:
+                self._failed(err)
 
     def close(self):
         self.sync()

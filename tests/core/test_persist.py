@@ -369,6 +369,42 @@ class TestRestart(unittest.TestCase):
         self.assertEqual(again.expect(C.PUBLISH).payload, b"x")
 
 
+class FullKV(MemKV):
+    """A backend that runs out of space after `room` puts."""
+
+    def __init__(self, room):
+        MemKV.__init__(self)
+        self.room = room
+
+    def put(self, key, value):
+        if self.room <= 0:
+            raise OSError(28, "No space left on device")
+        self.room -= 1
+        MemKV.put(self, key, value)
+
+
+class TestStoreFailure(unittest.TestCase):
+    def test_full_store_is_logged_and_the_broker_keeps_serving(self):
+        kv = FullKV(room=4)
+        store = open_store(kv)
+        logged = []
+        store.log = lambda level, text: logged.append((level, text))
+        h = Harness(store=store)
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t/#", qos=1)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(5):
+            pub.publish("t/%d" % i, b"x", qos=1, packet_id=i + 1)
+            self.assertEqual(pub.expect(C.PUBACK).packet_id, i + 1)
+            self.assertEqual(sub.expect(C.PUBLISH).topic, "t/%d" % i)
+        self.assertFalse(pub.closed or sub.closed)
+        self.assertGreater(store.errors, 0)
+        self.assertEqual(logged[0][0], 40)
+        self.assertIn("write failed", logged[0][1])
+
+
 class TestEncryptedStore(unittest.TestCase):
     def setUp(self):
         self.a1 = aead(KEY1)
