@@ -29,6 +29,7 @@
 # interval.
 
 from common import handle_subscribe, retained
+from common.handle_connect import NEVER
 from common.pools import Ring
 from common.session import AWAIT_ACK, AWAIT_COMP, QUEUED, RELEASED, SENT, InflightEntry
 from common.store import u64be
@@ -39,18 +40,12 @@ NS_MESSAGE = b"M"
 NS_DELIVERY = b"D"
 NS_RETAINED = b"R"
 
-NEVER = 0xFFFFFFFF
-
 
 def _from_be(b):
     n = 0
     for x in b:
         n = (n << 8) | x
     return n
-
-
-def _props_out(props):
-    return props  # lists of (id, value); the packer stores tuples as lists
 
 
 def _props_in(value):
@@ -147,7 +142,7 @@ class Persist:
             self.store.put(
                 NS_MESSAGE,
                 u64be(mid),
-                [msg.topic, msg.payload, msg.qos, msg.retain, _props_out(msg.props), self._wall(msg.expiry), msg.origin],
+                [msg.topic, msg.payload, msg.qos, msg.retain, msg.props, self._wall(msg.expiry), msg.origin],
             )
         return msg.sid
 
@@ -205,7 +200,7 @@ class Persist:
         self.store.put(
             NS_RETAINED,
             msg.topic.encode(),
-            [msg.payload, msg.qos, _props_out(msg.props), self._wall(msg.expiry), msg.origin],
+            [msg.payload, msg.qos, msg.props, self._wall(msg.expiry), msg.origin],
         )
 
     def retained_cleared(self, topic):
@@ -346,6 +341,8 @@ class Persist:
                 session.inflight.append(entry)
             queue = session.queue
             if len(queued) > queue.cap:
+                # max_queued_messages was lowered since they were stored:
+                # keep them all (they were acknowledged), in a ring that fits.
                 queue = session.queue = Ring(len(queued), len(queued))
             for item in queued:
                 queue.push(item)

@@ -27,10 +27,11 @@ def open_store(backend, **kw):
     return store
 
 
-def restart(backend, now=2000, wall=1700001000, **settings):
+def restart(backend, now=2000, wall=1700001000, keys=None, key_id=0, **settings):
     """A fresh broker over what survives a power cut of `backend`."""
     survivor = backend.power_cut()
-    return Harness(store=open_store(survivor), now=now, wall=wall, **settings), survivor
+    store = open_store(survivor, keys=keys, key_id=key_id)
+    return Harness(store=store, now=now, wall=wall, **settings), survivor
 
 
 def keys_of(backend, ns):
@@ -459,7 +460,7 @@ class TestEncryptedStore(unittest.TestCase):
             bad[-20] ^= 0x04  # a ciphertext bit; the record's own CRC is the backend's business
             kv.put(key, bytes(bad))
         kv.sync()
-        h2, _kv = restart_with(kv, {1: self.a1}, 1)
+        h2, _kv = restart(kv, keys={1: self.a1}, key_id=1)
         self.assertGreaterEqual(h2.restored["skipped"], 1)
 
     def test_record_moved_under_another_key_fails(self):
@@ -468,7 +469,7 @@ class TestEncryptedStore(unittest.TestCase):
         kv = self.seeded()
         kv.put(b"Sintruder", kv.get(b"Ssub"))
         kv.sync()
-        h2, _kv = restart_with(kv, {1: self.a1}, 1)
+        h2, _kv = restart(kv, keys={1: self.a1}, key_id=1)
         self.assertEqual(h2.restored["skipped"], 1)
         self.assertNotIn("intruder", h2.broker.sessions)
         self.assertIn("sub", h2.broker.sessions)
@@ -494,11 +495,6 @@ class TestEncryptedStore(unittest.TestCase):
         self.assertEqual(h2.restored["sessions"], 1)
         h2.client().connect("newcomer", clean=False)
         self.assertEqual(store.backend.get(b"Snewcomer")[2], 2)  # new records under key id 2
-
-
-def restart_with(backend, keys, key_id):
-    survivor = backend.power_cut()
-    return Harness(store=open_store(survivor, keys=keys, key_id=key_id)), survivor
 
 
 if __name__ == "__main__":

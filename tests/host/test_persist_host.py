@@ -3,6 +3,7 @@ tampering, schema refusal and --wipe-store, through the real CLI."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tests.host.broker_proc import (
@@ -119,3 +120,53 @@ def test_tampered_record_skipped_and_counted(tmp_path: Path) -> None:
         b.stop()
         log = b.log_text()
     assert "restored" in log
+
+
+def test_key_text_errors_name_the_problem() -> None:
+    from common.store import StoreError
+    from cpython_host.storage import parse_keys
+
+    assert parse_keys("# a comment\n1:" + KEY + "\n2:" + OTHER_KEY) == {1: bytes.fromhex(KEY), 2: bytes.fromhex(OTHER_KEY)}
+    assert parse_keys(KEY) == {1: bytes.fromhex(KEY)}
+    for text, says in (
+        ("", "empty"),
+        ("abcd", "2 bytes"),
+        (KEY + "\n" + OTHER_KEY, "need ids"),
+        ("0:" + KEY, "1..255"),
+        ("1:" + KEY + "\n1:" + OTHER_KEY, "given twice"),
+    ):
+        try:
+            parse_keys(text)
+        except StoreError as e:
+            assert says in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"accepted {text!r}")
+
+
+def test_store_options_need_a_data_dir(tmp_path: Path) -> None:
+    proc = run_cli("--port", "0", "--wipe-store")
+    assert proc.returncode == 2
+    assert "need --data-dir" in proc.stderr
+
+
+def test_batch_sync_makes_acknowledged_messages_durable_within_the_window(tmp_path: Path) -> None:
+    # store_sync = batch: the ack leaves before the sync; the shell's timer
+    # syncs every store_sync_ms, so after that window a kill -9 loses nothing.
+    limits = {"store_sync": "batch", "store_sync_ms": 50}
+    with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
+        sub = RawClient(b.port)
+        sub.connect("keeper", clean=False)
+        assert sub.subscribe("q/#", 1) == 1
+        sub.send(DISCONNECT)
+        pub = RawClient(b.port)
+        pub.connect("pub")
+        pub.send(publish_packet("q/1", SECRET, qos=1, packet_id=1))
+        assert pub.read_packet()[0] == 0x40
+        b.wait_log(r"store_sync = batch")
+        time.sleep(0.5)  # ten windows
+        b.kill()
+    with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
+        sub = RawClient(b.port)
+        assert sub.connect("keeper", clean=False) == b"\x01\x00"
+        assert parse_publish(*sub.read_packet())[:2] == ("q/1", SECRET)
+        b.stop()

@@ -173,3 +173,14 @@ def test_scram_user_line_is_accepted_by_the_broker(tmp_path: Path) -> None:
     assert "s3cret" not in line
     with BrokerProcess(tmp_path, limits={"scram_users": [line]}) as b:
         assert b.stop() == 0
+
+
+def test_event_loop_uvloop_demanded_but_missing() -> None:
+    # As on a machine without uvloop: its import fails.
+    code = (
+        "import sys; sys.modules['uvloop'] = None; from cpython_host.__main__ import main; "
+        "sys.exit(main(['--port', '0', '--event-loop', 'uvloop']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 2
+    assert "uvloop is not installed" in proc.stderr
