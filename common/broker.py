@@ -1,9 +1,9 @@
 # The broker state machine: connections in, bytes and decisions out.
 #
-# Theory of operation. The shell (cpython_host/ or firmware/) owns sockets and
-# the clock. It tells the broker about each accepted connection, each chunk of
-# received bytes and each lost connection, and calls tick(now) about once a
-# second. The broker frames and decodes the bytes, dispatches each packet
+# Theory of operation. The shell owns sockets and the clock; common/driver.py
+# sits between the two. It tells the broker about each accepted connection,
+# each chunk of received bytes and each lost connection, and calls tick() when
+# the next deadline (conn_due, session_due) comes. The broker frames and decodes the bytes, dispatches each packet
 # through HANDLERS (one entry per packet type), and leaves its answers in the
 # connections' output lists; take_dirty() names the connections that have
 # output or must be closed. Packet handling is split by family:
@@ -18,6 +18,7 @@ from common import consts as C
 from common import handle_connect, handle_publish, handle_subscribe
 from common.auth_scram import ScramSha256
 from common.codec import FrameReader
+from common.compat import TICKS_MASK, ticks_diff
 from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
 from common.errors import MqttError, ProtocolError
 from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
@@ -49,6 +50,24 @@ class Stats:
         self.dropped_retained = 0  # retained store full
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
+
+
+# The names of the Stats counters, in a stable order (snapshot()).
+STATS_COUNTERS = (
+    "connections_total",
+    "clients_maximum",
+    "messages_received",
+    "messages_sent",
+    "bytes_received",
+    "bytes_sent",
+    "dropped_qos0",
+    "dropped_queue_full",
+    "dropped_too_large",
+    "dropped_no_slab",
+    "dropped_retained",
+    "expired",
+    "refused_connections",
+)
 
 
 def _pingreq(broker, conn, pkt, now):
@@ -113,6 +132,12 @@ class Broker:
         self.touched_buf = []
         self.route_stamp = 0
         self.started = None  # first `now` seen, for uptime
+        # The next timers, for the driver to sleep until (0 = none): the
+        # earliest connection deadline in ms ticks (a lower bound: keep-alive
+        # deadlines only move later, so it is recomputed when it comes due),
+        # and the earliest session timer in seconds (fires when now > it).
+        self.conn_due = 0
+        self.session_due = 0
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
         # warning). Never called on the per-message path; below log_level
@@ -142,7 +167,11 @@ class Broker:
 
     # ---------------------------------------------------------------- shell API
 
-    def connection_made(self, now):
+    # `now` is whole seconds (MQTT timers); `ms` the shell's wrapping ms ticks
+    # (compat.ticks_diff) for the connection deadlines. Callers that run the
+    # broker in whole seconds (the tests' harness) leave `ms` out.
+
+    def connection_made(self, now, ms=None):
         """Register an accepted connection; its id, or -1 to close it at once."""
         if self.started is None:
             self.started = now
@@ -160,16 +189,19 @@ class Broker:
             self.conns.append(conn)
         conn.state = NEW
         conn.reader = FrameReader(s.max_packet_size)
-        conn.deadline = now + s.connect_timeout
+        if ms is None:
+            ms = (now * 1000) & TICKS_MASK
+        conn.deadline = self._due(((ms + s.connect_timeout * 1000) & TICKS_MASK) or 1)
         conn.refuse_reason = refuse
         self.live_connections += 1
         self.stats.connections_total += 1
         return conn.cid
 
-    def data_received(self, cid, data, now):
+    def data_received(self, cid, data, now, ms=None):
         """Feed bytes received on connection `cid`."""
         conn = self.conns[cid]
-        if conn.state != NEW and conn.state != CONNECTED:
+        was_new = conn.state == NEW
+        if not was_new and conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
         self.stats.bytes_received += len(data)
         reader = conn.reader
@@ -189,8 +221,19 @@ class Broker:
             self.fail(conn, err.reason, now, text=err.msg)
             return
         if conn.state == CONNECTED and conn.keep_alive:
-            # [MQTT-3.1.2-24] one and a half times the keep-alive, rounded up.
-            conn.deadline = now + (conn.keep_alive * 3 + 1) // 2
+            # [MQTT-3.1.2-24] one and a half times the keep-alive.
+            if ms is None:
+                ms = (now * 1000) & TICKS_MASK
+            conn.deadline = ((ms + conn.keep_alive * 1500) & TICKS_MASK) or 1
+            if was_new:
+                self._due(conn.deadline)  # may come before the connect timeout
+
+    def _due(self, deadline):
+        # Keep conn_due at or before every connection deadline.
+        due = self.conn_due
+        if not due or ticks_diff(deadline, due) < 0:
+            self.conn_due = deadline
+        return deadline
 
     def connection_lost(self, cid, now):
         """The socket is closed (by the peer, an error, or after is_closing)."""
@@ -200,27 +243,54 @@ class Broker:
         if conn.state != CLOSING:
             if conn.state == CONNECTED:
                 self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
-            handle_connect.detach(self, conn, now)
+            self._detach(conn, now)
         conn.reset()
         conn.reader = None
         self.live_connections -= 1
         self.free_cids.append(cid)
 
-    def tick(self, now):
-        """Run the timers; returns the next time (s) tick() has work, or None."""
+    def tick(self, now, ms=None):
+        """Run the timers that are due (see conn_due and session_due)."""
         if self.started is None:
             self.started = now
+        if ms is None:
+            ms = (now * 1000) & TICKS_MASK
+        if self.conn_due and ticks_diff(ms, self.conn_due) >= 0:
+            self._connection_timers(now, ms)
+        # Session timers are whole seconds: strictly after, so a timer never
+        # fires before its full time has passed.
+        if self.session_due and now > self.session_due:
+            self.session_due = handle_connect.run_session_timers(self, now)
+
+    def _connection_timers(self, now, ms):
+        # Close what expired; conn_due becomes the earliest deadline left.
+        due = 0
         for conn in self.conns:
-            if conn.deadline and now > conn.deadline:
-                # `now` is whole seconds: strictly after, so a timer never
-                # fires before its full time has passed.
-                if conn.state == NEW:
-                    self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
-                    self.close(conn, now)  # CONNECT not completed in time
-                elif conn.state == CONNECTED:
-                    self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
-                    self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
-        return handle_connect.run_session_timers(self, now)
+            deadline = conn.deadline
+            if not deadline:
+                continue
+            if ticks_diff(ms, deadline) < 0:
+                if not due or ticks_diff(deadline, due) < 0:
+                    due = deadline
+            elif conn.state == NEW:
+                self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
+                self.close(conn, now)  # CONNECT not completed in time
+            elif conn.state == CONNECTED:
+                self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
+                self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
+        self.conn_due = due
+
+    def _detach(self, conn, now):
+        # The end of a connection; a will delay or session expiry it starts
+        # becomes a session timer.
+        session = conn.session
+        handle_connect.detach(self, conn, now)
+        if session is not None:
+            due = session.will_at
+            if session.expires_at and (not due or session.expires_at < due):
+                due = session.expires_at
+            if due and (not self.session_due or due < self.session_due):
+                self.session_due = due
 
     def restore(self, now, wall):
         """Load the persistent state from the store (once, before serving).
@@ -229,6 +299,7 @@ class Broker:
         keeps running across a restart. Returns counts of what came back.
         """
         counts = self.persist.restore(now, wall)
+        self.session_due = now  # restored wills and expiries: scan at the next second
         self.log(
             20,
             "restored %d sessions, %d subscriptions, %d queued messages, %d retained (%d dropped, %d damaged records skipped)",
@@ -281,6 +352,28 @@ class Broker:
         if not paused and conn.out:
             self.mark_dirty(conn)
 
+    def snapshot(self):
+        """The public counters ($SYS, metrics): a new dict of name -> int.
+
+        Counts of what is live now (connected clients, sessions, subscriptions,
+        retained messages, message slabs in use) and every Stats counter.
+        """
+        connected = 0
+        for conn in self.conns:
+            if conn.state == CONNECTED:
+                connected += 1
+        counts = {}
+        st = self.stats
+        for name in STATS_COUNTERS:
+            counts[name] = getattr(st, name)
+        counts["connected"] = connected
+        counts["sessions"] = len(self.sessions)
+        counts["subscriptions"] = self.sub_pool.in_use
+        counts["retained"] = self.retained.count
+        counts["messages"] = self.messages.in_use()
+        counts["started"] = self.started
+        return counts
+
     def shutdown(self, now):
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
         for conn in self.conns:
@@ -313,7 +406,7 @@ class Broker:
             return
         if not publish_will:
             conn.will_on_close = False
-        handle_connect.detach(self, conn, now)
+        self._detach(conn, now)
         conn.state = CLOSING
         conn.deadline = 0
         self.mark_dirty(conn)

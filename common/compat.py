@@ -87,3 +87,17 @@ except ImportError:  # CPython
         import traceback  # lazy: traceback pulls in linecache/os
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=file)
+
+
+# Millisecond ticks that wrap, as MicroPython's time.ticks_ms() does. The
+# shells hand the core their ticks masked to 30 bits (TICKS_MASK), which is
+# a whole period on every port (2**30 on 32-bit boards, 2**62 on the 64-bit
+# unix port) and keeps every value a small int. A difference is right while
+# the two times are less than 2**29 ms (6 days) apart.
+TICKS_MASK = const(0x3FFFFFFF)
+TICKS_HALF = const(0x20000000)
+
+
+def ticks_diff(a, b):
+    """a - b in ms for 30-bit wrapping ticks (time.ticks_diff of MicroPython)."""
+    return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF

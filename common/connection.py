@@ -27,7 +27,9 @@ class Connection:
         self.dirty = False
         self.paused = False  # the transport is above its high-water mark
         self.keep_alive = 0
-        self.deadline = 0  # absolute (s): CONNECT timeout or keep-alive, 0 = none
+        # CONNECT timeout or keep-alive deadline in wrapping ms ticks
+        # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.
+        self.deadline = 0
         self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
         # The peer's own limits (v5 CONNECT properties).
         self.receive_maximum = 65535

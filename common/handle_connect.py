@@ -161,7 +161,7 @@ def _connect(broker, conn, pkt, now, auth_out):
     session.conn = conn
     conn.session = session
     conn.keep_alive = keep_alive
-    conn.deadline = now + (keep_alive * 3 + 1) // 2 if keep_alive else 0
+    conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
     conn.state = CONNECTED
     conn.will_on_close = True
     if pkt.will_topic is not None:
@@ -345,27 +345,37 @@ def _has_shared(session):
 
 
 def run_session_timers(broker, now):
-    """Publish due delayed wills and expire orphaned sessions."""
+    """Publish due delayed wills and expire orphaned sessions.
+
+    Returns the earliest timer still pending (s), 0 for none.
+    """
     due = None
     expired = None
+    nearest = 0
     for session in broker.sessions.values():
-        if session.will_at and now > session.will_at:
-            if due is None:
-                due = []
-            due.append(session)
-        if session.expires_at and now > session.expires_at and session.conn is None:
-            if expired is None:
-                expired = []
-            expired.append(session)
+        at = session.will_at
+        if at:
+            if now > at:
+                if due is None:
+                    due = []
+                due.append(session)
+            elif not nearest or at < nearest:
+                nearest = at
+        at = session.expires_at
+        if at and session.conn is None:
+            if now > at:
+                if expired is None:
+                    expired = []
+                expired.append(session)
+            elif not nearest or at < nearest:
+                nearest = at
     if due:
         for session in due:
             _publish_will(broker, session, now)
     if expired:
         for session in expired:
             destroy_session(broker, session, now)
-    if broker.live_connections or broker.sessions:
-        return now + 1
-    return None
+    return nearest
 
 
 # ---------------------------------------------------------- DISCONNECT, AUTH

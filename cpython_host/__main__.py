@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("siskin: --event-loop uvloop: uvloop is not installed (pip install uvloop)", file=sys.stderr)
         return 2
     from common.store import StoreError
-    from cpython_host.server import make_broker, serve
+    from cpython_host.server import make_broker, make_driver, serve
     from cpython_host.storage import open_store
 
     setup_logging(cfg.log_level)
@@ -240,14 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # e.g. a malformed scram_users line
         print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
         return 2
+    driver = make_driver(cfg, broker)
     if store is not None:
-        from cpython_host.server import monotonic_seconds
-
-        broker.set_logger(_store_log)
-        broker.restore(monotonic_seconds(), int(time.time()))
+        driver.restore(int(time.time()))
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(serve(cfg, broker, data_dir))
+            return runner.run(serve(cfg, driver, data_dir))
     finally:
         if store is not None:
             store.close()

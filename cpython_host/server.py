@@ -1,59 +1,28 @@
-"""The asyncio server that serves the sans-I/O core on real sockets.
+"""The asyncio server: a socket adapter for the core's connection driver.
 
 Theory of operation
 -------------------
-One `Broker` (common/broker.py) holds every MQTT decision; this module only
-moves bytes and time. Each accepted socket gets a `ClientProtocol`
-(asyncio.Protocol: callbacks, no stream objects, no per-read task):
+Every decision lives in the core: the Broker (common/broker.py) makes the
+MQTT ones, the Driver (common/driver.py) those of the connection's life
+(flush, half-close, linger, abort, containment of a core bug, shutdown,
+timers, batch sync, $SYS). This module moves bytes and time. Each accepted
+socket gets a `ClientProtocol` (asyncio.Protocol: callbacks, no streams, no
+per-read task), which is also the driver's handle for that connection:
+write / half_close / close / abort / pending / pause_reading are transport
+calls.
 
-    connection_made  broker.connection_made(now) -> cid (-1: close at once)
-    data_received    broker.data_received(cid, data, now), then a flush is
-                     scheduled for the end of this loop turn
-    eof/lost         broker.connection_lost(cid, now) once the socket is gone
+Flush coalescing (the one decision kept here, because it is about asyncio's
+loop): output produced during a loop turn, from any number of inputs, goes
+out in ONE transport.write per connection at the end of the turn
+(call_soon); after an input that was the turn's last callback on asyncio's
+own loop, the flush runs at once instead (see flush_after_input).
 
-The flush (`BrokerServer.flush`) runs once per loop turn in which anything
-happened (call_soon), so everything the broker produced for a connection
-during that turn, from any number of publishers, goes out in ONE
-transport.write. (After input on asyncio's own loop, when data_received was
-the turn's last callback, the flush runs at once instead: the same writes,
-one loop iteration sooner; see flush_after_input.) For every cid in broker.take_dirty(): write
-broker.take_output(cid); if broker.is_closing(cid), start the close:
+Timer: one TimerHandle, re-armed to the delay driver.tick() returns.
 
-    write what is left -> write_eof() (half-close, FIN after the buffer
-    drains) -> keep reading and discarding input until the peer's EOF or
-    `close_linger` s -> close (abort if the buffer still cannot drain) ->
-    broker.connection_lost(cid).
-
-Closing gracefully matters: closing a socket with unread input makes the
-kernel send a RST, which can destroy a final CONNACK (refusal) or v5
-DISCONNECT still in flight to the peer.
-
-A 1-second timer calls broker.tick(now), publishes $SYS when due, and
-flushes. `now` is int(time.monotonic()): whole seconds, as the core wants.
-
-Backpressure
-------------
-The transport's write buffer has a high/low water mark ([server]
-write_buffer_high/low). Above high, asyncio calls pause_writing(): we tell
-the core (broker.set_paused(cid, True)); it then keeps that client's output
-to itself (take_output returns None), drops QoS 0 for it beyond
-max_out_buffer (counted), and queues QoS 1/2 in the session (bounded by
-max_inflight, max_queued_messages/bytes). So a slow reader costs at most
-about write_buffer_high + max_out_buffer + its inflight window of memory,
-and never slows anyone else: no write ever blocks.
-
-We also pause READING from a client whose output is paused, and resume when
-its output drains (resume_writing). Why: a client that keeps sending
-(QoS 1/2 PUBLISH, PINGREQ, SUBSCRIBE) while never reading makes the core
-append acknowledgements to its output without bound; not reading it pushes
-TCP flow control back onto that client instead, so its memory stays bounded
-too. The cost is that a client that reads nothing for 1.5 x its keep-alive
-is closed by the keep-alive timer (its PINGREQs sit unread in the kernel);
-a client that reads slowly but steadily keeps resuming and is not affected.
-
-Shutdown (SIGINT/SIGTERM): stop listening, broker.shutdown(now) (v5 clients
-get DISCONNECT 0x8B; no wills), flush, half-close every connection, wait up
-to `shutdown_timeout` s for them to finish, abort the rest, exit 0.
+Backpressure: the transport's write buffer has high/low water marks
+([server] write_buffer_high/low); asyncio's pause_writing/resume_writing
+become driver.set_paused (the driver pauses the core's output for that
+client and stops reading it; docs/host.md).
 """
 
 from __future__ import annotations
@@ -67,29 +36,42 @@ import time
 from typing import Any
 
 from common.broker import VERSION, Broker
+from common.driver import Driver
 from common.store import Store
 from cpython_host.config import HostConfig
-from cpython_host.sys_topics import SysPublisher
 
 log = logging.getLogger("siskin.host")
 core_log = logging.getLogger("siskin.core")
 
+try:
+    _PAGE = os.sysconf("SC_PAGE_SIZE")
+except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+    _PAGE = 4096
 
-def monotonic_seconds() -> int:
-    return int(time.monotonic())
+
+def rss_bytes() -> int | None:
+    """Resident set size of this process from /proc/self/statm, or None ($SYS heap/current)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ticks_ms() -> int:
+    """The host's millisecond clock for the driver (it masks and wraps it)."""
+    return int(time.monotonic() * 1000)
 
 
 class ClientProtocol(asyncio.Protocol):
-    """One accepted connection; a thin adapter between a transport and the core."""
+    """One accepted connection: asyncio's protocol and the driver's handle."""
 
-    __slots__ = ("cid", "closing", "linger_handle", "peername", "server", "transport")
+    __slots__ = ("cid", "peername", "server", "transport")
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.transport: Any = None
         self.cid = -1
-        self.closing = False  # the close procedure has started: input is discarded
-        self.linger_handle: asyncio.TimerHandle | None = None
         self.peername: Any = None  # (host, port); formatted only for the log
 
     @property
@@ -103,7 +85,7 @@ class ClientProtocol(asyncio.Protocol):
         self.transport = transport
         server = self.server
         self.peername = transport.get_extra_info("peername")
-        cid = server.broker.connection_made(monotonic_seconds())
+        cid = server.driver.connection_made(self)
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)
@@ -114,105 +96,84 @@ class ClientProtocol(asyncio.Protocol):
         # every TCP transport they make (checked on both), and a connection
         # storm pays for every system call.
         transport.set_write_buffer_limits(server.write_high, server.write_low)  # type: ignore[attr-defined]
-        server.protocols[cid] = self
         if server.debug:
             log.debug("connection #%d from %s opened", cid, self.peer)
 
     def data_received(self, data: bytes) -> None:
-        if self.closing or self.cid < 0:
-            return  # draining before close: the core wants no more input
-        server = self.server
-        try:
-            server.broker.data_received(self.cid, data, monotonic_seconds())
-        except Exception:
-            # The core turns every bad input into a close by itself; an
-            # exception here is a bug in the core. Contain it to this
-            # connection so that every other client carries on.
-            log.exception("core error on connection #%d from %s; aborting it", self.cid, self.peer)
-            self.closing = True
-            self.transport.abort()
-        server.flush_after_input()
+        if self.cid >= 0:
+            server = self.server
+            server.driver.data_received(self.cid, data)
+            server.flush_after_input()
 
     def eof_received(self) -> bool:
-        # The peer closed its sending side. For MQTT that ends the network
-        # connection; whatever the core still has for it goes out first,
-        # then asyncio closes the transport (returning False).
-        if not self.closing and self.cid >= 0:
-            self.server.flush()
+        # The peer closed its sending side: whatever the core still has for
+        # it goes out first, then asyncio closes the transport (False).
+        if self.cid >= 0:
+            self.server.driver.flush()
         return False
 
     def pause_writing(self) -> None:
-        if self.cid < 0 or self.closing:
-            return
-        self.server.broker.set_paused(self.cid, True)
-        self.transport.pause_reading()  # see "Backpressure" above
+        if self.cid >= 0:
+            self.server.driver.set_paused(self.cid, True)
 
     def resume_writing(self) -> None:
-        if self.cid < 0 or self.closing:
-            return
-        self.server.broker.set_paused(self.cid, False)
-        self.transport.resume_reading()
-        self.server.schedule_flush()
+        if self.cid >= 0:
+            self.server.driver.set_paused(self.cid, False)
+            self.server.schedule_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.linger_handle is not None:
-            self.linger_handle.cancel()
-            self.linger_handle = None
         cid = self.cid
         if cid < 0:
             return
         self.cid = -1
         server = self.server
-        if server.protocols.get(cid) is self:
-            del server.protocols[cid]
-        try:
-            server.broker.connection_lost(cid, monotonic_seconds())
-        except Exception:  # a core bug; see data_received
-            log.exception("core error closing connection #%d from %s", cid, self.peer)
+        server.driver.connection_lost(cid)
         if server.debug:
             log.debug("connection #%d from %s closed%s", cid, self.peer, f" ({exc})" if exc else "")
         server.schedule_flush()  # a will may have been published
-        if not server.protocols:
+        if not server.driver.open:
             server.all_closed.set()
 
-    # ------------------------------------------------------------ closing
+    # ------------------------------------------------ the driver's handle
 
-    def start_close(self) -> None:
-        """Half-close after the last output, drain input for a while, then close."""
-        if self.closing:
-            return
-        self.closing = True
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def half_close(self) -> None:
         transport = self.transport
         if transport.is_closing():
             return
         transport.resume_reading()  # read (and discard) until the peer's EOF
         if transport.can_write_eof():
             transport.write_eof()
-            self.linger_handle = asyncio.get_running_loop().call_later(self.server.close_linger, self._linger_over)
         else:  # pragma: no cover - TLS transports cannot half-close
             transport.close()
 
-    def _linger_over(self) -> None:
-        # The peer neither closed its side nor read its output in time.
-        # Output still buffered means the peer is not reading: close() would
-        # wait for it forever, so abort.
-        self.linger_handle = None
-        if self.transport.get_write_buffer_size():
-            self.transport.abort()
-        else:
-            self.transport.close()
+    def close(self) -> None:
+        self.transport.close()
+
+    def abort(self) -> None:
+        self.transport.abort()
+
+    def pending(self) -> int:
+        return int(self.transport.get_write_buffer_size())
+
+    def pause_reading(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.transport.resume_reading()
 
 
 class BrokerServer:
-    """Owns the listener, the connections, the clock task and the broker."""
+    """Owns the listener, the timer and the driver around the broker."""
 
-    def __init__(self, broker: Broker, config: HostConfig) -> None:
-        self.broker = broker
+    def __init__(self, driver: Driver, config: HostConfig) -> None:
+        self.driver = driver
+        self.broker = driver.broker
         self.config = config
         self.write_high = config.write_buffer_high
         self.write_low = config.write_buffer_low
-        self.close_linger = config.close_linger
-        self.protocols: dict[int, ClientProtocol] = {}
         self.all_closed = asyncio.Event()
         self.flush_scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -220,15 +181,9 @@ class BrokerServer:
         # deque in BaseEventLoop); None for loops that do not expose it.
         self.ready: Any = None
         self.debug = log.isEnabledFor(logging.DEBUG)
-        self.sys = SysPublisher(broker, broker.settings.sys_interval)
         self.listener: asyncio.Server | None = None
-        self.clock_task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
-        broker.set_logger(self._core_logger, core_log.getEffectiveLevel())
-
-    @staticmethod
-    def _core_logger(level: int, text: str) -> None:
-        core_log.log(level, "%s", text)
 
     # -------------------------------------------------------------- output
 
@@ -267,34 +222,15 @@ class BrokerServer:
             self.schedule_flush()
 
     def flush(self) -> None:
-        """Write each dirty connection's output once; start closes the core asked for."""
         self.flush_scheduled = False
-        broker = self.broker
-        protocols = self.protocols
-        for cid in broker.take_dirty():
-            proto = protocols.get(cid)
-            data = broker.take_output(cid)
-            if proto is None or proto.closing:
-                continue  # gone, or already half-closed: nothing more may go out
-            if data:
-                proto.transport.write(data)
-            if broker.is_closing(cid):
-                proto.start_close()
+        self.driver.flush()
 
-    # ---------------------------------------------------------------- clock
+    # ---------------------------------------------------------------- timer
 
-    async def _clock(self) -> None:
-        while True:
-            # Wake just after each whole second of the monotonic clock.
-            t = time.monotonic()
-            await asyncio.sleep(1.0 - (t % 1.0) + 0.001)
-            now = monotonic_seconds()
-            try:
-                self.broker.tick(now)
-                self.sys.maybe_publish(now)
-            except Exception:  # a bug in the core must not stop the clock
-                log.exception("broker.tick failed")
-            self.flush()
+    def _on_timer(self) -> None:
+        delay = self.driver.tick()
+        assert self.loop is not None
+        self.timer = self.loop.call_later(delay / 1000, self._on_timer)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -312,33 +248,26 @@ class BrokerServer:
             backlog=cfg.backlog,
             reuse_address=True,
         )
-        now = monotonic_seconds()
-        self.broker.tick(now)  # starts the uptime clock
-        self.sys.maybe_publish(now)
-        self.clock_task = asyncio.create_task(self._clock())
+        self._on_timer()  # starts the uptime clock and the first $SYS
         addr = self.listener.sockets[0].getsockname()
         return addr[0], addr[1]
 
     async def shutdown(self, reason: str) -> None:
-        log.info("shutting down (%s): closing the listener and %d connection(s)", reason, len(self.protocols))
+        driver = self.driver
+        log.info("shutting down (%s): closing the listener and %d connection(s)", reason, driver.open)
         started = time.monotonic()
         if self.listener is not None:
             self.listener.close()
-        if self.clock_task is not None:
-            self.clock_task.cancel()
-        self.broker.shutdown(monotonic_seconds())
-        self.flush()
-        for proto in list(self.protocols.values()):
-            proto.start_close()  # anything the core did not already close
-        if self.protocols:
+        wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
+        if driver.open:
             self.all_closed.clear()
             try:
-                await asyncio.wait_for(self.all_closed.wait(), self.config.shutdown_timeout)
+                await asyncio.wait_for(self.all_closed.wait(), wait_ms / 1000)
             except TimeoutError:
-                log.warning("shutdown: %d connection(s) did not close in time; aborting them", len(self.protocols))
-                for proto in list(self.protocols.values()):
-                    proto.transport.abort()
+                driver.abort_all()
                 await asyncio.sleep(0)
+        if self.timer is not None:
+            self.timer.cancel()
         if self.listener is not None:
             try:
                 await asyncio.wait_for(self.listener.wait_closed(), 1.0)
@@ -347,24 +276,27 @@ class BrokerServer:
         log.info("shutdown complete in %.2f s", time.monotonic() - started)
 
 
+def make_driver(config: HostConfig, broker: Broker) -> Driver:
+    """The driver around `broker`, with the host's clock and [server] settings."""
+    broker.set_logger(_core_logger, core_log.getEffectiveLevel())
+    return Driver(broker, ticks_ms, config.close_linger, config.shutdown_timeout, rss_bytes)
+
+
+def _core_logger(level: int, text: str) -> None:
+    core_log.log(level, "%s", text)
+
+
 def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     """The core, sized from the settings; ValueError for settings it refuses.
 
-    With a `store` (cpython_host/storage.py), call broker.restore() before serving.
+    With a `store` (common/storeboot.py), call driver.restore() before serving.
     """
     return Broker(config.settings, os.urandom, store)
 
 
-async def _sync_every(broker: Broker, interval: float) -> None:
-    """store_sync = batch: make the store durable every `interval` s."""
-    while True:
-        await asyncio.sleep(interval)
-        broker.sync_store()
-
-
-async def serve(config: HostConfig, broker: Broker, data_dir: str | None) -> int:
+async def serve(config: HostConfig, driver: Driver, data_dir: str | None) -> int:
     """Run the broker until SIGINT/SIGTERM; the process exit code."""
-    server = BrokerServer(broker, config)
+    server = BrokerServer(driver, config)
     loop = asyncio.get_running_loop()
     try:
         host, port = await server.start()
@@ -389,15 +321,9 @@ async def serve(config: HostConfig, broker: Broker, data_dir: str | None) -> int
         config.source,
         loop_name,
     )
-    sync_task = None
     if data_dir is not None:
-        settings = broker.settings
-        log.info("persistent state in %s (store_sync = %s)", data_dir, settings.store_sync)
-        if settings.store_sync == "batch":
-            sync_task = asyncio.create_task(_sync_every(broker, settings.store_sync_ms / 1000))
+        log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
     await server.stopping.wait()
-    if sync_task is not None:
-        sync_task.cancel()
     await server.shutdown(stop_reason[0])
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.remove_signal_handler(sig)

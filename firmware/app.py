@@ -18,7 +18,7 @@ from common.broker import VERSION, Broker
 from common.store import StoreError
 from firmware import board
 from firmware.boardcfg import ConfigError, board_path, load_board, load_device
-from firmware.shell import Log, Server, now
+from firmware.shell import Log, Server, make_driver
 from firmware.storage import open_store
 
 DEFAULT_CONFIG = "/siskin.json"
@@ -62,13 +62,12 @@ def build(argv, root):
         # A wrong key or a store from a newer Siskin would fail the same way
         # after every reset: stop at the REPL instead (docs/boards.md).
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
-    broker = Broker(settings, os.urandom, store=store)
+    driver = make_driver(Broker(settings, os.urandom, store=store), opts, log)
     if store is not None:
-        broker.set_logger(log.log, log.level)
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
-        broker.restore(now(), int(time.time()))
-    server = Server(broker, opts, cfg["host"], cfg["port"], log)
+        driver.restore(int(time.time()))
+    server = Server(driver, opts, cfg["host"], cfg["port"], log)
     server.on_tick = feed
     return server, log
 

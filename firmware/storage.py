@@ -8,15 +8,17 @@
 #                    common/kvlog.py (ESP32: a data partition in a custom
 #                    partition table, docs/boards.md; never the file system's)
 #   "none"           nothing persisted
-# and "storage_key_file" (default "/siskin.key"): 64 or 32 hex digits. If the
-# file exists, every record is encrypted with AES-GCM under a key derived
-# from it with HKDF-SHA256 and the chip's machine.unique_id() as salt, so a
-# copied key file does not open another board's store. If it does not exist,
-# the store is plain (CRC-checked only) and the log says so.
+# and "storage_key_file" (default "/siskin.key"): key text as
+# common/storeboot.py reads it (64 or 32 hex digits, or ID:HEX lines). If the
+# file exists, every record is encrypted with AES-GCM under keys derived from
+# it with HKDF-SHA256 and the chip's machine.unique_id() as salt, so a copied
+# key file does not open another board's store. If it does not exist, the
+# store is plain (CRC-checked only) and the log says so.
 
 from common.filelog import FileLog
 from common.hkdf import hkdf_sha256
-from common.store import Store
+from common.storeboot import open_store as open_backend
+from common.storeboot import parse_keys
 
 HKDF_INFO = b"siskin store key v1"
 
@@ -30,21 +32,20 @@ def _chip_id():
         return b"unix-port"  # no chip: the salt is a constant
 
 
-def read_key(path, log):
-    """The derived AES key, or None when no key file exists."""
+def read_keys(path, log):
+    """The derived AES keys by id, or None when no key file exists."""
     try:
         with open(path) as f:
-            text = f.read().strip()
+            text = f.read()
     except OSError:
         log.log(30, "store: no key file %s: the store is NOT encrypted" % path)
         return None
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        raise ValueError("%s: the store key must be hex digits" % path)
-    if len(raw) not in (16, 32):
-        raise ValueError("%s: the store key must be 32 or 64 hex digits (AES-128/256)" % path)
-    return hkdf_sha256(raw, _chip_id(), HKDF_INFO, len(raw))
+    keys = parse_keys(text)
+    salt = _chip_id()
+    for kid in keys:
+        raw = keys[kid]
+        keys[kid] = hkdf_sha256(raw, salt, HKDF_INFO, len(raw))
+    return keys
 
 
 def _backend(cfg):
@@ -71,12 +72,8 @@ def open_store(cfg, log):
     if backend is None:
         log.log(30, "store: storage is none: sessions and retained messages are lost on restart")
         return None
-    keys = {}
-    key = read_key(cfg.get("storage_key_file", "/siskin.key"), log)
-    if key is not None:
+    keys = read_keys(cfg.get("storage_key_file", "/siskin.key"), log)
+    make_aead = None
+    if keys:
         from firmware.crypto import make_aead
-
-        keys = {1: make_aead(key)}
-    store = Store(backend, keys, 1 if keys else 0, log.log)
-    store.open()
-    return store
+    return open_backend(backend, keys, make_aead, log.log)

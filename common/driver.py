@@ -1,0 +1,304 @@
+# The connection driver: every decision a shell would otherwise make itself.
+#
+# Theory of operation
+# -------------------
+# The Broker turns input into output bytes; the Driver decides what the
+# shell does with them and when. A shell (cpython_host/server.py on asyncio,
+# firmware/shell.py on MicroPython) is left with what touches the platform:
+# accept, read into a buffer, write, half-close, close, pause reading, sleep,
+# and the socket and TLS objects. It tells the driver what happened and the
+# driver answers by calling methods of a small per-connection object the
+# shell hands over at accept (its "handle", like aioquic's protocol calling
+# its transport):
+#
+#     handle.write(data)       send bytes; never blocks (the shell buffers)
+#     handle.half_close()      output done: FIN after what is buffered, keep
+#                              reading (the driver discards what comes)
+#     handle.close()           close now, after what is buffered
+#     handle.abort()           close now, dropping what is buffered
+#     handle.pending()         bytes still buffered (0 = drained)
+#     handle.pause_reading()   stop reading this peer / resume_reading()
+#
+# Callbacks rather than returned lists of actions: the per-input path then
+# allocates nothing the broker does not (no action tuples per read), and a
+# rule that needs the platform's state (is the buffer drained?) asks for it
+# at the moment it applies.
+#
+# The shell calls, in the driver:
+#     connection_made(handle) -> cid (-1: abort it at once)
+#     data_received(cid, data)  then flush() when it likes (the host
+#                               coalesces a loop turn's input into one flush)
+#     set_paused(cid, paused)   its write buffer crossed a water mark
+#     connection_lost(cid)      the socket is gone
+#     tick() -> ms              at the deadline it last returned (or sooner)
+#     shutdown() -> ms, then abort_all() if connections are left after ms
+#
+# Rules kept here, once:
+# - Flush: each dirty connection's output goes out in one write; a closing
+#   one then half-closes.
+# - Close: half-close, then linger until the peer's EOF or `close_linger`
+#   seconds, then close, or abort if the output still has not drained.
+#   Closing a socket with unread input makes TCP send a reset, which can
+#   destroy a final CONNACK or DISCONNECT, hence the linger.
+# - Backpressure: a connection whose write buffer is above its high-water
+#   mark is paused in the core (its output stays there, bounded by the
+#   broker's limits) AND not read, so a client that sends without reading
+#   cannot make the core pile acknowledgements up for it.
+# - Containment: an exception out of the broker for one connection is a bug
+#   in the core; it is logged and that connection aborted, every other
+#   client carries on. An exception in the timers is logged and the clock
+#   keeps running.
+# - Shutdown: broker.shutdown (v5 clients hear DISCONNECT 0x8B), flush,
+#   close every connection as above, wait `shutdown_timeout`, abort the rest.
+# - store_sync = batch: the store is synced every store_sync_ms.
+# - $SYS: published every sys_interval seconds (common/sys_topics.py).
+#
+# Clock. The shell gives a function returning millisecond ticks
+# (time.ticks_ms on MicroPython, which wraps); they are masked to 30 bits and
+# compared with compat.ticks_diff. The whole seconds the broker's MQTT timers
+# use are counted from them here, starting at 1.
+#
+# Deadlines. tick() returns the ms until the earliest of: the broker's next
+# connection deadline (keep-alive, connect timeout: conn_due), its next
+# session timer (session_due), a linger end, the next batch sync and the
+# next $SYS, at most MAX_SLEEP_MS. The cap is what lets a deadline set while
+# the shell sleeps go unannounced: every deadline input can set is at least
+# a second away (1.5 x a keep-alive of >= 1 s, the connect timeout, whole
+# second session timers, close_linger), so the next wake still sees it in
+# time; and a wake with nothing due costs a few comparisons, not a scan.
+
+from common.compat import TICKS_MASK, print_exception, ticks_diff
+from common.sys_topics import publish_sys
+
+MAX_SLEEP_MS = 1000
+
+# linger[cid] besides a deadline: not closing, and closed (linger over or
+# aborted; waiting for the shell's connection_lost).
+OPEN = 0
+CLOSED = -1
+
+
+class Driver:
+    def __init__(self, broker, ticks_ms, close_linger, shutdown_timeout, heap=None):
+        """`ticks_ms`: the shell's ms clock; close_linger, shutdown_timeout in s;
+        `heap`: a function giving the heap figure $SYS shows, or None."""
+        self.broker = broker
+        self.ticks_ms = ticks_ms
+        self.linger_ms = int(close_linger * 1000)
+        self.shutdown_ms = int(shutdown_timeout * 1000)
+        self.heap = heap
+        self.handles = []  # cid -> the shell's handle, None = no connection
+        self.linger = []  # cid -> OPEN, CLOSED or the linger deadline (ms ticks)
+        self.linger_due = 0  # earliest linger deadline (ms ticks), 0 = none
+        self.open = 0  # connections with a handle
+        self.last = ticks_ms() & TICKS_MASK
+        self.carry = 0  # ms since the last whole second
+        self.now = 1  # whole seconds, for the broker
+        s = broker.settings
+        self.sync_ms = s.store_sync_ms if broker.store is not None and s.store_sync == "batch" else 0
+        self.sync_at = self._add(self.last, self.sync_ms) if self.sync_ms else 0
+        self.sys_interval = s.sys_interval
+        self.sys_at = self.now if s.sys_interval > 0 else 0  # s; the first tick publishes
+
+    # ------------------------------------------------------------ clock
+
+    def clock(self):
+        """Read the shell's clock: the ms ticks now; advances self.now (s)."""
+        t = self.ticks_ms() & TICKS_MASK
+        ms = self.carry + ((t - self.last) & TICKS_MASK)
+        self.last = t
+        if ms >= 1000:
+            self.now += ms // 1000
+            ms %= 1000
+        self.carry = ms
+        return t
+
+    @staticmethod
+    def _add(t, ms):
+        # A deadline `ms` after tick `t`; 0 means "none", so never 0.
+        return ((t + ms) & TICKS_MASK) or 1
+
+    def restore(self, wall):
+        """Load the broker's store (once, before serving); `wall`: time.time()."""
+        self.clock()
+        return self.broker.restore(self.now, wall)
+
+    # ------------------------------------------------------ connections
+
+    def connection_made(self, handle):
+        """A socket was accepted: its connection id, or -1 (abort it at once)."""
+        ms = self.clock()
+        cid = self.broker.connection_made(self.now, ms)
+        if cid < 0:
+            return cid
+        handles = self.handles
+        while len(handles) <= cid:
+            handles.append(None)
+            self.linger.append(OPEN)
+        handles[cid] = handle
+        self.linger[cid] = OPEN
+        self.open += 1
+        return cid
+
+    def data_received(self, cid, data):
+        """Bytes read from connection `cid`; the shell flushes when it likes."""
+        if self.linger[cid]:
+            return  # closing: the rest of the input is discarded
+        ms = self.clock()
+        try:
+            self.broker.data_received(cid, data, self.now, ms)
+        except Exception as e:
+            # The core turns every bad input into a close by itself: this
+            # is a bug in it. Contained to this connection.
+            self.broker.log(40, "core error on connection #%d: %r; aborting it", (cid, e))
+            print_exception(e)
+            self.linger[cid] = CLOSED
+            self.handles[cid].abort()
+
+    def set_paused(self, cid, paused):
+        """The shell's write buffer for `cid` went above high / below low water."""
+        handle = self.handles[cid]
+        if handle is None or self.linger[cid]:
+            return
+        self.broker.set_paused(cid, paused)
+        if paused:
+            handle.pause_reading()
+        else:
+            handle.resume_reading()
+
+    def connection_lost(self, cid):
+        """The socket of `cid` is closed (by the peer, an error or us)."""
+        if cid >= len(self.handles) or self.handles[cid] is None:
+            return
+        self.handles[cid] = None
+        self.linger[cid] = OPEN
+        self.open -= 1
+        self.clock()
+        try:
+            self.broker.connection_lost(cid, self.now)
+        except Exception as e:  # a core bug; see data_received
+            self.broker.log(40, "core error closing connection #%d: %r", (cid, e))
+            print_exception(e)
+
+    # ------------------------------------------------------------ output
+
+    def flush(self):
+        """Write each dirty connection's output once; start the closes."""
+        broker = self.broker
+        handles = self.handles
+        linger = self.linger
+        for cid in broker.take_dirty():
+            data = broker.take_output(cid)
+            handle = handles[cid] if cid < len(handles) else None
+            if handle is None or linger[cid]:
+                continue  # gone, or half-closed: nothing more may go out
+            if data:
+                handle.write(data)  # may end in connection_lost: then not closing
+            if broker.is_closing(cid):
+                self._start_close(cid, handle)
+
+    def _start_close(self, cid, handle):
+        deadline = self._add(self.clock(), self.linger_ms)
+        self.linger[cid] = deadline
+        due = self.linger_due
+        if not due or ticks_diff(deadline, due) < 0:
+            self.linger_due = deadline
+        handle.half_close()
+
+    def _end_lingers(self, ms):
+        # Close the connections whose linger is over; the next linger_due.
+        due = 0
+        linger = self.linger
+        for cid in range(len(linger)):
+            deadline = linger[cid]
+            if deadline <= 0:
+                continue
+            if ticks_diff(ms, deadline) < 0:
+                if not due or ticks_diff(deadline, due) < 0:
+                    due = deadline
+                continue
+            # The peer neither closed its side nor read its output in time.
+            # Output still buffered means it is not reading: a close would
+            # wait for it forever, so abort.
+            linger[cid] = CLOSED
+            handle = self.handles[cid]
+            if handle.pending():
+                handle.abort()
+            else:
+                handle.close()
+        self.linger_due = due
+
+    # ------------------------------------------------------------ timers
+
+    def tick(self):
+        """Run what is due; the ms until the next deadline (<= MAX_SLEEP_MS)."""
+        ms = self.clock()
+        now = self.now
+        broker = self.broker
+        try:
+            broker.tick(now, ms)
+            if self.sync_at and ticks_diff(ms, self.sync_at) >= 0:
+                self.sync_at = self._add(ms, self.sync_ms)
+                broker.sync_store()
+            if self.sys_at and now >= self.sys_at:
+                self.sys_at = now + self.sys_interval
+                publish_sys(broker, now, self.heap() if self.heap is not None else None)
+        except Exception as e:  # a core bug must not stop the clock
+            broker.log(40, "tick failed: %r", (e,))
+            print_exception(e)
+        if self.linger_due and ticks_diff(ms, self.linger_due) >= 0:
+            self._end_lingers(ms)
+        self.flush()
+        return self.next_deadline(ms)
+
+    def next_deadline(self, ms):
+        """The ms from tick `ms` until something is due, at most MAX_SLEEP_MS."""
+        wait = MAX_SLEEP_MS
+        for due in (self.broker.conn_due, self.linger_due, self.sync_at):
+            if due:
+                d = ticks_diff(due, ms)
+                if d < wait:
+                    wait = d
+        # Whole-second timers, from the ms already counted into this second.
+        # A session timer fires when now > session_due, $SYS when now >= sys_at.
+        due = self.broker.session_due
+        if due:
+            d = (due + 1 - self.now) * 1000 - self.carry
+            if d < wait:
+                wait = d
+        if self.sys_at:
+            d = (self.sys_at - self.now) * 1000 - self.carry
+            if d < wait:
+                wait = d
+        return wait if wait > 0 else 1  # due now: tick() just ran it; no busy loop
+
+    # ---------------------------------------------------------- shutdown
+
+    def shutdown(self):
+        """Start the shutdown; the ms to wait for the connections to close.
+
+        The shell then waits until `open` is 0 or that time passed, calling
+        tick() meanwhile if its timer no longer runs, and then abort_all().
+        """
+        self.clock()
+        self.sync_at = 0
+        self.sys_at = 0
+        self.broker.shutdown(self.now)
+        self.flush()
+        handles = self.handles
+        for cid in range(len(handles)):
+            handle = handles[cid]
+            if handle is not None and not self.linger[cid]:
+                self._start_close(cid, handle)  # anything the core did not already close
+        return self.shutdown_ms
+
+    def abort_all(self):
+        """Abort every connection still open (the end of a shutdown)."""
+        if self.open:
+            self.broker.log(30, "shutdown: %d connection(s) did not close in time; aborting them", (self.open,))
+        handles = self.handles
+        for cid in range(len(handles)):
+            handle = handles[cid]
+            if handle is not None:
+                self.linger[cid] = CLOSED
+                handle.abort()

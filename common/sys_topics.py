@@ -1,0 +1,69 @@
+# The $SYS topics: broker statistics as retained QoS 0 messages.
+#
+# Every `sys_interval` seconds (0 = off) the driver (common/driver.py)
+# publishes, through broker.publish(), the topics below under `$SYS/broker/`,
+# on the host and on a board alike. They are retained, so a client that
+# subscribes to `$SYS/#` gets the latest values at once. Only the broker
+# publishes there: the core refuses a client's PUBLISH into `$SYS/`.
+#
+# The values come from broker.snapshot(), the core's public counters, plus
+# the heap figure the shell measures (the host's resident set size, a
+# board's allocated heap), when it gives one.
+
+from common.broker import VERSION
+
+PREFIX = "$SYS/broker/"
+
+# messages/dropped/<name>: snapshot key. messages/dropped is their sum.
+DROP_COUNTERS = (
+    ("qos0", "dropped_qos0"),  # QoS 0 for a slow reader over max_out_buffer, or an offline session
+    ("queue_full", "dropped_queue_full"),  # a session's queue (count or bytes) was full
+    ("too_large", "dropped_too_large"),  # above a v5 client's Maximum Packet Size
+    ("no_slab", "dropped_no_slab"),  # the message pool (max_messages) was exhausted
+    ("retained", "dropped_retained"),  # the retained store was full: not kept
+)
+
+# (topic suffix, snapshot key) after the drop counters.
+_TAIL = (
+    ("messages/expired", "expired"),
+    ("bytes/received", "bytes_received"),
+    ("bytes/sent", "bytes_sent"),
+    ("subscriptions/count", "subscriptions"),
+    ("retained messages/count", "retained"),
+)
+
+
+def sys_values(snap, now, heap=None):
+    """(topic suffix, text value) for every $SYS topic, in a stable order.
+
+    `snap` is a broker.snapshot(); `heap` the shell's heap figure or None.
+    """
+    started = snap["started"]
+    dropped = 0
+    for _name, key in DROP_COUNTERS:
+        dropped += snap[key]
+    values = [
+        ("version", "siskin " + VERSION),
+        ("uptime", str(now - (started if started is not None else now))),
+        ("clients/connected", str(snap["connected"])),
+        ("clients/total", str(snap["sessions"])),
+        ("clients/maximum", str(snap["clients_maximum"])),
+        ("clients/refused", str(snap["refused_connections"])),
+        ("connections/total", str(snap["connections_total"])),
+        ("messages/received", str(snap["messages_received"])),
+        ("messages/sent", str(snap["messages_sent"])),
+        ("messages/dropped", str(dropped)),
+    ]
+    for name, key in DROP_COUNTERS:
+        values.append(("messages/dropped/" + name, str(snap[key])))
+    for suffix, key in _TAIL:
+        values.append((suffix, str(snap[key])))
+    if heap is not None:
+        values.append(("heap/current", str(heap)))
+    return values
+
+
+def publish_sys(broker, now, heap=None):
+    """Publish every $SYS topic as a retained QoS 0 message."""
+    for suffix, text in sys_values(broker.snapshot(), now, heap):
+        broker.publish(PREFIX + suffix, text.encode(), 0, True, now)
