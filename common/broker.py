@@ -32,6 +32,9 @@ VERSION = "0.1.0"
 # Connections accepted beyond max_connections only to send a polite refusal.
 REFUSAL_SLOTS = 4
 
+# Connection.deadline of a connection closed by its timer (is_silent).
+SILENT = -1
+
 
 class Stats:
     """Counters for $SYS and metrics. Kept below 2**30 by the shell's reading."""
@@ -267,17 +270,19 @@ class Broker:
         due = 0
         for conn in self.conns:
             deadline = conn.deadline
-            if not deadline:
+            if deadline <= 0:
                 continue
             if ticks_diff(ms, deadline) < 0:
                 if not due or ticks_diff(deadline, due) < 0:
                     due = deadline
-            elif conn.state == NEW:
+                continue
+            if conn.state == NEW:
                 self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                 self.close(conn, now)  # CONNECT not completed in time
             elif conn.state == CONNECTED:
                 self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
                 self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
+            conn.deadline = SILENT
         self.conn_due = due
 
     def _detach(self, conn, now):
@@ -345,6 +350,15 @@ class Broker:
 
     def is_closing(self, cid):
         return self.conns[cid].state == CLOSING
+
+    def is_silent(self, cid):
+        """Closed because the peer fell silent (keep-alive, connect timeout).
+
+        Such a connection has no input to drain before the close, so the
+        shell need not linger (where it cannot half-close, a linger would
+        keep the peer waiting for nothing).
+        """
+        return self.conns[cid].deadline == SILENT
 
     def set_paused(self, cid, paused):
         conn = self.conns[cid]

@@ -39,7 +39,9 @@
 # - Close: half-close, then linger until the peer's EOF or `close_linger`
 #   seconds, then close, or abort if the output still has not drained.
 #   Closing a socket with unread input makes TCP send a reset, which can
-#   destroy a final CONNACK or DISCONNECT, hence the linger.
+#   destroy a final CONNACK or DISCONNECT, hence the linger. A connection
+#   closed because its peer fell silent (broker.is_silent: keep-alive,
+#   connect timeout) has nothing to drain and is closed at once.
 # - Backpressure: a connection whose write buffer is above its high-water
 #   mark is paused in the core (its output stays there, bounded by the
 #   broker's limits) AND not read, so a client that sends without reading
@@ -195,15 +197,18 @@ class Driver:
             if data:
                 handle.write(data)  # may end in connection_lost: then not closing
             if broker.is_closing(cid):
-                self._start_close(cid, handle)
+                self._start_close(cid, handle, broker.is_silent(cid))
 
-    def _start_close(self, cid, handle):
+    def _start_close(self, cid, handle, silent=False):
         deadline = self._add(self.clock(), self.linger_ms)
         self.linger[cid] = deadline
         due = self.linger_due
         if not due or ticks_diff(deadline, due) < 0:
             self.linger_due = deadline
-        handle.half_close()
+        if silent and not handle.pending():
+            handle.close()  # a silent peer sent nothing to drain: no linger
+        else:
+            handle.half_close()
 
     def _end_lingers(self, ms):
         # Close the connections whose linger is over; the next linger_due.

@@ -201,6 +201,7 @@ class Store:
         self.dirty = False
         self.skipped = 0  # records that failed their check at restore
         self.errors = 0  # writes the backend refused (full, I/O error)
+        self.syncs = 0  # sync() calls that had changes to make durable
         if self.keys and key_id not in self.keys:
             raise StoreError("key id %d is not among the configured keys" % key_id)
 
@@ -365,6 +366,7 @@ class Store:
         """Make every change so far durable (the backend's fsync)."""
         if self.dirty:
             self.dirty = False
+            self.syncs += 1
             try:
                 self.backend.sync()
             except OSError as err:

@@ -341,9 +341,11 @@ class Server:
             await asyncio.sleep_ms(delay)
 
     def report_heap(self, t):
-        st = self.driver.broker.stats
+        broker = self.driver.broker
+        st = broker.stats
         print(
             "heap t=%d free=%d alloc=%d open=%d refused=%d sent=%d received=%d dropped_qos0=%d queue_full=%d"
+            " store_syncs=%d"
             % (
                 t,
                 gc.mem_free(),
@@ -354,6 +356,7 @@ class Server:
                 st.messages_received,
                 st.dropped_qos0,
                 st.dropped_queue_full,
+                broker.store.syncs if broker.store is not None else 0,
             )
         )
 
