@@ -1,0 +1,227 @@
+# The connection driver (common/driver.py) over a real Broker, with the shell
+# played by in-memory handles and a hand-turned millisecond clock. Runs
+# unchanged under MicroPython (tests/upy/run.py).
+
+import unittest
+
+from common import consts as C
+from common.broker import Broker
+from common.codec import FrameReader
+from common.compat import TICKS_MASK
+from common.driver import MAX_SLEEP_MS, Driver
+from common.packets import Connect, Disconnect, Pingreq, Publish, Subscribe, decode_packet, encode_packet
+from common.settings import Settings
+from common.store import Store
+from tests.core.memkv import MemKV
+
+
+class Clock:
+    def __init__(self, ms=0):
+        self.ms = ms
+
+    def read(self):
+        return self.ms
+
+
+class Handle:
+    """The shell's side of one connection: what the driver asked of it."""
+
+    def __init__(self, level=4):
+        self.level = level
+        self.reader = FrameReader(1 << 20)
+        self.inbox = []
+        self.events = []
+        self.buffered = 0  # what pending() reports
+
+    def write(self, data):
+        self.reader.feed(data)
+        while True:
+            frame = self.reader.maybe_read_frame()
+            if frame is None:
+                return
+            self.inbox.append(decode_packet(frame[0], self.reader.buf, frame[1], frame[2], self.level))
+
+    def half_close(self):
+        self.events.append("half_close")
+
+    def close(self):
+        self.events.append("close")
+
+    def abort(self):
+        self.events.append("abort")
+
+    def pending(self):
+        return self.buffered
+
+    def pause_reading(self):
+        self.events.append("pause")
+
+    def resume_reading(self):
+        self.events.append("resume")
+
+    def types(self):
+        got = [p.ptype for p in self.inbox]
+        self.inbox = []
+        return got
+
+
+class DriverTest(unittest.TestCase):
+    def make(self, start=0, store=None, **overrides):
+        self.clock = Clock(start)
+        self.broker = Broker(Settings(overrides), lambda n: bytes(n), store)
+        self.driver = Driver(self.broker, self.clock.read, 2, 5)
+
+    def at(self, ms):
+        """Let the clock reach `ms` after the start and run the timers."""
+        self.clock.ms = (self.start + ms) & TICKS_MASK
+        return self.driver.tick()
+
+    def open(self, client_id, level=4, keep_alive=0, clean=True):
+        h = Handle(level)
+        cid = self.driver.connection_made(h)
+        self.assertTrue(cid >= 0)
+        pkt = Connect(level=level, clean_start=clean, keep_alive=keep_alive, client_id=client_id)
+        self.send(cid, pkt, level)
+        self.assertEqual(h.types(), [C.CONNACK])
+        return cid, h
+
+    def send(self, cid, pkt, level=4):
+        self.driver.data_received(cid, encode_packet(pkt, level))
+        self.driver.flush()
+
+    def setUp(self):
+        self.start = 0
+        self.make()
+
+    def test_flush_writes_what_the_broker_produced_and_nothing_more(self):
+        cid, h = self.open("a")
+        self.send(cid, Pingreq())
+        self.assertEqual(h.types(), [C.PINGRESP])
+        self.driver.flush()
+        self.assertEqual((h.types(), h.events), ([], []))
+
+    def test_keep_alive_closes_at_one_and_a_half_times_to_the_ms(self):
+        # Across the wrap of the 30-bit ticks, as MicroPython's ticks_ms wraps.
+        # [MQTT-3.1.2-24]
+        self.start = TICKS_MASK - 700
+        self.make(self.start)
+        cid, h = self.open("ka", level=5, keep_alive=1)
+        self.assertEqual(self.at(0), MAX_SLEEP_MS)  # nothing sooner: a capped sleep
+        self.assertEqual(self.at(1000), 500)  # the shell sleeps to the deadline
+        self.assertEqual(self.at(1499), 1)
+        self.assertEqual((h.types(), h.events), ([], []))
+        self.at(1500)
+        pkt = h.inbox.pop()
+        self.assertEqual((pkt.ptype, pkt.reason), (C.DISCONNECT, C.RC_KEEP_ALIVE_TIMEOUT))
+        # A silent peer has nothing to drain: closed at once, no linger.
+        self.assertEqual(h.events, ["close"])
+
+    def test_activity_moves_the_keep_alive_deadline(self):
+        cid, h = self.open("ka", keep_alive=2)
+        self.clock.ms = 2000
+        self.send(cid, Pingreq())
+        self.assertEqual(h.types(), [C.PINGRESP])
+        self.assertEqual(self.at(2999), 1)  # the old deadline: only a scan
+        self.assertEqual(self.at(4999), 1)
+        self.assertEqual(h.events, [])
+        self.at(5000)
+        self.assertEqual(h.events, ["close"])
+
+    def test_connect_timeout(self):
+        self.make(connect_timeout=3)
+        h = Handle()
+        self.driver.connection_made(h)
+        self.at(2999)
+        self.assertEqual(h.events, [])
+        self.at(3000)
+        self.assertEqual(h.events, ["close"])
+
+    def test_close_half_closes_then_lingers_then_closes_or_aborts(self):
+        a, ha = self.open("a")
+        b, hb = self.open("b")
+        self.send(a, Disconnect(0, None))
+        self.send(b, Disconnect(0, None))
+        self.assertEqual((ha.events, hb.events), (["half_close"], ["half_close"]))
+        self.driver.data_received(a, b"\xc0\x00")  # input while closing: discarded
+        self.driver.flush()
+        self.assertEqual(ha.types(), [])
+        hb.buffered = 10  # b's peer reads nothing
+        self.assertEqual(self.at(1999), 1)
+        self.at(2000)  # close_linger = 2 s
+        self.assertEqual((ha.events, hb.events), (["half_close", "close"], ["half_close", "abort"]))
+        self.driver.connection_lost(a)
+        self.driver.connection_lost(b)
+        self.assertEqual(self.driver.open, 0)
+
+    def test_a_core_error_aborts_only_its_connection(self):
+        a, ha = self.open("a")
+        b, hb = self.open("b")
+        self.driver.data_received(a, 12345)  # not bytes: the core raises
+        self.assertEqual(ha.events, ["abort"])
+        self.driver.data_received(a, encode_packet(Pingreq(), 4))  # aborted: ignored
+        self.send(b, Pingreq())
+        self.assertEqual((ha.types(), hb.types()), ([], [C.PINGRESP]))
+        self.driver.connection_lost(a)
+        self.assertEqual(self.driver.open, 1)
+
+    def test_backpressure_pauses_the_core_and_the_reading(self):
+        a, ha = self.open("a")
+        b, hb = self.open("b")
+        self.send(a, Subscribe(1, [("t", 0)], None))
+        self.assertEqual(ha.types(), [C.SUBACK])
+        self.driver.set_paused(a, True)
+        self.send(b, Publish("t", b"x", 0, False, False, 0, None))
+        self.assertEqual((ha.types(), ha.events), ([], ["pause"]))
+        self.driver.set_paused(a, False)
+        self.driver.flush()
+        self.assertEqual((ha.types(), ha.events), ([C.PUBLISH], ["pause", "resume"]))
+
+    def test_batch_sync_every_store_sync_ms(self):
+        store = Store(MemKV())
+        store.open()
+        self.make(store=store, store_sync="batch", store_sync_ms=100)
+        cid, h = self.open("away", clean=False)
+        self.send(cid, Subscribe(1, [("q", 1)], None))
+        synced = store.syncs
+        self.assertEqual(self.at(0), 100)
+        self.assertEqual(store.syncs, synced)  # nothing new to sync
+        pub, hp = self.open("pub")
+        self.send(pub, Publish("q", b"x", 1, False, False, 1, None))
+        self.assertEqual(hp.types(), [C.PUBACK])  # batch: the ack leaves first
+        self.assertTrue(store.dirty)
+        self.at(99)
+        self.assertTrue(store.dirty)
+        self.at(100)
+        self.assertFalse(store.dirty)
+        self.assertEqual(store.syncs, synced + 1)
+
+    def test_sys_every_sys_interval(self):
+        self.make(sys_interval=2)
+        self.assertEqual(self.at(0), 1000)  # the first tick publishes
+        cid, h = self.open("sys")
+        self.send(cid, Subscribe(1, [("$SYS/broker/clients/connected", 0)], None))
+        pkt = h.inbox.pop()
+        self.assertEqual((pkt.topic, pkt.payload, pkt.retain), ("$SYS/broker/clients/connected", b"0", True))
+        self.assertEqual(h.types(), [C.SUBACK])
+        self.at(1000)
+        self.assertEqual(h.types(), [])
+        self.at(2000)
+        pkt = h.inbox.pop()
+        self.assertEqual((pkt.topic, pkt.payload), ("$SYS/broker/clients/connected", b"1"))
+        snap = self.broker.snapshot()
+        self.assertEqual((snap["connected"], snap["sessions"], snap["subscriptions"]), (1, 1, 1))
+
+    def test_shutdown_closes_everyone_then_aborts_the_rest(self):
+        a, ha = self.open("a", level=5)
+        b, hb = self.open("b")
+        self.assertEqual(self.driver.shutdown(), 5000)
+        pkt = ha.inbox.pop()
+        self.assertEqual((pkt.ptype, pkt.reason), (C.DISCONNECT, C.RC_SERVER_SHUTTING_DOWN))
+        self.assertEqual((ha.events, hb.events), (["half_close"], ["half_close"]))
+        self.driver.connection_lost(a)
+        self.driver.abort_all()
+        self.assertEqual((ha.events, hb.events), (["half_close"], ["half_close", "abort"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
