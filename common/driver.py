@@ -70,7 +70,6 @@
 # time; and a wake with nothing due costs a few comparisons, not a scan.
 
 from common.compat import TICKS_MASK, print_exception, ticks_diff
-from common.sys_topics import publish_sys
 
 MAX_SLEEP_MS = 1000
 
@@ -100,7 +99,15 @@ class Driver:
         self.sync_ms = s.store_sync_ms if broker.store is not None and s.store_sync == "batch" else 0
         self.sync_at = self._add(self.last, self.sync_ms) if self.sync_ms else 0
         self.sys_interval = s.sys_interval
-        self.sys_at = self.now if s.sys_interval > 0 else 0  # s; the first tick publishes
+        self.sys_at = 0  # s; the first tick publishes
+        self.publish_sys = None
+        if s.sys_interval > 0:
+            # Imported only when on: a board (sys_interval 0 by default)
+            # keeps the code and its strings out of its heap.
+            from common.sys_topics import publish_sys
+
+            self.publish_sys = publish_sys
+            self.sys_at = self.now
 
     # ------------------------------------------------------------ clock
 
@@ -247,7 +254,7 @@ class Driver:
                 broker.sync_store()
             if self.sys_at and now >= self.sys_at:
                 self.sys_at = now + self.sys_interval
-                publish_sys(broker, now, self.heap() if self.heap is not None else None)
+                self.publish_sys(broker, now, self.heap() if self.heap is not None else None)
         except Exception as e:  # a core bug must not stop the clock
             broker.log(40, "tick failed: %r", (e,))
             print_exception(e)
