@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from common.filelog import FileLog
 from common.store import Store, StoreError
@@ -31,15 +32,17 @@ def open_store(
     """The opened store in `data_dir`; StoreError with advice if it cannot be used."""
     os.makedirs(data_dir, exist_ok=True)
     keys = None
-    make_aead = None
+    make_aead: Callable[[bytes], Any] | None = None
     if key_text is not None:
         keys = parse_keys(key_text)
         try:
             # Only an encrypted store needs the `cryptography` package.
-            from cpython_host.crypto import make_aead
+            from cpython_host import crypto
         except ImportError:
             raise StoreError(
                 "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
             ) from None
+        make_aead = crypto.make_aead
     backend = FileLog(PosixFS(), os.path.join(data_dir, LOG_NAME))
-    return open_backend(backend, keys, make_aead, log, wipe)
+    store: Store = open_backend(backend, keys, make_aead, log, wipe)
+    return store

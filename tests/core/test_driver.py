@@ -105,7 +105,7 @@ class DriverTest(unittest.TestCase):
         # [MQTT-3.1.2-24]
         self.start = TICKS_MASK - 700
         self.make(self.start)
-        cid, h = self.open("ka", level=5, keep_alive=1)
+        _cid, h = self.open("ka", level=5, keep_alive=1)
         self.assertEqual(self.at(0), MAX_SLEEP_MS)  # nothing sooner: a capped sleep
         self.assertEqual(self.at(1000), 500)  # the shell sleeps to the deadline
         self.assertEqual(self.at(1499), 1)
@@ -166,7 +166,7 @@ class DriverTest(unittest.TestCase):
 
     def test_backpressure_pauses_the_core_and_the_reading(self):
         a, ha = self.open("a")
-        b, hb = self.open("b")
+        b, _hb = self.open("b")
         self.send(a, Subscribe(1, [("t", 0)], None))
         self.assertEqual(ha.types(), [C.SUBACK])
         self.driver.set_paused(a, True)
@@ -180,7 +180,7 @@ class DriverTest(unittest.TestCase):
         store = Store(MemKV())
         store.open()
         self.make(store=store, store_sync="batch", store_sync_ms=100)
-        cid, h = self.open("away", clean=False)
+        cid, _h = self.open("away", clean=False)
         self.send(cid, Subscribe(1, [("q", 1)], None))
         synced = store.syncs
         self.assertEqual(self.at(0), 100)
@@ -213,7 +213,7 @@ class DriverTest(unittest.TestCase):
 
     def test_shutdown_closes_everyone_then_aborts_the_rest(self):
         a, ha = self.open("a", level=5)
-        b, hb = self.open("b")
+        _b, hb = self.open("b")
         self.assertEqual(self.driver.shutdown(), 5000)
         pkt = ha.inbox.pop()
         self.assertEqual((pkt.ptype, pkt.reason), (C.DISCONNECT, C.RC_SERVER_SHUTTING_DOWN))

@@ -47,6 +47,7 @@ class OpenStoreTest(unittest.TestCase):
     def test_the_newest_key_encrypts(self):
         if make_ecb(bytes(16)) is None:
             self.skipTest(NO_AES)
+
         def make_aead(key):
             return AesGcm(key, make_ecb(key))
 
