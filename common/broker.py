@@ -18,7 +18,7 @@ from common import consts as C
 from common import handle_connect, handle_publish, handle_subscribe
 from common.auth_scram import ScramSha256
 from common.codec import FrameReader
-from common.compat import TICKS_MASK, ticks_diff
+from common.compat import TICKS_MASK, ticks_diff, ticks_sooner
 from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
 from common.errors import MqttError, ProtocolError
 from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
@@ -233,9 +233,7 @@ class Broker:
 
     def _due(self, deadline):
         # Keep conn_due at or before every connection deadline.
-        due = self.conn_due
-        if not due or ticks_diff(deadline, due) < 0:
-            self.conn_due = deadline
+        self.conn_due = ticks_sooner(self.conn_due, deadline)
         return deadline
 
     def connection_lost(self, cid, now):
@@ -273,8 +271,7 @@ class Broker:
             if deadline <= 0:
                 continue
             if ticks_diff(ms, deadline) < 0:
-                if not due or ticks_diff(deadline, due) < 0:
-                    due = deadline
+                due = ticks_sooner(due, deadline)
                 continue
             if conn.state == NEW:
                 self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))

@@ -101,3 +101,10 @@ TICKS_HALF = const(0x20000000)
 def ticks_diff(a, b):
     """a - b in ms for 30-bit wrapping ticks (time.ticks_diff of MicroPython)."""
     return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF
+
+
+def ticks_sooner(a, b):
+    """The earlier of two deadlines in ticks; 0 means none."""
+    if not a or (b and ticks_diff(b, a) < 0):
+        return b
+    return a

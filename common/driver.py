@@ -69,7 +69,7 @@
 # second session timers, close_linger), so the next wake still sees it in
 # time; and a wake with nothing due costs a few comparisons, not a scan.
 
-from common.compat import TICKS_MASK, print_exception, ticks_diff
+from common.compat import TICKS_MASK, print_exception, ticks_diff, ticks_sooner
 
 MAX_SLEEP_MS = 1000
 
@@ -209,9 +209,7 @@ class Driver:
     def _start_close(self, cid, handle, silent=False):
         deadline = self._add(self.clock(), self.linger_ms)
         self.linger[cid] = deadline
-        due = self.linger_due
-        if not due or ticks_diff(deadline, due) < 0:
-            self.linger_due = deadline
+        self.linger_due = ticks_sooner(self.linger_due, deadline)
         if silent and not handle.pending():
             handle.close()  # a silent peer sent nothing to drain: no linger
         else:
@@ -226,8 +224,7 @@ class Driver:
             if deadline <= 0:
                 continue
             if ticks_diff(ms, deadline) < 0:
-                if not due or ticks_diff(deadline, due) < 0:
-                    due = deadline
+                due = ticks_sooner(due, deadline)
                 continue
             # The peer neither closed its side nor read its output in time.
             # Output still buffered means it is not reading: a close would

@@ -347,35 +347,32 @@ def _has_shared(session):
 def run_session_timers(broker, now):
     """Publish due delayed wills and expire orphaned sessions.
 
-    Returns the earliest timer still pending (s), 0 for none.
+    Returns the earliest timer still pending (s), 0 for none; `now` when
+    something fired (what is left of those sessions is found a second later).
     """
     due = None
-    expired = None
     nearest = 0
     for session in broker.sessions.values():
-        at = session.will_at
-        if at:
-            if now > at:
-                if due is None:
-                    due = []
-                due.append(session)
-            elif not nearest or at < nearest:
-                nearest = at
-        at = session.expires_at
-        if at and session.conn is None:
-            if now > at:
-                if expired is None:
-                    expired = []
-                expired.append(session)
-            elif not nearest or at < nearest:
-                nearest = at
-    if due:
-        for session in due:
+        will_at = session.will_at
+        expires_at = session.expires_at if session.conn is None else 0
+        if (will_at and now > will_at) or (expires_at and now > expires_at):
+            if due is None:
+                due = []
+            due.append(session)
+            continue
+        if expires_at and (not will_at or expires_at < will_at):
+            will_at = expires_at
+        if will_at and (not nearest or will_at < nearest):
+            nearest = will_at
+    if due is None:
+        return nearest
+    for session in due:
+        if session.will_at and now > session.will_at:
             _publish_will(broker, session, now)
-    if expired:
-        for session in expired:
+    for session in due:
+        if session.expires_at and now > session.expires_at and session.conn is None:
             destroy_session(broker, session, now)
-    return nearest
+    return now
 
 
 # ---------------------------------------------------------- DISCONNECT, AUTH
