@@ -92,12 +92,11 @@ class Driver:
         self.linger = []  # cid -> OPEN, CLOSED or the linger deadline (ms ticks)
         self.linger_due = 0  # earliest linger deadline (ms ticks), 0 = none
         self.open = 0  # connections with a handle
-        self.last = ticks_ms() & TICKS_MASK
-        self.carry = 0  # ms since the last whole second
+        self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
         self.now = 1  # whole seconds, for the broker
         s = broker.settings
         self.sync_ms = s.store_sync_ms if broker.store is not None and s.store_sync == "batch" else 0
-        self.sync_at = self._add(self.last, self.sync_ms) if self.sync_ms else 0
+        self.sync_at = self._add(self.mark, self.sync_ms) if self.sync_ms else 0
         self.sys_interval = s.sys_interval
         self.sys_at = 0  # s; the first tick publishes
         self.publish_sys = None
@@ -114,13 +113,16 @@ class Driver:
     def clock(self):
         """Read the shell's clock: the ms ticks now; advances self.now (s)."""
         t = self.ticks_ms() & TICKS_MASK
-        ms = self.carry + ((t - self.last) & TICKS_MASK)
-        self.last = t
-        if ms >= 1000:
-            self.now += ms // 1000
-            ms %= 1000
-        self.carry = ms
+        if ((t - self.mark) & TICKS_MASK) >= 1000:
+            self._next_second(t)
         return t
+
+    def _next_second(self, t):
+        # Whole seconds passed since `mark`. The clock must be read at least
+        # every 2**30 ms (12 days); tick() runs at least every second.
+        seconds = ((t - self.mark) & TICKS_MASK) // 1000
+        self.now += seconds
+        self.mark = (self.mark + seconds * 1000) & TICKS_MASK
 
     @staticmethod
     def _add(t, ms):
@@ -153,7 +155,10 @@ class Driver:
         """Bytes read from connection `cid`; the shell flushes when it likes."""
         if self.linger[cid]:
             return  # closing: the rest of the input is discarded
-        ms = self.clock()
+        # clock(), inlined: the per-input path pays for no extra call.
+        ms = self.ticks_ms() & TICKS_MASK
+        if ((ms - self.mark) & TICKS_MASK) >= 1000:
+            self._next_second(ms)
         try:
             self.broker.data_received(cid, data, self.now, ms)
         except Exception as e:
@@ -198,7 +203,7 @@ class Driver:
         linger = self.linger
         for cid in broker.take_dirty():
             data = broker.take_output(cid)
-            handle = handles[cid] if cid < len(handles) else None
+            handle = handles[cid]  # every cid the broker names came from connection_made
             if handle is None or linger[cid]:
                 continue  # gone, or half-closed: nothing more may go out
             if data:
@@ -268,15 +273,16 @@ class Driver:
                 d = ticks_diff(due, ms)
                 if d < wait:
                     wait = d
-        # Whole-second timers, from the ms already counted into this second.
+        # Whole-second timers, from the ms already gone of this second.
         # A session timer fires when now > session_due, $SYS when now >= sys_at.
+        gone = (ms - self.mark) & TICKS_MASK
         due = self.broker.session_due
         if due:
-            d = (due + 1 - self.now) * 1000 - self.carry
+            d = (due + 1 - self.now) * 1000 - gone
             if d < wait:
                 wait = d
         if self.sys_at:
-            d = (self.sys_at - self.now) * 1000 - self.carry
+            d = (self.sys_at - self.now) * 1000 - gone
             if d < wait:
                 wait = d
         return wait if wait > 0 else 1  # due now: tick() just ran it; no busy loop
