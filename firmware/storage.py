@@ -14,6 +14,7 @@
 # copied key file does not open another board's store. If it does not exist,
 # the store is plain (CRC-checked only) and the log says so.
 
+from common.compat import from_hex
 from common.filelog import FileLog
 from common.hkdf import hkdf_sha256
 from common.store import Store
@@ -39,7 +40,7 @@ def read_key(path, log):
         log.log(30, "store: no key file %s: the store is NOT encrypted" % path)
         return None
     try:
-        raw = bytes.fromhex(text)
+        raw = from_hex(text)
     except ValueError:
         raise ValueError("%s: the store key must be hex digits" % path)
     if len(raw) not in (16, 32):
