@@ -235,10 +235,10 @@ def decode_connect(first, buf, start, end, level):
     # they are not ours [MQTT-3.1.2-1, -2].
     if name == "MQTT":
         if lvl != 4 and lvl != 5:
-            raise UnsupportedProtocol(lvl, "protocol level %d" % lvl)
+            raise UnsupportedProtocol("protocol level %d" % lvl)
     elif name == "MQIsdp":
         if lvl != 3:
-            raise UnsupportedProtocol(lvl, "MQIsdp with level %d" % lvl)
+            raise UnsupportedProtocol("MQIsdp with level %d" % lvl)
     else:
         raise ProtocolError("unknown protocol name")  # [MQTT-3.1.2-1]
     flags, i = decode_u8(buf, i, end)

@@ -288,11 +288,11 @@ class TestConnect(unittest.TestCase):
         self.assertEqual(decode(frame(0x10, connect_body(level=4)), 5).level, 4)
         self.assertEqual(decode(frame(0x10, connect_body(level=5)), 4).level, 5)
 
-    def test_unsupported_level_carries_it(self):
-        # [MQTT-3.1.2-2] the broker answers 0x01 / 0x84 with the level in hand
+    def test_unsupported_level_named(self):
+        # [MQTT-3.1.2-2] the broker answers 0x01 / 0x84; the log names the level
         with self.assertRaises(UnsupportedProtocol) as cm:
             decode(frame(0x10, connect_body(level=6)), 4)
-        self.assertEqual(cm.exception.level, 6)
+        self.assertEqual(cm.exception.msg, "protocol level 6")
         self.assertEqual(cm.exception.reason, RC_UNSUPPORTED_PROTOCOL_VERSION)
         self.assertRaises(UnsupportedProtocol, decode, frame(0x10, connect_body(level=4, name="MQIsdp")), 4)
         self.assertRaises(UnsupportedProtocol, decode, frame(0x10, connect_body(level=3)), 4)
@@ -560,7 +560,7 @@ class TestDisconnectAuth(unittest.TestCase):
         self.assertEqual(e.reason, 0x81)
         self.assertEqual(ProtocolError().reason, 0x82)
         self.assertEqual(MqttError(0x97, "quota").reason, 0x97)
-        self.assertEqual(UnsupportedProtocol(7).level, 7)
+        self.assertEqual(UnsupportedProtocol().reason, 0x84)
 
 
 class TestNoStrayExceptions(unittest.TestCase):
