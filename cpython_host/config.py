@@ -35,6 +35,8 @@ from common.settings import (
     did_you_mean,
 )
 
+__all__ = ["LOG_LEVELS", "SERVER", "ConfigError", "HostConfig", "load_config"]
+
 # The --log-level choices (cpython_host/__main__.py).
 LOG_LEVELS = LOG_LEVEL_NAMES
 
