@@ -210,7 +210,9 @@ def defaults(schema):
     out = {}
     for e in schema:
         default = e[1]
-        out[e[0]] = list(default) if isinstance(default, list) else dict(default) if isinstance(default, dict) else default
+        out[e[0]] = (
+            list(default) if isinstance(default, list) else dict(default) if isinstance(default, dict) else default
+        )
     return out
 
 
