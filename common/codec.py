@@ -240,13 +240,6 @@ def new_packet_buffer(first_byte, remaining_length):
     return buf, write_vbi(buf, 1, remaining_length)
 
 
-def encode_vbi(value):
-    """A Variable Byte Integer as bytes (tests and tools)."""
-    buf = bytearray(vbi_size(value))
-    write_vbi(buf, 0, value)
-    return bytes(buf)
-
-
 # ---------------------------------------------------------------------------
 # Incremental frame reader
 # ---------------------------------------------------------------------------

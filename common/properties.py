@@ -155,14 +155,6 @@ SUBSCRIPTION_IDENTIFIER_BIT = 1 << 5
 NONZERO_PROPS = (PROP_SUBSCRIPTION_IDENTIFIER, PROP_RECEIVE_MAXIMUM, PROP_TOPIC_ALIAS, PROP_MAXIMUM_PACKET_SIZE)
 
 
-def prop_type(pid):
-    """The data type (PT_*) of a property id, or None if unknown."""
-    info = PROPERTIES.get(pid)
-    if info is None:
-        return None
-    return info[0]
-
-
 def prop_get(props, pid, default=None):
     """The value of the first property ``pid`` in ``props``, or ``default``."""
     if props:
@@ -170,17 +162,6 @@ def prop_get(props, pid, default=None):
             if p[0] == pid:
                 return p[1]
     return default
-
-
-def prop_get_all(props, pid):
-    """Every value of property ``pid`` in wire order (User Property,
-    Subscription Identifier in PUBLISH)."""
-    out = []
-    if props:
-        for p in props:
-            if p[0] == pid:
-                out.append(p[1])
-    return out
 
 
 def decode_properties(buf, start, end, ptype):
@@ -264,12 +245,6 @@ def properties_size(props):
     return size
 
 
-def properties_block_size(props):
-    """Bytes taken by the whole block: length prefix plus items."""
-    n = properties_size(props)
-    return vbi_size(n) + n
-
-
 def write_properties(buf, off, props, size):
     """Write the block (length ``size`` from ``properties_size``) at ``off``."""
     off = write_vbi(buf, off, size)
@@ -293,14 +268,6 @@ def write_properties(buf, off, props, size):
         else:
             off = write_prefixed(buf, off, utf8_bytes(value))
     return off
-
-
-def encode_properties(props):
-    """The property block as bytes (length prefix included)."""
-    size = properties_size(props)
-    buf = bytearray(vbi_size(size) + size)
-    write_properties(buf, 0, props, size)
-    return bytes(buf)
 
 
 # ---------------------------------------------------------------------------

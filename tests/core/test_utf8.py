@@ -6,7 +6,7 @@ import unittest
 
 from common.compat import STRICT_UTF8_DECODE, decode_str_strict
 from common.errors import MalformedPacket
-from common.utf8 import check_utf8, decode_utf8, decode_utf8_checked, is_valid_utf8
+from common.utf8 import check_utf8, decode_utf8, decode_utf8_checked
 
 GOOD = (
     ("", ""),
@@ -47,6 +47,14 @@ BAD = (
     "f0289f98",
     "f09f2898",
 )
+
+
+def is_valid_utf8(data):
+    try:
+        check_utf8(data, 0, len(data))
+    except MalformedPacket:
+        return False
+    return True
 
 
 class TestUtf8Validator(unittest.TestCase):
