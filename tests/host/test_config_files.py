@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,22 @@ def test_device_json(tmp_path: Path, device: dict[str, Any], words: list[str]) -
     assert line.startswith(f"ERROR siskin: config: {path}: "), line
     for word in words:
         assert word in line, line
+
+
+def test_deploy_refuses_what_the_board_would_refuse(tmp_path: Path) -> None:
+    # tools/deploy checks the device config with the firmware's validator, so
+    # a typo is caught on the desk, not after the board has rebooted into it.
+    config = tmp_path / "siskin.json"
+    config.write_text(json.dumps({"board": "esp32", "log_levl": "info"}))
+    dist = tmp_path / "dist"
+    for name in ("common", "firmware", "boards"):
+        (dist / name).mkdir(parents=True)
+    for name in ("main.py", "boot.py"):
+        (dist / name).write_text("")
+    args = ["--board", "esp32", "--dist", str(dist), "--port", "/dev/ttyUSB0", "--config", str(config), "--dry-run"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = one_line(proc.stderr)
+    assert line.startswith(f"deploy: {config}: unknown key 'log_levl'; did you mean 'log_level'?"), line
