@@ -31,7 +31,7 @@ pointing at valid (old) memory. A frame's offsets are valid until the next
 
 import struct
 
-from common.consts import VBI_MAX
+from common.consts import U16_MAX, VBI_MAX
 from common.errors import MalformedPacket, PacketTooLarge, ProtocolError
 from common.utf8 import decode_utf8
 
@@ -220,7 +220,7 @@ def write_raw(buf, off, data):
 def write_prefixed(buf, off, data):
     """Two-byte length then the bytes (strings already UTF-8 encoded, binary)."""
     n = len(data)
-    if n > 65535:
+    if n > U16_MAX:
         raise ValueError("string or binary data longer than 65535 bytes")
     buf[off] = n >> 8
     buf[off + 1] = n & 0xFF
@@ -238,13 +238,6 @@ def new_packet_buffer(first_byte, remaining_length):
     buf = bytearray(1 + vbi_size(remaining_length) + remaining_length)
     buf[0] = first_byte
     return buf, write_vbi(buf, 1, remaining_length)
-
-
-def encode_vbi(value):
-    """A Variable Byte Integer as bytes (tests and tools)."""
-    buf = bytearray(vbi_size(value))
-    write_vbi(buf, 0, value)
-    return bytes(buf)
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,16 @@ What lives here:
   (``struct.error`` on CPython, ``ValueError`` on MicroPython).
 - ``print_exception``: ``sys.print_exception`` on MicroPython, a ``traceback``
   based stand-in on CPython (imported lazily, so the core imports no I/O module).
+- ``crc32``: ``binascii.crc32`` where the port has a correct one, else a
+  table-driven one in Python (the store's record checksum, common/kvrecord.py).
+- ``JOIN_PARTS_FASTER``: True where building a small packet by joining bytes
+  parts beats filling a preallocated bytearray (CPython: about a third faster;
+  on MicroPython the bytearray takes fewer heap blocks, measured by
+  tools/bench/upy_heap.py). A trait of the interpreter, not a feature that can
+  be probed: the one implementation check of the core, kept here.
+- ``from_hex``: ``bytes.fromhex`` where the port has it (MicroPython builds
+  below the "extra features" level do not), else ``binascii.unhexlify``; both
+  raise ValueError on text that is not hex digits.
 """
 
 try:  # MicroPython
@@ -28,8 +38,12 @@ except ImportError:  # CPython
 
 
 import struct
+import sys
 
 STRUCT_ERROR = getattr(struct, "error", ValueError)
+
+
+JOIN_PARTS_FASTER = sys.implementation.name == "cpython"
 
 
 # Byte sequences that the MQTT UTF-8 rules forbid [MQTT-1.5.4-1] and that a
@@ -108,3 +122,47 @@ def ticks_sooner(a, b):
     if not a or (b and ticks_diff(b, a) < 0):
         return b
     return a
+
+
+_crc_table = None
+
+
+def _crc32_fallback(data, crc=0):
+    """Table-driven CRC-32 (IEEE 802.3, as zlib), for ports without binascii.crc32."""
+    global _crc_table
+    if _crc_table is None:
+        table = []
+        for n in range(256):
+            c = n
+            for _ in range(8):
+                if c & 1:
+                    c = 0xEDB88320 ^ (c >> 1)
+                else:
+                    c >>= 1
+            table.append(c)
+        _crc_table = table
+    table = _crc_table
+    c = crc ^ 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+try:
+    from binascii import crc32 as _crc32
+
+    if _crc32(b"123456789") != 0xCBF43926:  # the standard check value
+        raise ImportError
+except ImportError:
+    _crc32 = _crc32_fallback
+
+
+def crc32(data, crc=0):
+    """CRC-32 of `data` (bytes, bytearray or memoryview), continuing from `crc`."""
+    return _crc32(data, crc) & 0xFFFFFFFF
+
+
+try:
+    from_hex = bytes.fromhex
+except AttributeError:
+    from binascii import unhexlify as from_hex  # noqa: F401  (MicroPython without bytes.fromhex)

@@ -62,13 +62,13 @@ class PacketTooLarge(MqttError):
 class UnsupportedProtocol(MqttError):
     """0x84 (v5) / CONNACK return code 0x01 (3.1.1): a protocol level we do not speak.
 
-    ``level`` is the Protocol Level byte received, so the broker can answer in
-    the right dialect (a 3.1.1 CONNACK for levels below 5).
+    The broker answers it with a 3.1.1 CONNACK 0x01 whatever the level received
+    (common/broker.py: the client's dialect is unknown), so the level is only
+    named in ``msg``, for the log.
     """
 
-    def __init__(self, level, msg=""):
+    def __init__(self, msg=""):
         super().__init__(RC_UNSUPPORTED_PROTOCOL_VERSION, msg)
-        self.level = level
 
 
 class TopicNameInvalid(MqttError):

@@ -23,7 +23,7 @@
 
 import struct
 
-from .compat import const
+from .compat import const, crc32
 
 MAGIC = const(0xA5)
 FLAG_TOMBSTONE = const(0x01)
@@ -52,46 +52,6 @@ class StoreFull(OSError):
 
     def __init__(self, msg="store full"):
         super().__init__(28, msg)
-
-
-# -- CRC-32 -------------------------------------------------------------------
-
-_crc_table = None
-
-
-def _crc32_fallback(data, crc=0):
-    """Table-driven CRC-32 (IEEE 802.3, as zlib), for ports without binascii.crc32."""
-    global _crc_table
-    if _crc_table is None:
-        table = []
-        for n in range(256):
-            c = n
-            for _ in range(8):
-                if c & 1:
-                    c = 0xEDB88320 ^ (c >> 1)
-                else:
-                    c >>= 1
-            table.append(c)
-        _crc_table = table
-    table = _crc_table
-    c = crc ^ 0xFFFFFFFF
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-try:
-    from binascii import crc32 as _crc32
-
-    if _crc32(b"123456789") != 0xCBF43926:  # the standard check value
-        raise ImportError
-except ImportError:
-    _crc32 = _crc32_fallback
-
-
-def crc32(data, crc=0):
-    """CRC-32 of `data` (bytes, bytearray or memoryview), continuing from `crc`."""
-    return _crc32(data, crc) & 0xFFFFFFFF
 
 
 # -- framing ------------------------------------------------------------------

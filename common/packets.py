@@ -17,8 +17,6 @@ their caller (a test may send a bad packet on purpose). ``decode_packet``
 turns any stray low-level exception into ``MalformedPacket`` as a last guard.
 """
 
-import sys
-
 from common import consts as C
 from common.codec import (
     check_end,
@@ -37,6 +35,7 @@ from common.codec import (
     write_u8,
     write_u16,
 )
+from common.compat import JOIN_PARTS_FASTER as _JOIN_PARTS  # encode_publish's per-message path
 from common.compat import STRUCT_ERROR
 from common.errors import (
     MalformedPacket,
@@ -235,10 +234,10 @@ def decode_connect(first, buf, start, end, level):
     # they are not ours [MQTT-3.1.2-1, -2].
     if name == "MQTT":
         if lvl != 4 and lvl != 5:
-            raise UnsupportedProtocol(lvl, "protocol level %d" % lvl)
+            raise UnsupportedProtocol("protocol level %d" % lvl)
     elif name == "MQIsdp":
         if lvl != 3:
-            raise UnsupportedProtocol(lvl, "MQIsdp with level %d" % lvl)
+            raise UnsupportedProtocol("MQIsdp with level %d" % lvl)
     else:
         raise ProtocolError("unknown protocol name")  # [MQTT-3.1.2-1]
     flags, i = decode_u8(buf, i, end)
@@ -458,11 +457,6 @@ def decode_packet(first_byte, buf, start, end, level):
 # ---------------------------------------------------------------------------
 # Encoders: (pkt, level) -> bytes
 # ---------------------------------------------------------------------------
-
-# encode_publish's per-message path: on CPython, joining the parts is about a
-# third faster than filling a bytearray; on MicroPython the bytearray takes
-# fewer heap blocks (tools/bench/upy_heap.py measures them).
-_JOIN_PARTS = sys.implementation.name == "cpython"
 
 
 def encode_connect(p, level=None):

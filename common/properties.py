@@ -49,7 +49,33 @@ from common.consts import (
     DISCONNECT,
     LEVEL_5,
     PACKET_NAMES,
+    PROP_ASSIGNED_CLIENT_IDENTIFIER,
+    PROP_AUTHENTICATION_DATA,
+    PROP_AUTHENTICATION_METHOD,
+    PROP_CONTENT_TYPE,
+    PROP_CORRELATION_DATA,
+    PROP_MAXIMUM_PACKET_SIZE,
+    PROP_MAXIMUM_QOS,
+    PROP_MESSAGE_EXPIRY_INTERVAL,
+    PROP_PAYLOAD_FORMAT_INDICATOR,
+    PROP_REASON_STRING,
+    PROP_RECEIVE_MAXIMUM,
+    PROP_REQUEST_PROBLEM_INFORMATION,
+    PROP_REQUEST_RESPONSE_INFORMATION,
+    PROP_RESPONSE_INFORMATION,
     PROP_RESPONSE_TOPIC,
+    PROP_RETAIN_AVAILABLE,
+    PROP_SERVER_KEEP_ALIVE,
+    PROP_SERVER_REFERENCE,
+    PROP_SESSION_EXPIRY_INTERVAL,
+    PROP_SHARED_SUBSCRIPTION_AVAILABLE,
+    PROP_SUBSCRIPTION_IDENTIFIER,
+    PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE,
+    PROP_TOPIC_ALIAS,
+    PROP_TOPIC_ALIAS_MAXIMUM,
+    PROP_USER_PROPERTY,
+    PROP_WILDCARD_SUBSCRIPTION_AVAILABLE,
+    PROP_WILL_DELAY_INTERVAL,
     PT_BIN,
     PT_BYTE,
     PT_PAIR,
@@ -88,37 +114,37 @@ M_ALL = (
 
 # Table 2-4 of MQTT 5.0 (2.2.2.2): id -> (data type, where allowed, repeat bit)
 PROPERTIES = {
-    0x01: (PT_BYTE, M_PUBLISH | M_WILL, 1 << 0),  # Payload Format Indicator
-    0x02: (PT_U32, M_PUBLISH | M_WILL, 1 << 1),  # Message Expiry Interval
-    0x03: (PT_STR, M_PUBLISH | M_WILL, 1 << 2),  # Content Type
-    0x08: (PT_STR, M_PUBLISH | M_WILL, 1 << 3),  # Response Topic
-    0x09: (PT_BIN, M_PUBLISH | M_WILL, 1 << 4),  # Correlation Data
-    0x0B: (PT_VBI, M_PUBLISH | M_SUBSCRIBE, 1 << 5),  # Subscription Identifier
-    0x11: (PT_U32, M_CONNECT | M_CONNACK | M_DISCONNECT, 1 << 6),  # Session Expiry Interval
-    0x12: (PT_STR, M_CONNACK, 1 << 7),  # Assigned Client Identifier
-    0x13: (PT_U16, M_CONNACK, 1 << 8),  # Server Keep Alive
-    0x15: (PT_STR, M_CONNECT | M_CONNACK | M_AUTH, 1 << 9),  # Authentication Method
-    0x16: (PT_BIN, M_CONNECT | M_CONNACK | M_AUTH, 1 << 10),  # Authentication Data
-    0x17: (PT_BYTE, M_CONNECT, 1 << 11),  # Request Problem Information
-    0x18: (PT_U32, M_WILL, 1 << 12),  # Will Delay Interval
-    0x19: (PT_BYTE, M_CONNECT, 1 << 13),  # Request Response Information
-    0x1A: (PT_STR, M_CONNACK, 1 << 14),  # Response Information
-    0x1C: (PT_STR, M_CONNACK | M_DISCONNECT, 1 << 15),  # Server Reference
-    0x1F: (  # Reason String
+    PROP_PAYLOAD_FORMAT_INDICATOR: (PT_BYTE, M_PUBLISH | M_WILL, 1 << 0),
+    PROP_MESSAGE_EXPIRY_INTERVAL: (PT_U32, M_PUBLISH | M_WILL, 1 << 1),
+    PROP_CONTENT_TYPE: (PT_STR, M_PUBLISH | M_WILL, 1 << 2),
+    PROP_RESPONSE_TOPIC: (PT_STR, M_PUBLISH | M_WILL, 1 << 3),
+    PROP_CORRELATION_DATA: (PT_BIN, M_PUBLISH | M_WILL, 1 << 4),
+    PROP_SUBSCRIPTION_IDENTIFIER: (PT_VBI, M_PUBLISH | M_SUBSCRIBE, 1 << 5),
+    PROP_SESSION_EXPIRY_INTERVAL: (PT_U32, M_CONNECT | M_CONNACK | M_DISCONNECT, 1 << 6),
+    PROP_ASSIGNED_CLIENT_IDENTIFIER: (PT_STR, M_CONNACK, 1 << 7),
+    PROP_SERVER_KEEP_ALIVE: (PT_U16, M_CONNACK, 1 << 8),
+    PROP_AUTHENTICATION_METHOD: (PT_STR, M_CONNECT | M_CONNACK | M_AUTH, 1 << 9),
+    PROP_AUTHENTICATION_DATA: (PT_BIN, M_CONNECT | M_CONNACK | M_AUTH, 1 << 10),
+    PROP_REQUEST_PROBLEM_INFORMATION: (PT_BYTE, M_CONNECT, 1 << 11),
+    PROP_WILL_DELAY_INTERVAL: (PT_U32, M_WILL, 1 << 12),
+    PROP_REQUEST_RESPONSE_INFORMATION: (PT_BYTE, M_CONNECT, 1 << 13),
+    PROP_RESPONSE_INFORMATION: (PT_STR, M_CONNACK, 1 << 14),
+    PROP_SERVER_REFERENCE: (PT_STR, M_CONNACK | M_DISCONNECT, 1 << 15),
+    PROP_REASON_STRING: (
         PT_STR,
         M_CONNACK | M_ACKS | M_SUBACK | M_UNSUBACK | M_DISCONNECT | M_AUTH,
         1 << 16,
     ),
-    0x21: (PT_U16, M_CONNECT | M_CONNACK, 1 << 17),  # Receive Maximum
-    0x22: (PT_U16, M_CONNECT | M_CONNACK, 1 << 18),  # Topic Alias Maximum
-    0x23: (PT_U16, M_PUBLISH, 1 << 19),  # Topic Alias
-    0x24: (PT_BYTE, M_CONNACK, 1 << 20),  # Maximum QoS
-    0x25: (PT_BYTE, M_CONNACK, 1 << 21),  # Retain Available
-    0x26: (PT_PAIR, M_ALL, 0),  # User Property: may repeat everywhere
-    0x27: (PT_U32, M_CONNECT | M_CONNACK, 1 << 22),  # Maximum Packet Size
-    0x28: (PT_BYTE, M_CONNACK, 1 << 23),  # Wildcard Subscription Available
-    0x29: (PT_BYTE, M_CONNACK, 1 << 24),  # Subscription Identifier Available
-    0x2A: (PT_BYTE, M_CONNACK, 1 << 25),  # Shared Subscription Available
+    PROP_RECEIVE_MAXIMUM: (PT_U16, M_CONNECT | M_CONNACK, 1 << 17),
+    PROP_TOPIC_ALIAS_MAXIMUM: (PT_U16, M_CONNECT | M_CONNACK, 1 << 18),
+    PROP_TOPIC_ALIAS: (PT_U16, M_PUBLISH, 1 << 19),
+    PROP_MAXIMUM_QOS: (PT_BYTE, M_CONNACK, 1 << 20),
+    PROP_RETAIN_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 21),
+    PROP_USER_PROPERTY: (PT_PAIR, M_ALL, 0),  # User Property: may repeat everywhere
+    PROP_MAXIMUM_PACKET_SIZE: (PT_U32, M_CONNECT | M_CONNACK, 1 << 22),
+    PROP_WILDCARD_SUBSCRIPTION_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 23),
+    PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 24),
+    PROP_SHARED_SUBSCRIPTION_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 25),
 }
 
 SUBSCRIPTION_IDENTIFIER_BIT = 1 << 5
@@ -126,15 +152,7 @@ SUBSCRIPTION_IDENTIFIER_BIT = 1 << 5
 # Properties whose value must be 1 or more (the text of 3.1.2.11, 3.2.2.3,
 # 3.3.2.3.8, 3.3.2.3.4): Subscription Identifier (VBI 1..268435455), Receive
 # Maximum, Topic Alias, Maximum Packet Size.
-NONZERO_PROPS = (0x0B, 0x21, 0x23, 0x27)
-
-
-def prop_type(pid):
-    """The data type (PT_*) of a property id, or None if unknown."""
-    info = PROPERTIES.get(pid)
-    if info is None:
-        return None
-    return info[0]
+NONZERO_PROPS = (PROP_SUBSCRIPTION_IDENTIFIER, PROP_RECEIVE_MAXIMUM, PROP_TOPIC_ALIAS, PROP_MAXIMUM_PACKET_SIZE)
 
 
 def prop_get(props, pid, default=None):
@@ -144,17 +162,6 @@ def prop_get(props, pid, default=None):
             if p[0] == pid:
                 return p[1]
     return default
-
-
-def prop_get_all(props, pid):
-    """Every value of property ``pid`` in wire order (User Property,
-    Subscription Identifier in PUBLISH)."""
-    out = []
-    if props:
-        for p in props:
-            if p[0] == pid:
-                out.append(p[1])
-    return out
 
 
 def decode_properties(buf, start, end, ptype):
@@ -238,12 +245,6 @@ def properties_size(props):
     return size
 
 
-def properties_block_size(props):
-    """Bytes taken by the whole block: length prefix plus items."""
-    n = properties_size(props)
-    return vbi_size(n) + n
-
-
 def write_properties(buf, off, props, size):
     """Write the block (length ``size`` from ``properties_size``) at ``off``."""
     off = write_vbi(buf, off, size)
@@ -267,14 +268,6 @@ def write_properties(buf, off, props, size):
         else:
             off = write_prefixed(buf, off, utf8_bytes(value))
     return off
-
-
-def encode_properties(props):
-    """The property block as bytes (length prefix included)."""
-    size = properties_size(props)
-    buf = bytearray(vbi_size(size) + size)
-    write_properties(buf, 0, props, size)
-    return bytes(buf)
 
 
 # ---------------------------------------------------------------------------

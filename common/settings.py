@@ -1,107 +1,233 @@
-# Every limit and switch of the broker, with its default, in one place.
+# Every limit and switch of the broker, with its default, in one place, and
+# the one validator that every config file goes through.
 #
-# A board file (boards/*.json, boards/*.toml) overrides any of these by name;
-# an unknown name is an error, so a typo in a config file is caught at start-up
-# rather than silently ignored. docs/limits.md lists them with the answer the
-# broker gives when each one is reached.
+# Theory of operation. A schema is a tuple of entries
+#
+#     (name, default, kind, lo, hi)      # and a comment: why the key exists
+#
+# kind is one of the K_* words below; lo/hi bound an integer or a number
+# (hi None: no upper bound), and for K_CHOICE `lo` is the tuple of allowed
+# strings. `check(where, obj, schema, listed_in)` takes a dict read from a
+# file (TOML on the host, JSON on a board), refuses an unknown key (with a
+# "did you mean" for a typo), a wrong type or an out-of-range value, and
+# returns the checked values. Every refusal is a ConfigError whose text names
+# the file and table (`where`), the key, the bad value and what it wants:
+#
+#     site.toml: [limits]: max_inflight = 0: wants an integer 1..65535; fix the value.
+#
+# LIMITS is the broker's schema (Settings); the shells declare their own
+# listener/device tables in the same form (cpython_host/config.py,
+# firmware/boardcfg.py) and check them here, so both shells accept, refuse
+# and explain alike. docs/limits.md lists what the broker answers when each
+# limit is reached; boards/linux.toml explains every key at more length.
+#
+# Start-up only: nothing here runs per packet. The "why" of each key is a
+# comment, not a string, so it costs no RAM on a board.
 
+from common.consts import U16_MAX, U32_MAX
 from common.topics import validate_topic_filter
 
-# (name, default, kind) — kind is "int", "bool", "str" or "list".
-FIELDS = (
+# Kinds of value.
+K_INT = "int"  # an int (not a bool) in lo..hi
+K_NUMBER = "number"  # an int or a float in lo..hi (seconds that may be fractional)
+K_BOOL = "bool"
+K_STR = "str"
+K_CHOICE = "choice"  # one of the strings in `lo`
+K_LIST = "list"  # a list of strings
+K_FILTERS = "filters"  # a list of valid topic filters
+K_OBJECT = "object"  # a table / JSON object, checked by its own schema
+
+# The log levels, name -> number (Python logging's numbers: the host hands
+# them to `logging`, the board's Log compares them). The one table of both
+# shells.
+LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+# The names from least to most severe: the choices shown in messages and --help.
+LOG_LEVEL_NAMES = tuple(sorted(LOG_LEVELS, key=LOG_LEVELS.get))
+
+LIMITS = (
     # -- connections and sessions --
-    ("max_connections", 1000, "int"),  # beyond it: CONNACK 0x03 / 0x97
-    ("max_sessions", 2000, "int"),  # live + orphaned persistent sessions
-    ("connect_timeout", 10, "int"),  # s to complete CONNECT after accept
-    ("max_client_id_length", 128, "int"),  # CONNACK 0x02 / 0x85 beyond it
-    ("allow_mqtt31", True, "bool"),  # accept protocol level 3 ("MQIsdp")
-    ("max_keepalive", 0, "int"),  # cap on a client's keep-alive (s), 0 = none
-    ("persistent_session_expiry", 0, "int"),  # s an orphaned 3.1.1 session lives, 0 = forever
-    ("max_session_expiry", 0xFFFFFFFF, "int"),  # cap on a v5 Session Expiry Interval
+    # beyond it a few more are accepted only to refuse CONNECT: 3.1.1 CONNACK 0x03, v5 0x89
+    ("max_connections", 1000, K_INT, 0, None),
+    ("max_sessions", 2000, K_INT, 0, None),  # live + orphaned persistent sessions
+    ("connect_timeout", 10, K_INT, 0, None),  # s to complete CONNECT after accept
+    ("max_client_id_length", 128, K_INT, 0, None),  # CONNACK 0x02 / 0x85 beyond it
+    ("allow_mqtt31", True, K_BOOL, None, None),  # accept protocol level 3 ("MQIsdp")
+    ("max_keepalive", 0, K_INT, 0, U16_MAX),  # cap on a client's keep-alive (s), 0 = none
+    ("persistent_session_expiry", 0, K_INT, 0, None),  # s an orphaned 3.1.1 session lives, 0 = forever
+    ("max_session_expiry", U32_MAX, K_INT, 0, U32_MAX),  # cap on a v5 Session Expiry Interval
     # -- subscriptions and topics --
-    ("max_subscriptions", 10000, "int"),  # total subscription slots
-    ("max_subscriptions_per_client", 100, "int"),  # SUBACK 0x80 / 0x97 beyond it
-    ("max_topic_levels", 32, "int"),
-    ("max_topic_length", 1024, "int"),  # bytes of UTF-8
-    ("deny_subscribe", [], "list"),  # filters refused with SUBACK 0x80 / 0x87
-    ("match_cache_bytes", 65536, "int"),  # topic -> subscribers cache, 0 = off
+    ("max_subscriptions", 10000, K_INT, 0, None),  # total subscription slots
+    ("max_subscriptions_per_client", 100, K_INT, 0, None),  # SUBACK 0x80 / 0x97 beyond it
+    ("max_topic_levels", 32, K_INT, 0, None),  # bounds the trie's depth
+    ("max_topic_length", 1024, K_INT, 0, U16_MAX),  # bytes of UTF-8
+    ("deny_subscribe", [], K_FILTERS, None, None),  # filters refused with SUBACK 0x80 / 0x87
+    ("match_cache_bytes", 65536, K_INT, 0, None),  # topic -> subscribers cache, 0 = off
     # -- messages --
-    ("max_packet_size", 1048576, "int"),  # bytes, whole packet; 0x95 beyond it
-    ("max_messages", 20000, "int"),  # message slabs held at once
-    ("max_queued_messages", 1000, "int"),  # per session; dropped and counted beyond
-    ("max_queued_bytes", 4194304, "int"),  # payload bytes queued per session
-    ("max_inflight", 16, "int"),  # unacknowledged QoS 1/2 PUBLISHes to one client
-    ("max_inflight_in", 64, "int"),  # QoS 2 ids awaiting PUBREL from one client (v5 Receive Maximum)
-    ("max_out_buffer", 262144, "int"),  # bytes waiting for a slow reader before QoS 0 drops
-    ("queue_qos0_offline", False, "bool"),  # queue QoS 0 for offline persistent sessions
-    ("max_retained", 10000, "int"),  # retained messages; beyond it new ones are dropped and counted
-    ("max_retained_bytes", 16777216, "int"),
+    ("max_packet_size", 1048576, K_INT, 16, None),  # bytes, whole packet; 0x95 beyond it
+    ("max_messages", 20000, K_INT, 0, None),  # message slabs held at once
+    ("max_queued_messages", 1000, K_INT, 0, None),  # per session; dropped and counted beyond
+    ("max_queued_bytes", 4194304, K_INT, 0, None),  # payload bytes queued per session
+    ("max_inflight", 16, K_INT, 1, U16_MAX),  # unacknowledged QoS 1/2 PUBLISHes to one client
+    ("max_inflight_in", 64, K_INT, 1, U16_MAX),  # QoS 2 ids awaiting PUBREL (v5 Receive Maximum)
+    ("max_out_buffer", 262144, K_INT, 0, None),  # bytes waiting for a slow reader before QoS 0 drops
+    ("queue_qos0_offline", False, K_BOOL, None, None),  # queue QoS 0 for offline persistent sessions
+    ("max_retained", 10000, K_INT, 0, None),  # retained messages; beyond it new ones are dropped and counted
+    ("max_retained_bytes", 16777216, K_INT, 0, None),  # payload bytes of the retained messages
     # -- v5 capabilities announced in CONNACK --
-    ("maximum_qos", 2, "int"),
-    ("retain_available", True, "bool"),
-    ("wildcard_subscriptions", True, "bool"),
-    ("subscription_identifiers", True, "bool"),
-    ("shared_subscriptions", True, "bool"),
-    ("topic_alias_maximum", 16, "int"),  # inbound aliases a v5 client may use
-    ("response_information", "", "str"),  # answer to Request Response Information
+    ("maximum_qos", 2, K_INT, 0, 2),  # highest QoS accepted
+    ("retain_available", True, K_BOOL, None, None),
+    ("wildcard_subscriptions", True, K_BOOL, None, None),
+    ("subscription_identifiers", True, K_BOOL, None, None),
+    ("shared_subscriptions", True, K_BOOL, None, None),
+    ("topic_alias_maximum", 16, K_INT, 0, U16_MAX),  # inbound aliases a v5 client may use
+    ("response_information", "", K_STR, None, None),  # answer to Request Response Information
     # -- authentication --
     # v5 enhanced authentication: lines "user:salt:iterations:StoredKey:ServerKey"
     # (base64) made by `python -m cpython_host scram-user`; empty = method off.
-    ("scram_users", [], "list"),
+    ("scram_users", [], K_LIST, None, None),
     # -- persistence (used when the shell gives the broker a store) --
     # "always": every acknowledged QoS 1/2 message is durable before its ack
     # leaves; "batch": the shell syncs every store_sync_ms, so a crash may
     # lose the acks of that last window.
-    ("store_sync", "always", "str"),
-    ("store_sync_ms", 100, "int"),
+    ("store_sync", "always", K_CHOICE, ("always", "batch"), None),
+    ("store_sync_ms", 100, K_INT, 0, None),
     # -- housekeeping --
-    ("sys_interval", 10, "int"),  # s between $SYS updates, 0 = off
-    ("prealloc", False, "bool"),  # create every pool object at start-up (boards)
+    ("sys_interval", 10, K_INT, 0, None),  # s between $SYS updates, 0 = off
+    ("prealloc", False, K_BOOL, None, None),  # create every pool object at start-up (boards)
 )
 
 
+LIMITS_DOC = "boards/linux.toml"  # explains every key of LIMITS
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; str() is the one-line message for the user."""
+
+
+def _distance(a, b):
+    # Optimal string alignment distance: edits, a swap of neighbours counting one.
+    prev2 = None
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            d = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if prev2 is not None and i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d = min(d, prev2[j - 2] + 1)
+            row[j] = d
+        prev2 = prev
+        prev = row
+    return prev[len(b)]
+
+
+def did_you_mean(name, choices):
+    """'; did you mean 'x'?' for the closest of `choices` (in their order), or ''."""
+    best = None
+    best_d = max(1, len(name) // 3) + 1
+    for choice in choices:
+        d = _distance(name, choice)
+        if d < best_d:
+            best, best_d = choice, d
+    return "; did you mean %r?" % best if best is not None else ""
+
+
+def _wants(kind, lo, hi):
+    if kind == K_INT or kind == K_NUMBER:
+        what = "an integer" if kind == K_INT else "a number"
+        if hi is None:
+            return "%s >= %d" % (what, lo)
+        return "%s %d..%d" % (what, lo, hi)
+    if kind == K_BOOL:
+        return "true or false"
+    if kind == K_STR:
+        return "a string"
+    if kind == K_CHOICE:
+        return "one of " + ", ".join(lo)
+    if kind == K_LIST:
+        return 'a list of strings, e.g. ["a", "b"]'
+    if kind == K_FILTERS:
+        return 'a list of strings that are valid topic filters, e.g. ["a/#", "+/b"]'
+    return "a table ({...} in JSON, [name] in TOML)"
+
+
+def _is_number(value, kind):
+    if value is True or value is False:
+        return False
+    return isinstance(value, int) or (kind == K_NUMBER and isinstance(value, float))
+
+
+def _valid(value, kind, lo, hi):
+    if kind == K_INT or kind == K_NUMBER:
+        return _is_number(value, kind) and value >= lo and (hi is None or value <= hi)
+    if kind == K_BOOL:
+        return value is True or value is False
+    if kind == K_STR:
+        return isinstance(value, str)
+    if kind == K_CHOICE:
+        return isinstance(value, str) and value in lo
+    if kind == K_OBJECT:
+        return isinstance(value, dict)
+    if not isinstance(value, list):
+        return False
+    for item in value:
+        if not isinstance(item, str) or (kind == K_FILTERS and validate_topic_filter(item, 0, 0)):
+            return False
+    return True
+
+
+def check(where, obj, schema, listed_in=""):
+    """The values of `obj` (a dict from a config file), checked against `schema`.
+
+    `where` names the file and table for the message ("site.toml: [limits]");
+    `listed_in` says where every key is documented (else the message lists
+    them). Returns a new dict (lists copied); raises ConfigError.
+    """
+    out = {}
+    for name in obj:
+        entry = None
+        for e in schema:
+            if e[0] == name:
+                entry = e
+                break
+        if entry is None:
+            names = [e[0] for e in schema]
+            hint = did_you_mean(name, names)
+            listed = listed_in + " lists every key" if listed_in else "known keys: " + ", ".join(names)
+            raise ConfigError(
+                "%s: unknown key %r%s%s Fix or remove it (%s)." % (where, name, hint, "" if hint else ".", listed)
+            )
+        value = obj[name]
+        kind, lo, hi = entry[2], entry[3], entry[4]
+        if not _valid(value, kind, lo, hi):
+            raise ConfigError("%s: %s = %r: wants %s; fix the value." % (where, name, value, _wants(kind, lo, hi)))
+        out[name] = list(value) if isinstance(value, list) else value
+    return out
+
+
+def defaults(schema):
+    """Every key of `schema` with its default (lists and tables copied)."""
+    out = {}
+    for e in schema:
+        default = e[1]
+        out[e[0]] = (
+            list(default) if isinstance(default, list) else dict(default) if isinstance(default, dict) else default
+        )
+    return out
+
+
 class Settings:
-    """The broker's limits; attributes named as in FIELDS."""
+    """The broker's limits; attributes named as in LIMITS."""
 
-    def __init__(self, overrides=None):
-        for name, default, kind in FIELDS:
-            setattr(self, name, list(default) if kind == "list" else default)
+    def __init__(self, overrides=None, where="settings"):
+        values = defaults(LIMITS)
+        for name in values:
+            setattr(self, name, values[name])
         if overrides:
-            self.update(overrides)
+            self.update(overrides, where)
 
-    def update(self, overrides):
-        """Apply a dict of overrides; raise ValueError naming a bad key or value."""
-        kinds = {}
-        for name, _default, kind in FIELDS:
-            kinds[name] = kind
-        for name in overrides:
-            kind = kinds.get(name)
-            if kind is None:
-                raise ValueError("unknown setting %r" % name)
-            value = overrides[name]
-            if kind == "bool":
-                ok = value is True or value is False
-            elif kind == "int":
-                ok = isinstance(value, int) and value is not True and value is not False and value >= 0
-            elif kind == "str":
-                ok = isinstance(value, str)
-            else:
-                ok = isinstance(value, list)
-            if not ok:
-                raise ValueError("setting %r wants a %s, got %r" % (name, kind, value))
-            setattr(self, name, list(value) if kind == "list" else value)
-        if self.max_inflight < 1 or self.max_inflight > 65535:
-            raise ValueError("max_inflight must be 1..65535")
-        if self.max_inflight_in < 1 or self.max_inflight_in > 65535:
-            raise ValueError("max_inflight_in must be 1..65535")
-        if self.max_packet_size < 16:
-            raise ValueError("max_packet_size must be at least 16 bytes")
-        if self.store_sync not in ("always", "batch"):
-            raise ValueError("store_sync must be 'always' or 'batch'")
-        if self.maximum_qos > 2:
-            raise ValueError("maximum_qos must be 0, 1 or 2")
-        if self.topic_alias_maximum > 65535:
-            raise ValueError("topic_alias_maximum must be 0..65535")
-        for flt in self.deny_subscribe:
-            if not isinstance(flt, str) or validate_topic_filter(flt, 0, 0):
-                raise ValueError("deny_subscribe entry %r is not a valid topic filter" % (flt,))
+    def update(self, overrides, where="settings"):
+        """Apply a dict of overrides; raise ConfigError (a ValueError) naming a bad key or value."""
+        values = check(where, overrides, LIMITS, LIMITS_DOC)
+        for name in values:
+            setattr(self, name, values[name])

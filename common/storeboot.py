@@ -10,6 +10,7 @@
 # highest id encrypts new records and the others still read old ones. Lines
 # starting with # are comments.
 
+from common.compat import from_hex
 from common.store import Store, StoreError
 
 
@@ -37,7 +38,7 @@ def parse_keys(text):
             raise StoreError("several store keys need ids: write each line as ID:HEX")
         key = None
         try:
-            key = bytes.fromhex(hex_text)
+            key = from_hex(hex_text)
         except ValueError:
             pass
         if key is None:

@@ -95,17 +95,6 @@ def check_utf8(buf, start, end):
             j += 1
 
 
-def is_valid_utf8(buf, start=0, end=None):
-    """True if buf[start:end] is an MQTT UTF-8 string (convenience wrapper)."""
-    if end is None:
-        end = len(buf)
-    try:
-        check_utf8(buf, start, end)
-    except MalformedPacket:
-        return False
-    return True
-
-
 def decode_utf8_checked(buf, start, end):
     """Validate with our own validator, then decode. Used on lax interpreters
     and directly by the tests on every interpreter."""

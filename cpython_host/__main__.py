@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.broker import VERSION
-from cpython_host.config import LOG_LEVELS, ConfigError, HostConfig, load_config
+from common.settings import LOG_LEVEL_NAMES
+from cpython_host.config import ConfigError, HostConfig, load_config
 
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--log-level",
-        choices=LOG_LEVELS,
+        choices=LOG_LEVEL_NAMES,
         type=str.lower,
         help="how much to log (default info: connects, disconnects, refusals; debug adds each socket open/close)",
     )

@@ -1,14 +1,15 @@
 # Board settings and the device config, read from JSON (MicroPython has json,
-# not tomllib).
+# not tomllib). The keys are checked by the core's one validator
+# (common/settings.py `check`, the same one the host's TOML goes through);
+# this module only reads JSON and adds the board's cross-checks.
 #
 # A board file (boards/esp32.json, boards/rp2040_picow.json) is
 #
 #   {"limits": {...}, "server": {...}}
 #
-# "limits" overrides common/settings.py FIELDS by name (an unknown name or a
-# wrong type is an error: Settings.update raises ValueError); "server" holds
-# the shell's own knobs (SERVER_KEYS below). Keys starting with "_" are
-# comments (JSON has none) and ignored, at any level of these files.
+# "limits" overrides common/settings.py LIMITS by name; "server" holds the
+# shell's own knobs (SERVER below). Keys starting with "_" are comments (JSON
+# has none) and ignored, at any level of these files.
 #
 # The device config (/siskin.json on the board) says which board file to
 # use and holds what differs per device: Wi-Fi, port, log level, storage key
@@ -17,54 +18,63 @@
 
 import json
 
-from common.settings import Settings
+from common.settings import (
+    K_CHOICE,
+    K_INT,
+    K_NUMBER,
+    K_OBJECT,
+    K_STR,
+    LIMITS,
+    LIMITS_DOC,
+    LOG_LEVEL_NAMES,
+    ConfigError,
+    Settings,
+    check,
+    defaults,
+)
 
-# The shell's knobs: name -> default. Sizes in bytes, times in seconds.
-SERVER_KEYS = {
+# The shell's knobs, in the schema form of common/settings.py. Sizes in
+# bytes, times in seconds.
+SERVER = (
     # Sockets the shell may hold open at once, the listener included. Keep it
     # at or below the lwIP limit of the firmware (docs/boards.md): accepting
     # beyond it would fail inside lwIP instead of being refused by us.
-    "max_sockets": 10,
-    # Bytes read from a socket at once into the connection slot's buffer.
-    "read_buffer": 1024,
-    # listen() backlog.
-    "backlog": 2,
+    ("max_sockets", 10, K_INT, 2, None),  # the listener and one client at least
+    ("read_buffer", 1024, K_INT, 64, None),  # bytes read from a socket at once into a slot's buffer
+    ("backlog", 2, K_INT, 0, None),  # listen() backlog
     # s a closing connection is drained (input read and discarded) so the
     # last CONNACK/DISCONNECT is not destroyed by a reset.
-    "close_linger": 2,
-    # s to wait for the connections to close at a graceful stop.
-    "shutdown_timeout": 3,
-    # s between "heap free=... alloc=..." lines on stdout, 0 = never.
-    "heap_report": 0,
-}
+    ("close_linger", 2, K_NUMBER, 0, None),
+    ("shutdown_timeout", 3, K_NUMBER, 0, None),  # s to wait for the connections to close at a graceful stop
+    ("heap_report", 0, K_INT, 0, None),  # s between "heap free=... alloc=..." lines on stdout, 0 = never
+)
 
-# The device config: name -> default.
-DEVICE_KEYS = {
-    "board": "esp32",  # boards/<name>.json, or a path ending in .json
-    "host": "0.0.0.0",
-    "port": 1883,
-    "log_level": "info",  # debug | info | warning | error
-    "wifi_ssid": "",  # empty: no station mode, straight to the access point
-    "wifi_password": "",
-    "wifi_attempts": 6,  # station attempts (backoff 1, 2, 4 ... 32 s) before the AP
-    "wifi_timeout": 15,  # s one attempt may take
-    "hostname": "siskin",
-    "ap_ssid": "siskin-setup",  # the provisioning access point
-    "ap_password": "",  # 8+ characters for WPA2, empty = open
+# The device config.
+DEVICE = (
+    ("board", "esp32", K_STR, None, None),  # boards/<name>.json, or a path ending in .json
+    ("host", "0.0.0.0", K_STR, None, None),  # address to listen on
+    ("port", 1883, K_INT, 0, 65535),  # TCP port
+    ("log_level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),  # how much to print
+    ("wifi_ssid", "", K_STR, None, None),  # empty: no station mode, straight to the access point
+    ("wifi_password", "", K_STR, None, None),
+    ("wifi_attempts", 6, K_INT, 0, None),  # station attempts (backoff 1, 2, 4 ... 32 s) before the AP
+    ("wifi_timeout", 15, K_INT, 0, None),  # s one attempt may take
+    ("hostname", "siskin", K_STR, None, None),  # the station's DHCP/mDNS name
+    ("ap_ssid", "siskin-setup", K_STR, None, None),  # the provisioning access point
+    ("ap_password", "", K_STR, None, None),  # 8+ characters for WPA2, empty = open
     # The store: a littlefs path, "partition:NAME" (raw flash) or "none"
     # (firmware/storage.py).
-    "storage": "/siskin.store",
-    "storage_key_file": "/siskin.key",  # AES key (hex); absent file = store not encrypted
-    "watchdog_ms": 8000,  # machine.WDT timeout, 0 = no watchdog
-    "limits": {},  # overrides of the board file's limits
-    "server": {},  # overrides of the board file's server knobs
-}
-
-LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-
-
-class ConfigError(Exception):
-    pass
+    ("storage", "/siskin.store", K_STR, None, None),
+    ("storage_key_file", "/siskin.key", K_STR, None, None),  # AES key (hex); absent file = store not encrypted
+    ("watchdog_ms", 8000, K_INT, 0, None),  # machine.WDT timeout, 0 = no watchdog
+    ("limits", {}, K_OBJECT, None, None),  # overrides of the board file's limits
+    ("server", {}, K_OBJECT, None, None),  # overrides of the board file's server knobs
+)
+BOARD = (
+    ("limits", {}, K_OBJECT, None, None),  # common/settings.py LIMITS
+    ("server", {}, K_OBJECT, None, None),  # SERVER above
+)
+_DEVICE_DOC = "docs/boards.md"  # explains every key of DEVICE and BOARD
 
 
 def read_json(path):
@@ -74,9 +84,9 @@ def read_json(path):
     except OSError as e:
         raise ConfigError("%s: cannot read (%s)" % (path, e))
     except ValueError as e:
-        raise ConfigError("%s: not valid JSON (%s)" % (path, e))
+        raise ConfigError("%s: not valid JSON (%s); fix the syntax." % (path, e))
     if not isinstance(data, dict):
-        raise ConfigError("%s: must hold a JSON object" % path)
+        raise ConfigError("%s: must hold a JSON object {...}" % path)
     return data
 
 
@@ -88,54 +98,19 @@ def _strip_comments(obj):
     return out
 
 
-def _check_keys(where, obj, known):
-    for key in obj:
-        if key not in known:
-            raise ConfigError("%s: unknown key %r" % (where, key))
-        default = known[key]
-        value = obj[key]
-        if isinstance(default, bool):
-            ok = value is True or value is False
-        elif isinstance(default, int):
-            ok = isinstance(value, (int, float)) and value is not True and value is not False and value >= 0
-        else:
-            ok = isinstance(value, type(default))
-        if not ok:
-            raise ConfigError("%s: %r has the wrong type (%r)" % (where, key, value))
-
-
-def server_options(overrides, where="server"):
-    obj = _strip_comments(overrides)
-    _check_keys(where, obj, SERVER_KEYS)
-    opts = dict(SERVER_KEYS)
-    opts.update(obj)
-    if opts["max_sockets"] < 2:
-        raise ConfigError("%s: max_sockets must be at least 2 (the listener and one client)" % where)
-    if opts["read_buffer"] < 64:
-        raise ConfigError("%s: read_buffer must be at least 64 bytes" % where)
-    return opts
-
-
 def load_board(path, limits=None, server=None):
     """(Settings, server options) from a board file plus optional overrides."""
-    data = _strip_comments(read_json(path))
-    for key in data:
-        if key not in ("limits", "server"):
-            raise ConfigError("%s: unknown key %r (expected limits, server)" % (path, key))
-    merged = _strip_comments(data.get("limits", {}))
+    data = check(path, _strip_comments(read_json(path)), BOARD, _DEVICE_DOC)
+    settings = Settings(_strip_comments(data.get("limits", {})), path + ": limits")
     if limits:
-        merged.update(_strip_comments(limits))
-    try:
-        settings = Settings(merged)
-    except ValueError as e:
-        raise ConfigError("%s: %s" % (path, e))
-    srv = _strip_comments(data.get("server", {}))
+        settings.update(_strip_comments(limits), path + ": limits overridden by the device config")
+    opts = defaults(SERVER)
+    opts.update(check(path + ": server", _strip_comments(data.get("server", {})), SERVER))
     if server:
-        srv.update(_strip_comments(server))
-    opts = server_options(srv, path + " server")
+        opts.update(check(path + ": server overridden by the device config", _strip_comments(server), SERVER))
     if settings.max_connections >= opts["max_sockets"] - 1:
-        # One slot at least must be left to answer CONNACK 0x03/0x97 to the
-        # client after the last; without it a full broker could only close.
+        # One slot at least must be left to refuse the client after the last
+        # (3.1.1 CONNACK 0x03, v5 0x89); without it a full broker could only close.
         raise ConfigError(
             "%s: max_connections (%d) must be below max_sockets - 1 (%d): one socket is the listener"
             " and one at least answers refusals" % (path, settings.max_connections, opts["max_sockets"] - 1)
@@ -151,14 +126,9 @@ def board_path(root, board):
 
 def load_device(path):
     """The device config as a dict with every key (defaults filled in)."""
-    data = _strip_comments(read_json(path))
-    _check_keys(path, data, DEVICE_KEYS)
-    cfg = dict(DEVICE_KEYS)
-    cfg.update(data)
-    cfg["limits"] = dict(cfg["limits"])  # never the shared defaults
-    cfg["server"] = dict(cfg["server"])
-    if cfg["log_level"] not in LOG_LEVELS:
-        raise ConfigError("%s: log_level must be one of debug, info, warning, error" % path)
-    if cfg["port"] > 65535:
-        raise ConfigError("%s: port must be 0..65535" % path)
+    cfg = defaults(DEVICE)
+    cfg.update(check(path, _strip_comments(read_json(path)), DEVICE, _DEVICE_DOC))
+    # The overrides are checked here too, so that a mistake names this file.
+    cfg["limits"] = check(path + ": limits", _strip_comments(cfg["limits"]), LIMITS, LIMITS_DOC)
+    cfg["server"] = check(path + ": server", _strip_comments(cfg["server"]), SERVER)
     return cfg

@@ -25,7 +25,12 @@ except Exception:
     include("$(PORT_DIR)/boards/manifest.py")  # noqa: F821
 
 # The core and the firmware shell. opt=1 drops asserts (the core never
-# asserts on received data) and keeps line numbers for tracebacks.
+# asserts on received data) and keeps line numbers for tracebacks. opt=3
+# (no line numbers) was measured: 6 KB less bytecode (82,136 vs 88,206 B),
+# the same routing speed; frozen bytecode lives in flash, so those 6 KB would
+# save flash only, not heap, and a crash report from the field would lose its
+# line numbers. tools/build.py's .mpy files, which a board loads into RAM,
+# use -O3.
 package("common", base_path="..", opt=1)  # noqa: F821
 package("firmware", base_path="..", opt=1)  # noqa: F821
 # A frozen main.py runs at boot when the file system has none.

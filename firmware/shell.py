@@ -48,15 +48,14 @@ import gc
 import time
 
 from common.driver import Driver
-
-LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+from common.settings import LOG_LEVELS
 
 
 class Log:
     """Lines on stdout: `LEVEL siskin: text` (the board's REPL or the unix log)."""
 
     def __init__(self, level="info"):
-        self.level = LEVELS.get(level, 20)
+        self.level = LOG_LEVELS.get(level, 20)
 
     def log(self, level, text):
         if level >= self.level:

@@ -51,13 +51,21 @@ def mpremote_exe() -> list[str]:
 
 
 def check_config(path: Path, board: str) -> None:
-    """Refuse a config that is not a JSON object, or that names another board."""
+    """Refuse a config that the board would refuse at boot (the firmware's own
+    validator, firmware/boardcfg.py), or that names another board."""
+    from common.settings import ConfigError
+    from firmware.boardcfg import load_device
+
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise SystemExit(f"deploy: {path}: {e}") from None
     if not isinstance(data, dict):
         raise SystemExit(f"deploy: {path}: must hold a JSON object")
+    try:
+        load_device(str(path))
+    except ConfigError as e:
+        raise SystemExit(f"deploy: {e}") from None
     named = data.get("board", board)
     if board != "unix" and named != board:
         raise SystemExit(f"deploy: {path} names board {named!r}, deploying {board!r}")

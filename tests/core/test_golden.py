@@ -32,7 +32,7 @@ from common.packets import (
     decode_packet,
     encode_packet,
 )
-from common.properties import PROPERTIES, prop_type
+from common.properties import PROPERTIES
 
 FIXTURE_PATH = "tests/fixtures/golden.json"
 CACHE = []
@@ -52,7 +52,7 @@ def unhex(s):
 def conv_props(items):
     out = []
     for pid, value in items:
-        t = prop_type(pid)
+        t = PROPERTIES[pid][0]
         if t == PT_BIN:
             value = unhex(value)
         elif t == PT_PAIR:

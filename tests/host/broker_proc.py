@@ -19,14 +19,50 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tools.bench import mqtt as raw
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 _LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T | None], timeout: float, what: str | Callable[[], str]) -> T:
+    """Poll `condition` until it returns a true value, and return that value.
+
+    The one way the host tests wait for something to happen: no fixed sleep
+    that is too short under load and too long otherwise. After `timeout` s,
+    AssertionError with `what` (or what it returns: e.g. the log's tail).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what() if callable(what) else what}")
+        time.sleep(0.02)
+
+
+def connect_when_served(port: int, client_id: str, timeout: float = 5.0) -> RawClient:
+    """A client accepted with CONNACK 0x00, retrying while the broker refuses (slots not yet released)."""
+
+    def attempt() -> RawClient | None:
+        c = RawClient(port)
+        try:
+            if c.connect(client_id) == b"\x00\x00":
+                return c
+        except (AssertionError, OSError):
+            pass
+        c.close()
+        return None
+
+    return wait_until(attempt, timeout, f"{client_id} never got CONNACK 0x00")
 
 
 def toml_value(value: Any) -> str:
@@ -102,17 +138,20 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log_path.open("wb") as logf:
             self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = _LISTENING.search(self.log_text())
-            if m:
-                self.host, self.port = m.group(1), int(m.group(2))
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode} at start:\n{self.log_text()}")
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"broker did not start listening within {timeout} s:\n{self.log_text()}")
+        proc = self.proc
+
+        def listening() -> re.Match[str] | None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {proc.returncode} at start:\n{self.log_text()}")
+            return _LISTENING.search(self.log_text())
+
+        try:
+            m = wait_until(listening, timeout, lambda: f"broker did not start listening:\n{self.log_text()}")
+        except AssertionError as e:
+            self.kill()
+            raise RuntimeError(str(e)) from None
+        self.host, self.port = m.group(1), int(m.group(2))
+        return self
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, wait; the exit code (the process is killed on timeout)."""
@@ -160,15 +199,12 @@ class BrokerProcess:
 
     def wait_log(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
         """Wait until the log matches the regular expression `pattern`."""
-        deadline = time.monotonic() + timeout
         rx = re.compile(pattern)
-        while True:
-            m = rx.search(self.log_text())
-            if m:
-                return m
-            if time.monotonic() > deadline:
-                raise AssertionError(f"log never matched {pattern!r}:\n{self.log_text()[-4000:]}")
-            time.sleep(0.02)
+        return wait_until(
+            lambda: rx.search(self.log_text()),
+            timeout,
+            lambda: f"log never matched {pattern!r}:\n{self.log_text()[-4000:]}",
+        )
 
 
 # ---------------------------------------------------------------------------

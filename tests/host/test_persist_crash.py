@@ -141,7 +141,8 @@ def storm_and_kill(workdir: Path, rng: random.Random) -> int:
         other.connect("bystander", clean=False)
         assert other.subscribe("elsewhere/#", 2) == 2
         other.send(DISCONNECT)
-        time.sleep(0.1)
+        broker.wait_log(r"storm-sub disconnected")
+        broker.wait_log(r"bystander disconnected")
         pub = Publisher(broker.port)
         stop = threading.Event()
         flood = threading.Thread(target=pub.flood, args=(20000, stop), daemon=True)

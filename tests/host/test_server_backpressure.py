@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.broker_proc import BrokerProcess, Paho, RawClient, publish_packet
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient, publish_packet, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -83,7 +83,11 @@ def test_slow_reader_bounded_memory(tmp_path: Path, loop: str) -> None:
         # Something after the firehose that the broker must still route.
         pub.send(publish_packet("pong/t", b"p"))
         elapsed = time.monotonic() - started
-        time.sleep(0.5)
+        # Its PUBACK comes once the broker has read and routed everything
+        # before it on this connection: the whole firehose, sampled meanwhile.
+        pub.send(publish_packet("fire/end", b"", qos=1, packet_id=1))
+        assert pub.read_packet(timeout=60) == (0x40, b"\x00\x01")
+        wait_until(lambda: round_trips[0] >= 3 or ping_error, 10, "the pinger barely got through")
         stop.set()
         ping_thread.join(10)
         sampler.join(5)

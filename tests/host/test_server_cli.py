@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.settings import FIELDS
+from common.settings import LIMITS
 from tests.host.broker_proc import REPO_ROOT, BrokerProcess, RawClient, publish_packet, run_cli
 
 BOARDS = ("linux", "rpi")
@@ -82,9 +82,9 @@ def test_board_file_names_every_setting(board: str) -> None:
     path = REPO_ROOT / "boards" / f"{board}.toml"
     text = path.read_text()
     doc = tomllib.loads(text)
-    assert set(doc["limits"]) == {name for name, _d, _k in FIELDS}
+    assert set(doc["limits"]) == {entry[0] for entry in LIMITS}
     lines = text.splitlines()
-    for name, _default, _kind in FIELDS:
+    for name, *_ in LIMITS:
         i = next(i for i, line in enumerate(lines) if line.startswith(name + " ="))
         assert lines[i - 1].startswith("#"), f"{board}.toml: {name} has no comment"
 

@@ -6,13 +6,22 @@ connected all along (the witness) and accepts a new one.
 
 from __future__ import annotations
 
+import select
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.host.broker_proc import BrokerProcess, Paho, RawClient, connect_packet, publish_packet, vbi
+from tests.host.broker_proc import (
+    BrokerProcess,
+    Paho,
+    RawClient,
+    connect_packet,
+    connect_when_served,
+    publish_packet,
+    vbi,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -154,7 +163,9 @@ def test_refusal_survives_trailing_input(broker: BrokerProcess, witness: Paho) -
     c = RawClient(broker.port)
     body = b"\x00\x04MQTT\x07\x02\x00\x00\x00\x01x"
     c.send(b"\x10" + vbi(len(body)) + body)
-    time.sleep(0.2)  # the refusal is on its way; the client, not reading yet, keeps sending
+    # The refusal is on its way: once it is in our receive buffer (not read
+    # yet), keep sending.
+    assert select.select([c.sock], [], [], 5)[0], "no refusal arrived"
     for _ in range(20):
         c.send(b"\xee" * 10_000)
         time.sleep(0.005)
@@ -262,10 +273,7 @@ def test_connections_beyond_the_limit(tmp_path: Path) -> None:
         b.wait_log(r"refused connection from 127\.0\.0\.1:\d+: too many connections")
         for c in [*ok, *extra, over]:
             c.close()
-        time.sleep(0.3)  # the slots are released once the sockets are gone
-        again = RawClient(b.port)
-        assert again.connect("again") == b"\x00\x00"
-        again.close()
+        connect_when_served(b.port, "again").close()  # the slots are released once the sockets are gone
 
 
 def test_debug_log_names_connections(tmp_path: Path) -> None:

@@ -24,12 +24,11 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO_ROOT, require, tool_path
-from tests.host.broker_proc import BrokerProcess
+from tests.host.broker_proc import BrokerProcess, wait_until
 
 # The heaps the tests cap the unix port at: twice the board's (64-bit objects).
 PICOW_HEAP = "400K"  # Pico W: ~200 KB, code loaded from .mpy into RAM as on the stock image
@@ -90,16 +89,17 @@ class UpyBrokerProcess(BrokerProcess):
             cmd += ["--port", str(self.port)]
             with self.log_path.open("wb") as logf:
                 self.proc = subprocess.Popen(cmd, cwd=self.main.parent, stdout=logf, stderr=subprocess.STDOUT, env=env)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if "listening on" in self.log_text():
-                    return self
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.02)
-            if self.proc.poll() is None:
+            try:
+                wait_until(
+                    lambda: "listening on" in self.log_text() or not self.alive(),
+                    timeout,
+                    "the firmware neither listened nor exited",
+                )
+            except AssertionError:
                 self.kill()
-                raise RuntimeError(f"firmware did not start listening within {timeout} s:\n{self.log_text()}")
+                raise RuntimeError(f"firmware did not start listening within {timeout} s:\n{self.log_text()}") from None
+            if self.alive():
+                return self
             if "EADDRINUSE" not in self.log_text():
                 break
         raise RuntimeError(f"firmware exited with {self.proc.returncode} at start:\n{self.log_text()}")
@@ -131,11 +131,15 @@ class UpyBrokerProcess(BrokerProcess):
         return out
 
     def wait_heap_samples(self, count: int, timeout: float = 10.0) -> list[dict[str, int]]:
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def enough() -> list[dict[str, int]] | None:
             samples = self.heap_samples()
             if len(samples) >= count:
                 return samples
-            if time.monotonic() > deadline or not self.alive():
-                raise AssertionError(f"{len(samples)} heap lines, wanted {count}:\n{self.log_text()[-3000:]}")
-            time.sleep(0.1)
+            if not self.alive():
+                raise AssertionError(f"the firmware exited:\n{self.log_text()[-3000:]}")
+            return None
+
+        return wait_until(
+            enough, timeout, lambda: f"{len(self.heap_samples())} heap lines, wanted {count}:\n{self.log_text()[-3000:]}"
+        )

@@ -1,0 +1,117 @@
+"""A config file with a mistake, end to end: the host's TOML through `siskin`,
+the board's JSON (device config and board file) through the firmware under
+the MicroPython unix port. Both go through the one validator of
+common/settings.py, so a typo, a wrong type and an out-of-range value get
+the same one-line message on both: the file, the table, the key, the bad
+value and what it wants (tests/core/test_settings.py tests it alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.host.broker_proc import REPO_ROOT, run_cli
+from tests.host.upy_broker_proc import micropython
+
+MISTAKES = [
+    # (limits, server, the words the message must hold)
+    ({"max_conections": 5}, {}, ["limits", "unknown key 'max_conections'", "did you mean 'max_connections'?"]),
+    ({"max_inflight": "16"}, {}, ["limits", "max_inflight = '16'", "wants an integer 1..65535"]),
+    ({"topic_alias_maximum": 70000}, {}, ["limits", "topic_alias_maximum = 70000", "wants an integer 0..65535"]),
+    ({}, {"shutdown_timeout": "soon"}, ["server", "shutdown_timeout = 'soon'", "wants a number >= 0"]),
+    ({}, {"close_linger": -1}, ["server", "close_linger = -1", "wants a number >= 0"]),
+]
+
+
+def toml_table(name: str, values: dict[str, Any]) -> str:
+    return f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+
+
+def run_firmware(config: Path) -> subprocess.CompletedProcess[str]:
+    main = REPO_ROOT / "firmware" / "main.py"
+    return subprocess.run(
+        [micropython(), str(main), "--config", str(config), "--port", "0"],
+        cwd=main.parent,
+        env=dict(os.environ, MICROPYPATH=".frozen"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text  # one line, no traceback
+    return lines[0]
+
+
+@pytest.mark.parametrize(("limits", "server", "words"), MISTAKES)
+def test_host_toml(tmp_path: Path, limits: dict[str, Any], server: dict[str, Any], words: list[str]) -> None:
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(toml_table("limits", limits) + toml_table("server", server))
+    proc = run_cli("--config", str(cfg), "--port", "0")
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc.stderr)
+    assert line.startswith(f"siskin: config error: {cfg}: [{words[0]}]: "), line
+    for word in words[1:]:
+        assert word in line, line
+
+
+@pytest.mark.parametrize(("limits", "server", "words"), MISTAKES)
+def test_board_json(tmp_path: Path, limits: dict[str, Any], server: dict[str, Any], words: list[str]) -> None:
+    board = tmp_path / "myboard.json"
+    board.write_text(json.dumps({"_about": "a comment", "limits": limits, "server": server}))
+    device = tmp_path / "siskin.json"
+    device.write_text(json.dumps({"board": str(board), "host": "127.0.0.1"}))
+    proc = run_firmware(device)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = one_line(proc.stdout)
+    assert line.startswith(f"ERROR siskin: config: {board}: {words[0]}: "), line
+    for word in words[1:]:
+        assert word in line, line
+
+
+@pytest.mark.parametrize(
+    ("device", "words"),
+    [
+        ({"log_levl": "info"}, ["unknown key 'log_levl'", "did you mean 'log_level'?", "docs/boards.md"]),
+        ({"wifi_attempts": "6"}, ["wifi_attempts = '6'", "wants an integer >= 0"]),
+        ({"port": 70000}, ["port = 70000", "wants an integer 0..65535"]),
+        ({"log_level": "loud"}, ["log_level = 'loud'", "wants one of debug, info, warning, error"]),
+        ({"limits": {"max_retaind": 1}}, ["limits: unknown key 'max_retaind'", "did you mean 'max_retained'?"]),
+    ],
+)
+def test_device_json(tmp_path: Path, device: dict[str, Any], words: list[str]) -> None:
+    path = tmp_path / "siskin.json"
+    path.write_text(json.dumps({"board": "rp2040_picow", "host": "127.0.0.1", **device}))
+    proc = run_firmware(path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = one_line(proc.stdout)
+    assert line.startswith(f"ERROR siskin: config: {path}: "), line
+    for word in words:
+        assert word in line, line
+
+
+def test_deploy_refuses_what_the_board_would_refuse(tmp_path: Path) -> None:
+    # tools/deploy checks the device config with the firmware's validator, so
+    # a typo is caught on the desk, not after the board has rebooted into it.
+    config = tmp_path / "siskin.json"
+    config.write_text(json.dumps({"board": "esp32", "log_levl": "info"}))
+    dist = tmp_path / "dist"
+    for name in ("common", "firmware", "boards"):
+        (dist / name).mkdir(parents=True)
+    for name in ("main.py", "boot.py"):
+        (dist / name).write_text("")
+    args = ["--board", "esp32", "--dist", str(dist), "--port", "/dev/ttyUSB0", "--config", str(config), "--dry-run"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.deploy", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = one_line(proc.stderr)
+    assert line.startswith(f"deploy: {config}: unknown key 'log_levl'; did you mean 'log_level'?"), line
