@@ -20,11 +20,11 @@ from common.auth_scram import ScramSha256
 from common.codec import FrameReader
 from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
 from common.errors import MqttError, ProtocolError
+from common.listener import StateListener
 from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
-from common.persist import Persist
-from common.pools import MessagePool, SlotPool
-from common.session import Session, Subscription
-from common.topics import SubscriptionTrie, TopicTree
+from common.routing import Routing
+from common.session import Sessions
+from common.topics import parse_shared
 
 VERSION = "0.1.0"
 
@@ -33,7 +33,11 @@ REFUSAL_SLOTS = 4
 
 
 class Stats:
-    """Counters for $SYS and metrics. Kept below 2**30 by the shell's reading."""
+    """Counters for $SYS and metrics.
+
+    They are never reset: on a 32-bit MicroPython port a counter past 2**30
+    stops being a small int and each increment allocates a few bytes.
+    """
 
     def __init__(self):
         self.connections_total = 0
@@ -87,31 +91,22 @@ HANDLERS = (
 class Broker:
     """The sans-I/O MQTT broker. See docs/architecture.md for the shell API."""
 
-    def __init__(self, settings, entropy, store=None):
+    def __init__(self, settings, entropy, listener=None):
+        """`listener` hears every state change worth keeping (common/listener.py):
+        the store layer's Persist when persistence is on (then call restore()
+        before the first connection), else None for the null listener."""
         s = settings
         self.settings = s
         self.entropy = entropy
-        self.store = store
-        # Writes persistent state to `store` (a common.store.Store); None = off.
-        # Make sure restore() runs before the first connection.
-        self.persist = None
+        self.listener = listener if listener is not None else StateListener()
+        self.stats = Stats()
+        # The parts: where messages go, who they go to, and the connections.
+        self.routing = Routing(s, self.stats, self.listener)
+        self.sessions = Sessions(s)
         self.conns = []  # index = connection id
         self.free_cids = []
         self.live_connections = 0
-        self.sessions = {}  # client id -> Session
-        self.session_pool = SlotPool(Session, s.max_sessions, s.prealloc)
-        self.sub_pool = SlotPool(Subscription, s.max_subscriptions, s.prealloc)
-        self.messages = MessagePool(s.max_messages, s.prealloc)
-        self.trie = SubscriptionTrie(s.match_cache_bytes)
-        self.shared = {}  # (group, filter) key string -> SharedGroup
-        self.retained = TopicTree()
-        self.retained_bytes = 0
-        self.generation = 0  # session generations, strictly increasing
         self.dirty = []
-        self.stats = Stats()
-        self.match_buf = []  # reused by routing
-        self.touched_buf = []
-        self.route_stamp = 0
         self.started = None  # first `now` seen, for uptime
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
@@ -124,8 +119,6 @@ class Broker:
         if s.scram_users:
             method = ScramSha256(s.scram_users)
             self.auth_methods[method.name] = method
-        if store is not None:
-            self.persist = Persist(self, store)
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -228,7 +221,7 @@ class Broker:
         `wall` is the wall-clock time in seconds matching `now`, so expiry
         keeps running across a restart. Returns counts of what came back.
         """
-        counts = self.persist.restore(now, wall)
+        counts = self.listener.restore(self, now, wall)
         self.log(
             20,
             "restored %d sessions, %d subscriptions, %d queued messages, %d retained (%d dropped, %d damaged records skipped)",
@@ -238,8 +231,7 @@ class Broker:
 
     def sync_store(self):
         """Make every stored change durable now (the store's fsync)."""
-        if self.store is not None:
-            self.store.sync()
+        self.listener.sync()
 
     def take_dirty(self):
         """Ids of the connections with output to take or a close to perform.
@@ -251,9 +243,8 @@ class Broker:
         dirty = self.dirty
         if not dirty:
             return dirty
-        store = self.store
-        if store is not None and store.dirty and self.settings.store_sync == "always":
-            store.sync()
+        if self.settings.store_sync == "always" and self.listener.pending():
+            self.listener.sync()
         self.dirty = []
         conns = self.conns
         for cid in dirty:
@@ -296,6 +287,21 @@ class Broker:
 
     # ------------------------------------------------------ used by handlers
 
+    def add_subscription(self, session, flt):
+        """A new subscription of `session` to the valid filter `flt`, routed;
+        None if the pool is full. Its options are the defaults until
+        set_options(). (SUBSCRIBE and the persistence listener's restore.)"""
+        sub = self.sessions.sub_pool.alloc()
+        if sub is None:
+            return None
+        share_name, inner = parse_shared(flt)
+        sub.session = session
+        sub.key = flt
+        sub.filter = inner
+        session.subs[flt] = sub
+        self.routing.add(sub, share_name)
+        return sub
+
     def write(self, conn, data):
         conn.out.append(data)
         conn.out_bytes += len(data)
@@ -335,7 +341,3 @@ class Broker:
             # the client's level is unknown, so answer in the oldest format.
             self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), 4))
         self.close(conn, now, publish_will)
-
-    def new_generation(self):
-        self.generation += 1
-        return self.generation

@@ -73,8 +73,6 @@
 #                    ~96 B (64-bit port) per level string sliced
 # A cache of topic -> result beats a first-level index because it removes
 # the per-level slices, which are the only allocation left on MicroPython.
-# `generation` counts add/remove calls (wrapping below 2**30) for callers
-# that keep their own derived caches.
 #
 # TopicTree (retained messages): node = [children dict | None, value | None].
 # Values are never None (set(topic, None) removes). match_filter(flt, out)
@@ -108,13 +106,17 @@ _SUBS = const(3)
 _VALUE = const(1)
 
 _CACHE_ITEM_COST = const(32)
-_GEN_WRAP = const(0x3FFFFFFF)
 
 
 # ---------------------------------------------------------------- validation
 
 
-def _over_limits(s: str, max_levels: int, max_length: int) -> bool:
+def over_limits(s: str, max_levels: int, max_length: int) -> bool:
+    """True if `s` has more levels or UTF-8 bytes than allowed (0 = no limit).
+
+    The rest of a topic name's rules are the codec's (decode_publish,
+    decode_connect): a name that arrives decoded only needs this check.
+    """
     if max_levels > 0 and s.count("/") >= max_levels:
         return True
     if max_length > 0:
@@ -135,7 +137,7 @@ def validate_topic_name(topic: str, max_levels: int = 0, max_length: int = 0) ->
         return TOPIC_NAME_INVALID
     if "\x00" in topic:  # [MQTT-4.7.3-2]
         return TOPIC_NAME_INVALID
-    if _over_limits(topic, max_levels, max_length):
+    if over_limits(topic, max_levels, max_length):
         return TOPIC_NAME_INVALID
     return 0
 
@@ -161,7 +163,7 @@ def validate_topic_filter(flt: str, max_levels: int = 0, max_length: int = 0) ->
         if i + 1 < n and flt[i + 1] != "/":
             return TOPIC_FILTER_INVALID
         i = flt.find("+", i + 1)
-    if _over_limits(flt, max_levels, max_length):
+    if over_limits(flt, max_levels, max_length):
         return TOPIC_FILTER_INVALID
     return 0
 
@@ -297,13 +299,11 @@ class SubscriptionTrie:
     def __init__(self, cache_bytes: int = 0) -> None:
         self._root = _new_sub_node()
         self.count = 0
-        self.generation = 0
         self._cache_bytes = cache_bytes
         self._cache_used = 0
         self._cache: dict[str, object] | None = {} if cache_bytes > 0 else None
 
     def _changed(self):
-        self.generation = (self.generation + 1) & _GEN_WRAP
         cache = self._cache
         if cache:
             cache.clear()

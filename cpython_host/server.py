@@ -67,6 +67,7 @@ import time
 from typing import Any
 
 from common.broker import VERSION, Broker
+from common.persist import Persist
 from common.store import Store
 from cpython_host.config import HostConfig
 from cpython_host.sys_topics import SysPublisher
@@ -352,7 +353,7 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
 
     With a `store` (cpython_host/storage.py), call broker.restore() before serving.
     """
-    return Broker(config.settings, os.urandom, store)
+    return Broker(config.settings, os.urandom, Persist(store) if store is not None else None)
 
 
 async def _sync_every(broker: Broker, interval: float) -> None:

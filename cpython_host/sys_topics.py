@@ -60,7 +60,7 @@ def sys_values(broker: Broker, now: int) -> list[tuple[str, str]]:
         ("version", "siskin " + VERSION),
         ("uptime", str(now - started)),
         ("clients/connected", str(connected)),
-        ("clients/total", str(len(broker.sessions))),
+        ("clients/total", str(broker.sessions.count())),
         ("clients/maximum", str(st.clients_maximum)),
         ("clients/refused", str(st.refused_connections)),
         ("connections/total", str(st.connections_total)),
@@ -73,8 +73,8 @@ def sys_values(broker: Broker, now: int) -> list[tuple[str, str]]:
         ("messages/expired", str(st.expired)),
         ("bytes/received", str(st.bytes_received)),
         ("bytes/sent", str(st.bytes_sent)),
-        ("subscriptions/count", str(broker.sub_pool.in_use)),
-        ("retained messages/count", str(broker.retained.count)),
+        ("subscriptions/count", str(broker.sessions.sub_pool.in_use)),
+        ("retained messages/count", str(broker.routing.retained.count())),
     ]
     rss = rss_bytes()
     if rss is not None:

@@ -15,6 +15,7 @@ import sys
 import time
 
 from common.broker import VERSION, Broker
+from common.persist import Persist
 from common.store import StoreError
 from firmware import board
 from firmware.boardcfg import ConfigError, board_path, load_board, load_device
@@ -62,7 +63,7 @@ def build(argv, root):
         # A wrong key or a store from a newer Siskin would fail the same way
         # after every reset: stop at the REPL instead (docs/boards.md).
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
-    broker = Broker(settings, os.urandom, store=store)
+    broker = Broker(settings, os.urandom, Persist(store) if store is not None else None)
     if store is not None:
         broker.set_logger(log.log, log.level)
         # Wall time so that expiry counts the downtime (boards without NTP:

@@ -17,6 +17,7 @@ from common.packets import (
     decode_packet,
     encode_packet,
 )
+from common.persist import Persist
 from common.settings import Settings
 
 
@@ -42,7 +43,8 @@ class Harness:
         opened) it restores from it first, `wall` being the wall clock at `now`."""
         self.now = now
         self.counter = 0
-        self.broker = Broker(Settings(overrides), self.entropy, store)
+        self.store = store
+        self.broker = Broker(Settings(overrides), self.entropy, Persist(store) if store is not None else None)
         self.clients = {}
         self.restored = self.broker.restore(now, wall) if store is not None else None
 

@@ -96,7 +96,7 @@ class TestStoreOpen(unittest.TestCase):
             self.assertIn("cannot migrate", str(cm.exception))
             store_module.MIGRATIONS[saved] = double_expiry
             h2 = Harness(store=open_store(survivor))
-            self.assertEqual(h2.broker.sessions["old"].expiry_interval, 100)
+            self.assertEqual(h2.broker.sessions.find("old").expiry_interval, 100)
             self.assertEqual(survivor.get(b"V")[4], saved + 1)  # the meta record is upgraded
         finally:
             store_module.SCHEMA = saved
@@ -298,9 +298,9 @@ class TestRestart(unittest.TestCase):
         c.disconnect()
         h2, kv2 = restart(kv, now=500, wall=1700000000 + 10)  # 20 s of 30 left
         h2.advance(15)
-        self.assertIn("sub", h2.broker.sessions)
+        self.assertIsNotNone(h2.broker.sessions.find("sub"))
         h2.advance(10)
-        self.assertNotIn("sub", h2.broker.sessions)
+        self.assertIsNone(h2.broker.sessions.find("sub"))
         self.assertEqual(keys_of(kv2, b"S"), [])
 
     def test_clock_going_back_is_clamped(self):
@@ -310,7 +310,7 @@ class TestRestart(unittest.TestCase):
         c.disconnect()
         # A board without a real-time clock restarts at wall time "0".
         h2, _kv = restart(kv, now=5, wall=100)
-        session = h2.broker.sessions["sub"]
+        session = h2.broker.sessions.find("sub")
         self.assertLessEqual(session.expires_at, 5 + 60)
 
     def test_session_no_longer_persistent_is_forgotten(self):
@@ -345,12 +345,12 @@ class TestRestart(unittest.TestCase):
         kv = MemKV()
         h = Harness(store=open_store(kv))
         c = self.persistent_subscriber(h)
-        before = h.broker.sessions["sub"].generation
+        before = h.broker.sessions.find("sub").generation
         c.drop()
         h2, _kv = restart(kv)
         other = h2.client()
         other.connect("other", clean=False)
-        self.assertGreater(h2.broker.sessions["other"].generation, before)
+        self.assertGreater(h2.broker.sessions.find("other").generation, before)
 
     def test_batch_sync_leaves_the_window_to_the_shell(self):
         kv = MemKV()
@@ -471,8 +471,8 @@ class TestEncryptedStore(unittest.TestCase):
         kv.sync()
         h2, _kv = restart(kv, keys={1: self.a1}, key_id=1)
         self.assertEqual(h2.restored["skipped"], 1)
-        self.assertNotIn("intruder", h2.broker.sessions)
-        self.assertIn("sub", h2.broker.sessions)
+        self.assertIsNone(h2.broker.sessions.find("intruder"))
+        self.assertIsNotNone(h2.broker.sessions.find("sub"))
 
     def test_nonces_never_repeat_across_restarts(self):
         kv = self.seeded()
