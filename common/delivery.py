@@ -63,7 +63,9 @@ class Delivery:
         return self.tag[1] if self.bits & SHARED else self.tag
 
     def set_sent(self, packet_id):
-        self.bits = (self.bits & ~(STATE_MASK | (0xFFFF << PID_SHIFT))) | (SENT << STATE_SHIFT) | (packet_id << PID_SHIFT)
+        self.bits = (
+            (self.bits & ~(STATE_MASK | (0xFFFF << PID_SHIFT))) | (SENT << STATE_SHIFT) | (packet_id << PID_SHIFT)
+        )
 
     def set_released(self):
         self.bits = (self.bits & ~STATE_MASK) | (RELEASED << STATE_SHIFT)
@@ -73,16 +75,26 @@ class DeliveryPool:
     """Delivery records recycled through a free list.
 
     Not capped itself: every delivery sits in a bounded queue or inflight
-    window, so their number is bounded by those; the free list keeps the
-    peak number for reuse, so steady routing allocates none.
+    window, so their number is bounded by those. Up to `keep` released
+    records wait for reuse, so steady routing allocates none, while a
+    burst's records beyond that go back to the heap. The free list is
+    linked through the records' `tag` (a Python list would shrink and grow
+    its storage as records come and go: an allocation per message on
+    MicroPython).
     """
 
-    def __init__(self):
-        self.free = []
+    def __init__(self, keep):
+        self.keep = keep
+        self.spare = 0
+        self.head = None
 
     def new(self, msg, qos, retain, tag, shared):
-        free = self.free
-        d = free.pop() if free else Delivery()
+        d = self.head
+        if d is None:
+            d = Delivery()
+        else:
+            self.head = d.tag
+            self.spare -= 1
         d.msg = msg
         d.bits = qos | (RETAIN if retain else 0) | (SHARED if shared else 0)
         d.tag = tag
@@ -91,5 +103,9 @@ class DeliveryPool:
 
     def release(self, d):
         d.msg = None
-        d.tag = None
-        self.free.append(d)
+        if self.spare < self.keep:
+            d.tag = self.head
+            self.head = d
+            self.spare += 1
+        else:
+            d.tag = None

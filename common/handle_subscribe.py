@@ -70,7 +70,11 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
     rh = (options & C.SUBOPT_RETAIN_HANDLING_MASK) >> C.SUBOPT_RETAIN_HANDLING_SHIFT
     sub.set_options(qos, no_local, options & C.SUBOPT_RETAIN_AS_PUBLISHED != 0, rh, sub_id)
     broker.listener.sub_saved(session, sub)
-    if share_name is not None or rh == C.RETAIN_HANDLING_DONT_SEND or (rh == C.RETAIN_HANDLING_SEND_IF_NEW and not is_new):
+    if (
+        share_name is not None
+        or rh == C.RETAIN_HANDLING_DONT_SEND
+        or (rh == C.RETAIN_HANDLING_SEND_IF_NEW and not is_new)
+    ):
         return qos, None  # no retained messages for a shared subscription (v5 4.8.2)
     return qos, sub
 

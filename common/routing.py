@@ -19,7 +19,8 @@ class Routing:
         self.trie = SubscriptionTrie(settings.match_cache_bytes)
         self.groups = {}  # SharedGroup.key() -> SharedGroup
         self.messages = MessagePool(settings.max_messages, settings.prealloc, listener)
-        self.deliveries = DeliveryPool()
+        # As many spare deliveries as messages: enough for a steady flow.
+        self.deliveries = DeliveryPool(settings.max_messages)
         self.retained = Retained(settings, self.messages, stats, listener)
         # Scratch reused by route(): the trie's matches, the sessions touched,
         # and the stamp that marks a session touched by the current message.

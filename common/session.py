@@ -134,7 +134,7 @@ class SharedGroup:
         self.next = 0
 
     def key(self):
-        """"{name}/{filter}": the group's name in the routing part and the store."""
+        """The group's name, "{name}/{filter}", in the routing part and the store."""
         return self.name + "/" + self.filter
 
     def pick(self, max_inflight, leaving=None):

@@ -20,10 +20,10 @@
 #       subscriptions go through parse_shared() and the broker validates and
 #       subscribes the inner filter.
 #   parse_shared(flt) -> (None, flt)       a normal filter (validate it)
-#                     -> (group, inner)    "$share/group/inner", inner valid
+#                     -> (share_name, inner)  "$share/{share_name}/{inner}", inner valid
 #                     -> SHARED_INVALID    == ("", None): answer 0x8F
-#       [MQTT-4.8.2-1] group at least one character; [MQTT-4.8.2-2] group
-#       without "/", "+", "#", followed by "/" and a (non-empty) filter.
+#       [MQTT-4.8.2-1] share name at least one character; [MQTT-4.8.2-2]
+#       share name without "/", "+", "#", followed by "/" and a (non-empty) filter.
 #       The limits are not applied: the broker calls validate_topic_filter on
 #       the inner filter with its limits.
 #
@@ -169,24 +169,24 @@ def validate_topic_filter(flt: str, max_levels: int = 0, max_length: int = 0) ->
 
 
 def parse_shared(flt: str) -> tuple[str | None, str | None]:
-    """Split "$share/<group>/<filter>"; see the header for the three results."""
+    """Split "$share/<share name>/<filter>"; see the header for the three results."""
     if not flt.startswith(SHARE_PREFIX):
         return None, flt
     start = len(SHARE_PREFIX)
     slash = flt.find("/", start)
-    # [MQTT-4.8.2-1] group at least one character; [MQTT-4.8.2-2] followed
-    # by "/" (so the group itself holds no "/")
+    # [MQTT-4.8.2-1] share name at least one character; [MQTT-4.8.2-2]
+    # followed by "/" (so the name itself holds no "/")
     if slash <= start:
         return SHARED_INVALID
-    group = flt[start:slash]
-    if "+" in group or "#" in group:  # [MQTT-4.8.2-2]
+    share_name = flt[start:slash]
+    if "+" in share_name or "#" in share_name:  # [MQTT-4.8.2-2]
         return SHARED_INVALID
     inner = flt[slash + 1 :]
     # [MQTT-4.8.2-2] "/" followed by a Topic Filter (non-empty, valid,
     # itself not shared)
     if validate_topic_filter(inner, 0, 0):
         return SHARED_INVALID
-    return group, inner
+    return share_name, inner
 
 
 # ---------------------------------------------------------------- matching

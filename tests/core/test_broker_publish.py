@@ -232,6 +232,22 @@ class TestFlowControl(unittest.TestCase):
 
 
 class TestRouting(unittest.TestCase):
+    def test_steady_qos1_routing_reuses_one_delivery_record(self):
+        # A delivery record is recycled when acknowledged: a steady flow of
+        # QoS 1 messages allocates no new record (on MicroPython each would
+        # be a heap object per message).
+        h = Harness()
+        sub, pub = pair(h, 1)
+        session = h.broker.sessions.find("sub")
+        used = []
+        for i in range(5):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+            pub.expect(C.PUBACK)
+            used.append(session.inflight[0])
+            sub.ack(sub.expect(C.PUBLISH))
+            self.assertEqual(session.inflight, [])
+        self.assertTrue(all(d is used[0] for d in used))
+
     def test_overlapping_subscriptions_one_copy_at_max_qos(self):
         # [MQTT-3.3.5-1]
         h = Harness()

@@ -14,9 +14,9 @@ def props_of(pkt, pid):
     return [v for k, v in (pkt.props or []) if k == pid]
 
 
-def v5(h, cid="c", clean=True, props=None, **kw):
+def v5(h, client_id="c", clean=True, props=None, **kw):
     c = h.client(level=5)
-    ack = c.connect(cid, clean=clean, props=props, **kw)
+    ack = c.connect(client_id, clean=clean, props=props, **kw)
     return c, ack
 
 
@@ -49,7 +49,7 @@ class TestConnack(unittest.TestCase):
     def test_assigned_client_identifier(self):
         # [MQTT-3.2.2-16]
         h = Harness()
-        _c, ack = v5(h, cid="", clean=False)
+        _c, ack = v5(h, client_id="", clean=False)
         assigned = prop_get(ack.props, C.PROP_ASSIGNED_CLIENT_IDENTIFIER)
         self.assertTrue(assigned)
         self.assertIsNotNone(h.broker.sessions.find(assigned))
@@ -69,7 +69,7 @@ class TestConnack(unittest.TestCase):
         h = Harness(response_information="resp/")
         _c, ack = v5(h, props=[(C.PROP_REQUEST_RESPONSE_INFORMATION, 1)])
         self.assertEqual(prop_get(ack.props, C.PROP_RESPONSE_INFORMATION), "resp/")
-        _d, ack2 = v5(h, cid="d")
+        _d, ack2 = v5(h, client_id="d")
         self.assertIsNone(prop_get(ack2.props, C.PROP_RESPONSE_INFORMATION))
 
     def test_unknown_auth_method(self):
@@ -81,8 +81,8 @@ class TestConnack(unittest.TestCase):
 
     def test_connection_limit_server_busy(self):
         h = Harness(max_connections=1)
-        v5(h, cid="a")
-        _c, ack = v5(h, cid="b")
+        v5(h, client_id="a")
+        _c, ack = v5(h, client_id="b")
         self.assertEqual(ack.reason, C.RC_SERVER_BUSY)
 
 

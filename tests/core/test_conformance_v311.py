@@ -21,9 +21,9 @@ def publish_raw(topic, payload=b"x"):
     return b"\x30" + vbi(len(body)) + body
 
 
-def connected(h, cid, clean=True, **kw):
+def connected(h, client_id, clean=True, **kw):
     c = h.client()
-    c.connect(cid, clean=clean, **kw)
+    c.connect(client_id, clean=clean, **kw)
     return c
 
 
@@ -171,9 +171,9 @@ class TestConnectPayload(unittest.TestCase):
     def test_short_alphanumeric_client_ids_allowed(self):
         # [MQTT-3.1.3-5]
         h = Harness()
-        for cid in ("a", "Z9", "0123456789abcdefghijklm", "ABCDEFGHIJKLMNOPQRSTUVW", "nopqrstuvwxyz"):
+        for client_id in ("a", "Z9", "0123456789abcdefghijklm", "ABCDEFGHIJKLMNOPQRSTUVW", "nopqrstuvwxyz"):
             c = h.client()
-            self.assertEqual(c.connect(cid).reason, C.CONNACK_ACCEPTED, cid)
+            self.assertEqual(c.connect(client_id).reason, C.CONNACK_ACCEPTED, client_id)
 
     def test_rejected_client_id_connack_0x02_then_close(self):
         # [MQTT-3.1.3-9] [MQTT-3.2.2-4] [MQTT-3.2.2-5]

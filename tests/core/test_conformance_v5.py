@@ -37,9 +37,9 @@ class RecordingClient(RawClient):
         return pkt
 
 
-def v5(h, cid="c", clean=True, props=None, **kw):
+def v5(h, client_id="c", clean=True, props=None, **kw):
     c = h.client(level=5)
-    ack = c.connect(cid, clean=clean, props=props, **kw)
+    ack = c.connect(client_id, clean=clean, props=props, **kw)
     return c, ack
 
 
@@ -232,9 +232,9 @@ class TestConnect(unittest.TestCase):
         # [MQTT-3.1.3-5] 1..23 alphanumerics allowed; [MQTT-3.1.3-6]
         # [MQTT-3.1.3-7] [MQTT-3.2.2-16] empty: a unique id, returned and used
         h = Harness()
-        for cid in ("a", "0123456789abcdefghijklm", "ABCDEFGHIJKLMNOPQRSTUVW", "nopqrstuvwxyz"):
-            _c, ack = v5(h, cid)
-            self.assertEqual(ack.reason, C.RC_SUCCESS, cid)
+        for client_id in ("a", "0123456789abcdefghijklm", "ABCDEFGHIJKLMNOPQRSTUVW", "nopqrstuvwxyz"):
+            _c, ack = v5(h, client_id)
+            self.assertEqual(ack.reason, C.RC_SUCCESS, client_id)
         a, ack_a = v5(h, "", clean=False, props=[(SEI, 100)])
         _b, ack_b = v5(h, "", clean=False, props=[(SEI, 100)])
         ida = prop_get(ack_a.props, C.PROP_ASSIGNED_CLIENT_IDENTIFIER)
