@@ -18,7 +18,7 @@ from common import consts as C
 from common import handle_connect, handle_publish, handle_subscribe
 from common.auth_scram import ScramSha256
 from common.codec import FrameReader
-from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
+from common.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.errors import MqttError, ProtocolError
 from common.listener import StateListener
 from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
@@ -103,10 +103,7 @@ class Broker:
         # The parts: where messages go, who they go to, and the connections.
         self.routing = Routing(s, self.stats, self.listener)
         self.sessions = Sessions(s)
-        self.conns = []  # index = connection id
-        self.free_cids = []
-        self.live_connections = 0
-        self.dirty = []
+        self.connections = Connections()
         self.started = None  # first `now` seen, for uptime
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
@@ -141,27 +138,23 @@ class Broker:
             self.started = now
         s = self.settings
         refuse = 0
-        if self.live_connections >= s.max_connections:
-            if self.live_connections >= s.max_connections + REFUSAL_SLOTS:
+        live = self.connections.live
+        if live >= s.max_connections:
+            if live >= s.max_connections + REFUSAL_SLOTS:
                 self.stats.refused_connections += 1
                 return -1
             refuse = C.RC_SERVER_UNAVAILABLE
-        if self.free_cids:
-            conn = self.conns[self.free_cids.pop()]
-        else:
-            conn = Connection(len(self.conns))
-            self.conns.append(conn)
+        conn = self.connections.open()
         conn.state = NEW
         conn.reader = FrameReader(s.max_packet_size)
         conn.deadline = now + s.connect_timeout
         conn.refuse_reason = refuse
-        self.live_connections += 1
         self.stats.connections_total += 1
         return conn.cid
 
     def data_received(self, cid, data, now):
         """Feed bytes received on connection `cid`."""
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         if conn.state != NEW and conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
         self.stats.bytes_received += len(data)
@@ -187,23 +180,20 @@ class Broker:
 
     def connection_lost(self, cid, now):
         """The socket is closed (by the peer, an error, or after is_closing)."""
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         if conn.state == FREE:
             return
         if conn.state != CLOSING:
             if conn.state == CONNECTED:
                 self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
             handle_connect.detach(self, conn, now)
-        conn.reset()
-        conn.reader = None
-        self.live_connections -= 1
-        self.free_cids.append(cid)
+        self.connections.release(conn)
 
     def tick(self, now):
         """Run the timers; returns the next time (s) tick() has work, or None."""
         if self.started is None:
             self.started = now
-        for conn in self.conns:
+        for conn in self.connections.by_id:
             if conn.deadline and now > conn.deadline:
                 # `now` is whole seconds: strictly after, so a timer never
                 # fires before its full time has passed.
@@ -240,20 +230,13 @@ class Broker:
         (PUBACK, PUBREC, CONNACK...) leaves before what it acknowledges is
         durable.
         """
-        dirty = self.dirty
-        if not dirty:
-            return dirty
-        if self.settings.store_sync == "always" and self.listener.pending():
+        if self.connections.dirty and self.settings.store_sync == "always" and self.listener.pending():
             self.listener.sync()
-        self.dirty = []
-        conns = self.conns
-        for cid in dirty:
-            conns[cid].dirty = False
-        return dirty
+        return self.connections.take_dirty()
 
     def take_output(self, cid):
         """The bytes waiting for connection `cid` (None if none or paused)."""
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         out = conn.out
         if not out or (conn.paused and conn.state != CLOSING):
             return None
@@ -264,17 +247,17 @@ class Broker:
         return data
 
     def is_closing(self, cid):
-        return self.conns[cid].state == CLOSING
+        return self.connections.by_id[cid].state == CLOSING
 
     def set_paused(self, cid, paused):
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         conn.paused = paused
         if not paused and conn.out:
-            self.mark_dirty(conn)
+            self.connections.mark_dirty(conn)
 
     def shutdown(self, now):
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
-        for conn in self.conns:
+        for conn in self.connections.by_id:
             if conn.state == CONNECTED:
                 self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
             elif conn.state == NEW:
@@ -305,13 +288,8 @@ class Broker:
     def write(self, conn, data):
         conn.out.append(data)
         conn.out_bytes += len(data)
-        if not conn.dirty:
-            self.mark_dirty(conn)
-
-    def mark_dirty(self, conn):
-        if not conn.dirty:
-            conn.dirty = True
-            self.dirty.append(conn.cid)
+        if not conn.dirty:  # (the common case, without a call, on the hot path)
+            self.connections.mark_dirty(conn)
 
     def close(self, conn, now, publish_will=True):
         """Start closing a connection: no more input, output flushed by the shell."""
@@ -322,7 +300,7 @@ class Broker:
         handle_connect.detach(self, conn, now)
         conn.state = CLOSING
         conn.deadline = 0
-        self.mark_dirty(conn)
+        self.connections.mark_dirty(conn)
 
     def fail(self, conn, reason, now, publish_will=True, text=None):
         """Close after an error: DISCONNECT with `reason` for v5, else just close.

@@ -182,8 +182,9 @@ def _connect(broker, conn, pkt, now, auth_out):
         (client_id, level, keep_alive, "resumed" if session_present else "new"),
     )
     st = broker.stats
-    if broker.live_connections > st.clients_maximum:
-        st.clients_maximum = broker.live_connections
+    live = broker.connections.live
+    if live > st.clients_maximum:
+        st.clients_maximum = live
     # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the queue.
     handle_publish.resume(broker, conn, session, now)
 
@@ -353,7 +354,7 @@ def run_session_timers(broker, now):
     if expired:
         for session in expired:
             destroy_session(broker, session, now)
-    if broker.live_connections or broker.sessions.count():
+    if broker.connections.live or broker.sessions.count():
         return now + 1
     return None
 

@@ -52,7 +52,7 @@ def sys_values(broker: Broker, now: int) -> list[tuple[str, str]]:
     st = broker.stats
     started = broker.started if broker.started is not None else now
     connected = 0
-    for conn in broker.conns:
+    for conn in broker.connections.by_id:
         if conn.state == CONNECTED:
             connected += 1
     drops = [(name, getattr(st, attr)) for name, attr in DROP_COUNTERS]
