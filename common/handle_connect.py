@@ -249,13 +249,13 @@ def _set_will(broker, session, pkt, now):
     fwd = None
     if props:
         fwd = []
-        for pid, value in props:
-            if pid == C.PROP_WILL_DELAY_INTERVAL:
+        for prop_id, value in props:
+            if prop_id == C.PROP_WILL_DELAY_INTERVAL:
                 delay = value
-            elif pid == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+            elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                 expiry = value
             else:
-                fwd.append((pid, value))
+                fwd.append((prop_id, value))
     messages = broker.routing.messages
     msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd or None, 0)
     if msg is None:

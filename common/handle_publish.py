@@ -39,15 +39,15 @@ def handle_publish(broker, conn, pkt, now):
         if props:
             fwd = []
             alias = 0
-            for pid, value in props:
-                if pid == C.PROP_TOPIC_ALIAS:
+            for prop_id, value in props:
+                if prop_id == C.PROP_TOPIC_ALIAS:
                     alias = value
-                elif pid == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+                elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                     expiry = value
-                elif pid == C.PROP_SUBSCRIPTION_IDENTIFIER:
+                elif prop_id == C.PROP_SUBSCRIPTION_IDENTIFIER:
                     raise ProtocolError("Subscription Identifier from a client")  # [MQTT-3.3.4-6]
                 else:
-                    fwd.append((pid, value))
+                    fwd.append((prop_id, value))
             if alias:
                 topic = _resolve_alias(broker, conn, topic, alias)
             if not fwd:
