@@ -36,7 +36,7 @@
 # clock went back, or a board without a real-time clock) is clamped to now +
 # interval.
 
-from common.delivery import PID_SHIFT, QUEUED, RELEASED, STATE_SHIFT
+from common.delivery import QUEUED, RELEASED
 from common.pools import Ring
 from common.session import NEVER
 from common.store import u64be
@@ -330,7 +330,9 @@ class Persist:
                 if state == QUEUED:
                     queued.append(d)
                     continue
-                d.bits |= (state << STATE_SHIFT) | (packet_id << PID_SHIFT)
+                d.set_sent(packet_id)
+                if state == RELEASED:
+                    d.set_released()
                 session.inflight.append(d)
             queue = session.queue
             if len(queued) > queue.cap:

@@ -160,6 +160,32 @@ class TestRestart(unittest.TestCase):
         self.assertEqual([p.topic for p in got], ["t/%d" % i for i in range(5)])
         self.assertEqual([p.payload for p in got], [b"m%d" % i for i in range(5)])
 
+    def test_store_written_by_earlier_versions_restores(self):
+        # Records as the broker wrote them before Core v2 (the publisher's
+        # client id in the last slot of M and R, a shared delivery, one sent
+        # and one queued): the layout is unchanged, so they come back.
+        kv = MemKV()
+        store = open_store(kv)
+        store.put(b"S", b"sub", [4, 0xFFFFFFFF, 0, 7, 3, []])
+        store.put(b"U", b"sub\0t/#", [1, False, False, 0, 0])
+        store.put(b"U", b"sub\0$share/g/s", [1, False, False, 0, 0])
+        for mid, topic in ((1, "t/a"), (2, "t/b"), (3, "s")):
+            store.put(b"M", bytes(7) + bytes([mid]), [topic, topic.encode(), 1, False, None, 0, "pub"])
+        store.put(b"D", b"sub\0" + bytes(7) + b"\x01", [1, 1, False, None, 1, 2, None])  # SENT, id 2
+        store.put(b"D", b"sub\0" + bytes(7) + b"\x02", [2, 1, False, None, 0, 0, None])  # QUEUED
+        store.put(b"D", b"sub\0" + bytes(7) + b"\x03", [3, 1, False, None, 0, 0, "g/s"])  # QUEUED, shared
+        store.put(b"R", b"r/x", [b"kept", 0, None, 0, "pub"])
+        store.sync()
+        h2, _kv = restart(kv)
+        self.assertEqual((h2.restored["sessions"], h2.restored["messages"], h2.restored["retained"]), (1, 3, 1))
+        self.assertEqual(h2.broker.sessions.find("sub").generation, 7)
+        again = h2.client()
+        self.assertTrue(again.connect("sub", clean=False).session_present)
+        got = again.take()
+        self.assertEqual([(p.topic, p.dup, p.packet_id) for p in got], [("t/a", True, 2), ("t/b", False, 3), ("s", False, 4)])
+        again.subscribe("r/#", 0)
+        self.assertEqual(again.expect(C.PUBLISH).payload, b"kept")
+
     def test_subscriptions_restored_without_reconnect(self):
         kv = MemKV()
         h = Harness(store=open_store(kv))
