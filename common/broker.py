@@ -64,7 +64,7 @@ def _unexpected(broker, conn, pkt, now):
     raise ProtocolError("packet type %d not allowed from a client" % pkt.ptype)
 
 
-PINGRESP_BYTES = encode_packet(Pingresp(), 4)
+PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
 
 # Dispatch table indexed by packet type: the handler of a packet a client may
 # send once connected. CONNECT is handled before this table is consulted.
@@ -307,15 +307,15 @@ class Broker:
 
         `text` becomes the v5 Reason String (always allowed on DISCONNECT).
         """
-        if conn.state == CONNECTED and conn.level == 5:
+        if conn.state == CONNECTED and conn.level == C.LEVEL_5:
             props = [(C.PROP_REASON_STRING, text)] if text else None
-            data = encode_packet(Disconnect(reason, props), 5)
+            data = encode_packet(Disconnect(reason, props), C.LEVEL_5)
             if props and conn.max_packet_out and len(data) > conn.max_packet_out:
                 # No Reason String beyond the client's Maximum Packet Size [MQTT-3.14.2-3].
-                data = encode_packet(Disconnect(reason, None), 5)
+                data = encode_packet(Disconnect(reason, None), C.LEVEL_5)
             self.write(conn, data)
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.
-            self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), 4))
+            self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
         self.close(conn, now, publish_will)

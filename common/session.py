@@ -184,10 +184,6 @@ class Sessions:
     def count(self):
         return len(self.by_client_id)
 
-    def all(self):
-        """The sessions as a new list (safe to end sessions while walking it)."""
-        return list(self.by_client_id.values())
-
     def create(self, client_id, generation=0):
         """A new empty session registered under `client_id`; None if the pool is full.
 

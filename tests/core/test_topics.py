@@ -480,7 +480,7 @@ class TestSubscriptionTrie(unittest.TestCase):
 
         mem_alloc = getattr(gc, "mem_alloc", None)
         if mem_alloc is None:
-            return
+            self.skipTest("gc.mem_alloc exists only on MicroPython")
         t = SubscriptionTrie(4096)
         t.add("a/+", Sub("1"))
         t.add("#", Sub("2"))
