@@ -18,7 +18,7 @@
 # of a delivery is told to the broker's listener (persistence).
 
 from common import consts as C
-from common.delivery import PID_SHIFT, QOS_MASK, RELEASED, RETAIN, SENT, STATE_MASK, STATE_SHIFT
+from common.delivery import RELEASED, SENT
 from common.errors import MqttError, ProtocolError
 from common.packets import PubAck, Publish, encode_packet
 from common.topics import over_limits
@@ -252,7 +252,7 @@ def _release(broker, d):
 def _send_inflight(broker, conn, session, d, now):
     """Send a QoS 1/2 delivery (new, or out of the queue) and keep it in the window."""
     pid = session.allocate_packet_id()
-    if _send(broker, conn, d.msg, d.bits & QOS_MASK, d.bits & RETAIN != 0, d.sub_ids(), pid, False, now):
+    if _send(broker, conn, d.msg, d.qos(), d.retain(), d.sub_ids(), pid, False, now):
         d.set_sent(pid)
         session.inflight.append(d)
         if d.seq:
@@ -337,7 +337,7 @@ def pump(broker, session, now):
     while queue.count:
         d = queue.peek()
         msg = d.msg
-        qos = d.bits & QOS_MASK
+        qos = d.qos()
         if qos and len(session.inflight) >= w:
             return
         queue.pop()
@@ -346,7 +346,7 @@ def pump(broker, session, now):
             _send_inflight(broker, conn, session, d, now)
             continue
         if qos == 0:
-            _send(broker, conn, msg, 0, d.bits & RETAIN != 0, d.sub_ids(), 0, False, now)
+            _send(broker, conn, msg, 0, d.retain(), d.sub_ids(), 0, False, now)
         else:
             broker.stats.expired += 1  # [MQTT-3.3.2-5]
         broker.listener.delivery_done(session, d)
@@ -356,11 +356,10 @@ def pump(broker, session, now):
 def resume(broker, conn, session, now):
     """On reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL in order."""
     for d in session.inflight:
-        bits = d.bits
-        if bits & STATE_MASK == SENT << STATE_SHIFT:
-            _send(broker, conn, d.msg, bits & QOS_MASK, bits & RETAIN != 0, d.sub_ids(), bits >> PID_SHIFT, True, now)
+        if d.state() == SENT:
+            _send(broker, conn, d.msg, d.qos(), d.retain(), d.sub_ids(), d.packet_id(), True, now)
         else:
-            send_ack(broker, conn, C.PUBREL, bits >> PID_SHIFT, C.RC_SUCCESS)
+            send_ack(broker, conn, C.PUBREL, d.packet_id(), C.RC_SUCCESS)
     pump(broker, session, now)
 
 
@@ -388,7 +387,7 @@ def hand_over_shared(broker, session, now, group=None):
     while i < len(inflight):
         d = inflight[i]
         shared = d.shared_group()
-        if shared is not None and d.bits & QOS_MASK == 1 and (group is None or shared is group):
+        if shared is not None and d.qos() == 1 and (group is None or shared is group):
             listener.delivery_done(session, d)
             moved.append(d)  # goes out to the next member as new (no DUP)
             del inflight[i]
@@ -401,10 +400,10 @@ def hand_over_shared(broker, session, now, group=None):
         if sub is None:
             broker.stats.dropped_queue_full += 1
         else:
-            qos = d.bits & QOS_MASK
+            qos = d.qos()
             if sub.qos < qos:
                 qos = sub.qos
-            deliver(broker, sub.session, d.msg, qos, d.bits & RETAIN != 0, sub.share, True, now)
+            deliver(broker, sub.session, d.msg, qos, d.retain(), sub.share, True, now)
         _release(broker, d)
 
 
@@ -429,7 +428,7 @@ def handle_puback(broker, conn, pkt, now):
     if i < 0:
         return  # unknown id: nothing to release
     d = session.inflight[i]
-    if d.bits & QOS_MASK != 1:
+    if d.qos() != 1:
         raise ProtocolError("PUBACK for a QoS 2 message")
     del session.inflight[i]
     broker.listener.delivery_done(session, d)
@@ -445,7 +444,7 @@ def handle_pubrec(broker, conn, pkt, now):
         send_ack(broker, conn, C.PUBREL, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
         return
     d = session.inflight[i]
-    if d.bits & QOS_MASK != 2:
+    if d.qos() != 2:
         raise ProtocolError("PUBREC for a QoS 1 message")
     if d.msg is not None:
         broker.routing.messages.drop(d.msg)  # [MQTT-4.3.3-4] the message is done with
@@ -456,7 +455,7 @@ def handle_pubrec(broker, conn, pkt, now):
         _release(broker, d)
         pump(broker, session, now)
         return
-    if d.bits & STATE_MASK == SENT << STATE_SHIFT:
+    if d.state() == SENT:
         d.set_released()
         broker.listener.delivery_released(session, d)
     send_ack(broker, conn, C.PUBREL, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-3]
@@ -465,7 +464,7 @@ def handle_pubrec(broker, conn, pkt, now):
 def handle_pubcomp(broker, conn, pkt, now):
     session = conn.session
     i = session.find_inflight(pkt.packet_id)
-    if i < 0 or session.inflight[i].bits & STATE_MASK != RELEASED << STATE_SHIFT:
+    if i < 0 or session.inflight[i].state() != RELEASED:
         return
     d = session.inflight.pop(i)
     broker.listener.delivery_done(session, d)

@@ -96,6 +96,7 @@ class Session:
         """A packet id not used by an unacknowledged outbound message."""
         pid = self.next_packet_id
         inflight = self.inflight
+        # (Delivery.packet_id() inlined: this scans the window per PUBLISH.)
         for _ in range(U16_MAX):
             busy = False
             for d in inflight:
