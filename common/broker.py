@@ -230,8 +230,9 @@ class Broker:
         (PUBACK, PUBREC, CONNACK...) leaves before what it acknowledges is
         durable.
         """
-        if self.connections.dirty and self.settings.store_sync == "always" and self.listener.pending():
-            self.listener.sync()
+        listener = self.listener
+        if listener.durable and self.settings.store_sync == "always" and self.connections.dirty and listener.pending():
+            listener.sync()
         return self.connections.take_dirty()
 
     def take_output(self, cid):

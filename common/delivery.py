@@ -74,6 +74,9 @@ class Delivery:
 class DeliveryPool:
     """Delivery records recycled through a free list.
 
+    A delivery holds one reference to its message (in `messages`, the
+    MessagePool) from new() until release() or until a PUBREC lets it go.
+
     Not capped itself: every delivery sits in a bounded queue or inflight
     window, so their number is bounded by those. Up to `keep` released
     records wait for reuse, so steady routing allocates none, while a
@@ -83,7 +86,8 @@ class DeliveryPool:
     MicroPython).
     """
 
-    def __init__(self, keep):
+    def __init__(self, messages, keep):
+        self.messages = messages
         self.keep = keep
         self.spare = 0
         self.head = None
@@ -95,6 +99,8 @@ class DeliveryPool:
         else:
             self.head = d.tag
             self.spare -= 1
+        if msg is not None:  # (None: a RELEASED delivery being restored)
+            self.messages.hold(msg)
         d.msg = msg
         d.bits = qos | (RETAIN if retain else 0) | (SHARED if shared else 0)
         d.tag = tag
@@ -102,7 +108,10 @@ class DeliveryPool:
         return d
 
     def release(self, d):
-        d.msg = None
+        """The delivery is over: drop its message reference, recycle the record."""
+        if d.msg is not None:
+            self.messages.drop(d.msg)
+            d.msg = None
         if self.spare < self.keep:
             d.tag = self.head
             self.head = d

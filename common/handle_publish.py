@@ -18,7 +18,7 @@
 # of a delivery is told to the broker's listener (persistence).
 
 from common import consts as C
-from common.delivery import RELEASED, SENT
+from common.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.errors import MqttError, ProtocolError
 from common.packets import PubAck, Publish, encode_packet
 from common.topics import over_limits
@@ -156,7 +156,10 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
             broker.stats.dropped_no_slab += 1
             return C.RC_QUOTA_EXCEEDED
     messages.hold(msg)  # keep it alive while delivering
-    stamp = routing.next_stamp()
+    stamp = routing.stamp + 1
+    if stamp >= 0x3FFFFFFF:  # stay a small int on 32-bit ports
+        stamp = 1
+    routing.stamp = stamp
     touched = routing.touched
     for entry in matches:
         if entry.is_group:
@@ -222,37 +225,25 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
             broker.stats.dropped_qos0 += 1
             return
     elif conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
-        _send_inflight(broker, conn, session, _new_delivery(broker, msg, qos, retain, tag, shared), now)
+        _send_inflight(broker, conn, session, broker.routing.deliveries.new(msg, qos, retain, tag, shared), now)
         return
     queue = session.queue
     size = msg.size()
     if session.queued_bytes + size > s.max_queued_bytes or queue.count >= queue.cap:
         broker.stats.dropped_queue_full += 1
         return
-    d = _new_delivery(broker, msg, qos, retain, tag, shared)
+    d = broker.routing.deliveries.new(msg, qos, retain, tag, shared)
     queue.push(d)
     session.queued_bytes += size
     broker.listener.delivery_added(session, d)
 
 
-def _new_delivery(broker, msg, qos, retain, tag, shared):
-    routing = broker.routing
-    routing.messages.hold(msg)
-    return routing.deliveries.new(msg, qos, retain, tag, shared)
-
-
-def _release(broker, d):
-    """A delivery is over: drop its message ref, recycle the record."""
-    routing = broker.routing
-    if d.msg is not None:
-        routing.messages.drop(d.msg)
-    routing.deliveries.release(d)
-
-
 def _send_inflight(broker, conn, session, d, now):
     """Send a QoS 1/2 delivery (new, or out of the queue) and keep it in the window."""
     pid = session.allocate_packet_id()
-    if _send(broker, conn, d.msg, d.qos(), d.retain(), d.sub_ids(), pid, False, now):
+    bits = d.bits  # (Delivery's accessors inlined: once per QoS 1/2 delivery)
+    ids = d.tag[1] if bits & SHARED else d.tag
+    if _send(broker, conn, d.msg, bits & QOS_MASK, bits & RETAIN != 0, ids, pid, False, now):
         d.set_sent(pid)
         session.inflight.append(d)
         if d.seq:
@@ -262,7 +253,7 @@ def _send_inflight(broker, conn, session, d, now):
     else:
         # Too large for this client: dropped (counted by _write_publish).
         broker.listener.delivery_done(session, d)
-        _release(broker, d)
+        broker.routing.deliveries.release(d)
 
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
@@ -350,7 +341,7 @@ def pump(broker, session, now):
         else:
             broker.stats.expired += 1  # [MQTT-3.3.2-5]
         broker.listener.delivery_done(session, d)
-        _release(broker, d)
+        broker.routing.deliveries.release(d)
 
 
 def resume(broker, conn, session, now):
@@ -404,16 +395,16 @@ def hand_over_shared(broker, session, now, group=None):
             if sub.qos < qos:
                 qos = sub.qos
             deliver(broker, sub.session, d.msg, qos, d.retain(), sub.share, True, now)
-        _release(broker, d)
+        broker.routing.deliveries.release(d)
 
 
 def release_session_messages(broker, session):
     """Drop every delivery of a session that ends (after the listener forgot it)."""
     broker.listener.session_forgotten(session)
     for d in session.queue.clear():
-        _release(broker, d)
+        broker.routing.deliveries.release(d)
     for d in session.inflight:
-        _release(broker, d)
+        broker.routing.deliveries.release(d)
     session.inflight = []
     session.queued_bytes = 0
     session.qos2_in = set()
@@ -428,11 +419,11 @@ def handle_puback(broker, conn, pkt, now):
     if i < 0:
         return  # unknown id: nothing to release
     d = session.inflight[i]
-    if d.qos() != 1:
+    if d.bits & QOS_MASK != 1:  # (Delivery.qos() inlined: once per PUBACK)
         raise ProtocolError("PUBACK for a QoS 2 message")
     del session.inflight[i]
     broker.listener.delivery_done(session, d)
-    _release(broker, d)
+    broker.routing.deliveries.release(d)
     pump(broker, session, now)
 
 
@@ -452,7 +443,7 @@ def handle_pubrec(broker, conn, pkt, now):
     if pkt.reason >= 0x80:
         del session.inflight[i]  # v5: the receiver refused it; no PUBREL
         broker.listener.delivery_done(session, d)
-        _release(broker, d)
+        broker.routing.deliveries.release(d)
         pump(broker, session, now)
         return
     if d.state() == SENT:
@@ -468,5 +459,5 @@ def handle_pubcomp(broker, conn, pkt, now):
         return
     d = session.inflight.pop(i)
     broker.listener.delivery_done(session, d)
-    _release(broker, d)
+    broker.routing.deliveries.release(d)
     pump(broker, session, now)

@@ -12,6 +12,9 @@
 class StateListener:
     """The listener interface, with every hook a no-op."""
 
+    # True when sync() has work to do: Broker.take_dirty asks pending() only then.
+    durable = False
+
     def session_saved(self, session):
         """A session connected, disconnected or changed its QoS 2 ids or expiry."""
 

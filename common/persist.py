@@ -37,6 +37,7 @@
 # interval.
 
 from common.delivery import QUEUED, RELEASED
+from common.listener import StateListener
 from common.pools import Ring
 from common.session import NEVER
 from common.store import u64be
@@ -65,8 +66,10 @@ def _props_in(value):
     return out
 
 
-class Persist:
+class Persist(StateListener):
     """Writes a broker's persistent state to a Store and reads it back."""
+
+    durable = True
 
     def __init__(self, store):
         self.store = store
@@ -325,8 +328,6 @@ class Persist:
                 tag = (group, sub_ids) if group is not None else sub_ids
                 d = routing.deliveries.new(msg, qos, retain, tag, group is not None)
                 d.seq = seq
-                if msg is not None:
-                    routing.messages.hold(msg)
                 if state == QUEUED:
                     queued.append(d)
                     continue

@@ -20,20 +20,13 @@ class Routing:
         self.groups = {}  # SharedGroup.key() -> SharedGroup
         self.messages = MessagePool(settings.max_messages, settings.prealloc, listener)
         # As many spare deliveries as messages: enough for a steady flow.
-        self.deliveries = DeliveryPool(settings.max_messages)
+        self.deliveries = DeliveryPool(self.messages, settings.max_messages)
         self.retained = Retained(settings, self.messages, stats, listener)
         # Scratch reused by route(): the trie's matches, the sessions touched,
         # and the stamp that marks a session touched by the current message.
         self.matches = []
         self.touched = []
         self.stamp = 0
-
-    def next_stamp(self):
-        stamp = self.stamp + 1
-        if stamp >= 0x3FFFFFFF:  # stay a small int on 32-bit ports
-            stamp = 1
-        self.stamp = stamp
-        return stamp
 
     def add(self, sub, share_name):
         """Put a new subscription (filter set) in the trie, or in its shared group."""

@@ -29,12 +29,11 @@ class Subscription:
     carries (made once here, so routing allocates nothing for it).
     """
 
-    is_group = False  # a trie entry that is not a SharedGroup
-
     def __init__(self):
         self.reset()
 
     def reset(self):
+        self.is_group = False  # a trie entry that is not a SharedGroup
         self.session = None
         self.key = ""  # the filter as subscribed, with any $share/ prefix
         self.filter = ""  # the filter matched against topics
@@ -126,9 +125,8 @@ class SharedGroup:
     room in its inflight window, so load follows acknowledgements.
     """
 
-    is_group = True  # a trie entry standing for its members
-
     def __init__(self, name, flt):
+        self.is_group = True  # a trie entry standing for its members
         self.name = name  # the share name
         self.filter = flt
         self.members = []  # Subscriptions, in joining order
