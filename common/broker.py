@@ -19,13 +19,13 @@ from common import handle_connect, handle_publish, handle_subscribe
 from common.auth_scram import ScramSha256
 from common.codec import FrameReader
 from common.compat import TICKS_MASK, ticks_diff, ticks_sooner
-from common.connection import CLOSING, CONNECTED, FREE, NEW, Connection
+from common.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.errors import MqttError, ProtocolError
+from common.listener import StateListener
 from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
-from common.persist import Persist
-from common.pools import MessagePool, SlotPool
-from common.session import Session, Subscription
-from common.topics import SubscriptionTrie, TopicTree
+from common.routing import Routing
+from common.session import Sessions
+from common.topics import parse_shared
 
 VERSION = "0.1.0"
 
@@ -37,7 +37,11 @@ SILENT = -1
 
 
 class Stats:
-    """Counters for $SYS and metrics. Kept below 2**30 by the shell's reading."""
+    """Counters for $SYS and metrics.
+
+    They are never reset: on a 32-bit MicroPython port a counter past 2**30
+    stops being a small int and each increment allocates a few bytes.
+    """
 
     def __init__(self):
         self.connections_total = 0
@@ -82,7 +86,7 @@ def _unexpected(broker, conn, pkt, now):
     raise ProtocolError("packet type %d not allowed from a client" % pkt.ptype)
 
 
-PINGRESP_BYTES = encode_packet(Pingresp(), 4)
+PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
 
 # Dispatch table indexed by packet type: the handler of a packet a client may
 # send once connected. CONNECT is handled before this table is consulted.
@@ -109,31 +113,19 @@ HANDLERS = (
 class Broker:
     """The sans-I/O MQTT broker. See docs/architecture.md for the shell API."""
 
-    def __init__(self, settings, entropy, store=None):
+    def __init__(self, settings, entropy, listener=None):
+        """`listener` hears every state change worth keeping (common/listener.py):
+        the store layer's Persist when persistence is on (then call restore()
+        before the first connection), else None for the null listener."""
         s = settings
         self.settings = s
         self.entropy = entropy
-        self.store = store
-        # Writes persistent state to `store` (a common.store.Store); None = off.
-        # Make sure restore() runs before the first connection.
-        self.persist = None
-        self.conns = []  # index = connection id
-        self.free_cids = []
-        self.live_connections = 0
-        self.sessions = {}  # client id -> Session
-        self.session_pool = SlotPool(Session, s.max_sessions, s.prealloc)
-        self.sub_pool = SlotPool(Subscription, s.max_subscriptions, s.prealloc)
-        self.messages = MessagePool(s.max_messages, s.prealloc)
-        self.trie = SubscriptionTrie(s.match_cache_bytes)
-        self.shared = {}  # (group, filter) key string -> SharedGroup
-        self.retained = TopicTree()
-        self.retained_bytes = 0
-        self.generation = 0  # session generations, strictly increasing
-        self.dirty = []
+        self.listener = listener if listener is not None else StateListener()
         self.stats = Stats()
-        self.match_buf = []  # reused by routing
-        self.touched_buf = []
-        self.route_stamp = 0
+        # The parts: where messages go, who they go to, and the connections.
+        self.routing = Routing(s, self.stats, self.listener)
+        self.sessions = Sessions(s)
+        self.connections = Connections()
         self.started = None  # first `now` seen, for uptime
         # The next timers, for the driver to sleep until (0 = none): the
         # earliest connection deadline in ms ticks (a lower bound: keep-alive
@@ -152,8 +144,6 @@ class Broker:
         if s.scram_users:
             method = ScramSha256(s.scram_users)
             self.auth_methods[method.name] = method
-        if store is not None:
-            self.persist = Persist(self, store)
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -180,29 +170,25 @@ class Broker:
             self.started = now
         s = self.settings
         refuse = 0
-        if self.live_connections >= s.max_connections:
-            if self.live_connections >= s.max_connections + REFUSAL_SLOTS:
+        live = self.connections.live
+        if live >= s.max_connections:
+            if live >= s.max_connections + REFUSAL_SLOTS:
                 self.stats.refused_connections += 1
                 return -1
             refuse = C.RC_SERVER_UNAVAILABLE
-        if self.free_cids:
-            conn = self.conns[self.free_cids.pop()]
-        else:
-            conn = Connection(len(self.conns))
-            self.conns.append(conn)
+        conn = self.connections.open()
         conn.state = NEW
         conn.reader = FrameReader(s.max_packet_size)
         if ms is None:
             ms = (now * 1000) & TICKS_MASK
         conn.deadline = self._due(((ms + s.connect_timeout * 1000) & TICKS_MASK) or 1)
         conn.refuse_reason = refuse
-        self.live_connections += 1
         self.stats.connections_total += 1
         return conn.cid
 
     def data_received(self, cid, data, now, ms=None):
         """Feed bytes received on connection `cid`."""
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         was_new = conn.state == NEW
         if not was_new and conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
@@ -238,17 +224,14 @@ class Broker:
 
     def connection_lost(self, cid, now):
         """The socket is closed (by the peer, an error, or after is_closing)."""
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         if conn.state == FREE:
             return
         if conn.state != CLOSING:
             if conn.state == CONNECTED:
                 self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
             self._detach(conn, now)
-        conn.reset()
-        conn.reader = None
-        self.live_connections -= 1
-        self.free_cids.append(cid)
+        self.connections.release(conn)
 
     def tick(self, now, ms=None):
         """Run the timers that are due (see conn_due and session_due)."""
@@ -266,7 +249,7 @@ class Broker:
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.
         due = 0
-        for conn in self.conns:
+        for conn in self.connections.by_id:
             deadline = conn.deadline
             if deadline <= 0:
                 continue
@@ -300,7 +283,7 @@ class Broker:
         `wall` is the wall-clock time in seconds matching `now`, so expiry
         keeps running across a restart. Returns counts of what came back.
         """
-        counts = self.persist.restore(now, wall)
+        counts = self.listener.restore(self, now, wall)
         self.session_due = now  # restored wills and expiries: scan at the next second
         self.log(
             20,
@@ -311,8 +294,7 @@ class Broker:
 
     def sync_store(self):
         """Make every stored change durable now (the store's fsync)."""
-        if self.store is not None:
-            self.store.sync()
+        self.listener.sync()
 
     def take_dirty(self):
         """Ids of the connections with output to take or a close to perform.
@@ -321,21 +303,14 @@ class Broker:
         (PUBACK, PUBREC, CONNACK...) leaves before what it acknowledges is
         durable.
         """
-        dirty = self.dirty
-        if not dirty:
-            return dirty
-        store = self.store
-        if store is not None and store.dirty and self.settings.store_sync == "always":
-            store.sync()
-        self.dirty = []
-        conns = self.conns
-        for cid in dirty:
-            conns[cid].dirty = False
-        return dirty
+        listener = self.listener
+        if listener.durable and self.settings.store_sync == "always" and self.connections.dirty and listener.pending():
+            listener.sync()
+        return self.connections.take_dirty()
 
     def take_output(self, cid):
         """The bytes waiting for connection `cid` (None if none or paused)."""
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         out = conn.out
         if not out or (conn.paused and conn.state != CLOSING):
             return None
@@ -346,7 +321,7 @@ class Broker:
         return data
 
     def is_closing(self, cid):
-        return self.conns[cid].state == CLOSING
+        return self.connections.by_id[cid].state == CLOSING
 
     def is_silent(self, cid):
         """Closed because the peer fell silent (keep-alive, connect timeout).
@@ -355,13 +330,13 @@ class Broker:
         shell need not linger (where it cannot half-close, a linger would
         keep the peer waiting for nothing).
         """
-        return self.conns[cid].deadline == SILENT
+        return self.connections.by_id[cid].deadline == SILENT
 
     def set_paused(self, cid, paused):
-        conn = self.conns[cid]
+        conn = self.connections.by_id[cid]
         conn.paused = paused
         if not paused and conn.out:
-            self.mark_dirty(conn)
+            self.connections.mark_dirty(conn)
 
     def snapshot(self):
         """The public counters ($SYS, metrics): a new dict of name -> int.
@@ -370,7 +345,7 @@ class Broker:
         retained messages, message slabs in use) and every Stats counter.
         """
         connected = 0
-        for conn in self.conns:
+        for conn in self.connections.by_id:
             if conn.state == CONNECTED:
                 connected += 1
         counts = {}
@@ -378,16 +353,16 @@ class Broker:
         for name in STATS_COUNTERS:
             counts[name] = getattr(st, name)
         counts["connected"] = connected
-        counts["sessions"] = len(self.sessions)
-        counts["subscriptions"] = self.sub_pool.in_use
-        counts["retained"] = self.retained.count
-        counts["messages"] = self.messages.in_use()
+        counts["sessions"] = self.sessions.count()
+        counts["subscriptions"] = self.sessions.sub_pool.in_use
+        counts["retained"] = self.routing.retained.count()
+        counts["messages"] = self.routing.messages.in_use()
         counts["started"] = self.started
         return counts
 
     def shutdown(self, now):
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
-        for conn in self.conns:
+        for conn in self.connections.by_id:
             if conn.state == CONNECTED:
                 self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
             elif conn.state == NEW:
@@ -400,16 +375,26 @@ class Broker:
 
     # ------------------------------------------------------ used by handlers
 
+    def add_subscription(self, session, flt):
+        """A new subscription of `session` to the valid filter `flt`, routed;
+        None if the pool is full. Its options are the defaults until
+        set_options(). (SUBSCRIBE and the persistence listener's restore.)"""
+        sub = self.sessions.sub_pool.alloc()
+        if sub is None:
+            return None
+        share_name, inner = parse_shared(flt)
+        sub.session = session
+        sub.key = flt
+        sub.filter = inner
+        session.subs[flt] = sub
+        self.routing.add(sub, share_name)
+        return sub
+
     def write(self, conn, data):
         conn.out.append(data)
         conn.out_bytes += len(data)
-        if not conn.dirty:
-            self.mark_dirty(conn)
-
-    def mark_dirty(self, conn):
-        if not conn.dirty:
-            conn.dirty = True
-            self.dirty.append(conn.cid)
+        if not conn.dirty:  # (the common case, without a call, on the hot path)
+            self.connections.mark_dirty(conn)
 
     def close(self, conn, now, publish_will=True):
         """Start closing a connection: no more input, output flushed by the shell."""
@@ -420,26 +405,22 @@ class Broker:
         self._detach(conn, now)
         conn.state = CLOSING
         conn.deadline = 0
-        self.mark_dirty(conn)
+        self.connections.mark_dirty(conn)
 
     def fail(self, conn, reason, now, publish_will=True, text=None):
         """Close after an error: DISCONNECT with `reason` for v5, else just close.
 
         `text` becomes the v5 Reason String (always allowed on DISCONNECT).
         """
-        if conn.state == CONNECTED and conn.level == 5:
+        if conn.state == CONNECTED and conn.level == C.LEVEL_5:
             props = [(C.PROP_REASON_STRING, text)] if text else None
-            data = encode_packet(Disconnect(reason, props), 5)
+            data = encode_packet(Disconnect(reason, props), C.LEVEL_5)
             if props and conn.max_packet_out and len(data) > conn.max_packet_out:
                 # No Reason String beyond the client's Maximum Packet Size [MQTT-3.14.2-3].
-                data = encode_packet(Disconnect(reason, None), 5)
+                data = encode_packet(Disconnect(reason, None), C.LEVEL_5)
             self.write(conn, data)
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.
-            self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), 4))
+            self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
         self.close(conn, now, publish_will)
-
-    def new_generation(self):
-        self.generation += 1
-        return self.generation

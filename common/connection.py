@@ -43,3 +43,50 @@ class Connection:
         self.auth_method = None  # the method object, None = none used
         self.auth_state = None  # the method's state between AUTH packets
         self.pending_connect = None  # CONNECT waiting for the exchange to end
+
+
+class Connections:
+    """The broker's connections, by the id the shell knows each one by.
+
+    A closed connection's object and id are reused for the next accepted
+    one (the shell's ids stay small); `dirty` lists, in order, the ids with
+    output to take or a close to perform.
+    """
+
+    def __init__(self):
+        self.by_id = []  # index = connection id
+        self.free_ids = []
+        self.live = 0
+        self.dirty = []
+
+    def open(self):
+        """A FREE Connection for a newly accepted socket."""
+        if self.free_ids:
+            conn = self.by_id[self.free_ids.pop()]
+        else:
+            conn = Connection(len(self.by_id))
+            self.by_id.append(conn)
+        self.live += 1
+        return conn
+
+    def release(self, conn):
+        """The socket is gone: the connection and its id are free again."""
+        conn.reset()
+        conn.reader = None
+        self.live -= 1
+        self.free_ids.append(conn.cid)
+
+    def mark_dirty(self, conn):
+        if not conn.dirty:
+            conn.dirty = True
+            self.dirty.append(conn.cid)
+
+    def take_dirty(self):
+        """The dirty ids in order, their flags cleared."""
+        dirty = self.dirty
+        if dirty:
+            self.dirty = []
+            by_id = self.by_id
+            for cid in dirty:
+                by_id[cid].dirty = False
+        return dirty

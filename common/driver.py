@@ -95,7 +95,7 @@ class Driver:
         self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
         self.now = 1  # whole seconds, for the broker
         s = broker.settings
-        self.sync_ms = s.store_sync_ms if broker.store is not None and s.store_sync == "batch" else 0
+        self.sync_ms = s.store_sync_ms if broker.listener.durable and s.store_sync == "batch" else 0
         self.sync_at = self._add(self.mark, self.sync_ms) if self.sync_ms else 0
         self.sys_interval = s.sys_interval
         self.sys_at = 0  # s; the first tick publishes

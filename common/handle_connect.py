@@ -18,9 +18,8 @@ from common.auth_scram import CONTINUE, SUCCESS
 from common.connection import CONNECTED
 from common.errors import ProtocolError
 from common.packets import Auth, Connack, encode_packet, prop_get
-from common.topics import validate_topic_name
-
-NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
+from common.session import NEVER
+from common.topics import over_limits
 
 # v5 reason code -> 3.1.1 CONNACK return code
 _V3_CONNACK = {
@@ -33,8 +32,8 @@ _V3_CONNACK = {
 
 
 def send_connack(broker, conn, session_present, reason, props=None):
-    if conn.level == 5:
-        broker.write(conn, encode_packet(Connack(session_present, reason, props), 5))
+    if conn.level == C.LEVEL_5:
+        broker.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
     else:
         # 3.1.1: four fixed bytes (one per connection in a connect storm).
         code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
@@ -66,15 +65,15 @@ def _connect(broker, conn, pkt, now, auth_out):
     """Check and accept a CONNECT; `auth_out` is set once enhanced auth succeeded."""
     s = broker.settings
     level = pkt.level
-    conn.level = 5 if level == 5 else 4
-    if level == 3 and not s.allow_mqtt31:
+    conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
+    if level == C.LEVEL_31 and not s.allow_mqtt31:
         refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now)  # [MQTT-3.1.2-2]
         return
     if conn.refuse_reason:
         # Accepted beyond max_connections only to say so.
-        refuse(broker, conn, C.RC_SERVER_BUSY if level == 5 else C.RC_SERVER_UNAVAILABLE, now)
+        refuse(broker, conn, C.RC_SERVER_BUSY if level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE, now)
         return
-    v5 = level == 5
+    v5 = level == C.LEVEL_5
     props = pkt.props
     method_name = prop_get(props, C.PROP_AUTHENTICATION_METHOD, None) if v5 else None
     if method_name is not None and auth_out is None:
@@ -134,25 +133,22 @@ def _connect(broker, conn, pkt, now, auth_out):
         expiry = s.persistent_session_expiry or NEVER
 
     # Takeover and session resumption.
-    session = broker.sessions.get(client_id)
+    sessions = broker.sessions
+    session = sessions.find(client_id)
     if session is not None and session.conn is not None:
         old = session.conn
         broker.log(20, "%s taken over by a new connection", (client_id,))
         broker.fail(old, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
-        session = broker.sessions.get(client_id)  # the close may have ended it
+        session = sessions.find(client_id)  # the close may have ended it
     if session is not None and pkt.clean_start:
         destroy_session(broker, session, now)  # [MQTT-3.1.2-6] [MQTT-3.1.2-4]
         session = None
     session_present = session is not None
     if session is None:
-        session = broker.session_pool.alloc()
+        session = sessions.create(client_id)
         if session is None:
             refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now)
             return
-        session.client_id = client_id
-        session.generation = broker.new_generation()
-        session.setup_queue(s.max_queued_messages, s.max_queued_messages if s.prealloc else 4)
-        broker.sessions[client_id] = session
     else:
         _cancel_will(broker, session)
     session.level = conn.level
@@ -166,12 +162,11 @@ def _connect(broker, conn, pkt, now, auth_out):
     conn.will_on_close = True
     if pkt.will_topic is not None:
         _set_will(broker, session, pkt, now)
-    if broker.persist is not None:
-        broker.persist.session_saved(session)
+    broker.listener.session_saved(session)
 
     ack_props = None
     if v5:
-        conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, 65535)
+        conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
         conn.max_packet_out = prop_get(props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
         conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
         conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
@@ -180,15 +175,16 @@ def _connect(broker, conn, pkt, now, auth_out):
             ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
-    send_connack(broker, conn, session_present and level != 3, C.RC_SUCCESS, ack_props)
+    send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
     broker.log(
         20,
         "%s connected (level %d, keep-alive %d, session %s)",
         (client_id, level, keep_alive, "resumed" if session_present else "new"),
     )
     st = broker.stats
-    if broker.live_connections > st.clients_maximum:
-        st.clients_maximum = broker.live_connections
+    live = broker.connections.live
+    if live > st.clients_maximum:
+        st.clients_maximum = live
     # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the queue.
     handle_publish.resume(broker, conn, session, now)
 
@@ -224,20 +220,21 @@ def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
 def _generate_client_id(broker):
     while True:
         raw = broker.entropy(8)
-        cid = "siskin-"
+        client_id = "siskin-"
         for b in raw:
-            cid += "0123456789abcdef"[b >> 4] + "0123456789abcdef"[b & 15]
-        if cid not in broker.sessions:
-            return cid
+            client_id += "0123456789abcdef"[b >> 4] + "0123456789abcdef"[b & 15]
+        if broker.sessions.find(client_id) is None:
+            return client_id
 
 
 def _check_will(broker, pkt):
+    """The CONNECT refusal for its will, or 0; the codec checked the rest of the topic."""
     s = broker.settings
-    if validate_topic_name(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
+    if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
         return C.RC_TOPIC_NAME_INVALID
     if pkt.will_topic.startswith("$SYS"):
         return C.RC_NOT_AUTHORIZED
-    if pkt.level == 5:
+    if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
             return C.RC_QOS_NOT_SUPPORTED  # [MQTT-3.2.2-12]
         if pkt.will_retain and not s.retain_available:
@@ -252,19 +249,18 @@ def _set_will(broker, session, pkt, now):
     fwd = None
     if props:
         fwd = []
-        for pid, value in props:
-            if pid == C.PROP_WILL_DELAY_INTERVAL:
+        for prop_id, value in props:
+            if prop_id == C.PROP_WILL_DELAY_INTERVAL:
                 delay = value
-            elif pid == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+            elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                 expiry = value
             else:
-                fwd.append((pid, value))
-    msg = broker.messages.new(
-        pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd or None, 0, session.client_id
-    )
+                fwd.append((prop_id, value))
+    messages = broker.routing.messages
+    msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd or None, 0)
     if msg is None:
-        return  # no slab for the will: it cannot be kept (counted)
-    broker.messages.hold(msg)
+        return  # no slab for the will: it cannot be kept
+    messages.hold(msg)
     session.will = msg
     session.will_delay = delay
     session.will_expiry = expiry
@@ -272,7 +268,7 @@ def _set_will(broker, session, pkt, now):
 
 def _cancel_will(broker, session):
     if session.will is not None:
-        broker.messages.drop(session.will)
+        broker.routing.messages.drop(session.will)
         session.will = None
     session.will_at = 0
 
@@ -283,10 +279,8 @@ def _publish_will(broker, session, now):
     session.will_at = 0
     if msg is None:
         return
-    handle_publish.route(
-        broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, session.will_expiry, now
-    )
-    broker.messages.drop(msg)
+    handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, session.will_expiry, now)
+    broker.routing.messages.drop(msg)
 
 
 # ----------------------------------------------------- end of a connection
@@ -317,8 +311,7 @@ def detach(broker, conn, now):
         return
     if session.expiry_interval != NEVER:
         session.expires_at = now + session.expiry_interval
-    if broker.persist is not None:
-        broker.persist.session_saved(session)  # the disconnect time and a DISCONNECT's new expiry
+    broker.listener.session_saved(session)  # the disconnect time and a DISCONNECT's new expiry
 
 
 def destroy_session(broker, session, now):
@@ -332,14 +325,12 @@ def destroy_session(broker, session, now):
         handle_publish.hand_over_shared(broker, session, now)
     handle_subscribe.remove_all(broker, session, now)
     handle_publish.release_session_messages(broker, session)
-    if broker.sessions.get(session.client_id) is session:
-        del broker.sessions[session.client_id]
-    broker.session_pool.release(session)
+    broker.sessions.release(session)
 
 
 def _has_shared(session):
     for sub in session.subs.values():
-        if sub.group is not None:
+        if sub.share is not None:
             return True
     return False
 
@@ -352,7 +343,7 @@ def run_session_timers(broker, now):
     """
     due = None
     nearest = 0
-    for session in broker.sessions.values():
+    for session in broker.sessions.by_client_id.values():
         will_at = session.will_at
         expires_at = session.expires_at if session.conn is None else 0
         if (will_at and now > will_at) or (expires_at and now > expires_at):
@@ -380,7 +371,7 @@ def run_session_timers(broker, now):
 
 def handle_disconnect(broker, conn, pkt, now):
     session = conn.session
-    if conn.level == 5:
+    if conn.level == C.LEVEL_5:
         expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, None)
         if expiry is not None:
             if session.expiry_interval == 0 and expiry != 0:
@@ -401,7 +392,7 @@ def _send_auth(broker, conn, reason, data):
     props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
-    broker.write(conn, encode_packet(Auth(reason, props), 5))
+    broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
 
 
 def _auth_step(broker, conn, pkt):

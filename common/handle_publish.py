@@ -1,25 +1,27 @@
 # PUBLISH in both directions: inbound QoS 0/1/2, routing, delivery, acks.
 #
-# Theory of operation. An inbound PUBLISH is checked (topic, alias, QoS,
-# retain), then route() stores it once as a pooled Message (when it is
-# retained or someone subscribes), finds the matching subscriptions in the
-# trie, folds several subscriptions of one session into one delivery at the
-# highest granted QoS [MQTT-3.3.5-1] carrying all their Subscription
-# Identifiers, and hands each session a delivery.
+# Theory of operation. An inbound PUBLISH arrives decoded and its topic name
+# checked by the codec (UTF-8, no wildcard, not empty); here come the
+# broker's own checks (alias, limits, QoS, retain), then route() stores it
+# once as a pooled Message (when it is retained or someone subscribes),
+# finds the matching subscriptions in the trie, folds several subscriptions
+# of one session into one delivery at the highest granted QoS
+# [MQTT-3.3.5-1] carrying all their Subscription Identifiers, and hands each
+# session a Delivery (common/delivery.py).
 #
 # Delivery to a session: QoS 0 goes straight to the connection's output (or
 # is dropped and counted for a slow reader over max_out_buffer); QoS 1/2 goes
 # out while the session's inflight window (min of max_inflight and the
 # client's Receive Maximum) has room and nothing older waits in its queue,
 # otherwise it waits in the queue in order. Acks free window slots and
-# pump() moves queued deliveries out in order [MQTT-4.6.0-*].
+# pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
+# of a delivery is told to the broker's listener (persistence).
 
 from common import consts as C
-from common import retained
+from common.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.errors import MqttError, ProtocolError
 from common.packets import PubAck, Publish, encode_packet
-from common.session import AWAIT_ACK, AWAIT_COMP, QUEUED, SENT, InflightEntry
-from common.topics import validate_topic_name
+from common.topics import over_limits
 
 # ------------------------------------------------------------------ inbound
 
@@ -32,20 +34,20 @@ def handle_publish(broker, conn, pkt, now):
     qos = pkt.qos
     fwd = None
     expiry = 0
-    if conn.level == 5:
+    if conn.level == C.LEVEL_5:
         props = pkt.props
         if props:
             fwd = []
             alias = 0
-            for pid, value in props:
-                if pid == C.PROP_TOPIC_ALIAS:
+            for prop_id, value in props:
+                if prop_id == C.PROP_TOPIC_ALIAS:
                     alias = value
-                elif pid == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+                elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                     expiry = value
-                elif pid == C.PROP_SUBSCRIPTION_IDENTIFIER:
+                elif prop_id == C.PROP_SUBSCRIPTION_IDENTIFIER:
                     raise ProtocolError("Subscription Identifier from a client")  # [MQTT-3.3.4-6]
                 else:
-                    fwd.append((pid, value))
+                    fwd.append((prop_id, value))
             if alias:
                 topic = _resolve_alias(broker, conn, topic, alias)
             if not fwd:
@@ -55,9 +57,9 @@ def handle_publish(broker, conn, pkt, now):
         if pkt.retain and not s.retain_available:
             raise MqttError(C.RC_RETAIN_NOT_SUPPORTED, "retain not available")  # [MQTT-3.2.2-14]
     if not topic:
-        raise ProtocolError("empty topic without a topic alias")  # [MQTT-3.3.2-1]
-    if validate_topic_name(topic, s.max_topic_levels, s.max_topic_length):
-        raise MqttError(C.RC_TOPIC_NAME_INVALID, "topic name invalid")
+        raise ProtocolError("empty topic without a topic alias")  # [MQTT-3.3.2-1] (Topic Alias 0)
+    if over_limits(topic, s.max_topic_levels, s.max_topic_length):
+        raise MqttError(C.RC_TOPIC_NAME_INVALID, "topic name over the limits")
     pid = pkt.packet_id
     if qos == 2:
         if pid in session.qos2_in:
@@ -74,7 +76,7 @@ def handle_publish(broker, conn, pkt, now):
     else:
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if reason == C.RC_QUOTA_EXCEEDED:
-            if qos and conn.level != 5:
+            if qos and conn.level != C.LEVEL_5:
                 # 3.1.1 has no code to refuse it: a transient error closes
                 # the connection, never an ack for a message not kept
                 # [MQTT-4.8.0-2] (3.1.1).
@@ -85,8 +87,7 @@ def handle_publish(broker, conn, pkt, now):
     elif qos == 2:
         if reason < 0x80:
             session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
-            if session.stored:
-                broker.persist.session_saved(session)
+            broker.listener.session_saved(session)
         send_ack(broker, conn, C.PUBREC, pid, reason, text)
 
 
@@ -109,7 +110,7 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
     """PUBACK/PUBREC/PUBREL/PUBCOMP; `text` is a v5 Reason String, sent only
     when the client did not turn off Request Problem Information [MQTT-3.1.2-29]."""
     props = None
-    if text is not None and conn.level == 5 and conn.problem_info:
+    if text is not None and conn.level == C.LEVEL_5 and conn.problem_info:
         props = [(C.PROP_REASON_STRING, text)]
     data = encode_packet(PubAck(ptype, packet_id, reason, props), conn.level)
     if props and conn.max_packet_out and len(data) > conn.max_packet_out:
@@ -124,8 +125,7 @@ def handle_pubrel(broker, conn, pkt, now):
     pid = pkt.packet_id
     if pid in session.qos2_in:
         session.qos2_in.discard(pid)
-        if session.stored:
-            broker.persist.session_saved(session)
+        broker.listener.session_saved(session)
         send_ack(broker, conn, C.PUBCOMP, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-11]
     else:
         send_ack(broker, conn, C.PUBCOMP, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
@@ -135,38 +135,41 @@ def handle_pubrel(broker, conn, pkt, now):
 
 
 def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, now):
-    """Deliver a message to every matching subscription; a v5 reason code."""
-    messages = broker.messages
+    """Deliver a message to every matching subscription; a v5 reason code.
+
+    `origin` is the publisher's client id (No Local), None for the broker's own.
+    """
+    routing = broker.routing
+    messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
     msg = None
     if retain:
-        msg = retained.store(broker, topic, payload, qos, props, expiry, origin)
-    matches = broker.match_buf
-    broker.trie.match(topic, matches)
+        msg = routing.retained.store(topic, payload, qos, props, expiry)
+    matches = routing.matches
+    routing.trie.match(topic, matches)
     if not matches:
         return C.RC_NO_MATCHING_SUBSCRIBERS
     if msg is None:
-        msg = messages.new(topic, payload, qos, retain, props, expiry, origin)
+        msg = messages.new(topic, payload, qos, retain, props, expiry)
         if msg is None:
             del matches[:]
             broker.stats.dropped_no_slab += 1
             return C.RC_QUOTA_EXCEEDED
     messages.hold(msg)  # keep it alive while delivering
-    stamp = broker.route_stamp + 1
-    if stamp >= 0x3FFFFFFF:
+    stamp = routing.stamp + 1
+    if stamp >= 0x3FFFFFFF:  # stay a small int on 32-bit ports
         stamp = 1
-    broker.route_stamp = stamp
-    touched = broker.touched_buf
+    routing.stamp = stamp
+    touched = routing.touched
     for entry in matches:
-        if entry.group is not None:
-            # A shared subscription: one member gets its own copy, apart from
-            # the member's other subscriptions, so it can be handed to another
+        if entry.is_group:
+            # A SharedGroup: one member gets its own copy, apart from the
+            # member's other subscriptions, so it can be handed to another
             # member if this one leaves (v5 4.8.2).
-            sub = entry.pick(broker, now)
+            sub = entry.pick(broker.settings.max_inflight)
             if sub is not None:
                 granted = sub.qos if sub.qos < qos else qos
-                ids = [sub.sub_id] if sub.sub_id else None
-                deliver(broker, sub.session, msg, granted, retain and sub.retain_as_published, ids, now, entry)
+                deliver(broker, sub.session, msg, granted, retain and sub.retain_as_published, sub.share, True, now)
             continue
         sess = entry.session
         if entry.no_local and sess.client_id == origin:
@@ -191,7 +194,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
                 sess.route_ids.append(entry.sub_id)
     del matches[:]
     for sess in touched:
-        deliver(broker, sess, msg, sess.route_qos, sess.route_retain, sess.route_ids, now, None)
+        deliver(broker, sess, msg, sess.route_qos, sess.route_retain, sess.route_ids, False, now)
     del touched[:]
     messages.drop(msg)
     return C.RC_SUCCESS
@@ -203,78 +206,73 @@ def window(broker, conn):
     return peer if peer < cap else cap
 
 
-def deliver(broker, session, msg, qos, retain, sub_ids, now, group=None):
+def deliver(broker, session, msg, qos, retain, tag, shared, now):
     """Send now, or queue in order, or drop and count.
 
-    `group` is the SharedGroup this delivery was picked for, or None.
+    `tag` and `shared` as in Delivery: the subscription identifiers (a list
+    or None), or with `shared` the picked member's Subscription.share.
     """
     conn = session.conn
-    if qos == 0:
-        if conn is None:
-            if broker.settings.queue_qos0_offline:
-                _enqueue(broker, session, msg, 0, retain, sub_ids, group)
-            else:
-                broker.stats.dropped_qos0 += 1
-        elif conn.paused and conn.out_bytes >= broker.settings.max_out_buffer:
-            broker.stats.dropped_qos0 += 1
-        else:
-            _send(broker, conn, msg, 0, retain, sub_ids, 0, False, now)
-        return
-    if conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
-        _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now)
-    else:
-        _enqueue(broker, session, msg, qos, retain, sub_ids, group)
-
-
-def _enqueue(broker, session, msg, qos, retain, sub_ids, group):
     s = broker.settings
+    if qos == 0:
+        if conn is not None:
+            if conn.paused and conn.out_bytes >= s.max_out_buffer:
+                broker.stats.dropped_qos0 += 1
+            else:
+                _send(broker, conn, msg, 0, retain, tag[1] if shared else tag, 0, False, now)
+            return
+        if not s.queue_qos0_offline:
+            broker.stats.dropped_qos0 += 1
+            return
+    elif conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
+        _send_inflight(broker, conn, session, broker.routing.deliveries.new(msg, qos, retain, tag, shared), now)
+        return
     queue = session.queue
-    if session.queued_bytes + msg.size > s.max_queued_bytes or queue.count >= queue.cap:
+    size = msg.size()
+    if session.queued_bytes + size > s.max_queued_bytes or queue.count >= queue.cap:
         broker.stats.dropped_queue_full += 1
         return
-    seq = 0
-    if session.stored:
-        seq = broker.persist.delivery_added(session, msg, qos, retain, sub_ids, group, QUEUED, 0)
-    queue.push((msg, qos, retain, sub_ids, group, seq))
-    session.queued_bytes += msg.size
-    broker.messages.hold(msg)
+    d = broker.routing.deliveries.new(msg, qos, retain, tag, shared)
+    queue.push(d)
+    session.queued_bytes += size
+    broker.listener.delivery_added(session, d)
 
 
-def _send_inflight(broker, conn, session, msg, qos, retain, sub_ids, group, now, seq=0):
-    """Send a QoS 1/2 delivery and keep it in the window; `seq` if already stored."""
+def _send_inflight(broker, conn, session, d, now):
+    """Send a QoS 1/2 delivery (new, or out of the queue) and keep it in the window."""
     pid = session.allocate_packet_id()
-    if _send(broker, conn, msg, qos, retain, sub_ids, pid, False, now):
-        entry = InflightEntry(pid, msg, qos, retain, sub_ids)
-        entry.group = group
-        session.inflight.append(entry)
-        broker.messages.hold(msg)
-        if session.stored:
-            if seq:
-                entry.seq = seq
-                broker.persist.delivery_sent(session, entry)
-            else:
-                entry.seq = broker.persist.delivery_added(session, msg, qos, retain, sub_ids, group, SENT, pid)
-    elif seq:
-        broker.persist.delivery_done(session, seq)  # too large for this client: dropped
+    bits = d.bits  # (Delivery's accessors inlined: once per QoS 1/2 delivery)
+    ids = d.tag[1] if bits & SHARED else d.tag
+    if _send(broker, conn, d.msg, bits & QOS_MASK, bits & RETAIN != 0, ids, pid, False, now):
+        d.set_sent(pid)
+        session.inflight.append(d)
+        if d.seq:
+            broker.listener.delivery_sent(session, d)
+        else:
+            broker.listener.delivery_added(session, d)
+    else:
+        # Too large for this client: dropped (counted by _write_publish).
+        broker.listener.delivery_done(session, d)
+        broker.routing.deliveries.release(d)
 
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     """Encode and write one PUBLISH; False if the client's size limit forbids it."""
     level = conn.level
     if qos == 0 and not retain and not msg.retain:
-        if level == 4:
+        if level == C.LEVEL_311:
             data = msg.wire4
             if data is None:
-                data = msg.wire4 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), 4)
+                data = msg.wire4 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), C.LEVEL_311)
             return _write_publish(broker, conn, data)
         if not (msg.props or msg.expiry or sub_ids or conn.alias_max_out):
             data = msg.wire5
             if data is None:
-                data = msg.wire5 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), 5)
+                data = msg.wire5 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), C.LEVEL_5)
             return _write_publish(broker, conn, data)
     props = None
     topic = msg.topic
-    if level == 5:
+    if level == C.LEVEL_5:
         props = msg.props
         if msg.expiry or sub_ids or conn.alias_max_out:
             props = list(props) if props else []
@@ -283,8 +281,8 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
                 # [MQTT-3.3.2-6] the interval less the time spent waiting.
                 props.append((C.PROP_MESSAGE_EXPIRY_INTERVAL, left if left > 0 else 0))
             if sub_ids:
-                for sid in sub_ids:
-                    props.append((C.PROP_SUBSCRIPTION_IDENTIFIER, sid))  # [MQTT-3.3.4-3]
+                for sub_id in sub_ids:
+                    props.append((C.PROP_SUBSCRIPTION_IDENTIFIER, sub_id))  # [MQTT-3.3.4-3]
             if conn.alias_max_out:
                 topic = _alias_out(conn, topic, props)
     return _write_publish(broker, conn, encode_packet(Publish(topic, msg.payload, qos, retain, dup, pid, props), level))
@@ -327,35 +325,32 @@ def pump(broker, session, now):
         return
     queue = session.queue
     w = window(broker, conn)
-    messages = broker.messages
     while queue.count:
-        item = queue.peek()
-        msg = item[0]
-        qos = item[1]
+        d = queue.peek()
+        msg = d.msg
+        qos = d.qos()
         if qos and len(session.inflight) >= w:
             return
         queue.pop()
-        session.queued_bytes -= msg.size
-        seq = item[5]
+        session.queued_bytes -= msg.size()
         if qos and not (msg.expiry and now >= msg.expiry):
-            _send_inflight(broker, conn, session, msg, qos, item[2], item[3], item[4], now, seq)
+            _send_inflight(broker, conn, session, d, now)
+            continue
+        if qos == 0:
+            _send(broker, conn, msg, 0, d.retain(), d.sub_ids(), 0, False, now)
         else:
-            if qos == 0:
-                _send(broker, conn, msg, 0, item[2], item[3], 0, False, now)
-            else:
-                broker.stats.expired += 1  # [MQTT-3.3.2-5]
-            if seq:
-                broker.persist.delivery_done(session, seq)
-        messages.drop(msg)
+            broker.stats.expired += 1  # [MQTT-3.3.2-5]
+        broker.listener.delivery_done(session, d)
+        broker.routing.deliveries.release(d)
 
 
 def resume(broker, conn, session, now):
     """On reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL in order."""
-    for entry in session.inflight:
-        if entry.state == AWAIT_ACK:
-            _send(broker, conn, entry.msg, entry.qos, entry.retain, entry.sub_ids, entry.packet_id, True, now)
+    for d in session.inflight:
+        if d.state() == SENT:
+            _send(broker, conn, d.msg, d.qos(), d.retain(), d.sub_ids(), d.packet_id(), True, now)
         else:
-            send_ack(broker, conn, C.PUBREL, entry.packet_id, C.RC_SUCCESS)
+            send_ack(broker, conn, C.PUBREL, d.packet_id(), C.RC_SUCCESS)
     pump(broker, session, now)
 
 
@@ -363,54 +358,53 @@ def hand_over_shared(broker, session, now, group=None):
     """A shared-subscription member leaves: give its undelivered copies to others.
 
     Queued copies and QoS 1 copies sent but not acknowledged go to another
-    member of their group (`group`, or every group); a QoS 2 copy already
-    sent stays with this session, since it must be completed with the same
-    client [MQTT-4.8.2-4] [MQTT-4.8.2-5].
+    member of their SharedGroup (`group`, or every group); a QoS 2 copy
+    already sent stays with this session, since it must be completed with
+    the same client [MQTT-4.8.2-4] [MQTT-4.8.2-5].
     """
     moved = []
     queue = session.queue
-    for item in queue.clear():
-        g = item[4]
-        if g is not None and (group is None or g is group):
-            session.queued_bytes -= item[0].size
-            if item[5]:
-                broker.persist.delivery_done(session, item[5])
-            moved.append(item)
+    listener = broker.listener
+    for d in queue.clear():
+        shared = d.shared_group()
+        if shared is not None and (group is None or shared is group):
+            session.queued_bytes -= d.msg.size()
+            listener.delivery_done(session, d)
+            moved.append(d)
         else:
-            queue.push(item)
+            queue.push(d)
     inflight = session.inflight
     i = 0
     while i < len(inflight):
-        entry = inflight[i]
-        g = entry.group
-        if g is not None and entry.qos == 1 and (group is None or g is group):
-            if entry.seq:
-                broker.persist.delivery_done(session, entry.seq)
-            moved.append((entry.msg, 1, entry.retain, None, g))
+        d = inflight[i]
+        shared = d.shared_group()
+        if shared is not None and d.qos() == 1 and (group is None or shared is group):
+            listener.delivery_done(session, d)
+            moved.append(d)  # goes out to the next member as new (no DUP)
             del inflight[i]
         else:
             i += 1
-    for item in moved:
-        msg = item[0]
-        sub = item[4].pick(broker, now, session)
+    max_inflight = broker.settings.max_inflight
+    for d in moved:
+        shared = d.tag[0]
+        sub = shared.pick(max_inflight, session)
         if sub is None:
             broker.stats.dropped_queue_full += 1
         else:
-            qos = item[1] if item[1] < sub.qos else sub.qos
-            ids = [sub.sub_id] if sub.sub_id else None
-            deliver(broker, sub.session, msg, qos, item[2], ids, now, item[4])
-        broker.messages.drop(msg)
+            qos = d.qos()
+            if sub.qos < qos:
+                qos = sub.qos
+            deliver(broker, sub.session, d.msg, qos, d.retain(), sub.share, True, now)
+        broker.routing.deliveries.release(d)
 
 
 def release_session_messages(broker, session):
-    if session.stored:
-        broker.persist.session_forgotten(session)
-    messages = broker.messages
-    for item in session.queue.clear():
-        messages.drop(item[0])
-    for entry in session.inflight:
-        if entry.msg is not None:
-            messages.drop(entry.msg)
+    """Drop every delivery of a session that ends (after the listener forgot it)."""
+    broker.listener.session_forgotten(session)
+    for d in session.queue.clear():
+        broker.routing.deliveries.release(d)
+    for d in session.inflight:
+        broker.routing.deliveries.release(d)
     session.inflight = []
     session.queued_bytes = 0
     session.qos2_in = set()
@@ -424,13 +418,12 @@ def handle_puback(broker, conn, pkt, now):
     i = session.find_inflight(pkt.packet_id)
     if i < 0:
         return  # unknown id: nothing to release
-    entry = session.inflight[i]
-    if entry.qos != 1:
+    d = session.inflight[i]
+    if d.bits & QOS_MASK != 1:  # (Delivery.qos() inlined: once per PUBACK)
         raise ProtocolError("PUBACK for a QoS 2 message")
     del session.inflight[i]
-    if entry.seq:
-        broker.persist.delivery_done(session, entry.seq)
-    broker.messages.drop(entry.msg)
+    broker.listener.delivery_done(session, d)
+    broker.routing.deliveries.release(d)
     pump(broker, session, now)
 
 
@@ -441,30 +434,30 @@ def handle_pubrec(broker, conn, pkt, now):
     if i < 0:
         send_ack(broker, conn, C.PUBREL, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
         return
-    entry = session.inflight[i]
-    if entry.qos != 2:
+    d = session.inflight[i]
+    if d.qos() != 2:
         raise ProtocolError("PUBREC for a QoS 1 message")
-    if entry.msg is not None:
-        broker.messages.drop(entry.msg)  # [MQTT-4.3.3-4] the message is done with
-        entry.msg = None
+    if d.msg is not None:
+        broker.routing.messages.drop(d.msg)  # [MQTT-4.3.3-4] the message is done with
+        d.msg = None
     if pkt.reason >= 0x80:
         del session.inflight[i]  # v5: the receiver refused it; no PUBREL
-        if entry.seq:
-            broker.persist.delivery_done(session, entry.seq)
+        broker.listener.delivery_done(session, d)
+        broker.routing.deliveries.release(d)
         pump(broker, session, now)
         return
-    if entry.state == AWAIT_ACK and entry.seq:
-        broker.persist.delivery_released(session, entry)
-    entry.state = AWAIT_COMP
+    if d.state() == SENT:
+        d.set_released()
+        broker.listener.delivery_released(session, d)
     send_ack(broker, conn, C.PUBREL, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-3]
 
 
 def handle_pubcomp(broker, conn, pkt, now):
     session = conn.session
     i = session.find_inflight(pkt.packet_id)
-    if i < 0 or session.inflight[i].state != AWAIT_COMP:
+    if i < 0 or session.inflight[i].state() != RELEASED:
         return
-    entry = session.inflight.pop(i)
-    if entry.seq:
-        broker.persist.delivery_done(session, entry.seq)
+    d = session.inflight.pop(i)
+    broker.listener.delivery_done(session, d)
+    broker.routing.deliveries.release(d)
     pump(broker, session, now)

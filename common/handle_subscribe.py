@@ -9,16 +9,15 @@
 # the retain flag set [MQTT-3.3.1-8], as v5 Retain Handling allows.
 
 from common import consts as C
-from common import handle_publish, retained
+from common import handle_publish
 from common.errors import MqttError, ProtocolError
 from common.packets import Suback, Unsuback, encode_packet, prop_get
-from common.session import SharedGroup
 from common.topics import filter_covers, parse_shared, validate_topic_filter
 
 
 def handle_subscribe(broker, conn, pkt, now):
     session = conn.session
-    v5 = conn.level == 5
+    v5 = conn.level == C.LEVEL_5
     sub_id = 0
     if v5:
         sub_id = prop_get(pkt.props, C.PROP_SUBSCRIPTION_IDENTIFIER, 0)
@@ -41,12 +40,12 @@ def handle_subscribe(broker, conn, pkt, now):
 def _subscribe_one(broker, session, flt, options, sub_id, v5):
     """Subscribe one filter: (reason code, subscription to replay or None)."""
     s = broker.settings
-    qos = options & 3
-    no_local = (options >> 2) & 1 == 1
-    group, inner = parse_shared(flt)
+    qos = options & C.SUBOPT_QOS_MASK
+    no_local = options & C.SUBOPT_NO_LOCAL != 0
+    share_name, inner = parse_shared(flt)
     if inner is None:
         return C.RC_TOPIC_FILTER_INVALID, None
-    if group is not None:
+    if share_name is not None:
         if not s.shared_subscriptions:
             return C.RC_SHARED_SUBSCRIPTIONS_NOT_SUPPORTED, None
         if no_local and v5:
@@ -65,57 +64,28 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
     if is_new:
         if len(session.subs) >= s.max_subscriptions_per_client:
             return C.RC_QUOTA_EXCEEDED, None
-        sub = add_subscription(broker, session, flt)
+        sub = broker.add_subscription(session, flt)
         if sub is None:
             return C.RC_QUOTA_EXCEEDED, None
-    sub.qos = qos
-    sub.no_local = no_local
-    sub.retain_as_published = (options >> 3) & 1 == 1
-    sub.retain_handling = (options >> 4) & 3
-    sub.sub_id = sub_id
-    if session.stored:
-        broker.persist.sub_saved(session, sub)
-    rh = sub.retain_handling
-    if group is not None or rh == 2 or (rh == 1 and not is_new):
+    rh = (options & C.SUBOPT_RETAIN_HANDLING_MASK) >> C.SUBOPT_RETAIN_HANDLING_SHIFT
+    sub.set_options(qos, no_local, options & C.SUBOPT_RETAIN_AS_PUBLISHED != 0, rh, sub_id)
+    broker.listener.sub_saved(session, sub)
+    if (
+        share_name is not None
+        or rh == C.RETAIN_HANDLING_DONT_SEND
+        or (rh == C.RETAIN_HANDLING_SEND_IF_NEW and not is_new)
+    ):
         return qos, None  # no retained messages for a shared subscription (v5 4.8.2)
     return qos, sub
 
 
-def add_subscription(broker, session, flt):
-    """A new subscription of `session` to valid filter `flt`, in the trie; None if the pool is full."""
-    sub = broker.sub_pool.alloc()
-    if sub is None:
-        return None
-    group, inner = parse_shared(flt)
-    sub.session = session
-    sub.key = flt
-    sub.filter = inner
-    sub.group = group
-    session.subs[flt] = sub
-    if group is None:
-        broker.trie.add(inner, sub)
-    else:
-        _join_group(broker, group, inner, sub)
-    return sub
-
-
-def _join_group(broker, group, inner, sub):
-    key = group + "/" + inner
-    grp = broker.shared.get(key)
-    if grp is None:
-        grp = SharedGroup(group, inner)
-        broker.shared[key] = grp
-        broker.trie.add(inner, grp)
-    grp.members.append(sub)
-
-
 def _replay_retained(broker, session, sub, now):
     found = []
-    retained.matching(broker, sub.filter, found, now)
+    broker.routing.retained.matching(sub.filter, found, now)
     ids = [sub.sub_id] if sub.sub_id else None
     for msg in found:
         qos = msg.qos if msg.qos < sub.qos else sub.qos
-        handle_publish.deliver(broker, session, msg, qos, True, ids, now)
+        handle_publish.deliver(broker, session, msg, qos, True, ids, False, now)
 
 
 def handle_unsubscribe(broker, conn, pkt, now):
@@ -135,21 +105,12 @@ def handle_unsubscribe(broker, conn, pkt, now):
 def remove(broker, sub, now):
     session = sub.session
     del session.subs[sub.key]
-    if session.stored:
-        broker.persist.sub_removed(session, sub)
-    group, inner = parse_shared(sub.key)
-    if group is None:
-        broker.trie.remove(sub.filter, sub)
-    else:
-        key = group + "/" + inner
-        grp = broker.shared.get(key)
-        if grp is not None:
-            grp.members.remove(sub)
-            handle_publish.hand_over_shared(broker, session, now, grp)
-            if not grp.members:
-                broker.trie.remove(inner, grp)
-                del broker.shared[key]
-    broker.sub_pool.release(sub)
+    broker.listener.sub_removed(session, sub)
+    broker.routing.remove(sub)
+    if sub.share is not None:
+        # Its undelivered copies go to the group's other members.
+        handle_publish.hand_over_shared(broker, session, now, sub.share[0])
+    broker.sessions.sub_pool.release(sub)
 
 
 def remove_all(broker, session, now):

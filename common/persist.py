@@ -1,26 +1,34 @@
-# Broker state <-> store records: the hooks the handlers call, and restore.
+# Broker state <-> store records: the broker's persistence listener, and restore.
 #
-# Theory of operation. Only persistent sessions (3.1.1 clean session 0, v5
-# Session Expiry > 0) and retained messages are stored. A session carries a
-# `stored` flag: while it is set, every change to the session's delivery
-# state is written through the hooks below, and the shell's next take of
-# output is preceded by a store sync (Broker.take_dirty), so nothing is
-# acknowledged to a publisher before it is durable for every persistent
-# session that must receive it.
+# Theory of operation. Persist is the listener (common/listener.py) the
+# shell hands to the Broker when persistence is on; the broker calls its
+# hooks at every state change and never imports this module. Only
+# persistent sessions (3.1.1 clean session 0, v5 Session Expiry > 0) and
+# retained messages are stored. A session carries a `stored` flag, set
+# here: while it is set, every change to the session's delivery state is
+# written by the hooks below (the hooks ignore other sessions), and the
+# shell's next take of output is preceded by a store sync
+# (Broker.take_dirty), so nothing is acknowledged to a publisher before it
+# is durable for every persistent session that must receive it. restore()
+# rebuilds the broker through the public methods of its parts, as the
+# handlers do; no handler is imported.
 #
 # Records (namespace byte + key -> packed list, see store.py):
-#   S cid               [level, expiry_interval, expires_wall, generation,
+#   S client_id         [level, expiry_interval, expires_wall, generation,
 #                        next_packet_id, [inbound QoS 2 packet ids]]
-#   U cid \0 filter     [qos, no_local, retain_as_published, retain_handling, sub_id]
-#   M mid(8)            [topic, payload, qos, retain, props, expiry_wall, origin]
-#   D cid \0 seq(8)     [mid, qos, retain, sub_ids, state, packet_id, share key]
-#   R topic             [payload, qos, props, expiry_wall, origin]
+#   U client_id \0 filter [qos, no_local, retain_as_published, retain_handling, sub_id]
+#   M mid(8)            [topic, payload, qos, retain, props, expiry_wall, None]
+#   D client_id \0 seq(8) [mid, qos, retain, sub_ids, state, packet_id, share key]
+#   R topic             [payload, qos, props, expiry_wall, None]
+# (The last slot of M and R once held the publisher's client id, which
+# nothing read: it is written as None and ignored on restore.)
 # A message is stored once (M) and referenced by every delivery (D) of it;
 # its record is deleted when the last reference goes. `seq` orders a
 # session's deliveries: restore rebuilds the inflight window and the queue in
-# their original order. Delivery states: QUEUED (routed, not sent), SENT
-# (PUBLISH sent, awaiting PUBACK/PUBREC, with its packet id), RELEASED (PUBREL
-# sent, awaiting PUBCOMP; the message itself is gone).
+# their original order. Delivery states (common/delivery.py): QUEUED
+# (routed, not sent), SENT (PUBLISH sent, awaiting PUBACK/PUBREC, with its
+# packet id), RELEASED (PUBREL sent, awaiting PUBCOMP; the message itself is
+# gone).
 #
 # Times: the core's clock is the shell's monotonic seconds; records hold wall
 # seconds (now + offset, the offset fixed by restore) so expiry keeps running
@@ -28,10 +36,10 @@
 # clock went back, or a board without a real-time clock) is clamped to now +
 # interval.
 
-from common import handle_subscribe, retained
-from common.handle_connect import NEVER
+from common.delivery import QUEUED, RELEASED
+from common.listener import StateListener
 from common.pools import Ring
-from common.session import AWAIT_ACK, AWAIT_COMP, QUEUED, RELEASED, SENT, InflightEntry
+from common.session import NEVER
 from common.store import u64be
 
 NS_SESSION = b"S"
@@ -58,16 +66,25 @@ def _props_in(value):
     return out
 
 
-class Persist:
+class Persist(StateListener):
     """Writes a broker's persistent state to a Store and reads it back."""
 
-    def __init__(self, broker, store):
-        self.broker = broker
+    durable = True
+
+    def __init__(self, store):
         self.store = store
         self.offset = 0  # wall seconds - core seconds
         self.next_mid = 1
         self.next_seq = 1
-        broker.messages.on_free = self.message_freed
+
+    def pending(self):
+        return self.store.dirty
+
+    def syncs(self):
+        return self.store.syncs
+
+    def sync(self):
+        self.store.sync()
 
     # ---------------------------------------------------------- time
 
@@ -88,8 +105,7 @@ class Persist:
     def session_saved(self, session):
         """Write the session record; start storing a session that turned persistent."""
         if not session.expiry_interval:
-            if session.stored:
-                self.session_forgotten(session)
+            self.session_forgotten(session)
             return
         session.stored = True
         self.store.put(
@@ -110,14 +126,14 @@ class Persist:
         if not session.stored:
             return
         store = self.store
-        cid = session.client_id.encode()
+        client_id = session.client_id.encode()
         for key in session.subs:
-            store.delete(NS_SUB, cid + b"\0" + key.encode())
-        for item in session.queue.items():
-            self._drop_delivery(session, item[5])
-        for entry in session.inflight:
-            self._drop_delivery(session, entry.seq)
-        store.delete(NS_SESSION, cid)
+            store.delete(NS_SUB, client_id + b"\0" + key.encode())
+        for d in session.queue.items():
+            self.delivery_done(session, d)
+        for d in session.inflight:
+            self.delivery_done(session, d)
+        store.delete(NS_SESSION, client_id)
         session.stored = False
 
     def sub_saved(self, session, sub):
@@ -135,64 +151,60 @@ class Persist:
     # ---------------------------------------------------------- deliveries
 
     def _message_id(self, msg):
-        if not msg.sid:
+        if not msg.store_id:
             mid = self.next_mid
             self.next_mid = mid + 1
-            msg.sid = mid
+            msg.store_id = mid
             self.store.put(
                 NS_MESSAGE,
                 u64be(mid),
-                [msg.topic, msg.payload, msg.qos, msg.retain, msg.props, self._wall(msg.expiry), msg.origin],
+                [msg.topic, msg.payload, msg.qos, msg.retain, msg.props, self._wall(msg.expiry), None],
             )
-        return msg.sid
+        return msg.store_id
 
     def _delivery_key(self, session, seq):
         return session.client_id.encode() + b"\0" + u64be(seq)
 
-    def delivery_added(self, session, msg, qos, retain, sub_ids, group, state, packet_id):
-        """A new delivery for a stored session; its sequence number (0 if not stored)."""
-        if not session.stored:
-            return 0
-        seq = self.next_seq
-        self.next_seq = seq + 1
-        self._put_delivery(session, seq, self._message_id(msg), qos, retain, sub_ids, state, packet_id, group)
-        return seq
+    def delivery_added(self, session, d):
+        """A new delivery of a stored session gets its sequence number and record."""
+        if session.stored:
+            d.seq = self.next_seq
+            self.next_seq += 1
+            self._put_delivery(session, d)
 
-    def delivery_sent(self, session, entry):
-        """A queued delivery went out as `entry` (with its packet id)."""
-        if session.stored and entry.seq:
-            msg = entry.msg
-            self._put_delivery(
-                session, entry.seq, self._message_id(msg), entry.qos, entry.retain, entry.sub_ids, SENT, entry.packet_id, entry.group
+    def delivery_sent(self, session, d):
+        if session.stored and d.seq:
+            self._put_delivery(session, d)
+
+    def delivery_released(self, session, d):
+        if session.stored and d.seq:
+            self.store.put(
+                NS_DELIVERY, self._delivery_key(session, d.seq), [0, 2, False, None, RELEASED, d.packet_id(), None]
             )
 
-    def delivery_released(self, session, entry):
-        """PUBREC received: the message is done with, PUBREL awaits PUBCOMP."""
-        if session.stored and entry.seq:
-            self._put_delivery(session, entry.seq, 0, 2, False, None, RELEASED, entry.packet_id, None)
+    def delivery_done(self, session, d):
+        if session.stored and d.seq:
+            self.store.delete(NS_DELIVERY, self._delivery_key(session, d.seq))
 
-    def delivery_done(self, session, seq):
-        if session.stored:
-            self._drop_delivery(session, seq)
-
-    def _drop_delivery(self, session, seq):
-        if seq:
-            self.store.delete(NS_DELIVERY, self._delivery_key(session, seq))
-
-    def _put_delivery(self, session, seq, mid, qos, retain, sub_ids, state, packet_id, group):
-        share = None
-        if group is not None:
-            share = group.group + "/" + group.filter
+    def _put_delivery(self, session, d):
+        group = d.shared_group()
         self.store.put(
             NS_DELIVERY,
-            self._delivery_key(session, seq),
-            [mid, qos, retain, sub_ids, state, packet_id, share],
+            self._delivery_key(session, d.seq),
+            [
+                self._message_id(d.msg),
+                d.qos(),
+                d.retain(),
+                d.sub_ids(),
+                d.state(),
+                d.packet_id(),
+                group.key() if group is not None else None,
+            ],
         )
 
     def message_freed(self, msg):
-        """MessagePool hook: the last reference to a stored message went."""
-        if msg.sid:
-            self.store.delete(NS_MESSAGE, u64be(msg.sid))
+        """The last reference to a stored message went."""
+        self.store.delete(NS_MESSAGE, u64be(msg.store_id))
 
     # ---------------------------------------------------------- retained
 
@@ -200,7 +212,7 @@ class Persist:
         self.store.put(
             NS_RETAINED,
             msg.topic.encode(),
-            [msg.payload, msg.qos, msg.props, self._wall(msg.expiry), msg.origin],
+            [msg.payload, msg.qos, msg.props, self._wall(msg.expiry), None],
         )
 
     def retained_cleared(self, topic):
@@ -208,62 +220,59 @@ class Persist:
 
     # ---------------------------------------------------------- restore
 
-    def restore(self, now, wall):
+    def restore(self, broker, now, wall):
         """Rebuild sessions, subscriptions, queues and retained messages."""
         self.offset = wall - now
-        broker = self.broker
         store = self.store
+        messages = broker.routing.messages
         counts = {"sessions": 0, "subscriptions": 0, "messages": 0, "retained": 0, "dropped": 0}
 
-        messages = {}
+        by_mid = {}
         for key, rec in store.items(NS_MESSAGE):
             mid = _from_be(key)
-            topic, payload, qos, retain, props, expiry_wall, origin = rec
-            msg = broker.messages.new(topic, payload, qos, retain, _props_in(props), self._core(expiry_wall, now, 0), origin)
+            topic, payload, qos, retain, props, expiry_wall = rec[:6]
+            msg = messages.new(topic, payload, qos, retain, _props_in(props), self._core(expiry_wall, now, 0))
             if msg is None:
                 counts["dropped"] += 1
                 store.delete(NS_MESSAGE, key)
                 continue
-            msg.sid = mid
-            messages[mid] = msg
+            msg.store_id = mid
+            by_mid[mid] = msg
             if mid >= self.next_mid:
                 self.next_mid = mid + 1
 
         for key, rec in store.items(NS_SESSION):
-            self._restore_session(key.decode(), rec, now, counts)
+            self._restore_session(broker, key.decode(), rec, now, counts)
 
         for key, rec in store.items(NS_SUB):
-            cid, flt = key.split(b"\0", 1)
-            session = broker.sessions.get(cid.decode())
+            client_id, flt = key.split(b"\0", 1)
+            session = broker.sessions.find(client_id.decode())
             if session is None:
                 store.delete(NS_SUB, key)
                 continue
             qos, no_local, rap, rh, sub_id = rec
-            sub = handle_subscribe.add_subscription(broker, session, flt.decode())
+            sub = broker.add_subscription(session, flt.decode())
             if sub is None:
                 counts["dropped"] += 1
                 store.delete(NS_SUB, key)
                 continue
-            sub.qos = qos
-            sub.no_local = no_local
-            sub.retain_as_published = rap
-            sub.retain_handling = rh
-            sub.sub_id = sub_id
+            sub.set_options(qos, no_local, rap, rh, sub_id)
             counts["subscriptions"] += 1
 
-        self._restore_deliveries(messages, counts)
+        self._restore_deliveries(broker, by_mid)
 
-        for msg in messages.values():
+        for msg in by_mid.values():
             if msg.refs == 0:
-                broker.messages.pool.release(msg)  # no delivery refers to it
-                store.delete(NS_MESSAGE, u64be(msg.sid))
+                messages.pool.release(msg)  # no delivery refers to it
+                store.delete(NS_MESSAGE, u64be(msg.store_id))
             else:
                 counts["messages"] += 1
 
+        retained = broker.routing.retained
         for key, rec in store.items(NS_RETAINED):
-            payload, qos, props, expiry_wall, origin = rec
+            payload, qos, props, expiry_wall = rec[:4]
             topic = key.decode()
-            if retained.store(broker, topic, payload, qos, _props_in(props), self._core(expiry_wall, now, 0), origin, False):
+            if retained.store(topic, payload, qos, _props_in(props), self._core(expiry_wall, now, 0), False):
                 counts["retained"] += 1
             else:
                 counts["dropped"] += 1
@@ -272,9 +281,7 @@ class Persist:
         store.sync()
         return counts
 
-    def _restore_session(self, client_id, rec, now, counts):
-        broker = self.broker
-        s = broker.settings
+    def _restore_session(self, broker, client_id, rec, now, counts):
         level, expiry, expires_wall, generation, next_pid, qos2_in = rec
         if expiry != NEVER:
             expires_at = self._core(expires_wall, now, expiry) or now + expiry  # 0: it was connected
@@ -283,37 +290,31 @@ class Persist:
                 return  # expired while the broker was down; its records go below
         else:
             expires_at = 0
-        session = broker.session_pool.alloc()
+        session = broker.sessions.create(client_id, generation)
         if session is None:
             counts["dropped"] += 1
             self.store.delete(NS_SESSION, client_id.encode())
             return
-        session.client_id = client_id
         session.level = level
         session.expiry_interval = expiry
         session.expires_at = expires_at
-        session.generation = generation
         session.next_packet_id = next_pid
         session.qos2_in = set(qos2_in)
         session.stored = True
-        session.setup_queue(s.max_queued_messages, s.max_queued_messages if s.prealloc else 4)
-        broker.sessions[client_id] = session
-        if generation > broker.generation:
-            broker.generation = generation
         counts["sessions"] += 1
 
-    def _restore_deliveries(self, messages, counts):
-        broker = self.broker
+    def _restore_deliveries(self, broker, by_mid):
         store = self.store
+        routing = broker.routing
         per_session = {}
         for key, rec in store.items(NS_DELIVERY):
-            cid, seq = key.split(b"\0", 1)
-            session = broker.sessions.get(cid.decode())
+            client_id, seq = key.split(b"\0", 1)
+            session = broker.sessions.find(client_id.decode())
             seq = _from_be(seq)
             if seq >= self.next_seq:
                 self.next_seq = seq + 1
             mid, qos, retain, sub_ids, state, packet_id, share = rec
-            msg = messages.get(mid) if state != RELEASED else None
+            msg = by_mid.get(mid) if state != RELEASED else None
             if session is None or (state != RELEASED and msg is None):
                 store.delete(NS_DELIVERY, key)
                 continue
@@ -322,29 +323,26 @@ class Persist:
                 lst = per_session[session.client_id] = []
             lst.append((seq, msg, qos, retain, sub_ids, state, packet_id, share))
         for client_id, items in per_session.items():
-            session = broker.sessions[client_id]
+            session = broker.sessions.find(client_id)
             items.sort(key=lambda item: item[0])
             queued = []
             for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
-                group = broker.shared.get(share) if share is not None else None
+                group = routing.group(share) if share is not None else None
+                tag = (group, sub_ids) if group is not None else sub_ids
+                d = routing.deliveries.new(msg, qos, retain, tag, group is not None)
+                d.seq = seq
                 if state == QUEUED:
-                    queued.append((msg, qos, retain, sub_ids, group, seq))
+                    queued.append(d)
                     continue
-                entry = InflightEntry(packet_id, msg, qos, retain, sub_ids)
-                entry.seq = seq
-                entry.group = group
+                d.set_sent(packet_id)
                 if state == RELEASED:
-                    entry.state = AWAIT_COMP
-                else:
-                    entry.state = AWAIT_ACK
-                    broker.messages.hold(msg)
-                session.inflight.append(entry)
+                    d.set_released()
+                session.inflight.append(d)
             queue = session.queue
             if len(queued) > queue.cap:
                 # max_queued_messages was lowered since they were stored:
                 # keep them all (they were acknowledged), in a ring that fits.
                 queue = session.queue = Ring(len(queued), len(queued))
-            for item in queued:
-                queue.push(item)
-                session.queued_bytes += item[0].size
-                broker.messages.hold(item[0])
+            for d in queued:
+                queue.push(d)
+                session.queued_bytes += d.msg.size()

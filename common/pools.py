@@ -1,7 +1,7 @@
 # Bounded pools and rings.
 #
 # Theory of operation: every long-lived object the broker holds for a peer
-# (connections, sessions, subscriptions, message slabs) comes from a SlotPool
+# (sessions, subscriptions, message slabs) comes from a SlotPool
 # with a fixed capacity decided at start-up from the board settings. A pool
 # recycles its objects through a free list and answers None when it is full,
 # so the caller can give the protocol's polite refusal instead of growing.
@@ -48,8 +48,10 @@ class SlotPool:
 class Message:
     """One application message, stored once and shared by every queue.
 
-    `refs` counts the queues, inflight windows and the retained store holding
-    it; at zero it goes back to the pool.
+    `refs` counts the deliveries, the retained store and a session's will
+    holding it; at zero it goes back to the pool. Ten attributes: on
+    MicroPython one more costs 16 bytes per message (the attribute map grows
+    in steps), so the size is computed, not kept.
     """
 
     def __init__(self):
@@ -62,24 +64,29 @@ class Message:
         self.retain = False
         self.props = None  # v5 properties forwarded, wire order; None = none
         self.expiry = 0  # absolute time (s) after which it is dropped, 0 = never
-        self.origin = None  # client id of the publisher (No Local)
         self.refs = 0
-        self.size = 0  # topic + payload bytes, for queue byte limits
         # The QoS 0 PUBLISH every plain subscriber gets, encoded once per
         # message (3.1.1 and v5 forms): fan-out copies bytes, not work.
         self.wire4 = None
         self.wire5 = None
-        self.sid = 0  # id of its record in the store, 0 = not stored
+        self.store_id = 0  # id of its record in the store, 0 = not stored
+
+    def size(self):
+        """Topic + payload length, for the queue and retained byte limits."""
+        return len(self.topic) + len(self.payload)
 
 
 class MessagePool:
-    """Message slabs with reference counting."""
+    """Message slabs with reference counting.
 
-    def __init__(self, capacity, prealloc=False):
+    `listener` hears of a stored message's last drop (message_freed).
+    """
+
+    def __init__(self, capacity, prealloc, listener):
         self.pool = SlotPool(Message, capacity, prealloc)
-        self.on_free = None  # callable(msg) for a stored message's last drop
+        self.listener = listener
 
-    def new(self, topic, payload, qos, retain, props, expiry, origin):
+    def new(self, topic, payload, qos, retain, props, expiry):
         msg = self.pool.alloc()
         if msg is None:
             return None
@@ -89,8 +96,6 @@ class MessagePool:
         msg.retain = retain
         msg.props = props
         msg.expiry = expiry
-        msg.origin = origin
-        msg.size = len(topic) + len(payload)
         return msg
 
     def hold(self, msg):
@@ -99,8 +104,8 @@ class MessagePool:
     def drop(self, msg):
         msg.refs -= 1
         if msg.refs <= 0:
-            if msg.sid and self.on_free is not None:
-                self.on_free(msg)
+            if msg.store_id:
+                self.listener.message_freed(msg)
             self.pool.release(msg)
 
     def in_use(self):

@@ -1,60 +1,57 @@
-# Per-client session state, as plain data.
+# Per-client session state, and the Sessions part of the broker.
 #
 # A Session outlives its network connection when the client asked for a
 # persistent session (3.1.1 clean session 0, v5 Session Expiry > 0). It holds
 # only plain values and references to pooled Messages, so the store can
-# persist it (the persistence layer walks these fields) and a restore can
+# persist it (the persistence listener walks these fields) and a restore can
 # rebuild it; the live Connection it is attached to is a separate object.
 #
-# Outbound delivery state:
-#   queue     Ring of (msg, qos, retain, sub_ids, group, seq): routed, not
-#             yet sent; group is the SharedGroup it was picked for, or None;
-#             seq numbers its record in the store (0 = not stored)
-#   inflight  list of InflightEntry in send order: sent, not yet acknowledged
+# Outbound delivery state (common/delivery.py):
+#   queue     Ring of QUEUED Deliveries: routed, not yet sent, in order
+#   inflight  list of SENT / RELEASED Deliveries in send order: not yet
+#             acknowledged
 # Redelivery on reconnect resends `inflight` in order (DUP), then the queue,
 # so a message routed while the client was away waits behind them
 # [MQTT-4.4.0-1] [MQTT-4.6.0-1].
 
-from common.pools import Ring
+from common.consts import U16_MAX
+from common.delivery import PID_SHIFT
+from common.pools import Ring, SlotPool
 
-# InflightEntry.state
-AWAIT_ACK = 0  # PUBLISH sent: waiting for PUBACK (QoS 1) or PUBREC (QoS 2)
-AWAIT_COMP = 1  # PUBREL sent: waiting for PUBCOMP
-
-# State of a delivery record in the store (common/persist.py).
-QUEUED = 0  # routed, not sent
-SENT = 1  # PUBLISH sent with its packet id, awaiting PUBACK/PUBREC
-RELEASED = 2  # PUBREL sent, awaiting PUBCOMP (the message is gone)
-
-
-class InflightEntry:
-    def __init__(self, packet_id, msg, qos, retain, sub_ids):
-        self.packet_id = packet_id
-        self.msg = msg  # None once PUBREC released it
-        self.qos = qos
-        self.retain = retain
-        self.sub_ids = sub_ids
-        self.state = AWAIT_ACK
-        self.group = None  # SharedGroup it was picked for, or None
-        self.seq = 0  # its delivery record in the store, 0 = not stored
+NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
 
 
 class Subscription:
-    """One filter of one session. `group` is the share name or None."""
+    """One filter of one session.
+
+    `share` is None for a normal subscription; for a `$share/` one it is the
+    tuple (SharedGroup, [sub_id] or None) every delivery picked through it
+    carries (made once here, so routing allocates nothing for it).
+    """
 
     def __init__(self):
         self.reset()
 
     def reset(self):
+        self.is_group = False  # a trie entry that is not a SharedGroup
         self.session = None
         self.key = ""  # the filter as subscribed, with any $share/ prefix
         self.filter = ""  # the filter matched against topics
-        self.group = None
+        self.share = None
         self.qos = 0
         self.no_local = False
         self.retain_as_published = False
         self.retain_handling = 0
         self.sub_id = 0  # v5 Subscription Identifier, 0 = none
+
+    def set_options(self, qos, no_local, retain_as_published, retain_handling, sub_id):
+        self.qos = qos
+        self.no_local = no_local
+        self.retain_as_published = retain_as_published
+        self.retain_handling = retain_handling
+        self.sub_id = sub_id
+        if self.share is not None:
+            self.share = (self.share[0], [sub_id] if sub_id else None)
 
 
 class Session:
@@ -98,13 +95,14 @@ class Session:
         """A packet id not used by an unacknowledged outbound message."""
         pid = self.next_packet_id
         inflight = self.inflight
-        for _ in range(65535):
+        # (Delivery.packet_id() inlined: this scans the window per PUBLISH.)
+        for _ in range(U16_MAX):
             busy = False
-            for entry in inflight:
-                if entry.packet_id == pid:
+            for d in inflight:
+                if d.bits >> PID_SHIFT == pid:
                     busy = True
                     break
-            nxt = pid + 1 if pid < 65535 else 1
+            nxt = pid + 1 if pid < U16_MAX else 1
             if not busy:
                 self.next_packet_id = nxt
                 return pid
@@ -114,26 +112,31 @@ class Session:
     def find_inflight(self, packet_id):
         inflight = self.inflight
         for i in range(len(inflight)):
-            if inflight[i].packet_id == packet_id:
+            if inflight[i].bits >> PID_SHIFT == packet_id:
                 return i
         return -1
 
 
 class SharedGroup:
-    """The members of one `$share/{group}/{filter}`: one of them gets each message.
+    """The members of one `$share/{name}/{filter}`: one of them gets each message.
 
     It sits in the subscription trie in place of its members; pick() chooses
     the next member round-robin, preferring one that is connected and has
     room in its inflight window, so load follows acknowledgements.
     """
 
-    def __init__(self, group, flt):
-        self.group = group
+    def __init__(self, name, flt):
+        self.is_group = True  # a trie entry standing for its members
+        self.name = name  # the share name
         self.filter = flt
         self.members = []  # Subscriptions, in joining order
         self.next = 0
 
-    def pick(self, broker, now, leaving=None):
+    def key(self):
+        """The group's name, "{name}/{filter}", in the routing part and the store."""
+        return self.name + "/" + self.filter
+
+    def pick(self, max_inflight, leaving=None):
         """The member to get the next message; None if there is none but `leaving`."""
         members = self.members
         n = len(members)
@@ -149,7 +152,7 @@ class SharedGroup:
                 fallback = sub
             if conn is None:
                 continue
-            cap = broker.settings.max_inflight
+            cap = max_inflight
             if conn.receive_maximum < cap:
                 cap = conn.receive_maximum
             if len(session.inflight) < cap and not session.queue.count:
@@ -157,3 +160,52 @@ class SharedGroup:
                 return sub
         self.next = start + 1
         return fallback
+
+
+class Sessions:
+    """The broker's sessions by client id, their pool and their generations.
+
+    A generation number is given to each new session, strictly increasing
+    (restored sessions keep theirs): a delivery routed under an earlier
+    generation never reaches a clean-start successor.
+    """
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.by_client_id = {}
+        self.pool = SlotPool(Session, settings.max_sessions, settings.prealloc)
+        self.sub_pool = SlotPool(Subscription, settings.max_subscriptions, settings.prealloc)
+        self.generation = 0
+
+    def find(self, client_id):
+        return self.by_client_id.get(client_id)
+
+    def count(self):
+        return len(self.by_client_id)
+
+    def create(self, client_id, generation=0):
+        """A new empty session registered under `client_id`; None if the pool is full.
+
+        `generation` 0 takes the next one; a restored session passes its own.
+        """
+        session = self.pool.alloc()
+        if session is None:
+            return None
+        if generation:
+            if generation > self.generation:
+                self.generation = generation
+        else:
+            self.generation += 1
+            generation = self.generation
+        s = self.settings
+        session.client_id = client_id
+        session.generation = generation
+        session.setup_queue(s.max_queued_messages, s.max_queued_messages if s.prealloc else 4)
+        self.by_client_id[client_id] = session
+        return session
+
+    def release(self, session):
+        """Unregister an ended session and return it to the pool."""
+        if self.by_client_id.get(session.client_id) is session:
+            del self.by_client_id[session.client_id]
+        self.pool.release(session)

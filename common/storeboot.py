@@ -1,4 +1,5 @@
-# Opening the store, for both shells: the key text and the opener.
+# Opening the store, for both shells: the key text, the opener, and the
+# broker wired to it.
 #
 # A shell picks the backend (the host's POSIX log file, a board's littlefs
 # file or raw flash partition) and the AEAD maker (the `cryptography`
@@ -10,7 +11,9 @@
 # highest id encrypts new records and the others still read old ones. Lines
 # starting with # are comments.
 
+from common.broker import Broker
 from common.compat import from_hex
+from common.persist import Persist
 from common.store import Store, StoreError
 
 
@@ -73,3 +76,9 @@ def open_store(backend, keys=None, make_aead=None, log=None, wipe=False):
         backend.close()
         raise
     return store
+
+
+def new_broker(settings, entropy, store=None):
+    """The broker; with a `store`, its persistence listener writes to it
+    (then call Driver.restore before serving)."""
+    return Broker(settings, entropy, Persist(store) if store is not None else None)

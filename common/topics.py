@@ -20,10 +20,10 @@
 #       subscriptions go through parse_shared() and the broker validates and
 #       subscribes the inner filter.
 #   parse_shared(flt) -> (None, flt)       a normal filter (validate it)
-#                     -> (group, inner)    "$share/group/inner", inner valid
+#                     -> (share_name, inner)  "$share/{share_name}/{inner}", inner valid
 #                     -> SHARED_INVALID    == ("", None): answer 0x8F
-#       [MQTT-4.8.2-1] group at least one character; [MQTT-4.8.2-2] group
-#       without "/", "+", "#", followed by "/" and a (non-empty) filter.
+#       [MQTT-4.8.2-1] share name at least one character; [MQTT-4.8.2-2]
+#       share name without "/", "+", "#", followed by "/" and a (non-empty) filter.
 #       The limits are not applied: the broker calls validate_topic_filter on
 #       the inner filter with its limits.
 #
@@ -73,8 +73,6 @@
 #                    ~96 B (64-bit port) per level string sliced
 # A cache of topic -> result beats a first-level index because it removes
 # the per-level slices, which are the only allocation left on MicroPython.
-# `generation` counts add/remove calls (wrapping below 2**30) for callers
-# that keep their own derived caches.
 #
 # TopicTree (retained messages): node = [children dict | None, value | None].
 # Values are never None (set(topic, None) removes). match_filter(flt, out)
@@ -108,13 +106,17 @@ _SUBS = const(3)
 _VALUE = const(1)
 
 _CACHE_ITEM_COST = const(32)
-_GEN_WRAP = const(0x3FFFFFFF)
 
 
 # ---------------------------------------------------------------- validation
 
 
-def _over_limits(s: str, max_levels: int, max_length: int) -> bool:
+def over_limits(s: str, max_levels: int, max_length: int) -> bool:
+    """True if `s` has more levels or UTF-8 bytes than allowed (0 = no limit).
+
+    The rest of a topic name's rules are the codec's (decode_publish,
+    decode_connect): a name that arrives decoded only needs this check.
+    """
     if max_levels > 0 and s.count("/") >= max_levels:
         return True
     if max_length > 0:
@@ -135,7 +137,7 @@ def validate_topic_name(topic: str, max_levels: int = 0, max_length: int = 0) ->
         return TOPIC_NAME_INVALID
     if "\x00" in topic:  # [MQTT-4.7.3-2]
         return TOPIC_NAME_INVALID
-    if _over_limits(topic, max_levels, max_length):
+    if over_limits(topic, max_levels, max_length):
         return TOPIC_NAME_INVALID
     return 0
 
@@ -161,30 +163,30 @@ def validate_topic_filter(flt: str, max_levels: int = 0, max_length: int = 0) ->
         if i + 1 < n and flt[i + 1] != "/":
             return TOPIC_FILTER_INVALID
         i = flt.find("+", i + 1)
-    if _over_limits(flt, max_levels, max_length):
+    if over_limits(flt, max_levels, max_length):
         return TOPIC_FILTER_INVALID
     return 0
 
 
 def parse_shared(flt: str) -> tuple[str | None, str | None]:
-    """Split "$share/<group>/<filter>"; see the header for the three results."""
+    """Split "$share/<share name>/<filter>"; see the header for the three results."""
     if not flt.startswith(SHARE_PREFIX):
         return None, flt
     start = len(SHARE_PREFIX)
     slash = flt.find("/", start)
-    # [MQTT-4.8.2-1] group at least one character; [MQTT-4.8.2-2] followed
-    # by "/" (so the group itself holds no "/")
+    # [MQTT-4.8.2-1] share name at least one character; [MQTT-4.8.2-2]
+    # followed by "/" (so the name itself holds no "/")
     if slash <= start:
         return SHARED_INVALID
-    group = flt[start:slash]
-    if "+" in group or "#" in group:  # [MQTT-4.8.2-2]
+    share_name = flt[start:slash]
+    if "+" in share_name or "#" in share_name:  # [MQTT-4.8.2-2]
         return SHARED_INVALID
     inner = flt[slash + 1 :]
     # [MQTT-4.8.2-2] "/" followed by a Topic Filter (non-empty, valid,
     # itself not shared)
     if validate_topic_filter(inner, 0, 0):
         return SHARED_INVALID
-    return group, inner
+    return share_name, inner
 
 
 # ---------------------------------------------------------------- matching
@@ -297,13 +299,11 @@ class SubscriptionTrie:
     def __init__(self, cache_bytes: int = 0) -> None:
         self._root = _new_sub_node()
         self.count = 0
-        self.generation = 0
         self._cache_bytes = cache_bytes
         self._cache_used = 0
         self._cache: dict[str, object] | None = {} if cache_bytes > 0 else None
 
     def _changed(self):
-        self.generation = (self.generation + 1) & _GEN_WRAP
         cache = self._cache
         if cache:
             cache.clear()

@@ -38,6 +38,7 @@ from typing import Any
 from common.broker import VERSION, Broker
 from common.driver import Driver
 from common.store import Store
+from common.storeboot import new_broker
 from cpython_host.config import HostConfig
 
 log = logging.getLogger("siskin.host")
@@ -291,7 +292,8 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
 
     With a `store` (common/storeboot.py), call driver.restore() before serving.
     """
-    return Broker(config.settings, os.urandom, store)
+    broker: Broker = new_broker(config.settings, os.urandom, store)
+    return broker
 
 
 async def serve(config: HostConfig, driver: Driver, data_dir: str | None) -> int:

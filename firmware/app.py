@@ -14,8 +14,9 @@ import os
 import sys
 import time
 
-from common.broker import VERSION, Broker
+from common.broker import VERSION
 from common.store import StoreError
+from common.storeboot import new_broker
 from firmware import board
 from firmware.boardcfg import ConfigError, board_path, load_board, load_device
 from firmware.shell import Log, Server, make_driver
@@ -62,7 +63,7 @@ def build(argv, root):
         # A wrong key or a store from a newer Siskin would fail the same way
         # after every reset: stop at the REPL instead (docs/boards.md).
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
-    driver = make_driver(Broker(settings, os.urandom, store=store), opts, log)
+    driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
     if store is not None:
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).

@@ -355,7 +355,7 @@ class Server:
                 st.messages_received,
                 st.dropped_qos0,
                 st.dropped_queue_full,
-                broker.store.syncs if broker.store is not None else 0,
+                broker.listener.syncs(),
             )
         )
 

@@ -342,7 +342,8 @@ def _step_stored_setup() -> int:
     )
     store = Store(FileLog(LittleFS(), STORE_PATH, compact_min=1 << 20))
     store.open()
-    broker = Broker(big, _entropy, store)
+    Persist = _module("common.persist").Persist
+    broker = Broker(big, _entropy, Persist(store))
     broker.restore(1, 1)
     d = Driver(broker)
     c0 = d.connect("warm-up-00")
@@ -449,9 +450,9 @@ def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dic
         "subscriptions": subs + offline,
         "offline_sessions": offline,
         "queued": queued - st.dropped_queue_full - st.dropped_no_slab,
-        "sessions": len(broker.sessions),
+        "sessions": broker.sessions.count(),
         "retained": s.max_retained - st.dropped_retained,
-        "messages_in_pool": broker.messages.in_use(),
+        "messages_in_pool": broker.routing.messages.in_use(),
         "slots": server["max_sockets"] - 1,
     }
 

@@ -4,7 +4,6 @@
 # with the codec's client-side decoders, so every byte crosses the wire format.
 
 from common import consts as C
-from common.broker import Broker
 from common.codec import FrameReader
 from common.packets import (
     Connect,
@@ -18,6 +17,7 @@ from common.packets import (
     encode_packet,
 )
 from common.settings import Settings
+from common.storeboot import new_broker
 
 
 # Hand-made wire bytes for tests that must send what the codec would refuse
@@ -42,7 +42,8 @@ class Harness:
         opened) it restores from it first, `wall` being the wall clock at `now`."""
         self.now = now
         self.counter = 0
-        self.broker = Broker(Settings(overrides), self.entropy, store)
+        self.store = store
+        self.broker = new_broker(Settings(overrides), self.entropy, store)
         self.clients = {}
         self.restored = self.broker.restore(now, wall) if store is not None else None
 

@@ -70,7 +70,7 @@ class TestConnect(unittest.TestCase):
         b = h.client()
         self.assertEqual(a.connect("").reason, C.CONNACK_ACCEPTED)
         self.assertEqual(b.connect("").reason, C.CONNACK_ACCEPTED)
-        ids = list(h.broker.sessions.keys())
+        ids = list(h.broker.sessions.by_client_id.keys())
         self.assertEqual(len(ids), 2)
         self.assertNotEqual(ids[0], ids[1])
 
@@ -190,9 +190,9 @@ class TestSessions(unittest.TestCase):
         h = Harness()
         c = h.client()
         c.connect("a", clean=True)
-        self.assertIn("a", h.broker.sessions)
+        self.assertIsNotNone(h.broker.sessions.find("a"))
         c.drop()
-        self.assertFalse("a" in h.broker.sessions)
+        self.assertIsNone(h.broker.sessions.find("a"))
 
     def test_offline_messages_queued_and_delivered_in_order(self):
         # [MQTT-3.1.2-5] [MQTT-4.6.0-6]
@@ -243,9 +243,9 @@ class TestSessions(unittest.TestCase):
         c.connect("a", clean=False)
         c.drop()
         h.advance(59)
-        self.assertIn("a", h.broker.sessions)
+        self.assertIsNotNone(h.broker.sessions.find("a"))
         h.advance(2)
-        self.assertFalse("a" in h.broker.sessions)
+        self.assertIsNone(h.broker.sessions.find("a"))
 
 
 class TestTakeover(unittest.TestCase):

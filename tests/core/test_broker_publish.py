@@ -66,7 +66,7 @@ class TestQoS(unittest.TestCase):
         rel = sub.expect(C.PUBREL)
         self.assertEqual(rel.packet_id, msg.packet_id)
         sub.send(PubAck(C.PUBCOMP, msg.packet_id, 0, None))
-        self.assertEqual(h.broker.sessions["sub"].inflight, [])
+        self.assertEqual(h.broker.sessions.find("sub").inflight, [])
 
     def test_qos_downgraded_to_granted(self):
         # [MQTT-3.8.4-6]
@@ -206,7 +206,7 @@ class TestFlowControl(unittest.TestCase):
         for _ in range(20):
             pub.publish("t", b"x" * 20)
         self.assertTrue(h.broker.stats.dropped_qos0 > 0)
-        self.assertTrue(h.broker.conns[sub.cid].out_bytes <= 100 + 30)
+        self.assertTrue(h.broker.connections.by_id[sub.cid].out_bytes <= 100 + 30)
         h.broker.set_paused(sub.cid, False)
         h.pump()
         got = [m for m in sub.take() if m.ptype == C.PUBLISH]
@@ -232,6 +232,22 @@ class TestFlowControl(unittest.TestCase):
 
 
 class TestRouting(unittest.TestCase):
+    def test_steady_qos1_routing_reuses_one_delivery_record(self):
+        # A delivery record is recycled when acknowledged: a steady flow of
+        # QoS 1 messages allocates no new record (on MicroPython each would
+        # be a heap object per message).
+        h = Harness()
+        sub, pub = pair(h, 1)
+        session = h.broker.sessions.find("sub")
+        used = []
+        for i in range(5):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+            pub.expect(C.PUBACK)
+            used.append(session.inflight[0])
+            sub.ack(sub.expect(C.PUBLISH))
+            self.assertEqual(session.inflight, [])
+        self.assertTrue(all(d is used[0] for d in used))
+
     def test_overlapping_subscriptions_one_copy_at_max_qos(self):
         # [MQTT-3.3.5-1]
         h = Harness()
@@ -338,7 +354,7 @@ class TestRetained(unittest.TestCase):
         sub.connect("sub")
         sub.subscribe("r")
         self.assertEqual(sub.take(), [])
-        self.assertEqual(h.broker.retained.count, 0)
+        self.assertEqual(h.broker.routing.retained.count(), 0)
 
     def test_resubscribe_replaces_and_resends_retained(self):
         # [MQTT-3.8.4-3]
@@ -352,7 +368,7 @@ class TestRetained(unittest.TestCase):
         self.assertEqual(sub.expect(C.PUBLISH).qos, 0)
         sub.subscribe("r", 1, packet_id=5)
         self.assertEqual(sub.expect(C.PUBLISH).qos, 1)
-        self.assertEqual(len(h.broker.sessions["sub"].subs), 1)
+        self.assertEqual(len(h.broker.sessions.find("sub").subs), 1)
         pub.publish("r", b"live", qos=1, packet_id=2)
         live = [m for m in sub.take() if m.ptype == C.PUBLISH]
         self.assertEqual(len(live), 1)  # replaced, not doubled
@@ -363,7 +379,7 @@ class TestRetained(unittest.TestCase):
         pub.connect("pub")
         for i in range(3):
             pub.publish("r/%d" % i, b"x", retain=True)
-        self.assertEqual(h.broker.retained.count, 2)
+        self.assertEqual(h.broker.routing.retained.count(), 2)
         self.assertEqual(h.broker.stats.dropped_retained, 1)
         pub.publish("r/0", b"y", retain=True)  # a replacement still fits
         self.assertEqual(h.broker.stats.dropped_retained, 1)
@@ -374,7 +390,7 @@ class TestRetained(unittest.TestCase):
         pub.connect("pub")
         pub.publish("r", b"x", retain=True)
         pub.publish("r", b"", retain=True)
-        self.assertEqual(h.broker.messages.in_use(), 0)
+        self.assertEqual(h.broker.routing.messages.in_use(), 0)
 
 
 class TestSubscribe(unittest.TestCase):
@@ -415,10 +431,10 @@ class TestSubscribe(unittest.TestCase):
         c = h.client()
         c.connect("c")
         c.subscribe("a/#")
-        self.assertEqual(h.broker.trie.count, 1)
+        self.assertEqual(h.broker.routing.trie.count, 1)
         c.drop()
-        self.assertEqual(h.broker.trie.count, 0)
-        self.assertEqual(h.broker.sub_pool.in_use, 0)
+        self.assertEqual(h.broker.routing.trie.count, 0)
+        self.assertEqual(h.broker.sessions.sub_pool.in_use, 0)
 
 
 class TestSettings(unittest.TestCase):

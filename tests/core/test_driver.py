@@ -5,13 +5,13 @@
 import unittest
 
 from common import consts as C
-from common.broker import Broker
 from common.codec import FrameReader
 from common.compat import TICKS_MASK
 from common.driver import MAX_SLEEP_MS, Driver
 from common.packets import Connect, Disconnect, Pingreq, Publish, Subscribe, decode_packet, encode_packet
 from common.settings import Settings
 from common.store import Store
+from common.storeboot import new_broker
 from tests.core.memkv import MemKV
 
 
@@ -68,7 +68,7 @@ class Handle:
 class DriverTest(unittest.TestCase):
     def make(self, start=0, store=None, **overrides):
         self.clock = Clock(start)
-        self.broker = Broker(Settings(overrides), lambda n: bytes(n), store)
+        self.broker = new_broker(Settings(overrides), lambda n: bytes(n), store)
         self.driver = Driver(self.broker, self.clock.read, 2, 5)
 
     def at(self, ms):

@@ -96,7 +96,7 @@ class TestStoreOpen(unittest.TestCase):
             self.assertIn("cannot migrate", str(cm.exception))
             store_module.MIGRATIONS[saved] = double_expiry
             h2 = Harness(store=open_store(survivor))
-            self.assertEqual(h2.broker.sessions["old"].expiry_interval, 100)
+            self.assertEqual(h2.broker.sessions.find("old").expiry_interval, 100)
             self.assertEqual(survivor.get(b"V")[4], saved + 1)  # the meta record is upgraded
         finally:
             store_module.SCHEMA = saved
@@ -159,6 +159,32 @@ class TestRestart(unittest.TestCase):
         got = again.take()
         self.assertEqual([p.topic for p in got], ["t/%d" % i for i in range(5)])
         self.assertEqual([p.payload for p in got], [b"m%d" % i for i in range(5)])
+
+    def test_store_written_by_earlier_versions_restores(self):
+        # Records as the broker wrote them before Core v2 (the publisher's
+        # client id in the last slot of M and R, a shared delivery, one sent
+        # and one queued): the layout is unchanged, so they come back.
+        kv = MemKV()
+        store = open_store(kv)
+        store.put(b"S", b"sub", [4, 0xFFFFFFFF, 0, 7, 3, []])
+        store.put(b"U", b"sub\0t/#", [1, False, False, 0, 0])
+        store.put(b"U", b"sub\0$share/g/s", [1, False, False, 0, 0])
+        for mid, topic in ((1, "t/a"), (2, "t/b"), (3, "s")):
+            store.put(b"M", bytes(7) + bytes([mid]), [topic, topic.encode(), 1, False, None, 0, "pub"])
+        store.put(b"D", b"sub\0" + bytes(7) + b"\x01", [1, 1, False, None, 1, 2, None])  # SENT, id 2
+        store.put(b"D", b"sub\0" + bytes(7) + b"\x02", [2, 1, False, None, 0, 0, None])  # QUEUED
+        store.put(b"D", b"sub\0" + bytes(7) + b"\x03", [3, 1, False, None, 0, 0, "g/s"])  # QUEUED, shared
+        store.put(b"R", b"r/x", [b"kept", 0, None, 0, "pub"])
+        store.sync()
+        h2, _kv = restart(kv)
+        self.assertEqual((h2.restored["sessions"], h2.restored["messages"], h2.restored["retained"]), (1, 3, 1))
+        self.assertEqual(h2.broker.sessions.find("sub").generation, 7)
+        again = h2.client()
+        self.assertTrue(again.connect("sub", clean=False).session_present)
+        got = again.take()
+        self.assertEqual([(p.topic, p.dup, p.packet_id) for p in got], [("t/a", True, 2), ("t/b", False, 3), ("s", False, 4)])
+        again.subscribe("r/#", 0)
+        self.assertEqual(again.expect(C.PUBLISH).payload, b"kept")
 
     def test_subscriptions_restored_without_reconnect(self):
         kv = MemKV()
@@ -298,9 +324,9 @@ class TestRestart(unittest.TestCase):
         c.disconnect()
         h2, kv2 = restart(kv, now=500, wall=1700000000 + 10)  # 20 s of 30 left
         h2.advance(15)
-        self.assertIn("sub", h2.broker.sessions)
+        self.assertIsNotNone(h2.broker.sessions.find("sub"))
         h2.advance(10)
-        self.assertNotIn("sub", h2.broker.sessions)
+        self.assertIsNone(h2.broker.sessions.find("sub"))
         self.assertEqual(keys_of(kv2, b"S"), [])
 
     def test_clock_going_back_is_clamped(self):
@@ -310,7 +336,7 @@ class TestRestart(unittest.TestCase):
         c.disconnect()
         # A board without a real-time clock restarts at wall time "0".
         h2, _kv = restart(kv, now=5, wall=100)
-        session = h2.broker.sessions["sub"]
+        session = h2.broker.sessions.find("sub")
         self.assertLessEqual(session.expires_at, 5 + 60)
 
     def test_session_no_longer_persistent_is_forgotten(self):
@@ -345,12 +371,12 @@ class TestRestart(unittest.TestCase):
         kv = MemKV()
         h = Harness(store=open_store(kv))
         c = self.persistent_subscriber(h)
-        before = h.broker.sessions["sub"].generation
+        before = h.broker.sessions.find("sub").generation
         c.drop()
         h2, _kv = restart(kv)
         other = h2.client()
         other.connect("other", clean=False)
-        self.assertGreater(h2.broker.sessions["other"].generation, before)
+        self.assertGreater(h2.broker.sessions.find("other").generation, before)
 
     def test_batch_sync_leaves_the_window_to_the_shell(self):
         kv = MemKV()
@@ -471,8 +497,8 @@ class TestEncryptedStore(unittest.TestCase):
         kv.sync()
         h2, _kv = restart(kv, keys={1: self.a1}, key_id=1)
         self.assertEqual(h2.restored["skipped"], 1)
-        self.assertNotIn("intruder", h2.broker.sessions)
-        self.assertIn("sub", h2.broker.sessions)
+        self.assertIsNone(h2.broker.sessions.find("intruder"))
+        self.assertIsNotNone(h2.broker.sessions.find("sub"))
 
     def test_nonces_never_repeat_across_restarts(self):
         kv = self.seeded()

@@ -98,7 +98,7 @@ class TestPowerCutEverywhere(unittest.TestCase):
         flash = self.flash()
         h = scenario(flash, [])
         store_writes = flash.bytes_written
-        h.broker.store.backend.close()
+        h.store.backend.close()
         got = collect(flash)
         self.assertEqual(got, list(range(MESSAGES)))
         per_message = flash.bytes_written // MESSAGES

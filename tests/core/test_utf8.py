@@ -4,7 +4,7 @@ detection in common/compat.py) must agree with it wherever it is used."""
 
 import unittest
 
-from common.compat import STRICT_UTF8_DECODE, decode_str_strict
+from common.compat import STRICT_UTF8_DECODE
 from common.errors import MalformedPacket
 from common.utf8 import check_utf8, decode_utf8, decode_utf8_checked
 
@@ -91,13 +91,24 @@ class TestUtf8Validator(unittest.TestCase):
                 expect = reference_valid(seq)
                 self.assertEqual(is_valid_utf8(seq), expect)
 
-    def test_fast_path_only_where_the_decoder_is_strict(self):
-        # CPython's decoder refuses what MQTT refuses; MicroPython's (unix and
-        # wasm ports) accepts a UTF-16 surrogate, so there our validator runs.
-        import sys
-
-        self.assertEqual(STRICT_UTF8_DECODE, sys.implementation.name == "cpython")
-        self.assertEqual(decode_str_strict(b"\xed\xa0\x80") is None, STRICT_UTF8_DECODE)
+    def test_fast_path_only_where_the_decoder_refuses_what_we_refuse(self):
+        # STRICT_UTF8_DECODE lets decode_utf8 trust this interpreter's own
+        # decoder: right only where that decoder refuses every sequence our
+        # validator refuses (U+0000 aside: decode_utf8 looks for it itself).
+        # The flag must say so both ways: CPython's decoder is strict,
+        # MicroPython's is lax.
+        lax = 0
+        for lead in range(1, 256):
+            for second in (0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xFF):
+                for seq in (bytes((lead,)), bytes((lead, second)), bytes((lead, second, 0x80, 0x80))):
+                    if is_valid_utf8(seq):
+                        continue
+                    try:
+                        str(seq, "utf-8")
+                        lax += 1
+                    except (UnicodeError, ValueError):
+                        pass
+        self.assertEqual(STRICT_UTF8_DECODE, lax == 0)
 
 
 def reference_valid(seq):
