@@ -11,13 +11,13 @@ What lives here:
   sequence that the MQTT UTF-8 rules reject (except U+0000, which no standard
   decoder refuses). CPython's decoder is strict; MicroPython's is lax (it accepts
   overlong forms, surrogates and code points above U+10FFFF), so there the codec
-  runs our own validator (common/utf8.py) on every string.
+  runs our own validator (common/mqtt/utf8.py) on every string.
 - ``STRUCT_ERROR``: the exception ``struct`` raises on a short buffer
   (``struct.error`` on CPython, ``ValueError`` on MicroPython).
 - ``print_exception``: ``sys.print_exception`` on MicroPython, a ``traceback``
   based stand-in on CPython (imported lazily, so the core imports no I/O module).
 - ``crc32``: ``binascii.crc32`` where the port has a correct one, else a
-  table-driven one in Python (the store's record checksum, common/kvrecord.py).
+  table-driven one in Python (the store's record checksum, common/store/kvrecord.py).
 - ``JOIN_PARTS_FASTER``: True where building a small packet by joining bytes
   parts beats filling a preallocated bytearray (CPython: about a third faster;
   on MicroPython the bytearray takes fewer heap blocks, measured by

@@ -53,7 +53,7 @@
 # - Shutdown: broker.shutdown (v5 clients hear DISCONNECT 0x8B), flush,
 #   close every connection as above, wait `shutdown_timeout`, abort the rest.
 # - store_sync = batch: the store is synced every store_sync_ms.
-# - $SYS: published every sys_interval seconds (common/sys_topics.py).
+# - $SYS: published every sys_interval seconds (common/broker/sys_topics.py).
 #
 # Clock. The shell gives a function returning millisecond ticks
 # (time.ticks_ms on MicroPython, which wraps); they are masked to 30 bits and
@@ -103,7 +103,7 @@ class Driver:
         if s.sys_interval > 0:
             # Imported only when on: a board (sys_interval 0 by default)
             # keeps the code and its strings out of its heap.
-            from common.sys_topics import publish_sys
+            from common.broker.sys_topics import publish_sys
 
             self.publish_sys = publish_sys
             self.sys_at = self.now

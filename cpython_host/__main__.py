@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.broker import VERSION
-from common.settings import LOG_LEVEL_NAMES
+from common.broker.broker import VERSION
+from common.broker.settings import LOG_LEVEL_NAMES
 from cpython_host.config import ConfigError, HostConfig, load_config
 
 DESCRIPTION = """\
@@ -144,7 +144,7 @@ def scram_user(argv: Sequence[str]) -> int:
     """`siskin scram-user NAME`: print a [limits] scram_users line for NAME."""
     import getpass
 
-    from common.auth_scram import make_credentials
+    from common.crypto.auth_scram import make_credentials
 
     p = argparse.ArgumentParser(
         prog="siskin scram-user",
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("siskin: --event-loop uvloop: uvloop is not installed (pip install uvloop)", file=sys.stderr)
         return 2
-    from common.store import StoreError
+    from common.store.store import StoreError
     from cpython_host.server import make_broker, make_driver, serve
     from cpython_host.storage import open_store
 

@@ -2,7 +2,7 @@
 
 A config file has three tables, all optional:
 
-    [limits]   the broker's settings, named exactly as in common/settings.py
+    [limits]   the broker's settings, named exactly as in common/broker/settings.py
                (boards/linux.toml lists every one with what it does)
     [server]   listener options (SERVER below): host, port, backlog, write
                buffer marks, close linger and shutdown timeout
@@ -12,7 +12,7 @@ Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
 out-of-range value) raises ConfigError with a one-line message that names the
 file, the key and what to do; the CLI prints it and exits with code 2. The
-keys are checked by the core's one validator (common/settings.py), the same
+keys are checked by the core's one validator (common/broker/settings.py), the same
 one the board's JSON goes through; this module only reads TOML.
 """
 
@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from common.settings import (
+from common.broker.settings import (
     K_CHOICE,
     K_INT,
     K_NUMBER,
@@ -37,7 +37,7 @@ from common.settings import (
 
 __all__ = ["SERVER", "ConfigError", "HostConfig", "load_config"]
 
-# [server]: the schema of common/settings.py. Times are seconds, sizes bytes.
+# [server]: the schema of common/broker/settings.py. Times are seconds, sizes bytes.
 SERVER = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on
     ("port", 1883, K_INT, 0, 65535),  # TCP port (0 = any free port, logged at start)

@@ -1,6 +1,6 @@
 """AES-GCM for the encrypted store on CPython, backed by `cryptography`.
 
-`make_aead(key)` returns an object with the interface of common.aesgcm.AesGcm
+`make_aead(key)` returns an object with the interface of common.crypto.aesgcm.AesGcm
 (what firmware/crypto.py gives the boards): `encrypt(nonce, plaintext, aad)`
 -> ciphertext + 16-byte tag, `decrypt(nonce, data, aad)` -> plaintext or
 `AuthError`, 12-byte nonces only (`cryptography` would take 8 to 128 bytes),
@@ -13,7 +13,7 @@ from __future__ import annotations
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from common.aesgcm import AuthError, check_nonce
+from common.crypto.aesgcm import AuthError, check_nonce
 
 
 class HostAesGcm:

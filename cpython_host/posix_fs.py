@@ -1,4 +1,4 @@
-"""The POSIX `fs` adapter for common/filelog.py (host build).
+"""The POSIX `fs` adapter for common/store/filelog.py (host build).
 
 Durability is the point of this module: `sync` is flush + os.fsync of the
 file, and `sync_dir` fsyncs the directory itself (opened O_RDONLY), which

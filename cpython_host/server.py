@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Every decision lives in the core: the Broker (common/broker.py) makes the
+Every decision lives in the core: the Broker (common/broker/broker.py) makes the
 MQTT ones, the Driver (common/driver.py) those of the connection's life
 (flush, half-close, linger, abort, containment of a core bug, shutdown,
 timers, batch sync, $SYS). This module moves bytes and time. Each accepted
@@ -35,10 +35,10 @@ import signal
 import time
 from typing import Any
 
-from common.broker import VERSION, Broker
+from common.broker.broker import VERSION, Broker
 from common.driver import Driver
-from common.store import Store
-from common.storeboot import new_broker
+from common.store.store import Store
+from common.store.storeboot import new_broker
 from cpython_host.config import HostConfig
 
 log = logging.getLogger("siskin.host")
@@ -290,7 +290,7 @@ def _core_logger(level: int, text: str) -> None:
 def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     """The core, sized from the settings; ValueError for settings it refuses.
 
-    With a `store` (common/storeboot.py), call driver.restore() before serving.
+    With a `store` (common/store/storeboot.py), call driver.restore() before serving.
     """
     broker: Broker = new_broker(config.settings, os.urandom, store)
     return broker

@@ -1,10 +1,10 @@
 """The host's persistent store: an append-only log in the data directory.
 
-`open_store(data_dir, key_text, wipe)` opens common/storeboot.py's store over
-common/filelog.py on POSIX files (cpython_host/posix_fs.py: fsync of the file
+`open_store(data_dir, key_text, wipe)` opens common/store/storeboot.py's store over
+common/store/filelog.py on POSIX files (cpython_host/posix_fs.py: fsync of the file
 and of the directory), sealed with AES-GCM (cpython_host/crypto.py, the
 `cryptography` package) when key text is given (--store-key-file or
-SISKIN_STORE_KEY; the format in common/storeboot.py; `python -m cpython_host
+SISKIN_STORE_KEY; the format in common/store/storeboot.py; `python -m cpython_host
 store-key` prints a fresh key).
 """
 
@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from common.filelog import FileLog
-from common.store import Store, StoreError
-from common.storeboot import open_store as open_backend
-from common.storeboot import parse_keys
+from common.store.filelog import FileLog
+from common.store.store import Store, StoreError
+from common.store.storeboot import open_store as open_backend
+from common.store.storeboot import parse_keys
 from cpython_host.posix_fs import PosixFS
 
 LOG_NAME = "siskin.log"

@@ -14,9 +14,9 @@ import os
 import sys
 import time
 
-from common.broker import VERSION
-from common.store import StoreError
-from common.storeboot import new_broker
+from common.broker.broker import VERSION
+from common.store.store import StoreError
+from common.store.storeboot import new_broker
 from firmware import board
 from firmware.boardcfg import ConfigError, board_path, load_board, load_device
 from firmware.shell import Log, Server, make_driver

@@ -1,13 +1,13 @@
 # Board settings and the device config, read from JSON (MicroPython has json,
 # not tomllib). The keys are checked by the core's one validator
-# (common/settings.py `check`, the same one the host's TOML goes through);
+# (common/broker/settings.py `check`, the same one the host's TOML goes through);
 # this module only reads JSON and adds the board's cross-checks.
 #
 # A board file (boards/esp32.json, boards/rp2040_picow.json) is
 #
 #   {"limits": {...}, "server": {...}}
 #
-# "limits" overrides common/settings.py LIMITS by name; "server" holds the
+# "limits" overrides common/broker/settings.py LIMITS by name; "server" holds the
 # shell's own knobs (SERVER below). Keys starting with "_" are comments (JSON
 # has none) and ignored, at any level of these files.
 #
@@ -18,7 +18,7 @@
 
 import json
 
-from common.settings import (
+from common.broker.settings import (
     K_CHOICE,
     K_INT,
     K_NUMBER,
@@ -33,7 +33,7 @@ from common.settings import (
     defaults,
 )
 
-# The shell's knobs, in the schema form of common/settings.py. Sizes in
+# The shell's knobs, in the schema form of common/broker/settings.py. Sizes in
 # bytes, times in seconds.
 SERVER = (
     # Sockets the shell may hold open at once, the listener included. Keep it
@@ -71,7 +71,7 @@ DEVICE = (
     ("server", {}, K_OBJECT, None, None),  # overrides of the board file's server knobs
 )
 BOARD = (
-    ("limits", {}, K_OBJECT, None, None),  # common/settings.py LIMITS
+    ("limits", {}, K_OBJECT, None, None),  # common/broker/settings.py LIMITS
     ("server", {}, K_OBJECT, None, None),  # SERVER above
 )
 _DEVICE_DOC = "docs/boards.md"  # explains every key of DEVICE and BOARD

@@ -1,11 +1,11 @@
 # AES-GCM for the encrypted store on a board: cryptolib gives AES-ECB only,
-# common/aesgcm.py adds CTR and GHASH. cpython_host/crypto.py is the same
+# common/crypto/aesgcm.py adds CTR and GHASH. cpython_host/crypto.py is the same
 # interface over the `cryptography` package; records written by one open
 # with the other.
 
 import cryptolib
 
-from common.aesgcm import AesGcm
+from common.crypto.aesgcm import AesGcm
 
 MODE_ECB = 1  # cryptolib's mode number
 

@@ -1,6 +1,6 @@
-# The MicroPython `fs` adapter for common/filelog.py: a file on the board's
+# The MicroPython `fs` adapter for common/store/filelog.py: a file on the board's
 # littlefs (the fallback store when no raw flash partition is given to
-# common/kvlog.py).
+# common/store/kvlog.py).
 #
 # littlefs is copy-on-write: a file's new data becomes durable when the file
 # is synced (MicroPython's flush calls lfs_file_sync), and a rename or remove

@@ -2,7 +2,7 @@
 #
 # Theory of operation
 # -------------------
-# Every decision lives in the core: the Broker (common/broker.py) makes the
+# Every decision lives in the core: the Broker (common/broker/broker.py) makes the
 # MQTT ones, the Driver (common/driver.py) those of the connection's life
 # (flush, half-close, linger, abort, containment of a core bug, shutdown,
 # timers, batch sync, $SYS). This module moves bytes and time, within a
@@ -48,7 +48,7 @@ import gc
 import time
 
 from common.driver import Driver
-from common.settings import LOG_LEVELS
+from common.broker.settings import LOG_LEVELS
 
 
 class Log:

@@ -5,20 +5,20 @@
 #                    "/siskin.store"; works on every stock firmware, and on
 #                    the unix port)
 #   "partition:NAME" the raw flash partition labelled NAME, for
-#                    common/kvlog.py (ESP32: a data partition in a custom
+#                    common/store/kvlog.py (ESP32: a data partition in a custom
 #                    partition table, docs/boards.md; never the file system's)
 #   "none"           nothing persisted
 # and "storage_key_file" (default "/siskin.key"): key text as
-# common/storeboot.py reads it (64 or 32 hex digits, or ID:HEX lines). If the
+# common/store/storeboot.py reads it (64 or 32 hex digits, or ID:HEX lines). If the
 # file exists, every record is encrypted with AES-GCM under keys derived from
 # it with HKDF-SHA256 and the chip's machine.unique_id() as salt, so a copied
 # key file does not open another board's store. If it does not exist, the
 # store is plain (CRC-checked only) and the log says so.
 
-from common.filelog import FileLog
-from common.hkdf import hkdf_sha256
-from common.storeboot import open_store as open_backend
-from common.storeboot import parse_keys
+from common.store.filelog import FileLog
+from common.crypto.hkdf import hkdf_sha256
+from common.store.storeboot import open_store as open_backend
+from common.store.storeboot import parse_keys
 
 HKDF_INFO = b"siskin store key v1"
 
@@ -55,7 +55,7 @@ def _backend(cfg):
     if where.startswith("partition:"):
         import esp32
 
-        from common.kvlog import KVLog
+        from common.store.kvlog import KVLog
 
         found = esp32.Partition.find(esp32.Partition.TYPE_DATA, label=where[10:])
         if not found:

@@ -53,7 +53,7 @@ def mpremote_exe() -> list[str]:
 def check_config(path: Path, board: str) -> None:
     """Refuse a config that the board would refuse at boot (the firmware's own
     validator, firmware/boardcfg.py), or that names another board."""
-    from common.settings import ConfigError
+    from common.broker.settings import ConfigError
     from firmware.boardcfg import load_device
 
     try:

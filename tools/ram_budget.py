@@ -87,13 +87,13 @@ class Driver:
     """Clients of one in-memory broker; the output is read and thrown away."""
 
     def __init__(self, broker: "Any") -> None:
-        FrameReader = _module("common.codec").FrameReader
+        FrameReader = _module("common.mqtt.codec").FrameReader
         self.broker = broker
         self.now = 1000
         self.FrameReader = FrameReader
 
     def connect(self, client_id: str, clean: bool = True, level: int = 4) -> int:
-        packets = _module("common.packets")
+        packets = _module("common.mqtt.packets")
         Connect, encode_packet = packets.Connect, packets.encode_packet
 
         cid = self.broker.connection_made(self.now)
@@ -115,13 +115,13 @@ class Driver:
                 broker.connection_lost(cid, self.now)
 
     def subscribe(self, cid: int, flt: str, qos: int, pid: int = 1) -> None:
-        packets = _module("common.packets")
+        packets = _module("common.mqtt.packets")
         Subscribe, encode_packet = packets.Subscribe, packets.encode_packet
 
         self.send(cid, encode_packet(Subscribe(pid, [(flt, qos)], None), 4))
 
     def publish(self, cid: int, topic: str, payload: bytes, qos: int, retain: bool = False, pid: int = 1) -> None:
-        packets = _module("common.packets")
+        packets = _module("common.mqtt.packets")
         Publish, encode_packet = packets.Publish, packets.encode_packet
 
         self.send(cid, encode_packet(Publish(topic, payload, qos, retain, False, pid, None), 4))
@@ -205,7 +205,7 @@ def _step_code() -> int:
     # The core (with persist and the store), the board loader, the shell and
     # the storage path: littlefs log, HKDF, AES-GCM (firmware/crypto.py itself
     # needs cryptolib, which the wasm port lacks; its module is tiny).
-    for name in ("common.broker", "firmware.boardcfg", "firmware.shell", "firmware.storage", "common.aesgcm"):
+    for name in ("common.broker.broker", "firmware.boardcfg", "firmware.shell", "firmware.storage", "common.crypto.aesgcm"):
         _module(name)
 
     return 1  # the code of the firmware, as loaded bytecode
@@ -243,7 +243,7 @@ def _step_free_slots() -> int:
 
 
 def _step_baseline() -> int:
-    Broker = _module("common.broker").Broker
+    Broker = _module("common.broker.broker").Broker
     STATE["broker"] = Broker(STATE["settings"], _entropy)
     return 1
 
@@ -261,7 +261,7 @@ def _step_free_broker() -> int:
 
 def _step_items_setup() -> int:
     # Per-item costs: prealloc off, generous pools, so each item is new.
-    Broker = _module("common.broker").Broker
+    Broker = _module("common.broker.broker").Broker
     big, _ = _settings(
         STATE["board"],
         prealloc=False,
@@ -326,10 +326,10 @@ def _step_stored_setup() -> int:
         os.remove(STORE_PATH)
     except OSError:
         pass
-    Store = _module("common.store").Store
-    FileLog = _module("common.filelog").FileLog
+    Store = _module("common.store.store").Store
+    FileLog = _module("common.store.filelog").FileLog
     LittleFS = _module("firmware.littlefs_fs").LittleFS
-    Broker = _module("common.broker").Broker
+    Broker = _module("common.broker.broker").Broker
     big, _ = _settings(
         STATE["board"],
         prealloc=False,
@@ -342,7 +342,7 @@ def _step_stored_setup() -> int:
     )
     store = Store(FileLog(LittleFS(), STORE_PATH, compact_min=1 << 20))
     store.open()
-    Persist = _module("common.persist").Persist
+    Persist = _module("common.store.persist").Persist
     broker = Broker(big, _entropy, Persist(store))
     broker.restore(1, 1)
     d = Driver(broker)

@@ -3,9 +3,9 @@
 # MicroPython. Clients encode with the codec and decode the broker's output
 # with the codec's client-side decoders, so every byte crosses the wire format.
 
-from common import consts as C
-from common.codec import FrameReader
-from common.packets import (
+from common.mqtt import consts as C
+from common.mqtt.codec import FrameReader
+from common.mqtt.packets import (
     Connect,
     Disconnect,
     Pingreq,
@@ -16,8 +16,8 @@ from common.packets import (
     decode_packet,
     encode_packet,
 )
-from common.settings import Settings
-from common.storeboot import new_broker
+from common.broker.settings import Settings
+from common.store.storeboot import new_broker
 
 
 # Hand-made wire bytes for tests that must send what the codec would refuse
@@ -38,7 +38,7 @@ def s16(b):
 
 class Harness:
     def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
-        """A broker with `overrides` settings; with a `store` (common.store.Store,
+        """A broker with `overrides` settings; with a `store` (common.store.store.Store,
         opened) it restores from it first, `wall` being the wall clock at `now`."""
         self.now = now
         self.counter = 0

@@ -1,5 +1,5 @@
-# The backend contract both store backends keep (common/filelog.py and
-# common/kvlog.py: get, put, delete, items), checked the same way for each.
+# The backend contract both store backends keep (common/store/filelog.py and
+# common/store/kvlog.py: get, put, delete, items), checked the same way for each.
 
 
 def check_put_get_overwrite_delete(tc, kv):

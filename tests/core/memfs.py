@@ -1,5 +1,5 @@
 # An in-memory file system with the `fs` adapter interface of
-# common/filelog.py, and power cuts, for the file-store tests on every
+# common/store/filelog.py, and power cuts, for the file-store tests on every
 # interpreter.
 #
 # Model (what a journaling POSIX file system promises, and no more):

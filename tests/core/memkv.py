@@ -1,5 +1,5 @@
 # An in-memory store backend for the persistence tests: the interface of
-# common/filelog.py and common/kvlog.py (get, put, delete, items, sync,
+# common/store/filelog.py and common/store/kvlog.py (get, put, delete, items, sync,
 # close), with a power cut that keeps exactly what was synced.
 
 

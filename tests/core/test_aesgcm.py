@@ -1,11 +1,11 @@
-# AES-GCM (common/aesgcm.py) on both interpreters: GHASH's field multiply,
+# AES-GCM (common/crypto/aesgcm.py) on both interpreters: GHASH's field multiply,
 # the whole construction with recorded AES blocks (so the 32-bit WebAssembly
 # port, which has no AES, still checks CTR, GHASH and the tag), the NIST
 # vectors through a real AES, tamper detection and argument checks.
 
 import unittest
 
-from common.aesgcm import AesGcm, AuthError, gf_mul, h_tables, tags_equal
+from common.crypto.aesgcm import AesGcm, AuthError, gf_mul, h_tables, tags_equal
 from tests.core.ecb_helper import NO_AES, make_ecb
 
 

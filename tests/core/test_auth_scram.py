@@ -4,9 +4,9 @@
 
 import unittest
 
-from common import consts as C
-from common.auth_scram import b64, client_proof, hmac_sha256, make_credentials, unb64
-from common.packets import Auth, prop_get
+from common.mqtt import consts as C
+from common.crypto.auth_scram import b64, client_proof, hmac_sha256, make_credentials, unb64
+from common.mqtt.packets import Auth, prop_get
 from tests.core.harness import Harness
 
 # RFC 7677 section 3.

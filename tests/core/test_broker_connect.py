@@ -3,8 +3,8 @@
 
 import unittest
 
-from common import consts as C
-from common.packets import Connect, Publish, Subscribe, encode_packet
+from common.mqtt import consts as C
+from common.mqtt.packets import Connect, Publish, Subscribe, encode_packet
 from tests.core.harness import Harness
 
 

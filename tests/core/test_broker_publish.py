@@ -3,8 +3,8 @@
 
 import unittest
 
-from common import consts as C
-from common.packets import PubAck
+from common.mqtt import consts as C
+from common.mqtt.packets import PubAck
 from tests.core.harness import Harness
 
 
@@ -397,7 +397,7 @@ class TestSubscribe(unittest.TestCase):
     def test_suback_codes_in_order(self):
         # [MQTT-3.8.4-1] [MQTT-3.8.4-2] [MQTT-3.9.3-1] [MQTT-3.9.3-2] every
         # failure (invalid, denied) is 0x80
-        from common.packets import Subscribe
+        from common.mqtt.packets import Subscribe
 
         h = Harness(deny_subscribe=["secret/#"])
         c = h.client()
@@ -439,14 +439,14 @@ class TestSubscribe(unittest.TestCase):
 
 class TestSettings(unittest.TestCase):
     def test_unknown_setting_named(self):
-        from common.settings import Settings
+        from common.broker.settings import Settings
 
         with self.assertRaises(ValueError) as ctx:
             Settings({"max_conections": 5})
         self.assertIn("max_conections", str(ctx.exception))
 
     def test_wrong_type_named(self):
-        from common.settings import Settings
+        from common.broker.settings import Settings
 
         with self.assertRaises(ValueError):
             Settings({"max_inflight": "16"})
@@ -454,7 +454,7 @@ class TestSettings(unittest.TestCase):
             Settings({"allow_mqtt31": 1})
 
     def test_invalid_deny_filter_refused(self):
-        from common.settings import Settings
+        from common.broker.settings import Settings
 
         with self.assertRaises(ValueError):
             Settings({"deny_subscribe": ["a/#/b"]})

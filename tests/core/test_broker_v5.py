@@ -3,8 +3,8 @@
 
 import unittest
 
-from common import consts as C
-from common.packets import PubAck, Publish, Subscribe, prop_get
+from common.mqtt import consts as C
+from common.mqtt.packets import PubAck, Publish, Subscribe, prop_get
 from tests.core.harness import Harness
 
 SEI = C.PROP_SESSION_EXPIRY_INTERVAL
@@ -333,7 +333,7 @@ class TestSubscriptionOptions(unittest.TestCase):
         h = Harness()
         c, _ = v5(h, "c")
         c.subscribe("a")
-        from common.packets import Unsubscribe
+        from common.mqtt.packets import Unsubscribe
 
         c.send(Unsubscribe(4, ["a", "b"], None))
         self.assertEqual(c.expect(C.UNSUBACK).reasons, [C.RC_SUCCESS, C.RC_NO_SUBSCRIPTION_EXISTED])

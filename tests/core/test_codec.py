@@ -7,7 +7,7 @@ assertNotEqual and fail.
 
 import unittest
 
-from common.codec import (
+from common.mqtt.codec import (
     FrameReader,
     decode_bin,
     decode_str,
@@ -17,7 +17,7 @@ from common.codec import (
     vbi_size,
     write_vbi,
 )
-from common.consts import (
+from common.mqtt.consts import (
     DISCONNECT,
     PUBACK,
     PUBCOMP,
@@ -31,7 +31,7 @@ from common.consts import (
     SUBSCRIBE,
     UNSUBSCRIBE,
 )
-from common.errors import (
+from common.mqtt.errors import (
     MalformedPacket,
     MqttError,
     PacketTooLarge,
@@ -39,7 +39,7 @@ from common.errors import (
     TopicNameInvalid,
     UnsupportedProtocol,
 )
-from common.packets import (
+from common.mqtt.packets import (
     Auth,
     Connack,
     Connect,
@@ -55,7 +55,7 @@ from common.packets import (
     decode_packet,
     encode_packet,
 )
-from common.properties import decode_properties, prop_get, properties_size, write_properties
+from common.mqtt.properties import decode_properties, prop_get, properties_size, write_properties
 
 
 def decode(data, level):

@@ -5,9 +5,9 @@
 
 import unittest
 
-from common import consts as C
-from common.packets import Auth, Connect, Disconnect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet, prop_get
-from common.topics import topic_matches
+from common.mqtt import consts as C
+from common.mqtt.packets import Auth, Connect, Disconnect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet, prop_get
+from common.broker.topics import topic_matches
 from tests.core.harness import Harness, RawClient, s16, vbi
 from tests.core.test_auth_scram import auth_props, exchange, scram_harness
 

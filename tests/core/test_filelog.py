@@ -1,4 +1,4 @@
-"""The append-only file store (common/filelog.py) on an in-memory file system
+"""The append-only file store (common/store/filelog.py) on an in-memory file system
 with power cuts (tests/core/memfs.py), on every interpreter: the interface,
 reopen, torn tails, compaction through path + ".compact", limits, write
 amplification, and a power cut at every file-system operation of a scenario.
@@ -6,8 +6,8 @@ tests/host/test_filelog_posix.py runs it on real files."""
 
 import unittest
 
-from common.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
-from common.kvrecord import OVERHEAD, StoreFull
+from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
+from common.store.kvrecord import OVERHEAD, StoreFull
 from tests.core.flashsim import PowerCut, XorShift
 from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
 from tests.core.memfs import MemFS

@@ -13,10 +13,10 @@ unittest, file paths relative to the repository root.
 import json
 import unittest
 
-from common.codec import FrameReader
-from common.consts import AUTH, CONNECT, PT_BIN, PT_PAIR, PUBACK, PUBCOMP, PUBREC, PUBREL
-from common.errors import MqttError
-from common.packets import (
+from common.mqtt.codec import FrameReader
+from common.mqtt.consts import AUTH, CONNECT, PT_BIN, PT_PAIR, PUBACK, PUBCOMP, PUBREC, PUBREL
+from common.mqtt.errors import MqttError
+from common.mqtt.packets import (
     Auth,
     Connack,
     Connect,
@@ -32,7 +32,7 @@ from common.packets import (
     decode_packet,
     encode_packet,
 )
-from common.properties import PROPERTIES
+from common.mqtt.properties import PROPERTIES
 
 FIXTURE_PATH = "tests/fixtures/golden.json"
 CACHE = []

@@ -3,8 +3,8 @@
 
 import unittest
 
-from common.hkdf import hkdf_sha256
-from common.hmac256 import hmac_sha256
+from common.crypto.hkdf import hkdf_sha256
+from common.crypto.hmac256 import hmac_sha256
 
 
 def h(text):

@@ -1,14 +1,16 @@
-"""The record framing (common/kvrecord.py) and the log-structured flash store
-(common/kvlog.py) on a simulated NOR flash (tests/core/flashsim.py), on
+"""The record framing (common/store/kvrecord.py) and the log-structured flash store
+(common/store/kvlog.py) on a simulated NOR flash (tests/core/flashsim.py), on
 every interpreter: the interface, compaction, wear levelling, limits, write
 amplification, and a power cut at every single write/erase of a scenario.
 docs/persistence-backends.md quotes the figures these tests print."""
 
 import unittest
 
-from common import compat, kvrecord
-from common.kvlog import SECTOR_HEADER_SIZE, KVLog
-from common.kvrecord import ERASED, INVALID, OVERHEAD, StoreFull
+from common import compat
+
+from common.store import kvrecord
+from common.store.kvlog import SECTOR_HEADER_SIZE, KVLog
+from common.store.kvrecord import ERASED, INVALID, OVERHEAD, StoreFull
 from tests.core.flashsim import FlashSim, PowerCut, XorShift
 from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
 

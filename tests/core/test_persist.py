@@ -5,9 +5,9 @@
 
 import unittest
 
-from common import consts as C
-from common.aesgcm import AesGcm
-from common.store import Store, StoreError, pack, unpack
+from common.mqtt import consts as C
+from common.crypto.aesgcm import AesGcm
+from common.store.store import Store, StoreError, pack, unpack
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.harness import Harness
 from tests.core.memkv import MemKV
@@ -74,7 +74,7 @@ class TestStoreOpen(unittest.TestCase):
         self.assertIn("schema 99", str(cm.exception))
 
     def test_older_schema_migrated_when_a_path_exists(self):
-        from common import store as store_module
+        from common.store import store as store_module
 
         kv = MemKV()
         h = Harness(store=open_store(kv))

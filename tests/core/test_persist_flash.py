@@ -1,5 +1,5 @@
 # The whole broker on the board's flash store: power cut at every write
-# and erase of a QoS 1 / QoS 2 scenario (common/kvlog.py on the simulated
+# and erase of a QoS 1 / QoS 2 scenario (common/store/kvlog.py on the simulated
 # NOR flash of tests/core/flashsim.py). After each cut the broker restarts
 # from the flash and must deliver every message whose PUBACK/PUBREC the
 # publisher received, in order, QoS 2 once; restore never fails. Also
@@ -8,9 +8,9 @@
 
 import unittest
 
-from common import consts as C
-from common.kvlog import KVLog
-from common.store import Store
+from common.mqtt import consts as C
+from common.store.kvlog import KVLog
+from common.store.store import Store
 from tests.core.flashsim import FlashSim, PowerCut
 from tests.core.harness import Harness
 

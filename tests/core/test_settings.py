@@ -1,10 +1,10 @@
-# The one settings validator (common/settings.py), on both interpreters: what
+# The one settings validator (common/broker/settings.py), on both interpreters: what
 # the host's TOML and the board's JSON go through. The files themselves are
 # tested end to end in tests/host/test_config_files.py.
 
 import unittest
 
-from common.settings import (
+from common.broker.settings import (
     K_BOOL,
     K_CHOICE,
     K_FILTERS,

@@ -1,11 +1,11 @@
-# The store bootstrap both shells share (common/storeboot.py): key text and
+# The store bootstrap both shells share (common/store/storeboot.py): key text and
 # the opener, on both interpreters.
 
 import unittest
 
-from common.aesgcm import AesGcm
-from common.store import StoreError
-from common.storeboot import open_store, parse_keys
+from common.crypto.aesgcm import AesGcm
+from common.store.store import StoreError
+from common.store.storeboot import open_store, parse_keys
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.memkv import MemKV
 

@@ -1,11 +1,11 @@
-# common/topics.py: validation, $share parsing, matching, the subscription
+# common/broker/topics.py: validation, $share parsing, matching, the subscription
 # trie and the retained-message tree. Plain unittest: runs under pytest and
 # under MicroPython (tests/upy shim), so only assertEqual/True/False/Is/
 # IsNone/In/Raises and fail are used, and no order is taken from a dict.
 
 import unittest
 
-from common.topics import (
+from common.broker.topics import (
     SHARED_INVALID,
     TOPIC_FILTER_INVALID,
     TOPIC_NAME_INVALID,

@@ -5,8 +5,8 @@ detection in common/compat.py) must agree with it wherever it is used."""
 import unittest
 
 from common.compat import STRICT_UTF8_DECODE
-from common.errors import MalformedPacket
-from common.utf8 import check_utf8, decode_utf8, decode_utf8_checked
+from common.mqtt.errors import MalformedPacket
+from common.mqtt.utf8 import check_utf8, decode_utf8, decode_utf8_checked
 
 GOOD = (
     ("", ""),

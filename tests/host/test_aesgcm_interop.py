@@ -1,7 +1,7 @@
 """The two AES-GCM implementations of the encrypted store agree (CPython only).
 
 - Property (hypothesis): for random keys (AES-128/192/256), nonces, plaintext
-  and AAD lengths, common.aesgcm.AesGcm over an ECB block function from
+  and AAD lengths, common.crypto.aesgcm.AesGcm over an ECB block function from
   `cryptography` and cpython_host.crypto (cryptography's AESGCM) produce the
   same bytes, each opens the other's output, and both refuse a flipped byte.
 - Across interpreters: a record sealed by cpython_host.crypto opens under
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.aesgcm import AesGcm, AuthError
+from common.crypto.aesgcm import AesGcm, AuthError
 from cpython_host.crypto import make_aead
 from tests.core.ecb_helper import make_ecb
 from tests.host.test_micropython import run_micropython
@@ -68,7 +68,7 @@ def test_host_rejects_other_nonce_lengths() -> None:
 # output in hex, or AuthError.
 UPY_SCRIPT = """\
 import sys
-from common.aesgcm import AuthError
+from common.crypto.aesgcm import AuthError
 from firmware.crypto import make_aead
 
 with open(sys.argv[1]) as f:

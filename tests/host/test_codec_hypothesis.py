@@ -15,8 +15,8 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.codec import FrameReader
-from common.consts import (
+from common.mqtt.codec import FrameReader
+from common.mqtt.consts import (
     AUTH,
     CONNACK,
     CONNECT,
@@ -48,8 +48,8 @@ from common.consts import (
     UNSUBSCRIBE,
     WILL,
 )
-from common.errors import MqttError
-from common.packets import (
+from common.mqtt.errors import MqttError
+from common.mqtt.packets import (
     Auth,
     Connack,
     Connect,
@@ -65,7 +65,7 @@ from common.packets import (
     decode_packet,
     encode_packet,
 )
-from common.properties import NONZERO_PROPS, PROPERTIES
+from common.mqtt.properties import NONZERO_PROPS, PROPERTIES
 
 EXAMPLES = int(os.environ.get("SISKIN_FUZZ_EXAMPLES", "0"))
 

@@ -1,7 +1,7 @@
 """A config file with a mistake, end to end: the host's TOML through `siskin`,
 the board's JSON (device config and board file) through the firmware under
 the MicroPython unix port. Both go through the one validator of
-common/settings.py, so a typo, a wrong type and an out-of-range value get
+common/broker/settings.py, so a typo, a wrong type and an out-of-range value get
 the same one-line message on both: the file, the table, the key, the bad
 value and what it wants (tests/core/test_settings.py tests it alone)."""
 

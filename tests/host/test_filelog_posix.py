@@ -1,4 +1,4 @@
-"""common/filelog.py on real files through cpython_host/posix_fs.py: reopen,
+"""common/store/filelog.py on real files through cpython_host/posix_fs.py: reopen,
 compaction by rename, a leftover .compact, a torn tail, and a writer process
 killed with SIGKILL in the middle of its appends."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.filelog import COMPACT_SUFFIX, FILE_HEADER_SIZE, FileLog
+from common.store.filelog import COMPACT_SUFFIX, FILE_HEADER_SIZE, FileLog
 from cpython_host.posix_fs import PosixFS
 from tests.conftest import REPO_ROOT
 
@@ -63,7 +63,7 @@ def test_leftover_compact_and_torn_tail(tmp_path: Path) -> None:
 WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
-from common.filelog import FileLog
+from common.store.filelog import FileLog
 from cpython_host.posix_fs import PosixFS
 
 kv = FileLog(PosixFS(), sys.argv[1], compact_min=16384)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from common.codec import FrameReader
-from common.consts import (
+from common.mqtt.codec import FrameReader
+from common.mqtt.consts import (
     PROP_CONTENT_TYPE,
     PROP_CORRELATION_DATA,
     PROP_MESSAGE_EXPIRY_INTERVAL,
@@ -26,7 +26,7 @@ from common.consts import (
     PUBACK,
     PUBREL,
 )
-from common.packets import (
+from common.mqtt.packets import (
     Connect,
     Disconnect,
     PubAck,

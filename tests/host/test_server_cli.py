@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.settings import LIMITS
+from common.broker.settings import LIMITS
 from tests.host.broker_proc import REPO_ROOT, BrokerProcess, RawClient, publish_packet, run_cli
 
 BOARDS = ("linux", "rpi")

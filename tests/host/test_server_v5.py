@@ -14,9 +14,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from common import consts as C
-from common.codec import FrameReader
-from common.packets import Connect, Disconnect, decode_packet, encode_packet
+from common.mqtt import consts as C
+from common.mqtt.codec import FrameReader
+from common.mqtt.packets import Connect, Disconnect, decode_packet, encode_packet
 from tests.host.broker_proc import BrokerProcess
 
 pytestmark = pytest.mark.interop

@@ -1,4 +1,4 @@
-# Property tests for common/topics.py (CPython only): the trie and the
+# Property tests for common/broker/topics.py (CPython only): the trie and the
 # retained tree agree with the reference matcher topic_matches(), and
 # filter_covers() is sound and exact against it.
 
@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.topics import (
+from common.broker.topics import (
     SHARED_INVALID,
     SubscriptionTrie,
     TopicTree,

@@ -164,7 +164,7 @@ class Siskin(BrokerProc):
 
     def version(self) -> str:
         r = subprocess.run(
-            [self.python, "-c", "import sys; from common.broker import VERSION; print(VERSION, sys.version.split()[0])"],
+            [self.python, "-c", "import sys; from common.broker.broker import VERSION; print(VERSION, sys.version.split()[0])"],
             cwd=self.cwd,
             capture_output=True,
             text=True,

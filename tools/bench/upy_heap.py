@@ -27,8 +27,8 @@ import gc
 import json
 import sys
 
-from common.broker import Broker
-from common.settings import Settings
+from common.broker.broker import Broker
+from common.broker.settings import Settings
 
 try:
     import micropython

@@ -6,7 +6,7 @@
 //   node tools/golden/gen.js > tests/fixtures/golden.json
 //
 // Every fixture is one packet: the protocol level of the connection, the fields
-// in Siskin's own names (common/packets.py), and the bytes mqtt-packet's
+// in Siskin's own names (common/mqtt/packets.py), and the bytes mqtt-packet's
 // generate() produced for it ("hex"). tests/core/test_golden.py checks that our
 // decoder yields the fields and our encoder yields the bytes, fed whole, one byte
 // at a time and followed by the next packet's bytes.

@@ -10,7 +10,7 @@
 # the heap figure the shell measures (the host's resident set size, a
 # board's allocated heap), when it gives one.
 
-from common.broker import VERSION
+from common.broker.broker import VERSION
 
 PREFIX = "$SYS/broker/"
 

@@ -17,8 +17,8 @@ their caller (a test may send a bad packet on purpose). ``decode_packet``
 turns any stray low-level exception into ``MalformedPacket`` as a last guard.
 """
 
-from common import consts as C
-from common.codec import (
+from common.mqtt import consts as C
+from common.mqtt.codec import (
     check_end,
     decode_bin,
     decode_packet_id,
@@ -37,14 +37,14 @@ from common.codec import (
 )
 from common.compat import JOIN_PARTS_FASTER as _JOIN_PARTS  # encode_publish's per-message path
 from common.compat import STRUCT_ERROR
-from common.errors import (
+from common.mqtt.errors import (
     MalformedPacket,
     MqttError,
     ProtocolError,
     TopicNameInvalid,
     UnsupportedProtocol,
 )
-from common.properties import (
+from common.mqtt.properties import (
     decode_properties,
     decode_reason_props,
     encode_reason_props,
@@ -52,7 +52,7 @@ from common.properties import (
     properties_size,
     write_properties,
 )
-from common.utf8 import decode_utf8
+from common.mqtt.utf8 import decode_utf8
 
 # ---------------------------------------------------------------------------
 # Packet classes: plain attributes, keyword defaults, ``ptype`` on every one.

@@ -31,9 +31,9 @@ pointing at valid (old) memory. A frame's offsets are valid until the next
 
 import struct
 
-from common.consts import U16_MAX, VBI_MAX
-from common.errors import MalformedPacket, PacketTooLarge, ProtocolError
-from common.utf8 import decode_utf8
+from common.mqtt.consts import U16_MAX, VBI_MAX
+from common.mqtt.errors import MalformedPacket, PacketTooLarge, ProtocolError
+from common.mqtt.utf8 import decode_utf8
 
 # ---------------------------------------------------------------------------
 # Decoding primitives

@@ -33,7 +33,7 @@ and only has to look for U+0000; elsewhere it validates, then decodes.
 """
 
 from common.compat import STRICT_UTF8_DECODE, decode_str_strict
-from common.errors import MalformedPacket
+from common.mqtt.errors import MalformedPacket
 
 
 def check_utf8(buf, start, end):

@@ -1,6 +1,6 @@
 # Broker state <-> store records: the broker's persistence listener, and restore.
 #
-# Theory of operation. Persist is the listener (common/listener.py) the
+# Theory of operation. Persist is the listener (common/broker/listener.py) the
 # shell hands to the Broker when persistence is on; the broker calls its
 # hooks at every state change and never imports this module. Only
 # persistent sessions (3.1.1 clean session 0, v5 Session Expiry > 0) and
@@ -25,7 +25,7 @@
 # A message is stored once (M) and referenced by every delivery (D) of it;
 # its record is deleted when the last reference goes. `seq` orders a
 # session's deliveries: restore rebuilds the inflight window and the queue in
-# their original order. Delivery states (common/delivery.py): QUEUED
+# their original order. Delivery states (common/broker/delivery.py): QUEUED
 # (routed, not sent), SENT (PUBLISH sent, awaiting PUBACK/PUBREC, with its
 # packet id), RELEASED (PUBREL sent, awaiting PUBCOMP; the message itself is
 # gone).
@@ -36,11 +36,11 @@
 # clock went back, or a board without a real-time clock) is clamped to now +
 # interval.
 
-from common.delivery import QUEUED, RELEASED
-from common.listener import StateListener
-from common.pools import Ring
-from common.session import NEVER
-from common.store import u64be
+from common.broker.delivery import QUEUED, RELEASED
+from common.broker.listener import StateListener
+from common.broker.pools import Ring
+from common.broker.session import NEVER
+from common.store.store import u64be
 
 NS_SESSION = b"S"
 NS_SUB = b"U"

@@ -2,7 +2,7 @@
 #
 # The broker and its handlers call these methods unconditionally, at the
 # moment a change happens; a listener decides what to do with them. This
-# null listener (no store) does nothing. common/persist.py's Persist (the
+# null listener (no store) does nothing. common/store/persist.py's Persist (the
 # store layer, wired in by the shell) writes them to a Store and rebuilds the
 # broker from it through the broker's public methods; the broker never
 # imports it. Sessions that are not persistent are never `stored`, and a

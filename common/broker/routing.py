@@ -7,11 +7,11 @@
 # it for each message; handle_subscribe adds and removes subscriptions
 # through add() and remove().
 
-from common.delivery import DeliveryPool
-from common.pools import MessagePool
-from common.retained import Retained
-from common.session import SharedGroup
-from common.topics import SubscriptionTrie
+from common.broker.delivery import DeliveryPool
+from common.broker.pools import MessagePool
+from common.broker.retained import Retained
+from common.broker.session import SharedGroup
+from common.broker.topics import SubscriptionTrie
 
 
 class Routing:

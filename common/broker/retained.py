@@ -6,7 +6,7 @@
 # not fit is still routed to current subscribers, just not kept, and counted.
 # Expired messages (v5 Message Expiry) are removed when next looked at.
 
-from common.topics import TopicTree
+from common.broker.topics import TopicTree
 
 
 class Retained:

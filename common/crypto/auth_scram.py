@@ -17,7 +17,7 @@
 import binascii
 import hashlib
 
-from common.hmac256 import hmac_sha256
+from common.crypto.hmac256 import hmac_sha256
 
 CONTINUE = 0
 SUCCESS = 1

@@ -7,7 +7,7 @@
 # finds the matching subscriptions in the trie, folds several subscriptions
 # of one session into one delivery at the highest granted QoS
 # [MQTT-3.3.5-1] carrying all their Subscription Identifiers, and hands each
-# session a Delivery (common/delivery.py).
+# session a Delivery (common/broker/delivery.py).
 #
 # Delivery to a session: QoS 0 goes straight to the connection's output (or
 # is dropped and counted for a slow reader over max_out_buffer); QoS 1/2 goes
@@ -17,11 +17,11 @@
 # pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
 # of a delivery is told to the broker's listener (persistence).
 
-from common import consts as C
-from common.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
-from common.errors import MqttError, ProtocolError
-from common.packets import PubAck, Publish, encode_packet
-from common.topics import over_limits
+from common.mqtt import consts as C
+from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
+from common.mqtt.errors import MqttError, ProtocolError
+from common.mqtt.packets import PubAck, Publish, encode_packet
+from common.broker.topics import over_limits
 
 # ------------------------------------------------------------------ inbound
 

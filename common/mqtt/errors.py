@@ -9,7 +9,7 @@ MicroPython notes: ``super().__init__`` (``Exception.__init__`` does not exist
 there), explicit attributes (no exception chaining), single inheritance.
 """
 
-from common.consts import (
+from common.mqtt.consts import (
     RC_MALFORMED_PACKET,
     RC_PACKET_TOO_LARGE,
     RC_PROTOCOL_ERROR,
@@ -63,7 +63,7 @@ class UnsupportedProtocol(MqttError):
     """0x84 (v5) / CONNACK return code 0x01 (3.1.1): a protocol level we do not speak.
 
     The broker answers it with a 3.1.1 CONNACK 0x01 whatever the level received
-    (common/broker.py: the client's dialect is unknown), so the level is only
+    (common/broker/broker.py: the client's dialect is unknown), so the level is only
     named in ``msg``, for the log.
     """
 

@@ -2,7 +2,7 @@
 # key with machine.unique_id() as salt, so a key file copied to another
 # board does not open this board's store.
 
-from common.hmac256 import hmac_sha256
+from common.crypto.hmac256 import hmac_sha256
 
 HASH_LEN = 32
 

@@ -25,7 +25,7 @@ Errors (2.2.2.2 and the per-property text of 3.x):
   value, Maximum QoS not 0/1): ProtocolError.
 """
 
-from common.codec import (
+from common.mqtt.codec import (
     check_end,
     decode_bin,
     decode_str,
@@ -42,7 +42,7 @@ from common.codec import (
     write_u32,
     write_vbi,
 )
-from common.consts import (
+from common.mqtt.consts import (
     AUTH,
     CONNACK,
     CONNECT,
@@ -94,7 +94,7 @@ from common.consts import (
     UNSUBSCRIBE,
     WILL,
 )
-from common.errors import MalformedPacket, ProtocolError
+from common.mqtt.errors import MalformedPacket, ProtocolError
 
 M_CONNECT = 1 << CONNECT
 M_CONNACK = 1 << CONNACK

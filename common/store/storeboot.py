@@ -11,10 +11,10 @@
 # highest id encrypts new records and the others still read old ones. Lines
 # starting with # are comments.
 
-from common.broker import Broker
+from common.broker.broker import Broker
 from common.compat import from_hex
-from common.persist import Persist
-from common.store import Store, StoreError
+from common.store.persist import Persist
+from common.store.store import Store, StoreError
 
 
 def parse_keys(text):

@@ -14,7 +14,7 @@
 #   fs.sync_dir(dir)      names in dir durable (host: fsync dir; board: no-op)
 #
 # File layout: the 8-byte file header b"SKVLOG1\n", then records back to back
-# in the framing of common/kvrecord.py (header, key, value, CRC-32). A delete
+# in the framing of common/store/kvrecord.py (header, key, value, CRC-32). A delete
 # appends a tombstone. The in-RAM index maps key -> (offset, record size);
 # get() reads the record back and checks its CRC.
 #
@@ -36,7 +36,7 @@
 
 import struct
 
-from .kvrecord import (
+from common.store.kvrecord import (
     CRC_SIZE,
     ERASED,
     HEADER_FORMAT,

@@ -185,7 +185,7 @@ class Store:
     """Sealed, versioned records over a backend.
 
     `keys` maps key ids (0..255) to AEAD objects with encrypt(nonce, data,
-    aad) / decrypt(nonce, data, aad) (common/aesgcm.py on MicroPython,
+    aad) / decrypt(nonce, data, aad) (common/crypto/aesgcm.py on MicroPython,
     cpython_host/crypto.py on CPython); `key_id` names the one new records
     use. With no keys the store is plain (CRC-checked by the backend only).
     `log` is an optional callable(level, text).

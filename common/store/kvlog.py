@@ -5,7 +5,7 @@
 # The device (esp32.Partition, rp2.Flash, or tests/core/flashsim.py) is a
 # circular log of erase blocks ("sectors"). NOR flash only turns bits from 1
 # to 0 until a sector is erased back to 0xFF, so nothing is ever overwritten:
-# a put appends a record (common/kvrecord.py) to the head sector, a delete
+# a put appends a record (common/store/kvrecord.py) to the head sector, a delete
 # appends a tombstone, and the in-RAM index maps each live key to
 # (sector, offset, record size). Values stay on flash; get() reads them.
 #
@@ -57,8 +57,8 @@
 
 import struct
 
-from .compat import const
-from .kvrecord import (
+from common.compat import const
+from common.store.kvrecord import (
     ERASED,
     INVALID,
     OVERHEAD,

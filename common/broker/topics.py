@@ -86,7 +86,7 @@
 # the broker bounds with max_topic_levels.
 
 from common.compat import const
-from common.consts import RC_TOPIC_FILTER_INVALID, RC_TOPIC_NAME_INVALID
+from common.mqtt.consts import RC_TOPIC_FILTER_INVALID, RC_TOPIC_NAME_INVALID
 
 # the v5 reason codes these functions return, under this module's names
 TOPIC_FILTER_INVALID: int = RC_TOPIC_FILTER_INVALID  # 0x8F

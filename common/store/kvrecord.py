@@ -1,5 +1,5 @@
 # On-medium record framing shared by the two storage backends
-# (common/kvlog.py on a raw flash partition, common/filelog.py in a file).
+# (common/store/kvlog.py on a raw flash partition, common/store/filelog.py in a file).
 #
 # Theory of operation: a store is a log of records, each one self-checking:
 #
@@ -23,7 +23,7 @@
 
 import struct
 
-from .compat import const, crc32
+from common.compat import const, crc32
 
 MAGIC = const(0xA5)
 FLAG_TOMBSTONE = const(0x01)

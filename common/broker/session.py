@@ -6,7 +6,7 @@
 # persist it (the persistence listener walks these fields) and a restore can
 # rebuild it; the live Connection it is attached to is a separate object.
 #
-# Outbound delivery state (common/delivery.py):
+# Outbound delivery state (common/broker/delivery.py):
 #   queue     Ring of QUEUED Deliveries: routed, not yet sent, in order
 #   inflight  list of SENT / RELEASED Deliveries in send order: not yet
 #             acknowledged
@@ -14,9 +14,9 @@
 # so a message routed while the client was away waits behind them
 # [MQTT-4.4.0-1] [MQTT-4.6.0-1].
 
-from common.consts import U16_MAX
-from common.delivery import PID_SHIFT
-from common.pools import Ring, SlotPool
+from common.mqtt.consts import U16_MAX
+from common.broker.delivery import PID_SHIFT
+from common.broker.pools import Ring, SlotPool
 
 NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
 

@@ -14,18 +14,18 @@
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common import consts as C
-from common import handle_connect, handle_publish, handle_subscribe
-from common.auth_scram import ScramSha256
-from common.codec import FrameReader
+from common.mqtt import consts as C
+from common.broker import handle_connect, handle_publish, handle_subscribe
+from common.crypto.auth_scram import ScramSha256
+from common.mqtt.codec import FrameReader
 from common.compat import TICKS_MASK, ticks_diff, ticks_sooner
-from common.connection import CLOSING, CONNECTED, FREE, NEW, Connections
-from common.errors import MqttError, ProtocolError
-from common.listener import StateListener
-from common.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
-from common.routing import Routing
-from common.session import Sessions
-from common.topics import parse_shared
+from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
+from common.mqtt.errors import MqttError, ProtocolError
+from common.broker.listener import StateListener
+from common.mqtt.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
+from common.broker.routing import Routing
+from common.broker.session import Sessions
+from common.broker.topics import parse_shared
 
 VERSION = "0.1.0"
 
@@ -114,7 +114,7 @@ class Broker:
     """The sans-I/O MQTT broker. See docs/architecture.md for the shell API."""
 
     def __init__(self, settings, entropy, listener=None):
-        """`listener` hears every state change worth keeping (common/listener.py):
+        """`listener` hears every state change worth keeping (common/broker/listener.py):
         the store layer's Persist when persistence is on (then call restore()
         before the first connection), else None for the null listener."""
         s = settings
