@@ -95,13 +95,16 @@ def build(board: str, out_root: Path) -> tuple[Path, int, list[str]]:
     exe = mpy_cross()
     errors: list[str] = []
     for pkg in PACKAGES:
-        for src in sorted((REPO_ROOT / pkg).glob("*.py")):
+        for src in sorted((REPO_ROOT / pkg).rglob("*.py")):
+            if "__pycache__" in src.parts:
+                continue
             if pkg == "firmware" and src.name in ROOT_SOURCES:
                 shutil.copyfile(src, dest / src.name)
                 continue
             if src.name in SKIP:
                 continue
-            err = compile_one(exe, src, dest / pkg / (src.stem + ".mpy"), arch)
+            rel = src.relative_to(REPO_ROOT).with_suffix(".mpy")
+            err = compile_one(exe, src, dest / rel, arch)
             if err:
                 errors.append(err)
     (dest / "boards").mkdir()

@@ -503,7 +503,10 @@ function copy(rel) {
   const src = path.join(root, rel), dst = "/siskin/" + rel;
   if (fs.statSync(src).isDirectory()) {
     mp.FS.mkdirTree(dst);
-    for (const n of fs.readdirSync(src)) if (/[.](py|mpy|json)$/.test(n)) copy(rel + "/" + n);
+    for (const n of fs.readdirSync(src)) {
+      if (n === "__pycache__") continue;
+      if (/[.](py|mpy|json)$/.test(n) || fs.statSync(path.join(src, n)).isDirectory()) copy(rel + "/" + n);
+    }
   } else { mp.FS.mkdirTree(path.posix.dirname(dst)); mp.FS.writeFile(dst, fs.readFileSync(src)); }
 }
 // From a tools/build output (.mpy, as a board loads them) or the sources.

@@ -601,12 +601,3 @@ class TestNoStrayExceptions(unittest.TestCase):
                         decode_packet(f[0], reader.buf, f[1], f[2], level)
                 except MqttError:
                     pass
-
-    def test_common_codec_modules_import_no_io(self):
-        forbidden = ("socket", "asyncio", "select", "time", "os", "ssl", "machine", "network")
-        for name in ("compat", "consts", "errors", "utf8", "codec", "properties", "packets"):
-            with open("common/%s.py" % name) as f:
-                for line in f:
-                    words = line.strip().replace(",", " ").split()
-                    if len(words) >= 2 and words[0] in ("import", "from"):
-                        self.assertFalse(words[1].split(".")[0] in forbidden)

@@ -74,8 +74,11 @@ def common_sources():
     return found
 
 
-def _imported_names(statement):
-    """Top-level module names an import statement names ([] if it is not one)."""
+def _imported_modules(statement):
+    """Dotted module names an import statement names ([] if it is not one).
+
+    `from common import a, b` names common.a and common.b (each may be a
+    package part); a relative import keeps its leading dot."""
     words = statement.split()
     if not words:
         return []
@@ -84,19 +87,24 @@ def _imported_names(statement):
         for part in statement[len("import") :].split(","):
             part = part.strip().split(" ")[0].strip("()")
             if part:
-                names.append(part.split(".")[0])
+                names.append(part)
         return names
     if words[0] == "from" and len(words) >= 4 and words[2] == "import":
         module = words[1]
-        if module.startswith("."):
-            return []  # relative: inside common/
-        return [module.split(".")[0]]
+        if module != "common":
+            return [module]
+        names = []
+        for part in statement.split(" import ", 1)[1].split(","):
+            part = part.strip().split(" ")[0].strip("()")
+            if part:
+                names.append("common." + part)
+        return names
     return []
 
 
-def scan_imports(text):
-    """[(line number, module name)] for every import statement in a source,
-    skipping the insides of triple-quoted strings."""
+def scan_modules(text):
+    """[(line number, dotted module name)] for every import statement in a
+    source, skipping the insides of triple-quoted strings."""
     found = []
     in_string = None
     lineno = 0
@@ -115,9 +123,14 @@ def scan_imports(text):
         if stripped.startswith("#"):
             continue
         for statement in stripped.split(";"):
-            for name in _imported_names(statement.strip()):
+            for name in _imported_modules(statement.strip()):
                 found.append((lineno, name))
     return found
+
+
+def scan_imports(text):
+    """[(line number, top-level module name)]; relative imports are inside common/."""
+    return [(n, m.split(".")[0]) for n, m in scan_modules(text) if not m.startswith(".")]
 
 
 def _read(path):
@@ -215,6 +228,75 @@ class TestSansIO(unittest.TestCase):
         self.assertEqual(problems, [])
 
 
+# The layers of common/, bottom up (docs/architecture.md "Layers"). A module
+# may import its own part and parts of a lower rank, never a part of its own
+# rank or above: the wire codec knows nothing of brokers, the broker nothing
+# of the store, and only the driver sees everything.
+LAYERS = {
+    "compat": 0,  # platform shims
+    "mqtt": 1,  # the wire: codec, packets, properties, reason codes
+    "crypto": 1,  # AES-GCM, HKDF, HMAC, SCRAM
+    "broker": 2,  # the state machine
+    "store": 3,  # records, backends, the persistence listener
+    "driver": 4,  # what both shells would otherwise repeat
+}
+
+
+def part_of(module):
+    """The layer part of a dotted name under common/ (None outside common/)."""
+    names = module.split(".")
+    if names[0] != "common" or len(names) < 2:
+        return None
+    return names[1]
+
+
+def layer_violations(sources):
+    bad = []
+    for modname, path in sources:
+        here = part_of(modname)
+        if here is None:
+            continue  # common/__init__.py
+        if here not in LAYERS:
+            bad.append("%s: %s is in no layer (add it to LAYERS)" % (path, here))
+            continue
+        for lineno, module in scan_modules(_read(path)):
+            if module.startswith("."):
+                bad.append("%s:%d: relative import %s (write common.<part>...)" % (path, lineno, module))
+                continue
+            there = part_of(module)
+            if there is None or there == here:
+                continue
+            if there not in LAYERS or LAYERS[there] >= LAYERS[here]:
+                bad.append("%s:%d: %s (layer %s) imports %s" % (path, lineno, modname, here, module))
+    return bad
+
+
+class TestLayers(unittest.TestCase):
+    def test_imports_point_down(self):
+        self.assertEqual(layer_violations(common_sources()), [])
+
+    def test_every_layer_exists(self):
+        parts = set()
+        for modname, _ in common_sources():
+            parts.add(part_of(modname))
+        for name in LAYERS:
+            self.assertIn(name, parts)
+
+    def test_check_catches_an_upward_import(self):
+        # The check itself: a broker module importing the store is refused.
+        root = _repo_root()
+        probe = root + "/common/broker/_layer_probe.py"
+        try:
+            with open(probe, "w") as f:
+                f.write("from common.store.store import Store\nfrom common import compat, driver\n")
+            bad = layer_violations([("common.broker._layer_probe", probe)])
+        finally:
+            os.remove(probe)
+        self.assertEqual(len(bad), 2, bad)
+        self.assertIn("imports common.store.store", bad[0])
+        self.assertIn("imports common.driver", bad[1])
+
+
 class TestScanner(unittest.TestCase):
     # The checks above are only as good as the scanner; prove it on samples.
     def test_finds_every_import_form(self):
@@ -237,6 +319,13 @@ class TestScanner(unittest.TestCase):
         self.assertEqual(
             scan_imports(text),
             [(1, "time"), (2, "struct"), (2, "os"), (3, "socket"), (6, "utime"), (7, "select")],
+        )
+
+    def test_full_names_for_layers(self):
+        text = "from common import compat, mqtt as m\nfrom common.broker.topics import x\nimport common.store.kvlog\n"
+        self.assertEqual(
+            scan_modules(text),
+            [(1, "common.compat"), (1, "common.mqtt"), (2, "common.broker.topics"), (3, "common.store.kvlog")],
         )
 
     def test_poison_blocks_both_forms(self):

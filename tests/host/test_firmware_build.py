@@ -43,15 +43,15 @@ def test_build_for_board(board: str, tmp_path: Path) -> None:
     print(proc.stdout.strip())
     assert "bytes" in proc.stdout and ".mpy files" in proc.stdout
     mpys = sorted(dest.rglob("*.mpy"))
-    assert {p.parent.name for p in mpys} == {"common", "firmware"}
-    assert (dest / "common" / "broker.mpy").is_file() and (dest / "firmware" / "shell.mpy").is_file()
+    assert {p.relative_to(dest).parts[0] for p in mpys} == {"common", "firmware"}
+    assert (dest / "common" / "broker" / "broker.mpy").is_file() and (dest / "firmware" / "shell.mpy").is_file()
     for p in mpys:
         head = p.read_bytes()[:4]
         assert head[:2] == b"M\x06", p
         assert head[3] == 31, (p, head)
     # Sources only where a board runs sources; the board's settings alongside.
     assert sorted(p.name for p in dest.glob("*.py")) == ["boot.py", "main.py"]
-    assert not list((dest / "common").glob("*.py")) and not list((dest / "firmware").glob("*.py"))
+    assert not list((dest / "common").rglob("*.py")) and not list((dest / "firmware").glob("*.py"))
     assert [p.name for p in (dest / "boards").iterdir()] == [board + ".json"]
 
 

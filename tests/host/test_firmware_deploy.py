@@ -116,7 +116,7 @@ def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Pa
     built = sorted(
         p.relative_to(tmp_path / "dist" / "unix").as_posix() for p in (tmp_path / "dist" / "unix").rglob("*.mpy")
     )
-    assert deployed == built and "common/broker.mpy" in deployed
+    assert deployed == built and "common/broker/broker.mpy" in deployed
     for rel in deployed:  # byte for byte over the raw REPL
         assert (fs / rel).read_bytes() == (tmp_path / "dist" / "unix" / rel).read_bytes(), rel
     board.close()
