@@ -47,8 +47,8 @@ import asyncio
 import gc
 import time
 
-from common.driver import Driver
 from common.broker.settings import LOG_LEVELS
+from common.driver import Driver
 
 
 class Log:

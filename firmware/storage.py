@@ -15,8 +15,8 @@
 # key file does not open another board's store. If it does not exist, the
 # store is plain (CRC-checked only) and the log says so.
 
-from common.store.filelog import FileLog
 from common.crypto.hkdf import hkdf_sha256
+from common.store.filelog import FileLog
 from common.store.storeboot import open_store as open_backend
 from common.store.storeboot import parse_keys
 

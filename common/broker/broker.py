@@ -14,18 +14,18 @@
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.mqtt import consts as C
 from common.broker import handle_connect, handle_publish, handle_subscribe
-from common.crypto.auth_scram import ScramSha256
-from common.mqtt.codec import FrameReader
-from common.compat import TICKS_MASK, ticks_diff, ticks_sooner
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
-from common.mqtt.errors import MqttError, ProtocolError
 from common.broker.listener import StateListener
-from common.mqtt.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
 from common.broker.routing import Routing
 from common.broker.session import Sessions
 from common.broker.topics import parse_shared
+from common.compat import TICKS_MASK, ticks_diff, ticks_sooner
+from common.crypto.auth_scram import ScramSha256
+from common.mqtt import consts as C
+from common.mqtt.codec import FrameReader
+from common.mqtt.errors import MqttError, ProtocolError
+from common.mqtt.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
 
 VERSION = "0.1.0"
 

@@ -12,14 +12,14 @@
 # DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
-from common.mqtt import consts as C
 from common.broker import handle_publish, handle_subscribe
-from common.crypto.auth_scram import CONTINUE, SUCCESS
 from common.broker.connection import CONNECTED
-from common.mqtt.errors import ProtocolError
-from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
+from common.crypto.auth_scram import CONTINUE, SUCCESS
+from common.mqtt import consts as C
+from common.mqtt.errors import ProtocolError
+from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
 
 # v5 reason code -> 3.1.1 CONNACK return code
 _V3_CONNACK = {

@@ -17,11 +17,11 @@
 # pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
 # of a delivery is told to the broker's listener (persistence).
 
-from common.mqtt import consts as C
 from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
+from common.broker.topics import over_limits
+from common.mqtt import consts as C
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import PubAck, Publish, encode_packet
-from common.broker.topics import over_limits
 
 # ------------------------------------------------------------------ inbound
 

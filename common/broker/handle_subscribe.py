@@ -8,11 +8,11 @@
 # retained messages matching each new or replaced subscription are sent with
 # the retain flag set [MQTT-3.3.1-8], as v5 Retain Handling allows.
 
-from common.mqtt import consts as C
 from common.broker import handle_publish
+from common.broker.topics import filter_covers, parse_shared, validate_topic_filter
+from common.mqtt import consts as C
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import Suback, Unsuback, encode_packet, prop_get
-from common.broker.topics import filter_covers, parse_shared, validate_topic_filter
 
 
 def handle_subscribe(broker, conn, pkt, now):

@@ -14,9 +14,9 @@
 # so a message routed while the client was away waits behind them
 # [MQTT-4.4.0-1] [MQTT-4.6.0-1].
 
-from common.mqtt.consts import U16_MAX
 from common.broker.delivery import PID_SHIFT
 from common.broker.pools import Ring, SlotPool
+from common.mqtt.consts import U16_MAX
 
 NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
 

@@ -24,8 +24,8 @@
 # Start-up only: nothing here runs per packet. The "why" of each key is a
 # comment, not a string, so it costs no RAM on a board.
 
-from common.mqtt.consts import U16_MAX, U32_MAX
 from common.broker.topics import validate_topic_filter
+from common.mqtt.consts import U16_MAX, U32_MAX
 
 # Kinds of value.
 K_INT = "int"  # an int (not a bool) in lo..hi

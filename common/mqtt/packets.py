@@ -17,6 +17,8 @@ their caller (a test may send a bad packet on purpose). ``decode_packet``
 turns any stray low-level exception into ``MalformedPacket`` as a last guard.
 """
 
+from common.compat import JOIN_PARTS_FASTER as _JOIN_PARTS  # encode_publish's per-message path
+from common.compat import STRUCT_ERROR
 from common.mqtt import consts as C
 from common.mqtt.codec import (
     check_end,
@@ -35,8 +37,6 @@ from common.mqtt.codec import (
     write_u8,
     write_u16,
 )
-from common.compat import JOIN_PARTS_FASTER as _JOIN_PARTS  # encode_publish's per-message path
-from common.compat import STRUCT_ERROR
 from common.mqtt.errors import (
     MalformedPacket,
     MqttError,

@@ -3,6 +3,7 @@
 # MicroPython. Clients encode with the codec and decode the broker's output
 # with the codec's client-side decoders, so every byte crosses the wire format.
 
+from common.broker.settings import Settings
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.packets import (
@@ -16,7 +17,6 @@ from common.mqtt.packets import (
     decode_packet,
     encode_packet,
 )
-from common.broker.settings import Settings
 from common.store.storeboot import new_broker
 
 

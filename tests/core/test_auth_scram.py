@@ -4,8 +4,8 @@
 
 import unittest
 
-from common.mqtt import consts as C
 from common.crypto.auth_scram import b64, client_proof, hmac_sha256, make_credentials, unb64
+from common.mqtt import consts as C
 from common.mqtt.packets import Auth, prop_get
 from tests.core.harness import Harness
 

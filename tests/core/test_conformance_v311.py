@@ -5,9 +5,9 @@
 
 import unittest
 
+from common.broker.topics import topic_matches
 from common.mqtt import consts as C
 from common.mqtt.packets import Connect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet
-from common.broker.topics import topic_matches
 from tests.core.harness import Harness, RawClient, s16, vbi
 
 

@@ -5,9 +5,19 @@
 
 import unittest
 
-from common.mqtt import consts as C
-from common.mqtt.packets import Auth, Connect, Disconnect, PubAck, Publish, Subscribe, Unsubscribe, encode_packet, prop_get
 from common.broker.topics import topic_matches
+from common.mqtt import consts as C
+from common.mqtt.packets import (
+    Auth,
+    Connect,
+    Disconnect,
+    PubAck,
+    Publish,
+    Subscribe,
+    Unsubscribe,
+    encode_packet,
+    prop_get,
+)
 from tests.core.harness import Harness, RawClient, s16, vbi
 from tests.core.test_auth_scram import auth_props, exchange, scram_harness
 

@@ -4,12 +4,12 @@
 
 import unittest
 
-from common.mqtt import consts as C
-from common.mqtt.codec import FrameReader
+from common.broker.settings import Settings
 from common.compat import TICKS_MASK
 from common.driver import MAX_SLEEP_MS, Driver
+from common.mqtt import consts as C
+from common.mqtt.codec import FrameReader
 from common.mqtt.packets import Connect, Disconnect, Pingreq, Publish, Subscribe, decode_packet, encode_packet
-from common.broker.settings import Settings
 from common.store.store import Store
 from common.store.storeboot import new_broker
 from tests.core.memkv import MemKV

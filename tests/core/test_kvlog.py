@@ -7,7 +7,6 @@ docs/persistence-backends.md quotes the figures these tests print."""
 import unittest
 
 from common import compat
-
 from common.store import kvrecord
 from common.store.kvlog import SECTOR_HEADER_SIZE, KVLog
 from common.store.kvrecord import ERASED, INVALID, OVERHEAD, StoreFull

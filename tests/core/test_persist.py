@@ -5,8 +5,8 @@
 
 import unittest
 
-from common.mqtt import consts as C
 from common.crypto.aesgcm import AesGcm
+from common.mqtt import consts as C
 from common.store.store import Store, StoreError, pack, unpack
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.harness import Harness
