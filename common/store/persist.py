@@ -12,7 +12,7 @@
 # is durable for every persistent session that must receive it. restore()
 # rebuilds the broker through the public methods of its parts, as the
 # handlers do; no handler is imported. Its code runs once, at start-up: it
-# lives in restore.py, loaded for that call and dropped after.
+# lives in restore.py, loaded with the Persist and dropped after restore().
 #
 # Records (namespace byte + key -> packed list, see store.py):
 #   S client_id         [level, expiry_interval, expires_wall, generation,
@@ -60,6 +60,10 @@ class Persist(StateListener):
         self.offset = 0  # wall seconds - core seconds
         self.next_mid = 1
         self.next_seq = 1
+        # restore()'s code (restore.py) is loaded here, before the broker
+        # takes its pools: a board that runs sources compiles it while the
+        # heap is still free. restore() drops it after its one run.
+        import common.store.restore  # noqa: F401
 
     def pending(self):
         return self.store.dirty
@@ -197,9 +201,9 @@ class Persist(StateListener):
 
     def restore(self, broker, now, wall):
         """Rebuild sessions, subscriptions, queues and retained messages; counts."""
-        # restore.py runs once: loaded for this call and dropped after (out
-        # of sys.modules and its package), so a board's heap does not keep
-        # code it never runs again.
+        # restore.py runs once: loaded by __init__ (again here if restore()
+        # runs twice) and dropped after (out of sys.modules and its
+        # package), so a board's heap does not keep code it never runs again.
         from common.store import restore
 
         try:

@@ -1,7 +1,8 @@
 # Rebuilding the broker from the store's records (Persist.restore).
 #
-# Start-up only: Persist.restore imports this module for its one call and
-# drops it after, so a board's heap does not keep code it never runs again.
+# Start-up only: Persist loads this module when it is made (before the
+# broker's pools, while the heap is free) and restore() drops it after its
+# one run, so a board's heap does not keep code it never runs again.
 # The records are those described in persist.py; the state comes back
 # through the public methods of the broker's parts, as the handlers use
 # them (broker.sessions.create, broker.add_subscription,
