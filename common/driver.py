@@ -69,14 +69,14 @@
 # second session timers, close_linger), so the next wake still sees it in
 # time; and a wake with nothing due costs a few comparisons, not a scan.
 
-from common.compat import TICKS_MASK, print_exception, ticks_diff, ticks_sooner
+from common.compat import TICKS_MASK, const, print_exception, ticks_diff, ticks_sooner
 
-MAX_SLEEP_MS = 1000
+MAX_SLEEP_MS = const(1000)
 
 # linger[cid] besides a deadline: not closing, and closed (linger over or
 # aborted; waiting for the shell's connection_lost).
-OPEN = 0
-CLOSED = -1
+_OPEN = const(0)
+_CLOSED = const(-1)
 
 
 class Driver:
@@ -89,7 +89,7 @@ class Driver:
         self.shutdown_ms = int(shutdown_timeout * 1000)
         self.heap = heap
         self.handles = []  # cid -> the shell's handle, None = no connection
-        self.linger = []  # cid -> OPEN, CLOSED or the linger deadline (ms ticks)
+        self.linger = []  # cid -> _OPEN, _CLOSED or the linger deadline (ms ticks)
         self.linger_due = 0  # earliest linger deadline (ms ticks), 0 = none
         self.open = 0  # connections with a handle
         self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
@@ -145,9 +145,9 @@ class Driver:
         handles = self.handles
         while len(handles) <= cid:
             handles.append(None)
-            self.linger.append(OPEN)
+            self.linger.append(_OPEN)
         handles[cid] = handle
-        self.linger[cid] = OPEN
+        self.linger[cid] = _OPEN
         self.open += 1
         return cid
 
@@ -166,7 +166,7 @@ class Driver:
             # is a bug in it. Contained to this connection.
             self.broker.log(40, "core error on connection #%d: %r; aborting it", (cid, e))
             print_exception(e)
-            self.linger[cid] = CLOSED
+            self.linger[cid] = _CLOSED
             self.handles[cid].abort()
 
     def set_paused(self, cid, paused):
@@ -185,7 +185,7 @@ class Driver:
         if cid >= len(self.handles) or self.handles[cid] is None:
             return
         self.handles[cid] = None
-        self.linger[cid] = OPEN
+        self.linger[cid] = _OPEN
         self.open -= 1
         self.clock()
         try:
@@ -234,7 +234,7 @@ class Driver:
             # The peer neither closed its side nor read its output in time.
             # Output still buffered means it is not reading: a close would
             # wait for it forever, so abort.
-            linger[cid] = CLOSED
+            linger[cid] = _CLOSED
             handle = self.handles[cid]
             if handle.pending():
                 handle.abort()
@@ -315,5 +315,5 @@ class Driver:
         for cid in range(len(handles)):
             handle = handles[cid]
             if handle is not None:
-                self.linger[cid] = CLOSED
+                self.linger[cid] = _CLOSED
                 handle.abort()

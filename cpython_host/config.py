@@ -32,8 +32,8 @@ from common.broker.settings import (
     Settings,
     check,
     defaults,
-    did_you_mean,
 )
+from common.broker.settings_hint import did_you_mean
 
 __all__ = ["SERVER", "ConfigError", "HostConfig", "load_config"]
 

@@ -4,7 +4,7 @@
 common/store/filelog.py on POSIX files (cpython_host/posix_fs.py: fsync of the file
 and of the directory), sealed with AES-GCM (cpython_host/crypto.py, the
 `cryptography` package) when key text is given (--store-key-file or
-SISKIN_STORE_KEY; the format in common/store/storeboot.py; `python -m cpython_host
+SISKIN_STORE_KEY; the format in common/store/keytext.py; `python -m cpython_host
 store-key` prints a fresh key).
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from common.store.filelog import FileLog
+from common.store.keytext import parse_keys
 from common.store.store import Store, StoreError
 from common.store.storeboot import open_store as open_backend
-from common.store.storeboot import parse_keys
 from cpython_host.posix_fs import PosixFS
 
 LOG_NAME = "siskin.log"

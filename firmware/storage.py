@@ -9,7 +9,7 @@
 #                    partition table, docs/boards.md; never the file system's)
 #   "none"           nothing persisted
 # and "storage_key_file" (default "/siskin.key"): key text as
-# common/store/storeboot.py reads it (64 or 32 hex digits, or ID:HEX lines). If the
+# common/store/keytext.py reads it (64 or 32 hex digits, or ID:HEX lines). If the
 # file exists, every record is encrypted with AES-GCM under keys derived from
 # it with HKDF-SHA256 and the chip's machine.unique_id() as salt, so a copied
 # key file does not open another board's store. If it does not exist, the
@@ -18,7 +18,6 @@
 from common.crypto.hkdf import hkdf_sha256
 from common.store.filelog import FileLog
 from common.store.storeboot import open_store as open_backend
-from common.store.storeboot import parse_keys
 
 HKDF_INFO = b"siskin store key v1"
 
@@ -40,6 +39,8 @@ def read_keys(path, log):
     except OSError:
         log.log(30, "store: no key file %s: the store is NOT encrypted" % path)
         return None
+    from common.store.keytext import parse_keys  # only with a key file: not in the heap without
+
     keys = parse_keys(text)
     salt = _chip_id()
     for kid in keys:

@@ -6,10 +6,12 @@
 # half-closes and reports connection_lost) -> FREE. A connection the shell
 # reports lost goes straight to FREE.
 
-FREE = 0
-NEW = 1
-CONNECTED = 2
-CLOSING = 3
+from common.compat import const
+
+FREE = const(0)
+NEW = const(1)
+CONNECTED = const(2)
+CLOSING = const(3)
 
 
 class Connection:

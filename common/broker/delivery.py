@@ -15,24 +15,26 @@
 # the subscription identifiers and the shared group share one slot (`tag`).
 #
 #   msg   the pooled Message (holding one ref), None once RELEASED
-#   bits  QOS_MASK | RETAIN | state << STATE_SHIFT | SHARED | packet_id << PID_SHIFT
+#   bits  QOS_MASK | RETAIN | state << _STATE_SHIFT | SHARED | packet_id << PID_SHIFT
 #   tag   without SHARED: the v5 Subscription Identifiers (list) or None;
 #         with SHARED: the picked member's Subscription.share, a tuple
 #         (SharedGroup, identifiers or None) made once per subscription
 #   seq   the store's sequence number of its record, 0 = not stored
 
+from common.compat import const
+
 # `bits` layout
-QOS_MASK = 3
-RETAIN = 4
-STATE_SHIFT = 3
-STATE_MASK = 3 << STATE_SHIFT
-SHARED = 32
-PID_SHIFT = 6
+QOS_MASK = const(3)
+RETAIN = const(4)
+_STATE_SHIFT = const(3)
+_STATE_MASK = const(3 << _STATE_SHIFT)
+SHARED = const(32)
+PID_SHIFT = const(6)
 
 # Delivery states (the values are the store's record states, docs/persistence.md)
-QUEUED = 0  # routed, not sent
-SENT = 1  # PUBLISH sent with its packet id, awaiting PUBACK (QoS 1) or PUBREC (QoS 2)
-RELEASED = 2  # PUBREL sent, awaiting PUBCOMP; the message is gone
+QUEUED = const(0)  # routed, not sent
+SENT = const(1)  # PUBLISH sent with its packet id, awaiting PUBACK (QoS 1) or PUBREC (QoS 2)
+RELEASED = const(2)  # PUBREL sent, awaiting PUBCOMP; the message is gone
 
 
 class Delivery:
@@ -49,7 +51,7 @@ class Delivery:
         return self.bits & RETAIN != 0
 
     def state(self):
-        return (self.bits & STATE_MASK) >> STATE_SHIFT
+        return (self.bits & _STATE_MASK) >> _STATE_SHIFT
 
     def packet_id(self):
         return self.bits >> PID_SHIFT
@@ -64,11 +66,11 @@ class Delivery:
 
     def set_sent(self, packet_id):
         self.bits = (
-            (self.bits & ~(STATE_MASK | (0xFFFF << PID_SHIFT))) | (SENT << STATE_SHIFT) | (packet_id << PID_SHIFT)
+            (self.bits & ~(_STATE_MASK | (0xFFFF << PID_SHIFT))) | (SENT << _STATE_SHIFT) | (packet_id << PID_SHIFT)
         )
 
     def set_released(self):
-        self.bits = (self.bits & ~STATE_MASK) | (RELEASED << STATE_SHIFT)
+        self.bits = (self.bits & ~_STATE_MASK) | (RELEASED << _STATE_SHIFT)
 
 
 class DeliveryPool:

@@ -10,7 +10,8 @@
 # strings. `check(where, obj, schema, listed_in)` takes a dict read from a
 # file (TOML on the host, JSON on a board), refuses an unknown key (with a
 # "did you mean" for a typo), a wrong type or an out-of-range value, and
-# returns the checked values. Every refusal is a ConfigError whose text names
+# returns the checked values. The words of a refusal live in settings_hint.py,
+# imported only when a file is refused. Every refusal is a ConfigError whose text names
 # the file and table (`where`), the key, the bad value and what it wants:
 #
 #     site.toml: [limits]: max_inflight = 0: wants an integer 1..65535; fix the value.
@@ -104,53 +105,6 @@ class ConfigError(ValueError):
     """A configuration mistake; str() is the one-line message for the user."""
 
 
-def _distance(a, b):
-    # Optimal string alignment distance: edits, a swap of neighbours counting one.
-    prev2 = None
-    prev = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        row = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cost = 0 if a[i - 1] == b[j - 1] else 1
-            d = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
-            if prev2 is not None and i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
-                d = min(d, prev2[j - 2] + 1)
-            row[j] = d
-        prev2 = prev
-        prev = row
-    return prev[len(b)]
-
-
-def did_you_mean(name, choices):
-    """'; did you mean 'x'?' for the closest of `choices` (in their order), or ''."""
-    best = None
-    best_d = max(1, len(name) // 3) + 1
-    for choice in choices:
-        d = _distance(name, choice)
-        if d < best_d:
-            best, best_d = choice, d
-    return "; did you mean %r?" % best if best is not None else ""
-
-
-def _wants(kind, lo, hi):
-    if kind == K_INT or kind == K_NUMBER:
-        what = "an integer" if kind == K_INT else "a number"
-        if hi is None:
-            return "%s >= %d" % (what, lo)
-        return "%s %d..%d" % (what, lo, hi)
-    if kind == K_BOOL:
-        return "true or false"
-    if kind == K_STR:
-        return "a string"
-    if kind == K_CHOICE:
-        return "one of " + ", ".join(lo)
-    if kind == K_LIST:
-        return 'a list of strings, e.g. ["a", "b"]'
-    if kind == K_FILTERS:
-        return 'a list of strings that are valid topic filters, e.g. ["a/#", "+/b"]'
-    return "a table ({...} in JSON, [name] in TOML)"
-
-
 def _is_number(value, kind):
     if value is True or value is False:
         return False
@@ -191,6 +145,8 @@ def check(where, obj, schema, listed_in=""):
                 entry = e
                 break
         if entry is None:
+            from common.broker.settings_hint import did_you_mean  # the error path only
+
             names = [e[0] for e in schema]
             hint = did_you_mean(name, names)
             listed = listed_in + " lists every key" if listed_in else "known keys: " + ", ".join(names)
@@ -200,7 +156,9 @@ def check(where, obj, schema, listed_in=""):
         value = obj[name]
         kind, lo, hi = entry[2], entry[3], entry[4]
         if not _valid(value, kind, lo, hi):
-            raise ConfigError("%s: %s = %r: wants %s; fix the value." % (where, name, value, _wants(kind, lo, hi)))
+            from common.broker.settings_hint import wants  # the error path only
+
+            raise ConfigError("%s: %s = %r: wants %s; fix the value." % (where, name, value, wants(kind, lo, hi)))
         out[name] = list(value) if isinstance(value, list) else value
     return out
 

@@ -36,6 +36,7 @@
 
 import struct
 
+from common.compat import const
 from common.store.kvrecord import (
     CRC_SIZE,
     ERASED,
@@ -56,8 +57,8 @@ FILE_MAGIC = b"SKVLOG1\n"
 FILE_HEADER_SIZE = 8
 COMPACT_SUFFIX = ".compact"
 CORRUPT_SUFFIX = ".corrupt"
-_SMALL = 512  # records up to this size are encoded in one buffer, one write
-_CHUNK = 512  # read size when checking the CRC of a big value at open
+_SMALL = const(512)  # records up to this size are encoded in one buffer, one write
+_CHUNK = const(512)  # read size when checking the CRC of a big value at open
 
 
 def _dirname(path):

@@ -11,7 +11,8 @@
 # (Broker.take_dirty), so nothing is acknowledged to a publisher before it
 # is durable for every persistent session that must receive it. restore()
 # rebuilds the broker through the public methods of its parts, as the
-# handlers do; no handler is imported.
+# handlers do; no handler is imported. Its code runs once, at start-up: it
+# lives in restore.py, loaded with the Persist and dropped after restore().
 #
 # Records (namespace byte + key -> packed list, see store.py):
 #   S client_id         [level, expiry_interval, expires_wall, generation,
@@ -36,10 +37,10 @@
 # clock went back, or a board without a real-time clock) is clamped to now +
 # interval.
 
-from common.broker.delivery import QUEUED, RELEASED
+import sys
+
+from common.broker.delivery import RELEASED
 from common.broker.listener import StateListener
-from common.broker.pools import Ring
-from common.broker.session import NEVER
 from common.store.store import u64be
 
 NS_SESSION = b"S"
@@ -47,23 +48,6 @@ NS_SUB = b"U"
 NS_MESSAGE = b"M"
 NS_DELIVERY = b"D"
 NS_RETAINED = b"R"
-
-
-def _from_be(b):
-    n = 0
-    for x in b:
-        n = (n << 8) | x
-    return n
-
-
-def _props_in(value):
-    """Properties as the codec holds them: a list of (id, value) tuples."""
-    if not value:
-        return None
-    out = []
-    for pid, v in value:
-        out.append((pid, tuple(v) if isinstance(v, list) else v))
-    return out
 
 
 class Persist(StateListener):
@@ -76,6 +60,10 @@ class Persist(StateListener):
         self.offset = 0  # wall seconds - core seconds
         self.next_mid = 1
         self.next_seq = 1
+        # restore()'s code (restore.py) is loaded here, before the broker
+        # takes its pools: a board that runs sources compiles it while the
+        # heap is still free. restore() drops it after its one run.
+        import common.store.restore  # noqa: F401
 
     def pending(self):
         return self.store.dirty
@@ -90,15 +78,6 @@ class Persist(StateListener):
 
     def _wall(self, t):
         return t + self.offset if t else 0
-
-    def _core(self, wall, now, interval):
-        """Core time for a stored wall time; 0 stays 0; clamped to now + interval."""
-        if not wall:
-            return 0
-        t = wall - self.offset
-        if interval and t > now + interval:
-            t = now + interval
-        return t if t > 0 else 1
 
     # ---------------------------------------------------------- sessions
 
@@ -221,128 +200,14 @@ class Persist(StateListener):
     # ---------------------------------------------------------- restore
 
     def restore(self, broker, now, wall):
-        """Rebuild sessions, subscriptions, queues and retained messages."""
-        self.offset = wall - now
-        store = self.store
-        messages = broker.routing.messages
-        counts = {"sessions": 0, "subscriptions": 0, "messages": 0, "retained": 0, "dropped": 0}
+        """Rebuild sessions, subscriptions, queues and retained messages; counts."""
+        # restore.py runs once: loaded by __init__ (again here if restore()
+        # runs twice) and dropped after (out of sys.modules and its
+        # package), so a board's heap does not keep code it never runs again.
+        from common.store import restore
 
-        by_mid = {}
-        for key, rec in store.items(NS_MESSAGE):
-            mid = _from_be(key)
-            topic, payload, qos, retain, props, expiry_wall = rec[:6]
-            msg = messages.new(topic, payload, qos, retain, _props_in(props), self._core(expiry_wall, now, 0))
-            if msg is None:
-                counts["dropped"] += 1
-                store.delete(NS_MESSAGE, key)
-                continue
-            msg.store_id = mid
-            by_mid[mid] = msg
-            if mid >= self.next_mid:
-                self.next_mid = mid + 1
-
-        for key, rec in store.items(NS_SESSION):
-            self._restore_session(broker, key.decode(), rec, now, counts)
-
-        for key, rec in store.items(NS_SUB):
-            client_id, flt = key.split(b"\0", 1)
-            session = broker.sessions.find(client_id.decode())
-            if session is None:
-                store.delete(NS_SUB, key)
-                continue
-            qos, no_local, rap, rh, sub_id = rec
-            sub = broker.add_subscription(session, flt.decode())
-            if sub is None:
-                counts["dropped"] += 1
-                store.delete(NS_SUB, key)
-                continue
-            sub.set_options(qos, no_local, rap, rh, sub_id)
-            counts["subscriptions"] += 1
-
-        self._restore_deliveries(broker, by_mid)
-
-        for msg in by_mid.values():
-            if msg.refs == 0:
-                messages.pool.release(msg)  # no delivery refers to it
-                store.delete(NS_MESSAGE, u64be(msg.store_id))
-            else:
-                counts["messages"] += 1
-
-        retained = broker.routing.retained
-        for key, rec in store.items(NS_RETAINED):
-            payload, qos, props, expiry_wall = rec[:4]
-            topic = key.decode()
-            if retained.store(topic, payload, qos, _props_in(props), self._core(expiry_wall, now, 0), False):
-                counts["retained"] += 1
-            else:
-                counts["dropped"] += 1
-                store.delete(NS_RETAINED, key)
-        counts["skipped"] = store.skipped
-        store.sync()
-        return counts
-
-    def _restore_session(self, broker, client_id, rec, now, counts):
-        level, expiry, expires_wall, generation, next_pid, qos2_in = rec
-        if expiry != NEVER:
-            expires_at = self._core(expires_wall, now, expiry) or now + expiry  # 0: it was connected
-            if expires_at <= now:
-                self.store.delete(NS_SESSION, client_id.encode())
-                return  # expired while the broker was down; its records go below
-        else:
-            expires_at = 0
-        session = broker.sessions.create(client_id, generation)
-        if session is None:
-            counts["dropped"] += 1
-            self.store.delete(NS_SESSION, client_id.encode())
-            return
-        session.level = level
-        session.expiry_interval = expiry
-        session.expires_at = expires_at
-        session.next_packet_id = next_pid
-        session.qos2_in = set(qos2_in)
-        session.stored = True
-        counts["sessions"] += 1
-
-    def _restore_deliveries(self, broker, by_mid):
-        store = self.store
-        routing = broker.routing
-        per_session = {}
-        for key, rec in store.items(NS_DELIVERY):
-            client_id, seq = key.split(b"\0", 1)
-            session = broker.sessions.find(client_id.decode())
-            seq = _from_be(seq)
-            if seq >= self.next_seq:
-                self.next_seq = seq + 1
-            mid, qos, retain, sub_ids, state, packet_id, share = rec
-            msg = by_mid.get(mid) if state != RELEASED else None
-            if session is None or (state != RELEASED and msg is None):
-                store.delete(NS_DELIVERY, key)
-                continue
-            lst = per_session.get(session.client_id)
-            if lst is None:
-                lst = per_session[session.client_id] = []
-            lst.append((seq, msg, qos, retain, sub_ids, state, packet_id, share))
-        for client_id, items in per_session.items():
-            session = broker.sessions.find(client_id)
-            items.sort(key=lambda item: item[0])
-            queued = []
-            for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
-                group = routing.group(share) if share is not None else None
-                tag = (group, sub_ids) if group is not None else sub_ids
-                d = routing.deliveries.new(msg, qos, retain, tag, group is not None)
-                d.seq = seq
-                if state == QUEUED:
-                    queued.append(d)
-                    continue
-                d.set_sent(packet_id)
-                if state == RELEASED:
-                    d.set_released()
-                session.inflight.append(d)
-            queue = session.queue
-            if len(queued) > queue.cap:
-                # max_queued_messages was lowered since they were stored:
-                # keep them all (they were acknowledged), in a ring that fits.
-                queue = session.queue = Ring(len(queued), len(queued))
-            for d in queued:
-                queue.push(d)
-                session.queued_bytes += d.msg.size()
+        try:
+            return restore.restore(self, broker, now, wall)
+        finally:
+            del sys.modules[restore.__name__]
+            delattr(sys.modules["common.store"], "restore")

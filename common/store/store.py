@@ -26,6 +26,8 @@
 # key is configured (or the other way round), is refused with a StoreError
 # that says what to do.
 
+from common.compat import const
+
 SCHEMA = 1
 MAGIC = b"SKNS"
 META_KEY = b"V"
@@ -33,8 +35,8 @@ CHECK_KEY = b"K"
 CHECK_TEXT = "siskin key check"
 
 FLAG_ENCRYPTED = 1
-_NONCE_LEN = 12
-_TAG_LEN = 16
+_NONCE_LEN = const(12)
+_TAG_LEN = const(16)
 
 # Schema migrations: MIGRATIONS[v](full_key, value) returns the value of a
 # version-v record as version v + 1 has it. A record is upgraded step by step
@@ -51,13 +53,13 @@ class StoreError(Exception):
 
 # ------------------------------------------------------------------ packing
 
-_NONE = 0
-_FALSE = 1
-_TRUE = 2
-_INT = 3
-_STR = 4
-_BYTES = 5
-_LIST = 6
+_NONE = const(0)
+_FALSE = const(1)
+_TRUE = const(2)
+_INT = const(3)
+_STR = const(4)
+_BYTES = const(5)
+_LIST = const(6)
 
 
 def _put_varint(out, n):

@@ -160,6 +160,21 @@ class TestRestart(unittest.TestCase):
         self.assertEqual([p.topic for p in got], ["t/%d" % i for i in range(5)])
         self.assertEqual([p.payload for p in got], [b"m%d" % i for i in range(5)])
 
+    def test_restore_code_is_dropped_after_the_restore(self):
+        # Restore runs once at start-up; its module must not stay in a
+        # board's heap (common/store/persist.py Persist.restore).
+        import sys
+
+        import common.store
+
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        self.persistent_subscriber(h).disconnect()
+        h2, _kv = restart(kv)
+        self.assertEqual(h2.restored["sessions"], 1)
+        self.assertFalse("common.store.restore" in sys.modules)
+        self.assertFalse(hasattr(common.store, "restore"))
+
     def test_store_written_by_earlier_versions_restores(self):
         # Records as the broker wrote them before Core v2 (the publisher's
         # client id in the last slot of M and R, a shared delivery, one sent

@@ -20,8 +20,8 @@ from common.broker.settings import (
     Settings,
     check,
     defaults,
-    did_you_mean,
 )
+from common.broker.settings_hint import did_you_mean
 
 SCHEMA = (
     ("port", 1883, K_INT, 0, 65535),

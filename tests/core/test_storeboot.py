@@ -1,11 +1,12 @@
-# The store bootstrap both shells share (common/store/storeboot.py): key text and
+# The store bootstrap both shells share (common/store/storeboot.py, keytext.py): key text and
 # the opener, on both interpreters.
 
 import unittest
 
 from common.crypto.aesgcm import AesGcm
+from common.store.keytext import parse_keys
 from common.store.store import StoreError
-from common.store.storeboot import open_store, parse_keys
+from common.store.storeboot import open_store
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.memkv import MemKV
 

@@ -123,8 +123,8 @@ def test_tampered_record_skipped_and_counted(tmp_path: Path) -> None:
 
 
 def test_key_text_errors_name_the_problem() -> None:
+    from common.store.keytext import parse_keys
     from common.store.store import StoreError
-    from common.store.storeboot import parse_keys
 
     assert parse_keys("# a comment\n1:" + KEY + "\n2:" + OTHER_KEY) == {1: bytes.fromhex(KEY), 2: bytes.fromhex(OTHER_KEY)}
     assert parse_keys(KEY) == {1: bytes.fromhex(KEY)}

@@ -1,0 +1,174 @@
+# Rebuilding the broker from the store's records (Persist.restore).
+#
+# Start-up only: Persist loads this module when it is made (before the
+# broker's pools, while the heap is free) and restore() drops it after its
+# one run, so a board's heap does not keep code it never runs again.
+# The records are those described in persist.py; the state comes back
+# through the public methods of the broker's parts, as the handlers use
+# them (broker.sessions.create, broker.add_subscription,
+# routing.retained.store, routing.messages.new, routing.deliveries.new), in
+# order: messages, sessions, subscriptions, then each session's inflight
+# window and queue in their original order, then the retained messages.
+
+from common.broker.delivery import QUEUED, RELEASED
+from common.broker.pools import Ring
+from common.broker.session import NEVER
+from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSION, NS_SUB
+from common.store.store import u64be
+
+
+def _from_be(b):
+    n = 0
+    for x in b:
+        n = (n << 8) | x
+    return n
+
+
+def _props_in(value):
+    """Properties as the codec holds them: a list of (id, value) tuples."""
+    if not value:
+        return None
+    out = []
+    for pid, v in value:
+        out.append((pid, tuple(v) if isinstance(v, list) else v))
+    return out
+
+
+def _core(persist, wall, now, interval):
+    """Core time for a stored wall time; 0 stays 0; clamped to now + interval."""
+    if not wall:
+        return 0
+    t = wall - persist.offset
+    if interval and t > now + interval:
+        t = now + interval
+    return t if t > 0 else 1
+
+
+def restore(persist, broker, now, wall):
+    """Rebuild sessions, subscriptions, queues and retained messages; counts."""
+    persist.offset = wall - now
+    store = persist.store
+    messages = broker.routing.messages
+    counts = {"sessions": 0, "subscriptions": 0, "messages": 0, "retained": 0, "dropped": 0}
+
+    by_mid = {}
+    for key, rec in store.items(NS_MESSAGE):
+        mid = _from_be(key)
+        topic, payload, qos, retain, props, expiry_wall = rec[:6]
+        msg = messages.new(topic, payload, qos, retain, _props_in(props), _core(persist, expiry_wall, now, 0))
+        if msg is None:
+            counts["dropped"] += 1
+            store.delete(NS_MESSAGE, key)
+            continue
+        msg.store_id = mid
+        by_mid[mid] = msg
+        if mid >= persist.next_mid:
+            persist.next_mid = mid + 1
+
+    for key, rec in store.items(NS_SESSION):
+        _restore_session(persist, broker, key.decode(), rec, now, counts)
+
+    for key, rec in store.items(NS_SUB):
+        client_id, flt = key.split(b"\0", 1)
+        session = broker.sessions.find(client_id.decode())
+        if session is None:
+            store.delete(NS_SUB, key)
+            continue
+        qos, no_local, rap, rh, sub_id = rec
+        sub = broker.add_subscription(session, flt.decode())
+        if sub is None:
+            counts["dropped"] += 1
+            store.delete(NS_SUB, key)
+            continue
+        sub.set_options(qos, no_local, rap, rh, sub_id)
+        counts["subscriptions"] += 1
+
+    _restore_deliveries(persist, broker, by_mid)
+
+    for msg in by_mid.values():
+        if msg.refs == 0:
+            messages.pool.release(msg)  # no delivery refers to it
+            store.delete(NS_MESSAGE, u64be(msg.store_id))
+        else:
+            counts["messages"] += 1
+
+    retained = broker.routing.retained
+    for key, rec in store.items(NS_RETAINED):
+        payload, qos, props, expiry_wall = rec[:4]
+        topic = key.decode()
+        if retained.store(topic, payload, qos, _props_in(props), _core(persist, expiry_wall, now, 0), False):
+            counts["retained"] += 1
+        else:
+            counts["dropped"] += 1
+            store.delete(NS_RETAINED, key)
+    counts["skipped"] = store.skipped
+    store.sync()
+    return counts
+
+
+def _restore_session(persist, broker, client_id, rec, now, counts):
+    level, expiry, expires_wall, generation, next_pid, qos2_in = rec
+    if expiry != NEVER:
+        expires_at = _core(persist, expires_wall, now, expiry) or now + expiry  # 0: it was connected
+        if expires_at <= now:
+            persist.store.delete(NS_SESSION, client_id.encode())
+            return  # expired while the broker was down; its records go below
+    else:
+        expires_at = 0
+    session = broker.sessions.create(client_id, generation)
+    if session is None:
+        counts["dropped"] += 1
+        persist.store.delete(NS_SESSION, client_id.encode())
+        return
+    session.level = level
+    session.expiry_interval = expiry
+    session.expires_at = expires_at
+    session.next_packet_id = next_pid
+    session.qos2_in = set(qos2_in)
+    session.stored = True
+    counts["sessions"] += 1
+
+
+def _restore_deliveries(persist, broker, by_mid):
+    store = persist.store
+    routing = broker.routing
+    per_session = {}
+    for key, rec in store.items(NS_DELIVERY):
+        client_id, seq = key.split(b"\0", 1)
+        session = broker.sessions.find(client_id.decode())
+        seq = _from_be(seq)
+        if seq >= persist.next_seq:
+            persist.next_seq = seq + 1
+        mid, qos, retain, sub_ids, state, packet_id, share = rec
+        msg = by_mid.get(mid) if state != RELEASED else None
+        if session is None or (state != RELEASED and msg is None):
+            store.delete(NS_DELIVERY, key)
+            continue
+        lst = per_session.get(session.client_id)
+        if lst is None:
+            lst = per_session[session.client_id] = []
+        lst.append((seq, msg, qos, retain, sub_ids, state, packet_id, share))
+    for client_id, items in per_session.items():
+        session = broker.sessions.find(client_id)
+        items.sort(key=lambda item: item[0])
+        queued = []
+        for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
+            group = routing.group(share) if share is not None else None
+            tag = (group, sub_ids) if group is not None else sub_ids
+            d = routing.deliveries.new(msg, qos, retain, tag, group is not None)
+            d.seq = seq
+            if state == QUEUED:
+                queued.append(d)
+                continue
+            d.set_sent(packet_id)
+            if state == RELEASED:
+                d.set_released()
+            session.inflight.append(d)
+        queue = session.queue
+        if len(queued) > queue.cap:
+            # max_queued_messages was lowered since they were stored:
+            # keep them all (they were acknowledged), in a ring that fits.
+            queue = session.queue = Ring(len(queued), len(queued))
+        for d in queued:
+            queue.push(d)
+            session.queued_bytes += d.msg.size()
