@@ -16,6 +16,12 @@
 # otherwise it waits in the queue in order. Acks free window slots and
 # pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
 # of a delivery is told to the broker's listener (persistence).
+#
+# Encoding: a QoS 0 copy with nothing of its own shares one encoded PUBLISH
+# per message and protocol level (Message.wire4/wire5). A v5 message's
+# forwarded properties are encoded once, at its first v5 delivery
+# (Message.props), and copied as bytes into every PUBLISH next to that
+# delivery's own (expiry left, subscription ids, outbound alias).
 
 from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.broker.topics import over_limits
