@@ -248,16 +248,17 @@ def _set_will(broker, session, pkt, now):
     expiry = 0
     fwd = None
     if props:
-        fwd = []
+        taken = 0
         for prop_id, value in props:
             if prop_id == C.PROP_WILL_DELAY_INTERVAL:
                 delay = value
+                taken += 1
             elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                 expiry = value
-            else:
-                fwd.append((prop_id, value))
+                taken += 1
+        fwd = handle_publish.forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
     messages = broker.routing.messages
-    msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd or None, 0)
+    msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
     if msg is None:
         return  # no slab for the will: it cannot be kept
     messages.hold(msg)

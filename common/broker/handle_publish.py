@@ -16,12 +16,19 @@
 # otherwise it waits in the queue in order. Acks free window slots and
 # pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
 # of a delivery is told to the broker's listener (persistence).
+#
+# Encoding: a QoS 0 copy with nothing of its own shares one encoded PUBLISH
+# per message and protocol level (Message.wire4/wire5). A v5 message's
+# forwarded properties are encoded once, at its first v5 delivery
+# (Message.props), and copied as bytes into every PUBLISH next to that
+# delivery's own (expiry left, subscription ids, outbound alias).
 
 from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
 from common.mqtt.errors import MqttError, ProtocolError
-from common.mqtt.packets import PubAck, Publish, encode_packet
+from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts
+from common.mqtt.properties import encode_property_items
 
 # ------------------------------------------------------------------ inbound
 
@@ -37,21 +44,20 @@ def handle_publish(broker, conn, pkt, now):
     if conn.level == C.LEVEL_5:
         props = pkt.props
         if props:
-            fwd = []
             alias = 0
+            taken = 0
             for prop_id, value in props:
                 if prop_id == C.PROP_TOPIC_ALIAS:
                     alias = value
+                    taken += 1
                 elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                     expiry = value
+                    taken += 1
                 elif prop_id == C.PROP_SUBSCRIPTION_IDENTIFIER:
                     raise ProtocolError("Subscription Identifier from a client")  # [MQTT-3.3.4-6]
-                else:
-                    fwd.append((prop_id, value))
             if alias:
                 topic = _resolve_alias(broker, conn, topic, alias)
-            if not fwd:
-                fwd = None
+            fwd = forwarded(props, taken, C.PROP_TOPIC_ALIAS)
         if qos > s.maximum_qos:
             raise MqttError(C.RC_QOS_NOT_SUPPORTED, "QoS above Maximum QoS")  # [MQTT-3.2.2-11]
         if pkt.retain and not s.retain_available:
@@ -89,6 +95,23 @@ def handle_publish(broker, conn, pkt, now):
             session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
             broker.listener.session_saved(session)
         send_ack(broker, conn, C.PUBREC, pid, reason, text)
+
+
+def forwarded(props, taken, other):
+    """The properties a message forwards (Message.props), or None.
+
+    `props` less Message Expiry and `other` (the publisher's Topic Alias, or
+    a will's Will Delay), of which `taken` are present: the rest in their
+    order, User Properties unchanged [MQTT-3.3.2-17] [MQTT-3.3.2-18]; the
+    decoded list itself when nothing is taken out.
+    """
+    if not taken:
+        return props
+    rest = []
+    for prop in props:
+        if prop[0] != other and prop[0] != C.PROP_MESSAGE_EXPIRY_INTERVAL:
+            rest.append(prop)
+    return rest or None
 
 
 def _resolve_alias(broker, conn, topic, alias):
@@ -257,35 +280,44 @@ def _send_inflight(broker, conn, session, d, now):
 
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
-    """Encode and write one PUBLISH; False if the client's size limit forbids it."""
+    """Encode and write one PUBLISH; False if the client's size limit forbids it.
+
+    A v5 PUBLISH carries the message's forwarded properties, encoded once
+    per message (Message.props), then this delivery's own: the expiry left,
+    the subscription identifiers, the outbound topic alias.
+    """
+    plain = qos == 0 and not retain and not msg.retain
     level = conn.level
-    if qos == 0 and not retain and not msg.retain:
-        if level == C.LEVEL_311:
-            data = msg.wire4
-            if data is None:
-                data = msg.wire4 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), C.LEVEL_311)
-            return _write_publish(broker, conn, data)
-        if not (msg.props or msg.expiry or sub_ids or conn.alias_max_out):
-            data = msg.wire5
-            if data is None:
-                data = msg.wire5 = encode_packet(Publish(msg.topic, msg.payload, 0, False, False, 0, None), C.LEVEL_5)
-            return _write_publish(broker, conn, data)
-    props = None
+    if level != C.LEVEL_5:
+        if not plain:
+            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0))
+        data = msg.wire4
+        if data is None:
+            data = msg.wire4 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, level, None, -1, None, 0)
+        return _write_publish(broker, conn, data)
+    items = msg.props
+    if items is not None and not isinstance(items, bytearray):
+        items = msg.props = encode_property_items(items)  # the first v5 delivery
+    if plain and not (msg.expiry or sub_ids or conn.alias_max_out):
+        data = msg.wire5
+        if data is None:
+            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, C.LEVEL_5, items, -1, None, 0)
+        return _write_publish(broker, conn, data)
     topic = msg.topic
-    if level == C.LEVEL_5:
-        props = msg.props
-        if msg.expiry or sub_ids or conn.alias_max_out:
-            props = list(props) if props else []
-            if msg.expiry:
-                left = msg.expiry - now
-                # [MQTT-3.3.2-6] the interval less the time spent waiting.
-                props.append((C.PROP_MESSAGE_EXPIRY_INTERVAL, left if left > 0 else 0))
-            if sub_ids:
-                for sub_id in sub_ids:
-                    props.append((C.PROP_SUBSCRIPTION_IDENTIFIER, sub_id))  # [MQTT-3.3.4-3]
-            if conn.alias_max_out:
-                topic = _alias_out(conn, topic, props)
-    return _write_publish(broker, conn, encode_packet(Publish(topic, msg.payload, qos, retain, dup, pid, props), level))
+    left = -1
+    if msg.expiry:
+        left = msg.expiry - now
+        if left < 0:
+            left = 0  # [MQTT-3.3.2-6] the interval less the time spent waiting
+    alias = 0
+    if conn.alias_max_out:
+        alias = _alias_out(conn, topic)
+        if alias < 0:
+            alias = -alias
+            topic = ""  # the client knows the alias: the topic is left out
+    # sub_ids: [MQTT-3.3.4-3]
+    data = encode_publish_parts(topic, msg.payload, qos, retain, dup, pid, C.LEVEL_5, items, left, sub_ids, alias)
+    return _write_publish(broker, conn, data)
 
 
 def _write_publish(broker, conn, data):
@@ -297,8 +329,9 @@ def _write_publish(broker, conn, data):
     return True
 
 
-def _alias_out(conn, topic, props):
-    """Outbound topic alias: the topic to put on the wire, alias appended to props.
+def _alias_out(conn, topic):
+    """Outbound topic alias: 0 for none, a new alias (sent with the topic),
+    or minus a known one (sent without the topic).
 
     The first PUBLISH on a topic carries the topic and a new alias; later ones
     carry only the alias. Aliases are never reassigned once the client's
@@ -309,13 +342,12 @@ def _alias_out(conn, topic, props):
         aliases = conn.aliases_out = {}
     alias = aliases.get(topic)
     if alias is not None:
-        props.append((C.PROP_TOPIC_ALIAS, alias))
-        return ""
+        return -alias
     if len(aliases) < conn.alias_max_out:
         alias = len(aliases) + 1
         aliases[topic] = alias
-        props.append((C.PROP_TOPIC_ALIAS, alias))
-    return topic
+        return alias
+    return 0
 
 
 def pump(broker, session, now):

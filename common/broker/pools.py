@@ -62,7 +62,12 @@ class Message:
         self.payload = b""
         self.qos = 0
         self.retain = False
-        self.props = None  # v5 properties forwarded, wire order; None = none
+        # The v5 properties it forwards, None = none: the list as decoded
+        # (wire order) until the first v5 delivery replaces it with their
+        # encoded items (a bytearray: properties.encode_property_items), which
+        # every later delivery copies next to its own properties. Encoded
+        # lazily: a message routed only to 3.1.1 clients never pays for it.
+        self.props = None
         self.expiry = 0  # absolute time (s) after which it is dropped, 0 = never
         self.refs = 0
         # The QoS 0 PUBLISH every plain subscriber gets, encoded once per

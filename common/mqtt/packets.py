@@ -36,6 +36,8 @@ from common.mqtt.codec import (
     write_raw,
     write_u8,
     write_u16,
+    write_u32,
+    write_vbi,
 )
 from common.mqtt.errors import (
     MalformedPacket,
@@ -47,6 +49,7 @@ from common.mqtt.errors import (
 from common.mqtt.properties import (
     decode_properties,
     decode_reason_props,
+    encode_property_items,
     encode_reason_props,
     prop_get,
     properties_size,
@@ -521,19 +524,35 @@ def encode_connack(p, level):
 
 
 def encode_publish(p, level):
-    qos = p.qos
+    items = None
+    if level == C.LEVEL_5:
+        items = encode_property_items(p.props)
+    return encode_publish_parts(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, level, items, -1, None, 0)
+
+
+def encode_publish_parts(topic, payload, qos, retain, dup, packet_id, level, items, expiry, sub_ids, alias):
+    """A PUBLISH from its fields, as the broker sends one per delivery.
+
+    v5 only: ``items`` are properties already encoded
+    (``encode_property_items``, None for none), written first, then the
+    per-delivery ones: Message Expiry Interval ``expiry`` (-1: none), a
+    Subscription Identifier for each of ``sub_ids`` (None: none), Topic
+    Alias ``alias`` (0: none). The same bytes as ``encode_publish`` of those
+    properties in that order; no Publish object, and the forwarded
+    properties are not encoded again for each subscriber.
+    """
     first = 0x30 | (qos << 1)
-    if p.dup:
+    if dup:
         first |= 0x08
-    if p.retain:
+    if retain:
         first |= 0x01
-    topic = utf8_bytes(p.topic)
-    payload = p.payload or b""
+    topic = utf8_bytes(topic)
+    payload = payload or b""
     tlen = len(topic)
     size = 2 + tlen + len(payload)
     if qos:
         size += 2
-    if level != C.LEVEL_5 or not p.props:
+    if level != C.LEVEL_5 or not (items or sub_ids or alias or expiry >= 0):
         # The per-message path, no properties: the generic steps below inlined
         # (same two allocations, a third of the interpreted calls).
         if level == C.LEVEL_5:
@@ -542,11 +561,10 @@ def encode_publish(p, level):
             raise ValueError("string or binary data longer than 65535 bytes")
         if _JOIN_PARTS and size < 128:
             if qos:
-                pid = p.packet_id
                 if level == C.LEVEL_5:
-                    mid = bytes((pid >> 8, pid & 0xFF, 0))
+                    mid = bytes((packet_id >> 8, packet_id & 0xFF, 0))
                 else:
-                    mid = bytes((pid >> 8, pid & 0xFF))
+                    mid = bytes((packet_id >> 8, packet_id & 0xFF))
             else:
                 mid = b"\x00" if level == C.LEVEL_5 else b""
             return b"".join((bytes((first, size, tlen >> 8, tlen & 0xFF)), topic, mid, payload))
@@ -563,23 +581,40 @@ def encode_publish(p, level):
         buf[off:off + tlen] = topic
         off += tlen
         if qos:
-            pid = p.packet_id
-            buf[off] = pid >> 8
-            buf[off + 1] = pid & 0xFF
+            buf[off] = packet_id >> 8
+            buf[off + 1] = packet_id & 0xFF
             off += 2
         if level == C.LEVEL_5:
             off += 1  # Property Length 0 (the buffer is zeroed)
         buf[off:] = payload
         return bytes(buf)
-    if level == C.LEVEL_5:
-        psize = properties_size(p.props)
-        size += vbi_size(psize) + psize
-    buf, off = new_packet_buffer(first, size)
+    psize = len(items) if items else 0
+    if expiry >= 0:
+        psize += 5
+    if sub_ids:
+        for sub_id in sub_ids:
+            psize += 1 + vbi_size(sub_id)
+    if alias:
+        psize += 3
+    buf, off = new_packet_buffer(first, size + vbi_size(psize) + psize)
     off = write_prefixed(buf, off, topic)
     if qos:
-        off = write_u16(buf, off, p.packet_id)
-    if level == C.LEVEL_5:
-        off = write_properties(buf, off, p.props, psize)
+        off = write_u16(buf, off, packet_id)
+    off = write_vbi(buf, off, psize)
+    if items:
+        n = len(items)
+        buf[off:off + n] = items
+        off += n
+    if expiry >= 0:
+        buf[off] = C.PROP_MESSAGE_EXPIRY_INTERVAL
+        off = write_u32(buf, off + 1, expiry)
+    if sub_ids:
+        for sub_id in sub_ids:
+            buf[off] = C.PROP_SUBSCRIPTION_IDENTIFIER
+            off = write_vbi(buf, off + 1, sub_id)
+    if alias:
+        buf[off] = C.PROP_TOPIC_ALIAS
+        off = write_u16(buf, off + 1, alias)
     write_raw(buf, off, payload)
     return bytes(buf)
 

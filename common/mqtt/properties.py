@@ -220,6 +220,20 @@ def decode_properties(buf, start, end, ptype):
     return props, stop
 
 
+def decode_property_items(items, ptype):
+    """The list ``encode_property_items`` made ``items`` from (None for none).
+
+    Off the hot path (persistence): the items get their length in front
+    and go through ``decode_properties`` as a block.
+    """
+    if not items:
+        return None
+    n = len(items)
+    block = bytearray(vbi_size(n) + n)
+    block[write_vbi(block, 0, n):] = items
+    return decode_properties(block, 0, len(block), ptype)[0]
+
+
 def properties_size(props):
     """Bytes taken by the items of ``props`` (without the length prefix)."""
     size = 0
@@ -247,7 +261,25 @@ def properties_size(props):
 
 def write_properties(buf, off, props, size):
     """Write the block (length ``size`` from ``properties_size``) at ``off``."""
-    off = write_vbi(buf, off, size)
+    return _write_items(buf, write_vbi(buf, off, size), props)
+
+
+def encode_property_items(props):
+    """The items of ``props``' block, without the block's length: a bytearray
+    (not copied into bytes: a board's heap is spared the copy), None for none.
+
+    The form a broker keeps a message's forwarded properties in: encoded
+    once, then copied into each PUBLISH next to the per-delivery properties
+    (``packets.encode_publish_parts``).
+    """
+    if not props:
+        return None
+    buf = bytearray(properties_size(props))
+    _write_items(buf, 0, props)
+    return buf
+
+
+def _write_items(buf, off, props):
     if not props:
         return off
     for pid, value in props:

@@ -41,6 +41,8 @@ import sys
 
 from common.broker.delivery import RELEASED
 from common.broker.listener import StateListener
+from common.mqtt.consts import PUBLISH
+from common.mqtt.properties import decode_property_items
 from common.store.store import u64be
 
 NS_SESSION = b"S"
@@ -48,6 +50,13 @@ NS_SUB = b"U"
 NS_MESSAGE = b"M"
 NS_DELIVERY = b"D"
 NS_RETAINED = b"R"
+
+
+def _props_out(props):
+    """Message.props as its records have always held them: a list of (id, value)."""
+    if isinstance(props, bytearray):
+        return decode_property_items(props, PUBLISH)  # encoded by a v5 delivery
+    return props
 
 
 class Persist(StateListener):
@@ -137,7 +146,7 @@ class Persist(StateListener):
             self.store.put(
                 NS_MESSAGE,
                 u64be(mid),
-                [msg.topic, msg.payload, msg.qos, msg.retain, msg.props, self._wall(msg.expiry), None],
+                [msg.topic, msg.payload, msg.qos, msg.retain, _props_out(msg.props), self._wall(msg.expiry), None],
             )
         return msg.store_id
 
@@ -191,7 +200,7 @@ class Persist(StateListener):
         self.store.put(
             NS_RETAINED,
             msg.topic.encode(),
-            [msg.payload, msg.qos, msg.props, self._wall(msg.expiry), None],
+            [msg.payload, msg.qos, _props_out(msg.props), self._wall(msg.expiry), None],
         )
 
     def retained_cleared(self, topic):

@@ -4,10 +4,12 @@
 import unittest
 
 from common.mqtt import consts as C
-from common.mqtt.packets import PubAck, Publish, Subscribe, prop_get
+from common.mqtt.packets import PubAck, Publish, Subscribe, encode_packet, prop_get
+from common.mqtt.properties import encode_property_items
 from tests.core.harness import Harness
 
 SEI = C.PROP_SESSION_EXPIRY_INTERVAL
+SID = C.PROP_SUBSCRIPTION_IDENTIFIER
 
 
 def props_of(pkt, pid):
@@ -517,6 +519,115 @@ class TestPassThrough(unittest.TestCase):
         p.publish("req", b"{}", props=props)
         got = s.expect(C.PUBLISH)
         self.assertEqual(got.props, props)
+
+
+    def test_fan_out_gives_each_subscriber_exactly_its_properties(self):
+        # [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.4-3] The forwarded
+        # properties are encoded once per message and copied into every v5
+        # delivery, next to that delivery's own: the expiry left, the
+        # subscription identifiers, the outbound topic alias (in that order).
+        h = Harness()
+        plain, _ = v5(h, "plain")  # QoS 1, no subscription identifier
+        plain.subscribe("f/#", 1)
+        ids, _ = v5(h, "ids")  # two overlapping subscriptions, both ids
+        ids.subscribe("f/#", 1, packet_id=1, props=[(SID, 7)])
+        ids.subscribe("f/+", 0, packet_id=2, props=[(SID, 9)])
+        aliased, _ = v5(h, "aliased", props=[(C.PROP_TOPIC_ALIAS_MAXIMUM, 4)])
+        aliased.subscribe("f/x", 1, props=[(SID, 3)])
+        cached, _ = v5(h, "cached")  # QoS 0 without anything per delivery
+        cached.subscribe("f/x", 0)
+        old = h.client()  # 3.1.1: no properties at all
+        old.connect("old")
+        old.subscribe("f/x", 0)
+        p, _ = v5(h, "p")
+        fwd = [
+            (C.PROP_USER_PROPERTY, ("k", "1")),
+            (C.PROP_CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (C.PROP_USER_PROPERTY, ("k", "2")),
+            (C.PROP_USER_PROPERTY, ("a", "\u00e9")),
+        ]
+        expiry = (C.PROP_MESSAGE_EXPIRY_INTERVAL, 60)
+        for n in range(2):
+            # The publisher's own alias and expiry are taken out of the forwarded ones.
+            props = [fwd[0], (C.PROP_TOPIC_ALIAS, 2), fwd[1], expiry, fwd[2], fwd[3]]
+            p.publish("f/x", b"m%d" % n, qos=1, packet_id=n + 1, props=props)
+            self.assertEqual(p.expect(C.PUBACK).reason, C.RC_SUCCESS)
+            got = plain.expect(C.PUBLISH)
+            self.assertEqual((got.topic, got.props), ("f/x", fwd + [expiry]))
+            plain.ack(got)
+            got = ids.expect(C.PUBLISH)
+            self.assertEqual(got.qos, 1)
+            self.assertEqual(got.props[:5], fwd + [expiry])
+            self.assertEqual(sorted(got.props[5:]), [(SID, 7), (SID, 9)])
+            ids.ack(got)
+            got = aliased.expect(C.PUBLISH)
+            topic = "f/x" if n == 0 else ""  # the alias alone the second time
+            self.assertEqual((got.topic, got.props), (topic, fwd + [expiry, (SID, 3), (C.PROP_TOPIC_ALIAS, 1)]))
+            aliased.ack(got)
+            got = cached.expect(C.PUBLISH)
+            self.assertEqual((got.payload, got.props), (b"m%d" % n, fwd + [expiry]))
+            got = old.expect(C.PUBLISH)
+            self.assertEqual((got.payload, got.props), (b"m%d" % n, None))
+            for c in (plain, ids, aliased, cached, old):
+                self.assertEqual(c.take(), [])
+        # The retained copy keeps them for a later subscriber, and an expiry
+        # left that counts the time it waited.
+        p.publish("f/r", b"r", qos=0, retain=True, props=[fwd[2], expiry, fwd[0]])
+        plain.take()
+        ids.take()
+        h.advance(10)
+        late, _ = v5(h, "late")
+        late.subscribe("f/r", 0, props=[(SID, 5)])
+        got = late.expect(C.PUBLISH)
+        self.assertEqual((got.retain, got.props), (True, [fwd[2], fwd[0], (C.PROP_MESSAGE_EXPIRY_INTERVAL, 50), (SID, 5)]))
+
+
+    def test_forwarded_properties_allocate_nothing_per_delivery(self):
+        # allocation budget, measured where gc.mem_alloc exists (MicroPython):
+        # one more v5 subscriber (with its own Subscription Identifier) costs
+        # the same heap with or without forwarded properties, but for the
+        # longer packet (its buffer and its bytes): they are neither encoded
+        # again nor copied into a new list per delivery.
+        import gc
+        import sys
+
+        mem_alloc = getattr(gc, "mem_alloc", None)
+        if mem_alloc is None:
+            self.skipTest("gc.mem_alloc: measured under MicroPython (tests/host/test_micropython.py)")
+        props = [(C.PROP_USER_PROPERTY, ("key%d" % i, "value%d" % i)) for i in range(6)]
+
+        def per_message(subscribers, props):
+            h = Harness()
+            for i in range(subscribers):
+                c, _ = v5(h, "s%d" % i)
+                c.subscribe("f/x", 0, props=[(SID, i + 1)])
+            p, _ = v5(h, "p")
+            broker = h.broker
+            data = encode_packet(Publish("f/x", b"x", 0, False, False, 0, props), 5)
+
+            def route():
+                broker.data_received(p.cid, data, h.now)
+                for cid in broker.take_dirty():
+                    broker.take_output(cid)
+
+            route()  # buffers reach their steady size
+            route()
+            gc.collect()
+            gc.disable()
+            try:
+                before = mem_alloc()
+                for _ in range(8):
+                    route()
+                return (mem_alloc() - before) // 8
+            finally:
+                gc.enable()
+
+        def per_subscriber(props):
+            return (per_message(6, props) - per_message(2, props)) // 4
+
+        block = 4 * (8 if sys.maxsize > 0x7FFFFFFF else 4)  # a GC block: 4 words
+        longer = len(encode_property_items(props))
+        self.assertTrue(per_subscriber(props) - per_subscriber(None) <= 2 * (longer + block))
 
 
 class TestMixedVersions(unittest.TestCase):

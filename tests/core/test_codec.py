@@ -54,8 +54,16 @@ from common.mqtt.packets import (
     Unsubscribe,
     decode_packet,
     encode_packet,
+    encode_publish_parts,
 )
-from common.mqtt.properties import decode_properties, prop_get, properties_size, write_properties
+from common.mqtt.properties import (
+    decode_properties,
+    decode_property_items,
+    encode_property_items,
+    prop_get,
+    properties_size,
+    write_properties,
+)
 
 
 def decode(data, level):
@@ -443,6 +451,44 @@ class TestProperties(unittest.TestCase):
                     PubAck(PUBREC, 5, 0, props), Suback(1, [0], props), Auth(0, props)):
             got = decode(encode_packet(pkt, 5), 5)
             self.assertEqual(got.props, props)
+
+    def test_encoded_items_and_per_delivery_properties(self):
+        # encode_publish_parts: properties encoded once (encode_property_items)
+        # then each delivery's own, the same bytes as encode_publish of the
+        # whole list in that order.
+        fwd = [(0x26, ("k", "1")), (0x03, "text/\u00e9"), (0x09, b"\x00\xff"), (0x26, ("k", "2")), (0x01, 1)]
+        items = encode_property_items(fwd)
+        self.assertEqual(len(items), properties_size(fwd))
+        self.assertEqual(decode_property_items(items, 3), fwd)
+        self.assertIsNone(encode_property_items(None))
+        self.assertIsNone(decode_property_items(None, 3))
+        big = [200, 1, 268435455]
+        for topic, qos, pid, expiry, sub_ids, alias in (
+            ("t/x", 1, 7, 30, [5], 0),
+            ("", 2, 65535, -1, big, 9),
+            ("t", 0, 0, 0, None, 0),
+            ("t", 0, 0, -1, None, 0),
+        ):
+            for props in (fwd, None):
+                whole = list(props or [])
+                if expiry >= 0:
+                    whole.append((0x02, expiry))
+                for sub_id in sub_ids or ():
+                    whole.append((0x0B, sub_id))
+                if alias:
+                    whole.append((0x23, alias))
+                for payload in (b"p", bytes(300)):
+                    want = encode_packet(Publish(topic, payload, qos, True, qos > 0, pid, whole), 5)
+                    got = encode_publish_parts(
+                        topic, payload, qos, True, qos > 0, pid, 5, encode_property_items(props), expiry, sub_ids, alias
+                    )
+                    self.assertEqual(got, want)
+                    self.assertEqual(decode(got, 5).props or [], whole)
+                    # 3.1.1 leaves every property out
+                    self.assertEqual(
+                        encode_publish_parts(topic, payload, qos, True, False, pid, 4, encode_property_items(props), expiry, sub_ids, alias),
+                        encode_packet(Publish(topic, payload, qos, True, False, pid, None), 4),
+                    )
 
     def test_values_that_must_not_be_zero(self):
         # Receive Maximum 0, Maximum Packet Size 0 (3.1.2.11.3, .4)

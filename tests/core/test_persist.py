@@ -201,6 +201,45 @@ class TestRestart(unittest.TestCase):
         again.subscribe("r/#", 0)
         self.assertEqual(again.expect(C.PUBLISH).payload, b"kept")
 
+    def test_forwarded_properties_keep_their_record_form(self):
+        # A message keeps its forwarded v5 properties encoded once a delivery
+        # encoded them (common/broker/pools.py Message.props); its M and R
+        # records still hold the list of (id, value) every version wrote,
+        # and records written by hand the old way restore the same
+        # [MQTT-3.3.2-17] [MQTT-3.3.2-18].
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        sub = self.persistent_subscriber(h, level=5, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 100)])
+        pub = h.client(5)
+        pub.connect("pub")
+        props = [
+            (C.PROP_USER_PROPERTY, ("k", "1")),
+            (C.PROP_CONTENT_TYPE, "text/plain"),
+            (C.PROP_USER_PROPERTY, ("k", "2")),
+            (C.PROP_CORRELATION_DATA, b"\x00\x01"),
+        ]
+        record = [[38, ["k", "1"]], [3, "text/plain"], [38, ["k", "2"]], [9, b"\x00\x01"]]
+        pub.publish("t/a", b"one", qos=1, packet_id=3, props=props)
+        first = sub.expect(C.PUBLISH)  # sent, then its M record written: encoded by now
+        self.assertEqual(first.props, props)
+        pub.publish("t/r", b"kept", retain=True, props=props)
+        self.assertEqual(sub.expect(C.PUBLISH).props, props)  # encoded by this delivery
+        store = open_store(kv.power_cut())
+        self.assertEqual([rec[4] for _k, rec in store.items(b"M")], [record])
+        self.assertEqual([rec[2] for _k, rec in store.items(b"R")], [record])
+        # Records as an earlier version wrote them, by hand.
+        store.put(b"R", b"t/old", [b"old", 0, [[3, "a/b"], [38, ["x", "y"]], [38, ["x", "z"]]], 0, "pub"])
+        store.sync()
+        h2, _kv = restart(store.backend)
+        again = h2.client(5)
+        again.connect("sub", clean=False, props=[(C.PROP_SESSION_EXPIRY_INTERVAL, 100)])
+        resent = again.expect(C.PUBLISH)
+        self.assertEqual((resent.dup, resent.payload, resent.props), (True, b"one", props))
+        again.subscribe("t/#", 0, packet_id=2)  # Retain Handling 0: the retained messages again
+        got = [(p.topic, p.props) for p in again.take() if p.ptype == C.PUBLISH]
+        old = [(C.PROP_CONTENT_TYPE, "a/b"), (C.PROP_USER_PROPERTY, ("x", "y")), (C.PROP_USER_PROPERTY, ("x", "z"))]
+        self.assertEqual(sorted(got), [("t/old", old), ("t/r", props)])
+
     def test_subscriptions_restored_without_reconnect(self):
         kv = MemKV()
         h = Harness(store=open_store(kv))

@@ -11,7 +11,10 @@
 # Drives one sans-I/O Broker in memory (as tests/core/harness.py does, but
 # with every input packet encoded before the measurement): a publisher and
 # 1 or 10 subscribers, QoS 0 or QoS 1, with the esp32 board's switches that
-# matter here (prealloc pools, no match cache). For each case it measures,
+# matter here (prealloc pools, no match cache). The 3.1.1 cases carry no
+# properties; the v5 cases carry a Content Type and two User Properties
+# (forwarded to every subscriber), and with "sub_id" each subscriber's
+# Subscription Identifier (a per-delivery property). For each case it measures,
 # with gc.disable() and gc.mem_alloc() deltas over `N` messages:
 #   route   the publisher's PUBLISH in (feed, frame, decode, route) and every
 #           delivery encoded, plus the shell taking the output (take_dirty,
@@ -60,17 +63,32 @@ def packet(first, body):
     return bytes((first,)) + vbi(len(body)) + body
 
 
-def connect_pkt(client_id):
-    return packet(0x10, mqtt_str("MQTT") + bytes((4, 2, 0, 0)) + mqtt_str(client_id))
+# The v5 PUBLISH's properties: Content Type, two User Properties.
+PROPS5 = (
+    b"\x03" + mqtt_str("application/json")
+    + b"\x26" + mqtt_str("trace") + mqtt_str("4bf92f3577b34da6")
+    + b"\x26" + mqtt_str("origin") + mqtt_str("sensor-7")
+)
 
 
-def subscribe_pkt(pid, flt, qos):
-    return packet(0x82, bytes((pid >> 8, pid & 0xFF)) + mqtt_str(flt) + bytes((qos,)))
+def props_block(props):
+    return vbi(len(props)) + props if props is not None else b""
 
 
-def publish_pkt(qos, pid):
+def connect_pkt(client_id, level):
+    return packet(0x10, mqtt_str("MQTT") + bytes((level, 2, 0, 0)) + props_block(b"" if level == 5 else None) + mqtt_str(client_id))
+
+
+def subscribe_pkt(pid, flt, qos, level, sub_id):
+    props = None
+    if level == 5:
+        props = b"\x0b" + vbi(sub_id) if sub_id else b""
+    return packet(0x82, bytes((pid >> 8, pid & 0xFF)) + props_block(props) + mqtt_str(flt) + bytes((qos,)))
+
+
+def publish_pkt(qos, pid, level):
     mid = bytes((pid >> 8, pid & 0xFF)) if qos else b""
-    return packet(0x30 | (qos << 1), mqtt_str(TOPIC) + mid + PAYLOAD)
+    return packet(0x30 | (qos << 1), mqtt_str(TOPIC) + mid + props_block(PROPS5 if level == 5 else None) + PAYLOAD)
 
 
 def puback_pkt(pid):
@@ -84,7 +102,7 @@ def entropy(n):
 class Rig:
     """A broker, one publisher and `subs` subscribers, all connected."""
 
-    def __init__(self, subs, qos):
+    def __init__(self, subs, qos, level, sub_id):
         settings = Settings(
             {
                 "prealloc": True,
@@ -99,17 +117,18 @@ class Rig:
         )
         self.broker = Broker(settings, entropy)
         self.qos = qos
+        self.level = level
         self.pub = self.join("pub")
         self.subs = []
         for i in range(subs):
             cid = self.join("sub" + str(i))
-            self.feed(cid, subscribe_pkt(1, TOPIC, qos))
+            self.feed(cid, subscribe_pkt(1, TOPIC, qos, level, i + 1 if sub_id else 0))
             self.subs.append(cid)
         self.drain()
 
     def join(self, client_id):
         cid = self.broker.connection_made(NOW)
-        self.feed(cid, connect_pkt(client_id))
+        self.feed(cid, connect_pkt(client_id, self.level))
         return cid
 
     def feed(self, cid, data):
@@ -152,13 +171,13 @@ def locked(fn, n):
     return True
 
 
-def run_case(subs, qos):
-    rig = Rig(subs, qos)
+def run_case(subs, qos, level=4, sub_id=False):
+    rig = Rig(subs, qos, level, sub_id)
     broker = rig.broker
     # Every input encoded beforehand: publisher PUBLISH ids 1..N (QoS 1), the
     # subscribers' PUBACKs for the ids the broker hands out (1, 2, ... per
     # session, one message in flight at a time here).
-    pubs = [publish_pkt(qos, (i % 60000) + 1) for i in range(N * 2 + 20)]
+    pubs = [publish_pkt(qos, (i % 60000) + 1, level) for i in range(N * 2 + 20)]
     acks = [puback_pkt((i % 60000) + 1) for i in range(N * 2 + 20)]
     pub = rig.pub
     sub_cids = rig.subs
@@ -181,7 +200,13 @@ def run_case(subs, qos):
     for i in range(10):
         one_route(i)
     per_msg = measure(one_route, N)
-    results = [{"case": "route", "qos": qos, "subscribers": subs, "bytes_per_message": per_msg}]
+    tags = {"qos": qos, "subscribers": subs}
+    if level == 5:
+        tags["level"] = 5
+        tags["sub_id"] = sub_id
+    row = {"case": "route", "bytes_per_message": per_msg}
+    row.update(tags)
+    results = [row]
     if qos:
         # The acks alone: route N messages, then time only the PUBACKs.
         pending = []
@@ -213,7 +238,8 @@ def run_case(subs, qos):
             total += gc.mem_alloc() - before
             gc.enable()
         per_ack = total / (N * subs)
-        row = {"case": "puback", "qos": 1, "subscribers": subs, "bytes_per_ack": per_ack}
+        row = {"case": "puback", "bytes_per_ack": per_ack}
+        row.update(tags)
         if per_ack == 0:
             send_only(0)
             proof = locked(lambda i: ack_only(len(pending) - 1), 1)
@@ -238,6 +264,11 @@ def main():
         for subs in (1, 10):
             for row in run_case(subs, qos):
                 print(json.dumps(row))
+    for qos in (0, 1):
+        for subs in (1, 10):
+            for sub_id in (False, True):
+                for row in run_case(subs, qos, 5, sub_id):
+                    print(json.dumps(row))
 
 
 main()
