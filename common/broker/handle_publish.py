@@ -79,6 +79,12 @@ def handle_publish(broker, conn, pkt, now):
     if topic.startswith("$SYS"):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
         text = "only the broker publishes under $SYS/"
+    elif pkt.retain and qos and conn.level == C.LEVEL_5 and not broker.routing.retained.fits(topic, pkt.payload):
+        # A v5 publisher can be told its retained message would not be kept:
+        # refused whole rather than routed and silently not retained.
+        broker.stats.dropped_retained += 1
+        reason = C.RC_QUOTA_EXCEEDED
+        text = "retained store full (max_retained %d, max_retained_bytes %d)" % (s.max_retained, s.max_retained_bytes)
     else:
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if reason == C.RC_QUOTA_EXCEEDED:

@@ -1,9 +1,12 @@
 # The retained message store: one pooled Message per topic, in a TopicTree.
 #
 # A retained PUBLISH replaces the topic's message; one with an empty payload
-# clears it [MQTT-3.3.1-10] [MQTT-3.3.1-11]. The store is bounded by count
-# and bytes (settings max_retained, max_retained_bytes); a message that does
-# not fit is still routed to current subscribers, just not kept, and counted.
+# clears it [MQTT-3.3.1-10] [MQTT-3.3.1-11]. The clients' messages are
+# bounded by count and bytes (settings max_retained, max_retained_bytes);
+# the broker's own $SYS topics are kept outside that budget, so they never
+# take a client's room. A client's message that does not fit is refused to
+# a v5 publisher at QoS 1/2 (PUBACK/PUBREC 0x97, handle_publish); otherwise
+# it is still routed to current subscribers, just not kept, and counted.
 # Expired messages (v5 Message Expiry) are removed when next looked at.
 
 from common.broker.topics import TopicTree
@@ -18,10 +21,21 @@ class Retained:
         self.stats = stats
         self.listener = listener
         self.tree = TopicTree()
-        self.bytes = 0
+        self.bytes = 0  # of the clients' messages: topic + payload
+        self.own = 0  # the broker's own ($SYS) topics in the tree
 
     def count(self):
         return self.tree.count
+
+    def fits(self, topic, payload):
+        """Whether a client's retained message on `topic` would be kept."""
+        if not payload:
+            return True  # a clear always succeeds
+        old = self.tree.get(topic)
+        if old is not None:
+            return self.bytes - old.size() + len(topic) + len(payload) <= self.settings.max_retained_bytes
+        s = self.settings
+        return self.tree.count - self.own < s.max_retained and self.bytes + len(topic) + len(payload) <= s.max_retained_bytes
 
     def store(self, topic, payload, qos, props, expiry, save=True):
         """Keep `payload` as the topic's retained message; the Message, or None.
@@ -35,11 +49,8 @@ class Retained:
             if old is not None:
                 self._forget(topic, old)
             return None
-        s = self.settings
-        size = len(topic) + len(payload)
-        freed = old.size() if old is not None else 0
-        count = tree.count - (1 if old is not None else 0)
-        if count >= s.max_retained or self.bytes - freed + size > s.max_retained_bytes:
+        own = topic.startswith("$SYS")  # only the broker publishes there
+        if not own and not self.fits(topic, payload):
             self.stats.dropped_retained += 1
             return None
         msg = self.messages.new(topic, payload, qos, True, props, expiry)
@@ -50,14 +61,20 @@ class Retained:
             self._forget(topic, old)
         self.messages.hold(msg)
         tree.set(topic, msg)
-        self.bytes += size
-        if save and not topic.startswith("$SYS"):
-            self.listener.retained_set(msg)
+        if own:
+            self.own += 1
+        else:
+            self.bytes += len(topic) + len(payload)
+            if save:
+                self.listener.retained_set(msg)
         return msg
 
     def _forget(self, topic, msg):
         self.tree.remove(topic)
-        self.bytes -= msg.size()
+        if topic.startswith("$SYS"):
+            self.own -= 1
+        else:
+            self.bytes -= msg.size()
         self.messages.drop(msg)
         self.listener.retained_cleared(topic)
 

@@ -384,6 +384,59 @@ class TestRetained(unittest.TestCase):
         pub.publish("r/0", b"y", retain=True)  # a replacement still fits
         self.assertEqual(h.broker.stats.dropped_retained, 1)
 
+    def test_broker_own_topics_take_no_room_of_the_clients(self):
+        # $SYS is the broker's: its retained topics are outside max_retained,
+        # so a client still gets the whole budget.
+        h = Harness(max_retained=2)
+        for name in ("a", "b", "c"):
+            h.broker.publish("$SYS/broker/" + name, b"1", 0, True, h.now)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r/0", b"x", retain=True)
+        pub.publish("r/1", b"x", retain=True)
+        self.assertEqual(h.broker.routing.retained.count(), 5)
+        self.assertEqual(h.broker.stats.dropped_retained, 0)
+        h.broker.publish("$SYS/broker/a", b"", 0, True, h.now)  # cleared: still no room for a third
+        pub.publish("r/2", b"x", retain=True)
+        self.assertEqual(h.broker.stats.dropped_retained, 1)
+
+    def test_retained_byte_limit_counts_only_the_clients(self):
+        h = Harness(max_retained_bytes=10)
+        h.broker.publish("$SYS/broker/big", b"x" * 100, 0, True, h.now)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("r", b"123456789", retain=True)  # 1 + 9 bytes: exactly the budget
+        self.assertEqual(h.broker.stats.dropped_retained, 0)
+        pub.publish("s", b"1", retain=True)
+        self.assertEqual(h.broker.stats.dropped_retained, 1)
+
+    def test_refused_retained_is_told_to_a_v5_publisher(self):
+        # Kept nowhere, so a v5 QoS 1 publisher hears 0x97 and nobody gets
+        # it; a 3.1.1 publisher (no code to be told) is acknowledged and
+        # its message reaches the current subscribers, not the store.
+        h = Harness(max_retained=1)
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("r/#", 0)
+        sub.take()
+        v5 = h.client(level=5)
+        v5.connect("v5")
+        v5.take()
+        v5.publish("r/0", b"kept", qos=1, retain=True, packet_id=1)
+        self.assertEqual(v5.expect(C.PUBACK).reason, C.RC_SUCCESS)
+        v5.publish("r/1", b"refused", qos=1, retain=True, packet_id=2)
+        ack = v5.expect(C.PUBACK)
+        self.assertEqual(ack.reason, C.RC_QUOTA_EXCEEDED)
+        self.assertIn("max_retained 1", dict(ack.props)[C.PROP_REASON_STRING])
+        self.assertEqual([p.payload for p in sub.take() if p.ptype == C.PUBLISH], [b"kept"])
+        v311 = h.client()
+        v311.connect("v311")
+        v311.publish("r/2", b"live only", qos=1, retain=True, packet_id=3)
+        self.assertEqual(v311.expect(C.PUBACK).reason, C.RC_SUCCESS)
+        self.assertEqual([p.payload for p in sub.take() if p.ptype == C.PUBLISH], [b"live only"])
+        self.assertEqual(h.broker.stats.dropped_retained, 2)
+        self.assertEqual(h.broker.routing.retained.count(), 1)
+
     def test_retained_messages_release_slabs(self):
         h = Harness()
         pub = h.client()

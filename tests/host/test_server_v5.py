@@ -232,3 +232,34 @@ def test_clean_disconnect_with_will_message(broker: BrokerProcess, clients: list
     s.sendall(encode_packet(Disconnect(C.RC_DISCONNECT_WITH_WILL, None), 5))
     assert watcher.messages.get(timeout=5).payload == b"bye"
     s.close()
+
+
+def test_retained_budget_is_the_clients_and_a_refusal_is_told(tmp_path: Path) -> None:
+    # The broker's own $SYS topics (about twenty, retained) stay out of
+    # max_retained; a v5 QoS 1 publisher whose retained message would not be
+    # kept hears PUBACK 0x97 Quota exceeded instead of a silent success.
+    with BrokerProcess(tmp_path, limits={"sys_interval": 1, "max_retained": 2}) as b:
+        made: list[V5] = []
+        try:
+            pub = v5(b, made, "retainer")
+            acks: queue.Queue = queue.Queue()
+            pub.client.on_publish = lambda cl, u, mid, rc, p: acks.put(rc)
+            codes = []
+            for i in range(3):
+                pub.client.publish(f"r/{i}", b"x", qos=1, retain=True)
+                codes.append(acks.get(timeout=5).value)
+            # Nobody subscribes yet: kept, and 0x10 No matching subscribers.
+            assert codes == [C.RC_NO_MATCHING_SUBSCRIBERS, C.RC_NO_MATCHING_SUBSCRIBERS, C.RC_QUOTA_EXCEEDED]
+            late = v5(b, made, "late")
+            late.subscribe("#")
+            got = set()
+            deadline = time.monotonic() + 5
+            while len(got) < 2 and time.monotonic() < deadline:
+                try:
+                    got.add(late.messages.get(timeout=0.5).topic)
+                except queue.Empty:
+                    pass
+            assert got == {"r/0", "r/1"}  # `#` does not match $SYS [MQTT-4.7.2-1]
+        finally:
+            for c in made:
+                c.close()
