@@ -55,6 +55,7 @@ class Stats:
         self.dropped_too_large = 0  # larger than a v5 client's Maximum Packet Size
         self.dropped_no_slab = 0  # the message pool was exhausted
         self.dropped_retained = 0  # retained store full
+        self.refused_queue_full = 0  # publishes refused: a subscriber's queue was full (queue_full = refuse)
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
 
@@ -72,6 +73,7 @@ STATS_COUNTERS = (
     "dropped_too_large",
     "dropped_no_slab",
     "dropped_retained",
+    "refused_queue_full",
     "expired",
     "refused_connections",
 )

@@ -86,14 +86,23 @@ def handle_publish(broker, conn, pkt, now):
         reason = C.RC_QUOTA_EXCEEDED
         text = "retained store full (max_retained %d, max_retained_bytes %d)" % (s.max_retained, s.max_retained_bytes)
     else:
+        routing = broker.routing
+        routing.refused_for = None
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if reason == C.RC_QUOTA_EXCEEDED:
+            if routing.refused_for is not None:
+                text = "queue of subscriber %s full (max_queued_messages %d, max_queued_bytes %d)" % (
+                    routing.refused_for,
+                    s.max_queued_messages,
+                    s.max_queued_bytes,
+                )
+            else:
+                text = "message store full (max_messages %d)" % s.max_messages
             if qos and conn.level != C.LEVEL_5:
                 # 3.1.1 has no code to refuse it: a transient error closes
                 # the connection, never an ack for a message not kept
                 # [MQTT-4.8.0-2] (3.1.1).
-                raise MqttError(C.RC_QUOTA_EXCEEDED, "message store full")
-            text = "message store full"
+                raise MqttError(C.RC_QUOTA_EXCEEDED, text)
     if qos == 1:
         send_ack(broker, conn, C.PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
     elif qos == 2:
@@ -171,11 +180,21 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     routing = broker.routing
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
+    matches = routing.matches
+    routing.trie.match(topic, matches)
+    if matches and qos and origin is not None and broker.settings.queue_full == "refuse":
+        full = _full_subscriber(broker, matches, origin, qos, len(topic) + len(payload))
+        if full is not None:
+            # Refused whole, before it is kept anywhere: the publisher is
+            # told (v5 0x97) or not acknowledged (3.1.1), so nothing it
+            # was told is accepted goes missing.
+            del matches[:]
+            routing.refused_for = full.client_id
+            broker.stats.refused_queue_full += 1
+            return C.RC_QUOTA_EXCEEDED
     msg = None
     if retain:
         msg = routing.retained.store(topic, payload, qos, props, expiry)
-    matches = routing.matches
-    routing.trie.match(topic, matches)
     if not matches:
         return C.RC_NO_MATCHING_SUBSCRIBERS
     if msg is None:
@@ -229,6 +248,24 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     return C.RC_SUCCESS
 
 
+def _full_subscriber(broker, matches, origin, qos, size):
+    """queue_full = refuse: the first session among `matches` whose queue
+    this message would overflow, or None. Only QoS 1/2 publishes from a
+    client are refused (QoS 0 is never acknowledged; the broker's own and
+    wills follow drop_newest), and shared subscriptions are left to their
+    member's drop (the member is picked at delivery)."""
+    for entry in matches:
+        if entry.is_group:
+            continue
+        session = entry.session
+        if entry.no_local and session.client_id == origin:
+            continue
+        granted = entry.qos if entry.qos < qos else qos
+        if _queue_full(broker, session, granted, size):
+            return session
+    return None
+
+
 def window(broker, conn):
     cap = broker.settings.max_inflight
     peer = conn.receive_maximum
@@ -259,12 +296,64 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
     queue = session.queue
     size = msg.size()
     if session.queued_bytes + size > s.max_queued_bytes or queue.count >= queue.cap:
-        broker.stats.dropped_queue_full += 1
-        return
+        # Full (with queue_full = refuse, only a shared subscription's copy
+        # gets here: route() checked the others before accepting).
+        if s.queue_full != "drop_oldest" or not _drop_oldest(broker, session, size, now):
+            _dropped(broker, session, now)
+            return
     d = broker.routing.deliveries.new(msg, qos, retain, tag, shared)
     queue.push(d)
     session.queued_bytes += size
     broker.listener.delivery_added(session, d)
+
+
+def _queue_full(broker, session, qos, size):
+    """Whether a delivery of `qos` and `size` bytes to `session` finds its queue full."""
+    conn = session.conn
+    if qos == 0:
+        if conn is not None or not broker.settings.queue_qos0_offline:
+            return False  # sent now, or (QoS 0, never acknowledged) not queued at all
+    elif conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
+        return False  # goes out at once
+    return session.queued_bytes + size > broker.settings.max_queued_bytes or session.queue.count >= session.queue.cap
+
+
+def _drop_oldest(broker, session, size, now):
+    """queue_full = drop_oldest: make room by dropping the oldest queued
+    deliveries (never one already sent: those are in `inflight`); False if
+    `size` alone is over max_queued_bytes."""
+    limit = broker.settings.max_queued_bytes
+    if size > limit:
+        return False
+    queue = session.queue
+    deliveries = broker.routing.deliveries
+    while queue.count and (session.queued_bytes + size > limit or queue.count >= queue.cap):
+        old = queue.pop()
+        session.queued_bytes -= old.msg.size()
+        broker.listener.delivery_done(session, old)
+        deliveries.release(old)
+        _dropped(broker, session, now)
+    return True
+
+
+# A session's drops are logged at most once per this many seconds.
+DROP_LOG_INTERVAL = 10
+
+
+def _dropped(broker, session, now):
+    """Count a message dropped for `session`; a warning names the client,
+    its count so far and the limits (at most one per DROP_LOG_INTERVAL)."""
+    broker.stats.dropped_queue_full += 1
+    session.dropped += 1
+    if now < session.drop_log_at:
+        return
+    s = broker.settings
+    broker.log(
+        30,
+        "%s: queue full, %d message(s) dropped so far (max_queued_messages %d, max_queued_bytes %d, queue_full = %s)",
+        (session.client_id, session.dropped, s.max_queued_messages, s.max_queued_bytes, s.queue_full),
+    )
+    session.drop_log_at = now + DROP_LOG_INTERVAL
 
 
 def _send_inflight(broker, conn, session, d, now):

@@ -27,6 +27,9 @@ class Routing:
         self.matches = []
         self.touched = []
         self.stamp = 0
+        # The client id whose full queue made route() refuse a message
+        # (queue_full = refuse), for the publisher's reason string.
+        self.refused_for = None
 
     def add(self, sub, share_name):
         """Put a new subscription (filter set) in the trie, or in its shared group."""

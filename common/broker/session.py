@@ -72,6 +72,8 @@ class Session:
         self.qos2_in = set()  # inbound QoS 2 packet ids awaiting PUBREL
         self.next_packet_id = 1
         self.queued_bytes = 0
+        self.dropped = 0  # messages dropped for this session (queue full)
+        self.drop_log_at = 0  # s; no warning about its drops before then
         # Will, taken from CONNECT; published on abnormal disconnect.
         self.will = None  # Message or None (held: refs counted)
         self.will_delay = 0

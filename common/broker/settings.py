@@ -68,6 +68,9 @@ LIMITS = (
     ("max_messages", 20000, K_INT, 0, None),  # message slabs held at once
     ("max_queued_messages", 1000, K_INT, 0, None),  # per session; dropped and counted beyond
     ("max_queued_bytes", 4194304, K_INT, 0, None),  # payload bytes queued per session
+    # what a full queue does (docs/limits.md): drop the new message, drop the
+    # oldest queued one (keeps the freshest readings), or refuse the publish
+    ("queue_full", "drop_newest", K_CHOICE, ("drop_newest", "drop_oldest", "refuse"), None),
     ("max_inflight", 16, K_INT, 1, U16_MAX),  # unacknowledged QoS 1/2 PUBLISHes to one client
     ("max_inflight_in", 64, K_INT, 1, U16_MAX),  # QoS 2 ids awaiting PUBREL (v5 Receive Maximum)
     ("max_out_buffer", 262144, K_INT, 0, None),  # bytes waiting for a slow reader before QoS 0 drops

@@ -25,6 +25,7 @@ DROP_COUNTERS = (
 
 # (topic suffix, snapshot key) after the drop counters.
 _TAIL = (
+    ("messages/refused/queue_full", "refused_queue_full"),
     ("messages/expired", "expired"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),

@@ -199,6 +199,126 @@ class TestFlowControl(unittest.TestCase):
         pub.publish("t", b"12345678", qos=1, packet_id=2)
         self.assertEqual(h.broker.stats.dropped_queue_full, 1)
 
+    def _offline_subscriber(self, h, qos=1):
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", qos)
+        sub.drop()
+        return sub
+
+    def test_queue_full_drop_oldest_keeps_the_freshest(self):
+        h = Harness(max_queued_messages=3, queue_full="drop_oldest")
+        self._offline_subscriber(h)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(7):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        self.assertEqual(len([p for p in pub.take() if p.ptype == C.PUBACK]), 7)
+        self.assertEqual(h.broker.stats.dropped_queue_full, 4)
+        self.assertEqual(h.broker.sessions.find("sub").dropped, 4)
+        again = h.client()
+        again.connect("sub", clean=False)
+        self.assertEqual([m.payload[0] for m in again.take() if m.ptype == C.PUBLISH], [4, 5, 6])
+        self.assertEqual(h.broker.routing.messages.in_use(), 3)  # the dropped ones are released
+
+    def test_queue_full_drop_oldest_by_bytes(self):
+        h = Harness(max_queued_bytes=20, queue_full="drop_oldest")
+        self._offline_subscriber(h)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(3):
+            pub.publish("t", bytes([i]) * 8, qos=1, packet_id=i + 1)  # 9 bytes each
+        pub.publish("t", b"y" * 30, qos=1, packet_id=9)  # alone over the limit: dropped itself
+        self.assertEqual(h.broker.stats.dropped_queue_full, 2)
+        again = h.client()
+        again.connect("sub", clean=False)
+        self.assertEqual([m.payload[0] for m in again.take() if m.ptype == C.PUBLISH], [1, 2])
+
+    def test_drop_oldest_never_drops_a_message_already_sent(self):
+        # Sent and awaiting its PUBACK, a message is in the window, not in the
+        # queue: only queued ones make room [MQTT-4.3.2-1] (it must be resent
+        # until acknowledged).
+        h = Harness(max_inflight=2, max_queued_messages=2, queue_full="drop_oldest")
+        sub, pub = pair(h, 1)
+        for i in range(6):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        first = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual([m.payload[0] for m in first], [0, 1])
+        seen = []
+        pending = first
+        while pending:
+            for m in pending:
+                seen.append(m.payload[0])
+                sub.ack(m)
+            pending = [m for m in sub.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(seen, [0, 1, 4, 5])
+        self.assertEqual(h.broker.stats.dropped_queue_full, 2)
+
+    def test_queue_full_drop_newest_is_the_default(self):
+        h = Harness(max_queued_messages=2)
+        self.assertEqual(h.broker.settings.queue_full, "drop_newest")
+
+    def test_drops_are_logged_per_client_rate_limited(self):
+        h = Harness(max_queued_messages=1)
+        lines = []
+        h.broker.set_logger(lambda level, text: lines.append((level, text)), 30)
+        self._offline_subscriber(h)
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(5):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        warnings = [t for lv, t in lines if lv == 30 and "dropped" in t]
+        self.assertEqual(len(warnings), 1)  # one line for a burst, not one per message
+        self.assertIn("sub: queue full, 1 message(s) dropped so far", warnings[0])
+        self.assertIn("max_queued_messages 1", warnings[0])
+        h.advance(11)
+        pub.publish("t", b"late", qos=1, packet_id=9)
+        warnings = [t for lv, t in lines if lv == 30 and "dropped" in t]
+        self.assertEqual(len(warnings), 2)
+        self.assertIn("sub: queue full, 5 message(s) dropped so far", warnings[1])
+        self.assertEqual(h.broker.stats.dropped_queue_full, 5)
+
+    def test_queue_full_refuse_tells_a_v5_publisher(self):
+        h = Harness(max_queued_messages=2, queue_full="refuse")
+        self._offline_subscriber(h)
+        other = h.client()
+        other.connect("other")
+        other.subscribe("t", 1)
+        other.take()
+        pub = h.client(level=5)
+        pub.connect("pub")
+        pub.take()
+        codes = []
+        for i in range(4):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+            ack = pub.expect(C.PUBACK)
+            codes.append(ack.reason)
+        self.assertEqual(codes, [C.RC_SUCCESS, C.RC_SUCCESS, C.RC_QUOTA_EXCEEDED, C.RC_QUOTA_EXCEEDED])
+        self.assertIn("queue of subscriber sub full", dict(ack.props)[C.PROP_REASON_STRING])
+        # Refused whole: the subscriber with room did not get it either.
+        self.assertEqual([m.payload[0] for m in other.take() if m.ptype == C.PUBLISH], [0, 1])
+        self.assertEqual(h.broker.stats.refused_queue_full, 2)
+        self.assertEqual(h.broker.stats.dropped_queue_full, 0)
+
+    def test_queue_full_refuse_disconnects_a_311_publisher_without_ack(self):
+        # [MQTT-4.8.0-2] (3.1.1 4.3.2) no PUBACK for a message not accepted:
+        # the publisher resends it when it reconnects.
+        h = Harness(max_queued_messages=1, queue_full="refuse")
+        self._offline_subscriber(h)
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t", b"a", qos=1, packet_id=1)
+        self.assertEqual(pub.expect(C.PUBACK).packet_id, 1)
+        pub.publish("t", b"b", qos=1, packet_id=2)
+        self.assertEqual([p for p in pub.take() if p.ptype == C.PUBACK], [])
+        self.assertTrue(pub.closed)
+        # QoS 0 is never refused (nothing is acknowledged): dropped for the full queue.
+        pub0 = h.client()
+        pub0.connect("pub0")
+        pub0.publish("t", b"c", qos=0)
+        self.assertFalse(pub0.closed)
+        self.assertEqual(h.broker.stats.refused_queue_full, 1)
+
     def test_slow_reader_qos0_dropped_beyond_out_buffer(self):
         h = Harness(max_out_buffer=100)
         sub, pub = pair(h, 0)

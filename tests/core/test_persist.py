@@ -160,6 +160,23 @@ class TestRestart(unittest.TestCase):
         self.assertEqual([p.topic for p in got], ["t/%d" % i for i in range(5)])
         self.assertEqual([p.payload for p in got], [b"m%d" % i for i in range(5)])
 
+    def test_drop_oldest_deletes_the_dropped_records(self):
+        # queue_full = drop_oldest: what was dropped is gone from the store
+        # too, so a restart brings back exactly the kept (freshest) ones.
+        kv = MemKV()
+        h = Harness(store=open_store(kv), max_queued_messages=2, queue_full="drop_oldest")
+        self.persistent_subscriber(h).disconnect()
+        pub = h.client()
+        pub.connect("pub")
+        for i in range(5):
+            pub.publish("t/%d" % i, b"m%d" % i, qos=1, packet_id=i + 1)
+            self.assertEqual(pub.expect(C.PUBACK).packet_id, i + 1)
+        h2, _kv = restart(kv, max_queued_messages=2, queue_full="drop_oldest")
+        self.assertEqual(h2.restored["messages"], 2)
+        again = h2.client()
+        again.connect("sub", clean=False)
+        self.assertEqual([p.payload for p in again.take()], [b"m3", b"m4"])
+
     def test_restore_code_is_dropped_after_the_restore(self):
         # Restore runs once at start-up; its module must not stay in a
         # board's heap (common/store/persist.py Persist.restore).
