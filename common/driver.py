@@ -45,7 +45,11 @@
 # - Backpressure: a connection whose write buffer is above its high-water
 #   mark is paused in the core (its output stays there, bounded by the
 #   broker's limits) AND not read, so a client that sends without reading
-#   cannot make the core pile acknowledgements up for it.
+#   cannot make the core pile acknowledgements up for it. A publisher the
+#   broker throttles (its messages pile up in an online subscriber's queue)
+#   is not read either, until the broker releases it; what it had already
+#   sent waits in the frame reader and runs on release. Reading resumes when
+#   neither reason holds (`held`).
 # - Containment: an exception out of the broker for one connection is a bug
 #   in the core; it is logged and that connection aborted, every other
 #   client carries on. An exception in the timers is logged and the clock
@@ -78,6 +82,10 @@ MAX_SLEEP_MS = const(1000)
 _OPEN = const(0)
 _CLOSED = const(-1)
 
+# Driver.held bits: why a connection's reading is paused.
+_HELD_OUTPUT = const(1)
+_HELD_THROTTLE = const(2)
+
 
 class Driver:
     def __init__(self, broker, ticks_ms, close_linger, shutdown_timeout, heap=None):
@@ -90,6 +98,10 @@ class Driver:
         self.heap = heap
         self.handles = []  # cid -> the shell's handle, None = no connection
         self.linger = []  # cid -> _OPEN, _CLOSED or the linger deadline (ms ticks)
+        # cid -> why its reading is paused: _HELD_OUTPUT (its write buffer is
+        # full) | _HELD_THROTTLE (the broker throttles it as a publisher).
+        self.held = []
+        self.throttled = []  # the cids paused here for the broker's throttle
         self.linger_due = 0  # earliest linger deadline (ms ticks), 0 = none
         self.open = 0  # connections with a handle
         self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
@@ -146,8 +158,10 @@ class Driver:
         while len(handles) <= cid:
             handles.append(None)
             self.linger.append(_OPEN)
+            self.held.append(0)
         handles[cid] = handle
         self.linger[cid] = _OPEN
+        self.held[cid] = 0
         self.open += 1
         return cid
 
@@ -175,10 +189,38 @@ class Driver:
         if handle is None or self.linger[cid]:
             return
         self.broker.set_paused(cid, paused)
-        if paused:
-            handle.pause_reading()
-        else:
-            handle.resume_reading()
+        self._hold(cid, _HELD_OUTPUT, paused)
+
+    def _hold(self, cid, why, on):
+        """Pause reading `cid` while any reason holds it; True if it resumed."""
+        held = self.held[cid]
+        now_held = held | why if on else held & ~why
+        self.held[cid] = now_held
+        if now_held and not held:
+            self.handles[cid].pause_reading()
+        elif held and not now_held:
+            self.handles[cid].resume_reading()
+            return True
+        return False
+
+    def _follow_throttle(self):
+        # Pause the publishers the broker throttles, resume those it released
+        # and run what they had already sent (it waits in the frame reader).
+        wanted = self.broker.throttled
+        mine = self.throttled
+        for cid in wanted:
+            if cid not in mine and self.handles[cid] is not None and not self.linger[cid]:
+                mine.append(cid)
+                self._hold(cid, _HELD_THROTTLE, True)
+        i = 0
+        while i < len(mine):
+            cid = mine[i]
+            if cid in wanted:
+                i += 1
+                continue
+            del mine[i]
+            if self.handles[cid] is not None and not self.linger[cid] and self._hold(cid, _HELD_THROTTLE, False):
+                self.data_received(cid, b"")
 
     def connection_lost(self, cid):
         """The socket of `cid` is closed (by the peer, an error or us)."""
@@ -186,6 +228,9 @@ class Driver:
             return
         self.handles[cid] = None
         self.linger[cid] = _OPEN
+        self.held[cid] = 0
+        if cid in self.throttled:
+            self.throttled.remove(cid)
         self.open -= 1
         self.clock()
         try:
@@ -199,6 +244,9 @@ class Driver:
     def flush(self):
         """Write each dirty connection's output once; start the closes."""
         broker = self.broker
+        if broker.throttle_changed:
+            while broker.take_throttle_changes():
+                self._follow_throttle()  # (resumed input may change it again)
         handles = self.handles
         linger = self.linger
         for cid in broker.take_dirty():

@@ -135,6 +135,11 @@ class Broker:
         # and the earliest session timer in seconds (fires when now > it).
         self.conn_due = 0
         self.session_due = 0
+        # Publishers not read for now (ids), because their messages are
+        # piling up in an online subscriber's queue; `throttle_changed` tells
+        # the driver to pause or resume their reading (take_throttle_changes).
+        self.throttled = []
+        self.throttle_changed = False
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
         # warning). Never called on the per-message path; below log_level
@@ -207,6 +212,8 @@ class Broker:
                     handle_connect.handle_connect(self, conn, pkt, now)
                 else:
                     HANDLERS[pkt.ptype](self, conn, pkt, now)
+                    if self.throttled and cid in self.throttled:
+                        break  # the rest waits in the reader until it is released
         except MqttError as err:
             self.log(30, "closing %s: %s (reason 0x%02x)", (self.client_name(conn), err, err.reason))
             self.fail(conn, err.reason, now, text=err.msg)
@@ -233,6 +240,8 @@ class Broker:
             if conn.state == CONNECTED:
                 self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
             self._detach(conn, now)
+        if cid in self.throttled:
+            self.throttled.remove(cid)
         self.connections.release(conn)
 
     def tick(self, now, ms=None):
@@ -262,15 +271,46 @@ class Broker:
                 self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                 self.close(conn, now)  # CONNECT not completed in time
             elif conn.state == CONNECTED:
+                if conn.cid in self.throttled:
+                    # Not read by our choice: its silence is ours, not its own.
+                    conn.deadline = ((ms + conn.keep_alive * 1500) & TICKS_MASK) or 1
+                    due = ticks_sooner(due, conn.deadline)
+                    continue
                 self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
                 self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
             conn.deadline = SILENT
         self.conn_due = due
 
+    # ------------------------------------------------- publisher throttle
+
+    def throttle(self, conn):
+        """Stop reading a publisher whose messages pile up in an online
+        subscriber's queue (above half of max_queued_messages or bytes):
+        TCP then slows it down instead of the queue overflowing."""
+        if conn.cid not in self.throttled:
+            self.throttled.append(conn.cid)
+            self.throttle_changed = True
+
+    def release_throttled(self):
+        """A queue drained (below a quarter) or its subscriber left: read
+        the publishers again; one still outrunning is throttled again."""
+        if self.throttled:
+            del self.throttled[:]
+            self.throttle_changed = True
+
+    def take_throttle_changes(self):
+        """True once after the set of throttled publishers changed (the driver)."""
+        changed = self.throttle_changed
+        self.throttle_changed = False
+        return changed
+
     def _detach(self, conn, now):
         # The end of a connection; a will delay or session expiry it starts
-        # becomes a session timer.
+        # becomes a session timer. Its queue no longer drains: publishers
+        # held back for it are read again.
         session = conn.session
+        if session is not None and session.queue.count:
+            self.release_throttled()
         handle_connect.detach(self, conn, now)
         if session is not None:
             due = session.will_at

@@ -89,6 +89,9 @@ def handle_publish(broker, conn, pkt, now):
         routing = broker.routing
         routing.refused_for = None
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
+        if routing.backlog:
+            routing.backlog = False
+            broker.throttle(conn)
         if reason == C.RC_QUOTA_EXCEEDED:
             if routing.refused_for is not None:
                 text = "queue of subscriber %s full (max_queued_messages %d, max_queued_bytes %d)" % (
@@ -305,6 +308,10 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
     queue.push(d)
     session.queued_bytes += size
     broker.listener.delivery_added(session, d)
+    if conn is not None and (queue.count * 2 >= queue.cap or session.queued_bytes * 2 >= s.max_queued_bytes):
+        # An online subscriber falls behind: slow the publisher down
+        # (handle_publish throttles it) before its queue overflows.
+        broker.routing.backlog = True
 
 
 def _queue_full(broker, session, qos, size):
@@ -457,7 +464,7 @@ def pump(broker, session, now):
         msg = d.msg
         qos = d.qos()
         if qos and len(session.inflight) >= w:
-            return
+            break
         queue.pop()
         session.queued_bytes -= msg.size()
         if qos and not (msg.expiry and now >= msg.expiry):
@@ -469,6 +476,8 @@ def pump(broker, session, now):
             broker.stats.expired += 1  # [MQTT-3.3.2-5]
         broker.listener.delivery_done(session, d)
         broker.routing.deliveries.release(d)
+    if broker.throttled and queue.count * 4 <= queue.cap and session.queued_bytes * 4 <= broker.settings.max_queued_bytes:
+        broker.release_throttled()
 
 
 def resume(broker, conn, session, now):

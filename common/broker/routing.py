@@ -30,6 +30,9 @@ class Routing:
         # The client id whose full queue made route() refuse a message
         # (queue_full = refuse), for the publisher's reason string.
         self.refused_for = None
+        # Set by deliver() when an online subscriber's queue passed its
+        # high-water mark during this route(): the publisher is throttled.
+        self.backlog = False
 
     def add(self, sub, share_name):
         """Put a new subscription (filter set) in the trie, or in its shared group."""

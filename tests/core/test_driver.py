@@ -9,7 +9,7 @@ from common.compat import TICKS_MASK
 from common.driver import MAX_SLEEP_MS, Driver
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
-from common.mqtt.packets import Connect, Disconnect, Pingreq, Publish, Subscribe, decode_packet, encode_packet
+from common.mqtt.packets import Connect, Disconnect, Pingreq, PubAck, Publish, Subscribe, decode_packet, encode_packet
 from common.store.store import Store
 from common.store.storeboot import new_broker
 from tests.core.memkv import MemKV
@@ -126,6 +126,67 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(h.events, [])
         self.at(5000)
         self.assertEqual(h.events, ["close"])
+
+    def test_a_publisher_outrunning_an_online_subscriber_is_throttled_not_thinned(self):
+        # The subscriber holds 2 unacknowledged (max_inflight) and its queue
+        # takes 8: at half of it the publisher is not read any more, and what
+        # it had already sent in the same read waits in its frame reader. As
+        # the subscriber acknowledges, the queue drains and the publisher is
+        # read again: every message arrives, in order, nothing is dropped.
+        self.make(max_inflight=2, max_queued_messages=8)
+        sub, hs = self.open("sub")
+        self.send(sub, Subscribe(1, [("t", 1)], None))
+        self.assertEqual(hs.types(), [C.SUBACK])
+        pub, hp = self.open("pub")
+        burst = b"".join(encode_packet(Publish("t", bytes([i]), 1, False, False, i + 1, None), 4) for i in range(30))
+        self.driver.data_received(pub, burst)
+        self.driver.flush()
+        self.assertEqual(hp.events, ["pause"])
+        self.assertEqual(self.broker.sessions.find("sub").queue.count, 4)  # stopped at the high-water mark
+        got = []
+        for _ in range(100):
+            sent = [p for p in hs.inbox if p.ptype == C.PUBLISH]
+            hs.inbox = []
+            if not sent:
+                break
+            for p in sent:
+                got.append(p.payload[0])
+                self.send(sub, PubAck(C.PUBACK, p.packet_id, 0, None))
+        self.assertEqual(got, list(range(30)))
+        self.assertEqual(self.broker.stats.dropped_queue_full, 0)
+        self.assertEqual(len([p for p in hp.inbox if p.ptype == C.PUBACK]), 30)
+        self.assertEqual(hp.events[-1], "resume")
+        self.assertEqual(self.broker.throttled, [])
+
+    def test_throttle_and_output_backpressure_both_hold_reading(self):
+        self.make(max_inflight=1, max_queued_messages=2)
+        sub, _hs = self.open("sub")
+        self.send(sub, Subscribe(1, [("t", 1)], None))
+        pub, hp = self.open("pub")
+        self.driver.set_paused(pub, True)  # its own output is stuck too
+        self.assertEqual(hp.events, ["pause"])
+        for i in range(3):
+            self.send(pub, Publish("t", b"x", 1, False, False, i + 1, None))
+        self.assertEqual(self.broker.throttled, [pub])
+        self.driver.set_paused(pub, False)  # output drained: still throttled
+        self.assertEqual(hp.events, ["pause"])
+        self.driver.connection_lost(sub)  # the slow subscriber leaves: released
+        self.driver.flush()
+        self.assertEqual(hp.events, ["pause", "resume"])
+
+    def test_a_throttled_publisher_is_not_closed_for_the_silence_we_caused(self):
+        # Not read by our choice, its PINGREQs wait unread: the keep-alive
+        # [MQTT-3.1.2-24] counts from its release, not from its last read.
+        self.make(max_inflight=1, max_queued_messages=2)
+        sub, _hs = self.open("sub")
+        self.send(sub, Subscribe(1, [("t", 1)], None))
+        pub, hp = self.open("pub", keep_alive=1)
+        for i in range(3):
+            self.send(pub, Publish("t", b"x", 1, False, False, i + 1, None))
+        self.assertEqual(self.broker.throttled, [pub])
+        for ms in (1000, 2000, 5000, 9000):
+            self.at(ms)
+        self.assertEqual(hp.events, ["pause"])  # neither closed nor released
 
     def test_connect_timeout(self):
         self.make(connect_timeout=3)

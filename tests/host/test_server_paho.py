@@ -191,3 +191,32 @@ def test_ping_keeps_alive(tmp_path: Path) -> None:
             c.subscribe("ping/t", 0)
         finally:
             c.close()
+
+
+@pytest.mark.parametrize(("settings", "count"), [("built-in defaults", 12000), ("boards/linux.toml", 40000)])
+def test_burst_to_an_online_subscriber_arrives_whole(tmp_path: Path, settings: str, count: int) -> None:
+    # A paho publisher with 1,000 QoS 1 messages in flight outruns a paho
+    # QoS 1 subscriber (16 unacknowledged at a time). The broker stops
+    # reading the publisher while the subscriber's queue is past half full,
+    # instead of acknowledging messages it then drops: every one arrives,
+    # in order [MQTT-4.6.0-2] (ordered per topic), none is dropped.
+    # `count` is beyond max_queued_messages of each settings file.
+    config = () if settings.startswith("built") else ("--config", "boards/linux.toml")
+    with BrokerProcess(tmp_path, limits={"sys_interval": 0}, extra_args=config) as b:
+        sub = Paho(b.port, "burst-sub").connect()
+        pub = Paho(b.port, "burst-pub")
+        pub.client.max_inflight_messages_set(1000)
+        pub.client.max_queued_messages_set(0)
+        pub.connect()
+        try:
+            sub.subscribe("burst/#", 1)
+            infos = [pub.client.publish("burst/x", b"%d" % i, 1) for i in range(count)]
+            got = [int(sub.get(timeout=30).payload) for _ in range(count)]
+            for info in infos:
+                info.wait_for_publish(30)
+            assert got == list(range(count))
+            sub.get_nothing(0.5)
+            assert "queue full" not in b.log_text()
+        finally:
+            sub.close()
+            pub.close()
