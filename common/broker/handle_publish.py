@@ -88,6 +88,7 @@ def handle_publish(broker, conn, pkt, now):
     else:
         routing = broker.routing
         routing.refused_for = None
+        routing.backlog = False  # (a retained replay or a will may have set it)
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if routing.backlog:
             routing.backlog = False

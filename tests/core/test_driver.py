@@ -158,6 +158,20 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(hp.events[-1], "resume")
         self.assertEqual(self.broker.throttled, [])
 
+    def test_only_the_publisher_feeding_the_backlog_is_throttled(self):
+        # A retained replay that fills a queue is not a publisher's doing:
+        # the next, unrelated publisher is read on.
+        self.make(max_inflight=1, max_queued_messages=4)
+        setter, _hset = self.open("setter")
+        for i in range(4):
+            self.send(setter, Publish("r/%d" % i, b"x", 1, True, False, i + 1, None))
+        sub, _hs = self.open("sub")
+        self.send(sub, Subscribe(1, [("r/#", 1)], None))  # 1 sent, 3 queued: past half
+        other, ho = self.open("other")
+        self.send(other, Publish("elsewhere", b"y", 1, False, False, 1, None))
+        self.assertEqual(self.broker.throttled, [])
+        self.assertEqual(ho.events, [])
+
     def test_throttle_and_output_backpressure_both_hold_reading(self):
         self.make(max_inflight=1, max_queued_messages=2)
         sub, _hs = self.open("sub")
