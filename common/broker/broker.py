@@ -32,6 +32,10 @@ VERSION = "0.1.0"
 # Connections accepted beyond max_connections only to send a polite refusal.
 REFUSAL_SLOTS = 4
 
+# Longest time (s) publishers are held back for subscribers that do not catch
+# up; then they are read again and queue_full decides for as long.
+THROTTLE_MAX_S = 30
+
 # Connection.deadline of a connection closed by its timer (is_silent).
 SILENT = -1
 
@@ -140,6 +144,8 @@ class Broker:
         # the driver to pause or resume their reading (take_throttle_changes).
         self.throttled = []
         self.throttle_changed = False
+        self.throttled_since = 0  # s: when `throttled` last became non-empty
+        self.throttle_off_until = 0  # s: no throttling before then (see tick)
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
         # warning). Never called on the per-message path; below log_level
@@ -252,6 +258,16 @@ class Broker:
             ms = (now * 1000) & TICKS_MASK
         if self.conn_due and ticks_diff(ms, self.conn_due) >= 0:
             self._connection_timers(now, ms)
+        if self.throttled and now - self.throttled_since >= THROTTLE_MAX_S:
+            # A subscriber that does not catch up must not stall publishers
+            # for ever: read them again, and let queue_full decide for a while.
+            self.log(
+                30,
+                "%d publisher(s) held back for %d s by a subscriber that does not catch up: reading them again; queue_full (%s) applies for %d s",
+                (len(self.throttled), THROTTLE_MAX_S, self.settings.queue_full, THROTTLE_MAX_S),
+            )
+            self.release_throttled()
+            self.throttle_off_until = now + THROTTLE_MAX_S
         # Session timers are whole seconds: strictly after, so a timer never
         # fires before its full time has passed.
         if self.session_due and now > self.session_due:
@@ -283,13 +299,16 @@ class Broker:
 
     # ------------------------------------------------- publisher throttle
 
-    def throttle(self, conn):
+    def throttle(self, conn, now):
         """Stop reading a publisher whose messages pile up in an online
         subscriber's queue (above half of max_queued_messages or bytes):
         TCP then slows it down instead of the queue overflowing."""
-        if conn.cid not in self.throttled:
-            self.throttled.append(conn.cid)
-            self.throttle_changed = True
+        if now < self.throttle_off_until or conn.cid in self.throttled:
+            return
+        if not self.throttled:
+            self.throttled_since = now
+        self.throttled.append(conn.cid)
+        self.throttle_changed = True
 
     def release_throttled(self):
         """A queue drained (below a quarter) or its subscriber left: read

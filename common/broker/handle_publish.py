@@ -92,7 +92,7 @@ def handle_publish(broker, conn, pkt, now):
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if routing.backlog:
             routing.backlog = False
-            broker.throttle(conn)
+            broker.throttle(conn, now)
         if reason == C.RC_QUOTA_EXCEEDED:
             if routing.refused_for is not None:
                 text = "queue of subscriber %s full (max_queued_messages %d, max_queued_bytes %d)" % (

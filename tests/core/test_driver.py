@@ -158,6 +158,23 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(hp.events[-1], "resume")
         self.assertEqual(self.broker.throttled, [])
 
+    def test_a_subscriber_that_never_catches_up_stalls_publishers_30_s_at_most(self):
+        self.make(max_inflight=1, max_queued_messages=2)
+        sub, _hs = self.open("sub")
+        self.send(sub, Subscribe(1, [("t", 1)], None))
+        pub, hp = self.open("pub")
+        for i in range(3):
+            self.send(pub, Publish("t", b"x", 1, False, False, i + 1, None))
+        self.assertEqual(hp.events, ["pause"])
+        self.at(29000)
+        self.assertEqual(hp.events, ["pause"])
+        self.at(30000)
+        self.assertEqual(hp.events, ["pause", "resume"])
+        # For as long again, queue_full decides: dropped and counted, not held.
+        self.send(pub, Publish("t", b"x", 1, False, False, 9, None))
+        self.assertEqual(self.broker.throttled, [])
+        self.assertTrue(self.broker.stats.dropped_queue_full >= 1)
+
     def test_only_the_publisher_feeding_the_backlog_is_throttled(self):
         # A retained replay that fills a queue is not a publisher's doing:
         # the next, unrelated publisher is read on.
