@@ -228,6 +228,7 @@ class KVLog:
         # as worn as the most worn one: the FIFO order evens it out anyway.
         for s in unknown:
             self._erase_count[s] = max_count
+        self._report_foreign(found)
         found.sort()
         self._log = [s for _, s in found]
         if found:
@@ -252,6 +253,35 @@ class KVLog:
                     30,
                     "store: damaged record (key %r as far as readable) at bytes %d..%d of flash sector %d "
                     "skipped and lost; its bytes are %s" % (what, start, end, sector, where),
+                )
+            )
+
+    def _report_foreign(self, found):
+        """Say so when sectors outside the log hold data: never a silent empty start."""
+        buf = self._rbuf
+        other = 0
+        for s in range(self.nsectors):
+            if self._state[s] != _FREE_DIRTY:
+                continue
+            self.dev.readblocks(s, buf, 0)
+            if _all_ff(buf, 0, self.sector_size):
+                continue  # erased: a fresh device or a completed erase
+            other += 1
+            # A damaged header over records that still check (a torn erase
+            # leaves the header erased or part B zeroed, not this).
+            if not _all_ff(buf, 0, PART_B_OFFSET) and not _all_zero(buf, PART_B_OFFSET, SECTOR_HEADER_SIZE):
+                rec = decode(buf, SECTOR_HEADER_SIZE, self.sector_size)
+                if rec != INVALID and rec != ERASED:
+                    self.notes.append(
+                        (40, "store: flash sector %d has a damaged header: its records are lost (erased when the store needs the sector)" % s)
+                    )
+        if other and not found:
+            self.notes.append(
+                (
+                    40,
+                    "store: the flash partition holds no Siskin store (%d of %d sectors hold other data: zeros, random "
+                    "bytes or damaged headers): started with an empty store; those sectors are erased as it needs them"
+                    % (other, self.nsectors),
                 )
             )
 
@@ -485,11 +515,22 @@ def _resync(buf, start, end):
 
 
 def _whole_record(buf, off, end):
-    """Whether a plausible record header at `off` gives a length inside buf[:end]."""
+    """Whether a whole record (that fails its CRC) was written at `off`."""
     if end - off < OVERHEAD:
         return False
     head = decode_header(buf, off)
-    return head != INVALID and head != ERASED and off + OVERHEAD + head[1] + head[2] <= end
+    if head == INVALID or head == ERASED:
+        return False
+    stop = off + OVERHEAD + head[1] + head[2]
+    # An append cut short leaves its end erased; a whole record was written through.
+    return stop <= end and not _all_ff(buf, stop - 4, stop)
+
+
+def _all_zero(buf, start, end):
+    for i in range(start, end):
+        if buf[i]:
+            return False
+    return True
 
 
 def _all_ff(buf, start, end):
