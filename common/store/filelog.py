@@ -54,6 +54,8 @@ from common.store.kvrecord import (
     OVERHEAD,
     StoreFull,
     crc32,
+    damage_note,
+    damaged_key,
     decode,
     decode_header,
     encode_into,
@@ -274,7 +276,7 @@ class FileLog:
     def _scan(self, f, size, damaged):
         """Index the records; return where the torn tail starts (`size` if none).
 
-        Damaged stretches are appended to `damaged` as (start, end, key or None).
+        Damaged stretches are appended to `damaged` as (start, end).
         """
         off = FILE_HEADER_SIZE
         index = self._index
@@ -295,7 +297,7 @@ class FileLog:
                         self.skipped += 1
                     return off
                 self.skipped += 1
-                damaged.append((off, nxt, key))
+                damaged.append((off, nxt))
                 off = nxt
                 continue
             old = index.get(key)
@@ -316,7 +318,9 @@ class FileLog:
         side = self.path + DAMAGED_SUFFIX
         out = fs.open(side, "ab")
         try:
-            for start, end, key in damaged:
+            for start, end in damaged:
+                f.seek(start)
+                key = damaged_key(f.read(_CHUNK), end - start)
                 f.seek(start)
                 left = end - start
                 while left > 0:
@@ -325,14 +329,7 @@ class FileLog:
                         break
                     out.write(chunk)
                     left -= len(chunk)
-                what = "record of key %r (read from its damaged header)" % (key,) if key is not None else "bytes"
-                self.notes.append(
-                    (
-                        30,
-                        "store: damaged %s at bytes %d..%d of %s skipped and lost; the bytes are kept in %s"
-                        % (what, start, end, self.path, side),
-                    )
-                )
+                self.notes.append(damage_note(key, start, end, self.path, "kept in " + side))
             fs.sync(out)
         finally:
             out.close()

@@ -72,6 +72,8 @@ from common.store.kvrecord import (
     OVERHEAD,
     StoreFull,
     crc32,
+    damage_note,
+    damaged_key,
     decode,
     decode_header,
     encode_into,
@@ -248,13 +250,7 @@ class KVLog:
                     self.put(key, value)
                 except OSError as err:  # StoreFull: say so, never stop the mount
                     where = "not kept (%r)" % (err,)
-            self.notes.append(
-                (
-                    30,
-                    "store: damaged record (key %r as far as readable) at bytes %d..%d of flash sector %d "
-                    "skipped and lost; its bytes are %s" % (what, start, end, sector, where),
-                )
-            )
+            self.notes.append(damage_note(what, start, end, "flash sector %d" % sector, where))
 
     def _report_foreign(self, found):
         """Say so when sectors outside the log hold data: never a silent empty start."""
@@ -337,8 +333,7 @@ class KVLog:
         """(key for its copy, bytes, key of the record as far as readable, sector, start, end)."""
         mv = memoryview(self._rbuf)
         self.dev.readblocks(sector, mv[0:end], 0)
-        klen = mv[start + 2] | (mv[start + 3] << 8) if end - start >= 4 else 0
-        what = bytes(mv[start + 8 : start + 8 + klen]) if start + 8 + klen <= end else b""
+        what = damaged_key(mv[start:end], end - start)
         key = DAMAGED_PREFIX + struct.pack("<IH", seq, start)
         value = bytes(mv[start : min(end, start + self.max_record - OVERHEAD - len(key))])
         return key, value, what, sector, start, end
