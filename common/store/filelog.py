@@ -220,7 +220,11 @@ class FileLog:
         if good < size:
             self.torn = size - good
             self.notes.append(
-                (30, "store: dropped a torn tail of %d bytes at the end of %s (a write cut short by a crash)" % (self.torn, self.path))
+                (
+                    30,
+                    "store: dropped a torn tail of %d bytes at the end of %s (a write cut short by a crash)"
+                    % (self.torn, self.path),
+                )
             )
         if good < size or self.skipped:
             self.file_size = good

@@ -269,7 +269,11 @@ class KVLog:
                 rec = decode(buf, SECTOR_HEADER_SIZE, self.sector_size)
                 if rec != INVALID and rec != ERASED:
                     self.notes.append(
-                        (40, "store: flash sector %d has a damaged header: its records are lost (erased when the store needs the sector)" % s)
+                        (
+                            40,
+                            "store: flash sector %d has a damaged header: its records are lost (erased when the store needs the sector)"
+                            % s,
+                        )
                     )
         if other and not found:
             self.notes.append(
@@ -309,7 +313,11 @@ class KVLog:
                         last -= 1
                     self.torn += last - off
                     self.notes.append(
-                        (30, "store: dropped a torn tail of %d bytes in flash sector %d (a write cut short)" % (last - off, sector))
+                        (
+                            30,
+                            "store: dropped a torn tail of %d bytes in flash sector %d (a write cut short)"
+                            % (last - off, sector),
+                        )
                     )
                     break
                 self.skipped += 1

@@ -28,6 +28,18 @@ def value_of(i):
     return b"value-%d-" % i + b"x" * (i % 7)
 
 
+def opened(backend):
+    """An opened Store over `backend` and the list its log lines go to."""
+    logged = []
+
+    def log(level, text):
+        logged.append((level, text))
+
+    store = Store(backend, log=log)
+    store.open()
+    return store, logged
+
+
 class Damage:
     """The cases; a subclass gives the backend and how to reach its bytes."""
 
@@ -129,60 +141,64 @@ class Damage:
         self.assertIsNone(h2.broker.sessions.find("short"))
 
     def restart(self):
-        logged = []
-        store = Store(self.reopen(), log=lambda level, text: logged.append((level, text)))
-        store.open()
+        store, logged = opened(self.reopen())
         return Harness(store=store), logged
 
 
 class TestFileLogDamage(Damage, unittest.TestCase):
+    """Over tests/core/memfs.py; tests/host/test_filelog_posix.py runs the same on real files."""
+
     damage_stays = 0
+    path = PATH
 
     def setUp(self):
         self.fs = MemFS()
 
-    def new(self):
-        return FileLog(self.fs, PATH)
+    def file(self, path):
+        """The bytes of the file at `path`."""
+        return bytes(self.fs.names[path].data)
 
-    def reopen(self):
-        return FileLog(self.fs, PATH)
-
-    def index(self):
-        return FileLog(self.fs, PATH)._index
-
-    def read(self, pos, n):
-        return bytes(self.fs.names[PATH].data[pos : pos + n])
-
-    def flip(self, pos, xor):
-        self.fs.corrupt(PATH, pos, xor)
-
-    def kept(self, kv):
-        return bytes(self.fs.names[PATH + DAMAGED_SUFFIX].data)
-
-    def write(self, data):
-        f = self.fs.open(PATH, "wb")
+    def write(self, path, data, mode="wb"):
+        f = self.fs.open(path, mode)
         f.write(data)
         self.fs.sync(f)
         f.close()
 
+    def new(self):
+        return FileLog(self.fs, self.path)
+
+    reopen = new
+
+    def index(self):
+        return FileLog(self.fs, self.path)._index
+
+    def read(self, pos, n):
+        return self.file(self.path)[pos : pos + n]
+
+    def flip(self, pos, xor):
+        data = bytearray(self.file(self.path))
+        data[pos] ^= xor
+        self.write(self.path, bytes(data))
+
+    def kept(self, kv):
+        return self.file(self.path + DAMAGED_SUFFIX)
+
     def test_unreadable_file_is_set_aside_and_said_at_error_level(self):
         rng = XorShift(5)
         self.seeded()
-        damaged_header = bytearray(self.fs.names[PATH].data)
+        damaged_header = bytearray(self.file(self.path))
         damaged_header[2] ^= 0x08
         cases = (
             ("damaged header", bytes(damaged_header)),
             ("zeros", bytes(4096)),
             ("0xFF", b"\xff" * 4096),
-            ("random", bytes(rng.below(256) for _ in range(4096))),
+            ("random", bytes([rng.below(256) for _ in range(4096)])),
         )
         for n, (what, data) in enumerate(cases):
-            self.write(data)
-            logged = []
-            store = Store(FileLog(self.fs, PATH), log=lambda level, text: logged.append((level, text)))
-            store.open()
-            aside = PATH + CORRUPT_SUFFIX + ("" if n == 0 else ".%d" % n)
-            self.assertEqual(bytes(self.fs.names[aside].data), data, what)  # kept whole, none replaced
+            self.write(self.path, data)
+            store, logged = opened(self.new())
+            aside = self.path + CORRUPT_SUFFIX + ("" if n == 0 else ".%d" % n)
+            self.assertEqual(self.file(aside), data, what)  # kept whole, none replaced
             errors = [t for level, t in logged if level == 40]
             self.assertEqual(len(errors), 1, (what, logged))
             self.assertIn(aside, errors[0])
@@ -191,16 +207,13 @@ class TestFileLogDamage(Damage, unittest.TestCase):
 
     def test_torn_tail_says_how_many_bytes(self):
         self.seeded(5)
-        size = self.fs.size(PATH)
-        f = self.fs.open(PATH, "ab")
-        f.write(b"\xa5\x00\x03\x00\x40\x00\x00\x00k99")  # a record cut short after its key
-        self.fs.sync(f)
-        f.close()
+        size = len(self.file(self.path))
+        self.write(self.path, b"\xa5\x00\x03\x00\x40\x00\x00\x00k99", "ab")  # a record cut short after its key
         kv = self.reopen()
         self.assertEqual(kv.torn, 11)
         self.assertEqual(kv.skipped, 0)
         self.assertIn("torn tail of 11 bytes", " ".join(t for _, t in kv.notes))
-        self.assertEqual(self.fs.size(PATH), size)
+        self.assertEqual(len(self.file(self.path)), size)
         self.assertEqual(kv.get(b"k04"), value_of(4))
         self.assertGreater(size, FILE_HEADER_SIZE)
 
@@ -247,9 +260,7 @@ class TestKVLogDamage(Damage, unittest.TestCase):
             self.dev = FlashSim(16, BLOCK)
             for i in range(len(self.dev.mem)):
                 self.dev.mem[i] = fill()
-            logged = []
-            store = Store(KVLog(self.dev), log=lambda level, text: logged.append((level, text)))
-            store.open()
+            _store, logged = opened(KVLog(self.dev))
             errors = [t for level, t in logged if level == 40]
             self.assertEqual(len(errors), 1, (what, logged))
             self.assertIn("no Siskin store", errors[0])

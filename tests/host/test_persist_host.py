@@ -127,7 +127,10 @@ def test_key_text_errors_name_the_problem() -> None:
     from common.store.keytext import parse_keys
     from common.store.store import StoreError
 
-    assert parse_keys("# a comment\n1:" + KEY + "\n2:" + OTHER_KEY) == {1: bytes.fromhex(KEY), 2: bytes.fromhex(OTHER_KEY)}
+    assert parse_keys("# a comment\n1:" + KEY + "\n2:" + OTHER_KEY) == {
+        1: bytes.fromhex(KEY),
+        2: bytes.fromhex(OTHER_KEY),
+    }
     assert parse_keys(KEY) == {1: bytes.fromhex(KEY)}
     for text, says in (
         ("", "empty"),
@@ -213,9 +216,9 @@ def test_damaged_store_loses_only_the_damaged_records_and_says_so(tmp_path: Path
         got = []
         for _ in range(30):
             topic, payload, _qos, _retain, _dup, pid = parse_publish(*sub.read_packet())
-            got.append(topic)
+            got.append((topic, payload))
             sub.send(puback_packet(pid))
-        assert got == [f"q/{i}" for i in range(30)]
+        assert got == [(f"q/{i}", b"queued-%d" % i) for i in range(30)]
         late = RawClient(b.port)
         late.connect("late")
         late.subscribe("r/#", 1)
@@ -227,7 +230,10 @@ def test_damaged_store_loses_only_the_damaged_records_and_says_so(tmp_path: Path
         assert sorted(retained) == sorted(f"r/{i}" for i in range(1, 20))
         b.stop()
         log = b.log_text()
-    assert "restored 1 sessions, 1 subscriptions, 30 queued messages, 19 retained (0 dropped, 3 damaged records skipped)" in log
+    assert (
+        "restored 1 sessions, 1 subscriptions, 30 queued messages, 19 retained (0 dropped, 3 damaged records skipped)"
+        in log
+    )
     warnings = [line for line in log.splitlines() if " WARNING " in line]
     assert any("damaged record (key b'Rr/0'" in line and DAMAGED_SUFFIX in line for line in warnings), log
     assert any("b'Sbad-session'" in line and "wrong shape" in line for line in warnings), log
