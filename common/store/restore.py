@@ -65,7 +65,7 @@ def _fits(rec, shape):
         if t == "*" or (v is None and (t == "n" or t == "L")):
             continue
         if t == "i" or t == "n":
-            ok = isinstance(v, int)
+            ok = isinstance(v, (int, bool))  # bool is no int on MicroPython
         elif t == "s":
             ok = isinstance(v, str)
         elif t == "b":
