@@ -82,15 +82,21 @@ def _usable(store, ns, key, rec, shape):
     if not _fits(rec, shape):
         store.skip(ns + key, "a value of the wrong shape: %r" % (rec,))
         return None
-    if ns != NS_MESSAGE:
-        try:
-            key.decode()  # client ids and topics are UTF-8
-        except UnicodeError:
-            store.skip(ns + key, "a key that is not UTF-8")
-            return None
-        if (ns == NS_SUB or ns == NS_DELIVERY) and b"\0" not in key:
+    if ns == NS_MESSAGE:
+        return rec  # an 8-byte id
+    text = key  # client ids and topics are UTF-8
+    if ns == NS_SUB or ns == NS_DELIVERY:
+        i = key.find(b"\0")
+        if i < 0:
             store.skip(ns + key, "a key without its separator")
             return None
+        if ns == NS_DELIVERY:
+            text = key[:i]  # then an 8-byte sequence number
+    try:
+        text.decode()
+    except UnicodeError:
+        store.skip(ns + key, "a key that is not UTF-8")
+        return None
     return rec
 
 

@@ -95,15 +95,19 @@ class Damage:
         self.assertEqual(kv3.get(b"k29"), value_of(29))
         self.assertIn(original[4:], self.kept(kv3))
 
-    def test_bad_crc_is_counted_in_the_restore_line_and_logged(self):
-        backend = self.new()
-        store = Store(backend)
+    def with_keeper(self):
+        """A broker over a new store, with an offline persistent session "keeper"."""
+        store = Store(self.new())
         store.open()
         h = Harness(store=store)
         keeper = h.client()
         keeper.connect("keeper", clean=False)
         keeper.subscribe("q/#", qos=1)
         keeper.disconnect()
+        return store, h
+
+    def test_bad_crc_is_counted_in_the_restore_line_and_logged(self):
+        store, h = self.with_keeper()
         pub = h.client()
         pub.connect("pub")
         for i in range(3):
@@ -118,25 +122,19 @@ class Damage:
         self.assertTrue([t for level, t in logged if level == 30 and "damaged record" in t and "r/1" in t], logged)
 
     def test_values_of_the_wrong_shape_are_skipped_counted_and_logged(self):
-        backend = self.new()
-        store = Store(backend)
-        store.open()
-        h = Harness(store=store)
-        keeper = h.client()
-        keeper.connect("keeper", clean=False)
-        keeper.subscribe("q/#", qos=1)
-        keeper.disconnect()
+        store, _h = self.with_keeper()
         # Valid checksums, wrong values: a session and a retained message.
         store.put(NS_SESSION, b"short", [4, 60])
         store.put(NS_RETAINED, b"r/short", [b"payload"])
         store.put(NS_RETAINED, b"r/typed", ["not bytes", 1, None, 0])
+        store.put(NS_RETAINED, b"r/\xff", [b"payload", 1, None, 0])  # a topic that is not UTF-8
         store.close()
         h2, logged = self.restart()
         self.assertEqual(h2.restored["sessions"], 1)
         self.assertEqual(h2.restored["retained"], 0)
-        self.assertEqual(h2.restored["skipped"], 3)
+        self.assertEqual(h2.restored["skipped"], 4)
         text = " ".join(t for level, t in logged if level == 30)
-        for key in ("Sshort", "Rr/short", "Rr/typed"):
+        for key in ("Sshort", "Rr/short", "Rr/typed", "Rr/\\xff"):
             self.assertIn(key, text)
         self.assertIsNone(h2.broker.sessions.find("short"))
 

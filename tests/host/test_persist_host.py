@@ -4,6 +4,7 @@ tampering, schema refusal and --wipe-store, through the real CLI."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.host.broker_proc import (
@@ -26,8 +27,12 @@ def write_key(path: Path, text: str) -> str:
     return str(path)
 
 
-def seed_store(workdir: Path, extra: tuple[str, ...] = ()) -> None:
-    """A retained message and a persistent session with one queued message."""
+SEED = (("r/1", SECRET, True), ("q/1", SECRET + b"-queued", False))
+
+
+def seed_store(workdir: Path, extra: tuple[str, ...] = (), messages: Sequence[tuple[str, bytes, bool]] = SEED) -> None:
+    """A persistent session "keeper" on q/#, then `messages` (topic, payload,
+    retain) published at QoS 1: by default a retained message and one queued."""
     with BrokerProcess(workdir, log_level="info", extra_args=extra) as b:
         sub = RawClient(b.port)
         sub.connect("keeper", clean=False)
@@ -35,10 +40,10 @@ def seed_store(workdir: Path, extra: tuple[str, ...] = ()) -> None:
         sub.send(DISCONNECT)
         pub = RawClient(b.port)
         pub.connect("pub")
-        pub.send(publish_packet("r/1", SECRET, qos=1, packet_id=1, retain=True))
-        pub.send(publish_packet("q/1", SECRET + b"-queued", qos=1, packet_id=2))
-        acks = [pub.read_packet(), pub.read_packet()]
-        assert [a[0] for a in acks if a] == [0x40, 0x40]
+        for pid, (topic, payload, retain) in enumerate(messages, 1):
+            pub.send(publish_packet(topic, payload, qos=1, packet_id=pid, retain=retain))
+        acks = [pub.read_packet() for _ in messages]
+        assert [a[0] for a in acks if a] == [0x40] * len(messages)
         assert b.stop() == 0
 
 
@@ -185,19 +190,8 @@ def test_damaged_store_loses_only_the_damaged_records_and_says_so(tmp_path: Path
     from common.store.store import Store
     from cpython_host.posix_fs import PosixFS
 
-    with BrokerProcess(tmp_path, log_level="info") as b:
-        sub = RawClient(b.port)
-        sub.connect("keeper", clean=False)
-        assert sub.subscribe("q/#", 1) == 1
-        sub.send(DISCONNECT)
-        pub = RawClient(b.port)
-        pub.connect("pub")
-        for i in range(20):
-            pub.send(publish_packet(f"r/{i}", b"kept-%d" % i, qos=1, packet_id=i + 1, retain=True))
-        for i in range(30):
-            pub.send(publish_packet(f"q/{i}", b"queued-%d" % i, qos=1, packet_id=100 + i))
-        assert [pub.read_packet()[0] for _ in range(50)] == [0x40] * 50
-        assert b.stop() == 0
+    kept = [(f"r/{i}", b"kept-%d" % i, True) for i in range(20)]
+    seed_store(tmp_path, messages=kept + [(f"q/{i}", b"queued-%d" % i, False) for i in range(30)])
     path = str(tmp_path / "data" / "siskin.log")
     store = Store(FileLog(PosixFS(), path))
     store.open()
