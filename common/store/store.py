@@ -216,6 +216,7 @@ class Store:
         if self.log is not None:
             for level, text in backend.notes:
                 self.log(level, text)
+        backend.notes = []  # said once; a board's heap need not keep the text
         if wipe:
             for key, _value in backend.items(b""):
                 backend.delete(key)
