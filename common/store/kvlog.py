@@ -271,8 +271,8 @@ class KVLog:
                     self.notes.append(
                         (
                             40,
-                            "store: flash sector %d has a damaged header: its records are lost (erased when the store needs the sector)"
-                            % s,
+                            "store: flash sector %d has a damaged header: its records are lost "
+                            "(erased when the store needs the sector)" % s,
                         )
                     )
         if other and not found:
