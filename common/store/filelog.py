@@ -18,11 +18,18 @@
 # appends a tombstone. The in-RAM index maps key -> (offset, record size);
 # get() reads the record back and checks its CRC.
 #
-# Open scans the file: a later record of a key wins. A record with a bad CRC
-# but a plausible length inside the file is skipped (counted in `skipped`);
-# anything else ends the scan (a torn tail after a power cut). If anything
-# was skipped or cut off, the log is rewritten at once (as a compaction), so
-# later appends never land behind garbage the next open would stop at.
+# Open scans the file: a later record of a key wins. Damage never spreads:
+# where a record does not check (bad header or CRC), the scan resynchronises
+# on the next offset that holds a valid record (magic, header, length inside
+# the file, CRC), so only the damaged record is lost; its bytes are appended
+# to path + ".damaged" for a human, counted in `skipped` and described in
+# `notes`. When no valid record follows, the rest is a torn tail (a write a
+# crash or power cut cut short): dropped, its size in `torn` and `notes`.
+# If anything was skipped or cut off, the log is rewritten at once (as a
+# compaction), so later appends never land behind garbage the next open
+# would stop at. A file without our header is renamed to path + ".corrupt"
+# (or ".corrupt.N" if that is taken) and a new log begins, said in `notes`
+# at error level. The Store logs `notes` when it opens (common/store/store.py).
 #
 # Compaction, when the file is at least `compact_ratio` times the live bytes
 # and at least `compact_min` bytes: the live records are written to
@@ -47,6 +54,8 @@ from common.store.kvrecord import (
     OVERHEAD,
     StoreFull,
     crc32,
+    damage_note,
+    damaged_key,
     decode,
     decode_header,
     encode_into,
@@ -57,8 +66,16 @@ FILE_MAGIC = b"SKVLOG1\n"
 FILE_HEADER_SIZE = 8
 COMPACT_SUFFIX = ".compact"
 CORRUPT_SUFFIX = ".corrupt"
+DAMAGED_SUFFIX = ".damaged"
 _SMALL = const(512)  # records up to this size are encoded in one buffer, one write
 _CHUNK = const(512)  # read size when checking the CRC of a big value at open
+# What _record_at finds at an offset.
+_OK = const(0)
+_BAD_CRC = const(1)  # a plausible header and length, but the CRC fails
+_NOT = const(2)  # no record starts here
+
+
+_MAGIC_BYTE = bytes([MAGIC])
 
 
 def _dirname(path):
@@ -82,6 +99,8 @@ class FileLog:
         self.user_bytes = 0
         self.device_bytes = 0
         self.skipped = 0
+        self.torn = 0  # bytes of torn tail dropped at open
+        self.notes = []  # (log level, text): what open found damaged; the Store logs them
         self.compactions = 0
         self.live_bytes = 0  # bytes of live records (without the file header)
         self.file_size = 0
@@ -168,59 +187,122 @@ class FileLog:
         try:
             header = f.read(FILE_HEADER_SIZE)
             size = f.seek(0, 2)
-            f.seek(FILE_HEADER_SIZE)
             if header != FILE_MAGIC:
                 good = -1
             else:
-                good = self._scan(f, size)
+                damaged = []
+                good = self._scan(f, size, damaged)
+                if damaged:
+                    self._set_aside(f, damaged)
         finally:
             f.close()
         if good < 0:
             if size > FILE_HEADER_SIZE:
                 # Not our log (or its header is damaged): keep it for a human.
                 self.skipped += 1
-                fs.rename(self.path, self.path + CORRUPT_SUFFIX)
+                aside = self.path + CORRUPT_SUFFIX
+                n = 0
+                while fs.exists(aside):  # never replace an earlier one
+                    n += 1
+                    aside = "%s%s.%d" % (self.path, CORRUPT_SUFFIX, n)
+                fs.rename(self.path, aside)
+                self.notes.append(
+                    (
+                        40,
+                        "store: %s has no valid log header (damaged, or not a Siskin store): moved aside to %s "
+                        "and started with an empty store; every stored session and retained message is lost"
+                        % (self.path, aside),
+                    )
+                )
             self._create()  # a creation that a power cut interrupted
             return
         self.file_size = size
+        if good < size:
+            self.torn = size - good
+            self.notes.append(
+                (
+                    30,
+                    "store: dropped a torn tail of %d bytes at the end of %s (a write cut short by a crash)"
+                    % (self.torn, self.path),
+                )
+            )
         if good < size or self.skipped:
             self.file_size = good
             self._rewrite()
         else:
             self._af = fs.open(self.path, "ab")
 
-    def _scan(self, f, size):
-        """Index the records; return the offset after the last good one."""
+    def _record_at(self, f, off, size):
+        """(_OK/_BAD_CRC/_NOT, record size, key, flags) of the record at `off`."""
+        f.seek(off)
+        head = f.read(HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            return _NOT, 0, None, 0
+        parsed = decode_header(head, 0)
+        if parsed == INVALID or parsed == ERASED:
+            return _NOT, 0, None, 0
+        flags, klen, vlen = parsed
+        rsize = OVERHEAD + klen + vlen
+        if off + rsize > size:
+            return _NOT, 0, None, 0
+        key = f.read(klen)
+        crc = crc32(key, crc32(head))
+        left = vlen
+        while left > 0:
+            chunk = f.read(left if left < _CHUNK else _CHUNK)
+            if not chunk:
+                break
+            crc = crc32(chunk, crc)
+            left -= len(chunk)
+        stored = f.read(CRC_SIZE)
+        if left or len(key) != klen or len(stored) != CRC_SIZE:
+            return _NOT, 0, None, 0
+        if struct.unpack("<I", stored)[0] != crc:
+            return _BAD_CRC, rsize, key, flags
+        return _OK, rsize, key, flags
+
+    def _resync(self, f, start, size):
+        """Offset of the first valid record at or after `start`, or -1."""
+        pos = start
+        while pos + OVERHEAD <= size:
+            f.seek(pos)
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            i = chunk.find(_MAGIC_BYTE)
+            while i >= 0:
+                if self._record_at(f, pos + i, size)[0] == _OK:
+                    return pos + i
+                i = chunk.find(_MAGIC_BYTE, i + 1)
+            pos += len(chunk)
+        return -1
+
+    def _scan(self, f, size, damaged):
+        """Index the records; return where the torn tail starts (`size` if none).
+
+        Damaged stretches are appended to `damaged` as (start, end).
+        """
         off = FILE_HEADER_SIZE
-        good = off
         index = self._index
         while off < size:
-            head = f.read(HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
-                break
-            parsed = decode_header(head, 0)
-            if parsed == INVALID or parsed == ERASED:
-                break
-            flags, klen, vlen = parsed
-            rsize = OVERHEAD + klen + vlen
-            if off + rsize > size:
-                break  # torn tail
-            key = f.read(klen)
-            crc = crc32(key, crc32(head))
-            left = vlen
-            while left > 0:
-                chunk = f.read(left if left < _CHUNK else _CHUNK)
-                if not chunk:
-                    break
-                crc = crc32(chunk, crc)
-                left -= len(chunk)
-            stored = f.read(CRC_SIZE)
-            if left or len(key) != klen or len(stored) != CRC_SIZE:
-                break
-            if struct.unpack("<I", stored)[0] != crc:
-                # Damaged, but its length stays inside the file: skip just it.
+            status, rsize, key, flags = self._record_at(f, off, size)
+            if status != _OK:
+                # Trust a bad record's length only if a valid record (or the
+                # end of the file) follows it; else look for the next record.
+                nxt = off + rsize if status == _BAD_CRC else 0
+                if nxt and (nxt == size or self._record_at(f, nxt, size)[0] != _OK):
+                    nxt = 0
+                if not nxt:
+                    nxt = self._resync(f, off + 1, size)
+                if nxt < 0:
+                    # Nothing valid after it: a torn tail. A whole record
+                    # that fails its CRC there is counted as lost too.
+                    if status == _BAD_CRC:
+                        self.skipped += 1
+                    return off
                 self.skipped += 1
-                off += rsize
+                damaged.append((off, nxt))
+                off = nxt
                 continue
             old = index.get(key)
             if old is not None:
@@ -232,8 +314,30 @@ class FileLog:
                 index[key] = (off, rsize)
                 self.live_bytes += rsize
             off += rsize
-            good = off
-        return good
+        return off
+
+    def _set_aside(self, f, damaged):
+        """Append the damaged stretches to path.damaged (synced) before the rewrite drops them."""
+        fs = self.fs
+        side = self.path + DAMAGED_SUFFIX
+        out = fs.open(side, "ab")
+        try:
+            for start, end in damaged:
+                f.seek(start)
+                key = damaged_key(f.read(_CHUNK), end - start)
+                f.seek(start)
+                left = end - start
+                while left > 0:
+                    chunk = f.read(left if left < _CHUNK else _CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    left -= len(chunk)
+                self.notes.append(damage_note(key, start, end, self.path, "kept in " + side))
+            fs.sync(out)
+        finally:
+            out.close()
+        fs.sync_dir(_dirname(self.path))
 
     def _create(self):
         f = self.fs.open(self.path, "wb")

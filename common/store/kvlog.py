@@ -24,9 +24,16 @@
 #                            open, a retired sector, or a fresh device)
 #
 # Mount reads every header, sorts the log sectors by sequence and scans their
-# records oldest first, so a later record of a key wins. Within a sector the
-# scan stops at the first invalid record: the rest of that sector is never
-# trusted or appended to again; the next write opens a fresh sector.
+# records oldest first, so a later record of a key wins. Damage never spreads:
+# at an invalid record the scan resynchronises on the next offset in the
+# sector that holds a valid record (magic, header, CRC), so only the damaged
+# record is lost; it is counted in `skipped`, described in `notes` (the
+# Store logs them) and its bytes are kept, as far as one record holds them,
+# under a key of the DAMAGED_PREFIX namespace (no Store namespace: never
+# read as state; --wipe-store removes it). With no valid record after it,
+# the rest up to the erased area is a torn tail (an append a power cut cut
+# short): dropped, its size in `torn`. A sector with damage or a torn tail
+# is never appended to again; the next write opens a fresh sector.
 #
 # Compaction is FIFO: when a put needs a new sector and only `reserve` free
 # sectors remain, the oldest log sector is compacted: its live records (those
@@ -61,10 +68,14 @@ from common.compat import const
 from common.store.kvrecord import (
     ERASED,
     INVALID,
+    MAGIC,
     OVERHEAD,
     StoreFull,
     crc32,
+    damage_note,
+    damaged_key,
     decode,
+    decode_header,
     encode_into,
     is_tombstone,
 )
@@ -73,6 +84,8 @@ SECTOR_MAGIC = b"SKL1"
 SECTOR_HEADER_SIZE = const(20)
 PART_B_OFFSET = const(12)
 DEFAULT_RESERVE = const(2)
+# Keys of the copies of damaged bytes: prefix + sector sequence (u32 LE) + offset (u16 LE).
+DAMAGED_PREFIX = b"\x00damaged:"
 
 # Sector states (RAM only).
 _LOG = const(0)
@@ -108,6 +121,8 @@ class KVLog:
         self.user_bytes = 0
         self.device_bytes = 0
         self.skipped = 0
+        self.torn = 0  # bytes of torn tails dropped at mount
+        self.notes = []  # (log level, text): what mount found damaged; the Store logs them
         self.erases = 0
         self.compactions = 0
         self._rbuf = bytearray(self.sector_size)
@@ -215,29 +230,100 @@ class KVLog:
         # as worn as the most worn one: the FIFO order evens it out anyway.
         for s in unknown:
             self._erase_count[s] = max_count
+        self._report_foreign(found)
         found.sort()
         self._log = [s for _, s in found]
         if found:
             self._seq_max = found[-1][0]
+        damaged = []
         for s in self._log:
-            self._scan_sector(s, s == self._log[-1])
+            self._scan_sector(s, s == self._log[-1], damaged)
+        # Read every damaged stretch before writing: a put may compact (erase)
+        # a sector that holds another one.
+        kept = []
+        for sector, seq, start, end in damaged:
+            kept.append(self._read_damaged(sector, seq, start, end))
+        for key, value, what, sector, start, end in kept:
+            where = "kept under key %r" % (key,)
+            if key not in self._index:
+                try:
+                    self.put(key, value)
+                except OSError as err:  # StoreFull: say so, never stop the mount
+                    where = "not kept (%r)" % (err,)
+            self.notes.append(damage_note(what, start, end, "flash sector %d" % sector, where))
 
-    def _scan_sector(self, sector, is_head):
+    def _report_foreign(self, found):
+        """Say so when sectors outside the log hold data: never a silent empty start."""
+        buf = self._rbuf
+        other = 0
+        for s in range(self.nsectors):
+            if self._state[s] != _FREE_DIRTY:
+                continue
+            self.dev.readblocks(s, buf, 0)
+            if _all_ff(buf, 0, self.sector_size):
+                continue  # erased: a fresh device or a completed erase
+            other += 1
+            # A damaged header over records that still check (a torn erase
+            # leaves the header erased or part B zeroed, not this).
+            if not _all_ff(buf, 0, PART_B_OFFSET) and not _all_zero(buf, PART_B_OFFSET, SECTOR_HEADER_SIZE):
+                rec = decode(buf, SECTOR_HEADER_SIZE, self.sector_size)
+                if rec != INVALID and rec != ERASED:
+                    self.notes.append(
+                        (
+                            40,
+                            "store: flash sector %d has a damaged header: its records are lost "
+                            "(erased when the store needs the sector)" % s,
+                        )
+                    )
+        if other and not found:
+            self.notes.append(
+                (
+                    40,
+                    "store: the flash partition holds no Siskin store (%d of %d sectors hold other data: zeros, random "
+                    "bytes or damaged headers): started with an empty store; those sectors are erased as it needs them"
+                    % (other, self.nsectors),
+                )
+            )
+
+    def _scan_sector(self, sector, is_head, damaged):
         buf = self._rbuf
         mv = memoryview(buf)
         end = self.sector_size
         self.dev.readblocks(sector, buf, 0)
+        seq = _part_b_seq(buf)
         off = SECTOR_HEADER_SIZE
         index = self._index
+        clean = True
         while off < end:
             rec = decode(buf, off, end)
-            if rec == ERASED:
-                if is_head and _all_ff(buf, off, end):
+            if rec == ERASED and _all_ff(buf, off, end):
+                if is_head and clean:
                     self._head_off = off
                 break
-            if rec == INVALID:
-                self.skipped += 1  # torn or damaged; the rest of the sector is not trusted
-                break
+            if rec == ERASED or rec == INVALID:
+                clean = False  # the rest of this sector is never appended to
+                nxt = _resync(buf, off + 1, end)
+                if nxt < 0:
+                    # Nothing valid after it: a torn tail. A whole record
+                    # that fails its CRC there is counted as lost too.
+                    if _whole_record(buf, off, end):
+                        self.skipped += 1
+                    last = end
+                    while last > off and buf[last - 1] == 0xFF:
+                        last -= 1
+                    self.torn += last - off
+                    self.notes.append(
+                        (
+                            30,
+                            "store: dropped a torn tail of %d bytes in flash sector %d (a write cut short)"
+                            % (last - off, sector),
+                        )
+                    )
+                    break
+                self.skipped += 1
+                damaged.append((sector, seq, off, nxt))
+                off = nxt
+                continue
             flags, ks, ke, _ve, nxt = rec
             key = bytes(mv[ks:ke])
             old = index.get(key)
@@ -250,6 +336,15 @@ class KVLog:
                 index[key] = (sector, off, nxt - off)
                 self.live_bytes += nxt - off
             off = nxt
+
+    def _read_damaged(self, sector, seq, start, end):
+        """(key for its copy, bytes, key of the record as far as readable, sector, start, end)."""
+        mv = memoryview(self._rbuf)
+        self.dev.readblocks(sector, mv[0:end], 0)
+        what = damaged_key(mv[start:end], end - start)
+        key = DAMAGED_PREFIX + struct.pack("<IH", seq, start)
+        value = bytes(mv[start : min(end, start + self.max_record - OVERHEAD - len(key))])
+        return key, value, what, sector, start, end
 
     # -- appending ----------------------------------------------------------
 
@@ -410,6 +505,35 @@ def _part_b_seq(hbuf):
     if crc32(memoryview(hbuf)[0:16]) != crc:
         return None
     return seq
+
+
+def _resync(buf, start, end):
+    """Offset of the first valid record in buf[start:end], or -1."""
+    for i in range(start, end - OVERHEAD + 1):
+        if buf[i] == MAGIC:
+            rec = decode(buf, i, end)
+            if rec != INVALID and rec != ERASED:
+                return i
+    return -1
+
+
+def _whole_record(buf, off, end):
+    """Whether a whole record (that fails its CRC) was written at `off`."""
+    if end - off < OVERHEAD:
+        return False
+    head = decode_header(buf, off)
+    if head == INVALID or head == ERASED:
+        return False
+    stop = off + OVERHEAD + head[1] + head[2]
+    # An append cut short leaves its end erased; a whole record was written through.
+    return stop <= end and not _all_ff(buf, stop - 4, stop)
+
+
+def _all_zero(buf, start, end):
+    for i in range(start, end):
+        if buf[i]:
+            return False
+    return True
 
 
 def _all_ff(buf, start, end):

@@ -137,3 +137,32 @@ def decode(buf, offset, end):
 
 def is_tombstone(flags):
     return flags & FLAG_TOMBSTONE != 0
+
+
+# -- damage reports -------------------------------------------------------------
+
+
+def damaged_key(buf, total):
+    """The key of a damaged record that spanned `total` bytes, from its first
+    bytes in `buf`, as far as its header can be believed; None if unreadable.
+
+    A key length that overruns the record is the damaged field: the key
+    length is then what the value length leaves.
+    """
+    if len(buf) < HEADER_SIZE:
+        return None
+    klen, vlen = struct.unpack_from("<HI", buf, 2)
+    if OVERHEAD + klen > total:
+        klen = total - OVERHEAD - vlen
+    if klen <= 0 or OVERHEAD + klen > total:
+        return None
+    return bytes(buf[HEADER_SIZE : HEADER_SIZE + klen])
+
+
+def damage_note(key, start, end, where, kept):
+    """(log level, text) for a damaged record the scan skipped."""
+    return (
+        30,
+        "store: damaged record (key %r, as far as readable) at bytes %d..%d of %s skipped and lost; its bytes are %s"
+        % (key, start, end, where, kept),
+    )

@@ -44,6 +44,62 @@ def _core(persist, wall, now, interval):
     return t if t > 0 else 1
 
 
+# The fields each record's value must begin with, checked before use, so a
+# record that passes its CRC (and GCM tag) but holds something else — written
+# by a bug or edited by hand — is skipped, counted and logged like a damaged
+# one instead of stopping the start with a traceback. i: int (or bool),
+# n: int or None, s: str, b: bytes, l: list, L: list or None, *: anything.
+_SHAPE_MESSAGE = "sbiiLi"
+_SHAPE_SESSION = "iiiiil"
+_SHAPE_SUB = "iiiin"
+_SHAPE_DELIVERY = "iii*in*"
+_SHAPE_RETAINED = "biLi"
+
+
+def _fits(rec, shape):
+    if not isinstance(rec, list) or len(rec) < len(shape):
+        return False
+    for i in range(len(shape)):
+        t = shape[i]
+        v = rec[i]
+        if t == "*" or (v is None and (t == "n" or t == "L")):
+            continue
+        if t == "i" or t == "n":
+            ok = isinstance(v, (int, bool))  # bool is no int on MicroPython
+        elif t == "s":
+            ok = isinstance(v, str)
+        elif t == "b":
+            ok = isinstance(v, bytes)
+        else:
+            ok = isinstance(v, list)
+        if not ok:
+            return False
+    return True
+
+
+def _usable(store, ns, key, rec, shape):
+    """The record, checked: None (counted and logged) if its value or key is unusable."""
+    if not _fits(rec, shape):
+        store.skip(ns + key, "a value of the wrong shape: %r" % (rec,))
+        return None
+    if ns == NS_MESSAGE:
+        return rec  # an 8-byte id
+    text = key  # client ids and topics are UTF-8
+    if ns == NS_SUB or ns == NS_DELIVERY:
+        i = key.find(b"\0")
+        if i < 0:
+            store.skip(ns + key, "a key without its separator")
+            return None
+        if ns == NS_DELIVERY:
+            text = key[:i]  # then an 8-byte sequence number
+    try:
+        text.decode()
+    except UnicodeError:
+        store.skip(ns + key, "a key that is not UTF-8")
+        return None
+    return rec
+
+
 def restore(persist, broker, now, wall):
     """Rebuild sessions, subscriptions, queues and retained messages; counts."""
     persist.offset = wall - now
@@ -53,6 +109,8 @@ def restore(persist, broker, now, wall):
 
     by_mid = {}
     for key, rec in store.items(NS_MESSAGE):
+        if _usable(store, NS_MESSAGE, key, rec, _SHAPE_MESSAGE) is None:
+            continue
         mid = _from_be(key)
         topic, payload, qos, retain, props, expiry_wall = rec[:6]
         msg = messages.new(topic, payload, qos, retain, _props_in(props), _core(persist, expiry_wall, now, 0))
@@ -66,15 +124,19 @@ def restore(persist, broker, now, wall):
             persist.next_mid = mid + 1
 
     for key, rec in store.items(NS_SESSION):
+        if _usable(store, NS_SESSION, key, rec, _SHAPE_SESSION) is None:
+            continue
         _restore_session(persist, broker, key.decode(), rec, now, counts)
 
     for key, rec in store.items(NS_SUB):
+        if _usable(store, NS_SUB, key, rec, _SHAPE_SUB) is None:
+            continue
         client_id, flt = key.split(b"\0", 1)
         session = broker.sessions.find(client_id.decode())
         if session is None:
             store.delete(NS_SUB, key)
             continue
-        qos, no_local, rap, rh, sub_id = rec
+        qos, no_local, rap, rh, sub_id = rec[:5]
         sub = broker.add_subscription(session, flt.decode())
         if sub is None:
             counts["dropped"] += 1
@@ -94,6 +156,8 @@ def restore(persist, broker, now, wall):
 
     retained = broker.routing.retained
     for key, rec in store.items(NS_RETAINED):
+        if _usable(store, NS_RETAINED, key, rec, _SHAPE_RETAINED) is None:
+            continue
         payload, qos, props, expiry_wall = rec[:4]
         topic = key.decode()
         if retained.store(topic, payload, qos, _props_in(props), _core(persist, expiry_wall, now, 0), False):
@@ -101,13 +165,13 @@ def restore(persist, broker, now, wall):
         else:
             counts["dropped"] += 1
             store.delete(NS_RETAINED, key)
-    counts["skipped"] = store.skipped
+    counts["skipped"] = store.lost()
     store.sync()
     return counts
 
 
 def _restore_session(persist, broker, client_id, rec, now, counts):
-    level, expiry, expires_wall, generation, next_pid, qos2_in = rec
+    level, expiry, expires_wall, generation, next_pid, qos2_in = rec[:6]
     if expiry != NEVER:
         expires_at = _core(persist, expires_wall, now, expiry) or now + expiry  # 0: it was connected
         if expires_at <= now:
@@ -134,12 +198,14 @@ def _restore_deliveries(persist, broker, by_mid):
     routing = broker.routing
     per_session = {}
     for key, rec in store.items(NS_DELIVERY):
+        if _usable(store, NS_DELIVERY, key, rec, _SHAPE_DELIVERY) is None:
+            continue
         client_id, seq = key.split(b"\0", 1)
         session = broker.sessions.find(client_id.decode())
         seq = _from_be(seq)
         if seq >= persist.next_seq:
             persist.next_seq = seq + 1
-        mid, qos, retain, sub_ids, state, packet_id, share = rec
+        mid, qos, retain, sub_ids, state, packet_id, share = rec[:7]
         msg = by_mid.get(mid) if state != RELEASED else None
         if session is None or (state != RELEASED and msg is None):
             store.delete(NS_DELIVERY, key)

@@ -212,6 +212,11 @@ class Store:
     def open(self, wipe=False):
         """Check the meta record, bump the boot counter; StoreError if unusable."""
         backend = self.backend
+        # What the backend found damaged when it opened (it has no log of its own).
+        if self.log is not None:
+            for level, text in backend.notes:
+                self.log(level, text)
+        backend.notes = []  # said once; a board's heap need not keep the text
         if wipe:
             for key, _value in backend.items(b""):
                 backend.delete(key)
@@ -335,12 +340,20 @@ class Store:
             try:
                 value = self._open_record(full, raw)
             except (ValueError, IndexError, KeyError) as err:
-                self.skipped += 1
-                if self.log is not None:
-                    self.log(30, "store: skipped record %r: %s" % (full, err))
+                self.skip(full, err)
                 continue
             out.append((full[n:], value))
         return out
+
+    def skip(self, full, why):
+        """Count and log a record that cannot be used (`full`: namespace + key)."""
+        self.skipped += 1
+        if self.log is not None:
+            self.log(30, "store: skipped record %r: %s; it is lost" % (full, why))
+
+    def lost(self):
+        """Records lost so far: damaged in the backend or unusable here."""
+        return self.skipped + self.backend.skipped
 
     def _open_record(self, full, raw):
         if len(raw) < 2:

@@ -10,6 +10,8 @@ class MemKV:
         self.syncs = 0
         self.user_bytes = 0
         self.device_bytes = 0
+        self.skipped = 0
+        self.notes = []
 
     def get(self, key):
         return self.data.get(key)

@@ -8,11 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from common.store.filelog import COMPACT_SUFFIX, FILE_HEADER_SIZE, FileLog
 from cpython_host.posix_fs import PosixFS
 from tests.conftest import REPO_ROOT
+from tests.core import test_store_damage
 
 
 def test_put_sync_reopen(tmp_path: Path) -> None:
@@ -109,3 +111,22 @@ def test_reopen_after_killed_writer(tmp_path: Path) -> None:
         kv.put(b"after", b"ok")
         kv.close()
         assert FileLog(PosixFS(), path).get(b"after") == b"ok"
+
+
+class TestPosixFileLogDamage(test_store_damage.TestFileLogDamage):
+    """tests/core/test_store_damage.py's file-log cases on real files (PosixFS)."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.fs = PosixFS()
+        self.path = os.path.join(self.tmp.name, "siskin.log")
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def file(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    def write(self, path: str, data: bytes, mode: str = "wb") -> None:
+        with open(path, mode) as f:
+            f.write(data)
