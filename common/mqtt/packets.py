@@ -262,7 +262,10 @@ def decode_connect(first, buf, start, end, level):
     pkt = Connect(lvl, (flags & 0x02) != 0, 0, "", proto_name=name)
     pkt.keep_alive, i = decode_u16(buf, i, end)
     if lvl == 5:
-        pkt.props, i = decode_properties(buf, i, end, C.CONNECT)
+        props, i = decode_properties(buf, i, end, C.CONNECT)
+        if prop_get(props, C.PROP_AUTHENTICATION_DATA) is not None and prop_get(props, C.PROP_AUTHENTICATION_METHOD) is None:
+            raise ProtocolError("Authentication Data without an Authentication Method")  # v5 3.1.2.11.10
+        pkt.props = props
     pkt.client_id, i = decode_str(buf, i, end)
     if will:
         if lvl == 5:
@@ -281,6 +284,33 @@ def decode_connect(first, buf, start, end, level):
         pkt.password, i = decode_bin(buf, i, end)
     check_end(i, end)
     return pkt
+
+
+def connect_level(buf):
+    """The protocol level byte of the CONNECT at ``buf[0]``, or 0 if not there.
+
+    Reads only the fixed header, the protocol name's length and the level, and
+    checks nothing, so that a CONNECT that fails decode_connect can still be
+    answered in its own dialect (v5: CONNACK 0x81/0x82, 4.13.1).
+    """
+    n = len(buf)
+    i = 1
+    value = 0
+    shift = 0
+    while i < n and shift < 28:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    end = i + value
+    if end > n:
+        end = n
+    if i + 2 > end:
+        return 0
+    i += 2 + ((buf[i] << 8) | buf[i + 1])
+    return buf[i] if i < end else 0
 
 
 def decode_connack(first, buf, start, end, level):
