@@ -432,18 +432,19 @@ class Broker:
         if conn.state == CONNECTED and conn.level == C.LEVEL_5:
             self.write(conn, self.with_reason_string(conn, Disconnect(reason, None), text))
             sent = "DISCONNECT reason 0x%02x" % reason
+        elif conn.state == NEW and conn.level == C.LEVEL_5:
+            # A v5 CONNECT malformed or a protocol error (or an unknown
+            # protocol name, 0x84): the server MAY send a CONNACK 0x80 or
+            # above before closing (4.13.1).
+            if reason not in C.REASONS_CONNACK:
+                reason = C.RC_UNSPECIFIED_ERROR
+            self.write(conn, self.with_reason_string(conn, Connack(False, reason, None), text))
+            sent = "CONNACK reason 0x%02x" % reason
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.
             self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
             sent = "CONNACK return code 0x01"
-        elif conn.state == NEW and conn.level == C.LEVEL_5:
-            # A v5 CONNECT malformed or a protocol error: the server MAY send a
-            # CONNACK 0x80 or above before closing (4.13.1, [MQTT-3.2.2-8] area).
-            if reason not in C.REASONS_CONNACK:
-                reason = C.RC_UNSPECIFIED_ERROR
-            self.write(conn, self.with_reason_string(conn, Connack(False, reason, None), text))
-            sent = "CONNACK reason 0x%02x" % reason
         else:
             sent = "no code (3.1.1 closes without one)"
         self.close(conn, now, publish_will)

@@ -241,8 +241,11 @@ def decode_connect(first, buf, start, end, level):
     elif name == "MQIsdp":
         if lvl != 3:
             raise UnsupportedProtocol("MQIsdp with level %d" % lvl)
+    elif lvl == 5:
+        # 5.0 [MQTT-3.1.2-1]: may answer CONNACK 0x84 before closing.
+        raise UnsupportedProtocol("unknown protocol name with level 5")
     else:
-        raise ProtocolError("unknown protocol name")  # [MQTT-3.1.2-1]
+        raise ProtocolError("unknown protocol name")  # 3.1.1 [MQTT-3.1.2-1]: close
     flags, i = decode_u8(buf, i, end)
     if flags & 0x01:
         raise MalformedPacket("CONNECT reserved flag set")  # [MQTT-3.1.2-3]

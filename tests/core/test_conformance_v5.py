@@ -69,7 +69,7 @@ def expect_disconnect(test, c, reason):
 def expect_connack_refusal(test, c, reason, case=None):
     # A v5 CONNECT malformed or a protocol error, once its level is read: the
     # server MAY send a CONNACK 0x80 or above before closing (4.13.1); ours
-    # names the rule in a Reason String. [MQTT-3.2.2-7] [MQTT-3.2.2-8] no session present
+    # names the rule in a Reason String, with Session Present 0.
     packets = c.take()
     test.assertEqual([(p.ptype, p.reason, p.session_present) for p in packets], [(C.CONNACK, reason, False)], case)
     test.assertTrue(prop_get(packets[0].props, C.PROP_REASON_STRING), case)
@@ -211,19 +211,19 @@ class TestConnect(unittest.TestCase):
         # [MQTT-3.1.2-1] [MQTT-3.1.2-2] [MQTT-3.1.2-3]
         h = Harness()
         # An unknown level is refused with the 3.1.1 CONNACK 0x01; a level
-        # byte 5 is answered in v5: 0x82 for the name, 0x81 for the flag.
+        # byte 5 is answered in v5: 0x84 for the name, 0x81 for the flag.
         c = RawClient(h, level=4)
         c.send_raw(connect_raw(0x02, s16(b"c"), level=6))
         self.assertTrue(c.closed)
         self.assertEqual(c.raw, b"\x20\x02\x00\x01")
         for raw, reason in (
-            (connect_raw(0x02, s16(b"c"), name=b"MQTX"), C.RC_PROTOCOL_ERROR),
+            (connect_raw(0x02, s16(b"c"), name=b"MQTX"), C.RC_UNSUPPORTED_PROTOCOL_VERSION),
             (connect_raw(0x03, s16(b"c")), C.RC_MALFORMED_PACKET),
         ):
             c = h.client(level=5)
             c.send_raw(raw)
             expect_connack_refusal(self, c, reason)
-        # 3.1.1: closed without a CONNACK [MQTT-3.1.2-1] [MQTT-3.1.2-3]
+        # 3.1.1: closed without a CONNACK, 3.1.1 [MQTT-3.1.2-1] 3.1.1 [MQTT-3.1.2-3]
         for raw in (connect_raw(0x02, s16(b"c"), name=b"MQTX", level=4), connect_raw(0x03, s16(b"c"), level=4)):
             c = RawClient(h, level=4)
             c.send_raw(raw)

@@ -35,16 +35,18 @@ WILL5 = b"\x00" + s16(b"w") + s16(b"m")  # will properties (none), topic, payloa
 
 # (name, raw v5 CONNECT, CONNACK reason, the same fault in 3.1.1 or None)
 BAD_CONNECTS = (
-    # [MQTT-3.1.2-1] protocol name
-    ("bad-name", connect_raw(5, 0x02, s16(b"c"), name=b"MQTX"), C.RC_PROTOCOL_ERROR, connect_raw(4, 0x02, s16(b"c"), name=b"MQTX")),
-    # [MQTT-3.1.2-3] reserved flag
+    # 3.1.1 [MQTT-3.1.2-1] protocol name: closed; 5.0 [MQTT-3.1.2-1] CONNACK 0x84
+    ("bad-name", connect_raw(5, 0x02, s16(b"c"), name=b"MQTX"), C.RC_UNSUPPORTED_PROTOCOL_VERSION, connect_raw(4, 0x02, s16(b"c"), name=b"MQTX")),
+    # 3.1.1 [MQTT-3.1.2-3] 5.0 [MQTT-3.1.2-3] reserved flag
     ("reserved-flag", connect_raw(5, 0x03, s16(b"c")), C.RC_MALFORMED_PACKET, connect_raw(4, 0x03, s16(b"c"))),
-    # [MQTT-3.1.2-12] will QoS 3
+    # 3.1.1 [MQTT-3.1.2-14] 5.0 [MQTT-3.1.2-12] will QoS 3
     ("will-qos3", connect_raw(5, 0x1E, s16(b"c") + WILL5), C.RC_MALFORMED_PACKET, connect_raw(4, 0x1E, s16(b"c") + s16(b"w") + s16(b"m"))),
-    # [MQTT-3.1.2-11] [MQTT-3.1.2-13] will QoS / retain without the will flag
+    # will QoS / retain without the will flag: 3.1.1 [MQTT-3.1.2-13] 3.1.1 [MQTT-3.1.2-15]
+    # 5.0 [MQTT-3.1.2-11] 5.0 [MQTT-3.1.2-13]
     ("will-qos-no-will", connect_raw(5, 0x0A, s16(b"c")), C.RC_MALFORMED_PACKET, connect_raw(4, 0x0A, s16(b"c"))),
     ("will-retain-no-will", connect_raw(5, 0x22, s16(b"c")), C.RC_MALFORMED_PACKET, connect_raw(4, 0x22, s16(b"c"))),
-    # [MQTT-1.5.4-2] U+0000, [MQTT-1.5.4-1] a surrogate, in the client id
+    # in the client id: U+0000 3.1.1 [MQTT-1.5.3-2] 5.0 [MQTT-1.5.4-2], a surrogate
+    # 3.1.1 [MQTT-1.5.3-1] 5.0 [MQTT-1.5.4-1]
     ("client-id-nul", connect_raw(5, 0x02, s16(b"a\x00b")), C.RC_MALFORMED_PACKET, connect_raw(4, 0x02, s16(b"a\x00b"))),
     ("client-id-surrogate", connect_raw(5, 0x02, s16(b"\xed\xa0\x80")), C.RC_MALFORMED_PACKET, connect_raw(4, 0x02, s16(b"\xed\xa0\x80"))),
     ("truncated", truncated(5), C.RC_MALFORMED_PACKET, truncated(4)),
@@ -56,7 +58,7 @@ BAD_CONNECTS = (
     # 2.2.2.2: an identifier not valid for the packet is malformed
     ("property-not-for-connect", connect_raw(5, 0x02, s16(b"c"), props=b"\x23\x00\x01"), C.RC_MALFORMED_PACKET, None),
     ("properties-overrun", props_overrun(), C.RC_MALFORMED_PACKET, None),
-    # [MQTT-1.5.7-1] a user property's UTF-8
+    # 5.0 [MQTT-1.5.7-1] a user property's UTF-8
     ("user-property-utf8", connect_raw(5, 0x02, s16(b"c"), props=b"\x26" + s16(b"k") + s16(b"\xff")), C.RC_MALFORMED_PACKET, None),
     # 3.1.2.11.10: Authentication Data without an Authentication Method
     ("auth-data-no-method", connect_raw(5, 0x02, s16(b"c"), props=b"\x16" + s16(b"xyz")), C.RC_PROTOCOL_ERROR, None),
@@ -72,7 +74,7 @@ def logging_harness(**settings):
 
 class TestFirstByte(unittest.TestCase):
     def test_http_get_closed_at_once(self):
-        # [MQTT-3.1.0-1] "GET " announces 69 bytes: closed on its first byte,
+        # 3.1.1 [MQTT-3.1.0-1] 5.0 [MQTT-3.1.0-1] "GET " announces 69 bytes: closed on its first byte,
         # without a CONNACK, not after the connect timeout
         h = logging_harness()
         c = RawClient(h, level=4)
@@ -82,8 +84,9 @@ class TestFirstByte(unittest.TestCase):
         self.assertIn("first byte 0x47 is not a CONNECT's (0x10); closed without CONNACK", h.lines[-1])
 
     def test_every_other_first_byte_closed_at_once(self):
-        # [MQTT-3.1.0-1] judged on the first byte alone (the rest announces
-        # 127 bytes that never come), [MQTT-2.1.3-1] reserved CONNECT flags too
+        # 3.1.1 [MQTT-3.1.0-1] 5.0 [MQTT-3.1.0-1] judged on the first byte alone
+        # (the rest announces 127 bytes that never come); reserved CONNECT
+        # flags too: 3.1.1 [MQTT-2.2.2-2] 5.0 [MQTT-2.1.3-1]
         h = Harness()
         for first in range(256):
             if first == 0x10:
@@ -109,9 +112,10 @@ class TestFirstByte(unittest.TestCase):
 
 class TestBadV5Connect(unittest.TestCase):
     def test_v5_answered_with_connack(self):
-        # [MQTT-3.1.4-1] [MQTT-3.2.2-8] [MQTT-4.13.1-1] a v5 CONNECT that is
-        # malformed or a protocol error, once its level is read: CONNACK with
-        # the reason and a Reason String, then closed
+        # 5.0 [MQTT-3.1.4-1] 5.0 [MQTT-4.13.1-1] a v5 CONNECT that is malformed
+        # or a protocol error, once its level is read: CONNACK with the reason
+        # (5.0 [MQTT-3.2.2-8]) and a Reason String, Session Present 0
+        # (5.0 [MQTT-3.2.2-6]), then closed (5.0 [MQTT-3.2.2-7])
         h = logging_harness()
         for name, raw, reason, _ in BAD_CONNECTS:
             c = h.client(level=5)
@@ -124,8 +128,8 @@ class TestBadV5Connect(unittest.TestCase):
         self.assertEqual(h.broker.sessions.count(), 0)
 
     def test_v311_closed_without_connack(self):
-        # [MQTT-3.1.4-1] 3.1.1: the same faults close the connection with no
-        # CONNACK [MQTT-3.1.2-1] [MQTT-3.1.2-3] [MQTT-3.1.2-14] [MQTT-3.1.2-11]
+        # 3.1.1 [MQTT-3.1.4-1] 3.1.1 [MQTT-3.2.2-6] the same faults in 3.1.1
+        # close the connection with no CONNACK
         h = logging_harness()
         for name, _, _, raw in BAD_CONNECTS:
             if raw is None:
@@ -148,8 +152,8 @@ class TestBadV5Connect(unittest.TestCase):
 
 class TestRefusalsNameTheLimit(unittest.TestCase):
     def test_packet_too_large(self):
-        # [MQTT-3.2.2-15] refused from its fixed header: the DISCONNECT's
-        # Reason String and the log name max_packet_size and its value
+        # Refused from its fixed header: the DISCONNECT's Reason String and
+        # the log name max_packet_size and its value
         h = logging_harness(max_packet_size=100)
         c = h.client(level=5)
         c.connect("big5")
@@ -165,8 +169,9 @@ class TestRefusalsNameTheLimit(unittest.TestCase):
         self.assertIn("closing big4: packet of 129 bytes over max_packet_size 100; sent no code", h.lines[-1])
 
     def test_v311_refusal_logged_with_its_return_code(self):
-        # [MQTT-3.1.3-9] [MQTT-3.2.2-5] the log names the 3.1.1 return code the
-        # client received, not the v5 reason, and the limit with its value
+        # 3.1.1 [MQTT-3.1.3-9] 3.1.1 [MQTT-3.2.2-5] the log names the 3.1.1
+        # return code the client received, not the v5 reason, and the limit
+        # with its value
         h = logging_harness(max_client_id_length=8, max_keepalive=60)
         c = RawClient(h, level=4)
         c.send_raw(connect_raw(4, 0x02, s16(b"much-too-long")))
@@ -178,7 +183,7 @@ class TestRefusalsNameTheLimit(unittest.TestCase):
         self.assertIn("keep-alive 100 s outside max_keepalive 60 s (0 = none); sent CONNACK return code 0x02", h.lines[-1])
 
     def test_v5_refusal_names_the_limit_in_reason_string_and_log(self):
-        # [MQTT-3.1.3-9] [MQTT-3.2.2-19] CONNACK 0x85 with the limit in its Reason String
+        # 5.0 [MQTT-3.1.3-8] CONNACK 0x85 with the limit in its Reason String
         h = logging_harness(max_client_id_length=8)
         c = h.client(level=5)
         ack = c.connect("much-too-long")

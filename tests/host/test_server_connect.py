@@ -51,7 +51,7 @@ def decode5(pkt: tuple[int, bytes]) -> Any:
 
 @pytest.mark.parametrize("request_line", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"GET / HTTP/1.1\r\n"])
 def test_http_get_closed_on_its_first_byte(broker: BrokerProcess, request_line: bytes) -> None:
-    # [MQTT-3.1.0-1] "GET " announces 69 bytes of body: closed at once, with
+    # 3.1.1 [MQTT-3.1.0-1] 5.0 [MQTT-3.1.0-1] "GET " announces 69 bytes of body: closed at once, with
     # no CONNACK, not after the 30 s connect timeout
     c = RawClient(broker.port)
     c.send(request_line)
@@ -64,8 +64,9 @@ def test_http_get_closed_on_its_first_byte(broker: BrokerProcess, request_line: 
 
 @pytest.mark.parametrize("name,raw,reason", [(n, r, rc) for n, r, rc, _ in BAD_CONNECTS], ids=[c[0] for c in BAD_CONNECTS])
 def test_bad_v5_connect_gets_connack(broker: BrokerProcess, name: str, raw: bytes, reason: int) -> None:
-    # [MQTT-3.1.4-1] [MQTT-4.13.1-1] CONNACK 0x81/0x82 with a Reason String,
-    # then closed; [MQTT-3.2.2-7] no session present with a refusal
+    # 5.0 [MQTT-3.1.4-1] 5.0 [MQTT-4.13.1-1] CONNACK 0x81/0x82/0x84 with a
+    # Reason String, then closed (5.0 [MQTT-3.2.2-7]); no session present
+    # with a refusal (5.0 [MQTT-3.2.2-6])
     c = RawClient(broker.port)
     c.send(raw)
     pkt = c.read_packet()
@@ -74,20 +75,20 @@ def test_bad_v5_connect_gets_connack(broker: BrokerProcess, name: str, raw: byte
     assert (ack.reason, ack.session_present) == (reason, False), name
     assert prop_get(ack.props, C.PROP_REASON_STRING), name
     assert c.read_packet() is None
-    broker.wait_log(r"closing #\d+: .*; sent CONNACK reason 0x%02x" % reason)
+    broker.wait_log(rf"closing #\d+: .*; sent CONNACK reason 0x{reason:02x}")
 
 
 @pytest.mark.parametrize("name,raw", [(n, r) for n, _, _, r in BAD_CONNECTS if r is not None], ids=[c[0] for c in BAD_CONNECTS if c[3] is not None])
 def test_bad_v311_connect_closed_without_connack(broker: BrokerProcess, name: str, raw: bytes) -> None:
-    # [MQTT-3.1.4-1] [MQTT-3.1.2-1] [MQTT-3.1.2-3] 3.1.1: closed, no CONNACK
+    # 3.1.1 [MQTT-3.1.4-1] 3.1.1 [MQTT-3.2.2-6] 3.1.1: closed, no CONNACK
     c = RawClient(broker.port)
     c.send(raw)
     assert c.read_packet() is None, name
 
 
 def test_packet_too_large_names_the_limit(broker: BrokerProcess) -> None:
-    # [MQTT-3.2.2-15] refused from the fixed header: the DISCONNECT's Reason
-    # String and the log line name max_packet_size and its value
+    # Refused from the fixed header: the DISCONNECT's Reason String and the
+    # log line name max_packet_size and its value
     c = RawClient(broker.port)
     c.send(encode_packet(Connect(level=5, clean_start=True, keep_alive=30, client_id="big5"), 5))
     assert c.read_packet() is not None
@@ -104,12 +105,13 @@ def test_packet_too_large_names_the_limit(broker: BrokerProcess) -> None:
     big = publish_packet("t", b"x" * 5000)
     c.send(big)
     assert c.read_packet() is None
-    broker.wait_log(re.escape("closing big4: packet of %d bytes over max_packet_size 4096; sent no code" % len(big)))
+    broker.wait_log(re.escape(f"closing big4: packet of {len(big)} bytes over max_packet_size 4096; sent no code"))
 
 
 def test_refusals_log_the_code_the_client_received(broker: BrokerProcess) -> None:
-    # [MQTT-3.1.3-9] [MQTT-3.2.2-5] a 3.1.1 refusal is logged with its return
-    # code (0x02), not the v5 reason (0x85), and the limit with its value
+    # 3.1.1 [MQTT-3.1.3-9] 3.1.1 [MQTT-3.2.2-5] a 3.1.1 refusal is logged
+    # with its return code (0x02), not the v5 reason (0x85), and the limit
+    # with its value; 5.0 [MQTT-3.1.3-8] v5: CONNACK 0x85
     c = RawClient(broker.port)
     assert c.connect("much-too-long") == b"\x00\x02"
     broker.wait_log(re.escape("client id of 13 characters over max_client_id_length 8; sent CONNACK return code 0x02"))
