@@ -168,6 +168,22 @@ class TestRefusalsNameTheLimit(unittest.TestCase):
         self.assertTrue(c.closed)
         self.assertIn("closing big4: packet of 129 bytes over max_packet_size 100; sent no code", h.lines[-1])
 
+    def test_connect_too_large_v5_connack_0x95_v311_closed(self):
+        # A CONNECT over max_packet_size is refused from its fixed header;
+        # when its level byte came with it, a v5 client hears CONNACK 0x95
+        h = logging_harness(max_packet_size=100)
+        c = h.client(level=5)
+        c.send_raw(connect_raw(5, 0x02, s16(b"c" * 120)))
+        ack = c.expect(C.CONNACK)
+        self.assertEqual(ack.reason, C.RC_PACKET_TOO_LARGE)
+        self.assertEqual(prop_get(ack.props, C.PROP_REASON_STRING), "packet of 136 bytes over max_packet_size 100")
+        self.assertTrue(c.closed)
+        c = RawClient(h, level=4)
+        c.send_raw(connect_raw(4, 0x02, s16(b"c" * 120)))
+        self.assertTrue(c.closed)
+        self.assertEqual(c.raw, b"")
+        self.assertIn("packet of 135 bytes over max_packet_size 100; sent no code", h.lines[-1])
+
     def test_v311_refusal_logged_with_its_return_code(self):
         # 3.1.1 [MQTT-3.1.3-9] 3.1.1 [MQTT-3.2.2-5] the log names the 3.1.1
         # return code the client received, not the v5 reason, and the limit
