@@ -28,6 +28,7 @@ from common.mqtt.codec import (
     decode_str,
     decode_u8,
     decode_u16,
+    decode_vbi,
     new_packet_buffer,
     take_bytes,
     utf8_bytes,
@@ -293,27 +294,17 @@ def connect_level(buf):
     """The protocol level byte of the CONNECT at ``buf[0]``, or 0 if not there.
 
     Reads only the fixed header, the protocol name's length and the level, and
-    checks nothing, so that a CONNECT that fails decode_connect can still be
-    answered in its own dialect (v5: CONNACK 0x81/0x82, 4.13.1).
+    checks nothing else, so that a CONNECT that fails decode_connect can still
+    be answered in its own dialect (v5: CONNACK 0x81/0x82, 4.13.1).
     """
     n = len(buf)
-    i = 1
-    value = 0
-    shift = 0
-    while i < n and shift < 28:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    end = i + value
-    if end > n:
-        end = n
-    if i + 2 > end:
+    try:
+        length, i = decode_vbi(buf, 1, n)
+        end = min(i + length, n)
+        name_len, i = decode_u16(buf, i, end)
+        return decode_u8(buf, i + name_len, end)[0]
+    except MqttError:
         return 0
-    i += 2 + ((buf[i] << 8) | buf[i + 1])
-    return buf[i] if i < end else 0
 
 
 def decode_connack(first, buf, start, end, level):
