@@ -140,7 +140,7 @@ class TestBadV5Connect(unittest.TestCase):
             self.assertEqual(c.raw, b"", name)
             self.assertIn("sent no code", h.lines[-1], name)
 
-    def test_auth_data_with_method_still_accepted_method_checked(self):
+    def test_auth_data_with_method_goes_to_the_method(self):
         # Authentication Data with its Method is no protocol error: the
         # method decides (none configured here: 0x8C, naming it)
         h = Harness()
