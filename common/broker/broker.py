@@ -25,7 +25,7 @@ from common.crypto.auth_scram import ScramSha256
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
-from common.mqtt.packets import Connack, Disconnect, Pingresp, decode_packet, encode_packet
+from common.mqtt.packets import Connack, Disconnect, Pingresp, connect_level, decode_packet, encode_packet
 
 VERSION = "0.1.0"
 
@@ -202,11 +202,21 @@ class Broker:
     def data_received(self, cid, data, now, ms=None):
         """Feed bytes received on connection `cid`."""
         conn = self.connections.by_id[cid]
+        reader = conn.reader
         was_new = conn.state == NEW
-        if not was_new and conn.state != CONNECTED:
+        if was_new:
+            if data and data[0] != 0x10 and conn.pending_connect is None and not reader.pending():
+                # [MQTT-3.1.0-1] the first byte of a stream must be a CONNECT's:
+                # a peer that does not speak MQTT (an HTTP GET) is closed now,
+                # without waiting for the body its "remaining length" announces,
+                # and without a CONNACK it could not read.
+                self.stats.bytes_received += len(data)
+                self.log(30, "closing #%d: first byte 0x%02x is not a CONNECT's (0x10); closed without CONNACK", (cid, data[0]))
+                self.close(conn, now, publish_will=False)
+                return
+        elif conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
         self.stats.bytes_received += len(data)
-        reader = conn.reader
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
@@ -221,8 +231,12 @@ class Broker:
                     if self.throttled and cid in self.throttled:
                         break  # the rest waits in the reader until it is released
         except MqttError as err:
-            self.log(30, "closing %s: %s (reason 0x%02x)", (self.client_name(conn), err, err.reason))
-            self.fail(conn, err.reason, now, text=err.msg)
+            if conn.state == NEW and conn.pending_connect is None:
+                # A CONNECT that failed its checks: answered in its own dialect
+                # when its level byte is readable (fail()).
+                conn.level = C.LEVEL_5 if connect_level(reader.buf) == C.LEVEL_5 else C.LEVEL_311
+            name = self.client_name(conn)
+            self.log(30, "closing %s: %s; sent %s", (name, err.msg, self.fail(conn, err.reason, now, text=err.msg)))
             return
         if conn.state == CONNECTED and conn.keep_alive:
             # [MQTT-3.1.2-24] one and a half times the keep-alive.
@@ -469,19 +483,41 @@ class Broker:
         self.connections.mark_dirty(conn)
 
     def fail(self, conn, reason, now, publish_will=True, text=None):
-        """Close after an error: DISCONNECT with `reason` for v5, else just close.
+        """Close after an error, telling the client `reason` where its protocol can.
 
-        `text` becomes the v5 Reason String (always allowed on DISCONNECT).
+        A v5 client connected: DISCONNECT; a CONNECT not accepted: CONNACK (v5
+        level, or 3.1.1's 0x01 for a level we do not speak); else just close.
+        `text` becomes the v5 Reason String. Returns what the client was sent,
+        in words for the log line that names the code the client received.
         """
         if conn.state == CONNECTED and conn.level == C.LEVEL_5:
-            props = [(C.PROP_REASON_STRING, text)] if text else None
-            data = encode_packet(Disconnect(reason, props), C.LEVEL_5)
-            if props and conn.max_packet_out and len(data) > conn.max_packet_out:
-                # No Reason String beyond the client's Maximum Packet Size [MQTT-3.14.2-3].
-                data = encode_packet(Disconnect(reason, None), C.LEVEL_5)
-            self.write(conn, data)
+            self.write(conn, self.with_reason_string(conn, Disconnect(reason, None), text))
+            sent = "DISCONNECT reason 0x%02x" % reason
+        elif conn.state == NEW and conn.level == C.LEVEL_5:
+            # A v5 CONNECT malformed or a protocol error (or an unknown
+            # protocol name, 0x84): the server MAY send a CONNACK 0x80 or
+            # above before closing (4.13.1).
+            if reason not in C.REASONS_CONNACK:
+                reason = C.RC_UNSPECIFIED_ERROR
+            self.write(conn, self.with_reason_string(conn, Connack(False, reason, None), text))
+            sent = "CONNACK reason 0x%02x" % reason
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.
             self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
+            sent = "CONNACK return code 0x01"
+        else:
+            sent = "no code (3.1.1 closes without one)"
         self.close(conn, now, publish_will)
+        return sent
+
+    def with_reason_string(self, conn, pkt, text):
+        """The v5 `pkt` encoded with `text` as its Reason String, left out
+        beyond the client's Maximum Packet Size [MQTT-3.1.2-25] [MQTT-3.14.2-3]."""
+        if text:
+            pkt.props = [(C.PROP_REASON_STRING, text)]
+            data = encode_packet(pkt, C.LEVEL_5)
+            if not conn.max_packet_out or len(data) <= conn.max_packet_out:
+                return data
+            pkt.props = None
+        return encode_packet(pkt, C.LEVEL_5)

@@ -32,17 +32,26 @@ _V3_CONNACK = {
 
 
 def send_connack(broker, conn, session_present, reason, props=None):
+    """Send the CONNACK; the code the client receives (3.1.1: its return code)."""
     if conn.level == C.LEVEL_5:
         broker.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
+        return reason
+    # 3.1.1: four fixed bytes (one per connection in a connect storm).
+    code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
+    broker.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
+    return code
+
+
+def refuse(broker, conn, reason, now, why):
+    """Refuse the CONNECT with `reason`; `why` names the rule or limit and its
+    value, for the log and the v5 Reason String."""
+    if conn.level == C.LEVEL_5:
+        broker.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), why))
+        sent = "reason"
     else:
-        # 3.1.1: four fixed bytes (one per connection in a connect storm).
-        code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
-        broker.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
-
-
-def refuse(broker, conn, reason, now):
-    broker.log(30, "refused CONNECT on #%d: reason 0x%02x", (conn.cid, reason))
-    send_connack(broker, conn, False, reason)
+        reason = send_connack(broker, conn, False, reason)
+        sent = "return code"
+    broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
     broker.close(conn, now, publish_will=False)
 
 
@@ -66,12 +75,16 @@ def _connect(broker, conn, pkt, now, auth_out):
     s = broker.settings
     level = pkt.level
     conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
+    if level == C.LEVEL_5:
+        # Before any refusal: its Reason String must fit [MQTT-3.1.2-25].
+        conn.max_packet_out = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
     if level == C.LEVEL_31 and not s.allow_mqtt31:
-        refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now)  # [MQTT-3.1.2-2]
+        refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false")  # [MQTT-3.1.2-2]
         return
     if conn.refuse_reason:
         # Accepted beyond max_connections only to say so.
-        refuse(broker, conn, C.RC_SERVER_BUSY if level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE, now)
+        reason = C.RC_SERVER_BUSY if level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
+        refuse(broker, conn, reason, now, "over max_connections %d" % s.max_connections)
         return
     v5 = level == C.LEVEL_5
     props = pkt.props
@@ -79,7 +92,7 @@ def _connect(broker, conn, pkt, now, auth_out):
     if method_name is not None and auth_out is None:
         method = broker.auth_methods.get(method_name)
         if method is None:
-            refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now)
+            refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
             return
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
         conn.auth_method = method
@@ -89,7 +102,7 @@ def _connect(broker, conn, pkt, now, auth_out):
             _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
             return
         if status != SUCCESS:
-            refuse(broker, conn, C.RC_NOT_AUTHORIZED, now)
+            refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % method_name)
             return
         auth_out = out
 
@@ -98,11 +111,12 @@ def _connect(broker, conn, pkt, now, auth_out):
     assigned = None
     if not client_id:
         if not v5 and not pkt.clean_start:
-            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now)  # [MQTT-3.1.3-8]
+            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now, "empty client id without clean session")  # [MQTT-3.1.3-8]
             return
         client_id = assigned = _generate_client_id(broker)  # [MQTT-3.1.3-6]
     elif len(client_id) > s.max_client_id_length:
-        refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now)  # [MQTT-3.1.3-9]
+        why = "client id of %d characters over max_client_id_length %d" % (len(client_id), s.max_client_id_length)
+        refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now, why)  # [MQTT-3.1.3-9]
         return
 
     # Keep-alive cap: v5 is told the server's value; 3.1.1 has no way to be
@@ -111,15 +125,16 @@ def _connect(broker, conn, pkt, now, auth_out):
     server_keep_alive = None
     if s.max_keepalive and (keep_alive == 0 or keep_alive > s.max_keepalive):
         if not v5:
-            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now)
+            why = "keep-alive %d s outside max_keepalive %d s (0 = none)" % (keep_alive, s.max_keepalive)
+            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now, why)
             return
         keep_alive = server_keep_alive = s.max_keepalive
 
     # The will is refused exactly as the same live PUBLISH would be.
     if pkt.will_topic is not None:
-        reason = _check_will(broker, pkt)
+        reason, why = _check_will(broker, pkt)
         if reason:
-            refuse(broker, conn, reason, now)
+            refuse(broker, conn, reason, now, why)
             return
 
     # Session expiry.
@@ -147,7 +162,7 @@ def _connect(broker, conn, pkt, now, auth_out):
     if session is None:
         session = sessions.create(client_id)
         if session is None:
-            refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now)
+            refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
             return
     else:
         _cancel_will(broker, session)
@@ -167,7 +182,6 @@ def _connect(broker, conn, pkt, now, auth_out):
     ack_props = None
     if v5:
         conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
-        conn.max_packet_out = prop_get(props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
         conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
         conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
@@ -228,18 +242,20 @@ def _generate_client_id(broker):
 
 
 def _check_will(broker, pkt):
-    """The CONNECT refusal for its will, or 0; the codec checked the rest of the topic."""
+    """The CONNECT refusal for its will and its words, or (0, None); the codec
+    checked the rest of the topic."""
     s = broker.settings
     if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
-        return C.RC_TOPIC_NAME_INVALID
+        why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
+        return C.RC_TOPIC_NAME_INVALID, why
     if pkt.will_topic.startswith("$SYS"):
-        return C.RC_NOT_AUTHORIZED
+        return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
-            return C.RC_QOS_NOT_SUPPORTED  # [MQTT-3.2.2-12]
+            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
         if pkt.will_retain and not s.retain_available:
-            return C.RC_RETAIN_NOT_SUPPORTED  # [MQTT-3.2.2-13]
-    return 0
+            return C.RC_RETAIN_NOT_SUPPORTED, "will retain with retain_available false"  # [MQTT-3.2.2-13]
+    return 0, None
 
 
 def _set_will(broker, session, pkt, now):
@@ -422,7 +438,7 @@ def _continue_auth(broker, conn, pkt, now):
         _connect(broker, conn, connect, now, out or b"")
     else:
         conn.pending_connect = None
-        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now)
+        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth_method.name)
 
 
 def handle_auth(broker, conn, pkt, now):

@@ -307,7 +307,7 @@ class FrameReader:
             raise MalformedPacket("non-minimal remaining length")  # [MQTT-1.5.5-1]
         total = i - pos + value
         if total > self.max_packet_size:
-            raise PacketTooLarge("packet of %d bytes" % total)
+            raise PacketTooLarge("packet of %d bytes over max_packet_size %d" % (total, self.max_packet_size))
         end = pos + total
         if end > n:
             return None

@@ -62,9 +62,10 @@ class PacketTooLarge(MqttError):
 class UnsupportedProtocol(MqttError):
     """0x84 (v5) / CONNACK return code 0x01 (3.1.1): a protocol level we do not speak.
 
-    The broker answers it with a 3.1.1 CONNACK 0x01 whatever the level received
-    (common/broker/broker.py: the client's dialect is unknown), so the level is only
-    named in ``msg``, for the log.
+    The broker answers it with a 3.1.1 CONNACK 0x01 (common/broker/broker.py: the
+    client's dialect is unknown), or a v5 CONNACK 0x84 when the level byte is 5
+    (an unknown protocol name, 5.0 [MQTT-3.1.2-1]); the level is only named in
+    ``msg``, for the log.
     """
 
     def __init__(self, msg=""):

@@ -28,6 +28,7 @@ from common.mqtt.codec import (
     decode_str,
     decode_u8,
     decode_u16,
+    decode_vbi,
     new_packet_buffer,
     take_bytes,
     utf8_bytes,
@@ -241,8 +242,11 @@ def decode_connect(first, buf, start, end, level):
     elif name == "MQIsdp":
         if lvl != 3:
             raise UnsupportedProtocol("MQIsdp with level %d" % lvl)
+    elif lvl == 5:
+        # 5.0 [MQTT-3.1.2-1]: may answer CONNACK 0x84 before closing.
+        raise UnsupportedProtocol("unknown protocol name with level 5")
     else:
-        raise ProtocolError("unknown protocol name")  # [MQTT-3.1.2-1]
+        raise ProtocolError("unknown protocol name")  # 3.1.1 [MQTT-3.1.2-1]: close
     flags, i = decode_u8(buf, i, end)
     if flags & 0x01:
         raise MalformedPacket("CONNECT reserved flag set")  # [MQTT-3.1.2-3]
@@ -262,7 +266,10 @@ def decode_connect(first, buf, start, end, level):
     pkt = Connect(lvl, (flags & 0x02) != 0, 0, "", proto_name=name)
     pkt.keep_alive, i = decode_u16(buf, i, end)
     if lvl == 5:
-        pkt.props, i = decode_properties(buf, i, end, C.CONNECT)
+        props, i = decode_properties(buf, i, end, C.CONNECT)
+        if prop_get(props, C.PROP_AUTHENTICATION_DATA) is not None and prop_get(props, C.PROP_AUTHENTICATION_METHOD) is None:
+            raise ProtocolError("Authentication Data without an Authentication Method")  # v5 3.1.2.11.10
+        pkt.props = props
     pkt.client_id, i = decode_str(buf, i, end)
     if will:
         if lvl == 5:
@@ -281,6 +288,23 @@ def decode_connect(first, buf, start, end, level):
         pkt.password, i = decode_bin(buf, i, end)
     check_end(i, end)
     return pkt
+
+
+def connect_level(buf):
+    """The protocol level byte of the CONNECT at ``buf[0]``, or 0 if not there.
+
+    Reads only the fixed header, the protocol name's length and the level, and
+    checks nothing else, so that a CONNECT that fails decode_connect can still
+    be answered in its own dialect (v5: CONNACK 0x81/0x82, 4.13.1).
+    """
+    n = len(buf)
+    try:
+        length, i = decode_vbi(buf, 1, n)
+        end = min(i + length, n)
+        name_len, i = decode_u16(buf, i, end)
+        return decode_u8(buf, i + name_len, end)[0]
+    except MqttError:
+        return 0
 
 
 def decode_connack(first, buf, start, end, level):

@@ -317,6 +317,8 @@ class TestConnect(unittest.TestCase):
     def test_unknown_protocol_name(self):
         # [MQTT-3.1.2-1]
         self.assertRaises(ProtocolError, decode, frame(0x10, connect_body(name="MQTX")), 4)
+        # 5.0 [MQTT-3.1.2-1] answered with CONNACK 0x84
+        self.assertRaises(UnsupportedProtocol, decode, frame(0x10, connect_body(name="MQTX", level=5)), 5)
 
     def test_reserved_flag_is_malformed(self):
         # [MQTT-3.1.2-3]

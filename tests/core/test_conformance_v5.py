@@ -66,6 +66,16 @@ def expect_disconnect(test, c, reason):
     test.assertTrue(c.closed)
 
 
+def expect_connack_refusal(test, c, reason, case=None):
+    # A v5 CONNECT malformed or a protocol error, once its level is read: the
+    # server MAY send a CONNACK 0x80 or above before closing (4.13.1); ours
+    # names the rule in a Reason String, with Session Present 0.
+    packets = c.take()
+    test.assertEqual([(p.ptype, p.reason, p.session_present) for p in packets], [(C.CONNACK, reason, False)], case)
+    test.assertTrue(prop_get(packets[0].props, C.PROP_REASON_STRING), case)
+    test.assertTrue(c.closed, case)
+
+
 class TestStrings(unittest.TestCase):
     def test_malformed_strings_disconnect_0x81(self):
         # [MQTT-1.5.4-1] [MQTT-1.5.4-2] [MQTT-4.13.1-1] [MQTT-4.13.2-1]
@@ -85,9 +95,9 @@ class TestStrings(unittest.TestCase):
             c.send_raw(raw)
             expect_disconnect(self, c, C.RC_MALFORMED_PACKET)
 
-    def test_malformed_connect_strings_close_without_connack(self):
+    def test_malformed_connect_strings_connack_0x81(self):
         # [MQTT-3.1.3-4] client id, [MQTT-3.1.3-11] will topic,
-        # [MQTT-3.1.3-12] user name; [MQTT-3.1.4-1] closed
+        # [MQTT-3.1.3-12] user name; [MQTT-3.1.4-1] closed after CONNACK 0x81
         h = Harness()
         bad = b"\xed\xbf\xbf"
         for flags, payload in (
@@ -97,8 +107,7 @@ class TestStrings(unittest.TestCase):
         ):
             c = h.client(level=5)
             c.send_raw(connect_raw(flags, payload))
-            self.assertTrue(c.closed)
-            self.assertEqual(c.take(), [])
+            expect_connack_refusal(self, c, C.RC_MALFORMED_PACKET)
 
     def test_bom_kept_and_no_normalisation(self):
         # [MQTT-1.5.4-3] [MQTT-4.7.3-4]
@@ -201,16 +210,25 @@ class TestConnect(unittest.TestCase):
     def test_bad_protocol_name_version_or_flag_closes(self):
         # [MQTT-3.1.2-1] [MQTT-3.1.2-2] [MQTT-3.1.2-3]
         h = Harness()
-        # The level is unknown, so the refusal is the 3.1.1 CONNACK 0x01.
-        for raw, answer in (
-            (connect_raw(0x02, s16(b"c"), name=b"MQTX"), b""),
-            (connect_raw(0x02, s16(b"c"), level=6), b"\x20\x02\x00\x01"),
-            (connect_raw(0x03, s16(b"c")), b""),
+        # An unknown level is refused with the 3.1.1 CONNACK 0x01; a level
+        # byte 5 is answered in v5: 0x84 for the name, 0x81 for the flag.
+        c = RawClient(h, level=4)
+        c.send_raw(connect_raw(0x02, s16(b"c"), level=6))
+        self.assertTrue(c.closed)
+        self.assertEqual(c.raw, b"\x20\x02\x00\x01")
+        for raw, reason in (
+            (connect_raw(0x02, s16(b"c"), name=b"MQTX"), C.RC_UNSUPPORTED_PROTOCOL_VERSION),
+            (connect_raw(0x03, s16(b"c")), C.RC_MALFORMED_PACKET),
         ):
+            c = h.client(level=5)
+            c.send_raw(raw)
+            expect_connack_refusal(self, c, reason)
+        # 3.1.1: closed without a CONNACK, 3.1.1 [MQTT-3.1.2-1] 3.1.1 [MQTT-3.1.2-3]
+        for raw in (connect_raw(0x02, s16(b"c"), name=b"MQTX", level=4), connect_raw(0x03, s16(b"c"), level=4)):
             c = RawClient(h, level=4)
             c.send_raw(raw)
             self.assertTrue(c.closed)
-            self.assertEqual(c.raw, answer)
+            self.assertEqual(c.raw, b"")
 
     def test_connect_fields_checked_on_input(self):
         # [MQTT-3.1.4-1] a CONNECT not matching section 3.1 is closed
@@ -230,8 +248,7 @@ class TestConnect(unittest.TestCase):
         for flags, payload in cases:
             c = h.client(level=5)
             c.send_raw(connect_raw(flags, payload))
-            self.assertTrue(c.closed, (flags, payload))
-            self.assertEqual(c.take(), [])
+            expect_connack_refusal(self, c, C.RC_MALFORMED_PACKET, (flags, payload))
         # [MQTT-3.1.3-1] every field, in order, is accepted
         c = h.client(level=5)
         payload = s16(b"cid") + b"\x00" + s16(b"w/t") + s16(b"bye") + s16(b"user") + s16(b"pw")
@@ -352,8 +369,9 @@ class TestConnect(unittest.TestCase):
 
     def test_connack_reason_codes_and_properties(self):
         # [MQTT-3.2.2-8] every CONNACK code is a Connect Reason Code;
-        # [MQTT-3.2.2-19] [MQTT-3.2.2-20] CONNACK carries no Reason String or
-        # User Property, so a small client Maximum Packet Size is never broken
+        # [MQTT-3.2.2-19] [MQTT-3.2.2-20] a refusal's Reason String (it names
+        # the limit) and no User Property: within the client's Maximum Packet
+        # Size, else left out
         h = Harness(max_client_id_length=8, maximum_qos=1, retain_available=False)
         small = [(C.PROP_MAXIMUM_PACKET_SIZE, 64)]
         acks = [
@@ -366,9 +384,12 @@ class TestConnect(unittest.TestCase):
         ]
         for ack in acks:
             self.assertIn(ack.reason, C.REASONS_CONNACK)
-            self.assertEqual(props_of(ack, C.PROP_REASON_STRING), [])
+            self.assertEqual(len(props_of(ack, C.PROP_REASON_STRING)), 0 if ack.reason == 0 else 1)
             self.assertEqual(props_of(ack, C.PROP_USER_PROPERTY), [])
             self.assertTrue(len(encode_packet(ack, 5)) <= 64)
+        tight = v5(h, "much-too-long", props=[(C.PROP_MAXIMUM_PACKET_SIZE, 16)])[1]
+        self.assertEqual(tight.reason, C.RC_CLIENT_IDENTIFIER_NOT_VALID)
+        self.assertEqual(props_of(tight, C.PROP_REASON_STRING), [])
 
     def test_capabilities_below_the_maximum(self):
         # [MQTT-3.2.2-9] Maximum QoS sent; [MQTT-3.2.2-10] SUBSCRIBE at QoS 2

@@ -142,6 +142,10 @@ def connect_packet(draw, level):
     password = draw(st.none() | blob)
     if level != 5 and username is None:
         password = None  # 3.1.1 [MQTT-3.1.2-22]
+    props = draw(maybe_props(CONNECT, level))
+    if props and not any(pid == 0x15 for pid, _ in props):
+        # 5.0 3.1.2.11.10: no Authentication Data without an Authentication Method
+        props = [(pid, value) for pid, value in props if pid != 0x16]
     return Connect(
         level, draw(st.booleans()), draw(st.integers(0, 65535)), draw(mqtt_text),
         draw(topic_name) if has_will else None,
@@ -149,7 +153,7 @@ def connect_packet(draw, level):
         draw(st.integers(0, 2)) if has_will else 0,
         draw(st.booleans()) if has_will else False,
         draw(props_for(WILL)) if has_will and level == 5 else None,
-        username, password, draw(maybe_props(CONNECT, level)),
+        username, password, props,
     )
 
 
