@@ -16,6 +16,9 @@ Checked after every step:
   through the driver, which would contain one);
 - every byte the broker writes decodes at the client's protocol level, and
   an outbound topic alias is set before it is used;
+- the broker never has more unacknowledged QoS 1/2 PUBLISHes out to a
+  connection than max_inflight and the client's Receive Maximum allow, nor
+  reuses a packet id still in flight;
 - no PUBLISH reaches a client whose session never held a matching
   subscription (a model keeps, per session, every filter its connections
   sent in a SUBSCRIBE, including the ones hidden in arbitrary bytes, which a
@@ -83,6 +86,8 @@ class ModelClient(Client):
         self.shadow = None  # what the broker reads from us after CONNECT, decoded as it does
         self.aliases = {}  # outbound topic aliases the broker set
         self.owed = []  # acks we owe the broker: (packet type, packet id)
+        self.window = 0  # the most unacknowledged QoS 1/2 PUBLISHes the broker may send us
+        self.qos2_ids = set()  # ids of the broker's QoS 2 PUBLISHes to us, until PUBCOMP
 
     def send_raw(self, data):
         if self.shadow is not None:
@@ -98,9 +103,18 @@ class ModelClient(Client):
                 if frame is None:
                     return
                 pkt = decode_packet(frame[0], reader.buf, frame[1], frame[2], self.level)
-                if pkt.ptype == C.SUBSCRIBE:
+                ptype = pkt.ptype
+                if ptype == C.SUBSCRIBE:
                     for flt, _ in pkt.topics:
                         self.filters.add(flt)
+                elif C.PUBACK <= ptype <= C.PUBCOMP:
+                    # Settled, or (a made-up ack) maybe settled: forget what we owe
+                    # for that id, which only ever weakens the checks below.
+                    pid = pkt.packet_id
+                    ours = ptype == C.PUBREL
+                    self.owed = [o for o in self.owed if o[1] != pid or (o[0] == C.PUBREL) != ours]
+                    if ptype == C.PUBACK or ptype == C.PUBCOMP:
+                        self.qos2_ids.discard(pid)
         except MqttError:
             self.shadow = None  # the broker closes the connection at the same frame
 
@@ -148,7 +162,15 @@ class ModelClient(Client):
                 f" without a matching subscription: {sorted(self.filters)!r}"
             )
         if pkt.qos:
+            # (A PUBCOMP owed for a made-up PUBREC holds no id.)
+            busy = {o[1] for o in self.owed if o[0] == C.PUBACK or o[0] == C.PUBREC} | self.qos2_ids
+            # [MQTT-2.3.1-4] [MQTT-2.2.1-4] a new PUBLISH takes an id not in use; the window is
+            # max_inflight, and a v5 client's Receive Maximum [MQTT-3.3.4-9].
+            assert pkt.packet_id not in busy, f"packet id {pkt.packet_id} reused while in flight: {self.owed}"
+            assert len(busy) < self.window, f"more than {self.window} unacknowledged PUBLISHes: {busy}"
             self.owed.append((C.PUBACK if pkt.qos == 1 else C.PUBREC, pkt.packet_id))
+            if pkt.qos == 2:
+                self.qos2_ids.add(pkt.packet_id)
 
     @staticmethod
     def _prop(pkt, pid):
@@ -229,6 +251,9 @@ class BrokerMachine(RuleBasedStateMachine):
             wprops = [(C.PROP_WILL_DELAY_INTERVAL, will[4])] if level == 5 and will[4] else None
             will = (will[0], will[1], will[2], will[3], wprops)
         c = ModelClient(self, level, client_id)
+        c.window = self.h.broker.settings.max_inflight
+        if level == 5 and receive_max is not None and receive_max < c.window:
+            c.window = receive_max
         if c.closed:
             return  # refused at accept (beyond max_connections and its refusal slots)
         self.h.clients[c.cid] = c
