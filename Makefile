@@ -3,7 +3,7 @@
 #   make test    set up everything (venv, pinned deps, npm dev deps), run all tests
 #   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
-#   make fuzz    the hypothesis tests with many more examples
+#   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
 #   make soak    soak tests: firmware heap under load, many kill -9 crash iterations
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
@@ -103,9 +103,18 @@ lint: venv
 	else echo "$(VENV)/bin/mypy" $$dirs; $(VENV)/bin/mypy $$dirs || rc=1; fi; \
 	exit $$rc
 
+# FUZZ_RUNS: inputs of the atheris broker target (tests/host/fuzz_broker.py;
+# make test runs 20,000); its corpus grows in .fuzz/corpus from run to run and
+# a crashing input is written to .fuzz/crash-*. FUZZ_ARGS: more libFuzzer options.
 SISKIN_FUZZ_EXAMPLES ?= 20000
+FUZZ_RUNS ?= 1000000
+FUZZ_ARGS ?=
 fuzz: setup
 	SISKIN_FUZZ_EXAMPLES=$(SISKIN_FUZZ_EXAMPLES) $(PYTEST) tests/host -m hypothesis --timeout=0 $(PYTEST_ARGS)
+	@if ! $(PY) -c 'import atheris' 2>/dev/null; then \
+	  echo "make fuzz: atheris is not installed (wheels for x86-64 Linux only): the broker target is left out" >&2; \
+	else mkdir -p .fuzz/corpus && set -x && \
+	  $(PY) tests/host/fuzz_broker.py -runs=$(FUZZ_RUNS) -artifact_prefix=.fuzz/ -print_final_stats=1 $(FUZZ_ARGS) .fuzz/corpus; fi
 
 # SISKIN_SOAK_SECONDS: length of the firmware soak (default 180);
 # SISKIN_CRASH_ITERATIONS: kill -9 iterations of the persistence crash test.
@@ -134,7 +143,7 @@ bench: venv
 	$(PY) -m tools.bench $(BENCH_ARGS)
 
 clean:
-	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache dist build *.egg-info
+	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache .fuzz dist build *.egg-info
 	find . -path ./$(VENV) -prune -o -path ./node_modules -prune -o \
 	  \( -name __pycache__ -o -name '*.mpy' \) -print0 | xargs -0 rm -rf
 

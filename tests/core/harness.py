@@ -36,6 +36,31 @@ def s16(b):
     return bytes([len(b) >> 8, len(b) & 0xFF]) + b
 
 
+# Small limits, so that the broker fuzz tests (tests/host/test_broker_stateful.py,
+# tests/host/fuzz_broker.py) reach every one of them, and sessions and wills end.
+FUZZ_SETTINGS = {
+    "max_connections": 4,
+    "max_sessions": 4,
+    "max_subscriptions": 12,
+    "max_subscriptions_per_client": 4,
+    "max_messages": 24,
+    "max_queued_messages": 3,
+    "max_queued_bytes": 200,
+    "max_inflight": 2,
+    "max_inflight_in": 2,
+    "max_out_buffer": 300,
+    "max_retained": 4,
+    "max_retained_bytes": 200,
+    "max_packet_size": 512,
+    "max_topic_levels": 4,
+    "topic_alias_maximum": 2,
+    "max_session_expiry": 60,
+    "persistent_session_expiry": 60,
+    "queue_qos0_offline": True,
+    "match_cache_bytes": 256,
+}
+
+
 class Harness:
     def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
         """A broker with `overrides` settings; with a `store` (common.store.store.Store,
@@ -69,6 +94,23 @@ class Harness:
             if broker.is_closing(cid) and not client.closed:
                 client.closed = True
                 broker.connection_lost(cid, self.now)
+
+    def held(self):
+        """What the broker holds beyond its empty state, by part: every count
+        is 0 once every client has left and every session has expired (the
+        fuzz tests' leak check; retained messages are the store's own)."""
+        b = self.broker
+        r = b.routing
+        return {
+            "connections": b.connections.live,
+            "sessions": b.sessions.pool.in_use,
+            "session ids": b.sessions.count(),
+            "subscriptions": b.sessions.sub_pool.in_use,
+            "trie entries": r.trie.count,
+            "shared groups": len(r.groups),
+            "messages": r.messages.in_use() - r.retained.count(),
+            "deliveries": r.deliveries.in_use,
+        }
 
     def advance(self, seconds):
         """Let `seconds` pass one second at a time, ticking the broker."""
