@@ -25,10 +25,13 @@
 
 from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.broker.topics import over_limits
+from common.compat import const
 from common.mqtt import consts as C
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts
 from common.mqtt.properties import encode_property_items
+
+_FOLD_RETAIN = const(4)  # in Session.route_fold, above the QoS bits
 
 # ------------------------------------------------------------------ inbound
 
@@ -228,17 +231,20 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
             continue  # [MQTT-3.8.3-3]
         granted = entry.qos if entry.qos < qos else qos  # [MQTT-3.8.4-6]
         keep_retain = retain and entry.retain_as_published  # [MQTT-3.3.1-12]
+        # route_fold: the highest granted QoS, | _FOLD_RETAIN if any of the
+        # session's matching subscriptions keeps the retain flag.
         if sess.route_stamp != stamp:
             sess.route_stamp = stamp
-            sess.route_qos = granted
-            sess.route_retain = keep_retain
+            sess.route_fold = granted | _FOLD_RETAIN if keep_retain else granted
             sess.route_ids = None
             touched.append(sess)
         else:
-            if granted > sess.route_qos:
-                sess.route_qos = granted
+            fold = sess.route_fold
+            if granted > fold & QOS_MASK:
+                fold = (fold & _FOLD_RETAIN) | granted
             if keep_retain:
-                sess.route_retain = True
+                fold |= _FOLD_RETAIN
+            sess.route_fold = fold
         if entry.sub_id:
             if sess.route_ids is None:
                 sess.route_ids = [entry.sub_id]
@@ -246,7 +252,8 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
                 sess.route_ids.append(entry.sub_id)
     del matches[:]
     for sess in touched:
-        deliver(broker, sess, msg, sess.route_qos, sess.route_retain, sess.route_ids, False, now)
+        fold = sess.route_fold
+        deliver(broker, sess, msg, fold & QOS_MASK, fold & _FOLD_RETAIN != 0, sess.route_ids, False, now)
     del touched[:]
     messages.drop(msg)
     return C.RC_SUCCESS
@@ -460,6 +467,10 @@ def pump(broker, session, now):
         return
     queue = session.queue
     w = window(broker, conn)
+    inflight = session.inflight
+    while session.held_back and len(inflight) - session.held_back < w:
+        _resend(broker, conn, inflight[len(inflight) - session.held_back], now)
+        session.held_back -= 1
     while queue.count:
         d = queue.peek()
         msg = d.msg
@@ -482,13 +493,32 @@ def pump(broker, session, now):
 
 
 def resume(broker, conn, session, now):
-    """On reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL in order."""
-    for d in session.inflight:
-        if d.state() == SENT:
-            _send(broker, conn, d.msg, d.qos(), d.retain(), d.sub_ids(), d.packet_id(), True, now)
-        else:
-            send_ack(broker, conn, C.PUBREL, d.packet_id(), C.RC_SUCCESS)
+    """On reconnect: resend unacknowledged PUBLISH (DUP) and PUBREL in order,
+    with their original packet ids [MQTT-4.4.0-1], as many as the window
+    allows now [MQTT-3.3.4-9]; pump() resends the rest as acks free it."""
+    inflight = session.inflight
+    n = len(inflight)
+    w = window(broker, conn)
+    k = n if n <= w else w
+    for i in range(k):
+        _resend(broker, conn, inflight[i], now)
+    session.held_back = n - k
     pump(broker, session, now)
+
+
+def _resend(broker, conn, d, now):
+    if d.state() == SENT:
+        _send(broker, conn, d.msg, d.qos(), d.retain(), d.sub_ids(), d.packet_id(), True, now)
+    else:
+        send_ack(broker, conn, C.PUBREL, d.packet_id(), C.RC_SUCCESS)
+
+
+def _take_inflight(session, i):
+    """Remove and return inflight[i] (acknowledged, refused or handed over)."""
+    inflight = session.inflight
+    if i >= len(inflight) - session.held_back:
+        session.held_back -= 1  # acknowledged before we resent it
+    return inflight.pop(i)
 
 
 def hand_over_shared(broker, session, now, group=None):
@@ -518,7 +548,7 @@ def hand_over_shared(broker, session, now, group=None):
         if shared is not None and d.qos() == 1 and (group is None or shared is group):
             listener.delivery_done(session, d)
             moved.append(d)  # goes out to the next member as new (no DUP)
-            del inflight[i]
+            _take_inflight(session, i)
         else:
             i += 1
     max_inflight = broker.settings.max_inflight
@@ -543,6 +573,7 @@ def release_session_messages(broker, session):
     for d in session.inflight:
         broker.routing.deliveries.release(d)
     session.inflight = []
+    session.held_back = 0
     session.queued_bytes = 0
     session.qos2_in = set()
 
@@ -558,7 +589,7 @@ def handle_puback(broker, conn, pkt, now):
     d = session.inflight[i]
     if d.bits & QOS_MASK != 1:  # (Delivery.qos() inlined: once per PUBACK)
         raise ProtocolError("PUBACK for a QoS 2 message")
-    del session.inflight[i]
+    _take_inflight(session, i)
     broker.listener.delivery_done(session, d)
     broker.routing.deliveries.release(d)
     pump(broker, session, now)
@@ -578,7 +609,7 @@ def handle_pubrec(broker, conn, pkt, now):
         broker.routing.messages.drop(d.msg)  # [MQTT-4.3.3-4] the message is done with
         d.msg = None
     if pkt.reason >= 0x80:
-        del session.inflight[i]  # v5: the receiver refused it; no PUBREL
+        _take_inflight(session, i)  # v5: the receiver refused it; no PUBREL
         broker.listener.delivery_done(session, d)
         broker.routing.deliveries.release(d)
         pump(broker, session, now)
@@ -594,7 +625,7 @@ def handle_pubcomp(broker, conn, pkt, now):
     i = session.find_inflight(pkt.packet_id)
     if i < 0 or session.inflight[i].state() != RELEASED:
         return
-    d = session.inflight.pop(i)
+    d = _take_inflight(session, i)
     broker.listener.delivery_done(session, d)
     broker.routing.deliveries.release(d)
     pump(broker, session, now)

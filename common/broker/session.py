@@ -73,6 +73,9 @@ class Session:
         self.next_packet_id = 1
         self.queued_bytes = 0
         self.dropped = 0  # messages dropped for this session (queue full)
+        # The last `held_back` of `inflight` are not yet resent on this
+        # connection: a resumed session resends no more than its window.
+        self.held_back = 0
         self.drop_log_at = 0  # s; no warning about its drops before then
         # Will, taken from CONNECT; published on abnormal disconnect.
         self.will = None  # Message or None (held: refs counted)
@@ -82,8 +85,7 @@ class Session:
         # Scratch used by routing to fold several matching subscriptions of
         # this session into one delivery (no per-message dict).
         self.route_stamp = 0
-        self.route_qos = 0
-        self.route_retain = False
+        self.route_fold = 0  # the highest granted QoS | retain (handle_publish.route)
         self.route_ids = None
         if self.queue is not None:
             self.queue.head = 0

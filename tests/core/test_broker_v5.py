@@ -184,6 +184,32 @@ class TestFlowAndSize(unittest.TestCase):
         s.ack(got[0])
         self.assertEqual([m.payload for m in s.take()], [b"\x02"])
 
+    def test_resumed_session_resends_within_a_lowered_receive_maximum(self):
+        # [MQTT-4.4.0-1] unacknowledged PUBLISHes are resent with their
+        # original packet ids, and [MQTT-3.3.4-9] never more at once than the
+        # Receive Maximum of the new connection: the rest follow the acks.
+        h = Harness(max_inflight=16)
+        a = h.client()
+        a.connect("a", clean=False)
+        a.subscribe("t", 1)
+        p = h.client()
+        p.connect("p")
+        for i in range(3):
+            p.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        first = [m for m in a.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(len(first), 3)  # none acknowledged
+        a.drop()
+        again, _ = v5(h, "a", clean=False, props=[(C.PROP_RECEIVE_MAXIMUM, 1), (C.PROP_SESSION_EXPIRY_INTERVAL, 100)])
+        got = []
+        for _ in range(5):
+            sent = [m for m in again.take() if m.ptype == C.PUBLISH]
+            self.assertTrue(len(sent) <= 1)
+            if not sent:
+                break
+            got.append((sent[0].packet_id, sent[0].dup, sent[0].payload))
+            again.ack(sent[0])
+        self.assertEqual(got, [(m.packet_id, True, m.payload) for m in first])
+
     def test_receive_maximum_exceeded_disconnects_0x93(self):
         # [MQTT-3.3.4-7]
         h = Harness(max_inflight_in=2)

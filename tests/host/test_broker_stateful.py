@@ -172,11 +172,9 @@ class ModelClient(Client):
             # [MQTT-2.3.1-4] [MQTT-2.2.1-4] a new PUBLISH takes an id not in use; the window is
             # max_inflight, and a v5 client's Receive Maximum [MQTT-3.3.4-9].
             assert pkt.packet_id not in busy, f"packet id {pkt.packet_id} reused while in flight: {self.owed}"
-            # Not yet for the DUP resends of a resumed session: resume() in
-            # handle_publish.py resends the whole inflight list, even beyond
-            # a Receive Maximum the client lowered on reconnecting (a known
-            # bug, left for a fix of its own); new PUBLISHes wait for room.
-            assert pkt.dup or len(busy) < self.window, f"more than {self.window} unacknowledged PUBLISHes: {busy}"
+            # DUP resends of a resumed session too [MQTT-4.4.0-1]: no more
+            # than the window, even one the client lowered on reconnecting.
+            assert len(busy) < self.window, f"more than {self.window} unacknowledged PUBLISHes: {busy}"
             self.owed.append((C.PUBACK if pkt.qos == 1 else C.PUBREC, pkt.packet_id))
             if pkt.qos == 2:
                 self.qos2_ids.add(pkt.packet_id)
