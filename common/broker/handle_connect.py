@@ -130,11 +130,19 @@ def _connect(broker, conn, pkt, now, auth_out):
             return
         keep_alive = server_keep_alive = s.max_keepalive
 
-    # The will is refused exactly as the same live PUBLISH would be.
+    # The will is refused exactly as the same live PUBLISH would be, and
+    # kept (a message slab held) before CONNACK acknowledges it.
+    will = None
     if pkt.will_topic is not None:
         reason, why = _check_will(broker, pkt)
         if reason:
             refuse(broker, conn, reason, now, why)
+            return
+        will = _new_will(broker, pkt)
+        if will is None:
+            broker.stats.dropped_no_slab += 1
+            why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages
+            refuse(broker, conn, C.RC_QUOTA_EXCEEDED if v5 else C.RC_SERVER_UNAVAILABLE, now, why)
             return
 
     # Session expiry.
@@ -162,6 +170,8 @@ def _connect(broker, conn, pkt, now, auth_out):
     if session is None:
         session = sessions.create(client_id)
         if session is None:
+            if will is not None:
+                broker.routing.messages.drop(will[0])
             refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
             return
     else:
@@ -175,8 +185,8 @@ def _connect(broker, conn, pkt, now, auth_out):
     conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
     conn.state = CONNECTED
     conn.will_on_close = True
-    if pkt.will_topic is not None:
-        _set_will(broker, session, pkt, now)
+    if will is not None:
+        session.will, session.will_delay, session.will_expiry = will
     broker.listener.session_saved(session)
 
     ack_props = None
@@ -258,7 +268,9 @@ def _check_will(broker, pkt):
     return 0, None
 
 
-def _set_will(broker, session, pkt, now):
+def _new_will(broker, pkt):
+    """(held Message, delay, expiry) for the CONNECT's will; None if the
+    message pool has no room for it."""
     props = pkt.will_props
     delay = 0
     expiry = 0
@@ -276,11 +288,9 @@ def _set_will(broker, session, pkt, now):
     messages = broker.routing.messages
     msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
     if msg is None:
-        return  # no slab for the will: it cannot be kept
+        return None
     messages.hold(msg)
-    session.will = msg
-    session.will_delay = delay
-    session.will_expiry = expiry
+    return msg, delay, expiry
 
 
 def _cancel_will(broker, session):

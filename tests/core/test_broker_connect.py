@@ -312,6 +312,29 @@ class TestWill(unittest.TestCase):
         self.assertEqual(msg.payload, b"bye")
         self.assertEqual(msg.qos, 1)
 
+    def test_a_will_that_cannot_be_kept_is_refused_not_dropped(self):
+        # The CONNACK acknowledges the will: with the message pool full it
+        # is refused (v5 0x97, 3.1.1 0x03) and counted, never accepted and
+        # then silently not kept.
+        h = Harness(max_messages=2)
+        sub = h.client()
+        sub.connect("sub", clean=False)
+        sub.subscribe("t", 1)
+        sub.drop()
+        pub = h.client()
+        pub.connect("pub")
+        pub.publish("t", b"1", qos=1, packet_id=1)
+        pub.publish("t", b"2", qos=1, packet_id=2)  # the pool's two slabs are queued
+        v5 = h.client(level=5)
+        ack = v5.connect("w5", will=("will/w5", b"bye", 0, False))
+        self.assertEqual(ack.reason, C.RC_QUOTA_EXCEEDED)
+        v311 = h.client()
+        ack = v311.connect("w3", will=("will/w3", b"bye", 0, False))
+        self.assertEqual(ack.reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
+        self.assertEqual(h.broker.stats.dropped_no_slab, 2)
+        plain = h.client()
+        self.assertEqual(plain.connect("nowill").reason, 0)  # without a will it fits
+
     def test_no_will_after_disconnect(self):
         # [MQTT-3.1.2-10] [MQTT-3.14.4-3]
         c = self.h.client()
