@@ -117,6 +117,11 @@ def ticks_diff(a, b):
     return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF
 
 
+def ticks_deadline(t, ms):
+    """The tick `ms` after tick `t`, as a deadline: 0 means "none", so never 0."""
+    return ((t + ms) & TICKS_MASK) or 1
+
+
 def ticks_sooner(a, b):
     """The earlier of two deadlines in ticks; 0 means none."""
     if not a or (b and ticks_diff(b, a) < 0):

@@ -73,7 +73,7 @@
 # second session timers, close_linger), so the next wake still sees it in
 # time; and a wake with nothing due costs a few comparisons, not a scan.
 
-from common.compat import TICKS_MASK, const, print_exception, ticks_diff, ticks_sooner
+from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
 MAX_SLEEP_MS = const(1000)
 
@@ -108,7 +108,7 @@ class Driver:
         self.now = 1  # whole seconds, for the broker
         s = broker.settings
         self.sync_ms = s.store_sync_ms if broker.listener.durable and s.store_sync == "batch" else 0
-        self.sync_at = self._add(self.mark, self.sync_ms) if self.sync_ms else 0
+        self.sync_at = ticks_deadline(self.mark, self.sync_ms) if self.sync_ms else 0
         self.sys_interval = s.sys_interval
         self.sys_at = 0  # s; the first tick publishes
         self.publish_sys = None
@@ -135,11 +135,6 @@ class Driver:
         seconds = ((t - self.mark) & TICKS_MASK) // 1000
         self.now += seconds
         self.mark = (self.mark + seconds * 1000) & TICKS_MASK
-
-    @staticmethod
-    def _add(t, ms):
-        # A deadline `ms` after tick `t`; 0 means "none", so never 0.
-        return ((t + ms) & TICKS_MASK) or 1
 
     def restore(self, wall):
         """Load the broker's store (once, before serving); `wall`: time.time()."""
@@ -260,7 +255,7 @@ class Driver:
                 self._start_close(cid, handle, broker.is_silent(cid))
 
     def _start_close(self, cid, handle, silent=False):
-        deadline = self._add(self.clock(), self.linger_ms)
+        deadline = ticks_deadline(self.clock(), self.linger_ms)
         self.linger[cid] = deadline
         self.linger_due = ticks_sooner(self.linger_due, deadline)
         if silent and not handle.pending():
@@ -300,7 +295,7 @@ class Driver:
         try:
             broker.tick(now, ms)
             if self.sync_at and ticks_diff(ms, self.sync_at) >= 0:
-                self.sync_at = self._add(ms, self.sync_ms)
+                self.sync_at = ticks_deadline(ms, self.sync_ms)
                 broker.sync_store()
             if self.sys_at and now >= self.sys_at:
                 self.sys_at = now + self.sys_interval

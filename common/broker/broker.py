@@ -20,7 +20,7 @@ from common.broker.listener import StateListener
 from common.broker.routing import Routing
 from common.broker.session import Sessions
 from common.broker.topics import parse_shared
-from common.compat import TICKS_MASK, ticks_diff, ticks_sooner
+from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
 from common.crypto.auth_scram import ScramSha256
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
@@ -194,7 +194,7 @@ class Broker:
         conn.reader = FrameReader(s.max_packet_size)
         if ms is None:
             ms = (now * 1000) & TICKS_MASK
-        conn.deadline = self._due(((ms + s.connect_timeout * 1000) & TICKS_MASK) or 1)
+        conn.deadline = self._due(ticks_deadline(ms, s.connect_timeout * 1000))
         conn.refuse_reason = refuse
         self.stats.connections_total += 1
         return conn.cid
@@ -242,7 +242,7 @@ class Broker:
             # [MQTT-3.1.2-24] one and a half times the keep-alive.
             if ms is None:
                 ms = (now * 1000) & TICKS_MASK
-            conn.deadline = ((ms + conn.keep_alive * 1500) & TICKS_MASK) or 1
+            conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
             if was_new:
                 self._due(conn.deadline)  # may come before the connect timeout
 
@@ -303,7 +303,7 @@ class Broker:
             elif conn.state == CONNECTED:
                 if conn.cid in self.throttled:
                     # Not read by our choice: its silence is ours, not its own.
-                    conn.deadline = ((ms + conn.keep_alive * 1500) & TICKS_MASK) or 1
+                    conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
                     due = ticks_sooner(due, conn.deadline)
                     continue
                 self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))

@@ -90,8 +90,6 @@ def handle_publish(broker, conn, pkt, now):
         text = "retained store full (max_retained %d, max_retained_bytes %d)" % (s.max_retained, s.max_retained_bytes)
     else:
         routing = broker.routing
-        routing.refused_for = None
-        routing.backlog = False  # (a retained replay or a will may have set it)
         reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
         if routing.backlog:
             routing.backlog = False
@@ -154,15 +152,12 @@ def _resolve_alias(broker, conn, topic, alias):
 def send_ack(broker, conn, ptype, packet_id, reason, text=None):
     """PUBACK/PUBREC/PUBREL/PUBCOMP; `text` is a v5 Reason String, sent only
     when the client did not turn off Request Problem Information [MQTT-3.1.2-29]."""
-    props = None
+    pkt = PubAck(ptype, packet_id, reason, None)
     if text is not None and conn.level == C.LEVEL_5 and conn.problem_info:
-        props = [(C.PROP_REASON_STRING, text)]
-    data = encode_packet(PubAck(ptype, packet_id, reason, props), conn.level)
-    if props and conn.max_packet_out and len(data) > conn.max_packet_out:
-        # The Reason String goes rather than exceed the client's Maximum
-        # Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
-        data = encode_packet(PubAck(ptype, packet_id, reason, None), conn.level)
-    broker.write(conn, data)
+        # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
+        broker.write(conn, broker.with_reason_string(conn, pkt, text))
+    else:
+        broker.write(conn, encode_packet(pkt, conn.level))
 
 
 def handle_pubrel(broker, conn, pkt, now):
@@ -187,6 +182,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     routing = broker.routing
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
+    routing.backlog = False  # (a retained replay or a will may have left it set)
     matches = routing.matches
     routing.trie.match(topic, matches)
     if matches and qos and origin is not None and broker.settings.queue_full == "refuse":
@@ -208,6 +204,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
         msg = messages.new(topic, payload, qos, retain, props, expiry)
         if msg is None:
             del matches[:]
+            routing.refused_for = None  # the pool, not a subscriber's queue
             broker.stats.dropped_no_slab += 1
             return C.RC_QUOTA_EXCEEDED
     messages.hold(msg)  # keep it alive while delivering
@@ -306,7 +303,7 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
         return
     queue = session.queue
     size = msg.size()
-    if session.queued_bytes + size > s.max_queued_bytes or queue.count >= queue.cap:
+    if _no_room(session, size, s.max_queued_bytes):
         # Full (with queue_full = refuse, only a shared subscription's copy
         # gets here: route() checked the others before accepting).
         if s.queue_full != "drop_oldest" or not _drop_oldest(broker, session, size, now):
@@ -330,7 +327,12 @@ def _queue_full(broker, session, qos, size):
             return False  # sent now, or (QoS 0, never acknowledged) not queued at all
     elif conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
         return False  # goes out at once
-    return session.queued_bytes + size > broker.settings.max_queued_bytes or session.queue.count >= session.queue.cap
+    return _no_room(session, size, broker.settings.max_queued_bytes)
+
+
+def _no_room(session, size, max_bytes):
+    """No room in the session's queue for `size` more bytes."""
+    return session.queued_bytes + size > max_bytes or session.queue.count >= session.queue.cap
 
 
 def _drop_oldest(broker, session, size, now):
@@ -342,7 +344,7 @@ def _drop_oldest(broker, session, size, now):
         return False
     queue = session.queue
     deliveries = broker.routing.deliveries
-    while queue.count and (session.queued_bytes + size > limit or queue.count >= queue.cap):
+    while queue.count and _no_room(session, size, limit):
         old = queue.pop()
         session.queued_bytes -= old.msg.size()
         broker.listener.delivery_done(session, old)
