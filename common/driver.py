@@ -143,10 +143,12 @@ class Driver:
 
     # ------------------------------------------------------ connections
 
-    def connection_made(self, handle):
-        """A socket was accepted: its connection id, or -1 (abort it at once)."""
+    def connection_made(self, handle, peer=None):
+        """A socket was accepted: its connection id, or -1 (abort it at once).
+
+        `peer`: what the shell knows of the other end (Broker.connection_made)."""
         ms = self.clock()
-        cid = self.broker.connection_made(self.now, ms)
+        cid = self.broker.connection_made(self.now, ms, peer)
         if cid < 0:
             return cid
         handles = self.handles

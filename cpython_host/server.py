@@ -86,7 +86,7 @@ class ClientProtocol(asyncio.Protocol):
         self.transport = transport
         server = self.server
         self.peername = transport.get_extra_info("peername")
-        cid = server.driver.connection_made(self)
+        cid = server.driver.connection_made(self, (self.peer, None, True))
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)

@@ -177,8 +177,14 @@ class Broker:
     # (compat.ticks_diff) for the connection deadlines. Callers that run the
     # broker in whole seconds (the tests' harness) leave `ms` out.
 
-    def connection_made(self, now, ms=None):
-        """Register an accepted connection; its id, or -1 to close it at once."""
+    def connection_made(self, now, ms=None, peer=None):
+        """Register an accepted connection; its id, or -1 to close it at once.
+
+        `peer`, from the shell: None, or a tuple (address, identity, anonymous):
+        the peer's address as text for the log ("192.0.2.7:50432"), the
+        identity its TLS client certificate proved (None: none), and whether
+        the listener it came in on lets clients connect without a user name.
+        """
         if self.started is None:
             self.started = now
         s = self.settings
@@ -196,6 +202,7 @@ class Broker:
             ms = (now * 1000) & TICKS_MASK
         conn.deadline = self._due(ticks_deadline(ms, s.connect_timeout * 1000))
         conn.refuse_reason = refuse
+        conn.peer = peer
         self.stats.connections_total += 1
         return conn.cid
 
