@@ -180,10 +180,11 @@ class Broker:
     def connection_made(self, now, ms=None, peer=None):
         """Register an accepted connection; its id, or -1 to close it at once.
 
-        `peer`, from the shell: None, or a tuple (address, identity, anonymous):
+        `peer`, from the shell: None, or a tuple (address, identity, local):
         the peer's address as text for the log ("192.0.2.7:50432"), the
         identity its TLS client certificate proved (None: none), and whether
-        the listener it came in on lets clients connect without a user name.
+        the listener it came in on listens on loopback only (what anonymous
+        access depends on). None counts as a local peer without identity.
         """
         if self.started is None:
             self.started = now

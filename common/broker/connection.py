@@ -33,7 +33,7 @@ class Connection:
         # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.
         self.deadline = 0
         self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
-        self.peer = None  # (address, TLS identity, anonymous allowed) from the shell
+        self.peer = None  # (address, TLS identity, loopback listener) from the shell
         # The peer's own limits (v5 CONNECT properties).
         self.receive_maximum = 65535
         self.max_packet_out = 0  # 0 = no limit
