@@ -17,6 +17,15 @@ out in ONE transport.write per connection at the end of the turn
 (call_soon); after an input that was the turn's last callback on asyncio's
 own loop, the flush runs at once instead (see flush_after_input).
 
+Admission (the other one): a connection's first input (its CONNECT) is not
+handled in the callback that reads it but queued, and at most ADMIT_PER_TURN
+of those are handled per loop turn. A storm of new connections (2,000
+clients at once) is read in a few loop turns of up to a thousand sockets
+each; handled on the spot, those CONNECTs (session, CONNACK, log line)
+would hold every connected client's input back for the whole batch. Queued,
+they take turns with it: a connected client waits for at most one batch of
+admissions (tests/host/test_server_churn.py, tools/churn.py).
+
 Timer: one TimerHandle, re-armed to the delay driver.tick() returns.
 
 Backpressure: the transport's write buffer has high/low water marks
@@ -59,6 +68,11 @@ def rss_bytes() -> int | None:
         return None
 
 
+# CONNECTs handled per loop turn (see Admission above): a batch costs a few
+# ms; fewer would cost a connect storm more loop turns (a poll each).
+ADMIT_PER_TURN = 64
+
+
 def ticks_ms() -> int:
     """The host's millisecond clock for the driver (it masks and wraps it)."""
     return int(time.monotonic() * 1000)
@@ -67,13 +81,16 @@ def ticks_ms() -> int:
 class ClientProtocol(asyncio.Protocol):
     """One accepted connection: asyncio's protocol and the driver's handle."""
 
-    __slots__ = ("cid", "peername", "server", "transport")
+    __slots__ = ("admitted", "cid", "paused", "peername", "server", "transport", "waiting")
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.transport: Any = None
         self.cid = -1
         self.peername: Any = None  # (host, port); formatted only for the log
+        self.admitted = False  # its first input went through the admission queue
+        self.waiting: bytes | None = None  # input read while queued for admission
+        self.paused = False  # not read until admitted (more input came meanwhile)
 
     @property
     def peer(self) -> str:
@@ -103,6 +120,9 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.cid >= 0:
             server = self.server
+            if not self.admitted:
+                server.admit(self, data)
+                return
             server.driver.data_received(self.cid, data)
             server.flush_after_input()
 
@@ -110,8 +130,17 @@ class ClientProtocol(asyncio.Protocol):
         # The peer closed its sending side: whatever the core still has for
         # it goes out first, then asyncio closes the transport (False).
         if self.cid >= 0:
+            self.admit_now()  # its input before its end, as it was sent
             self.server.driver.flush()
         return False
+
+    def admit_now(self) -> None:
+        """Hand the input waiting for admission to the driver now (out of turn)."""
+        data = self.waiting
+        if data is not None:
+            self.waiting = None
+            self.admitted = True
+            self.server.driver.data_received(self.cid, data)
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
@@ -126,6 +155,7 @@ class ClientProtocol(asyncio.Protocol):
         cid = self.cid
         if cid < 0:
             return
+        self.admit_now()
         self.cid = -1
         server = self.server
         server.driver.connection_lost(cid)
@@ -185,18 +215,15 @@ class BrokerServer:
         self.listener: asyncio.Server | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
+        # Connections whose first input waits for its turn (see Admission).
+        self.admissions: collections.deque[ClientProtocol] = collections.deque()
 
     # -------------------------------------------------------------- output
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            # The loop is cached: asyncio.get_running_loop() costs a getpid()
-            # system call on every call.
-            loop = self.loop
-            if loop is None:
-                loop = self.loop = asyncio.get_running_loop()
-            loop.call_soon(self.flush)
+            self.call_soon(self.flush)
 
     def flush_after_input(self) -> None:
         """End of a data_received: flush now if it was the loop turn's last callback.
@@ -225,6 +252,53 @@ class BrokerServer:
     def flush(self) -> None:
         self.flush_scheduled = False
         self.driver.flush()
+
+    # ------------------------------------------------------------ admission
+
+    def admit(self, proto: ClientProtocol, data: bytes) -> None:
+        """Queue a new connection's first input; handled in turn by _admit_some."""
+        if proto.waiting is not None:
+            # More input before its turn came (rare: a CONNECT in pieces):
+            # kept, and the socket no longer read until then.
+            proto.waiting += data
+            if not proto.paused:
+                proto.paused = True
+                proto.transport.pause_reading()
+            return
+        proto.waiting = data
+        self.admissions.append(proto)
+        if len(self.admissions) == 1:
+            self.call_soon(self._admit_some)
+
+    def _admit_some(self) -> None:
+        # At most ADMIT_PER_TURN; the rest in the next loop turn, after the
+        # input that turn reads from connected clients.
+        queue = self.admissions
+        driver = self.driver
+        n = ADMIT_PER_TURN
+        while queue and n:
+            proto = queue.popleft()
+            data = proto.waiting
+            if data is None:
+                continue  # lost or ended meanwhile: admitted then (admit_now)
+            proto.waiting = None
+            proto.admitted = True
+            if proto.paused:
+                proto.paused = False
+                proto.transport.resume_reading()
+            driver.data_received(proto.cid, data)
+            n -= 1
+        self.flush()
+        if queue:
+            self.call_soon(self._admit_some)
+
+    def call_soon(self, callback: Any) -> None:
+        # The loop is cached: asyncio.get_running_loop() costs a getpid()
+        # system call on every call.
+        loop = self.loop
+        if loop is None:
+            loop = self.loop = asyncio.get_running_loop()
+        loop.call_soon(callback)
 
     # ---------------------------------------------------------------- timer
 
