@@ -17,14 +17,18 @@ out in ONE transport.write per connection at the end of the turn
 (call_soon); after an input that was the turn's last callback on asyncio's
 own loop, the flush runs at once instead (see flush_after_input).
 
-Admission (the other one): a connection's first input (its CONNECT) is not
-handled in the callback that reads it but queued, and at most ADMIT_PER_TURN
-of those are handled per loop turn. A storm of new connections (2,000
-clients at once) is read in a few loop turns of up to a thousand sockets
-each; handled on the spot, those CONNECTs (session, CONNACK, log line)
-would hold every connected client's input back for the whole batch. Queued,
-they take turns with it: a connected client waits for at most one batch of
-admissions (tests/host/test_server_churn.py, tools/churn.py).
+Turns (the other one): a loop turn handles at most INPUT_PER_TURN inputs
+as they are read, and as many from a queue of inputs put off. A storm of
+connections (2,000 clients connecting, or leaving, at once) is read in a
+few loop turns of up to a thousand sockets each; handled on the spot, that
+batch of CONNECTs (session, CONNACK, log line) or DISCONNECTs would hold
+every other client's input back for all of it. So a new connection's first
+input (its CONNECT) always waits in the queue, and input beyond the turn's
+allowance joins it: each turn then costs at most two allowances, and a
+client that was not part of the storm is answered within a turn or two
+(tests/host/test_server_churn.py, tools/churn.py). Input of one connection
+is handled in the order it came; its socket is not read while it has input
+waiting.
 
 Timer: one TimerHandle, re-armed to the delay driver.tick() returns.
 
@@ -68,9 +72,10 @@ def rss_bytes() -> int | None:
         return None
 
 
-# CONNECTs handled per loop turn (see Admission above): a batch costs a few
-# ms; fewer would cost a connect storm more loop turns (a poll each).
-ADMIT_PER_TURN = 64
+# Inputs handled as they are read, and from the queue, per loop turn (see
+# Turns above): 64 CONNECTs cost a few ms; fewer would cost a storm more
+# loop turns (a poll each), more would let it hold others back longer.
+INPUT_PER_TURN = 64
 
 
 def ticks_ms() -> int:
@@ -81,16 +86,18 @@ def ticks_ms() -> int:
 class ClientProtocol(asyncio.Protocol):
     """One accepted connection: asyncio's protocol and the driver's handle."""
 
-    __slots__ = ("admitted", "cid", "paused", "peername", "server", "transport", "waiting")
+    __slots__ = ("admitted", "cid", "eof", "held", "paused", "peername", "server", "transport", "waiting")
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.transport: Any = None
         self.cid = -1
         self.peername: Any = None  # (host, port); formatted only for the log
-        self.admitted = False  # its first input went through the admission queue
-        self.waiting: bytes | None = None  # input read while queued for admission
-        self.paused = False  # not read until admitted (more input came meanwhile)
+        self.admitted = False  # its first input went through the queue (see Turns)
+        self.waiting: bytes | None = None  # input put off, in the server's queue
+        self.paused = False  # not read while input waits (more came meanwhile)
+        self.held = False  # not read by the driver's choice (pause_reading)
+        self.eof = False  # the peer's EOF came after input still waiting
 
     @property
     def peer(self) -> str:
@@ -120,9 +127,12 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.cid >= 0:
             server = self.server
-            if not self.admitted:
-                server.admit(self, data)
+            if not self.admitted or self.waiting is not None or server.spent >= INPUT_PER_TURN:
+                server.put_off(self, data)
                 return
+            server.spent += 1
+            if server.spent == INPUT_PER_TURN:
+                server.schedule_turn()  # the allowance is used up: renewed after this turn
             server.driver.data_received(self.cid, data)
             server.flush_after_input()
 
@@ -130,17 +140,26 @@ class ClientProtocol(asyncio.Protocol):
         # The peer closed its sending side: whatever the core still has for
         # it goes out first, then asyncio closes the transport (False).
         if self.cid >= 0:
-            self.admit_now()  # its input before its end, as it was sent
+            if self.waiting is not None:
+                self.eof = True  # after that input, in its turn (take_waiting)
+                return True
             self.server.driver.flush()
         return False
 
-    def admit_now(self) -> None:
-        """Hand the input waiting for admission to the driver now (out of turn)."""
+    def take_waiting(self) -> None:
+        """Hand the input put off to the driver now (its turn, or its end)."""
         data = self.waiting
+        self.admitted = True
         if data is not None:
             self.waiting = None
-            self.admitted = True
+            if self.paused:
+                self.paused = False
+                if not self.held and not self.transport.is_closing():
+                    self.transport.resume_reading()
             self.server.driver.data_received(self.cid, data)
+            if self.eof:  # what eof_received put off with it
+                self.server.driver.flush()
+                self.transport.close()
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
@@ -155,7 +174,7 @@ class ClientProtocol(asyncio.Protocol):
         cid = self.cid
         if cid < 0:
             return
-        self.admit_now()
+        self.take_waiting()
         self.cid = -1
         server = self.server
         server.driver.connection_lost(cid)
@@ -190,10 +209,13 @@ class ClientProtocol(asyncio.Protocol):
         return int(self.transport.get_write_buffer_size())
 
     def pause_reading(self) -> None:
+        self.held = True
         self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self.transport.resume_reading()
+        self.held = False
+        if not self.paused:
+            self.transport.resume_reading()
 
 
 class BrokerServer:
@@ -215,8 +237,11 @@ class BrokerServer:
         self.listener: asyncio.Server | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
-        # Connections whose first input waits for its turn (see Admission).
-        self.admissions: collections.deque[ClientProtocol] = collections.deque()
+        # Inputs handled this turn as they were read, and the connections
+        # whose input was put off, in order (see Turns).
+        self.spent = 0
+        self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
+        self.turn_scheduled = False
 
     # -------------------------------------------------------------- output
 
@@ -253,44 +278,43 @@ class BrokerServer:
         self.flush_scheduled = False
         self.driver.flush()
 
-    # ------------------------------------------------------------ admission
+    # ---------------------------------------------------------------- turns
 
-    def admit(self, proto: ClientProtocol, data: bytes) -> None:
-        """Queue a new connection's first input; handled in turn by _admit_some."""
+    def put_off(self, proto: ClientProtocol, data: bytes) -> None:
+        """Queue input for a later turn (a first input, or over the allowance)."""
         if proto.waiting is not None:
-            # More input before its turn came (rare: a CONNECT in pieces):
-            # kept, and the socket no longer read until then.
+            # More input before its turn came: kept after the rest, and the
+            # socket is not read until then.
             proto.waiting += data
             if not proto.paused:
                 proto.paused = True
                 proto.transport.pause_reading()
             return
         proto.waiting = data
-        self.admissions.append(proto)
-        if len(self.admissions) == 1:
-            self.call_soon(self._admit_some)
+        self.put_off_queue.append(proto)
+        self.schedule_turn()
 
-    def _admit_some(self) -> None:
-        # At most ADMIT_PER_TURN; the rest in the next loop turn, after the
-        # input that turn reads from connected clients.
-        queue = self.admissions
-        driver = self.driver
-        n = ADMIT_PER_TURN
+    def schedule_turn(self) -> None:
+        if not self.turn_scheduled:
+            self.turn_scheduled = True
+            self.call_soon(self.next_turn)
+
+    def next_turn(self) -> None:
+        # After the input read in this loop turn: a new allowance for the
+        # next turn's, and up to INPUT_PER_TURN of the queue now; then again
+        # next turn while the queue lasts.
+        self.spent = 0
+        queue = self.put_off_queue
+        n = INPUT_PER_TURN
         while queue and n:
             proto = queue.popleft()
-            data = proto.waiting
-            if data is None:
-                continue  # lost or ended meanwhile: admitted then (admit_now)
-            proto.waiting = None
-            proto.admitted = True
-            if proto.paused:
-                proto.paused = False
-                proto.transport.resume_reading()
-            driver.data_received(proto.cid, data)
-            n -= 1
+            if proto.waiting is not None:  # (None: lost or ended meanwhile, handled then)
+                proto.take_waiting()
+                n -= 1
         self.flush()
+        self.turn_scheduled = False
         if queue:
-            self.call_soon(self._admit_some)
+            self.schedule_turn()
 
     def call_soon(self, callback: Any) -> None:
         # The loop is cached: asyncio.get_running_loop() costs a getpid()

@@ -130,7 +130,7 @@ def bystander(port: int, interval_ms: float, conn: Any) -> None:
         used = mqtt.parse(buf, 0, packets)
         got = time.monotonic_ns()
         acks = []
-        for first, start, end in packets:
+        for first, start, _end in packets:
             if first & 0xF0 != 0x30:
                 continue  # the PUBACKs for its own PUBLISHes
             n = int.from_bytes(buf[start : start + 2], "big")
@@ -184,7 +184,13 @@ def latency_stats(samples: list[tuple[int, int]], sent_in: int, t0: float, t1: f
     def pick(q: float) -> float:
         return round(ms[min(len(ms) - 1, int(q * len(ms)))], 2)
 
-    return {"n": len(ms), "lost": max(sent_in - len(ms), 0), "p50": pick(0.5), "p99": pick(0.99), "max": round(ms[-1], 2)}
+    return {
+        "n": len(ms),
+        "lost": max(sent_in - len(ms), 0),
+        "p50": pick(0.5),
+        "p99": pick(0.99),
+        "max": round(ms[-1], 2),
+    }
 
 
 # ------------------------------------------------------------ storm clients
@@ -243,15 +249,29 @@ async def _open(port: int, packet: bytes, level: int) -> StormClient | str:
 
 
 async def connect_storm(
-    port: int, count: int, levels: tuple[int, ...], phases: list[tuple[str, float, float]], timeout: float = 60
+    port: int,
+    count: int,
+    levels: tuple[int, ...],
+    phases: list[tuple[str, float, float]],
+    persistent: bool = False,
+    timeout: float = 60,
 ) -> dict[str, Any]:
     """`count` clients CONNECT at once; every answer, then all DISCONNECT.
 
+    `persistent`: each with a persistent session (3.1.1 clean session 0, v5
+    Session Expiry 300 s), as after a gateway restart; else clean ones.
     Appends the phases "connect" (until every client is answered) and
     "disconnect" (until the broker closed them all) to `phases`."""
     t0 = time.monotonic()
     opened = await asyncio.gather(
-        *(_open(port, connect_packet(f"churn-{i}", levels[i % len(levels)], True), levels[i % len(levels)]) for i in range(count))
+        *(
+            _open(
+                port,
+                connect_packet(f"churn-{i}", levels[i % len(levels)], not persistent, 300 if persistent else 0),
+                levels[i % len(levels)],
+            )
+            for i in range(count)
+        )
     )
     clients = [c for c in opened if isinstance(c, StormClient)]
     errors: dict[str, int] = {}
@@ -407,15 +427,9 @@ class SiskinProc(BrokerProc):
 
     name = "siskin"
 
-    def __init__(
-        self, workdir: Path, config: str | None, data_dir: bool, loop: str, log_level: str, sys_interval: int | None
-    ) -> None:
+    def __init__(self, workdir: Path, config: str | None, data_dir: bool, loop: str, log_level: str) -> None:
         super().__init__(workdir)
         self.config = config
-        if sys_interval is not None:  # the same settings with a faster $SYS, for a test to read
-            text = Path(config).read_text() if config else "[limits]\n"
-            self.config = str(workdir / "churn.toml")
-            Path(self.config).write_text(text.replace("[limits]", f"[limits]\nsys_interval = {sys_interval}", 1))
         self.data_dir = workdir / "data" if data_dir else None
         self.loop = loop
         self.log_level = log_level
@@ -426,7 +440,7 @@ class SiskinProc(BrokerProc):
             cmd += ["--config", self.config]
         if self.data_dir:
             cmd += ["--data-dir", str(self.data_dir)]
-        return cmd + ["--event-loop", self.loop, "--log-level", self.log_level]
+        return [*cmd, "--event-loop", self.loop, "--log-level", self.log_level]
 
     def version(self) -> str:
         return f"siskin ({self.loop}, {'--config ' + self.config if self.config else 'built-in defaults'})"
@@ -443,18 +457,19 @@ def raise_nofile(want: int) -> None:
 
 
 def run(
-    broker: BrokerProc,
+    port: int,
+    pid: int,
     connects: int,
     takeovers: int,
     parallel: int,
     levels: tuple[int, ...],
     interval_ms: float,
+    persistent: bool = False,
     settle: float = 1.0,
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> dict[str, Any]:
-    """Both storms against a running broker, with a bystander; the figures."""
-    pid = broker.pid
-    by = Bystander(broker.port, interval_ms)
+    """Both storms against the broker on `port` (process `pid`), with a bystander; the figures."""
+    by = Bystander(port, interval_ms)
     time.sleep(0.2)  # its first messages out of the way
     fds0 = open_fds(pid)
     phases: list[tuple[str, float, float]] = []
@@ -465,14 +480,14 @@ def run(
         await asyncio.sleep(settle)
         phases.append(("baseline", t, time.monotonic()))
         if connects:
-            results["connect"] = await connect_storm(broker.port, connects, levels, phases)
+            results["connect"] = await connect_storm(port, connects, levels, phases, persistent)
             results["connect"]["fds_after"] = await asyncio.to_thread(wait_fds, pid, fds0, 10)
         if takeovers:
             t = time.monotonic()
-            results["takeover"] = await takeover_storm(broker.port, takeovers, parallel, levels)
+            results["takeover"] = await takeover_storm(port, takeovers, parallel, levels)
             phases.append(("takeover", t, time.monotonic()))
             results["takeover"]["fds_after"] = await asyncio.to_thread(wait_fds, pid, fds0, 10)
-            results["takeover"]["session_kept"] = await asyncio.to_thread(session_present, broker.port, SHARED_ID)
+            results["takeover"]["session_kept"] = await asyncio.to_thread(session_present, port, SHARED_ID)
         t = time.monotonic()
         await asyncio.sleep(settle)
         phases.append(("after", t, time.monotonic()))
@@ -492,7 +507,7 @@ def run(
     return results
 
 
-def _client_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def client_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
     except ImportError:
@@ -557,12 +572,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--broker", choices=("siskin", "mosquitto"), default="siskin")
     p.add_argument("--config", metavar="FILE", help="the broker's --config (default: none, the built-in defaults)")
-    p.add_argument("--data-dir", action="store_true", help="give the broker a store (--data-dir in a temporary directory)")
+    p.add_argument(
+        "--data-dir", action="store_true", help="give the broker a store (--data-dir in a temporary directory)"
+    )
     p.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the broker's event loop")
     p.add_argument("--log-level", default="info", help="the broker's log level (default info, as a user runs it)")
     p.add_argument("--connects", type=int, default=2000, metavar="N", help="clients in the connect storm (0: skip it)")
-    p.add_argument("--takeovers", type=int, default=2000, metavar="N", help="connections in the takeover storm (0: skip)")
+    p.add_argument(
+        "--takeovers", type=int, default=2000, metavar="N", help="connections in the takeover storm (0: skip)"
+    )
     p.add_argument("--parallel", type=int, default=8, metavar="K", help="takeover connections opening at a time")
+    p.add_argument(
+        "--persistent",
+        action="store_true",
+        help="connect storm clients ask for persistent sessions (a restart's reconnect)",
+    )
     p.add_argument("--level", choices=("4", "5", "both"), default="both", help="MQTT level of the storm clients")
     p.add_argument("--interval", type=float, default=2.0, metavar="MS", help="the bystander's publish interval (ms)")
     p.add_argument("--bound-ms", type=float, default=100.0, metavar="MS", help="the bystander's p99 bound")
@@ -579,11 +603,21 @@ def main(argv: list[str] | None = None) -> int:
         label = "mosquitto (persistence false)"
     else:
         config = str(REPO_ROOT / args.config) if args.config and not os.path.isabs(args.config) else args.config
-        broker = SiskinProc(workdir, config, args.data_dir, args.event_loop, args.log_level, None)
+        broker = SiskinProc(workdir, config, args.data_dir, args.event_loop, args.log_level)
         label = broker.version() + (", --data-dir" if args.data_dir else ", no store")
     broker.start()
     try:
-        res = run(broker, args.connects, args.takeovers, args.parallel, levels, args.interval, loop_factory=_client_loop())
+        res = run(
+            broker.port,
+            broker.pid,
+            args.connects,
+            args.takeovers,
+            args.parallel,
+            levels,
+            args.interval,
+            args.persistent,
+            loop_factory=client_loop(),
+        )
     finally:
         broker.stop()
     print(report(label, res))
