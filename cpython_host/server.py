@@ -234,6 +234,9 @@ class BrokerServer:
         # deque in BaseEventLoop); None for loops that do not expose it.
         self.ready: Any = None
         self.debug = log.isEnabledFor(logging.DEBUG)
+        # The store syncs (fsync) before output leaves (store_sync = always).
+        listener = driver.broker.listener
+        self.syncing = listener if listener.durable and driver.broker.settings.store_sync == "always" else None
         self.listener: asyncio.Server | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
@@ -267,9 +270,18 @@ class BrokerServer:
         megabytes into the subscribers' output lists before any write could
         report backpressure (pause_writing): tests/host/test_server_backpressure.py
         fails that way. uvloop's writes are cheap enough to pay per input.
+
+        Input that changed the store (a persistent session connecting or
+        leaving, a stored message) waits for the end of the turn either way:
+        its flush costs an fsync, which one flush per turn shares between all
+        of the turn's inputs (a storm of persistent sessions leaving at once
+        would otherwise fsync once per client).
         """
         ready = self.ready
-        if ready is None or (not ready and not self.flush_scheduled):
+        syncing = self.syncing
+        if syncing is not None and syncing.pending():
+            self.schedule_flush()
+        elif ready is None or (not ready and not self.flush_scheduled):
             self.flush()
         else:
             self.schedule_flush()
