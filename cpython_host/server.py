@@ -26,9 +26,12 @@ every other client's input back for all of it. So a new connection's first
 input (its CONNECT) always waits in the queue, and input beyond the turn's
 allowance joins it: each turn then costs at most two allowances, and a
 client that was not part of the storm is answered within a turn or two
-(tests/host/test_server_churn.py, tools/churn.py). Input of one connection
-is handled in the order it came; its socket is not read while it has input
-waiting.
+(tests/host/test_server_churn.py, tools/churn.py). Two queues: input from a
+connection whose previous input was handled at once goes before input from
+one that waited last time too (a new connection, a storm's member, a
+client sending more than its share), so a bystander put off once is not
+queued behind the whole storm. Input of one connection is handled in the
+order it came; its socket is not read while it has input waiting.
 
 Timer: one TimerHandle, re-armed to the delay driver.tick() returns.
 
@@ -86,7 +89,7 @@ def ticks_ms() -> int:
 class ClientProtocol(asyncio.Protocol):
     """One accepted connection: asyncio's protocol and the driver's handle."""
 
-    __slots__ = ("admitted", "cid", "eof", "held", "paused", "peername", "server", "transport", "waiting")
+    __slots__ = ("admitted", "cid", "eof", "held", "paused", "peername", "server", "transport", "waited", "waiting")
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -98,6 +101,7 @@ class ClientProtocol(asyncio.Protocol):
         self.paused = False  # not read while input waits (more came meanwhile)
         self.held = False  # not read by the driver's choice (pause_reading)
         self.eof = False  # the peer's EOF came after input still waiting
+        self.waited = True  # its last input was put off (a new one counts as such)
 
     @property
     def peer(self) -> str:
@@ -131,6 +135,7 @@ class ClientProtocol(asyncio.Protocol):
                 server.put_off(self, data)
                 return
             server.spent += 1
+            self.waited = False
             if server.spent == INPUT_PER_TURN:
                 server.schedule_turn()  # the allowance is used up: renewed after this turn
             server.driver.data_received(self.cid, data)
@@ -141,7 +146,7 @@ class ClientProtocol(asyncio.Protocol):
         # it goes out first, then asyncio closes the transport (False).
         if self.cid >= 0:
             if self.waiting is not None:
-                self.eof = True  # after that input, in its turn (take_waiting)
+                self.eof = True  # closed after that input, in its turn (next_turn)
                 return True
             self.server.driver.flush()
         return False
@@ -157,9 +162,6 @@ class ClientProtocol(asyncio.Protocol):
                 if not self.held and not self.transport.is_closing():
                     self.transport.resume_reading()
             self.server.driver.data_received(self.cid, data)
-            if self.eof:  # what eof_received put off with it
-                self.server.driver.flush()
-                self.transport.close()
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
@@ -241,8 +243,10 @@ class BrokerServer:
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
         # Inputs handled this turn as they were read, and the connections
-        # whose input was put off, in order (see Turns).
+        # whose input was put off, in order: those that did not wait last
+        # time, then those that did (see Turns).
         self.spent = 0
+        self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
         self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
         self.turn_scheduled = False
 
@@ -303,7 +307,8 @@ class BrokerServer:
                 proto.transport.pause_reading()
             return
         proto.waiting = data
-        self.put_off_queue.append(proto)
+        (self.put_off_queue if proto.waited else self.put_off_first).append(proto)
+        proto.waited = True
         self.schedule_turn()
 
     def schedule_turn(self) -> None:
@@ -316,16 +321,21 @@ class BrokerServer:
         # next turn's, and up to INPUT_PER_TURN of the queue now; then again
         # next turn while the queue lasts.
         self.spent = 0
-        queue = self.put_off_queue
         n = INPUT_PER_TURN
-        while queue and n:
-            proto = queue.popleft()
-            if proto.waiting is not None:  # (None: lost or ended meanwhile, handled then)
-                proto.take_waiting()
-                n -= 1
-        self.flush()
+        ended = []
+        for queue in (self.put_off_first, self.put_off_queue):
+            while queue and n:
+                proto = queue.popleft()
+                if proto.waiting is not None:  # (None: lost or ended meanwhile, handled then)
+                    proto.take_waiting()
+                    n -= 1
+                    if proto.eof:
+                        ended.append(proto)
+        self.flush()  # one flush (and store sync) for them all
+        for proto in ended:
+            proto.transport.close()  # as asyncio would have after eof_received
         self.turn_scheduled = False
-        if queue:
+        if self.put_off_first or self.put_off_queue:
             self.schedule_turn()
 
     def call_soon(self, callback: Any) -> None:
