@@ -57,9 +57,9 @@ def test_churn_leaves_bystander_alone(tmp_path: Path) -> None:
         assert res["connect"]["answers"] == {"v3 0x00": CONNECTS // 2, "v5 0x00": CONNECTS // 2}, figures
         taken = res["takeover"]
         assert taken["connack"] == {"0x00": TAKEOVERS}, figures
-        # Each CONNECT resumed the session the previous one left [MQTT-3.1.2-4] ...
+        # Each CONNECT resumed the session the previous one left [MQTT-3.1.2-4] [MQTT-3.1.4-3] ...
         assert taken["session_present"] == TAKEOVERS - 1, figures
-        # ... and every v5 connection but perhaps the last heard 0x8E [MQTT-3.1.4-2] [MQTT-3.1.4-3].
+        # ... and every v5 connection but perhaps the last was closed with DISCONNECT 0x8E [MQTT-3.1.4-2].
         assert taken["v5_disconnect_0x8e"] in (TAKEOVERS // 2 - 1, TAKEOVERS // 2), figures
         assert taken["session_kept"], figures
 
