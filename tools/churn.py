@@ -30,9 +30,11 @@ process, on one event loop, runs two storms:
              is left connected at the end.
 
 Clients alternate between MQTT 3.1.1 and 5 (`--level` picks one). The
-bystander's latencies are reported per phase (p50, p99, max, and messages
-not delivered), with the storm's rate and the broker's open file
-descriptors before and after (a leaked connection keeps its socket). The
+bystander's latencies are reported per phase (baseline, connect: until
+every storm client is answered, disconnect: until they are all gone,
+takeover, after; p50, p99, max, and about how many messages were not back
+in time), with the storms' rates and the broker's open file descriptors
+before and after (a leaked connection keeps its socket). The
 exit code is 1 if a storm client got a wrong answer, the bound is missed
 (`--bound-ms`, 100 by default, on the p99) or a descriptor leaked.
 
@@ -570,7 +572,12 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Prints one block of figures per run; --json adds one JSON line each. Exit 1 if a check fails.",
     )
-    p.add_argument("--broker", choices=("siskin", "mosquitto"), default="siskin")
+    p.add_argument(
+        "--broker",
+        choices=("siskin", "mosquitto"),
+        default="siskin",
+        help="the broker under test (mosquitto: /usr/sbin/mosquitto, persistence false, as tools/bench starts it)",
+    )
     p.add_argument("--config", metavar="FILE", help="the broker's --config (default: none, the built-in defaults)")
     p.add_argument(
         "--data-dir", action="store_true", help="give the broker a store (--data-dir in a temporary directory)"
