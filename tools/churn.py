@@ -225,6 +225,8 @@ class StormClient(asyncio.Protocol):
                 self.connack = bytes(self.buf[start : start + 2])
                 if not self.answered.done():
                     self.answered.set_result(True)
+                if self.connack[1]:
+                    self.transport.close()  # refused: gone, as a real client goes
             elif first == 0xE0:
                 self.disconnect = self.buf[start] if end > start else 0
             else:
