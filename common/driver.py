@@ -25,7 +25,7 @@
 # at the moment it applies.
 #
 # The shell calls, in the driver:
-#     connection_made(handle) -> cid (-1: abort it at once)
+#     connection_made(handle, peer, accepted) -> cid (-1: abort it at once)
 #     data_received(cid, data)  then flush() when it likes (the host
 #                               coalesces a loop turn's input into one flush)
 #     set_paused(cid, paused)   its write buffer crossed a water mark
@@ -143,11 +143,16 @@ class Driver:
 
     # ------------------------------------------------------ connections
 
-    def connection_made(self, handle, peer=None):
+    def connection_made(self, handle, peer=None, accepted=None):
         """A socket was accepted: its connection id, or -1 (abort it at once).
 
-        `peer`: what the shell knows of the other end (Broker.connection_made)."""
+        `peer`: what the shell knows of the other end (Broker.connection_made).
+        `accepted`: the shell's ticks_ms() at the accept, when it hands the
+        connection over only later (after a TLS handshake): the connect
+        timeout then counts from the accept, so the handshake spends it too."""
         ms = self.clock()
+        if accepted is not None:
+            ms = accepted & TICKS_MASK
         cid = self.broker.connection_made(self.now, ms, peer)
         if cid < 0:
             return cid
