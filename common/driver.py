@@ -72,6 +72,8 @@
 # a second away (1.5 x a keep-alive of >= 1 s, the connect timeout, whole
 # second session timers, close_linger), so the next wake still sees it in
 # time; and a wake with nothing due costs a few comparisons, not a scan.
+# The exception: a connection handed over after its accept (`accepted`, a
+# TLS handshake later) may be due sooner; the shell then calls tick() again.
 
 from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 

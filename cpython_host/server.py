@@ -124,6 +124,10 @@ class ClientProtocol(asyncio.Protocol):
             self.transport.abort()
             return
         self.cid = cid
+        if self.accepted is not None:
+            # After a handshake the connect deadline can be less than the
+            # driver's one-second granularity away: let it arm the timer.
+            server.rearm_timer()
         # No setsockopt(TCP_NODELAY) here: asyncio and uvloop both set it on
         # every TCP transport they make (checked on both), and a connection
         # storm pays for every system call.
@@ -325,6 +329,11 @@ class BrokerServer:
         delay = self.driver.tick()
         assert self.loop is not None
         self.timer = self.loop.call_later(delay / 1000, self._on_timer)
+
+    def rearm_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self._on_timer()
 
     # ------------------------------------------------------------------ TLS
 
