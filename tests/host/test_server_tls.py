@@ -410,7 +410,7 @@ def test_listener_table_mistakes(tmp_path: Path, pki: Pki) -> None:
         for word in words:
             assert word in line, line
     cfg = tmp_path / "both.toml"
-    cfg.write_text('[server]\nport = 1883\n[[listener]]\nport = 1884\n')
+    cfg.write_text("[server]\nport = 1883\n[[listener]]\nport = 1884\n")
     proc = run_cli("--config", str(cfg))
     assert proc.returncode == 2 and "move port into a [[listener]] table" in proc.stderr, proc.stderr
 
