@@ -21,7 +21,17 @@ from typing import Any
 import pytest
 import trustme
 
-from tests.host.broker_proc import BrokerProcess, Paho, RawClient, run_cli, wait_until
+from tests.conftest import require, tool_path
+from tests.host.broker_proc import (
+    REPO_ROOT,
+    BrokerProcess,
+    Paho,
+    RawClient,
+    run_cli,
+    toml_value,
+    wait_until,
+    write_config,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -169,11 +179,14 @@ def test_paho_over_tls_and_plain_at_once(broker: BrokerProcess, pki: Pki) -> Non
 
 
 def test_mosquitto_clients_with_mutual_tls(broker: BrokerProcess, pki: Pki) -> None:
+    mosquitto_pub, mosquitto_sub = tool_path("mosquitto_pub"), tool_path("mosquitto_sub")
+    require("mosquitto_pub and mosquitto_sub", mosquitto_pub and mosquitto_sub, "apt-get install mosquitto-clients")
+    assert mosquitto_pub is not None and mosquitto_sub is not None
     port = broker.ports()[MUTUAL]
     tls_args = ["-h", "localhost", "-p", str(port), "--cafile", pki.ca_file]
     cert, key = pki.alice
     sub = subprocess.Popen(
-        ["mosquitto_sub", *tls_args, "--cert", cert, "--key", key, "-t", "m/#", "-C", "1", "-i", "mtls-sub", "-v"],
+        [mosquitto_sub, *tls_args, "--cert", cert, "--key", key, "-t", "m/#", "-C", "1", "-i", "mtls-sub", "-v"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -181,7 +194,7 @@ def test_mosquitto_clients_with_mutual_tls(broker: BrokerProcess, pki: Pki) -> N
     try:
         broker.wait_log(r"mtls-sub connected")
         pub = subprocess.run(
-            ["mosquitto_pub", *tls_args, "--cert", cert, "--key", key, "-t", "m/x", "-m", "mutual", "-q", "1"],
+            [mosquitto_pub, *tls_args, "--cert", cert, "--key", key, "-t", "m/x", "-m", "mutual", "-q", "1"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -196,7 +209,7 @@ def test_mosquitto_clients_with_mutual_tls(broker: BrokerProcess, pki: Pki) -> N
     broker.wait_log(r"opened \(certificate identity 'alice'\)")
     # Without a client certificate: no connection.
     refused = subprocess.run(
-        ["mosquitto_pub", *tls_args, "-t", "m/x", "-m", "anonymous"], capture_output=True, text=True, timeout=10
+        [mosquitto_pub, *tls_args, "-t", "m/x", "-m", "anonymous"], capture_output=True, text=True, timeout=10
     )
     assert refused.returncode != 0
     broker.wait_log(r"failed: the client sent no certificate, and this listener requires one")
@@ -344,8 +357,6 @@ def test_sighup_reloads_the_certificate_and_keeps_clients(tmp_path: Path, pki: P
 
 
 def _start_error(tmp_path: Path, listener: dict[str, Any], server: str = "") -> str:
-    from tests.host.broker_proc import write_config
-
     cfg = write_config(tmp_path / "site.toml", listeners=[listener])
     if server:
         cfg.write_text(cfg.read_text().replace("[server]\n", f"[server]\n{server}\n"))
@@ -413,6 +424,30 @@ def test_listener_table_mistakes(tmp_path: Path, pki: Pki) -> None:
     cfg.write_text("[server]\nport = 1883\n[[listener]]\nport = 1884\n")
     proc = run_cli("--config", str(cfg))
     assert proc.returncode == 2 and "move port into a [[listener]] table" in proc.stderr, proc.stderr
+
+
+def test_the_commented_tls_listener_of_linux_toml_works(tmp_path: Path, pki: Pki) -> None:
+    """boards/linux.toml's TLS example, uncommented with this test's files, serves mutual TLS."""
+    text = (REPO_ROOT / "boards" / "linux.toml").read_text()
+    start = text.index("# [[listener]]")
+    block = text[start : text.index("\n\n", start)]
+    example = "\n".join(line[2:] for line in block.splitlines() if not line.startswith("# #"))
+    ours = {"certfile": pki.server[0], "keyfile": pki.server[1], "cafile": pki.ca_file, "host": "127.0.0.1", "port": 0}
+    lines = example.splitlines()
+    for i, line in enumerate(lines):
+        key = line.split(" =")[0]
+        if key in ours:
+            lines[i] = f"{key} = {toml_value(ours[key])}"
+    example = "\n".join(lines)
+    b = BrokerProcess(tmp_path)
+    b.config_path.write_text(text[:start] + example + "\n" + text[start + len(block) :])
+    with b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        b.wait_log(r"also listening on 127.0.0.1:\d+: MQTT over TLS \(1.2\+, mutual TLS")
+        with tls_client(b.ports()[1], pki.client_context(pki.alice)) as tls:
+            assert mqtt_over(tls).connect("example") == b"\x00\x00"
+        b.wait_log(r"opened \(certificate identity 'alice'\)")
+        assert b.stop() == 0
 
 
 def test_help_teaches_listeners() -> None:
