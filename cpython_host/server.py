@@ -440,7 +440,7 @@ class BrokerServer:
 
     async def shutdown(self, reason: str) -> None:
         driver = self.driver
-        log.info("shutting down (%s): closing the listener and %d connection(s)", reason, driver.open)
+        log.info("shutting down (%s): closing the listeners and %d connection(s)", reason, driver.open)
         started = time.monotonic()
         self.close_listeners()
         for task in list(self.handshakes):
