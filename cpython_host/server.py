@@ -280,6 +280,10 @@ class BrokerServer:
         # Seconds a TLS handshake may take: the connect timeout, which the
         # handshake spends (asyncio wants a positive figure).
         self.handshake_timeout = float(max(self.broker.settings.connect_timeout, 1))
+        # Seconds a closing TLS connection waits for the peer's close_notify
+        # (asyncio's default, 30 s, would let a silent peer hold its slot):
+        # the linger of a plain connection.
+        self.tls_shutdown_timeout = max(config.close_linger, 0.1)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
 
@@ -373,6 +377,7 @@ class BrokerServer:
                 conn,
                 ssl=listening.context,
                 ssl_handshake_timeout=self.handshake_timeout,
+                ssl_shutdown_timeout=self.tls_shutdown_timeout,
             )
         except Exception as e:  # the socket is closed
             why = handshake_failure(e, self.handshake_timeout)
@@ -444,7 +449,7 @@ class BrokerServer:
         started = time.monotonic()
         self.close_listeners()
         for task in list(self.handshakes):
-            task.cancel()  # start_tls closes its socket
+            task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
         if driver.open:
             self.all_closed.clear()

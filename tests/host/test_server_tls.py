@@ -27,6 +27,7 @@ from tests.host.broker_proc import (
     BrokerProcess,
     Paho,
     RawClient,
+    connect_packet,
     run_cli,
     toml_value,
     wait_until,
@@ -298,6 +299,19 @@ def test_a_stalled_handshake_is_closed_at_the_connect_timeout(broker: BrokerProc
     slow_tls.close()
     broker.wait_log(rf"failed: not completed within connect_timeout \({CONNECT_TIMEOUT} s\)")
     broker.wait_log(r"closing #\d+: no CONNECT within")
+
+
+def test_a_silent_tls_client_is_let_go_within_close_linger(broker: BrokerProcess, pki: Pki) -> None:
+    # Closed for its keep-alive, the client never answers the broker's
+    # close_notify: its connection ends after close_linger (2 s), not after
+    # asyncio's 30 s TLS shutdown timeout.
+    with tls_client(broker.ports()[SERVER_AUTH], pki.client_context()) as tls:
+        silent = mqtt_over(tls)
+        silent.send(connect_packet("silent-tls", keep_alive=1))
+        assert silent.read_packet() == (0x20, b"\x00\x00")
+        cid = broker.wait_log(r"connection #(\d+) from 127\.0\.0\.1:\d+ opened\n.*silent-tls connected").group(1)
+        broker.wait_log(r"closing silent-tls: keep-alive expired")
+        broker.wait_log(rf"connection #{cid} from \S+ closed", timeout=5)
 
 
 def test_tls13_only_refuses_a_tls12_client(broker: BrokerProcess, pki: Pki) -> None:
