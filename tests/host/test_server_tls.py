@@ -333,8 +333,10 @@ def test_sighup_reloads_the_certificate_and_keeps_clients(tmp_path: Path, pki: P
     cert, key = str(tmp_path / "live.crt"), str(tmp_path / "live.key")
     shutil.copy(pki.server[0], cert)
     shutil.copy(pki.server[1], key)
-    with BrokerProcess(tmp_path, listeners=[{"port": 0}, pki.listener((cert, key))]) as b:
+    every_address = {**pki.listener((cert, key)), "host": "0.0.0.0"}
+    with BrokerProcess(tmp_path, listeners=[{"port": 0}, every_address]) as b:
         wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        b.wait_log(r"also listening on 0\.0\.0\.0:\d+: MQTT over TLS \(1\.2\+\); reachable from the network")
         port = b.ports()[1]
         # Trusts both CAs: its connection must survive the reload.
         both = pki.client_context()
@@ -462,6 +464,16 @@ def test_the_commented_tls_listener_of_linux_toml_works(tmp_path: Path, pki: Pki
             assert mqtt_over(tls).connect("example") == b"\x00\x00"
         b.wait_log(r"opened \(certificate identity 'alice'\)")
         assert b.stop() == 0
+
+
+def test_a_tls_port_in_use(tmp_path: Path, pki: Pki, broker: BrokerProcess) -> None:
+    taken = broker.ports()[SERVER_AUTH]
+    cfg = write_config(
+        tmp_path / "site.toml", listeners=[{"port": 0}, pki.listener(), {**pki.listener(), "port": taken}]
+    )
+    proc = run_cli("--config", str(cfg))
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{taken}: Address already in use" in proc.stderr
 
 
 def test_help_teaches_listeners() -> None:
