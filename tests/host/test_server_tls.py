@@ -301,6 +301,24 @@ def test_a_stalled_handshake_is_closed_at_the_connect_timeout(broker: BrokerProc
     broker.wait_log(r"closing #\d+: no CONNECT within")
 
 
+def test_stalled_handshakes_are_capped_at_max_connections(tmp_path: Path, pki: Pki) -> None:
+    limits = {"max_connections": 2, "connect_timeout": CONNECT_TIMEOUT, "sys_interval": 0}
+    with BrokerProcess(tmp_path, limits=limits, listeners=[{"port": 0}, pki.listener()]) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        port = b.ports()[1]
+        stalled = [RawClient(port), RawClient(port)]
+        extra = RawClient(port)
+        assert extra.closed_within(1)  # closed at once, not at the connect timeout
+        b.wait_log(r"refused TLS connection from 127\.0\.0\.1:\d+: 2 handshakes in progress \(max_connections\)")
+        for client in stalled:
+            assert client.closed_within(CONNECT_TIMEOUT + 2)
+            client.close()
+        extra.close()
+        with tls_client(port, pki.client_context()) as tls:  # their slots are free again
+            assert mqtt_over(tls).connect("after-the-flood") == b"\x00\x00"
+        assert b.stop() == 0
+
+
 def test_a_silent_tls_client_is_let_go_within_close_linger(broker: BrokerProcess, pki: Pki) -> None:
     # Closed for its keep-alive, the client never answers the broker's
     # close_notify: its connection ends after close_linger (2 s), not after
