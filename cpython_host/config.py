@@ -94,10 +94,15 @@ class Listener:
         return bool(self.certfile)
 
 
-def _listener(where: str, body: Any) -> Listener:
+def _listener(where: str, body: Any, base: Path) -> Listener:
+    """A [[listener]] table, checked; its relative file names are taken from `base` (the config file's directory)."""
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: must be a table ([[listener]] with keys under it).")
-    lst = Listener(where, check(where, body, LISTENER))
+    values = check(where, body, LISTENER)
+    for name in ("certfile", "keyfile", "cafile"):
+        if values.get(name):
+            values[name] = str(base / values[name])
+    lst = Listener(where, values)
     if "port" not in body:
         raise ConfigError(f"{where}: port is missing; add e.g. port = 1883 (plain) or port = 8883 (TLS).")
     files = ("keyfile", "cafile", "require_certificate", "use_identity_as_username", "identity", "tls_version")
@@ -198,7 +203,7 @@ def load_config(path: str | None) -> HostConfig:
                     "(with [[listener]] tables, they say where to listen)."
                 )
         cfg.listener_tables = [
-            _listener(f"{path}: [[listener]] #{i}", body) for i, body in enumerate(doc["listener"], 1)
+            _listener(f"{path}: [[listener]] #{i}", body, p.parent) for i, body in enumerate(doc["listener"], 1)
         ]
     if cfg.write_buffer_low > cfg.write_buffer_high:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")

@@ -408,6 +408,8 @@ def test_start_up_errors_for_bad_files(tmp_path: Path, pki: Pki) -> None:
     enc_key = pki.write("encrypted.key", _encrypted(key))
     cases: list[tuple[dict[str, Any], list[str]]] = [
         ({"certfile": missing, "keyfile": key}, [f"certfile {missing}: no such file"]),
+        # a relative name is taken from the config file's directory
+        ({"certfile": "missing.pem", "keyfile": key}, [f"certfile {missing}: no such file"]),
         ({"certfile": cert, "keyfile": missing}, [f"keyfile {missing}: no such file"]),
         ({"certfile": str(tmp_path), "keyfile": key}, ["a directory, not a PEM file"]),
         ({"certfile": junk, "keyfile": key}, [f"certfile {junk}: no PEM certificate"]),
