@@ -17,6 +17,22 @@ out in ONE transport.write per connection at the end of the turn
 (call_soon); after an input that was the turn's last callback on asyncio's
 own loop, the flush runs at once instead (see flush_after_input).
 
+Turns (the other one): a loop turn handles at most INPUT_PER_TURN inputs
+as they are read, and as many from a queue of inputs put off. A storm of
+connections (2,000 clients connecting, or leaving, at once) is read in a
+few loop turns of up to a thousand sockets each; handled on the spot, that
+batch of CONNECTs (session, CONNACK, log line) or DISCONNECTs would hold
+every other client's input back for all of it. So a new connection's first
+input (its CONNECT) always waits in the queue, and input beyond the turn's
+allowance joins it: each turn then costs at most two allowances, and a
+client that was not part of the storm is answered within a turn or two
+(tests/host/test_server_churn.py, tools/churn.py). Two queues: input from a
+connection whose previous input was handled at once goes before input from
+one that waited last time too (a new connection, a storm's member, a
+client sending more than its share), so a bystander put off once is not
+queued behind the whole storm. Input of one connection is handled in the
+order it came; its socket is not read while it has input waiting.
+
 Timer: one TimerHandle, re-armed to the delay driver.tick() returns.
 
 Backpressure: the transport's write buffer has high/low water marks
@@ -75,6 +91,12 @@ def rss_bytes() -> int | None:
         return None
 
 
+# Inputs handled as they are read, and from the queue, per loop turn (see
+# Turns above): 64 CONNECTs cost a few ms; fewer would cost a storm more
+# loop turns (a poll each), more would let it hold others back longer.
+INPUT_PER_TURN = 64
+
+
 def ticks_ms() -> int:
     """The host's millisecond clock for the driver (it masks and wraps it)."""
     return int(time.monotonic() * 1000)
@@ -91,7 +113,20 @@ def address(peername: Any) -> str:
 class ClientProtocol(asyncio.Protocol):
     """One accepted connection: asyncio's protocol and the driver's handle."""
 
-    __slots__ = ("accepted", "cid", "listening", "peername", "server", "transport")
+    __slots__ = (
+        "accepted",
+        "admitted",
+        "cid",
+        "eof",
+        "held",
+        "listening",
+        "paused",
+        "peername",
+        "server",
+        "transport",
+        "waited",
+        "waiting",
+    )
 
     def __init__(self, server: BrokerServer, listening: Listening, accepted: int | None = None) -> None:
         self.server = server
@@ -100,6 +135,12 @@ class ClientProtocol(asyncio.Protocol):
         self.transport: Any = None
         self.cid = -1
         self.peername: Any = None  # (host, port); formatted only for the log
+        self.admitted = False  # its first input went through the queue (see Turns)
+        self.waiting: bytes | None = None  # input put off, in the server's queue
+        self.paused = False  # not read while input waits (more came meanwhile)
+        self.held = False  # not read by the driver's choice (pause_reading)
+        self.eof = False  # the peer's EOF came after input still waiting
+        self.waited = True  # its last input was put off (a new one counts as such)
 
     @property
     def peer(self) -> str:
@@ -143,6 +184,13 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.cid >= 0:
             server = self.server
+            if not self.admitted or self.waiting is not None or server.spent >= INPUT_PER_TURN:
+                server.put_off(self, data)
+                return
+            server.spent += 1
+            self.waited = False
+            if server.spent == INPUT_PER_TURN:
+                server.schedule_turn()  # the allowance is used up: renewed after this turn
             server.driver.data_received(self.cid, data)
             server.flush_after_input()
 
@@ -150,8 +198,25 @@ class ClientProtocol(asyncio.Protocol):
         # The peer closed its sending side: whatever the core still has for
         # it goes out first, then asyncio closes the transport (False).
         if self.cid >= 0:
+            if self.waiting is not None:
+                if self.listening.context is None:
+                    self.eof = True  # closed after that input, in its turn (next_turn)
+                    return True
+                self.take_waiting()  # TLS closes now whatever this returns: its input first
             self.server.driver.flush()
         return False
+
+    def take_waiting(self) -> None:
+        """Hand the input put off to the driver now (its turn, or its end)."""
+        data = self.waiting
+        self.admitted = True
+        if data is not None:
+            self.waiting = None
+            if self.paused:
+                self.paused = False
+                if not self.held and not self.transport.is_closing():
+                    self.transport.resume_reading()
+            self.server.driver.data_received(self.cid, data)
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
@@ -166,6 +231,7 @@ class ClientProtocol(asyncio.Protocol):
         cid = self.cid
         if cid < 0:
             return
+        self.take_waiting()
         self.cid = -1
         server = self.server
         server.driver.connection_lost(cid)
@@ -200,10 +266,13 @@ class ClientProtocol(asyncio.Protocol):
         return int(self.transport.get_write_buffer_size())
 
     def pause_reading(self) -> None:
+        self.held = True
         self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self.transport.resume_reading()
+        self.held = False
+        if not self.paused:
+            self.transport.resume_reading()
 
 
 IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN"}
@@ -275,6 +344,9 @@ class BrokerServer:
         # deque in BaseEventLoop); None for loops that do not expose it.
         self.ready: Any = None
         self.debug = log.isEnabledFor(logging.DEBUG)
+        # The store syncs (fsync) before output leaves (store_sync = always).
+        listener = driver.broker.listener
+        self.syncing = listener if listener.durable and driver.broker.settings.store_sync == "always" else None
         self.listening = [Listening(lst, contexts.get(i)) for i, lst in enumerate(config.listeners())]
         self.handshakes: set[asyncio.Task[None]] = set()
         # Seconds a TLS handshake may take: the connect timeout, which the
@@ -286,18 +358,20 @@ class BrokerServer:
         self.tls_shutdown_timeout = max(config.close_linger, 0.1)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
+        # Inputs handled this turn as they were read, and the connections
+        # whose input was put off, in order: those that did not wait last
+        # time, then those that did (see Turns).
+        self.spent = 0
+        self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
+        self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
+        self.turn_scheduled = False
 
     # -------------------------------------------------------------- output
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            # The loop is cached: asyncio.get_running_loop() costs a getpid()
-            # system call on every call.
-            loop = self.loop
-            if loop is None:
-                loop = self.loop = asyncio.get_running_loop()
-            loop.call_soon(self.flush)
+            self.call_soon(self.flush)
 
     def flush_after_input(self) -> None:
         """End of a data_received: flush now if it was the loop turn's last callback.
@@ -316,9 +390,18 @@ class BrokerServer:
         megabytes into the subscribers' output lists before any write could
         report backpressure (pause_writing): tests/host/test_server_backpressure.py
         fails that way. uvloop's writes are cheap enough to pay per input.
+
+        Input that changed the store (a persistent session connecting or
+        leaving, a stored message) waits for the end of the turn either way:
+        its flush costs an fsync, which one flush per turn shares between all
+        of the turn's inputs (a storm of persistent sessions leaving at once
+        would otherwise fsync once per client).
         """
         ready = self.ready
-        if ready is None or (not ready and not self.flush_scheduled):
+        syncing = self.syncing
+        if syncing is not None and syncing.pending():
+            self.schedule_flush()
+        elif ready is None or (not ready and not self.flush_scheduled):
             self.flush()
         else:
             self.schedule_flush()
@@ -326,6 +409,58 @@ class BrokerServer:
     def flush(self) -> None:
         self.flush_scheduled = False
         self.driver.flush()
+
+    # ---------------------------------------------------------------- turns
+
+    def put_off(self, proto: ClientProtocol, data: bytes) -> None:
+        """Queue input for a later turn (a first input, or over the allowance)."""
+        if proto.waiting is not None:
+            # More input before its turn came: kept after the rest, and the
+            # socket is not read until then.
+            proto.waiting += data
+            if not proto.paused:
+                proto.paused = True
+                proto.transport.pause_reading()
+            return
+        proto.waiting = data
+        (self.put_off_queue if proto.waited else self.put_off_first).append(proto)
+        proto.waited = True
+        self.schedule_turn()
+
+    def schedule_turn(self) -> None:
+        if not self.turn_scheduled:
+            self.turn_scheduled = True
+            self.call_soon(self.next_turn)
+
+    def next_turn(self) -> None:
+        # After the input read in this loop turn: a new allowance for the
+        # next turn's, and up to INPUT_PER_TURN of the queue now; then again
+        # next turn while the queue lasts.
+        self.spent = 0
+        n = INPUT_PER_TURN
+        ended = []
+        for queue in (self.put_off_first, self.put_off_queue):
+            while queue and n:
+                proto = queue.popleft()
+                if proto.waiting is not None:  # (None: lost or ended meanwhile, handled then)
+                    proto.take_waiting()
+                    n -= 1
+                    if proto.eof:
+                        ended.append(proto)
+        self.flush()  # one flush (and store sync) for them all
+        for proto in ended:
+            proto.transport.close()  # as asyncio would have after eof_received
+        self.turn_scheduled = False
+        if self.put_off_first or self.put_off_queue:
+            self.schedule_turn()
+
+    def call_soon(self, callback: Any) -> None:
+        # The loop is cached: asyncio.get_running_loop() costs a getpid()
+        # system call on every call.
+        loop = self.loop
+        if loop is None:
+            loop = self.loop = asyncio.get_running_loop()
+        loop.call_soon(callback)
 
     # ---------------------------------------------------------------- timer
 
