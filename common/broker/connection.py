@@ -34,6 +34,8 @@ class Connection:
         self.deadline = 0
         self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
         self.peer = None  # (address, TLS identity, loopback listener) from the shell
+        self.user = None  # the logged-in user (login.py), None: anonymous
+        self.acl = None  # its rules (acl.ClientAcl), None: no ACL configured
         # The peer's own limits (v5 CONNECT properties).
         self.receive_maximum = 65535
         self.max_packet_out = 0  # 0 = no limit

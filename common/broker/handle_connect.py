@@ -12,11 +12,11 @@
 # DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
-from common.broker import handle_publish, handle_subscribe
+from common.broker import handle_publish, handle_subscribe, login
 from common.broker.connection import CONNECTED
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
-from common.crypto.auth_scram import CONTINUE, SUCCESS
+from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
@@ -104,7 +104,16 @@ def _connect(broker, conn, pkt, now, auth_out):
         if status != SUCCESS:
             refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % method_name)
             return
+        conn.user = state  # the user the method proved at once
         auth_out = out
+
+    # Who the client is, and whether it may connect (login.py): 3.1.1
+    # CONNACK 0x04 / v5 0x86 for a bad user name or password, 0x05 / 0x87
+    # for a client that is not allowed in.
+    refusal = login.login(broker, conn, pkt, now)
+    if refusal:
+        refuse(broker, conn, refusal[0], now, refusal[1])
+        return
 
     # Client identifier [MQTT-3.1.3-*].
     client_id = pkt.client_id
@@ -130,11 +139,15 @@ def _connect(broker, conn, pkt, now, auth_out):
             return
         keep_alive = server_keep_alive = s.max_keepalive
 
+    # Its ACL rules, before the will is judged by them; a resumed session's
+    # subscriptions are re-checked below.
+    login.grant(broker, conn, client_id)
+
     # The will is refused exactly as the same live PUBLISH would be, and
     # kept (a message slab held) before CONNACK acknowledges it.
     will = None
     if pkt.will_topic is not None:
-        reason, why = _check_will(broker, pkt)
+        reason, why = _check_will(broker, conn, pkt)
         if reason:
             refuse(broker, conn, reason, now, why)
             return
@@ -176,6 +189,8 @@ def _connect(broker, conn, pkt, now, auth_out):
             return
     else:
         _cancel_will(broker, session)
+        if conn.acl is not None:
+            login.recheck(broker, conn, session, now)  # its owner or the rules may have changed
     session.level = conn.level
     session.expiry_interval = expiry
     session.expires_at = 0
@@ -251,15 +266,19 @@ def _generate_client_id(broker):
             return client_id
 
 
-def _check_will(broker, pkt):
+def _check_will(broker, conn, pkt):
     """The CONNECT refusal for its will and its words, or (0, None); the codec
-    checked the rest of the topic."""
+    checked the rest of the topic (not empty, no wildcard, no U+0000), as it
+    does a PUBLISH's, and the checks here are handle_publish's."""
     s = broker.settings
     if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
         why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
         return C.RC_TOPIC_NAME_INVALID, why
     if pkt.will_topic.startswith("$SYS"):
         return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
+    if conn.acl is not None and not conn.acl.can_write(pkt.will_topic):
+        broker.stats.denied_publish += 1
+        return C.RC_NOT_AUTHORIZED, "the ACL does not let user %s write the will topic %s" % (conn.user, pkt.will_topic)
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
             return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
@@ -435,6 +454,10 @@ def _auth_step(broker, conn, pkt):
     else:
         raise ProtocolError("unexpected AUTH reason code")
     conn.auth_state = state if status == CONTINUE else None
+    if status == SUCCESS:
+        if conn.user is not None and conn.user != state:
+            return FAIL, None  # re-authentication as another user: the ACL was given to the first
+        conn.user = state  # the user the method proved
     return status, out
 
 

@@ -76,8 +76,9 @@ class Harness:
         self.counter += 1
         return bytes([(self.counter + i) & 0xFF for i in range(n)])
 
-    def client(self, level=4):
-        c = Client(self, level)
+    def client(self, level=4, peer=None):
+        """A new connection; `peer` as the shell gives it (address, TLS identity, local)."""
+        c = Client(self, level, peer)
         self.clients[c.cid] = c
         return c
 
@@ -121,10 +122,10 @@ class Harness:
 
 
 class Client:
-    def __init__(self, harness, level):
+    def __init__(self, harness, level, peer=None):
         self.h = harness
         self.level = level
-        self.cid = harness.broker.connection_made(harness.now)
+        self.cid = harness.broker.connection_made(harness.now, None, peer)
         self.reader = FrameReader(1 << 28)
         self.inbox = []
         self.closed = self.cid < 0
@@ -171,7 +172,7 @@ class Client:
 
     # --------------------------------------------------------------- actions
 
-    def connect(self, client_id="c", clean=True, keep_alive=0, will=None, props=None, level=None):
+    def connect(self, client_id="c", clean=True, keep_alive=0, will=None, props=None, level=None, username=None, password=None):
         """Send CONNECT; `will` is (topic, payload, qos, retain[, props])."""
         lvl = self.level if level is None else level
         w = will or (None, b"", 0, False, None)
@@ -186,6 +187,8 @@ class Client:
             will_retain=w[3],
             will_props=w[4] if len(w) > 4 else None,
             props=props,
+            username=username,
+            password=password,
         )
         self.send_raw(encode_packet(pkt, lvl))
         if self.inbox and self.inbox[0].ptype == C.CONNACK:
