@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
 import logging
 import os
 import signal
@@ -86,7 +87,7 @@ class ClientProtocol(asyncio.Protocol):
         self.transport = transport
         server = self.server
         self.peername = transport.get_extra_info("peername")
-        cid = server.driver.connection_made(self, (self.peer, None, True))
+        cid = server.driver.connection_made(self, (self.peer, None, server.loopback))
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)
@@ -183,6 +184,8 @@ class BrokerServer:
         self.ready: Any = None
         self.debug = log.isEnabledFor(logging.DEBUG)
         self.listener: asyncio.Server | None = None
+        # Whether the listener serves this host only (the anonymous rule, login.py).
+        self.loopback = is_loopback(config.host)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
 
@@ -277,6 +280,49 @@ class BrokerServer:
         log.info("shutdown complete in %.2f s", time.monotonic() - started)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether listening on `host` serves this host only ("localhost", 127.x, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # another name, or "" (every interface)
+
+
+def reload_security(config: HostConfig, driver: Driver) -> None:
+    """SIGHUP: read the config file's [security] and its files again and
+    apply them (connected clients are re-checked, login.py); a file that
+    cannot be used is logged and the rules in force are kept."""
+    from common.broker import login
+    from cpython_host.config import ConfigError, load_config, load_security
+
+    try:
+        fresh = load_config(str(config.path)) if config.path is not None else config
+        users, acl, allow = load_security(fresh)
+    except ConfigError as e:
+        log.error("SIGHUP: %s; keeping the users and rules in force", e)
+        return
+    config.security = fresh.security
+    driver.set_security(users, acl, allow)
+    log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
+
+
+def _log_security(broker: Broker, loopback: bool, host: str) -> None:
+    """The start-up lines: users, ACL, and the anonymous decision with why."""
+    from common.broker import login
+
+    log.info("security: %s", login.describe(broker))
+    if not loopback and broker.users is None and broker.allow_anonymous is None:
+        log.warning(
+            "listening on %s (not loopback-only) without users: anonymous clients are refused "
+            "(CONNACK 0x05 / 0x87). Set [security] password_file, or allow_anonymous = true to let anyone in",
+            host,
+        )
+    elif loopback and broker.users is None and broker.allow_anonymous is None:
+        log.info("no users configured: serving anonymous clients of this host only (loopback)")
+
+
 def make_driver(config: HostConfig, broker: Broker) -> Driver:
     """The driver around `broker`, with the host's clock and [server] settings."""
     broker.set_logger(_core_logger, core_log.getEffectiveLevel())
@@ -314,6 +360,7 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None) -> int
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+    loop.add_signal_handler(signal.SIGHUP, reload_security, config, driver)
     loop_name = type(loop).__module__.split(".")[0]
     log.info(
         "siskin %s listening on %s:%d (MQTT 3.1.1 + 5.0; settings: %s; event loop: %s)",
@@ -325,8 +372,9 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None) -> int
     )
     if data_dir is not None:
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
+    _log_security(driver.broker, server.loopback, host)
     await server.stopping.wait()
     await server.shutdown(stop_reason[0])
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     return 0
