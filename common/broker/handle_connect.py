@@ -190,7 +190,9 @@ def _connect(broker, conn, pkt, now, auth_out):
     else:
         _cancel_will(broker, session)
         if conn.acl is not None:
-            login.recheck(broker, conn, session, now)  # its owner or the rules may have changed
+            # Its owner or the rules may have changed since it was made.
+            login.recheck(broker, conn, session, now)
+            login.drop_unreadable_inflight(broker, conn, session)
     session.level = conn.level
     session.expiry_interval = expiry
     session.expires_at = 0

@@ -30,7 +30,10 @@
 #
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
-# they no longer allow; an offline session is re-checked when it is resumed.
+# they no longer allow; an offline session is re-checked when it is resumed
+# (by its user or another one with the same client id), and what it had
+# queued or in flight is sent only where the new rules let its client read.
+# Connected clients keep their login until they reconnect.
 
 from common.broker import handle_subscribe
 from common.mqtt import consts as C
@@ -143,6 +146,24 @@ def recheck(broker, conn, session, now):
         broker.stats.denied_subscribe += 1
         broker.log(30, "%s: subscription %s removed: the ACL does not let user %s read every topic it matches", (session.client_id, sub.key, conn.user))
         handle_subscribe.remove(broker, sub, now)
+
+
+def drop_unreadable_inflight(broker, conn, session):
+    """At resume, before the resend: the sent, unacknowledged messages its
+    new client may not read are completed here (counted), rather than left
+    in the window for an ack that cannot come. Later ones are filtered when
+    sent (handle_publish._send)."""
+    inflight = session.inflight
+    i = 0
+    while i < len(inflight):
+        d = inflight[i]
+        if d.msg is not None and not conn.acl.can_read(d.msg.topic):
+            inflight.pop(i)  # (resume() sets held_back afresh)
+            broker.listener.delivery_done(session, d)
+            broker.routing.deliveries.release(d)
+            broker.stats.denied_delivery += 1
+        else:
+            i += 1
 
 
 def set_security(broker, users, acl, allow_anonymous, now):

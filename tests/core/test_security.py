@@ -502,6 +502,9 @@ class TestAccessControl(unittest.TestCase):
         b = h.client(peer=REMOTE)
         b.connect("shared-id", clean=False, username="bob", password=b"hunter2")
         b.subscribe("home/#", qos=1)
+        h.broker.publish("home/secret", b"inflight", 1, False, h.now)
+        h.pump()
+        self.assertEqual(b.expect(C.PUBLISH).payload, b"inflight")  # not acknowledged
         b.drop()
         h.broker.publish("home/secret", b"queued", 1, False, h.now)
         # alice takes the session over: bob's home/# is not hers, and the
@@ -509,7 +512,12 @@ class TestAccessControl(unittest.TestCase):
         a, ack = alice(h, 4, "shared-id", clean=False)
         self.assertEqual(ack.reason, C.CONNACK_ACCEPTED)
         self.assertEqual([p for p in a.take() if p.ptype == C.PUBLISH], [])
-        self.assertEqual(list(h.broker.sessions.find("shared-id").subs), [])
+        session = h.broker.sessions.find("shared-id")
+        self.assertEqual(list(session.subs), [])
+        self.assertEqual((session.inflight, session.queue.count), ([], 0))
+        self.assertEqual(h.broker.stats.denied_delivery, 2)
+        a.drop()
+        self.assertEqual(h.held()["deliveries"], 0)
 
 
 if __name__ == "__main__":
