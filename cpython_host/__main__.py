@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="TOML config file with [limits], [server] and [log] tables (e.g. boards/linux.toml)",
+        help="TOML config file with [limits], [server], [log] and [security] tables (e.g. boards/linux.toml)",
     )
     p.add_argument(
         "--data-dir",

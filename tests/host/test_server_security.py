@@ -267,3 +267,30 @@ def test_passwd_command(tmp_path: Path) -> None:
     # mosquitto's broker-side tool reads what mosquitto_passwd writes; we read it too.
     subprocess.run([mosquitto_tool("mosquitto_passwd"), "-b", str(f), "erin", "four"], check=True, timeout=20)
     assert Users.parse(f.read_text(), str(f)).check("erin", b"four")
+
+
+def test_toml_rules_and_security_key_errors(tmp_path: Path) -> None:
+    from cpython_host.config import ConfigError, load_config, load_security
+
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(
+        "[security]\nallow_anonymous = true\nacl = [\n"
+        '  { topic = "public/#", access = "read" },\n'
+        '  { user = "alice", topic = "home/#" },\n'
+        '  { pattern = "devices/%c/#", access = "write" },\n]\n'
+    )
+    users, acl, allow = load_security(load_config(str(cfg)))
+    assert users is None and allow is True
+    assert acl.for_client(None, "x").may_subscribe("public/#")
+    assert acl.for_client("alice", "d").can_write("home/a") and acl.for_client("alice", "d").can_write("devices/d/t")
+    for text, words in (
+        ("[security]\nallow_anonymos = true\n", "[security]: unknown key 'allow_anonymos'; did you mean 'allow_anonymous'?"),
+        ("[security]\nallow_anonymous = 1\n", "[security]: allow_anonymous = 1: wants true or false"),
+        ('[security]\nacl = "topic a"\n', "[security]: acl wants a list of tables"),
+        ('[security]\nacl = [{ topic = "a", access = "rw" }]\n', "[security] acl rule 1: access = 'rw'"),
+        ('[security]\npassword_file = "nope"\n', "nope: cannot read the password_file"),
+    ):
+        cfg.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_security(load_config(str(cfg)))
+        assert words in str(e.value), str(e.value)
