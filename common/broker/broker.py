@@ -268,7 +268,7 @@ class Broker:
         reader = conn.reader
         was_new = conn.state == NEW
         if was_new:
-            if data and data[0] != 0x10 and conn.pending_connect is None and not reader.pending():
+            if data and data[0] != 0x10 and not conn.connect_pending() and not reader.pending():
                 # [MQTT-3.1.0-1] the first byte of a stream must be a CONNECT's:
                 # a peer that does not speak MQTT (an HTTP GET) is closed now,
                 # without waiting for the body its "remaining length" announces,
@@ -294,7 +294,7 @@ class Broker:
                     if self.throttled and cid in self.throttled:
                         break  # the rest waits in the reader until it is released
         except MqttError as err:
-            if conn.state == NEW and conn.pending_connect is None:
+            if conn.state == NEW and not conn.connect_pending():
                 # A CONNECT that failed its checks: answered in its own dialect
                 # when its level byte is readable (fail()).
                 conn.level = C.LEVEL_5 if connect_level(reader.buf) == C.LEVEL_5 else C.LEVEL_311

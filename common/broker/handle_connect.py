@@ -13,7 +13,7 @@
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
 from common.broker import handle_publish, handle_subscribe, login
-from common.broker.connection import CONNECTED
+from common.broker.connection import CONNECTED, Exchange
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
 from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
@@ -60,10 +60,10 @@ def refuse(broker, conn, reason, now, why):
 
 def handle_connect(broker, conn, pkt, now):
     """A packet on a connection whose CONNECT is not yet accepted."""
-    if pkt.ptype == C.AUTH and conn.pending_connect is not None:
+    if pkt.ptype == C.AUTH and conn.connect_pending():
         _continue_auth(broker, conn, pkt, now)
         return
-    if pkt.ptype != C.CONNECT or conn.pending_connect is not None:
+    if pkt.ptype != C.CONNECT or conn.connect_pending():
         # [MQTT-3.1.0-1] the first packet must be CONNECT.
         broker.close(conn, now, publish_will=False)
         return
@@ -95,10 +95,10 @@ def _connect(broker, conn, pkt, now, auth_out):
             refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
             return
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
-        conn.auth_method = method
+        conn.auth = exchange = Exchange(method)
         if status == CONTINUE:
-            conn.auth_state = state
-            conn.pending_connect = pkt
+            exchange.state = state
+            exchange.pending = pkt
             _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
             return
         if status != SUCCESS:
@@ -212,8 +212,8 @@ def _connect(broker, conn, pkt, now, auth_out):
         conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
         conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
-        if conn.auth_method is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name))
+        if conn.auth is not None:
+            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
@@ -437,7 +437,7 @@ def handle_disconnect(broker, conn, pkt, now):
 
 
 def _send_auth(broker, conn, reason, data):
-    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name)]
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
     broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
@@ -445,17 +445,18 @@ def _send_auth(broker, conn, reason, data):
 
 def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
-    method = conn.auth_method
+    exchange = conn.auth
+    method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
         raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
     data = prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b"")
     if pkt.reason == C.RC_REAUTHENTICATE:
         status, out, state = method.start(data, broker.entropy)
-    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and conn.auth_state is not None:
-        status, out, state = method.step(conn.auth_state, data)
+    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and exchange.state is not None:
+        status, out, state = method.step(exchange.state, data)
     else:
         raise ProtocolError("unexpected AUTH reason code")
-    conn.auth_state = state if status == CONTINUE else None
+    exchange.state = state if status == CONTINUE else None
     if status == SUCCESS:
         if conn.user is not None and conn.user != state:
             return FAIL, None  # re-authentication as another user: the ACL was given to the first
@@ -468,17 +469,17 @@ def _continue_auth(broker, conn, pkt, now):
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
     elif status == SUCCESS:
-        connect = conn.pending_connect
-        conn.pending_connect = None
+        connect = conn.auth.pending
+        conn.auth.pending = None
         _connect(broker, conn, connect, now, out or b"")
     else:
-        conn.pending_connect = None
-        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth_method.name)
+        conn.auth.pending = None
+        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name)
 
 
 def handle_auth(broker, conn, pkt, now):
     """AUTH once connected: re-authentication [MQTT-4.12.1-1]."""
-    if conn.auth_method is None:
+    if conn.auth is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
     status, out = _auth_step(broker, conn, pkt)
