@@ -37,7 +37,7 @@
 # can_read/can_write walk the topic with str.find offsets against each
 # rule's pre-split levels: nothing is allocated per message.
 
-from common.broker.settings import ConfigError
+from common.broker.settings import ConfigError, content_lines
 from common.broker.topics import filter_covers, validate_topic_filter
 from common.compat import const
 
@@ -157,12 +157,7 @@ class Acl:
         if acl is None:
             acl = Acl()
         rules = acl.anonymous
-        number = 0
-        for line in text.split("\n"):
-            number += 1
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
+        for number, line in content_lines(text):
             at = "%s:%d" % (where, number)
             space = line.find(" ")
             word = line if space < 0 else line[:space]

@@ -19,7 +19,7 @@
 # line, and the hashes are compared in constant time, so neither the answer
 # nor the time tells a client whether a user exists.
 
-from common.broker.settings import ConfigError
+from common.broker.settings import ConfigError, content_lines
 from common.crypto.pbkdf2 import has_hash, pbkdf2_hmac, same_bytes
 
 # scheme word -> hash name
@@ -90,12 +90,7 @@ class Users:
         """The Users of a password file's `text`; ConfigError "WHERE:LINE: reason"."""
         users = Users()
         seen = {}
-        number = 0
-        for line in text.split("\n"):
-            number += 1
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
+        for number, line in content_lines(text):
             colon = line.find(":")
             if colon <= 0:
                 raise ConfigError("%s:%d: wants USER:HASH (no ':' found, or no user name)" % (where, number))

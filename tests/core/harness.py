@@ -61,6 +61,33 @@ FUZZ_SETTINGS = {
 }
 
 
+def heap_per_packet(h, cid, data, mem_alloc, n=8):
+    """Heap bytes the broker of harness `h` allocates to take `data` (one
+    packet) from connection `cid` and hand out what it sends, once warm (two
+    rounds first, so buffers reach their steady size), with the GC off:
+    where gc.mem_alloc exists (MicroPython)."""
+    import gc
+
+    broker = h.broker
+
+    def route():
+        broker.data_received(cid, data, h.now)
+        for out in broker.take_dirty():
+            broker.take_output(out)
+
+    route()
+    route()
+    gc.collect()
+    gc.disable()
+    try:
+        before = mem_alloc()
+        for _ in range(n):
+            route()
+        return (mem_alloc() - before) // n
+    finally:
+        gc.enable()
+
+
 class Harness:
     def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
         """A broker with `overrides` settings; with a `store` (common.store.store.Store,

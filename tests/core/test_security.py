@@ -12,7 +12,7 @@ from common.broker.users import Users, format_hash
 from common.crypto.auth_scram import make_credentials
 from common.crypto.pbkdf2 import has_hash, pbkdf2_hmac, pbkdf2_pure, same_bytes
 from common.mqtt import consts as C
-from tests.core.harness import Harness
+from tests.core.harness import Harness, heap_per_packet
 from tests.core.test_auth_scram import SALT, exchange
 
 ITER = 20  # small, so the MicroPython runs stay quick
@@ -544,25 +544,7 @@ class TestHotPath(unittest.TestCase):
                 self.assertEqual(c.subscribe("sensors/+/t").reasons, [0])
             p = h.client()
             p.connect("p")
-            broker = h.broker
-            data = encode_packet(Publish("sensors/k/t", b"x", 0, False, False, 0, None), 4)
-
-            def route():
-                broker.data_received(p.cid, data, h.now)
-                for cid in broker.take_dirty():
-                    broker.take_output(cid)
-
-            route()
-            route()
-            gc.collect()
-            gc.disable()
-            try:
-                before = mem_alloc()
-                for _ in range(8):
-                    route()
-                return (mem_alloc() - before) // 8
-            finally:
-                gc.enable()
+            return heap_per_packet(h, p.cid, encode_packet(Publish("sensors/k/t", b"x", 0, False, False, 0, None), 4), mem_alloc)
 
         rules = "topic deny other/#\ntopic deny sensors\ntopic readwrite sensors/#\n"
         self.assertEqual(per_message(rules), per_message(None))
