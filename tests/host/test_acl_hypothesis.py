@@ -1,5 +1,5 @@
 # Property tests for common/broker/acl.py (CPython only), against a
-# brute-force oracle over every topic of up to four levels of a small
+# brute-force oracle over every topic of up to five levels of a small
 # alphabet (the reference matcher topic_matches() decides each one):
 # - a filter is granted only if every topic it can match is readable, so
 #   no wildcard or "$" topic escalates a client's read rights (a share
@@ -18,9 +18,10 @@ from common.broker.acl import Acl, filters_overlap
 from common.broker.topics import topic_matches
 from tests.host.test_topics_hypothesis import LITERALS, filters
 
-# Every topic name of 1..4 levels over the alphabet (780 of them): a topic
-# two filters of at most 4 non-"#" levels share can be found among them.
-UNIVERSE = ["/".join(p) for n in range(1, 5) for p in itertools.product(LITERALS, repeat=n)]
+# Every topic name of 1..5 levels over the alphabet (3,905 of them): the
+# strategy's filters have at most 4 levels before a "#", so a topic one
+# filter matches and another does not (or both do) is among them.
+UNIVERSE = ["/".join(p) for n in range(1, 6) for p in itertools.product(LITERALS, repeat=n)]
 ACCESS = ("read", "write", "readwrite", "deny")
 
 
