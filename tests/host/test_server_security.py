@@ -209,6 +209,18 @@ def test_sighup_reloads_and_rechecks(tmp_path: Path) -> None:
         b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
         b.wait_log(r"acl:2: unknown keyword 'allow'.*keeping the users and rules in force")
         assert c.subscribe("b/#", 0, packet_id=3) == 0
+        # Users added by a reload: new anonymous clients are refused, the
+        # connected one stays; the new user logs in.
+        siskin_passwd(tmp_path / "passwd", "dora", "explorer", "-c")
+        (tmp_path / "acl").write_text("topic read b/#\nuser dora\ntopic read d/#\n")
+        b.config_path.write_text(b.config_path.read_text() + 'password_file = "passwd"\n')
+        b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        b.wait_log(r"SIGHUP: security reloaded: users: 1 in the password file")
+        assert RawClient(b.port).connect("anon2") == b"\x00\x05"
+        dora = RawClient(b.port)
+        assert dora.connect("dora", username="dora", password=b"explorer") == b"\x00\x00"
+        assert dora.subscribe("d/#", 1) == 1
+        assert c.subscribe("b/x", 0, packet_id=4) == 0
         assert b.alive()
 
 
