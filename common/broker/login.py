@@ -20,10 +20,10 @@
 #
 # Brute force: each source address (the peer's address without its port)
 # that fails a login is penalised for 1, 2, 4 ... up to PENALTY_MAX_S
-# seconds; a login from it during its penalty is refused with the same
-# answer as a wrong password WITHOUT checking the password, so no more than
-# one password per penalty is ever tried from one address, however fast it
-# reconnects. A success from the address ends its penalty. The table holds
+# seconds (from 1 s again after PENALTY_MAX_S quiet seconds); a login from
+# it during its penalty is refused with the same answer as a wrong password
+# WITHOUT checking the password, so no more than one password per penalty
+# is ever tried from one address, however fast it reconnects. A success from the address ends its penalty. The table holds
 # at most PENALTY_ADDRESSES addresses (the one whose penalty ends first
 # makes room), so a flood of addresses costs bounded memory; it cannot slow
 # an attacker who has many addresses (docs/security.md).
@@ -124,6 +124,8 @@ def _penalise(failures, address, now):
                     oldest = key
             del failures[oldest]
         entry = failures[address] = [0, 0]
+    elif now > entry[1] + PENALTY_MAX_S:
+        entry[0] = 0  # quiet for a while since its last penalty: start again at 1 s
     entry[0] += 1
     delay = 1 << (entry[0] - 1) if entry[0] < 8 else PENALTY_MAX_S
     entry[1] = now + (delay if delay < PENALTY_MAX_S else PENALTY_MAX_S)

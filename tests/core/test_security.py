@@ -340,9 +340,13 @@ class TestLogin(unittest.TestCase):
         self.assertEqual(len(h.broker.login_failures), login.PENALTY_ADDRESSES)
         failures = {}
         for n in range(1, 10):
-            h.now += 100
             login._penalise(failures, "a", h.now)
             self.assertEqual(failures["a"][1] - h.now, min(1 << (n - 1), login.PENALTY_MAX_S))
+            h.now = failures["a"][1]  # the next failure comes as the penalty ends
+        # Quiet for longer than the longest penalty: forgiven, back to 1 s.
+        h.now += login.PENALTY_MAX_S + 1
+        login._penalise(failures, "a", h.now)
+        self.assertEqual(failures["a"], [1, h.now + 1])
 
     def test_log_lines_cannot_be_forged(self):
         h = secured()
