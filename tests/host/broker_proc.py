@@ -81,13 +81,17 @@ def write_config(
     path: Path,
     limits: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
+    listeners: list[dict[str, Any]] | None = None,
     security: dict[str, Any] | None = None,
 ) -> Path:
     lines = ["[limits]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in (limits or {}).items()]
     lines.append("[server]")
     lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
-    if security:
+    for table in listeners or ():
+        lines.append("[[listener]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    if security:  # last, so that a test can append keys to it
         lines.append("[security]")
         lines += [f"{k} = {toml_value(v)}" for k, v in security.items()]
     path.write_text("\n".join(lines) + "\n")
@@ -113,11 +117,13 @@ class BrokerProcess:
         server: dict[str, Any] | None = None,
         log_level: str = "debug",
         extra_args: tuple[str, ...] = (),
+        listeners: list[dict[str, Any]] | None = None,
         security: dict[str, Any] | None = None,
     ) -> None:
+        """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, security)
+        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, security)
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args
@@ -200,6 +206,10 @@ class BrokerProcess:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def ports(self) -> list[int]:
+        """Every listener's port, in the config's order (from the start-up log)."""
+        return [int(port) for _, port in _LISTENING.findall(self.log_text())]
 
     def rss(self) -> int:
         """The broker's resident set size in bytes (Linux /proc)."""
