@@ -25,7 +25,9 @@ def test_board_users_and_acl(tmp_path: Path) -> None:
     (tmp_path / "acl").write_text(ACL)
     device = {"password_file": str(tmp_path / "passwd"), "acl_file": str(tmp_path / "acl")}
     with UpyBrokerProcess(tmp_path, device=device) as b:
-        b.wait_log(r"security: users: 2 in the password file; ACL: \d+ rules, deny by default; anonymous clients: refused")
+        b.wait_log(
+            r"security: users: 2 in the password file; ACL: \d+ rules, deny by default; anonymous clients: refused"
+        )
         bob = RawClient(b.port)
         assert bob.connect("bob", username="bob", password=b"builder") == b"\x00\x00"
         assert bob.subscribe("home/#", 1) == 1

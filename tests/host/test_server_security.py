@@ -85,7 +85,9 @@ def attacked(tmp_path: Path) -> Iterator[BrokerProcess]:
 
 
 def test_startup_log_says_what_is_on(secured: BrokerProcess) -> None:
-    secured.wait_log(r"security: users: 2 in the password file; ACL: \d+ rules, deny by default; anonymous clients: refused")
+    secured.wait_log(
+        r"security: users: 2 in the password file; ACL: \d+ rules, deny by default; anonymous clients: refused"
+    )
 
 
 def test_paho_login_good_and_bad(attacked: BrokerProcess) -> None:
@@ -119,7 +121,9 @@ def test_brute_force_at_line_rate_tries_few_passwords(attacked: BrokerProcess) -
         assert c.connect(f"bf{i}", username="victim", password=b"guess%d" % i) == b"\x00\x04"
         c.close()
     elapsed = time.monotonic() - started
-    text = wait_until(lambda: secured.log_text().count("user victim") >= before + 40 and secured.log_text(), 10, "40 refusals logged")
+    text = wait_until(
+        lambda: secured.log_text().count("user victim") >= before + 40 and secured.log_text(), 10, "40 refusals logged"
+    )
     checked = text.count("bad user name or password (user victim") - before - text.count("no password checked for")
     # One check, then one per penalty (1, 2, 4 ... s) while the attack lasts.
     assert 1 <= checked <= 2 + int(elapsed).bit_length(), (checked, elapsed)
@@ -140,9 +144,16 @@ def test_mosquitto_clients_with_acl(secured: BrokerProcess) -> None:
     time.sleep(0.2)
     alice = [*base, "-u", "alice", "-P", "wonderland"]
     # [MQTT-3.3.5-2] (3.1.1) an unauthorised PUBLISH is acknowledged (QoS 1) and not delivered.
-    for topic, text in (("home/secret", "from alice"), ("home/kitchen", "kettle"), ("garden/x", "no"), ("home/secret", "X")):
+    for topic, text in (
+        ("home/secret", "from alice"),
+        ("home/kitchen", "kettle"),
+        ("garden/x", "no"),
+        ("home/secret", "X"),
+    ):
         who = alice if text != "X" else [*base, "-u", "bob", "-P", "builder"]
-        run = subprocess.run([pub, *who, "-q", "1", "-t", topic, "-m", text], capture_output=True, text=True, timeout=10)
+        run = subprocess.run(
+            [pub, *who, "-q", "1", "-t", topic, "-m", text], capture_output=True, text=True, timeout=10
+        )
         assert run.returncode == 0, run.stderr
     out, err = listen.communicate(timeout=15)
     assert out.splitlines() == ["home/kitchen kettle", "home/secret X"], err
@@ -296,7 +307,10 @@ def test_toml_rules_and_security_key_errors(tmp_path: Path) -> None:
     assert acl.for_client(None, "x").may_subscribe("public/#")
     assert acl.for_client("alice", "d").can_write("home/a") and acl.for_client("alice", "d").can_write("devices/d/t")
     for text, words in (
-        ("[security]\nallow_anonymos = true\n", "[security]: unknown key 'allow_anonymos'; did you mean 'allow_anonymous'?"),
+        (
+            "[security]\nallow_anonymos = true\n",
+            "[security]: unknown key 'allow_anonymos'; did you mean 'allow_anonymous'?",
+        ),
         ("[security]\nallow_anonymous = 1\n", "[security]: allow_anonymous = 1: wants true or false"),
         ('[security]\nacl = "topic a"\n', "[security]: acl wants a list of tables"),
         ('[security]\nacl = [{ topic = "a", access = "rw" }]\n', "[security] acl rule 1: access = 'rw'"),
@@ -306,3 +320,25 @@ def test_toml_rules_and_security_key_errors(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as e:
             load_security(load_config(str(cfg)))
         assert words in str(e.value), str(e.value)
+
+
+def test_certificate_identity_feeds_the_acl(tmp_path: Path) -> None:
+    # The user name a client claims in CONNECT does not matter on a mutual TLS
+    # listener with use_identity_as_username: its certificate's CN does.
+    from tests.host.test_server_tls import Pki, TlsRawClient, tls_client
+
+    pki = Pki(tmp_path)
+    (tmp_path / "acl").write_text("user alice\ntopic readwrite alice/#\nuser bob\ntopic readwrite bob/#\n")
+    mutual = pki.listener(cafile=pki.ca_file, require_certificate=True, use_identity_as_username=True)
+    b = BrokerProcess(
+        tmp_path / "b",
+        listeners=[{"port": 0}, mutual],
+        security={"acl_file": str(tmp_path / "acl"), "allow_anonymous": False},
+    )
+    with b:
+        ports = wait_until(lambda: len(b.ports()) == 2 and b.ports(), 5, b.log_text)
+        c = TlsRawClient(tls_client(ports[1], pki.client_context(pki.alice)))
+        assert c.connect("cert-client", username="bob", password=b"anything") == b"\x00\x00"
+        assert c.subscribe("alice/#", 1) == 1
+        assert c.subscribe("bob/#", 0, packet_id=2) == 0x80
+        assert RawClient(ports[0]).connect("plain-anon") == b"\x00\x05"  # no identity on the plain listener
