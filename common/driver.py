@@ -75,6 +75,7 @@
 # The exception: a connection handed over after its accept (`accepted`, a
 # TLS handshake later) may be due sooner; the shell then calls tick() again.
 
+from common.broker import login
 from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
 MAX_SLEEP_MS = const(1000)
@@ -142,6 +143,14 @@ class Driver:
         """Load the broker's store (once, before serving); `wall`: time.time()."""
         self.clock()
         return self.broker.restore(self.now, wall)
+
+    def set_security(self, users, acl, allow_anonymous):
+        """Install the users, ACL and anonymous switch (login.set_security):
+        at start and on a reload; what it changes for connected clients
+        (a shared subscription's messages handed over) goes out now."""
+        self.clock()
+        login.set_security(self.broker, users, acl, allow_anonymous, self.now)
+        self.flush()
 
     # ------------------------------------------------------ connections
 

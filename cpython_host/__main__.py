@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from common.broker.broker import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
-from cpython_host.config import ConfigError, HostConfig, load_config
+from cpython_host.config import ConfigError, HostConfig, load_config, load_security
 
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
@@ -23,7 +23,8 @@ Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
 Serves MQTT over TCP on --host:--port (and over TLS on the --config file's
 TLS listeners) until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
 (stops listening, closes every client, exits 0). SIGHUP reloads the TLS
-certificates and keys without dropping a client. Limits (connections,
+certificates and keys, and the [security] users and rules, without dropping
+a client. Limits (connections,
 sessions, queues, packet size, ...) come from the [limits] table of the
 --config file; anything not set there keeps the built-in default.
 Command-line flags override the file's [server], [[listener]] and [log] values.
@@ -46,6 +47,7 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             "san_dns" | "san_email" | "san_uri", tls_version = "tlsv1.2" |
             "tlsv1.3" (the oldest accepted). --host/--port set the first one.
   [log]     level = "info"
+  [security] password_file, acl_file, acl, allow_anonymous
 
 TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
   [[listener]]
@@ -68,7 +70,14 @@ every acknowledged QoS 1/2 message durable before its ack; "batch" syncs every
 store_sync_ms. Encryption at rest (AES-GCM): --store-key-file FILE or the
 environment variable SISKIN_STORE_KEY (64 hex digits; docs/persistence.md).
 
+security ([security] table; docs/security.md): password_file (users),
+acl_file or acl (access control, deny by default once set), allow_anonymous.
+Not set: anonymous clients are served on a loopback-only listener, refused
+on any other. SIGHUP re-reads [security] and its files; a bad file keeps the
+rules in force (logged).
+
 other commands:
+  siskin passwd [-c | -D] FILE USER        add, change (-c: new file) or delete (-D) a user
   siskin scram-user NAME                   print a [limits] scram_users line (v5 SCRAM-SHA-256)
   siskin store-key                         print a fresh AES-256 store key (keep it secret)
 
@@ -99,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="TOML config file with [limits], [server], [[listener]] and [log] tables (e.g. boards/linux.toml)",
+        help="TOML config file with [limits], [server], [[listener]], [log] and [security] tables "
+        "(e.g. boards/linux.toml)",
     )
     p.add_argument(
         "--data-dir",
@@ -195,6 +205,88 @@ def scram_user(argv: Sequence[str]) -> int:
     return 0
 
 
+def passwd(argv: Sequence[str]) -> int:
+    """`siskin passwd FILE USER`: add, change or delete a user of a password file."""
+    import getpass
+
+    from common.broker.users import DEFAULT_ITERATIONS, MAX_ITERATIONS, format_hash
+    from common.crypto.pbkdf2 import pbkdf2_hmac
+
+    p = argparse.ArgumentParser(
+        prog="siskin passwd",
+        description="Add, change or delete a user of a password file ([security] password_file),\n"
+        "like mosquitto_passwd. The file keeps a salted PBKDF2-SHA256 hash of each\n"
+        "password ($pbkdf2-sha256$ITERATIONS$SALT$HASH), never the password. Siskin\n"
+        "also reads mosquitto_passwd's $7$ lines (mosquitto does not read Siskin's).\n"
+        "Other lines and comments are kept. Send the broker SIGHUP to apply a change.",
+        epilog="examples:\n"
+        "  siskin passwd -c /etc/siskin/passwd alice      new file; asks for the password twice\n"
+        '  echo "$PW" | siskin passwd --stdin /etc/siskin/passwd bob\n'
+        "  siskin passwd -D /etc/siskin/passwd bob",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", help="the password file (made with mode 0600)")
+    p.add_argument("user", help="user name (no ':', no control characters)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("-c", action="store_true", help="create the file, replacing it if it exists")
+    mode.add_argument("-D", action="store_true", help="delete the user")
+    p.add_argument("--stdin", action="store_true", help="read the password from the first line of stdin, not a prompt")
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        help=f"PBKDF2 iterations (default {DEFAULT_ITERATIONS}; each login costs about 3 ms at "
+        "10,000 on a PC, a board's pure-Python PBKDF2 much more: docs/security.md)",
+    )
+    args = p.parse_args(argv)
+    user = args.user
+    if not user or ":" in user or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in user):
+        p.error("the user name must be non-empty, without ':' or control characters")
+    if not 1 <= args.iterations <= MAX_ITERATIONS:
+        p.error(f"--iterations wants 1..{MAX_ITERATIONS}")
+    lines: list[str] = []
+    if not args.c:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            p.error(f"{args.file}: no such file (use -c to create it)")
+        except OSError as e:
+            p.error(f"{args.file}: {e.strerror}")
+    new_line = None
+    if not args.D:
+        if args.stdin:
+            password = sys.stdin.readline().rstrip("\n")
+        else:
+            password = getpass.getpass("Password: ")
+            if getpass.getpass("Reenter password: ") != password:
+                p.error("the passwords do not match")
+        if not password:
+            p.error("empty password")
+        salt = os.urandom(16)
+        digest = pbkdf2_hmac("sha256", password.encode(), salt, args.iterations)
+        new_line = f"{user}:{format_hash(args.iterations, salt, digest)}"
+    kept = []
+    found = False
+    for line in lines:
+        if not line.lstrip().startswith("#") and line.split(":", 1)[0] == user:
+            found = True
+            if new_line is not None:
+                kept.append(new_line)  # changed in place
+        else:
+            kept.append(line)
+    if args.D and not found:
+        p.error(f"user {user!r} is not in {args.file}")
+    if new_line is not None and not found:
+        kept.append(new_line)
+    tmp = f"{args.file}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(ln + "\n" for ln in kept))
+    os.replace(tmp, args.file)
+    return 0
+
+
 def store_key(argv: Sequence[str]) -> int:
     """`siskin store-key`: print a fresh 256-bit store key."""
     argparse.ArgumentParser(
@@ -220,9 +312,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return scram_user(argv[1:])
     if argv[:1] == ["store-key"]:
         return store_key(argv[1:])
+    if argv[:1] == ["passwd"]:
+        return passwd(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         cfg: HostConfig = load_config(args.config)
+        security = load_security(cfg)
     except ConfigError as e:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
@@ -268,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
         return 2
     driver = make_driver(cfg, broker)
+    driver.set_security(*security)
     if store is not None:
         driver.restore(int(time.time()))
     try:

@@ -11,6 +11,8 @@ A config file has these tables, all optional:
                  any, [server] host and port are the one plain listener; with
                  them, those two keys belong in a [[listener]] table instead.
     [log]        level = "debug" | "info" | "warning" | "error"
+    [security]   users, access control, anonymous access (SECURITY below;
+                 docs/security.md): password_file, acl_file, acl, allow_anonymous
 
 Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
@@ -30,6 +32,7 @@ from common.broker.settings import (
     K_BOOL,
     K_CHOICE,
     K_INT,
+    K_LIST,
     K_NUMBER,
     K_STR,
     LOG_LEVEL_NAMES,
@@ -40,7 +43,7 @@ from common.broker.settings import (
 )
 from common.broker.settings_hint import did_you_mean
 
-__all__ = ["LISTENER", "SERVER", "ConfigError", "HostConfig", "Listener", "load_config"]
+__all__ = ["LISTENER", "SECURITY", "SERVER", "ConfigError", "HostConfig", "Listener", "load_config", "load_security"]
 
 # [server]: the schema of common/broker/settings.py. Times are seconds, sizes bytes.
 SERVER = (
@@ -68,7 +71,15 @@ LISTENER = (
 )
 # [log]
 LOG = (("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),)  # how much to log (case does not matter)
-TABLES = ("limits", "server", "listener", "log")
+# [security] (docs/security.md). A key left out is "not set": no password
+# file, no ACL, and allow_anonymous decided by the listener (loopback only).
+SECURITY = (
+    ("password_file", None, K_STR, None, None),  # users: mosquitto_passwd or `siskin passwd` lines
+    ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules; deny by default once set
+    ("acl", None, K_LIST, None, None),  # the same rules as tables: {user, topic | pattern, access}
+    ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
+)
+TABLES = ("limits", "server", "listener", "log", "security")
 
 
 class Listener:
@@ -137,6 +148,8 @@ class HostConfig:
 
     def __init__(self) -> None:
         self.source = "built-in defaults"  # where the settings came from, for the log
+        self.path: Path | None = None  # the config file (re-read on SIGHUP)
+        self.security: dict[str, Any] = {}  # [security] as written (keys not set are absent)
         self.limits: dict[str, Any] = {}
         self.settings = Settings()
         self.log_level = "info"
@@ -181,11 +194,12 @@ def load_config(path: str | None) -> HostConfig:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}; fix the syntax.") from None
     cfg.source = str(p)
+    cfg.path = p
     for table, body in doc.items():
         if table not in TABLES:
             raise ConfigError(
                 f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server], "
-                "[[listener]] and [log]."
+                "[[listener]], [log] and [security]."
             )
         if table == "listener":
             if not isinstance(body, list) or not body:
@@ -209,4 +223,45 @@ def load_config(path: str | None) -> HostConfig:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
     log = {k: v.lower() if isinstance(v, str) else v for k, v in doc.get("log", {}).items()}
     cfg.log_level = check(f"{path}: [log]", log, LOG).get("level", cfg.log_level)
+    security = doc.get("security", {})
+    acl = security.get("acl")
+    # The rules are tables: checked by Acl.from_rules, not as a list of strings.
+    cfg.security = check(f"{path}: [security]", {k: v for k, v in security.items() if k != "acl"}, SECURITY)
+    if acl is not None:
+        if not isinstance(acl, list):
+            raise ConfigError(f"{path}: [security]: acl wants a list of tables {{user, topic | pattern, access}}.")
+        cfg.security["acl"] = acl
     return cfg
+
+
+def load_security(cfg: HostConfig) -> tuple[Any, Any, bool | None]:
+    """(Users or None, Acl or None, allow_anonymous) from [security] and the
+    files it names; ConfigError "FILE:LINE: reason" for a file it cannot use.
+
+    A relative file name is taken from the config file's directory.
+    """
+    from common.broker.acl import Acl
+    from common.broker.users import Users
+
+    sec = cfg.security
+    base = cfg.path.parent if cfg.path is not None else Path(".")
+    users = None
+    acl = None
+    if sec.get("password_file") is not None:
+        name = base / sec["password_file"]
+        users = Users.parse(_read(name, "password_file"), str(name))
+    if sec.get("acl_file") is not None:
+        name = base / sec["acl_file"]
+        acl = Acl.parse(_read(name, "acl_file"), str(name))
+    if sec.get("acl") is not None:
+        acl = Acl.from_rules(sec["acl"], f"{cfg.source}: [security] acl", acl)
+    return users, acl, sec.get("allow_anonymous")
+
+
+def _read(path: Path, key: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the {key}: {e.strerror}.") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: the {key} is not UTF-8 text.") from None

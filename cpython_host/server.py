@@ -49,7 +49,8 @@ socket was accepted, which the driver uses to start the connect timeout
 there, so the handshake spends it too. The ClientProtocol then registers
 with the identity the client certificate proved. SIGHUP loads every TLS
 listener's files into a new SSLContext for the handshakes that follow;
-established connections keep theirs.
+established connections keep theirs. It also re-reads the [security] users
+and rules (reload_security), which apply to connected clients at once.
 """
 
 from __future__ import annotations
@@ -637,6 +638,43 @@ def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
     return {i: server_context(lst) for i, lst in enumerate(config.listeners()) if lst.tls}
 
 
+def reload_security(config: HostConfig, driver: Driver) -> None:
+    """SIGHUP: read the config file's [security] and its files again and
+    apply them (connected clients are re-checked, common/broker/login.py); a
+    file that cannot be used is logged and the rules in force are kept."""
+    from common.broker import login
+    from cpython_host.config import ConfigError, load_config, load_security
+
+    try:
+        fresh = load_config(str(config.path)) if config.path is not None else config
+        users, acl, allow = load_security(fresh)
+    except ConfigError as e:
+        log.error("SIGHUP: %s; keeping the users and rules in force", e)
+        return
+    config.security = fresh.security
+    driver.set_security(users, acl, allow)
+    log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
+
+
+def _log_security(broker: Broker, listening: list[Listening]) -> None:
+    """The start-up lines: users, ACL, and the anonymous decision with why."""
+    from common.broker import login
+
+    log.info("security: %s", login.describe(broker))
+    if broker.users is not None or broker.allow_anonymous is not None:
+        return
+    for lst in listening:
+        if lst.local:
+            log.info("%s: no users configured: serving anonymous clients of this host only (loopback)", lst.name)
+        else:
+            log.warning(
+                "%s is reachable from the network (not loopback-only) without users: anonymous clients are "
+                "refused there (CONNACK 0x05 / 0x87). Set [security] password_file, or allow_anonymous = true "
+                "to let anyone in",
+                lst.name,
+            )
+
+
 def make_driver(config: HostConfig, broker: Broker) -> Driver:
     """The driver around `broker`, with the host's clock and [server] settings."""
     broker.set_logger(_core_logger, core_log.getEffectiveLevel())
@@ -657,7 +695,8 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
 
 
 async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contexts: dict[int, ssl.SSLContext]) -> int:
-    """Run the broker until SIGINT/SIGTERM (SIGHUP reloads certificates); the process exit code."""
+    """Run the broker until SIGINT/SIGTERM (SIGHUP reloads certificates and
+    the [security] users and rules); the process exit code."""
     server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
     try:
@@ -674,7 +713,11 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
-    loop.add_signal_handler(signal.SIGHUP, server.reload_certificates)
+    def on_hangup() -> None:
+        server.reload_certificates()
+        reload_security(config, driver)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
     loop_name = type(loop).__module__.split(".")[0]
     first = server.listening[0]
     log.info(
@@ -689,6 +732,7 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
         log.info("also listening on %s: %s", listening.name, listening.describe())
     if data_dir is not None:
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
+    _log_security(driver.broker, server.listening)
     await server.stopping.wait()
     await server.shutdown(stop_reason[0])
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -18,7 +18,7 @@ from common.broker.broker import VERSION
 from common.store.store import StoreError
 from common.store.storeboot import new_broker
 from firmware import board
-from firmware.boardcfg import ConfigError, board_path, load_board, load_device
+from firmware.boardcfg import ConfigError, board_path, load_board, load_device, load_security
 from firmware.shell import Log, Server, make_driver
 from firmware.storage import open_store
 
@@ -53,6 +53,7 @@ def build(argv, root):
         cfg["server"]["heap_report"] = args["heap_report"]
     log = Log(cfg["log_level"])
     settings, opts = load_board(board_path(args["root"] or root, cfg["board"]), cfg["limits"], cfg["server"])
+    security = load_security(cfg)
     log.log(20, "siskin %s on %s (board settings: %s)" % (VERSION, sys.platform, cfg["board"]))
     wdt = board.start_watchdog(cfg["watchdog_ms"], log)
     feed = wdt.feed if wdt is not None else None
@@ -64,13 +65,28 @@ def build(argv, root):
         # after every reset: stop at the REPL instead (docs/boards.md).
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
     driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
+    driver.set_security(*security)
     if store is not None:
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
         driver.restore(int(time.time()))
     server = Server(driver, opts, cfg["host"], cfg["port"], log)
     server.on_tick = feed
+    log_security(driver.broker, server.loopback, cfg["host"], log)
     return server, log
+
+
+def log_security(broker, loopback, host, log):
+    """The start-up lines: users, ACL and the anonymous decision with why."""
+    from common.broker import login
+
+    log.log(20, "security: " + login.describe(broker))
+    if not loopback and broker.users is None and broker.allow_anonymous is None:
+        log.log(
+            30,
+            "listening on %s (not loopback-only) without users: anonymous clients are refused"
+            " (CONNACK 0x05 / 0x87). Set password_file, or allow_anonymous true, in the device config" % host,
+        )
 
 
 def run(argv=None, root=""):

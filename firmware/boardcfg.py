@@ -19,6 +19,7 @@
 import json
 
 from common.broker.settings import (
+    K_BOOL,
     K_CHOICE,
     K_INT,
     K_NUMBER,
@@ -67,6 +68,12 @@ DEVICE = (
     ("storage", "/siskin.store", K_STR, None, None),
     ("storage_key_file", "/siskin.key", K_STR, None, None),  # AES key (hex); absent file = store not encrypted
     ("watchdog_ms", 8000, K_INT, 0, None),  # machine.WDT timeout, 0 = no watchdog
+    # Users, access control, anonymous access (docs/security.md): files on
+    # the board's filesystem; null = not set. Not set, anonymous clients are
+    # served only when the board listens on loopback (never on Wi-Fi).
+    ("password_file", None, K_STR, None, None),  # `siskin passwd` lines (SHA-256: MicroPython has no SHA-512)
+    ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules
+    ("allow_anonymous", None, K_BOOL, None, None),
     ("limits", {}, K_OBJECT, None, None),  # overrides of the board file's limits
     ("server", {}, K_OBJECT, None, None),  # overrides of the board file's server knobs
 )
@@ -132,3 +139,28 @@ def load_device(path):
     cfg["limits"] = check(path + ": limits", _strip_comments(cfg["limits"]), LIMITS, LIMITS_DOC)
     cfg["server"] = check(path + ": server", _strip_comments(cfg["server"]), SERVER)
     return cfg
+
+
+def load_security(cfg):
+    """(Users or None, Acl or None, allow_anonymous) from the device config;
+    ConfigError "FILE:LINE: reason" for a file it cannot use. The modules
+    are imported only when a file is named (RAM on boards without users)."""
+    users = None
+    acl = None
+    if cfg["password_file"] is not None:
+        from common.broker.users import Users
+
+        users = Users.parse(_read_text(cfg["password_file"]), cfg["password_file"])
+    if cfg["acl_file"] is not None:
+        from common.broker.acl import Acl
+
+        acl = Acl.parse(_read_text(cfg["acl_file"]), cfg["acl_file"])
+    return users, acl, cfg["allow_anonymous"]
+
+
+def _read_text(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError("%s: cannot read (%s)" % (path, e))

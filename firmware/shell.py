@@ -142,11 +142,29 @@ class Slot:
         self.resume.set()
 
 
+def peer_address(addr):
+    """"ip:port" of an accepted socket: a tuple on the ESP32 and the Pico W,
+    a raw sockaddr on the unix port."""
+    if addr is None:
+        return "?"
+    if isinstance(addr, tuple):
+        return "%s:%d" % (addr[0], addr[1])
+    import socket  # (as in start(): loaded once, by then)
+
+    try:
+        family, ip, port = socket.sockaddr(addr)
+        return "%s:%d" % (socket.inet_ntop(family, ip), port)
+    except (AttributeError, OSError, TypeError, ValueError):
+        return "?"
+
+
 class Server:
     def __init__(self, driver, opts, host, port, log):
         self.driver = driver
         self.opts = opts
         self.host = host
+        # Whether the listener serves this board only (the anonymous rule, login.py).
+        self.loopback = host == "localhost" or host == "::1" or host.startswith("127.")
         self.port = port
         self.log = log
         self.slots = []
@@ -223,14 +241,15 @@ class Server:
         while True:
             await _readable(lsock)
             try:
-                sock, _addr = lsock.accept()
+                sock, addr = lsock.accept()
             except OSError:
                 continue  # the peer gave up before we got to it
-            self._accepted(sock)
+            self._accepted(sock, addr)
 
-    def _accepted(self, sock):
+    def _accepted(self, sock, addr):
         slot = self.free.pop() if self.free and not self.stopping else None
-        cid = self.driver.connection_made(slot) if slot is not None else -1
+        peer = (peer_address(addr), None, self.loopback)
+        cid = self.driver.connection_made(slot, peer) if slot is not None else -1
         if cid < 0:
             # Beyond every slot (or the core's refusal slots): close at once,
             # so the socket goes back to lwIP.

@@ -40,6 +40,40 @@ THROTTLE_MAX_S = 30
 SILENT = -1
 
 
+def needs_escape(text):
+    for ch in text:
+        o = ord(ch)
+        if o < 0x20 or 0x7F <= o <= 0x9F or o == 0x5C or o == 0x2028 or o == 0x2029:
+            return True
+    return False
+
+
+def printable(text):
+    """`text` with control characters (C0, DEL, C1, U+2028/9) and the
+    backslash written as escapes (\\n, \\x1b, \\u2028, \\\\): one log line stays
+    one line, and an escape in the text cannot pass for one we wrote."""
+    if not needs_escape(text):
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if o == 0x5C:
+            out.append("\\\\")
+        elif o == 0x0A:
+            out.append("\\n")
+        elif o == 0x0D:
+            out.append("\\r")
+        elif o == 0x09:
+            out.append("\\t")
+        elif o < 0x20 or 0x7F <= o <= 0x9F:
+            out.append("\\x%02x" % o)
+        elif o == 0x2028 or o == 0x2029:
+            out.append("\\u%04x" % o)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 class Stats:
     """Counters for $SYS and metrics.
 
@@ -62,6 +96,10 @@ class Stats:
         self.refused_queue_full = 0  # publishes refused: a subscriber's queue was full (queue_full = refuse)
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
+        self.login_failed = 0  # CONNECTs refused for a bad user name or password
+        self.denied_publish = 0  # PUBLISHes the ACL refused
+        self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
+        self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
 
 
 # The names of the Stats counters, in a stable order (snapshot()).
@@ -80,6 +118,10 @@ STATS_COUNTERS = (
     "refused_queue_full",
     "expired",
     "refused_connections",
+    "login_failed",
+    "denied_publish",
+    "denied_subscribe",
+    "denied_delivery",
 )
 
 
@@ -157,6 +199,13 @@ class Broker:
         if s.scram_users:
             method = ScramSha256(s.scram_users)
             self.auth_methods[method.name] = method
+        # Users, access control and the anonymous switch (common/broker/login.py
+        # set_security): None = no password file, no ACL, allow_anonymous not set.
+        self.users = None
+        self.acl = None
+        self.allow_anonymous = None
+        self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
+        self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -164,7 +213,13 @@ class Broker:
         self.log_level = level
 
     def log(self, level, fmt, args):
+        # Every text argument is made printable: client ids, user names and
+        # topics come from the network, and none may forge a log line.
         if self.logger is not None and level >= self.log_level:
+            for a in args:
+                if isinstance(a, str) and needs_escape(a):
+                    args = tuple([printable(x) if isinstance(x, str) else x for x in args])
+                    break
             self.logger(level, fmt % args)
 
     def client_name(self, conn):
@@ -213,7 +268,7 @@ class Broker:
         reader = conn.reader
         was_new = conn.state == NEW
         if was_new:
-            if data and data[0] != 0x10 and conn.pending_connect is None and not reader.pending():
+            if data and data[0] != 0x10 and not conn.connect_pending() and not reader.pending():
                 # [MQTT-3.1.0-1] the first byte of a stream must be a CONNECT's:
                 # a peer that does not speak MQTT (an HTTP GET) is closed now,
                 # without waiting for the body its "remaining length" announces,
@@ -239,7 +294,7 @@ class Broker:
                     if self.throttled and cid in self.throttled:
                         break  # the rest waits in the reader until it is released
         except MqttError as err:
-            if conn.state == NEW and conn.pending_connect is None:
+            if conn.state == NEW and not conn.connect_pending():
                 # A CONNECT that failed its checks: answered in its own dialect
                 # when its level byte is readable (fail()).
                 conn.level = C.LEVEL_5 if connect_level(reader.buf) == C.LEVEL_5 else C.LEVEL_311

@@ -34,6 +34,8 @@ class Connection:
         self.deadline = 0
         self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
         self.peer = None  # (address, TLS identity, loopback listener) from the shell
+        self.user = None  # the logged-in user (login.py), None: anonymous
+        self.acl = None  # its rules (acl.ClientAcl), None: no ACL configured
         # The peer's own limits (v5 CONNECT properties).
         self.receive_maximum = 65535
         self.max_packet_out = 0  # 0 = no limit
@@ -42,10 +44,24 @@ class Connection:
         self.aliases_out = None  # topic -> outbound alias
         self.problem_info = True  # v5 Request Problem Information
         self.will_on_close = True  # cleared by a normal DISCONNECT
-        # v5 enhanced authentication in progress or done.
-        self.auth_method = None  # the method object, None = none used
-        self.auth_state = None  # the method's state between AUTH packets
-        self.pending_connect = None  # CONNECT waiting for the exchange to end
+        # v5 enhanced authentication in progress or done: an Exchange, None
+        # = none used (one attribute for three: every attribute of this
+        # object costs RAM per client on a board).
+        self.auth = None
+
+    def connect_pending(self):
+        """Whether a CONNECT waits for its enhanced authentication to end."""
+        auth = self.auth
+        return auth is not None and auth.pending is not None
+
+
+class Exchange:
+    """A connection's v5 enhanced authentication (handle_connect)."""
+
+    def __init__(self, method):
+        self.method = method  # the method object (auth_scram.ScramSha256)
+        self.state = None  # the method's state between AUTH packets
+        self.pending = None  # the CONNECT waiting for the exchange to end
 
 
 class Connections:

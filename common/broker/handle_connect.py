@@ -12,11 +12,11 @@
 # DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
-from common.broker import handle_publish, handle_subscribe
-from common.broker.connection import CONNECTED
+from common.broker import handle_publish, handle_subscribe, login
+from common.broker.connection import CONNECTED, Exchange
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
-from common.crypto.auth_scram import CONTINUE, SUCCESS
+from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
@@ -60,10 +60,10 @@ def refuse(broker, conn, reason, now, why):
 
 def handle_connect(broker, conn, pkt, now):
     """A packet on a connection whose CONNECT is not yet accepted."""
-    if pkt.ptype == C.AUTH and conn.pending_connect is not None:
+    if pkt.ptype == C.AUTH and conn.connect_pending():
         _continue_auth(broker, conn, pkt, now)
         return
-    if pkt.ptype != C.CONNECT or conn.pending_connect is not None:
+    if pkt.ptype != C.CONNECT or conn.connect_pending():
         # [MQTT-3.1.0-1] the first packet must be CONNECT.
         broker.close(conn, now, publish_will=False)
         return
@@ -95,16 +95,25 @@ def _connect(broker, conn, pkt, now, auth_out):
             refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
             return
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
-        conn.auth_method = method
+        conn.auth = exchange = Exchange(method)
         if status == CONTINUE:
-            conn.auth_state = state
-            conn.pending_connect = pkt
+            exchange.state = state
+            exchange.pending = pkt
             _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
             return
         if status != SUCCESS:
             refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % method_name)
             return
+        conn.user = state  # the user the method proved at once
         auth_out = out
+
+    # Who the client is, and whether it may connect (login.py): 3.1.1
+    # CONNACK 0x04 / v5 0x86 for a bad user name or password, 0x05 / 0x87
+    # for a client that is not allowed in.
+    refusal = login.login(broker, conn, pkt, now)
+    if refusal:
+        refuse(broker, conn, refusal[0], now, refusal[1])
+        return
 
     # Client identifier [MQTT-3.1.3-*].
     client_id = pkt.client_id
@@ -130,11 +139,15 @@ def _connect(broker, conn, pkt, now, auth_out):
             return
         keep_alive = server_keep_alive = s.max_keepalive
 
+    # Its ACL rules, before the will is judged by them; a resumed session's
+    # subscriptions are re-checked below.
+    login.grant(broker, conn, client_id)
+
     # The will is refused exactly as the same live PUBLISH would be, and
     # kept (a message slab held) before CONNACK acknowledges it.
     will = None
     if pkt.will_topic is not None:
-        reason, why = _check_will(broker, pkt)
+        reason, why = _check_will(broker, conn, pkt)
         if reason:
             refuse(broker, conn, reason, now, why)
             return
@@ -176,6 +189,10 @@ def _connect(broker, conn, pkt, now, auth_out):
             return
     else:
         _cancel_will(broker, session)
+        if conn.acl is not None:
+            # Its owner or the rules may have changed since it was made.
+            login.recheck(broker, conn, session, now)
+            login.drop_unreadable_inflight(broker, conn, session)
     session.level = conn.level
     session.expiry_interval = expiry
     session.expires_at = 0
@@ -195,8 +212,8 @@ def _connect(broker, conn, pkt, now, auth_out):
         conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
         conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
-        if conn.auth_method is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name))
+        if conn.auth is not None:
+            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
@@ -251,15 +268,19 @@ def _generate_client_id(broker):
             return client_id
 
 
-def _check_will(broker, pkt):
+def _check_will(broker, conn, pkt):
     """The CONNECT refusal for its will and its words, or (0, None); the codec
-    checked the rest of the topic."""
+    checked the rest of the topic (not empty, no wildcard, no U+0000), as it
+    does a PUBLISH's, and the checks here are handle_publish's."""
     s = broker.settings
     if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
         why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
         return C.RC_TOPIC_NAME_INVALID, why
     if pkt.will_topic.startswith("$SYS"):
         return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
+    if conn.acl is not None and not conn.acl.can_write(pkt.will_topic):
+        broker.stats.denied_publish += 1
+        return C.RC_NOT_AUTHORIZED, "the ACL does not let user %s write the will topic %s" % (conn.user, pkt.will_topic)
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
             return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
@@ -416,7 +437,7 @@ def handle_disconnect(broker, conn, pkt, now):
 
 
 def _send_auth(broker, conn, reason, data):
-    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth_method.name)]
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
     broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
@@ -424,17 +445,22 @@ def _send_auth(broker, conn, reason, data):
 
 def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
-    method = conn.auth_method
+    exchange = conn.auth
+    method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
         raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
     data = prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b"")
     if pkt.reason == C.RC_REAUTHENTICATE:
         status, out, state = method.start(data, broker.entropy)
-    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and conn.auth_state is not None:
-        status, out, state = method.step(conn.auth_state, data)
+    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and exchange.state is not None:
+        status, out, state = method.step(exchange.state, data)
     else:
         raise ProtocolError("unexpected AUTH reason code")
-    conn.auth_state = state if status == CONTINUE else None
+    exchange.state = state if status == CONTINUE else None
+    if status == SUCCESS:
+        if conn.user is not None and conn.user != state:
+            return FAIL, None  # re-authentication as another user: the ACL was given to the first
+        conn.user = state  # the user the method proved
     return status, out
 
 
@@ -443,17 +469,17 @@ def _continue_auth(broker, conn, pkt, now):
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
     elif status == SUCCESS:
-        connect = conn.pending_connect
-        conn.pending_connect = None
+        connect = conn.auth.pending
+        conn.auth.pending = None
         _connect(broker, conn, connect, now, out or b"")
     else:
-        conn.pending_connect = None
-        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth_method.name)
+        conn.auth.pending = None
+        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name)
 
 
 def handle_auth(broker, conn, pkt, now):
     """AUTH once connected: re-authentication [MQTT-4.12.1-1]."""
-    if conn.auth_method is None:
+    if conn.auth is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
     status, out = _auth_step(broker, conn, pkt)

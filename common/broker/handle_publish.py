@@ -82,6 +82,12 @@ def handle_publish(broker, conn, pkt, now):
     if topic.startswith("$SYS"):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
         text = "only the broker publishes under $SYS/"
+    elif conn.acl is not None and not conn.acl.can_write(topic):
+        # v5: PUBACK/PUBREC 0x87; 3.1.1 has no code for it: acknowledged
+        # (the reason is not encoded at that level) and dropped, counted.
+        reason = C.RC_NOT_AUTHORIZED
+        text = "the ACL does not let this client write to this topic"
+        _denied(broker, conn, topic, now)
     elif pkt.retain and qos and conn.level == C.LEVEL_5 and not broker.routing.retained.fits(topic, pkt.payload):
         # A v5 publisher can be told its retained message would not be kept:
         # refused whole rather than routed and silently not retained.
@@ -132,6 +138,15 @@ def forwarded(props, taken, other):
         if prop[0] != other and prop[0] != C.PROP_MESSAGE_EXPIRY_INTERVAL:
             rest.append(prop)
     return rest or None
+
+
+def _denied(broker, conn, topic, now):
+    """Count a PUBLISH the ACL refused; log at most one line a second."""
+    st = broker.stats
+    st.denied_publish += 1
+    if now >= broker.denied_log_at:
+        broker.denied_log_at = now + 1
+        broker.log(30, "%s: PUBLISH to %s refused by the ACL (user %s; %d refused so far)", (conn.session.client_id, topic, conn.user, st.denied_publish))
 
 
 def _resolve_alias(broker, conn, topic, alias):
@@ -386,18 +401,25 @@ def _send_inflight(broker, conn, session, d, now):
         else:
             broker.listener.delivery_added(session, d)
     else:
-        # Too large for this client: dropped (counted by _write_publish).
+        # Too large for this client, or its ACL forbids it: dropped (counted by _send).
         broker.listener.delivery_done(session, d)
         broker.routing.deliveries.release(d)
 
 
 def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
-    """Encode and write one PUBLISH; False if the client's size limit forbids it.
+    """Encode and write one PUBLISH; False if the client's size limit or its
+    ACL forbids it.
 
     A v5 PUBLISH carries the message's forwarded properties, encoded once
     per message (Message.props), then this delivery's own: the expiry left,
     the subscription identifiers, the outbound topic alias.
     """
+    acl = conn.acl
+    if acl is not None and not acl.can_read(msg.topic):
+        # A rule narrower than the filter granted (after a rule change, or a
+        # session resumed by another user): not sent, counted.
+        broker.stats.denied_delivery += 1
+        return False
     plain = qos == 0 and not retain and not msg.retain
     level = conn.level
     if level != C.LEVEL_5:

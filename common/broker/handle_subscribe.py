@@ -57,6 +57,13 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
     for denied in s.deny_subscribe:
         if filter_covers(denied, inner):
             return C.RC_NOT_AUTHORIZED, None
+    acl = session.conn.acl
+    if acl is not None and not acl.may_subscribe(inner):
+        # Granted only if every topic it can match is readable; a shared
+        # subscription is judged on its inner filter (acl.py).
+        broker.stats.denied_subscribe += 1
+        broker.log(30, "%s: SUBSCRIBE %s refused: the ACL does not let user %s read every topic it matches", (session.client_id, flt, session.conn.user))
+        return C.RC_NOT_AUTHORIZED, None
     if qos > s.maximum_qos:
         qos = s.maximum_qos  # [MQTT-3.8.4-6] grant less than asked
     sub = session.subs.get(flt)

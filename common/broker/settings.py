@@ -177,6 +177,19 @@ def defaults(schema):
     return out
 
 
+def content_lines(text):
+    """(line number, stripped line) of each line of a text config file
+    (password file, acl_file) that is neither blank nor a "#" comment."""
+    out = []
+    number = 0
+    for line in text.split("\n"):
+        number += 1
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.append((number, line))
+    return out
+
+
 class Settings:
     """The broker's limits; attributes named as in LIMITS."""
 

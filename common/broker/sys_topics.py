@@ -27,6 +27,10 @@ DROP_COUNTERS = (
 _TAIL = (
     ("messages/refused/queue_full", "refused_queue_full"),
     ("messages/expired", "expired"),
+    ("messages/denied/publish", "denied_publish"),  # PUBLISHes and wills the ACL refused
+    ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them
+    ("subscriptions/denied", "denied_subscribe"),  # filters the ACL refused or removed
+    ("clients/login_failed", "login_failed"),  # CONNECTs with a bad user name or password
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

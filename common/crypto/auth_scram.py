@@ -6,7 +6,8 @@
 #   start(data, entropy)    -> (status, out_data, state)
 #   step(state, data)       -> (status, out_data, state)
 # status is CONTINUE (send AUTH 0x18 with out_data and wait for the client's
-# AUTH), SUCCESS (out_data goes in CONNACK or AUTH 0x00) or FAIL.
+# AUTH), SUCCESS (out_data goes in CONNACK or AUTH 0x00; state is then the
+# user name the exchange proved, for the ACL) or FAIL.
 #
 # The server keeps no passwords: each user is "user:salt:iterations:
 # StoredKey:ServerKey" (base64 fields), made by make_credentials(). The
@@ -119,10 +120,10 @@ class ScramSha256:
             creds = (entropy(16), 4096, None, None)
         nonce = cnonce + b64(entropy(18))
         server_first = "r=%s,s=%s,i=%d" % (nonce, b64(creds[0]), creds[1])
-        return CONTINUE, server_first.encode(), (bare, server_first, nonce, creds)
+        return CONTINUE, server_first.encode(), (bare, server_first, nonce, creds, user)
 
     def step(self, state, data):
-        bare, server_first, nonce, creds = state
+        bare, server_first, nonce, creds, user = state
         try:
             text = bytes(data).decode()
         except UnicodeError:
@@ -143,4 +144,4 @@ class ScramSha256:
         if len(proof) != len(signature) or _sha256(_xor(proof, signature)) != creds[2]:
             return FAIL, None, None
         server_sig = hmac_sha256(creds[3], auth_message)
-        return SUCCESS, ("v=" + b64(server_sig)).encode(), None
+        return SUCCESS, ("v=" + b64(server_sig)).encode(), user

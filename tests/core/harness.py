@@ -61,6 +61,33 @@ FUZZ_SETTINGS = {
 }
 
 
+def heap_per_packet(h, cid, data, mem_alloc, n=8):
+    """Heap bytes the broker of harness `h` allocates to take `data` (one
+    packet) from connection `cid` and hand out what it sends, once warm (two
+    rounds first, so buffers reach their steady size), with the GC off:
+    where gc.mem_alloc exists (MicroPython)."""
+    import gc
+
+    broker = h.broker
+
+    def route():
+        broker.data_received(cid, data, h.now)
+        for out in broker.take_dirty():
+            broker.take_output(out)
+
+    route()
+    route()
+    gc.collect()
+    gc.disable()
+    try:
+        before = mem_alloc()
+        for _ in range(n):
+            route()
+        return (mem_alloc() - before) // n
+    finally:
+        gc.enable()
+
+
 class Harness:
     def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
         """A broker with `overrides` settings; with a `store` (common.store.store.Store,
@@ -76,8 +103,9 @@ class Harness:
         self.counter += 1
         return bytes([(self.counter + i) & 0xFF for i in range(n)])
 
-    def client(self, level=4):
-        c = Client(self, level)
+    def client(self, level=4, peer=None):
+        """A new connection; `peer` as the shell gives it (address, TLS identity, local)."""
+        c = Client(self, level, peer)
         self.clients[c.cid] = c
         return c
 
@@ -121,10 +149,10 @@ class Harness:
 
 
 class Client:
-    def __init__(self, harness, level):
+    def __init__(self, harness, level, peer=None):
         self.h = harness
         self.level = level
-        self.cid = harness.broker.connection_made(harness.now)
+        self.cid = harness.broker.connection_made(harness.now, None, peer)
         self.reader = FrameReader(1 << 28)
         self.inbox = []
         self.closed = self.cid < 0
@@ -171,7 +199,7 @@ class Client:
 
     # --------------------------------------------------------------- actions
 
-    def connect(self, client_id="c", clean=True, keep_alive=0, will=None, props=None, level=None):
+    def connect(self, client_id="c", clean=True, keep_alive=0, will=None, props=None, level=None, username=None, password=None):
         """Send CONNECT; `will` is (topic, payload, qos, retain[, props])."""
         lvl = self.level if level is None else level
         w = will or (None, b"", 0, False, None)
@@ -186,6 +214,8 @@ class Client:
             will_retain=w[3],
             will_props=w[4] if len(w) > 4 else None,
             props=props,
+            username=username,
+            password=password,
         )
         self.send_raw(encode_packet(pkt, lvl))
         if self.inbox and self.inbox[0].ptype == C.CONNACK:

@@ -6,7 +6,7 @@ import unittest
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck, Publish, Subscribe, encode_packet, prop_get
 from common.mqtt.properties import encode_property_items
-from tests.core.harness import Harness
+from tests.core.harness import Harness, heap_per_packet
 
 SEI = C.PROP_SESSION_EXPIRY_INTERVAL
 SID = C.PROP_SUBSCRIPTION_IDENTIFIER
@@ -628,25 +628,7 @@ class TestPassThrough(unittest.TestCase):
                 c, _ = v5(h, "s%d" % i)
                 c.subscribe("f/x", 0, props=[(SID, i + 1)])
             p, _ = v5(h, "p")
-            broker = h.broker
-            data = encode_packet(Publish("f/x", b"x", 0, False, False, 0, props), 5)
-
-            def route():
-                broker.data_received(p.cid, data, h.now)
-                for cid in broker.take_dirty():
-                    broker.take_output(cid)
-
-            route()  # buffers reach their steady size
-            route()
-            gc.collect()
-            gc.disable()
-            try:
-                before = mem_alloc()
-                for _ in range(8):
-                    route()
-                return (mem_alloc() - before) // 8
-            finally:
-                gc.enable()
+            return heap_per_packet(h, p.cid, encode_packet(Publish("f/x", b"x", 0, False, False, 0, props), 5), mem_alloc)
 
         def per_subscriber(props):
             return (per_message(6, props) - per_message(2, props)) // 4

@@ -82,6 +82,7 @@ def write_config(
     limits: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
     listeners: list[dict[str, Any]] | None = None,
+    security: dict[str, Any] | None = None,
 ) -> Path:
     lines = ["[limits]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in (limits or {}).items()]
@@ -90,6 +91,9 @@ def write_config(
     for table in listeners or ():
         lines.append("[[listener]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    if security:  # last, so that a test can append keys to it
+        lines.append("[security]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in security.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -114,11 +118,12 @@ class BrokerProcess:
         log_level: str = "debug",
         extra_args: tuple[str, ...] = (),
         listeners: list[dict[str, Any]] | None = None,
+        security: dict[str, Any] | None = None,
     ) -> None:
         """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners)
+        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, security)
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args
@@ -238,6 +243,8 @@ def connect_packet(
     clean: bool = True,
     keep_alive: int = 0,
     will: tuple[str, bytes, int, bool] | None = None,
+    username: str | None = None,
+    password: bytes | None = None,
 ) -> bytes:
     flags = 0x02 if clean else 0
     payload = mqtt_str(client_id)
@@ -245,6 +252,12 @@ def connect_packet(
         topic, message, qos, retain = will
         flags |= 0x04 | (qos << 3) | (0x20 if retain else 0)
         payload += mqtt_str(topic) + mqtt_str(message)
+    if username is not None:
+        flags |= 0x80
+        payload += mqtt_str(username)
+    if password is not None:
+        flags |= 0x40
+        payload += len(password).to_bytes(2, "big") + password
     body = mqtt_str("MQTT") + bytes([4, flags]) + keep_alive.to_bytes(2, "big") + payload
     return b"\x10" + vbi(len(body)) + body
 
@@ -298,9 +311,17 @@ class RawClient:
         self.buf = buf[i + n :]
         return buf[0], buf[i : i + n]
 
-    def connect(self, client_id: str, clean: bool = True, keep_alive: int = 0, will: Any = None) -> bytes:
+    def connect(
+        self,
+        client_id: str,
+        clean: bool = True,
+        keep_alive: int = 0,
+        will: Any = None,
+        username: str | None = None,
+        password: bytes | None = None,
+    ) -> bytes:
         """CONNECT and return the CONNACK body (2 bytes: flags, return code)."""
-        self.send(connect_packet(client_id, clean, keep_alive, will))
+        self.send(connect_packet(client_id, clean, keep_alive, will, username, password))
         pkt = self.read_packet()
         assert pkt is not None, "closed instead of CONNACK"
         assert pkt[0] == 0x20, f"expected CONNACK, got {pkt[0]:#x}"
@@ -353,7 +374,16 @@ def parse_publish(first: int, body: bytes) -> tuple[str, bytes, int, bool, bool,
 
 
 class Paho:
-    def __init__(self, port: int, client_id: str = "", clean: bool = True, keep_alive: int = 60) -> None:
+    def __init__(
+        self,
+        port: int,
+        client_id: str = "",
+        clean: bool = True,
+        keep_alive: int = 60,
+        username: str | None = None,
+        password: str | None = None,
+        protocol: int = 4,
+    ) -> None:
         import queue
         import threading
 
@@ -372,9 +402,11 @@ class Paho:
         c = mqtt.Client(
             CallbackAPIVersion.VERSION2,
             client_id=client_id,
-            clean_session=clean,
-            protocol=mqtt.MQTTv311,
+            clean_session=clean if protocol == 4 else None,
+            protocol=mqtt.MQTTv311 if protocol == 4 else mqtt.MQTTv5,
         )
+        if username is not None:
+            c.username_pw_set(username, password)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message

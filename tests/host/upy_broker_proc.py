@@ -63,6 +63,7 @@ class UpyBrokerProcess(BrokerProcess):
         heap_report: int = 0,
         main: Path | None = None,
         micropypath: str = ".frozen",
+        device: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(workdir, log_level=log_level)
         self.heap = heap
@@ -76,6 +77,7 @@ class UpyBrokerProcess(BrokerProcess):
             "server": dict(server or {}, heap_report=heap_report),
             "storage": str(self.workdir / "siskin.store"),
             "storage_key_file": str(self.workdir / "siskin.key"),
+            **(device or {}),
         }
         self.config_path = self.workdir / "siskin.json"
         self.config_path.write_text(json.dumps(device, indent=2))

@@ -1,0 +1,199 @@
+# Who a connecting client is, whether it may connect at all, and the rules
+# it gets: the broker's side of users (users.py), anonymous access and the
+# ACL (acl.py).
+#
+# Theory of operation. handle_connect calls login() once a CONNECT passed
+# its protocol checks. The client's user is, in this order: the user a v5
+# SCRAM exchange proved (conn.user, set by handle_connect), the identity of
+# its TLS client certificate (the shell's peer[1], for a listener with
+# use_identity_as_username), or the CONNECT's user name checked against the
+# password file. A wrong password and an unknown user get the same answer
+# (3.1.1 CONNACK 0x04, v5 0x86) after the same work (Users.check). Without
+# a password file a user name cannot be checked, so it is not believed: the
+# client is anonymous.
+#
+# Anonymous clients are allowed when allow_anonymous is true, or when it is
+# not set, no password file is configured and the connection came in on a
+# loopback-only listener (the shell's peer[2]; no peer counts as local):
+# like Mosquitto 2, a broker nobody configured serves only its own host.
+# Else: 3.1.1 CONNACK 0x05, v5 0x87, and the log says why and what to set.
+#
+# Brute force: each source address (the peer's address without its port)
+# that fails a login is penalised for 1, 2, 4 ... up to PENALTY_MAX_S
+# seconds (from 1 s again after PENALTY_MAX_S quiet seconds); a login from
+# it during its penalty is refused with the same answer as a wrong password
+# WITHOUT checking the password, so no more than one password per penalty
+# is ever tried from one address, however fast it reconnects. A success from the address ends its penalty. The table holds
+# at most PENALTY_ADDRESSES addresses (the one whose penalty ends first
+# makes room), so a flood of addresses costs bounded memory; it cannot slow
+# an attacker who has many addresses (docs/security.md).
+#
+# set_security() installs new users and rules (start, SIGHUP on the host):
+# every connected client gets its rules again and loses the subscriptions
+# they no longer allow; an offline session is re-checked when it is resumed
+# (by its user or another one with the same client id), and what it had
+# queued or in flight is sent only where the new rules let its client read.
+# Connected clients keep their login until they reconnect.
+
+from common.broker import handle_subscribe
+from common.mqtt import consts as C
+
+PENALTY_MAX_S = 60
+PENALTY_ADDRESSES = 256
+
+BAD_LOGIN = "bad user name or password"
+
+
+def anonymous_allowed(broker, peer):
+    """Whether a client without a user may connect through `peer`'s listener."""
+    allow = broker.allow_anonymous
+    if allow is not None:
+        return allow
+    return broker.users is None and (peer is None or peer[2])
+
+
+def _anonymous_why(broker, peer):
+    if broker.allow_anonymous is False:
+        return "anonymous client refused: allow_anonymous is false"
+    if broker.users is not None:
+        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)"
+    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)"
+
+
+def source_address(peer):
+    """The peer's address without its port ("" without a peer)."""
+    if peer is None:
+        return ""
+    text = peer[0]
+    colon = text.rfind(":")
+    return text[:colon] if colon > 0 else text
+
+
+def login(broker, conn, pkt, now):
+    """Decide who the client of `pkt` (a CONNECT) is; 0 or (reason, why).
+
+    Sets conn.user (None: anonymous)."""
+    peer = conn.peer
+    identity = peer[1] if peer is not None else None
+    users = broker.users
+    if conn.user is not None:
+        pass  # proved by enhanced authentication (SCRAM)
+    elif identity is not None:
+        conn.user = identity  # proved by the TLS client certificate
+    elif users is not None and (pkt.username is not None or pkt.password is not None):
+        address = source_address(peer)
+        failures = broker.login_failures
+        entry = failures.get(address)
+        st = broker.stats
+        if entry is not None and now < entry[1]:
+            st.login_failed += 1
+            why = "%s (user %s, client id %s, from %s: %d failed logins, no password checked for %d s)" % (
+                BAD_LOGIN,
+                pkt.username,
+                pkt.client_id,
+                peer[0] if peer is not None else "-",
+                entry[0],
+                entry[1] - now,
+            )
+            return C.RC_BAD_USER_NAME_OR_PASSWORD, why
+        if not users.check(pkt.username, pkt.password):
+            st.login_failed += 1
+            _penalise(failures, address, now)
+            why = "%s (user %s, client id %s, from %s)" % (
+                BAD_LOGIN,
+                pkt.username,
+                pkt.client_id,
+                peer[0] if peer is not None else "-",
+            )
+            return C.RC_BAD_USER_NAME_OR_PASSWORD, why
+        if entry is not None:
+            del failures[address]
+        conn.user = pkt.username
+    if conn.user is None and not anonymous_allowed(broker, peer):
+        return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
+    return 0
+
+
+def _penalise(failures, address, now):
+    entry = failures.get(address)
+    if entry is None:
+        if len(failures) >= PENALTY_ADDRESSES:
+            oldest = None
+            for key in failures:  # (only on a failed login, at the bound)
+                if oldest is None or failures[key][1] < failures[oldest][1]:
+                    oldest = key
+            del failures[oldest]
+        entry = failures[address] = [0, 0]
+    elif now > entry[1] + PENALTY_MAX_S:
+        entry[0] = 0  # quiet for a while since its last penalty: start again at 1 s
+    entry[0] += 1
+    delay = 1 << (entry[0] - 1) if entry[0] < 8 else PENALTY_MAX_S
+    entry[1] = now + (delay if delay < PENALTY_MAX_S else PENALTY_MAX_S)
+
+
+def grant(broker, conn, client_id):
+    """Give the connection the ACL rules of its user and client id."""
+    acl = broker.acl
+    conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
+
+
+def recheck(broker, conn, session, now):
+    """Remove the subscriptions of `session` that conn.acl no longer allows."""
+    acl = conn.acl
+    dropped = []
+    for sub in session.subs.values():
+        if not acl.may_subscribe(sub.filter):
+            dropped.append(sub)
+    for sub in dropped:
+        broker.stats.denied_subscribe += 1
+        broker.log(30, "%s: subscription %s removed: the ACL does not let user %s read every topic it matches", (session.client_id, sub.key, conn.user))
+        handle_subscribe.remove(broker, sub, now)
+
+
+def drop_unreadable_inflight(broker, conn, session):
+    """At resume, before the resend: the sent, unacknowledged messages its
+    new client may not read are completed here (counted), rather than left
+    in the window for an ack that cannot come. Later ones are filtered when
+    sent (handle_publish._send)."""
+    inflight = session.inflight
+    i = 0
+    while i < len(inflight):
+        d = inflight[i]
+        if d.msg is not None and not conn.acl.can_read(d.msg.topic):
+            inflight.pop(i)  # (resume() sets held_back afresh)
+            broker.listener.delivery_done(session, d)
+            broker.routing.deliveries.release(d)
+            broker.stats.denied_delivery += 1
+        else:
+            i += 1
+
+
+def set_security(broker, users, acl, allow_anonymous, now):
+    """Install users (users.Users or None), rules (acl.Acl or None) and the
+    anonymous switch (True, False, None = not set); re-check connected clients."""
+    broker.users = users
+    broker.acl = acl
+    broker.allow_anonymous = allow_anonymous
+    for conn in broker.connections.by_id:
+        session = conn.session
+        if session is None or session.conn is not conn:
+            continue
+        conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
+        if conn.acl is not None:
+            recheck(broker, conn, session, now)
+
+
+def describe(broker):
+    """The start-up (and reload) log line's words: what is on."""
+    users = broker.users
+    acl = broker.acl
+    allow = broker.allow_anonymous
+    if allow is None:
+        anon = "only on loopback-only listeners (allow_anonymous not set)" if users is None else "refused (a password file is set, allow_anonymous not set)"
+    else:
+        anon = "allowed (allow_anonymous = true)" if allow else "refused (allow_anonymous = false)"
+    return "users: %s; ACL: %s; anonymous clients: %s" % (
+        "%d in the password file" % len(users) if users is not None else "none (no password file)",
+        "%d rules, deny by default" % acl.rule_count() if acl is not None else "off (every client reads and writes every topic but $SYS/ writes)",
+        anon,
+    )
