@@ -110,7 +110,7 @@ class ClientProtocol(asyncio.Protocol):
         # The peer closed its sending side: whatever the core still has for
         # it goes out first, then asyncio closes the transport (False).
         if self.cid >= 0:
-            self.server.driver.flush()
+            self.server.flush()
         return False
 
     def pause_writing(self) -> None:
@@ -224,7 +224,10 @@ class BrokerServer:
 
     def flush(self) -> None:
         self.flush_scheduled = False
-        self.driver.flush()
+        if self.driver.flush():
+            # A retained replay can go on (its client's output drained):
+            # again on the next loop turn, the other clients' I/O in between.
+            self.schedule_flush()
 
     # ---------------------------------------------------------------- timer
 

@@ -26,6 +26,7 @@ DROP_COUNTERS = (
 # (topic suffix, snapshot key) after the drop counters.
 _TAIL = (
     ("messages/refused/queue_full", "refused_queue_full"),
+    ("clients/closed/replay_stalled", "closed_replay_stalled"),
     ("messages/expired", "expired"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
