@@ -148,10 +148,12 @@ class Broker:
         self.throttle_changed = False
         self.throttled_since = 0  # s: when `throttled` last became non-empty
         self.throttle_off_until = 0  # s: no throttling before then (see tick)
-        # Connections (ids) with a retained replay pending (common/broker/replay.py):
-        # their input is not processed, and `replay_changed` tells the driver
-        # to pause or resume their reading (take_replay_changes).
+        # Connections (ids) with a retained replay pending, and their
+        # replay.Replay at the same index (common/broker/replay.py): their
+        # input is not processed, and `replay_changed` tells the driver to
+        # pause or resume their reading (take_replay_changes).
         self.replaying = []
+        self.replays = []
         self.replay_changed = False
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
@@ -235,7 +237,7 @@ class Broker:
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
-                if conn.replay is not None:
+                if self.replaying and cid in self.replaying:
                     break  # the rest waits in the reader until the replay ends
                 frame = reader.maybe_read_frame()
                 if frame is None:
@@ -320,7 +322,7 @@ class Broker:
                 self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                 self.close(conn, now)  # CONNECT not completed in time
             elif conn.state == CONNECTED:
-                if conn.cid in self.throttled or conn.replay is not None:
+                if conn.cid in self.throttled or conn.cid in self.replaying:
                     # Not read by our choice: its silence is ours, not its own.
                     conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
                     due = ticks_sooner(due, conn.deadline)
@@ -380,8 +382,7 @@ class Broker:
         session = conn.session
         if session is not None and session.queue.count:
             self.release_throttled()
-        if conn.replay is not None:
-            replay.end(self, conn)
+        replay.end(self, conn)
         handle_connect.detach(self, conn, now)
         if session is not None:
             due = session.will_at

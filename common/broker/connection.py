@@ -28,7 +28,6 @@ class Connection:
         self.out_bytes = 0
         self.dirty = False
         self.paused = False  # the transport is above its high-water mark
-        self.replay = None  # retained messages still owed (replay.Replay), None = none
         self.keep_alive = 0
         # CONNECT timeout or keep-alive deadline in wrapping ms ticks
         # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.

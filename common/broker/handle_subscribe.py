@@ -96,9 +96,8 @@ def handle_unsubscribe(broker, conn, pkt, now):
 
 def remove(broker, sub, now):
     session = sub.session
-    conn = session.conn
-    if conn is not None and conn.replay is not None:
-        replay.end(broker, conn)  # (it may name `sub`, which goes back to its pool)
+    if session.conn is not None:
+        replay.end(broker, session.conn)  # (a replay may name `sub`, which goes back to its pool)
     del session.subs[sub.key]
     broker.listener.sub_removed(session, sub)
     broker.routing.remove(sub)

@@ -3,10 +3,11 @@
 #
 # Theory of operation. The retained messages matching a new or replaced
 # subscription are sent with the retain flag set [MQTT-3.3.1-8], but not all
-# at once: their topics are listed, in order, into a Replay kept on the
-# connection (Connection.replay, None when idle), and PUBLISHes are made from
-# it only while the connection's output is below max_out_buffer and its
-# transport is not paused. The driver advances it again each time it
+# at once: their topics are listed, in order, into a Replay the broker keeps
+# for the connection (Broker.replays, its connection's id at the same index
+# of Broker.replaying: a Connection itself costs not a byte more on a board),
+# and PUBLISHes are made from it only while the connection's output is below
+# max_out_buffer and its transport is not paused. The driver advances it again each time it
 # flushes and finds that connection's output drained (Broker.run_replays),
 # so a client that does not read costs at most max_out_buffer of output
 # plus its list of topics, however many messages are retained.
@@ -38,7 +39,8 @@ from common.mqtt import consts as C
 class Replay:
     """The retained messages a connection is still owed, by topic."""
 
-    def __init__(self, items, now):
+    def __init__(self, conn, items, now):
+        self.conn = conn
         # Each Subscription followed by the topics owed for it, in order;
         # entries are set to None once sent.
         self.items = items
@@ -48,7 +50,7 @@ class Replay:
 
 
 def start(broker, conn, subs, now):
-    """After SUBACK: the retained messages owed to `subs`, as a Replay on `conn`.
+    """After SUBACK: the retained messages owed to `subs`, as a Replay for `conn`.
 
     Sends what fits now; a replay left pending holds the connection's input.
     """
@@ -66,16 +68,17 @@ def start(broker, conn, subs, now):
             del found[:]
     if not items:
         return
-    conn.replay = Replay(items, now)
+    replay = Replay(conn, items, now)
+    broker.replays.append(replay)
     broker.replaying.append(conn.cid)
     broker.replay_changed = True
-    advance(broker, conn, now)
+    advance(broker, replay, now)
 
 
-def advance(broker, conn, now):
-    """Send from `conn`'s replay while its output is below max_out_buffer
+def advance(broker, replay, now):
+    """Send from `replay` while its connection's output is below max_out_buffer
     (at least one message into an empty output); end it when all is sent."""
-    replay = conn.replay
+    conn = replay.conn
     items = replay.items
     n = len(items)
     i = replay.next
@@ -105,28 +108,30 @@ def advance(broker, conn, now):
 
 
 def end(broker, conn):
-    """Forget `conn`'s replay (done, or its connection or subscription is gone)."""
-    conn.replay = None
-    broker.replaying.remove(conn.cid)
-    broker.replay_changed = True
+    """Forget `conn`'s replay, if any (done, or its connection or subscription is gone)."""
+    replaying = broker.replaying
+    if replaying and conn.cid in replaying:
+        i = replaying.index(conn.cid)
+        del replaying[i]
+        del broker.replays[i]
+        broker.replay_changed = True
 
 
 def run(broker, now):
     """Advance every replay whose connection's output has drained."""
-    replaying = broker.replaying
-    i = len(replaying) - 1
+    replays = broker.replays
+    i = len(replays) - 1
     while i >= 0:  # (backwards: a replay that ends leaves the list)
-        conn = broker.connections.by_id[replaying[i]]
-        if not conn.paused:
-            advance(broker, conn, now)
+        replay = replays[i]
+        if not replay.conn.paused:
+            advance(broker, replay, now)
         i -= 1
 
 
 def waiting(broker):
     """True if a replay can go on now (its output is not paused)."""
-    by_id = broker.connections.by_id
-    for cid in broker.replaying:
-        if not by_id[cid].paused:
+    for replay in broker.replays:
+        if not replay.conn.paused:
             return True
     return False
 
@@ -136,21 +141,22 @@ def close_stalled(broker, now):
     limit = broker.settings.replay_stall_timeout
     if not limit:
         return
-    replaying = broker.replaying
-    i = len(replaying) - 1
+    replays = broker.replays
+    i = len(replays) - 1
     while i >= 0:
-        conn = broker.connections.by_id[replaying[i]]
+        replay = replays[i]
         i -= 1
-        if now - conn.replay.moved < limit:
+        if now - replay.moved < limit:
             continue
         broker.stats.closed_replay_stalled += 1
         owed = 0
-        for item in conn.replay.items:
+        for item in replay.items:
             if isinstance(item, str):
                 owed += 1
+        conn = replay.conn
         text = "retained replay stalled: %d message(s) owed, output not drained for %d s (replay_stall_timeout %d)" % (
             owed,
-            now - conn.replay.moved,
+            now - replay.moved,
             limit,
         )
         name = broker.client_name(conn)
