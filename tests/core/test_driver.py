@@ -89,6 +89,12 @@ class DriverTest(unittest.TestCase):
         self.driver.data_received(cid, encode_packet(pkt, level))
         self.driver.flush()
 
+    def retain(self, count):
+        """`count` retained messages r/00, r/01 ... of 90 bytes."""
+        setter, _h = self.open("setter")
+        for i in range(count):
+            self.send(setter, Publish("r/%02d" % i, b"v" * 90, 0, True, False, 0, None))
+
     def setUp(self):
         self.start = 0
         self.make()
@@ -272,9 +278,7 @@ class DriverTest(unittest.TestCase):
         # 30 retained messages of ~100 bytes, max_out_buffer 1000: a replay
         # of three flushes or so, the client's input held until it ends.
         self.make(max_out_buffer=1000)
-        setter, _hs = self.open("setter")
-        for i in range(30):
-            self.send(setter, Publish("r/%02d" % i, b"v" * 90, 0, True, False, 0, None))
+        self.retain(30)
         a, ha = self.open("a")
         self.driver.set_paused(a, True)  # its transport is full
         self.driver.data_received(a, encode_packet(Subscribe(1, [("r/#", 0)], None), 4) + encode_packet(Pingreq(), 4))
@@ -297,9 +301,7 @@ class DriverTest(unittest.TestCase):
 
     def test_a_replay_that_can_go_on_wakes_the_timer_at_once(self):
         self.make(max_out_buffer=100)
-        setter, _hs = self.open("setter")
-        for i in range(5):
-            self.send(setter, Publish("r/%d" % i, b"v" * 90, 0, True, False, 0, None))
+        self.retain(5)
         a, ha = self.open("a")
         self.driver.data_received(a, encode_packet(Subscribe(1, [("r/#", 0)], None), 4))
         self.assertEqual(self.at(0), 1)  # flushed one, more to go: soon again

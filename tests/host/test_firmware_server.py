@@ -120,10 +120,7 @@ def test_slow_subscriber_does_not_exhaust_the_heap(broker: UpyBrokerProcess) -> 
     """A subscriber that never reads while a publisher floods: the broker stays
     up, drops QoS 0 for it (counted), and the heap stays bounded."""
     base = broker.wait_heap_samples(1)[-1]
-    slow = socket.create_connection(("127.0.0.1", broker.port))
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    raw = RawClient.__new__(RawClient)
-    raw.sock, raw.buf = slow, b""
+    raw = RawClient(broker.port, rcvbuf=4096)
     assert raw.connect("fw-slow") == b"\x00\x00"
     assert raw.subscribe("fw/flood/#", 0) == 0
     pub = RawClient(broker.port)
@@ -157,7 +154,7 @@ def test_slow_subscriber_does_not_exhaust_the_heap(broker: UpyBrokerProcess) -> 
     finally:
         check.close()
     pub.close()
-    slow.close()
+    raw.close()
 
 
 def test_graceful_stop(tmp_path: Path) -> None:
@@ -220,10 +217,7 @@ def test_retained_replay_is_paced_on_the_board(tmp_path: Path) -> None:
         assert pub.read_packet() == (0x40, b"\x00\x01")
         pub.close()
         base = b.wait_heap_samples(1)[-1]
-        abuser = socket.create_connection(("127.0.0.1", b.port))
-        abuser.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        raw = RawClient.__new__(RawClient)
-        raw.sock, raw.buf = abuser, b""
+        raw = RawClient(b.port, rcvbuf=4096)
         assert raw.connect("fw-abuser") == b"\x00\x00"
         # ~45,000 x 200 B asked: more than the kernel's socket buffers take (4 MB).
         raw.send(b"".join(subscribe_packet(i % 65535 + 1, "#", 0) for i in range(1500)))
@@ -245,7 +239,7 @@ def test_retained_replay_is_paced_on_the_board(tmp_path: Path) -> None:
         # Its slot is free again (the kernel may still hold what it never
         # read: a close here is a FIN after the socket's buffer, not a reset).
         wait_until(lambda: b.heap_samples()[-1]["open"] == 0, 10, "the abuser's slot was not freed")
-        abuser.close()
+        raw.close()
         after = len(b.heap_samples())
         samples = b.wait_heap_samples(after + 1)
         peak = max(s["alloc"] for s in samples if s["t"] >= base["t"])

@@ -12,13 +12,13 @@ held comes back. A client that reads gets every retained message.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.host.broker_proc import BrokerProcess, Paho, RawClient, publish_packet, subscribe_packet, wait_until
+from tools.abuse_retained import RssPeak, rss
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -42,15 +42,6 @@ def store_retained(port: int) -> None:
     c.send(publish_packet("r/done", b"", qos=1, packet_id=1))
     assert c.read_packet(timeout=30) == (0x40, b"\x00\x01")
     c.close()
-
-
-def rss(pid: int) -> int:
-    """VmRSS of the broker process, bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def bystander(port: int) -> Paho:
@@ -86,20 +77,10 @@ def test_fifty_subscribes_that_never_read_cost_bounded_memory_and_no_latency(tmp
         monitor = Paho(b.port, "monitor").connect()
         monitor.subscribe("$SYS/broker/clients/closed/replay_stalled", 0)
         time.sleep(0.3)
-        baseline = rss(b.pid)
-        peak = [baseline]
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                peak[0] = max(peak[0], rss(b.pid))
-                time.sleep(0.01)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        sampler = RssPeak(b.pid)
+        baseline = sampler.before
         try:
-            abuser = RawClient(b.port)
-            abuser.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+            abuser = RawClient(b.port, rcvbuf=16384)
             abuser.connect("abuser")
             abuser.send(b"".join(subscribe_packet(i + 1, "#", 0) for i in range(SUBSCRIBES)))
             # ... and never reads. Meanwhile the bystander's round trips.
@@ -108,7 +89,7 @@ def test_fifty_subscribes_that_never_read_cost_bounded_memory_and_no_latency(tmp
                 f"bystander QoS 1 p99 {p99(samples) * 1000:.1f} ms during the abuse "
                 f"(max {max(samples) * 1000:.1f} ms, {len(samples)} round trips)"
             )
-            growth = peak[0] - baseline
+            growth = sampler.peak - baseline
             assert growth < RSS_BOUND, f"broker RSS grew by {growth / 1e6:.1f} MB for a client that never reads"
             # Disconnected for its stalled replay, counted and logged with the limit.
             # (3.1.1 has no code for it: closed.)
@@ -118,13 +99,12 @@ def test_fifty_subscribes_that_never_read_cost_bounded_memory_and_no_latency(tmp
             counted = wait_until(lambda: monitor.get(timeout=3).payload == b"1", 10, "closed_replay_stalled not 1")
             assert counted
             # What it held comes back; the bystander still runs as before.
-            stop.set()
-            sampler.join(5)
+            sampler.stop()
             after = rss(b.pid)
             assert after - baseline < RSS_BOUND, f"RSS {after / 1e6:.1f} MB after the abuser left"
             assert p99(round_trips(by, 0.5)) < P99_BOUND
         finally:
-            stop.set()
+            sampler.stop()
             by.close()
             monitor.close()
 
