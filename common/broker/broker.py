@@ -9,7 +9,8 @@
 # output or must be closed. Packet handling is split by family:
 #   handle_connect   CONNECT, DISCONNECT, sessions, wills, takeover
 #   handle_publish   PUBLISH in both directions, acks, routing, retained
-#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE, retained replay
+#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE; the retained replay a SUBSCRIBE
+#                    starts goes out at the pace of the client's output (replay)
 # Errors raised while decoding or handling a packet carry their reason code
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
