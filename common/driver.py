@@ -196,11 +196,10 @@ class Driver:
         if handle is None or self.linger[cid]:
             return
         self.broker.set_paused(cid, paused)
-        if self._hold(cid, _HELD_OUTPUT, paused):
-            self.data_received(cid, b"")  # what waited in the frame reader meanwhile
+        self._hold(cid, _HELD_OUTPUT, paused)
 
     def _hold(self, cid, why, on):
-        """Pause reading `cid` while any reason holds it; True if it resumed."""
+        """Pause reading `cid` while any reason holds it."""
         held = self.held[cid]
         now_held = held | why if on else held & ~why
         self.held[cid] = now_held
@@ -208,13 +207,12 @@ class Driver:
             self.handles[cid].pause_reading()
         elif held and not now_held:
             self.handles[cid].resume_reading()
-            return True
-        return False
 
     def _follow(self, wanted, mine, why):
         # Pause the connections the broker holds for `why` (the publishers it
         # throttles, those with a pending replay), resume those it released
-        # and run what they had already sent (it waits in the frame reader).
+        # and run what they had already sent (it waits in the frame reader),
+        # even while their output is paused: only new input waits for that.
         for cid in wanted:
             if cid not in mine and self.handles[cid] is not None and not self.linger[cid]:
                 mine.append(cid)
@@ -226,7 +224,8 @@ class Driver:
                 i += 1
                 continue
             del mine[i]
-            if self.handles[cid] is not None and not self.linger[cid] and self._hold(cid, why, False):
+            if self.handles[cid] is not None and not self.linger[cid]:
+                self._hold(cid, why, False)
                 self.data_received(cid, b"")
 
     def connection_lost(self, cid):
