@@ -9,12 +9,13 @@
 # output or must be closed. Packet handling is split by family:
 #   handle_connect   CONNECT, DISCONNECT, sessions, wills, takeover
 #   handle_publish   PUBLISH in both directions, acks, routing, retained
-#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE, retained replay
+#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE; the retained replay a SUBSCRIBE
+#                    starts goes out at the pace of the client's output (replay)
 # Errors raised while decoding or handling a packet carry their reason code
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.broker import handle_connect, handle_publish, handle_subscribe
+from common.broker import handle_connect, handle_publish, handle_subscribe, replay
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.broker.listener import StateListener
 from common.broker.routing import Routing
@@ -100,6 +101,7 @@ class Stats:
         self.denied_publish = 0  # PUBLISHes the ACL refused
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
+        self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
 
 
 # The names of the Stats counters, in a stable order (snapshot()).
@@ -122,6 +124,7 @@ STATS_COUNTERS = (
     "denied_publish",
     "denied_subscribe",
     "denied_delivery",
+    "closed_replay_stalled",
 )
 
 
@@ -188,6 +191,13 @@ class Broker:
         self.throttle_changed = False
         self.throttled_since = 0  # s: when `throttled` last became non-empty
         self.throttle_off_until = 0  # s: no throttling before then (see tick)
+        # Connections (ids) with a retained replay pending, and their
+        # replay.Replay at the same index (common/broker/replay.py): their
+        # input is not processed, and `replay_changed` tells the driver to
+        # pause or resume their reading (take_replay_changes).
+        self.replaying = []
+        self.replays = []
+        self.replay_changed = False
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
         # warning). Never called on the per-message path; below log_level
@@ -283,6 +293,8 @@ class Broker:
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
+                if self.replaying and cid in self.replaying:
+                    break  # the rest waits in the reader until the replay ends
                 frame = reader.maybe_read_frame()
                 if frame is None:
                     break
@@ -349,6 +361,8 @@ class Broker:
         # fires before its full time has passed.
         if self.session_due and now > self.session_due:
             self.session_due = handle_connect.run_session_timers(self, now)
+        if self.replaying:
+            replay.close_stalled(self, now)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.
@@ -364,7 +378,7 @@ class Broker:
                 self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                 self.close(conn, now)  # CONNECT not completed in time
             elif conn.state == CONNECTED:
-                if conn.cid in self.throttled:
+                if conn.cid in self.throttled or conn.cid in self.replaying:
                     # Not read by our choice: its silence is ours, not its own.
                     conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
                     due = ticks_sooner(due, conn.deadline)
@@ -400,6 +414,23 @@ class Broker:
         self.throttle_changed = False
         return changed
 
+    # ------------------------------------------------- retained replays
+
+    def run_replays(self, now):
+        """Go on with the retained replays whose output has drained (the
+        driver, before each flush)."""
+        replay.run(self, now)
+
+    def replays_waiting(self):
+        """True if a pending replay's output is not paused: flush again soon."""
+        return replay.waiting(self)
+
+    def take_replay_changes(self):
+        """True once after the set of connections with a pending replay changed (the driver)."""
+        changed = self.replay_changed
+        self.replay_changed = False
+        return changed
+
     def _detach(self, conn, now):
         # The end of a connection; a will delay or session expiry it starts
         # becomes a session timer. Its queue no longer drains: publishers
@@ -407,6 +438,7 @@ class Broker:
         session = conn.session
         if session is not None and session.queue.count:
             self.release_throttled()
+        replay.end(self, conn)
         handle_connect.detach(self, conn, now)
         if session is not None:
             due = session.will_at

@@ -74,6 +74,9 @@ LIMITS = (
     ("max_inflight", 16, K_INT, 1, U16_MAX),  # unacknowledged QoS 1/2 PUBLISHes to one client
     ("max_inflight_in", 64, K_INT, 1, U16_MAX),  # QoS 2 ids awaiting PUBREL (v5 Receive Maximum)
     ("max_out_buffer", 262144, K_INT, 0, None),  # bytes waiting for a slow reader before QoS 0 drops
+    # s a retained replay may wait for its client to read before the client is
+    # disconnected (v5 DISCONNECT 0x97), 0 = never
+    ("replay_stall_timeout", 30, K_INT, 0, None),
     ("queue_qos0_offline", False, K_BOOL, None, None),  # queue QoS 0 for offline persistent sessions
     ("max_retained", 10000, K_INT, 0, None),  # retained messages; beyond it new ones are dropped and counted
     ("max_retained_bytes", 16777216, K_INT, 0, None),  # payload bytes of the retained messages

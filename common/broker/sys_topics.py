@@ -26,6 +26,7 @@ DROP_COUNTERS = (
 # (topic suffix, snapshot key) after the drop counters.
 _TAIL = (
     ("messages/refused/queue_full", "refused_queue_full"),
+    ("clients/closed/replay_stalled", "closed_replay_stalled"),
     ("messages/expired", "expired"),
     ("messages/denied/publish", "denied_publish"),  # PUBLISHes and wills the ACL refused
     ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them

@@ -269,10 +269,13 @@ def puback_packet(packet_id: int) -> bytes:
 class RawClient:
     """A plain TCP socket speaking hand-made MQTT; parses what comes back."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0, rcvbuf: int = 0) -> None:
+        """`rcvbuf`: a small SO_RCVBUF, for a client that reads slowly or never."""
         import socket
 
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.buf = b""
 
     def send(self, data: bytes) -> None:
