@@ -350,7 +350,8 @@ class TestFlowControl(unittest.TestCase):
         self.assertEqual([h.broker.sessions.find(n).dropped for n in "ab"], [1, 2])
         warnings = [t for lv, t in lines if lv == 30]
         self.assertEqual(len(warnings), 1)  # one line for the whole broker, rate-limited
-        self.assertIn("all queues full (max_queued_total_bytes %d, queue_full = drop_newest)" % (3 * self.COPY), warnings[0])
+        want = "all queues full (max_queued_total_bytes %d, queue_full = drop_newest)" % (3 * self.COPY)
+        self.assertIn(want, warnings[0])
         self.assertIn("1 message(s) dropped", warnings[0])
         h.advance(11)
         pub.publish("t", b"z", qos=1, packet_id=9)
@@ -382,7 +383,8 @@ class TestFlowControl(unittest.TestCase):
             codes.append(ack.reason)
         # 0 fits for both; 1 would fit a but not b: refused whole.
         self.assertEqual(codes, [C.RC_SUCCESS, C.RC_QUOTA_EXCEEDED, C.RC_QUOTA_EXCEEDED])
-        self.assertEqual(dict(ack.props)[C.PROP_REASON_STRING], "all queues full (max_queued_total_bytes %d)" % (3 * self.COPY))
+        want = "all queues full (max_queued_total_bytes %d)" % (3 * self.COPY)
+        self.assertEqual(dict(ack.props)[C.PROP_REASON_STRING], want)
         st = h.broker.stats
         self.assertEqual((st.refused_queue_total, st.refused_queue_full, st.dropped_queue_total), (2, 0, 0))
 
