@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -427,3 +428,105 @@ class Paho:
             self.client.disconnect()
         finally:
             self.client.loop_stop()
+
+
+# ---------------------------------------------------------------------------
+# A QoS 1/2 load with its acknowledgements recorded, and a draining
+# subscriber: the kill -9 tests (tests/host/test_persist_crash.py) and
+# tools/crashloss.py.
+
+
+def pubrel_packet(pid: int) -> bytes:
+    return b"\x62\x02" + pid.to_bytes(2, "big")
+
+
+def pubrec_packet(pid: int) -> bytes:
+    return b"\x50\x02" + pid.to_bytes(2, "big")
+
+
+def pubcomp_packet(pid: int) -> bytes:
+    return b"\x70\x02" + pid.to_bytes(2, "big")
+
+
+WINDOW = 32  # unacknowledged PUBLISHes the publisher keeps in flight
+
+
+class Publisher:
+    """Floods numbered QoS 1/2 messages, WINDOW at a time; a reader thread records the acks."""
+
+    def __init__(self, port: int, client_id: str = "storm-pub") -> None:
+        self.client = RawClient(port)
+        self.client.connect(client_id, clean=True)
+        self.acked: dict[int, set[int]] = {1: set(), 2: set()}  # qos -> message numbers
+        self.pid_to_msg: dict[int, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+        self.window = threading.Semaphore(WINDOW)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                pkt = self.client.read_packet(timeout=30)
+                if pkt is None:
+                    return
+                first, body = pkt
+                pid = int.from_bytes(body[:2], "big")
+                with self.lock:
+                    qos_n = self.pid_to_msg.get(pid)
+                if qos_n is None:
+                    continue
+                if first == 0x40 and qos_n[0] == 1:  # PUBACK
+                    with self.lock:
+                        self.acked[1].add(qos_n[1])
+                    self.window.release()
+                elif first == 0x50 and qos_n[0] == 2:  # PUBREC: the broker owns the message
+                    with self.lock:
+                        self.acked[2].add(qos_n[1])
+                    self.client.send(pubrel_packet(pid))
+                elif first == 0x70:  # PUBCOMP: the packet id is free again
+                    self.window.release()
+        except OSError:
+            return
+
+    def flood(self, count: int, stop: threading.Event, qos: int = 0, topic: str = "storm") -> None:
+        """Publish `count` numbered messages to `topic`/QOS, at `qos` (0:
+        alternately 1 and 2), until `stop` is set."""
+        alternate = not qos
+        try:
+            for n in range(count):
+                while not self.window.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                if alternate:
+                    qos = 1 + n % 2
+                pid = n % 60000 + 1
+                with self.lock:
+                    self.pid_to_msg[pid] = (qos, n)
+                self.client.send(publish_packet(f"{topic}/{qos}", b"%08d" % n, qos=qos, packet_id=pid))
+        except OSError:
+            return
+
+
+def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, bool, int]]:
+    """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully)."""
+    got = []
+    while True:
+        try:
+            pkt = client.read_packet(timeout=quiet)
+        except TimeoutError:
+            return got
+        if pkt is None:
+            return got
+        first, body = pkt
+        if first >> 4 == 3:
+            topic, payload, qos, _retain, dup, pid = parse_publish(first, body)
+            got.append((topic, payload, qos, dup, pid))
+            if qos == 1:
+                client.send(puback_packet(pid))
+            elif qos == 2:
+                client.send(pubrec_packet(pid))
+        elif first == 0x62:  # PUBREL
+            client.send(pubcomp_packet(int.from_bytes(body[:2], "big")))
