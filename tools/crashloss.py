@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, drain, wait_until
+from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, drain
 
 TOPIC = "crash"
 SUB_ID = "crash-sub"
@@ -55,9 +55,7 @@ class Run:
 
 
 def _broker(workdir: Path, config: str | None) -> BrokerProcess:
-    # BrokerProcess passes its own (empty) --config first: a second one wins.
-    extra = ("--config", config) if config else ()
-    return BrokerProcess(workdir, log_level="info", extra_args=extra)
+    return BrokerProcess(workdir, log_level="info", base=config)
 
 
 def run_once(workdir: Path, rng: random.Random, count: int, config: str | None = None, kill: bool = True) -> Run:

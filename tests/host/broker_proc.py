@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -78,11 +79,21 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def write_config(path: Path, limits: dict[str, Any] | None = None, server: dict[str, Any] | None = None) -> Path:
-    lines = ["[limits]"]
-    lines += [f"{k} = {toml_value(v)}" for k, v in (limits or {}).items()]
-    lines.append("[server]")
-    lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
+def write_config(
+    path: Path, limits: dict[str, Any] | None = None, server: dict[str, Any] | None = None, base: str | None = None
+) -> Path:
+    """A config file: `base` (a shipped settings file, e.g. "boards/linux.toml";
+    None: the built-in defaults) with `limits` and `server` set over it."""
+    tables: dict[str, dict[str, Any]] = {"limits": {}, "server": {}}
+    if base is not None:
+        with (REPO_ROOT / base).open("rb") as f:
+            tables.update(tomllib.load(f))
+    tables["limits"] = {**tables["limits"], **(limits or {})}
+    tables["server"] = {**tables["server"], **(server or {})}
+    lines = []
+    for name, values in tables.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -106,10 +117,13 @@ class BrokerProcess:
         server: dict[str, Any] | None = None,
         log_level: str = "debug",
         extra_args: tuple[str, ...] = (),
+        base: str | None = None,
     ) -> None:
+        """`base`: a shipped settings file the config starts from (None: the
+        built-in defaults); `limits` and `server` are set over it."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server)
+        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, base)
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args
@@ -512,7 +526,7 @@ class Publisher:
 
 def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, bool, int]]:
     """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully)."""
-    got = []
+    got: list[tuple[str, bytes, int, bool, int]] = []
     while True:
         try:
             pkt = client.read_packet(timeout=quiet)
