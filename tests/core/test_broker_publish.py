@@ -281,6 +281,18 @@ class TestFlowControl(unittest.TestCase):
         self.assertIn("sub: queue full, 5 message(s) dropped so far", warnings[1])
         self.assertEqual(h.broker.stats.dropped_queue_full, 5)
 
+    def _v5_publishes(self, h, n):
+        """A v5 publisher sends n QoS 1 messages to "t": their PUBACK codes, and the last PUBACK."""
+        pub = h.client(level=5)
+        pub.connect("pub5")
+        pub.take()
+        codes = []
+        for i in range(n):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+            ack = pub.expect(C.PUBACK)
+            codes.append(ack.reason)
+        return codes, ack
+
     def test_queue_full_refuse_tells_a_v5_publisher(self):
         h = Harness(max_queued_messages=2, queue_full="refuse")
         self._offline_subscriber(h)
@@ -288,14 +300,7 @@ class TestFlowControl(unittest.TestCase):
         other.connect("other")
         other.subscribe("t", 1)
         other.take()
-        pub = h.client(level=5)
-        pub.connect("pub")
-        pub.take()
-        codes = []
-        for i in range(4):
-            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
-            ack = pub.expect(C.PUBACK)
-            codes.append(ack.reason)
+        codes, ack = self._v5_publishes(h, 4)
         self.assertEqual(codes, [C.RC_SUCCESS, C.RC_SUCCESS, C.RC_QUOTA_EXCEEDED, C.RC_QUOTA_EXCEEDED])
         self.assertIn("queue of subscriber sub full", dict(ack.props)[C.PROP_REASON_STRING])
         # Refused whole: the subscriber with room did not get it either.
@@ -373,14 +378,7 @@ class TestFlowControl(unittest.TestCase):
 
     def test_all_queues_budget_refuse_tells_a_v5_publisher(self):
         h, _pub = self._two_offline(queue_full="refuse")
-        pub = h.client(level=5)
-        pub.connect("pub5")
-        pub.take()
-        codes = []
-        for i in range(3):
-            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
-            ack = pub.expect(C.PUBACK)
-            codes.append(ack.reason)
+        codes, ack = self._v5_publishes(h, 3)
         # 0 fits for both; 1 would fit a but not b: refused whole.
         self.assertEqual(codes, [C.RC_SUCCESS, C.RC_QUOTA_EXCEEDED, C.RC_QUOTA_EXCEEDED])
         want = "all queues full (max_queued_total_bytes %d)" % (3 * self.COPY)

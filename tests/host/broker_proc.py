@@ -415,6 +415,15 @@ class Paho:
                 raise AssertionError(f"no SUBACK for {topic}")
             return self.subscribed[mid]
 
+    @classmethod
+    def fast_publisher(cls, port: int, client_id: str) -> Paho:
+        """Connected, with 1,000 QoS 1/2 messages in flight and no queue
+        limit of its own: it publishes as fast as the broker reads."""
+        pub = cls(port, client_id)
+        pub.client.max_inflight_messages_set(1000)
+        pub.client.max_queued_messages_set(0)
+        return pub.connect()
+
     def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, timeout: float = 5.0) -> None:
         info = self.client.publish(topic, payload, qos, retain)
         info.wait_for_publish(timeout)

@@ -204,10 +204,7 @@ def test_burst_to_an_online_subscriber_arrives_whole(tmp_path: Path, settings: s
     # (boards/linux.toml once lost 28,960 of such a 50,000 burst).
     with BrokerProcess(tmp_path, limits={"sys_interval": 0}, log_level="info", base=settings) as b:
         sub = Paho(b.port, "burst-sub").connect()
-        pub = Paho(b.port, "burst-pub")
-        pub.client.max_inflight_messages_set(1000)
-        pub.client.max_queued_messages_set(0)
-        pub.connect()
+        pub = Paho.fast_publisher(b.port, "burst-pub")
         try:
             sub.subscribe("burst/#", 1)
             infos = [pub.client.publish("burst/x", b"%d" % i, 1) for i in range(count)]
