@@ -96,6 +96,10 @@ class ModelClient(Client):
         self.owed = []  # acks we owe the broker: (packet type, packet id)
         self.window = 0  # the most unacknowledged QoS 1/2 PUBLISHes the broker may send us
         self.qos2_ids = set()  # ids of the broker's QoS 2 PUBLISHes to us, until PUBCOMP
+        # Ids we sent a PUBACK/PUBREC for while we owed none: a PUBLISH the
+        # broker sent that we have not read yet (our output paused) may be
+        # settled by it, so its arrival owes nothing.
+        self.early = set()
 
     def send_raw(self, data):
         if self.shadow is not None:
@@ -120,6 +124,8 @@ class ModelClient(Client):
                     # for that id, which only ever weakens the checks below.
                     pid = pkt.packet_id
                     ours = ptype == C.PUBREL
+                    if (ptype == C.PUBACK or ptype == C.PUBREC) and (ptype, pid) not in self.owed:
+                        self.early.add(pid)
                     self.owed = [o for o in self.owed if o[1] != pid or (o[0] == C.PUBREL) != ours]
                     if ptype == C.PUBACK or ptype == C.PUBCOMP:
                         self.qos2_ids.discard(pid)
@@ -178,6 +184,9 @@ class ModelClient(Client):
             # DUP resends of a resumed session too [MQTT-4.4.0-1]: no more
             # than the window, even one the client lowered on reconnecting.
             assert len(busy) < self.window, f"more than {self.window} unacknowledged PUBLISHes: {busy}"
+            if pkt.packet_id in self.early:
+                self.early.discard(pkt.packet_id)  # settled before we read it
+                return
             self.owed.append((C.PUBACK if pkt.qos == 1 else C.PUBREC, pkt.packet_id))
             if pkt.qos == 2:
                 self.qos2_ids.add(pkt.packet_id)
