@@ -25,7 +25,7 @@
 # at the moment it applies.
 #
 # The shell calls, in the driver:
-#     connection_made(handle) -> cid (-1: abort it at once)
+#     connection_made(handle, peer, accepted) -> cid (-1: abort it at once)
 #     data_received(cid, data)  then flush() when it likes (the host
 #                               coalesces a loop turn's input into one flush)
 #     set_paused(cid, paused)   its write buffer crossed a water mark
@@ -72,6 +72,8 @@
 # a second away (1.5 x a keep-alive of >= 1 s, the connect timeout, whole
 # second session timers, close_linger), so the next wake still sees it in
 # time; and a wake with nothing due costs a few comparisons, not a scan.
+# The exception: a connection handed over after its accept (`accepted`, a
+# TLS handshake later) may be due sooner; the shell then calls tick() again.
 
 from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
@@ -143,11 +145,16 @@ class Driver:
 
     # ------------------------------------------------------ connections
 
-    def connection_made(self, handle, peer=None):
+    def connection_made(self, handle, peer=None, accepted=None):
         """A socket was accepted: its connection id, or -1 (abort it at once).
 
-        `peer`: what the shell knows of the other end (Broker.connection_made)."""
+        `peer`: what the shell knows of the other end (Broker.connection_made).
+        `accepted`: the shell's ticks_ms() at the accept, when it hands the
+        connection over only later (after a TLS handshake): the connect
+        timeout then counts from the accept, so the handshake spends it too."""
         ms = self.clock()
+        if accepted is not None:
+            ms = accepted & TICKS_MASK
         cid = self.broker.connection_made(self.now, ms, peer)
         if cid < 0:
             return cid

@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from common.broker.broker import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
@@ -21,12 +20,13 @@ from cpython_host.config import ConfigError, HostConfig, load_config
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
 
-Serves MQTT over TCP on --host:--port until SIGINT (Ctrl-C) or SIGTERM, then
-shuts down gracefully (stops listening, closes every client, exits 0).
-Limits (connections, sessions, queues, packet size, ...) come from the
-[limits] table of the --config file; anything not set there keeps the
-built-in default. Command-line flags override the file's [server] and [log]
-values.
+Serves MQTT over TCP on --host:--port (and over TLS on the --config file's
+TLS listeners) until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
+(stops listening, closes every client, exits 0). SIGHUP reloads the TLS
+certificates and keys without dropping a client. Limits (connections,
+sessions, queues, packet size, ...) come from the [limits] table of the
+--config file; anything not set there keeps the built-in default.
+Command-line flags override the file's [server], [[listener]] and [log] values.
 """
 
 EPILOG = """\
@@ -40,7 +40,23 @@ config file (TOML; boards/linux.toml is a commented example of every key):
   [limits]  max_connections = 10000        broker settings, by name
   [server]  host, port, backlog, write_buffer_high, write_buffer_low,
             close_linger, shutdown_timeout
+  [[listener]]  one table per socket, instead of [server] host and port:
+            host, port; TLS: certfile, keyfile, cafile, require_certificate
+            (mutual TLS), use_identity_as_username, identity = "cn" |
+            "san_dns" | "san_email" | "san_uri", tls_version = "tlsv1.2" |
+            "tlsv1.3" (the oldest accepted). --host/--port set the first one.
   [log]     level = "info"
+
+TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
+  [[listener]]
+  port = 1883
+  [[listener]]
+  host = "0.0.0.0"
+  port = 8883
+  certfile = "/etc/siskin/server.crt"
+  keyfile = "/etc/siskin/server.key"
+A TLS handshake must end within [limits] connect_timeout, which also covers
+the CONNECT that follows. kill -HUP PID reloads certfile, keyfile, cafile.
 
 $SYS: statistics are published as retained messages under $SYS/broker/
 every sys_interval seconds ([limits] sys_interval, 0 = off).
@@ -56,8 +72,8 @@ other commands:
   siskin scram-user NAME                   print a [limits] scram_users line (v5 SCRAM-SHA-256)
   siskin store-key                         print a fresh AES-256 store key (keep it secret)
 
-exit status: 0 after a clean shutdown, 1 if the port cannot be opened,
-2 for a bad command line, config file, key or store.
+exit status: 0 after a clean shutdown, 1 if a port cannot be opened,
+2 for a bad command line, config file, certificate, key or store.
 """
 
 
@@ -71,13 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host",
         metavar="ADDR",
-        help="address to listen on (default 127.0.0.1, loopback only; 0.0.0.0 = every IPv4 interface)",
+        help="address to listen on (default 127.0.0.1, loopback only; 0.0.0.0 = every IPv4 interface); "
+        "with [[listener]] tables, the first one's",
     )
-    p.add_argument("--port", metavar="N", type=int, help="TCP port to listen on (default 1883; 0 = any free port)")
+    p.add_argument(
+        "--port",
+        metavar="N",
+        type=int,
+        help="TCP port to listen on (default 1883; 0 = any free port); with [[listener]] tables, the first one's",
+    )
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="TOML config file with [limits], [server] and [log] tables (e.g. boards/linux.toml)",
+        help="TOML config file with [limits], [server], [[listener]] and [log] tables (e.g. boards/linux.toml)",
     )
     p.add_argument(
         "--data-dir",
@@ -204,22 +226,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
-    overrides: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level}
-    for name, value in overrides.items():
-        if value is not None:
-            setattr(cfg, name, value)
-    if not 0 <= cfg.port <= 65535:
-        print(f"siskin: --port {cfg.port}: wants 0..65535", file=sys.stderr)
+    if args.port is not None and not 0 <= args.port <= 65535:
+        print(f"siskin: --port {args.port}: wants 0..65535", file=sys.stderr)
         return 2
+    cfg.set_address(args.host, args.port)
+    if args.log_level is not None:
+        cfg.log_level = args.log_level
     try:
         factory = _loop_factory(args.event_loop)
     except ImportError:
         print("siskin: --event-loop uvloop: uvloop is not installed (pip install uvloop)", file=sys.stderr)
         return 2
     from common.store.store import StoreError
-    from cpython_host.server import make_broker, make_driver, serve
+    from cpython_host.server import make_broker, make_driver, serve, tls_contexts
     from cpython_host.storage import open_store
 
+    try:
+        contexts = tls_contexts(cfg)
+    except ConfigError as e:
+        print(f"siskin: config error: {e}", file=sys.stderr)
+        return 2
     setup_logging(cfg.log_level)
     store = None
     data_dir = None
@@ -246,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         driver.restore(int(time.time()))
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(serve(cfg, driver, data_dir))
+            return runner.run(serve(cfg, driver, data_dir, contexts))
     finally:
         if store is not None:
             store.close()

@@ -1,12 +1,16 @@
 """Configuration for the CPython host: a TOML file plus command-line flags.
 
-A config file has three tables, all optional:
+A config file has these tables, all optional:
 
-    [limits]   the broker's settings, named exactly as in common/broker/settings.py
-               (boards/linux.toml lists every one with what it does)
-    [server]   listener options (SERVER below): host, port, backlog, write
-               buffer marks, close linger and shutdown timeout
-    [log]      level = "debug" | "info" | "warning" | "error"
+    [limits]     the broker's settings, named exactly as in common/broker/settings.py
+                 (boards/linux.toml lists every one with what it does)
+    [server]     socket options (SERVER below): host, port, backlog, write
+                 buffer marks, close linger and shutdown timeout
+    [[listener]] one table per listening socket (LISTENER below): address,
+                 port and, for TLS, the certificate, key and client CA. Without
+                 any, [server] host and port are the one plain listener; with
+                 them, those two keys belong in a [[listener]] table instead.
+    [log]        level = "debug" | "info" | "warning" | "error"
 
 Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from common.broker.settings import (
+    K_BOOL,
     K_CHOICE,
     K_INT,
     K_NUMBER,
@@ -35,7 +40,7 @@ from common.broker.settings import (
 )
 from common.broker.settings_hint import did_you_mean
 
-__all__ = ["SERVER", "ConfigError", "HostConfig", "load_config"]
+__all__ = ["LISTENER", "SERVER", "ConfigError", "HostConfig", "Listener", "load_config"]
 
 # [server]: the schema of common/broker/settings.py. Times are seconds, sizes bytes.
 SERVER = (
@@ -47,9 +52,76 @@ SERVER = (
     ("close_linger", 2.0, K_NUMBER, 0, None),  # s to drain a closing connection after the half-close
     ("shutdown_timeout", 5.0, K_NUMBER, 0, None),  # s to wait for connections to close at shutdown
 )
+# [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
+IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
+TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
+LISTENER = (
+    ("host", "127.0.0.1", K_STR, None, None),  # address to listen on ("0.0.0.0": every IPv4 interface)
+    ("port", -1, K_INT, 0, 65535),  # TCP port (required; 0 = any free port, logged at start)
+    ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); TLS on
+    ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
+    ("cafile", "", K_STR, None, None),  # PEM: the CA(s) client certificates must chain to
+    ("require_certificate", False, K_BOOL, None, None),  # mutual TLS: no valid client certificate, no connection
+    ("use_identity_as_username", False, K_BOOL, None, None),  # the certificate's identity is the user name
+    ("identity", "cn", K_CHOICE, IDENTITY_FIELDS, None),  # which field is the identity: CN or a SAN type
+    ("tls_version", "tlsv1.2", K_CHOICE, TLS_VERSIONS, None),  # the oldest TLS version accepted
+)
 # [log]
 LOG = (("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),)  # how much to log (case does not matter)
-TABLES = ("limits", "server", "log")
+TABLES = ("limits", "server", "listener", "log")
+
+
+class Listener:
+    """One listening socket: the checked values of a [[listener]] table, as attributes."""
+
+    host: str
+    port: int
+    certfile: str
+    keyfile: str
+    cafile: str
+    require_certificate: bool
+    use_identity_as_username: bool
+    identity: str
+    tls_version: str
+
+    def __init__(self, where: str, values: dict[str, Any]) -> None:
+        self.where = where  # names the table in messages: "site.toml: [[listener]] #2"
+        for name, value in defaults(LISTENER).items():
+            setattr(self, name, values.get(name, value))
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.certfile)
+
+
+def _listener(where: str, body: Any, base: Path) -> Listener:
+    """A [[listener]] table, checked; its relative file names are taken from `base` (the config file's directory)."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: must be a table ([[listener]] with keys under it).")
+    values = check(where, body, LISTENER)
+    for name in ("certfile", "keyfile", "cafile"):
+        if values.get(name):
+            values[name] = str(base / values[name])
+    lst = Listener(where, values)
+    if "port" not in body:
+        raise ConfigError(f"{where}: port is missing; add e.g. port = 1883 (plain) or port = 8883 (TLS).")
+    files = ("keyfile", "cafile", "require_certificate", "use_identity_as_username", "identity", "tls_version")
+    if not lst.tls:
+        for name in files:
+            if name in body:
+                raise ConfigError(f"{where}: {name} is set but certfile is not; TLS needs certfile and keyfile.")
+    elif not lst.keyfile:
+        raise ConfigError(f"{where}: certfile is set but keyfile is not; add the path of its private key (PEM).")
+    if lst.require_certificate and not lst.cafile:
+        raise ConfigError(
+            f"{where}: require_certificate = true needs cafile, the CA that signs the clients' certificates."
+        )
+    if lst.use_identity_as_username and not lst.require_certificate:
+        raise ConfigError(
+            f"{where}: use_identity_as_username = true needs require_certificate = true "
+            "(a client without a certificate would have no identity)."
+        )
+    return lst
 
 
 class HostConfig:
@@ -69,6 +141,22 @@ class HostConfig:
         self.settings = Settings()
         self.log_level = "info"
         self.apply(defaults(SERVER))
+        # [[listener]] tables; None: the one plain listener [server] host:port
+        self.listener_tables: list[Listener] | None = None
+
+    def listeners(self) -> list[Listener]:
+        """Every listener, in the file's order (--host/--port have changed the first)."""
+        if self.listener_tables is None:
+            return [Listener("[server]", {"host": self.host, "port": self.port})]
+        return self.listener_tables
+
+    def set_address(self, host: str | None, port: int | None) -> None:
+        """--host / --port: the first listener's address."""
+        first = self.listener_tables[0] if self.listener_tables else self
+        if host is not None:
+            first.host = host
+        if port is not None:
+            first.port = port
 
     def apply(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
@@ -96,13 +184,27 @@ def load_config(path: str | None) -> HostConfig:
     for table, body in doc.items():
         if table not in TABLES:
             raise ConfigError(
-                f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server] and [log]."
+                f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server], "
+                "[[listener]] and [log]."
             )
-        if not isinstance(body, dict):
+        if table == "listener":
+            if not isinstance(body, list) or not body:
+                raise ConfigError(f"{path}: listener must be tables ([[listener]], one per socket).")
+        elif not isinstance(body, dict):
             raise ConfigError(f"{path}: {table} must be a table ([{table}]), not a value.")
     cfg.limits = dict(doc.get("limits", {}))
     cfg.settings = Settings(cfg.limits, f"{path}: [limits]")
     cfg.apply(check(f"{path}: [server]", doc.get("server", {}), SERVER))
+    if "listener" in doc:
+        for name in ("host", "port"):
+            if name in doc.get("server", {}):
+                raise ConfigError(
+                    f"{path}: [server] {name} and [[listener]] tables: move {name} into a [[listener]] table "
+                    "(with [[listener]] tables, they say where to listen)."
+                )
+        cfg.listener_tables = [
+            _listener(f"{path}: [[listener]] #{i}", body, p.parent) for i, body in enumerate(doc["listener"], 1)
+        ]
     if cfg.write_buffer_low > cfg.write_buffer_high:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
     log = {k: v.lower() if isinstance(v, str) else v for k, v in doc.get("log", {}).items()}

@@ -23,15 +23,30 @@ Backpressure: the transport's write buffer has high/low water marks
 ([server] write_buffer_high/low); asyncio's pause_writing/resume_writing
 become driver.set_paused (the driver pauses the core's output for that
 client and stops reading it; docs/host.md).
+
+Listeners: one per [[listener]] table. A plain one is an asyncio server.
+A TLS one accepts in its own loop (sock_accept) and runs each handshake as
+a task, loop.connect_accepted_socket bounded by connect_timeout: so the
+shell sees a handshake fail (one log line; cpython_host/tls.py says why,
+where asyncio's own TLS servers drop it silently) and knows when the
+socket was accepted, which the driver uses to start the connect timeout
+there, so the handshake spends it too. The ClientProtocol then registers
+with the identity the client certificate proved. SIGHUP loads every TLS
+listener's files into a new SSLContext for the handshakes that follow;
+established connections keep theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import ipaddress
 import logging
 import os
 import signal
+import socket
+import ssl
 import time
 from typing import Any
 
@@ -39,7 +54,8 @@ from common.broker.broker import VERSION, Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
-from cpython_host.config import HostConfig
+from cpython_host.config import HostConfig, Listener
+from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
 core_log = logging.getLogger("siskin.core")
@@ -64,21 +80,30 @@ def ticks_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def address(peername: Any) -> str:
+    """A socket's (host, port) as text for the log and the core ("192.0.2.7:50432", "[::1]:50432")."""
+    if not peername:
+        return "?"
+    host = peername[0]
+    return f"[{host}]:{peername[1]}" if ":" in host else f"{host}:{peername[1]}"
+
+
 class ClientProtocol(asyncio.Protocol):
     """One accepted connection: asyncio's protocol and the driver's handle."""
 
-    __slots__ = ("cid", "peername", "server", "transport")
+    __slots__ = ("accepted", "cid", "listening", "peername", "server", "transport")
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, listening: Listening, accepted: int | None = None) -> None:
         self.server = server
+        self.listening = listening
+        self.accepted = accepted  # ticks_ms() of the accept, when it came before a TLS handshake
         self.transport: Any = None
         self.cid = -1
         self.peername: Any = None  # (host, port); formatted only for the log
 
     @property
     def peer(self) -> str:
-        p = self.peername
-        return f"{p[0]}:{p[1]}" if p else "?"
+        return address(self.peername)
 
     # -------------------------------------------------------------- asyncio
 
@@ -86,19 +111,34 @@ class ClientProtocol(asyncio.Protocol):
         self.transport = transport
         server = self.server
         self.peername = transport.get_extra_info("peername")
-        cid = server.driver.connection_made(self, (self.peer, None, True))
+        identity = None
+        if self.listening.identity_field is not None:
+            identity = certificate_identity(self.listening, transport, self.peer)
+            if identity is None:
+                transport.abort()  # type: ignore[attr-defined]
+                return
+        cid = server.driver.connection_made(self, (self.peer, identity, self.listening.local), self.accepted)
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)
             self.transport.abort()
             return
         self.cid = cid
+        if self.accepted is not None:
+            # After a handshake the connect deadline can be less than the
+            # driver's one-second granularity away: let it arm the timer.
+            server.rearm_timer()
         # No setsockopt(TCP_NODELAY) here: asyncio and uvloop both set it on
         # every TCP transport they make (checked on both), and a connection
         # storm pays for every system call.
         transport.set_write_buffer_limits(server.write_high, server.write_low)  # type: ignore[attr-defined]
         if server.debug:
-            log.debug("connection #%d from %s opened", cid, self.peer)
+            log.debug(
+                "connection #%d from %s opened%s",
+                cid,
+                self.peer,
+                "" if identity is None else f" (certificate identity {identity!r})",
+            )
 
     def data_received(self, data: bytes) -> None:
         if self.cid >= 0:
@@ -147,7 +187,7 @@ class ClientProtocol(asyncio.Protocol):
         transport.resume_reading()  # read (and discard) until the peer's EOF
         if transport.can_write_eof():
             transport.write_eof()
-        else:  # pragma: no cover - TLS transports cannot half-close
+        else:  # TLS transports cannot half-close: close_notify, then close
             transport.close()
 
     def close(self) -> None:
@@ -166,10 +206,63 @@ class ClientProtocol(asyncio.Protocol):
         self.transport.resume_reading()
 
 
-class BrokerServer:
-    """Owns the listener, the timer and the driver around the broker."""
+IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN"}
 
-    def __init__(self, driver: Driver, config: HostConfig) -> None:
+
+class Listening:
+    """One [[listener]] at run time: its asyncio server and, for TLS, the SSLContext handshakes use now."""
+
+    __slots__ = ("accepting", "config", "context", "identity_field", "local", "name", "server", "sockets")
+
+    def __init__(self, config: Listener, context: ssl.SSLContext | None) -> None:
+        self.config = config
+        self.context = context
+        # the certificate field that is the user name (use_identity_as_username), or None
+        self.identity_field = config.identity if config.use_identity_as_username else None
+        self.server: asyncio.Server | None = None  # a plain listener's
+        self.sockets: list[socket.socket] = []  # a TLS listener's, and their accept loops
+        self.accepting: list[asyncio.Task[None]] = []
+        self.local = True  # bound to loopback addresses only (set once bound)
+        self.name = f"{config.host}:{config.port}"  # the bound address once bound
+
+    def describe(self) -> str:
+        """What the start-up log says of it."""
+        cfg = self.config
+        if self.context is None:
+            kind = "plain MQTT"
+        else:
+            kind = f"MQTT over TLS ({'1.3' if cfg.tls_version == 'tlsv1.3' else '1.2'}+"
+            if cfg.require_certificate:
+                kind += f", mutual TLS: client certificate required, CA {cfg.cafile}"
+                if cfg.use_identity_as_username:
+                    kind += f"; its {IDENTITY_NAMES[cfg.identity]} is the user name"
+            elif cfg.cafile:
+                kind += f", client certificate optional (verified against {cfg.cafile} if sent)"
+            kind += ")"
+        return kind + ("; loopback only" if self.local else "; reachable from the network")
+
+
+def certificate_identity(listening: Listening, transport: asyncio.BaseTransport, peer: str) -> str | None:
+    """The user name the verified client certificate gives; None (logged: refuse the connection) if it gives none."""
+    field = listening.identity_field
+    assert field is not None
+    identity = peer_identity(transport.get_extra_info("peercert"), field)
+    if identity is not None and usable_identity(identity):
+        return identity
+    log.warning(
+        "TLS client %s on %s refused: its certificate has %s %s to use as user name (use_identity_as_username)",
+        peer,
+        listening.name,
+        "no" if identity is None else "an unusable",
+        IDENTITY_NAMES[field],
+    )
+    return None
+
+
+class BrokerServer:
+    """Owns the listeners, the timer and the driver around the broker."""
+
+    def __init__(self, driver: Driver, config: HostConfig, contexts: dict[int, ssl.SSLContext]) -> None:
         self.driver = driver
         self.broker = driver.broker
         self.config = config
@@ -182,7 +275,15 @@ class BrokerServer:
         # deque in BaseEventLoop); None for loops that do not expose it.
         self.ready: Any = None
         self.debug = log.isEnabledFor(logging.DEBUG)
-        self.listener: asyncio.Server | None = None
+        self.listening = [Listening(lst, contexts.get(i)) for i, lst in enumerate(config.listeners())]
+        self.handshakes: set[asyncio.Task[None]] = set()
+        # Seconds a TLS handshake may take: the connect timeout, which the
+        # handshake spends (asyncio wants a positive figure).
+        self.handshake_timeout = float(max(self.broker.settings.connect_timeout, 1))
+        # Seconds a closing TLS connection waits for the peer's close_notify
+        # (asyncio's default, 30 s, would let a silent peer hold its slot):
+        # the linger of a plain connection.
+        self.tls_shutdown_timeout = max(config.close_linger, 0.1)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
 
@@ -233,32 +334,122 @@ class BrokerServer:
         assert self.loop is not None
         self.timer = self.loop.call_later(delay / 1000, self._on_timer)
 
+    def rearm_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self._on_timer()
+
+    # ------------------------------------------------------------------ TLS
+
+    async def _accept(self, listening: Listening, sock: socket.socket) -> None:
+        """A TLS listener's accept loop: each socket's handshake runs as a task of its own."""
+        loop = self.loop
+        assert loop is not None
+        while True:
+            try:
+                conn, peername = await loop.sock_accept(sock)
+            except (ConnectionAbortedError, InterruptedError):
+                continue
+            except OSError as e:  # out of file descriptors: let some close
+                log.error("accept on %s failed: %s; retrying in 1 s", listening.name, e.strerror or e)
+                await asyncio.sleep(1)
+                continue
+            accepted = ticks_ms()
+            if len(self.handshakes) >= self.broker.settings.max_connections:
+                # Sockets that stall their handshake must not pile up beyond
+                # what the broker would hold as connections.
+                log.warning(
+                    "refused TLS connection from %s: %d handshakes in progress (max_connections)",
+                    address(peername),
+                    len(self.handshakes),
+                )
+                conn.close()
+                continue
+            task = loop.create_task(self._handshake(listening, conn, address(peername), accepted))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _handshake(self, listening: Listening, conn: socket.socket, peer: str, accepted: int) -> None:
+        assert self.loop is not None and listening.context is not None
+        try:
+            await self.loop.connect_accepted_socket(
+                lambda: ClientProtocol(self, listening, accepted),
+                conn,
+                ssl=listening.context,
+                ssl_handshake_timeout=self.handshake_timeout,
+                ssl_shutdown_timeout=self.tls_shutdown_timeout,
+            )
+        except Exception as e:  # the socket is closed
+            why = handshake_failure(e, self.handshake_timeout)
+            log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)
+
+    def reload_certificates(self) -> None:
+        """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one."""
+        for listening in self.listening:
+            if listening.context is None:
+                continue
+            cfg = listening.config
+            try:
+                listening.context = server_context(cfg)
+            except ValueError as e:  # ConfigError
+                log.error("%s; listener %s keeps its previous certificate", e, listening.name)
+                continue
+            log.info("listener %s: certificate reloaded from %s", listening.name, cfg.certfile)
+
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> tuple[str, int]:
+    async def start(self) -> None:
+        """Open every listener; OSError naming the one that failed (those opened are closed)."""
         loop = asyncio.get_running_loop()
         self.loop = loop
         ready = getattr(loop, "_ready", None)
         if isinstance(ready, collections.deque):
             self.ready = ready
-        cfg = self.config
-        self.listener = await loop.create_server(
-            lambda: ClientProtocol(self),
-            cfg.host,
-            cfg.port,
-            backlog=cfg.backlog,
-            reuse_address=True,
-        )
+        backlog = self.config.backlog
+        for listening in self.listening:
+            cfg = listening.config
+            try:
+                if listening.context is None:
+                    listening.server = await loop.create_server(
+                        functools.partial(ClientProtocol, self, listening),
+                        cfg.host,
+                        cfg.port,
+                        backlog=backlog,
+                        reuse_address=True,
+                    )
+                    names = [sock.getsockname() for sock in listening.server.sockets]
+                else:
+                    listening.sockets = _bind(cfg.host, cfg.port, backlog)
+                    names = [sock.getsockname() for sock in listening.sockets]
+            except OSError as e:
+                self.close_listeners()
+                e.filename = f"{cfg.host}:{cfg.port}"
+                raise
+            listening.name = address(names[0])
+            listening.local = all(_loopback(name[0]) for name in names)
+        for listening in self.listening:
+            for sock in listening.sockets:
+                listening.accepting.append(loop.create_task(self._accept(listening, sock)))
         self._on_timer()  # starts the uptime clock and the first $SYS
-        addr = self.listener.sockets[0].getsockname()
-        return addr[0], addr[1]
+
+    def close_listeners(self) -> None:
+        for listening in self.listening:
+            if listening.server is not None:
+                listening.server.close()
+            for task in listening.accepting:
+                task.cancel()
+            for sock in listening.sockets:
+                sock.close()
+            listening.accepting = []
+            listening.sockets = []
 
     async def shutdown(self, reason: str) -> None:
         driver = self.driver
-        log.info("shutting down (%s): closing the listener and %d connection(s)", reason, driver.open)
+        log.info("shutting down (%s): closing the listeners and %d connection(s)", reason, driver.open)
         started = time.monotonic()
-        if self.listener is not None:
-            self.listener.close()
+        self.close_listeners()
+        for task in list(self.handshakes):
+            task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
         if driver.open:
             self.all_closed.clear()
@@ -269,12 +460,46 @@ class BrokerServer:
                 await asyncio.sleep(0)
         if self.timer is not None:
             self.timer.cancel()
-        if self.listener is not None:
-            try:
-                await asyncio.wait_for(self.listener.wait_closed(), 1.0)
-            except TimeoutError:  # pragma: no cover - every connection is closed by now
-                pass
+        for listening in self.listening:
+            if listening.server is not None:
+                try:
+                    await asyncio.wait_for(listening.server.wait_closed(), 1.0)
+                except TimeoutError:  # pragma: no cover - every connection is closed by now
+                    pass
         log.info("shutdown complete in %.2f s", time.monotonic() - started)
+
+
+def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets for a TLS listener, as loop.create_server makes them (every address `host` names)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, sockaddr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(sockaddr)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
+    """The SSLContext of each TLS listener, by its index; ConfigError (a clear message) for a bad file."""
+    return {i: server_context(lst) for i, lst in enumerate(config.listeners()) if lst.tls}
 
 
 def make_driver(config: HostConfig, broker: Broker) -> Driver:
@@ -296,14 +521,14 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     return broker
 
 
-async def serve(config: HostConfig, driver: Driver, data_dir: str | None) -> int:
-    """Run the broker until SIGINT/SIGTERM; the process exit code."""
-    server = BrokerServer(driver, config)
+async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contexts: dict[int, ssl.SSLContext]) -> int:
+    """Run the broker until SIGINT/SIGTERM (SIGHUP reloads certificates); the process exit code."""
+    server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
     try:
-        host, port = await server.start()
+        await server.start()
     except OSError as e:
-        log.error("cannot listen on %s:%d: %s", config.host, config.port, e.strerror or e)
+        log.error("cannot listen on %s: %s", e.filename, e.strerror or e)
         return 1
     stop_reason: list[str] = []
 
@@ -314,19 +539,23 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None) -> int
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_certificates)
     loop_name = type(loop).__module__.split(".")[0]
+    first = server.listening[0]
     log.info(
-        "siskin %s listening on %s:%d (MQTT 3.1.1 + 5.0; settings: %s; event loop: %s)",
+        "siskin %s listening on %s (MQTT 3.1.1 + 5.0; settings: %s; event loop: %s): %s",
         VERSION,
-        host,
-        port,
+        first.name,
         config.source,
         loop_name,
+        first.describe(),
     )
+    for listening in server.listening[1:]:
+        log.info("also listening on %s: %s", listening.name, listening.describe())
     if data_dir is not None:
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
     await server.stopping.wait()
     await server.shutdown(stop_reason[0])
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     return 0

@@ -228,6 +228,18 @@ class DriverTest(unittest.TestCase):
         self.at(3000)
         self.assertEqual(h.events, ["close"])
 
+    def test_connect_timeout_counts_from_the_accept(self):
+        # A TLS shell registers the connection after its handshake: the time
+        # that took is spent from the same connect_timeout.
+        self.make(connect_timeout=3)
+        self.clock.ms = 2500
+        h = Handle()
+        self.driver.connection_made(h, ("192.0.2.7:50432", None, False), 500)
+        self.at(2999)
+        self.assertEqual(h.events, [])
+        self.at(3500)
+        self.assertEqual(h.events, ["close"])
+
     def test_close_half_closes_then_lingers_then_closes_or_aborts(self):
         a, ha = self.open("a")
         b, hb = self.open("b")

@@ -80,20 +80,32 @@ def toml_value(value: Any) -> str:
 
 
 def write_config(
-    path: Path, limits: dict[str, Any] | None = None, server: dict[str, Any] | None = None, base: str | None = None
+    path: Path,
+    limits: dict[str, Any] | None = None,
+    server: dict[str, Any] | None = None,
+    listeners: list[dict[str, Any]] | None = None,
+    base: str | None = None,
 ) -> Path:
     """A config file: `base` (a shipped settings file, e.g. "boards/linux.toml";
-    None: the built-in defaults) with `limits` and `server` set over it."""
-    tables: dict[str, dict[str, Any]] = {"limits": {}, "server": {}}
+    None: the built-in defaults) with `limits` and `server` set over it, and
+    `listeners` (if given) as its [[listener]] tables."""
+    doc: dict[str, Any] = {}
     if base is not None:
         with (REPO_ROOT / base).open("rb") as f:
-            tables.update(tomllib.load(f))
-    tables["limits"] = {**tables["limits"], **(limits or {})}
-    tables["server"] = {**tables["server"], **(server or {})}
+            doc = tomllib.load(f)
+    tables = {
+        "limits": {**doc.get("limits", {}), **(limits or {})},
+        "server": {**doc.get("server", {}), **(server or {})},
+    }
+    if "log" in doc:
+        tables["log"] = doc["log"]
     lines = []
     for name, values in tables.items():
         lines.append(f"[{name}]")
         lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    for table in doc.get("listener", []) if listeners is None else listeners:
+        lines.append("[[listener]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -117,13 +129,15 @@ class BrokerProcess:
         server: dict[str, Any] | None = None,
         log_level: str = "debug",
         extra_args: tuple[str, ...] = (),
+        listeners: list[dict[str, Any]] | None = None,
         base: str | None = None,
     ) -> None:
-        """`base`: a shipped settings file the config starts from (None: the
-        built-in defaults); `limits` and `server` are set over it."""
+        """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0.
+        `base`: a shipped settings file the config starts from (None: the
+        built-in defaults); `limits`, `server` and `listeners` are set over it."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, base)
+        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, base)
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args
@@ -206,6 +220,10 @@ class BrokerProcess:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+    def ports(self) -> list[int]:
+        """Every listener's port, in the config's order (from the start-up log)."""
+        return [int(port) for _, port in _LISTENING.findall(self.log_text())]
 
     def rss(self) -> int:
         """The broker's resident set size in bytes (Linux /proc)."""
