@@ -5,6 +5,7 @@ import unittest
 
 from common.broker.handle_publish import QUEUED_COST
 from common.broker.routing import THROTTLE_COUNT
+from common.broker.sys_topics import sys_values
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck
 from tests.core.harness import Harness
@@ -362,6 +363,9 @@ class TestFlowControl(unittest.TestCase):
         pub.publish("t", b"z", qos=1, packet_id=9)
         self.assertIn("4 message(s) dropped, 0 publish(es) refused so far, the latest for a", lines[-1][1])
         self.assertEqual(h.broker.stats.dropped_queue_total, 5)
+        # Counted apart in $SYS, and in the sum of the drops.
+        values = dict(sys_values(h.broker.snapshot(), h.now))
+        self.assertEqual((values["messages/dropped/queue_total"], values["messages/dropped"]), ("5", "5"))
         # A session that drains gives its bytes back.
         a = h.client()
         a.connect("a", clean=False)
