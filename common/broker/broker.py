@@ -95,6 +95,8 @@ class Stats:
         self.dropped_no_slab = 0  # the message pool was exhausted
         self.dropped_retained = 0  # retained store full
         self.refused_queue_full = 0  # publishes refused: a subscriber's queue was full (queue_full = refuse)
+        self.dropped_queue_total = 0  # dropped: all queues together were full (max_queued_total_bytes)
+        self.refused_queue_total = 0  # publishes refused: all queues together were full
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
         self.login_failed = 0  # CONNECTs refused for a bad user name or password
@@ -118,6 +120,8 @@ STATS_COUNTERS = (
     "dropped_no_slab",
     "dropped_retained",
     "refused_queue_full",
+    "dropped_queue_total",
+    "refused_queue_total",
     "expired",
     "refused_connections",
     "login_failed",
@@ -392,7 +396,8 @@ class Broker:
 
     def throttle(self, conn, now):
         """Stop reading a publisher whose messages pile up in an online
-        subscriber's queue (above half of max_queued_messages or bytes):
+        subscriber's queue (above half of max_queued_messages or bytes,
+        at most routing.THROTTLE_COUNT messages or THROTTLE_BYTES):
         TCP then slows it down instead of the queue overflowing."""
         if now < self.throttle_off_until or conn.cid in self.throttled:
             return
@@ -402,7 +407,7 @@ class Broker:
         self.throttle_changed = True
 
     def release_throttled(self):
-        """A queue drained (below a quarter) or its subscriber left: read
+        """A queue drained (below half its high-water mark) or its subscriber left: read
         the publishers again; one still outrunning is throttled again."""
         if self.throttled:
             del self.throttled[:]

@@ -46,6 +46,8 @@ FUZZ_SETTINGS = {
     "max_messages": 24,
     "max_queued_messages": 3,
     "max_queued_bytes": 200,
+    "max_queued_total_bytes": 2500,  # four small queued copies (512 B each beyond their data)
+    "queue_full": "drop_newest",
     "max_inflight": 2,
     "max_inflight_in": 2,
     "max_out_buffer": 300,
@@ -152,6 +154,7 @@ class Harness:
             "shared groups": len(r.groups),
             "messages": r.messages.in_use() - r.retained.count(),
             "deliveries": r.deliveries.in_use,
+            "queued bytes": r.queued_total,
         }
 
     def advance(self, seconds):

@@ -165,7 +165,7 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.broker.throttled, [])
 
     def test_a_subscriber_that_never_catches_up_stalls_publishers_30_s_at_most(self):
-        self.make(max_inflight=1, max_queued_messages=2)
+        self.make(max_inflight=1, max_queued_messages=2, queue_full="drop_newest")
         sub, _hs = self.open("sub")
         self.send(sub, Subscribe(1, [("t", 1)], None))
         pub, hp = self.open("pub")
