@@ -211,6 +211,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
     routing.backlog = False  # (a retained replay or a will may have left it set)
+    routing.origin = origin
     matches = routing.matches
     routing.trie.match(topic, matches)
     if matches and qos and origin is not None and broker.settings.queue_full == "refuse":
@@ -368,9 +369,15 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
     session.queued_bytes += size
     routing.queued_total += size + QUEUED_COST
     broker.listener.delivery_added(session, d)
-    if conn is not None and (queue.count >= routing.high_count or session.queued_bytes >= routing.high_bytes):
+    if (
+        conn is not None
+        and (queue.count >= routing.high_count or session.queued_bytes >= routing.high_bytes)
+        and session.client_id != routing.origin
+    ):
         # An online subscriber falls behind: slow the publisher down
-        # (handle_publish throttles it) before its queue overflows.
+        # (handle_publish throttles it) before its queue overflows; not a
+        # publisher subscribed to itself: throttled, it would stop reading
+        # the very acks that drain its queue.
         routing.backlog = True
 
 

@@ -46,6 +46,9 @@ class Routing:
         # Set by deliver() when an online subscriber's queue passed its
         # high-water mark during this route(): the publisher is throttled.
         self.backlog = False
+        # The client id route() delivers for: its own session's backlog
+        # never throttles it (it could then not read the acks that drain it).
+        self.origin = None
         # The high-water mark: half of the queue limits, capped.
         count = settings.max_queued_messages // 2
         self.high_count = count if count < THROTTLE_COUNT else THROTTLE_COUNT

@@ -195,6 +195,26 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.broker.throttled, [])
         self.assertEqual(ho.events, [])
 
+    def test_a_publisher_subscribed_to_itself_is_not_throttled_by_its_own_queue(self):
+        # Throttled, it would not be read, so the PUBACKs that drain its own
+        # queue would wait too: every message must still come round.
+        self.make(max_inflight=2, max_queued_messages=8)
+        me, h = self.open("me")
+        self.send(me, Subscribe(1, [("t", 1)], None))
+        burst = b"".join(encode_packet(Publish("t", bytes([i]), 1, False, False, i + 1, None), 4) for i in range(6))
+        self.driver.data_received(me, burst)
+        self.driver.flush()
+        self.assertEqual(self.broker.sessions.find("me").queue.count, 4)  # past half of 8
+        self.assertEqual((self.broker.throttled, h.events), ([], []))
+        got = []
+        for _ in range(20):
+            sent = [p for p in h.inbox if p.ptype == C.PUBLISH]
+            h.inbox = []
+            for p in sent:
+                got.append(p.payload[0])
+                self.send(me, PubAck(C.PUBACK, p.packet_id, 0, None))
+        self.assertEqual(got, list(range(6)))
+
     def test_throttle_and_output_backpressure_both_hold_reading(self):
         self.make(max_inflight=1, max_queued_messages=2)
         sub, _hs = self.open("sub")
