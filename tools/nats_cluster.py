@@ -184,9 +184,9 @@ class NatsNode:
 class NatsCluster:
     """`size` nats-server nodes (n1, n2, ...) in `workdir`, JetStream and MQTT on each.
 
-        with NatsCluster(tmp_path) as cluster:
-            port = cluster.mqtt_ports[0]
-            cluster.kill(0); ...; cluster.restart(0)
+    with NatsCluster(tmp_path) as cluster:
+        port = cluster.mqtt_ports[0]
+        cluster.kill(0); ...; cluster.restart(0)
     """
 
     def __init__(self, workdir: Path, size: int = 3, binary: str | None = None, name: str = "siskin") -> None:
