@@ -9,18 +9,21 @@ profile (and docs/nats.md) must be revisited.
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.host.broker_proc import Paho, RawClient, mqtt_str, publish_packet, subscribe_packet, vbi
-from tests.host.nats_cluster import NatsCluster, nats_cluster, nats_server
+from tests.host.broker_proc import REPO_ROOT, Paho, RawClient, mqtt_str, publish_packet, subscribe_packet, vbi
+from tests.host.nats_cluster import NatsCluster, nats_cluster, nats_server, nats_single
 
 pytestmark = pytest.mark.interop
 
-__all__ = ["nats_cluster", "nats_server"]  # fixtures, imported for pytest
+__all__ = ["nats_cluster", "nats_server", "nats_single"]  # fixtures, imported for pytest
 
 CONNECT_TIMEOUT = 15.0  # a client's first CONNECT makes NATS create its session in JetStream
 
@@ -201,3 +204,56 @@ def test_persistent_session_moves_to_another_node_after_kill9(nats_cluster: Nats
     pub_a.publish("held/after", b"back", qos=1, timeout=CONNECT_TIMEOUT)
     msg = second.get(timeout=CONNECT_TIMEOUT)
     assert (msg.topic, msg.payload) == ("held/after", b"back")
+
+
+def test_single_node_session_survives_kill9(nats_single: NatsCluster, clients: list[Paho]) -> None:
+    # One node (`python -m tools.nats_cluster --nodes 1`): QoS 1 messages
+    # PUBACKed for an offline persistent session survive kill -9 of the
+    # node (JetStream's file store) and arrive after its restart, in order.
+    (port,) = nats_single.mqtt_ports
+    sub = paho(clients, port, "single-persist", clean=False)
+    sub.subscribe("one/#", 1)
+    sub.client.disconnect()
+    sub.disconnected.wait(5)
+    pub = paho(clients, port, "single-pub")
+    for i in range(5):
+        pub.publish(f"one/{i}", f"s{i}".encode(), qos=1)
+    nats_single.kill(0)
+    nats_single.restart(0)
+    again = paho(clients, port, "single-persist", clean=False)
+    assert again.session_present is True
+    got = [again.get(timeout=CONNECT_TIMEOUT) for _ in range(5)]
+    assert [(m.topic, m.payload) for m in got] == [(f"one/{i}", f"s{i}".encode()) for i in range(5)]
+
+
+def test_cli_starts_and_stops_a_cluster(nats_server: str) -> None:
+    # `python -m tools.nats_cluster --nodes 1` prints the MQTT address once
+    # the node gives a CONNACK, serves it, and on SIGTERM stops the node and
+    # removes its temporary directory.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.nats_cluster", "--nodes", "1", "--nats-server", nats_server],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not (lines and lines[-1].startswith("Ctrl-C")):
+            line = proc.stdout.readline()
+            assert line, f"exited early: {''.join(lines)}{proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line)
+        text = "".join(lines)
+        m = re.search(r"mqtt 127\.0\.0\.1:(\d+)", text)
+        workdir = re.search(r"configs, stores, logs: (\S+)", text)
+        assert m and workdir, text
+        c = RawClient(int(m.group(1)), timeout=CONNECT_TIMEOUT)
+        assert c.connect("cli-probe") == b"\x00\x00"
+        c.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert not Path(workdir.group(1)).exists()
+    finally:
+        proc.kill()
+        proc.wait(10)
