@@ -239,7 +239,7 @@ def test_cli_starts_and_stops_a_cluster(nats_server: str) -> None:
     )
     try:
         assert proc.stdout is not None
-        lines = []
+        lines: list[str] = []
         while not (lines and lines[-1].startswith("Ctrl-C")):
             line = proc.stdout.readline()
             assert line, f"exited early: {''.join(lines)}{proc.stderr.read() if proc.stderr else ''}"
