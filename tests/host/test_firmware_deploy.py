@@ -94,21 +94,28 @@ def tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def deploy_to(board: StandInBoard, dist: Path, config: Path, *more: str) -> str:
+    """tools/deploy to the stand-in (what it cannot do like a board is left out: docs/boards.md); its output."""
+    dep = tool(
+        "deploy",
+        "--board", "unix",
+        "--dist", str(dist),
+        "--port", board.port,
+        "--config", str(config),
+        "--resume", "--reset", "none", "--remote-dir", "./",
+        *more,
+    )  # fmt: skip
+    assert dep.returncode == 0, dep.stdout + dep.stderr
+    return dep.stdout
+
+
 def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Path) -> None:
     build = tool("build", "--board", "unix", "--out", str(tmp_path / "dist"))
     assert build.returncode == 0, build.stdout + build.stderr
     config = tmp_path / "my-siskin.json"
     config.write_text(json.dumps({"board": "rp2040_picow", "host": "127.0.0.1", "log_level": "info"}))
-    dep = tool(
-        "deploy",
-        "--board", "unix",
-        "--dist", str(tmp_path / "dist" / "unix"),
-        "--port", board.port,
-        "--config", str(config),
-        "--resume", "--reset", "none", "--remote-dir", "./",
-    )  # fmt: skip
-    assert dep.returncode == 0, dep.stdout + dep.stderr
-    assert "mpremote connect " + board.port in dep.stdout
+    out = deploy_to(board, tmp_path / "dist" / "unix", config)
+    assert "mpremote connect " + board.port in out
     fs = board.fs_dir
     assert json.loads((fs / "siskin.json").read_text())["board"] == "rp2040_picow"
     assert (fs / "main.py").is_file() and (fs / "boot.py").is_file()
@@ -131,17 +138,8 @@ def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Pa
     changed = json.loads(board_file.read_text())
     changed["_pushed"] = "by --settings"
     board_file.write_text(json.dumps(changed))
-    dep = tool(
-        "deploy",
-        "--board", "unix",
-        "--dist", str(tmp_path / "dist" / "unix"),
-        "--port", board.port,
-        "--config", str(config),
-        "--settings",
-        "--resume", "--reset", "none", "--remote-dir", "./",
-    )  # fmt: skip
-    assert dep.returncode == 0, dep.stdout + dep.stderr
-    assert " + cp -r boards :./ + cp " in dep.stdout and "common" not in dep.stdout
+    out = deploy_to(board, tmp_path / "dist" / "unix", config, "--settings")
+    assert " + cp -r boards :./ + cp " in out and "common" not in out
     assert json.loads((fs / "siskin.json").read_text())["limits"] == {"sys_interval": 1}
     assert json.loads((fs / "boards" / "rp2040_picow.json").read_text())["_pushed"] == "by --settings"
     assert "# changed after the deploy" not in (fs / "main.py").read_text()  # the code was not copied

@@ -25,6 +25,7 @@ from cpython_host.config import load_config, load_security
 from cpython_host.mosquitto_conf import convert, to_toml
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import Paho, run_cli, wait_until
+from tests.host.upy_broker_proc import free_port
 
 # As mosquitto.conf(5) and mosquitto-tls(7) describe a gateway: loopback
 # plain MQTT, TLS with client certificates, WebSockets, users and an ACL.
@@ -236,13 +237,6 @@ def test_converted_file_loads_and_relative_names(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------
 # The real Mosquitto and Siskin on one file
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def accepts(port: int) -> bool:
