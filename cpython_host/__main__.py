@@ -25,8 +25,8 @@ Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
 Serves MQTT over TCP on --host:--port (and over TLS on the --config file's
 TLS listeners) until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
 (stops listening, closes every client, exits 0). SIGHUP reloads the TLS
-certificates and keys, and the [security] users and rules, without dropping
-a client. Limits (connections,
+certificates and keys, the [security] users and rules, and the [log] level
+(one log line says what), without dropping a client. Limits (connections,
 sessions, queues, packet size, ...) come from the [limits] table of the
 --config file; anything not set there keeps the built-in default.
 Command-line flags override the file's [server], [[listener]] and [log] values.

@@ -344,3 +344,15 @@ def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
     # authorized", Siskin 0x04 "bad user name or password" (docs/install.md).
     assert (mosq[3], sisk[3]) == ("Not authorized", "Bad user name or password")
     assert "'user' has no Siskin setting" in (tmp_path / "siskin.log").read_text()
+
+
+def test_command_line_refusals(tmp_path: Path) -> None:
+    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\nbridge_cafile /x\n")
+    both = run_cli("--mosquitto-conf", str(conf), "--config", str(conf))
+    assert both.returncode == 2 and "give one of them" in both.stderr
+    alone = run_cli("--ignore-unsupported")
+    assert alone.returncode == 2 and "goes with --mosquitto-conf" in alone.stderr
+    # Running on a file with an option Siskin cannot honour: exit 2 before listening, naming the line.
+    refused = run_cli("--mosquitto-conf", str(conf))
+    assert refused.returncode == 2
+    assert f"config error: {conf}:2: 'bridge_cafile' is not supported" in refused.stderr
