@@ -10,6 +10,7 @@ answers from both.
 from __future__ import annotations
 
 import getpass
+import signal
 import socket
 import subprocess
 import sys
@@ -356,3 +357,15 @@ def test_command_line_refusals(tmp_path: Path) -> None:
     refused = run_cli("--mosquitto-conf", str(conf))
     assert refused.returncode == 2
     assert f"config error: {conf}:2: 'bridge_cafile' is not supported" in refused.stderr
+
+
+def test_sighup_rereads_the_mosquitto_conf(tmp_path: Path) -> None:
+    port = free_port()
+    conf = write(tmp_path / "m.conf", f"listener {port} 127.0.0.1\nallow_anonymous true\nlog_type information\n")
+    log = tmp_path / "siskin.log"
+    with running([sys.executable, "-m", "cpython_host", "--mosquitto-conf", str(conf)], port, log) as proc:
+        assert answer(port, "anon") == "Success"
+        write(conf, f"listener {port} 127.0.0.1\nallow_anonymous false\nlog_type all\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: "log level info -> debug" in log.read_text(), 10, log.read_text)
+        assert answer(port, "anon2") == "Not authorized"
