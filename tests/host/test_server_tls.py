@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import shutil
 import signal
 import socket
@@ -371,6 +372,9 @@ def test_sighup_reloads_the_certificate_and_keeps_clients(tmp_path: Path, pki: P
         renewed.private_key_pem.write_to_path(key)
         os.kill(b.pid, signal.SIGHUP)
         b.wait_log(r"certificate reloaded from .*live.crt")
+        # The summary line: what the reload did (the first one reloaded no certificate).
+        b.wait_log(r"SIGHUP: reloaded certificates of 1 TLS listener\(s\); users, ACL and anonymous access")
+        assert len(re.findall(r"SIGHUP: reloaded users, ACL", b.log_text())) == 1
         with pytest.raises(ssl.SSLCertVerificationError):
             tls_client(port, pki.client_context())
         with tls_client(port, pki.client_context(ca=pki.other_ca_file)) as tls:
