@@ -58,7 +58,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import ipaddress
 import logging
 import os
 import signal
@@ -71,7 +70,7 @@ from common.broker.broker import VERSION, Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
-from cpython_host.config import HostConfig, Listener
+from cpython_host.config import HostConfig, Listener, loopback_name
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
@@ -565,7 +564,7 @@ class BrokerServer:
                 e.filename = f"{cfg.host}:{cfg.port}"
                 raise
             listening.name = address(names[0])
-            listening.local = all(_loopback(name[0]) for name in names)
+            listening.local = all(loopback_name(name[0]) for name in names)
         for listening in self.listening:
             for sock in listening.sockets:
                 listening.accepting.append(loop.create_task(self._accept(listening, sock)))
@@ -627,13 +626,6 @@ def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
             sock.close()
         raise
     return socks
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
@@ -702,9 +694,22 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     the [security] users and rules); the process exit code."""
     server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
+    web = None
+    if config.http is not None:
+        from cpython_host.config import ConfigError
+        from cpython_host.web import WebServer
+
+        try:
+            web = WebServer(config.http, driver, server.schedule_flush, data_dir)
+        except ConfigError as e:  # its certificate or key
+            log.error("config error: %s", e)
+            return 2
     try:
         await server.start()
+        if web is not None:
+            await web.start()
     except OSError as e:
+        server.close_listeners()
         log.error("cannot listen on %s: %s", e.filename, e.strerror or e)
         return 1
     stop_reason: list[str] = []
@@ -737,6 +742,8 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
     _log_security(driver.broker, server.listening)
     await server.stopping.wait()
+    if web is not None:
+        await web.close()
     await server.shutdown(stop_reason[0])
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)
