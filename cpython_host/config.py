@@ -91,6 +91,7 @@ HTTP = (
     ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); HTTPS on
     ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
     ("auth", "auto", K_CHOICE, HTTP_AUTH, None),  # "auto": basic auth unless loopback-only; "basic": always
+    ("sample_interval", 5, K_INT, 1, 3600),  # s between the status page's throughput samples (it keeps 120)
 )
 TABLES = ("limits", "server", "listener", "log", "security", "http")
 
@@ -166,6 +167,7 @@ class HttpConfig:
     certfile: str
     keyfile: str
     auth: str
+    sample_interval: int
 
     def __init__(self, where: str, values: dict[str, Any]) -> None:
         self.where = where

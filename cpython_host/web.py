@@ -68,8 +68,7 @@ STATIC_TYPES = {
 MAX_REQUEST = 16384  # bytes of request head + body
 REQUEST_TIMEOUT = 10.0  # s for a whole request to arrive
 MAX_LISTED = 1000  # entries of a list in /api/status (the full lists: /api/clients, /api/sessions)
-SAMPLE_S = 5  # throughput ring: one sample every SAMPLE_S seconds...
-SAMPLES = 120  # ...for the last 10 minutes
+SAMPLES = 120  # throughput ring: samples kept, one every [http] sample_interval s
 
 
 class HttpError(Exception):
@@ -141,7 +140,7 @@ class WebServer:
                 pass
 
     async def sample(self) -> None:
-        """Every SAMPLE_S s: the message and byte rates since the last sample, into the ring."""
+        """Every sample_interval s: the message and byte rates since the last sample, into the ring."""
         last = None
         while True:
             snap = self.broker.snapshot()
@@ -160,7 +159,7 @@ class WebServer:
                     }
                 )
             last = (now, counts)
-            await asyncio.sleep(SAMPLE_S)
+            await asyncio.sleep(self.config.sample_interval)
 
     # ------------------------------------------------------------ requests
 
@@ -207,18 +206,22 @@ class WebServer:
     async def read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:
         request = None
         body = b""
+        received = 0
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
                 data = await reader.read(4096)
+                received += len(data)
+                if received > MAX_REQUEST:
+                    if request is None:
+                        raise HttpError(431, f"request head over {MAX_REQUEST} bytes")
+                    raise HttpError(413, f"request over {MAX_REQUEST} bytes")
                 conn.receive_data(data)  # b"": the peer's EOF
                 continue
             if isinstance(event, h11.Request):
                 request = event
             elif isinstance(event, h11.Data):
                 body += event.data
-                if len(body) > MAX_REQUEST:
-                    raise HttpError(413, "request body too large")
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None
                 return request, body
@@ -360,7 +363,7 @@ class WebServer:
             "clients": clients[:MAX_LISTED],
             "subscriptions": subscriptions[:MAX_LISTED],
             "store": self.store(),
-            "sample_seconds": SAMPLE_S,
+            "sample_seconds": self.config.sample_interval,
             "throughput": list(self.samples),
         }
 

@@ -31,7 +31,7 @@ function fill(tableId, rows, cells) {
   }));
 }
 
-function chart(samples, seconds) {
+function chart(samples) {
   const canvas = document.getElementById("chart");
   const g = canvas.getContext("2d");
   const w = canvas.width, h = canvas.height, pad = 24;
@@ -43,7 +43,7 @@ function chart(samples, seconds) {
   g.fillText("0", 4, h - 4);
   g.strokeStyle = "#eee";
   g.beginPath(); g.moveTo(pad, h - pad / 2); g.lineTo(w, h - pad / 2); g.stroke();
-  const n = 600 / seconds;  // samples across the width: 10 minutes
+  const n = 120;  // samples across the width: the ring the broker keeps
   const x = (i) => pad + (w - pad) * (n - samples.length + i) / Math.max(n - 1, 1);
   const y = (v) => h - pad / 2 - (h - pad) * v / top;
   for (const [key, color] of [["received", "#1f77b4"], ["sent", "#ff7f0e"]]) {
@@ -69,7 +69,8 @@ async function poll() {
       [c.keep_alive, true], [c.inflight, true], [c.queued, true], [c.subscriptions, true],
     ]);
     fill("subscriptions", s.subscriptions, (r) => [[r.client_id], [r.filter]]);
-    chart(s.throughput, s.sample_seconds);
+    text("span", s.sample_seconds * 2 + " minutes");  // 120 samples
+    chart(s.throughput);
     state.className = "";
     state.textContent = "up " + s.uptime + " s; " + s.messages_received + " messages received, " +
       s.messages_sent + " sent; updated " + new Date().toLocaleTimeString();
