@@ -43,7 +43,9 @@ function chart(samples) {
   g.fillText("0", 4, h - 4);
   g.strokeStyle = "#eee";
   g.beginPath(); g.moveTo(pad, h - pad / 2); g.lineTo(w, h - pad / 2); g.stroke();
-  const n = 120;  // samples across the width: the ring the broker keeps
+  // Samples across the width: the ring the broker keeps (120), and at
+  // least 30 while it fills, so the first minutes are not a sliver.
+  const n = Math.min(120, Math.max(30, samples.length));
   const x = (i) => pad + (w - pad) * (n - samples.length + i) / Math.max(n - 1, 1);
   const y = (v) => h - pad / 2 - (h - pad) * v / top;
   for (const [key, color] of [["received", "#1f77b4"], ["sent", "#ff7f0e"]]) {

@@ -226,8 +226,7 @@ def test_ctl_end_to_end(broker: BrokerProcess, clients: list[Paho]) -> None:
     assert ["r/a 3 1", "r/b 5 0"] == [" ".join(line.split()) for line in listed.stdout.splitlines()[1:]]
     cleared = ctl("--url", url, "clear-retained", "r/#")
     assert "2 retained message(s) matching r/# cleared" in cleared.stdout
-    status, body = get(url + "/api/retained?filter=r/%23")
-    assert json.loads(body)["retained"] == []
+    assert json.loads(get(url + "/api/retained?filter=r/%23")[1])["retained"] == []
     fresh = Paho(broker.port, "r-sub")
     clients.append(fresh)
     fresh.subscribe("r/#", 1)
@@ -359,15 +358,20 @@ def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[P
     from selenium.webdriver.common.by import By
 
     url = broker.http_url()
-    c = Paho(broker.port, "browser-sees-me")
-    clients.append(c)
-    c.subscribe("page/#", 1)
-    # Some traffic for the chart: a few samples (one a second here).
-    for i in range(40):
-        c.publish("page/t", b"x" * (i % 7), i % 3)
-        if i % 10 == 9:
-            wait_until(lambda: c.messages.qsize() >= i, 5, "messages")
-            time.sleep(0.6)
+    # A small gateway: two sensors publishing, a dashboard and a logger
+    # subscribed, and some traffic for the chart (one sample a second here).
+    dashboard = Paho(broker.port, "dashboard")
+    clients.append(dashboard)
+    dashboard.subscribe("sensors/#", 1)
+    logger = Paho(broker.port, "logger", expiry=3600)
+    clients.append(logger)
+    logger.subscribe("sensors/+/temperature", 2)
+    sensors = [Paho(broker.port, f"sensor-{n}") for n in (1, 2)]
+    clients.extend(sensors)
+    for second in range(5):
+        for i in range(4 + 6 * (second % 3)):
+            sensors[i % 2].publish(f"sensors/{i % 2 + 1}/{('temperature', 'humidity')[i % 3 == 0]}", b"21.5", i % 3)
+        time.sleep(0.9)
     options = webdriver.ChromeOptions()
     options.binary_location = browser
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1000,900"):
@@ -376,15 +380,20 @@ def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[P
     try:
         driver.get(url + "/")
         wait_until(
-            lambda: "browser-sees-me" in driver.find_element(By.CSS_SELECTOR, "#clients tbody").text,
+            lambda: "dashboard" in driver.find_element(By.CSS_SELECTOR, "#clients tbody").text,
             10,
             lambda: driver.find_element(By.TAG_NAME, "body").text,
         )
-        row = [r for r in driver.find_elements(By.CSS_SELECTOR, "#clients tbody tr") if "browser-sees-me" in r.text][0]
-        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
-        assert cells[2] == "5.0" and cells[3] == "30", cells
-        assert "page/#" in driver.find_element(By.ID, "subscriptions").text
-        assert int(driver.find_element(By.ID, "connected").text) >= 1
+        rows = {
+            cells[0]: cells
+            for r in driver.find_elements(By.CSS_SELECTOR, "#clients tbody tr")
+            for cells in [[td.text for td in r.find_elements(By.TAG_NAME, "td")]]
+        }
+        assert {"dashboard", "logger", "sensor-1", "sensor-2"} <= set(rows), rows
+        assert rows["dashboard"][1].startswith("127.0.0.1:")
+        assert rows["dashboard"][2:4] == ["5.0", "30"], rows
+        assert "sensors/+/temperature" in driver.find_element(By.ID, "subscriptions").text
+        assert int(driver.find_element(By.ID, "connected").text) >= 4
         assert driver.find_element(By.ID, "state").get_attribute("class") == ""
         shot = tmp_path / "status-page.png"
         assert driver.save_screenshot(str(shot))
