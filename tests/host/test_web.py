@@ -402,3 +402,12 @@ def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[P
             shutil.copy(shot, REPO_ROOT / "docs" / "status-page.png")
     finally:
         driver.quit()
+
+
+def test_linux_toml_documents_every_http_key() -> None:
+    from cpython_host.config import HTTP
+
+    text = (REPO_ROOT / "boards" / "linux.toml").read_text()
+    assert "\n# [http]\n" in text
+    missing = [key for key, *_ in HTTP if f"\n# {key} = " not in text]
+    assert not missing, f"boards/linux.toml does not show and explain [http] {missing}"
