@@ -48,7 +48,7 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             "tlsv1.3" (the oldest accepted). --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous
-  [http]    host, port, certfile, keyfile, auth = "auto" | "basic"
+  [http]    host, port, certfile, keyfile, auth = "auto" | "basic", sample_interval
 
 TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
   [[listener]]

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import paho.mqtt.client as mqtt
 import pytest
 import trustme
 from paho.mqtt.packettypes import PacketTypes
@@ -32,43 +31,24 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO_ROOT, require
 from tests.host.broker_proc import BrokerProcess, run_cli, wait_until, write_config
+from tests.host.test_server_v5 import V5
 
 pytestmark = pytest.mark.interop
 
 
-class Paho:
-    """A paho MQTTv5 client; messages and disconnect reason codes in queues."""
+class Paho(V5):
+    """test_server_v5's paho MQTTv5 client, with a session expiry and a publish that waits for its ack."""
 
     def __init__(self, port: int, client_id: str, expiry: int = 0) -> None:
-        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        self.disconnects: queue.Queue[int] = queue.Queue()
-        connected: queue.Queue[int] = queue.Queue()
-        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
-        c.on_connect = lambda cl, u, flags, rc, p: connected.put(rc.value)
-        c.on_message = lambda cl, u, msg: self.messages.put(msg)
-        c.on_disconnect = lambda cl, u, flags, rc, p: self.disconnects.put(rc.value)
         props = None
         if expiry:
             props = Properties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = expiry
-        c.reconnect_delay_set(60, 60)  # a kicked client must not come straight back
-        c.connect("127.0.0.1", port, keepalive=30, clean_start=True, properties=props)
-        c.loop_start()
-        self.client = c
-        assert connected.get(timeout=5) == 0
-
-    def subscribe(self, flt: str, qos: int) -> None:
-        got: queue.Queue[int] = queue.Queue()
-        self.client.on_subscribe = lambda cl, u, mid, rcs, p: got.put(rcs[0].value)
-        self.client.subscribe(flt, qos)
-        assert got.get(timeout=5) == qos
+        super().__init__(port, client_id, True, props)
+        assert self.rc == 0
 
     def publish(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> None:
         self.client.publish(topic, payload, qos, retain).wait_for_publish(5)
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
 
 
 @pytest.fixture
@@ -186,7 +166,7 @@ def test_status_api(broker: BrokerProcess, clients: list[Paho]) -> None:
     mine = [x for x in doc["clients"] if x["client_id"] == "api-client"]
     assert len(mine) == 1
     assert mine[0]["protocol_level"] == 5
-    assert mine[0]["keep_alive"] == 30
+    assert mine[0]["keep_alive"] == 60
     assert mine[0]["address"].startswith("127.0.0.1:")
     assert {"client_id": "api-client", "filter": "api/#"} in doc["subscriptions"]
     assert doc["store"]["enabled"] and doc["store"]["size_bytes"] > 0
@@ -203,7 +183,7 @@ def test_ctl_end_to_end(broker: BrokerProcess, clients: list[Paho]) -> None:
     assert "victim" in listed.stdout
     kicked = ctl("--url", url, "kick", "victim")
     assert kicked.returncode == 0 and "victim: disconnected" in kicked.stdout, kicked.stderr
-    assert victim.disconnects.get(timeout=5) == 0x98  # administrative action
+    assert victim.disconnects.get(timeout=5).value == 0x98  # administrative action
     victim.client.loop_stop()
     broker.wait_log(r"closing victim: disconnected by the administrator; sent DISCONNECT reason 0x98")
     again = ctl("--url", url, "kick", "victim")
@@ -329,7 +309,7 @@ def test_basic_auth_over_https(tmp_path: Path) -> None:
 def test_config_refusals(tmp_path: Path) -> None:
     """No listener that would serve the API to the network without a login, or take passwords in the clear."""
     siskin_passwd(tmp_path / "passwd", "admin", "s3cret")
-    cases = [
+    cases: list[tuple[dict[str, Any], str | None, str]] = [
         ({"host": "0.0.0.0"}, None, "set [security] password_file, or listen on 127.0.0.1"),
         ({"host": "0.0.0.0"}, "passwd", "passwords in the clear; set certfile and keyfile (HTTPS)"),
         ({"auth": "basic"}, None, 'auth = "basic"'),
@@ -372,6 +352,7 @@ def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[P
         for i in range(4 + 6 * (second % 3)):
             sensors[i % 2].publish(f"sensors/{i % 2 + 1}/{('temperature', 'humidity')[i % 3 == 0]}", b"21.5", i % 3)
         time.sleep(0.9)
+    assert browser is not None and driver_path is not None
     options = webdriver.ChromeOptions()
     options.binary_location = browser
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1000,900"):
@@ -391,7 +372,7 @@ def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[P
         }
         assert {"dashboard", "logger", "sensor-1", "sensor-2"} <= set(rows), rows
         assert rows["dashboard"][1].startswith("127.0.0.1:")
-        assert rows["dashboard"][2:4] == ["5.0", "30"], rows
+        assert rows["dashboard"][2:4] == ["5.0", "60"], rows
         assert "sensors/+/temperature" in driver.find_element(By.ID, "subscriptions").text
         assert int(driver.find_element(By.ID, "connected").text) >= 4
         assert driver.find_element(By.ID, "state").get_attribute("class") == ""
