@@ -39,7 +39,11 @@ COUNTERS = (
         "Connections closed at once: far beyond max_connections",
         "refused_connections",
     ),
-    ("siskin_login_failures_total", "CONNECTs refused for a bad user name or password", "login_failed"),
+    (
+        "siskin_login_failures_total",
+        "Logins refused for a bad user name or password (MQTT CONNECT, HTTP basic auth)",
+        "login_failed",
+    ),
     ("siskin_messages_expired_total", "Messages whose v5 Message Expiry came before delivery", "expired"),
     ("siskin_received_bytes_total", "Bytes read from MQTT clients", "bytes_received"),
     ("siskin_sent_bytes_total", "Bytes written to MQTT clients", "bytes_sent"),

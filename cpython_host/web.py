@@ -25,8 +25,10 @@ Routes:
 Protection: the listener answers without a login only when it listens on
 loopback addresses and auth is "auto"; otherwise every request needs HTTP
 basic auth of an MQTT user (the [security] password file, checked by the
-same Users object the broker uses, so a SIGHUP reload applies here too),
-and config.py refuses basic auth in the clear off loopback. Without a login
+same Users object the broker uses, so a SIGHUP reload applies here too,
+under the same per-address penalty after a failed login as a CONNECT:
+common/broker/login.py), and config.py refuses basic auth in the clear off
+loopback. Without a login
 the Host header must name a loopback address (a web page elsewhere cannot
 reach the API through DNS rebinding), and an action must be a POST with a
 JSON body (a cross-site form cannot send one).
@@ -50,7 +52,7 @@ from typing import Any
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from common.broker import admin
+from common.broker import admin, login
 from common.broker.broker import VERSION, Broker
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
@@ -169,7 +171,7 @@ class WebServer:
         try:
             try:
                 request, body = await asyncio.wait_for(self.read_request(conn, reader), REQUEST_TIMEOUT)
-                status, ctype, data, headers = self.handle(request, body)
+                status, ctype, data, headers = self.handle(request, body, peer[0] if peer else "")
             except HttpError as e:
                 status, ctype, data, headers = (
                     e.status,
@@ -228,12 +230,12 @@ class WebServer:
             elif isinstance(event, h11.ConnectionClosed):
                 raise ConnectionResetError("closed before the request was complete")
 
-    def handle(self, request: h11.Request, body: bytes) -> tuple[int, str, bytes, list[tuple[str, str]]]:
+    def handle(self, request: h11.Request, body: bytes, peer: str) -> tuple[int, str, bytes, list[tuple[str, str]]]:
         method = request.method.decode("ascii", "replace")
         target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
         path = target.path
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
-        self.check_access(headers)
+        self.check_access(headers, peer)
         if method not in ("GET", "POST"):
             raise HttpError(405, f"method {method} not allowed", [("allow", "GET, POST")])
         if path.startswith("/api/") and method == "POST":
@@ -259,7 +261,8 @@ class WebServer:
             raise HttpError(404, f"no such page: {path}")
         return 200, STATIC_TYPES[file.suffix], file.read_bytes(), []
 
-    def check_access(self, headers: dict[str, str]) -> None:
+    def check_access(self, headers: dict[str, str], peer: str) -> None:
+        """Refuse (HttpError) a request the listener must not serve; `peer`: its source address."""
         if not self.auth:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
@@ -275,9 +278,18 @@ class WebServer:
             user, _, password = base64.b64decode(encoded.strip(), validate=True).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError):
             raise HttpError(401, "malformed basic auth credentials", challenge) from None
-        users = self.broker.users
-        if users is None or not users.check(user, password.encode()):
-            log.warning("HTTP: login failed for user %r", user)
+        broker = self.broker
+        wait = -1
+        if broker.users is not None:
+            wait = login.check_password(broker, peer, user, password.encode(), self.now())
+        if wait:
+            broker.stats.login_failed += 1
+            held = (
+                f": {broker.login_failures[peer][0]} failed logins, no password checked for {wait} s"
+                if wait > 0
+                else ""
+            )
+            log.warning("HTTP: login failed for user %r from %s%s", user, peer, held)
             raise HttpError(401, "bad user name or password", challenge)
 
     # ------------------------------------------------------------ the API

@@ -102,7 +102,7 @@ class Stats:
         self.refused_queue_total = 0  # publishes refused: all queues together were full
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
-        self.login_failed = 0  # CONNECTs refused for a bad user name or password
+        self.login_failed = 0  # logins refused for a bad user name or password (CONNECT, the host's HTTP)
         self.denied_publish = 0  # PUBLISHes the ACL refused
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
