@@ -723,6 +723,8 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
         loop.add_signal_handler(sig, on_signal, sig.name)
     def on_hangup() -> None:
         server.reload_certificates()
+        if web is not None:
+            web.reload_certificate()
         reload_security(config, driver)
 
     loop.add_signal_handler(signal.SIGHUP, on_hangup)

@@ -131,6 +131,22 @@ class WebServer:
             guard,
         )
 
+    def reload_certificate(self) -> None:
+        """SIGHUP: certfile and keyfile again, for the handshakes that follow; a bad file keeps the old ones."""
+        if self.context is None:
+            return
+        from cpython_host.config import ConfigError
+        from cpython_host.tls import server_context
+
+        lst = self.config.listener()
+        try:
+            server_context(lst)  # checks the files, with the messages of a TLS listener
+            self.context.load_cert_chain(lst.certfile, lst.keyfile)
+        except (ConfigError, OSError, ssl.SSLError) as e:
+            log.error("%s; the HTTP listener keeps its previous certificate", e)
+            return
+        log.info("HTTP listener %s: certificate reloaded from %s", self.name, lst.certfile)
+
     async def close(self) -> None:
         if self.sampler is not None:
             self.sampler.cancel()

@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -304,13 +305,24 @@ def test_basic_auth_over_https(tmp_path: Path) -> None:
         # ctl: refused without a user, served with one.
         refused = ctl("--url", url, "--cafile", str(cafile), "clients")
         assert refused.returncode == 1 and "401" in refused.stderr and "--user" in refused.stderr
-        ok = ctl(
-            "--url", url, "--cafile", str(cafile), "--user", "admin", "store", env={"SISKIN_CTL_PASSWORD": "s3cret"}
-        )
+        password = {"SISKIN_CTL_PASSWORD": "s3cret"}
+        ok = ctl("--url", url, "--cafile", str(cafile), "--user", "admin", "store", env=password)
         assert ok.returncode == 0, ok.stderr
         # Without the CA the certificate is not trusted.
-        untrusted = ctl("--url", url, "--user", "admin", "store", env={"SISKIN_CTL_PASSWORD": "s3cret"})
+        untrusted = ctl("--url", url, "--user", "admin", "store", env=password)
         assert untrusted.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+        # SIGHUP: a renewed certificate (here from another CA) for the handshakes that follow.
+        ca2 = trustme.CA()
+        renewed = ca2.issue_cert("127.0.0.1")
+        certfile.write_bytes(renewed.cert_chain_pems[0].bytes())
+        keyfile.write_bytes(renewed.private_key_pem.bytes())
+        (tmp_path / "ca2.crt").write_bytes(ca2.cert_pem.bytes())
+        os.kill(b.pid, signal.SIGHUP)
+        b.wait_log(r"HTTP listener 127\.0\.0\.1:\d+: certificate reloaded from")
+        fresh = ctl("--url", url, "--cafile", str(tmp_path / "ca2.crt"), "--user", "admin", "store", env=password)
+        assert fresh.returncode == 0, fresh.stderr
+        stale = ctl("--url", url, "--cafile", str(cafile), "--user", "admin", "store", env=password)
+        assert stale.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in stale.stderr
         assert b.stop() == 0
 
 
