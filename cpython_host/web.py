@@ -68,7 +68,8 @@ STATIC_TYPES = {
     ".css": "text/css; charset=utf-8",
 }
 MAX_REQUEST = 16384  # bytes of request head + body
-REQUEST_TIMEOUT = 10.0  # s for a whole request to arrive
+REQUEST_TIMEOUT = 10.0  # s for a TLS handshake, for a whole request to arrive, and for its answer to leave
+MAX_OPEN = 32  # connections at once; more are closed at once (a flood must not take the broker's sockets)
 MAX_LISTED = 1000  # entries of a list in /api/status (the full lists: /api/clients, /api/sessions)
 SAMPLES = 120  # throughput ring: samples kept, one every [http] sample_interval s
 
@@ -102,6 +103,9 @@ class WebServer:
         self.samples: collections.deque[dict[str, float]] = collections.deque(maxlen=SAMPLES)
         self.sampler: asyncio.Task[None] | None = None
         self.static = {p.name: p for p in STATIC.iterdir() if p.suffix in STATIC_TYPES}
+        self.open = 0  # connections being served
+        self.refused = 0  # connections closed at once beyond MAX_OPEN
+        self.refusal_log_at = 0.0  # monotonic s: the next such refusal logged
 
     def now(self) -> int:
         self.driver.clock()
@@ -114,7 +118,14 @@ class WebServer:
         """Listen; OSError (filename = the address) if it cannot."""
         cfg = self.config
         try:
-            self.server = await asyncio.start_server(self.serve, cfg.host, cfg.port, ssl=self.context)
+            self.server = await asyncio.start_server(
+                self.serve,
+                cfg.host,
+                cfg.port,
+                ssl=self.context,
+                ssl_handshake_timeout=REQUEST_TIMEOUT if self.context else None,
+                ssl_shutdown_timeout=1.0 if self.context else None,
+            )
         except OSError as e:
             e.filename = f"{cfg.host}:{cfg.port} ([http])"
             raise
@@ -182,8 +193,30 @@ class WebServer:
     # ------------------------------------------------------------ requests
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
         peer = writer.get_extra_info("peername")
+        if self.open >= MAX_OPEN:
+            self.refused += 1
+            writer.transport.abort()
+            now = time.monotonic()
+            if now >= self.refusal_log_at:
+                self.refusal_log_at = now + 10
+                log.warning(
+                    "HTTP connection from %s refused: %d open already (%d refused so far)",
+                    address(peer),
+                    MAX_OPEN,
+                    self.refused,
+                )
+            return
+        self.open += 1
+        try:
+            await self.answer(reader, writer, peer)
+        finally:
+            self.open -= 1
+            writer.close()
+
+    async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
+        """Read one request, write its answer."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
         try:
             try:
                 request, body = await asyncio.wait_for(self.read_request(conn, reader), REQUEST_TIMEOUT)
@@ -215,11 +248,9 @@ class WebServer:
                 out += conn.send(h11.Data(data=data)) or b""
                 out += conn.send(h11.EndOfMessage()) or b""
                 writer.write(out)
-                await writer.drain()
-        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError):
+                await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
+        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError, TimeoutError):
             pass
-        finally:
-            writer.close()
 
     async def read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:
         request = None
