@@ -18,7 +18,7 @@ from common.broker.broker import VERSION
 from common.store.store import StoreError
 from common.store.storeboot import new_broker
 from firmware import board
-from firmware.boardcfg import ConfigError, board_path, load_board, load_device, load_security
+from firmware.boardcfg import ConfigError, board_path, load_board, load_device, load_security, load_tls
 from firmware.shell import Log, Server, make_driver
 from firmware.storage import open_store
 
@@ -54,6 +54,7 @@ def build(argv, root):
     log = Log(cfg["log_level"])
     settings, opts = load_board(board_path(args["root"] or root, cfg["board"]), cfg["limits"], cfg["server"])
     security = load_security(cfg)
+    tls = load_tls(cfg, args["config"])
     log.log(20, "siskin %s on %s (board settings: %s)" % (VERSION, sys.platform, cfg["board"]))
     wdt = board.start_watchdog(cfg["watchdog_ms"], log)
     feed = wdt.feed if wdt is not None else None
@@ -70,10 +71,36 @@ def build(argv, root):
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
         driver.restore(int(time.time()))
-    server = Server(driver, opts, cfg["host"], cfg["port"], log)
+    server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
     server.on_tick = feed
+    if tls is not None:
+        check_tls_room(settings.max_connections, log)
     log_security(driver.broker, server.loopback, cfg["host"], log)
     return server, log
+
+
+# Heap one TLS client takes at its handshake's peak: mbedTLS's record
+# buffers (16 KB in, 4 KB out), its session and the ECDHE/ECDSA work, plus
+# the SSLSocket; measured on the unix port (docs/boards.md, "TLS").
+TLS_CLIENT_BYTES = 40 * 1024
+
+
+def check_tls_room(max_connections, log):
+    """Refuse TLS at start-up on a board that cannot hold one TLS client;
+    say how many it holds (the figure is per board, measured now)."""
+    free, heap = board.tls_heap()
+    room = free // TLS_CLIENT_BYTES
+    if room < 1:
+        raise ConfigError(
+            "certfile: a TLS client needs about %d KB (mbedTLS buffers and handshake) of the %s, which has %d KB"
+            " free after start-up: not even one fits. Freeze the code into the firmware or lower the limits"
+            " (docs/boards.md), or serve plain MQTT (no certfile)" % (TLS_CLIENT_BYTES // 1024, heap, free // 1024)
+        )
+    log.log(
+        20 if room >= max_connections else 30,
+        "TLS: about %d KB per client of the %s, %d KB free: room for %d TLS client(s) (max_connections %d)"
+        % (TLS_CLIENT_BYTES // 1024, heap, free // 1024, room, max_connections),
+    )
 
 
 def log_security(broker, loopback, host, log):

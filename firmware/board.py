@@ -131,3 +131,23 @@ def bring_up_network(cfg, log, feed=None):
     else:
         log.log(30, "Wi-Fi: no wifi_ssid configured")
     return start_access_point(cfg, log)
+
+
+def tls_heap():
+    """(bytes free, its name) of the heap mbedTLS allocates its buffers from.
+
+    On the ESP32 MicroPython uses ESP-IDF's mbedTLS, which allocates from
+    the IDF heap (the one the split MicroPython heap also grows into); on
+    the Pico W (and every port with MICROPY_MBEDTLS_CONFIG_BARE_METAL) it
+    allocates from the MicroPython heap (m_tracked_calloc). The unix port's
+    mbedTLS uses malloc; its capped MicroPython heap stands in for a Pico W's.
+    """
+    import gc
+
+    gc.collect()
+    try:
+        import esp32
+
+        return sum([region[1] for region in esp32.idf_heap_info(esp32.HEAP_DATA)]), "ESP-IDF heap"
+    except (ImportError, AttributeError):
+        return gc.mem_free(), "MicroPython heap"
