@@ -133,13 +133,16 @@ def bring_up_network(cfg, log, feed=None):
     return start_access_point(cfg, log)
 
 
-def tls_heap():
-    """(bytes free, its name) of the heap mbedTLS allocates its buffers from.
+def tls_room(per_client, biggest, most):
+    """(TLS clients whose mbedTLS buffers fit now, at most `most`; the heap's name).
 
     On the ESP32 MicroPython uses ESP-IDF's mbedTLS, which allocates from
-    the IDF heap (the one the split MicroPython heap also grows into); on
-    the Pico W (and every port with MICROPY_MBEDTLS_CONFIG_BARE_METAL) it
-    allocates from the MicroPython heap (m_tracked_calloc). The unix port's
+    the IDF heap (the one the split MicroPython heap also grows into): its
+    free bytes are divided. On the Pico W (and every port with
+    MICROPY_MBEDTLS_CONFIG_BARE_METAL) mbedTLS allocates from the MicroPython
+    heap (m_tracked_calloc), where what counts is whether its blocks (the
+    largest `biggest` bytes: the 16 KB input buffer) find room among the
+    pools: tried with real allocations, freed at once. The unix port's
     mbedTLS uses malloc; its capped MicroPython heap stands in for a Pico W's.
     """
     import gc
@@ -148,6 +151,18 @@ def tls_heap():
     try:
         import esp32
 
-        return sum([region[1] for region in esp32.idf_heap_info(esp32.HEAP_DATA)]), "ESP-IDF heap"
+        free = sum([region[1] for region in esp32.idf_heap_info(esp32.HEAP_DATA)])
+        return min(free // per_client, most), "ESP-IDF heap"
     except (ImportError, AttributeError):
-        return gc.mem_free(), "MicroPython heap"
+        pass
+    blocks = []
+    try:
+        while len(blocks) < 2 * most:
+            blocks.append(bytearray(biggest))
+            blocks.append(bytearray(per_client - biggest))
+    except MemoryError:
+        pass
+    room = len(blocks) // 2
+    blocks = None
+    gc.collect()
+    return room, "MicroPython heap"

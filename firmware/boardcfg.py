@@ -180,7 +180,9 @@ def load_tls(cfg, path="device config"):
     if cfg["certfile"] is None:
         for key in ("keyfile", "cafile"):
             if cfg[key] is not None:
-                raise ConfigError("%s: %s is set but certfile is not: TLS needs both certfile and keyfile" % (path, key))
+                raise ConfigError(
+                    "%s: %s is set but certfile is not: TLS needs both certfile and keyfile" % (path, key)
+                )
         if cfg["require_certificate"]:
             raise ConfigError("%s: require_certificate needs TLS: set certfile, keyfile and cafile" % path)
         return None

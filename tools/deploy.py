@@ -108,11 +108,17 @@ def der_files(sources: dict[str, Path], out: Path) -> dict[str, Path]:
             blob = private.private_bytes(der, fmt, serialization.NoEncryption())
         else:
             try:
-                found = x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data else [x509.load_der_x509_certificate(data)]
+                found = (
+                    x509.load_pem_x509_certificates(data)
+                    if b"-----BEGIN" in data
+                    else [x509.load_der_x509_certificate(data)]
+                )
             except ValueError as e:
                 raise SystemExit(f"deploy: --{key} {src}: not a certificate ({e})") from None
             if key == "cafile" and len(found) > 1:
-                raise SystemExit(f"deploy: --cafile {src}: {len(found)} certificates; a board trusts one CA (DER holds one)")
+                raise SystemExit(
+                    f"deploy: --cafile {src}: {len(found)} certificates; a board trusts one CA (DER holds one)"
+                )
             certs[key] = found[0]  # certfile: the leaf (a chain's intermediates are not sent by the board)
             blob = found[0].public_bytes(der)
         path = out / (key + ".der")
