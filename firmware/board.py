@@ -137,8 +137,8 @@ def tls_room(per_client, biggest, most):
     """(TLS clients whose mbedTLS buffers fit now, at most `most`; the heap's name).
 
     On the ESP32 MicroPython uses ESP-IDF's mbedTLS, which allocates from
-    the IDF heap (the one the split MicroPython heap also grows into): its
-    free bytes are divided. On the Pico W (and every port with
+    the IDF heap (the one the split MicroPython heap also grows into): the
+    free bytes of its regions are divided. On the Pico W (and every port with
     MICROPY_MBEDTLS_CONFIG_BARE_METAL) mbedTLS allocates from the MicroPython
     heap (m_tracked_calloc), where what counts is whether its blocks (the
     largest `biggest` bytes: the 16 KB input buffer) find room among the
@@ -151,8 +151,11 @@ def tls_room(per_client, biggest, most):
     try:
         import esp32
 
-        free = sum([region[1] for region in esp32.idf_heap_info(esp32.HEAP_DATA)])
-        return min(free // per_client, most), "ESP-IDF heap"
+        room = 0
+        for _total, free, largest, _low in esp32.idf_heap_info(esp32.HEAP_DATA):
+            if largest >= biggest:  # a region without a block for the input buffer holds none
+                room += free // per_client
+        return min(room, most), "ESP-IDF heap"
     except (ImportError, AttributeError):
         pass
     blocks = []

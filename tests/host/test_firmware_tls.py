@@ -151,6 +151,7 @@ def test_mutual_tls(tmp_path: Path, pki: BoardPki) -> None:
     limits = {"connect_timeout": CONNECT_TIMEOUT}
     with UpyBrokerProcess(tmp_path, heap=TLS_HEAP, limits=limits, device=pki.device(mutual=True)) as b:
         with tls_socket(b.port, pki.context(cert=True)) as tls:
+            assert tls.version() == "TLSv1.2" and tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384", tls.cipher()
             assert TlsRaw(tls).connect("with-cert") == b"\x00\x00"
         # No client certificate: the board ends the handshake.
         try:
