@@ -100,6 +100,7 @@ class Stats:
         self.denied_publish = 0  # PUBLISHes the ACL refused
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
+        self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
         self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
 
 
@@ -123,6 +124,7 @@ STATS_COUNTERS = (
     "denied_publish",
     "denied_subscribe",
     "denied_delivery",
+    "denied_takeover",
     "tls_failed",
 )
 

@@ -28,6 +28,13 @@
 # makes room), so a flood of addresses costs bounded memory; it cannot slow
 # an attacker who has many addresses (docs/security.md).
 #
+# Session ownership: a session belongs to the user whose client made it
+# (anonymous clients are one owner, None). A CONNECT whose client id names a
+# session, live or kept, of another owner is refused (3.1.1 CONNACK 0x05,
+# v5 0x87): taking it over would disconnect its client and hand its
+# subscriptions and queued messages to someone else. Without users every
+# client is anonymous, so takeover works as the spec describes [MQTT-3.1.4-2].
+#
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
 # they no longer allow; an offline session is re-checked when it is resumed
@@ -36,6 +43,7 @@
 # Connected clients keep their login until they reconnect.
 
 from common.broker import handle_subscribe
+from common.broker.session import OWNER_UNKNOWN
 from common.mqtt import consts as C
 
 PENALTY_MAX_S = 60
@@ -112,6 +120,29 @@ def login(broker, conn, pkt, now):
     if conn.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
     return 0
+
+
+def owner_refusal(broker, conn, session, client_id):
+    """None if the client of `conn` may take over or resume `session`; else
+    the words of its refusal (counted; the log line names both users)."""
+    owner = session.user
+    if owner is OWNER_UNKNOWN:
+        session.user = conn.user  # restored without its owner: claimed by the first who resumes it
+        return None
+    if owner == conn.user:
+        return None
+    broker.stats.denied_takeover += 1
+    peer = conn.peer
+    broker.log(
+        30,
+        "client id %s from %s (user %s) refused: its session belongs to user %s",
+        (client_id, peer[0] if peer is not None else "-", _user_text(conn.user), _user_text(owner)),
+    )
+    return "client id in use by another user's session"
+
+
+def _user_text(user):
+    return "(anonymous)" if user is None else user
 
 
 def _penalise(failures, address, now):
