@@ -37,8 +37,8 @@
 #
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
-# they no longer allow; an offline session is re-checked when it is resumed
-# (by its user or another one with the same client id), and what it had
+# they no longer allow; an offline session is re-checked when its user
+# resumes it (only its owner may: owner_refusal), and what it had
 # queued or in flight is sent only where the new rules let its client read.
 # Connected clients keep their login until they reconnect.
 

@@ -538,7 +538,7 @@ class TestSessionOwnership(unittest.TestCase):
             # [MQTT-3.2.2-5] (3.1.1) [MQTT-3.2.2-7] (5.0) refused, Session Present 0, closed.
             self.assertEqual((ack.reason, ack.session_present), (refused, False))
             self.assertTrue(a.closed)
-        # bob was not taken over [MQTT-3.1.4-2 applies to his own clients only]
+        # bob was not taken over: only his own clients may do that (below)
         self.assertFalse(b.closed)
         self.assertEqual(b.take(), [])
         h.broker.publish("home/x", b"still bob's", 1, False, h.now)
