@@ -9,7 +9,6 @@ tools/deploy does (PEM converted to DER by tools.deploy.der_files)."""
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 import trustme
 
 from tests.host.broker_proc import Paho, RawClient, connect_packet
+from tests.host.test_server_tls import TlsRawClient, tls_client
 from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess, micropython
 from tools.deploy import der_files
 
@@ -71,21 +71,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> BoardPki:
     return BoardPki(tmp_path_factory.mktemp("board-pki"))
 
 
-def tls_socket(port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    try:
-        return ctx.wrap_socket(sock, server_hostname="localhost")
-    except BaseException:
-        sock.close()
-        raise
-
-
-class TlsRaw(RawClient):
-    def __init__(self, tls: ssl.SSLSocket) -> None:
-        self.sock = tls
-        self.buf = b""
-
-
 def test_paho_over_tls_and_the_refusals(tmp_path: Path, pki: BoardPki) -> None:
     micropython()
     limits = {"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 1}
@@ -115,7 +100,7 @@ def test_paho_over_tls_and_the_refusals(tmp_path: Path, pki: BoardPki) -> None:
 
             # A client that does not trust the board's certificate.
             with pytest.raises(ssl.SSLCertVerificationError):
-                tls_socket(b.port, pki.context(ca=pki.other_ca_pem))
+                tls_client(b.port, pki.context(ca=pki.other_ca_pem))
             b.wait_log(r"TLS handshake from 127\.0\.0\.1:\d+ failed: the client ended the handshake")
 
             # A stalled handshake: half a ClientHello, then silence.
@@ -150,12 +135,12 @@ def test_mutual_tls(tmp_path: Path, pki: BoardPki) -> None:
     micropython()
     limits = {"connect_timeout": CONNECT_TIMEOUT}
     with UpyBrokerProcess(tmp_path, heap=TLS_HEAP, limits=limits, device=pki.device(mutual=True)) as b:
-        with tls_socket(b.port, pki.context(cert=True)) as tls:
+        with tls_client(b.port, pki.context(cert=True)) as tls:
             assert tls.version() == "TLSv1.2" and tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384", tls.cipher()
-            assert TlsRaw(tls).connect("with-cert") == b"\x00\x00"
+            assert TlsRawClient(tls).connect("with-cert") == b"\x00\x00"
         # No client certificate: the board ends the handshake.
         try:
-            with tls_socket(b.port, pki.context()) as tls:
+            with tls_client(b.port, pki.context()) as tls:
                 tls.sendall(connect_packet("no-cert"))
                 assert tls.recv(100) == b""
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
