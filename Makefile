@@ -117,11 +117,16 @@ fuzz: setup
 	  $(PY) tests/host/fuzz_broker.py -runs=$(FUZZ_RUNS) -artifact_prefix=.fuzz/ -print_final_stats=1 $(FUZZ_ARGS) .fuzz/corpus; fi
 
 # SISKIN_SOAK_SECONDS: length of the firmware soak (default 180);
-# SISKIN_CRASH_ITERATIONS: kill -9 iterations of the persistence crash test.
+# SISKIN_CRASH_ITERATIONS: kill -9 iterations of the persistence crash test;
+# CRASHLOSS_RUNS: kill -9 runs of tools/crashloss.py (acknowledged QoS 1
+# messages lost for an offline subscriber) with each host settings file.
 SISKIN_CRASH_ITERATIONS ?= 100
+CRASHLOSS_RUNS ?= 40
 soak: setup
 	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
 	SISKIN_CRASH_ITERATIONS=$(SISKIN_CRASH_ITERATIONS) $(PYTEST) tests/host/test_persist_crash.py -s --timeout=0 $(PYTEST_ARGS)
+	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS)
+	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS) --config boards/linux.toml
 
 # Siskin (.venv, on asyncio's loop and on uvloop) side by side with Mosquitto
 # (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt and py-spy go into a

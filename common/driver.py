@@ -27,7 +27,9 @@
 # The shell calls, in the driver:
 #     connection_made(handle, peer, accepted) -> cid (-1: abort it at once)
 #     data_received(cid, data)  then flush() when it likes (the host
-#                               coalesces a loop turn's input into one flush)
+#                               coalesces a loop turn's input into one flush);
+#                               flush() -> True: call it again on the next
+#                               turn of the loop (a retained replay goes on)
 #     set_paused(cid, paused)   its write buffer crossed a water mark
 #     connection_lost(cid)      the socket is gone
 #     tls_failed()              a TLS handshake failed (counted; the shell logs why)
@@ -49,8 +51,13 @@
 #   cannot make the core pile acknowledgements up for it. A publisher the
 #   broker throttles (its messages pile up in an online subscriber's queue)
 #   is not read either, until the broker releases it; what it had already
-#   sent waits in the frame reader and runs on release. Reading resumes when
-#   neither reason holds (`held`).
+#   sent waits in the frame reader and runs on release. A connection with a
+#   retained replay pending (common/broker/replay.py) is not read either until
+#   the replay ends. Reading resumes when no reason holds (`held`).
+# - Replay: each flush first lets the broker go on with the retained replays
+#   whose output drained, then writes; flush() answers True while one can go
+#   on (its output not paused), and the shell flushes again on the next turn
+#   of its loop, the other connections' input and output in between.
 # - Containment: an exception out of the broker for one connection is a bug
 #   in the core; it is logged and that connection aborted, every other
 #   client carries on. An exception in the timers is logged and the clock
@@ -89,6 +96,7 @@ _CLOSED = const(-1)
 # Driver.held bits: why a connection's reading is paused.
 _HELD_OUTPUT = const(1)
 _HELD_THROTTLE = const(2)
+_HELD_REPLAY = const(4)
 
 
 class Driver:
@@ -103,9 +111,11 @@ class Driver:
         self.handles = []  # cid -> the shell's handle, None = no connection
         self.linger = []  # cid -> _OPEN, _CLOSED or the linger deadline (ms ticks)
         # cid -> why its reading is paused: _HELD_OUTPUT (its write buffer is
-        # full) | _HELD_THROTTLE (the broker throttles it as a publisher).
+        # full) | _HELD_THROTTLE (the broker throttles it as a publisher) |
+        # _HELD_REPLAY (a retained replay is pending for it).
         self.held = []
         self.throttled = []  # the cids paused here for the broker's throttle
+        self.replaying = []  # the cids paused here for a pending replay
         self.linger_due = 0  # earliest linger deadline (ms ticks), 0 = none
         self.open = 0  # connections with a handle
         self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
@@ -211,7 +221,7 @@ class Driver:
         self._hold(cid, _HELD_OUTPUT, paused)
 
     def _hold(self, cid, why, on):
-        """Pause reading `cid` while any reason holds it; True if it resumed."""
+        """Pause reading `cid` while any reason holds it."""
         held = self.held[cid]
         now_held = held | why if on else held & ~why
         self.held[cid] = now_held
@@ -219,18 +229,16 @@ class Driver:
             self.handles[cid].pause_reading()
         elif held and not now_held:
             self.handles[cid].resume_reading()
-            return True
-        return False
 
-    def _follow_throttle(self):
-        # Pause the publishers the broker throttles, resume those it released
-        # and run what they had already sent (it waits in the frame reader).
-        wanted = self.broker.throttled
-        mine = self.throttled
+    def _follow(self, wanted, mine, why):
+        # Pause the connections the broker holds for `why` (the publishers it
+        # throttles, those with a pending replay), resume those it released
+        # and run what they had already sent (it waits in the frame reader),
+        # even while their output is paused: only new input waits for that.
         for cid in wanted:
             if cid not in mine and self.handles[cid] is not None and not self.linger[cid]:
                 mine.append(cid)
-                self._hold(cid, _HELD_THROTTLE, True)
+                self._hold(cid, why, True)
         i = 0
         while i < len(mine):
             cid = mine[i]
@@ -238,7 +246,8 @@ class Driver:
                 i += 1
                 continue
             del mine[i]
-            if self.handles[cid] is not None and not self.linger[cid] and self._hold(cid, _HELD_THROTTLE, False):
+            if self.handles[cid] is not None and not self.linger[cid]:
+                self._hold(cid, why, False)
                 self.data_received(cid, b"")
 
     def connection_lost(self, cid):
@@ -250,6 +259,8 @@ class Driver:
         self.held[cid] = 0
         if cid in self.throttled:
             self.throttled.remove(cid)
+        if cid in self.replaying:
+            self.replaying.remove(cid)
         self.open -= 1
         self.clock()
         try:
@@ -261,11 +272,19 @@ class Driver:
     # ------------------------------------------------------------ output
 
     def flush(self):
-        """Write each dirty connection's output once; start the closes."""
+        """Write each dirty connection's output once; start the closes.
+
+        True if a retained replay can go on: the shell calls flush() again
+        on the next turn of its loop."""
         broker = self.broker
-        if broker.throttle_changed:
-            while broker.take_throttle_changes():
-                self._follow_throttle()  # (resumed input may change it again)
+        if broker.replaying:
+            broker.run_replays(self.now)
+        while broker.throttle_changed or broker.replay_changed:
+            # (resumed input may change them again)
+            if broker.take_throttle_changes():
+                self._follow(broker.throttled, self.throttled, _HELD_THROTTLE)
+            if broker.take_replay_changes():
+                self._follow(broker.replaying, self.replaying, _HELD_REPLAY)
         handles = self.handles
         linger = self.linger
         for cid in broker.take_dirty():
@@ -277,6 +296,7 @@ class Driver:
                 handle.write(data)  # may end in connection_lost: then not closing
             if broker.is_closing(cid):
                 self._start_close(cid, handle, broker.is_silent(cid))
+        return broker.replays_waiting() if broker.replaying else False
 
     def _start_close(self, cid, handle, silent=False):
         deadline = ticks_deadline(self.clock(), self.linger_ms)
@@ -329,7 +349,8 @@ class Driver:
             print_exception(e)
         if self.linger_due and ticks_diff(ms, self.linger_due) >= 0:
             self._end_lingers(ms)
-        self.flush()
+        if self.flush():
+            return 1  # a replay goes on: soon again
         return self.next_deadline(ms)
 
     def next_deadline(self, ms):

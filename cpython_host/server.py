@@ -205,7 +205,7 @@ class ClientProtocol(asyncio.Protocol):
                     self.eof = True  # closed after that input, in its turn (next_turn)
                     return True
                 self.take_waiting()  # TLS closes now whatever this returns: its input first
-            self.server.driver.flush()
+            self.server.flush()
         return False
 
     def take_waiting(self) -> None:
@@ -410,7 +410,10 @@ class BrokerServer:
 
     def flush(self) -> None:
         self.flush_scheduled = False
-        self.driver.flush()
+        if self.driver.flush():
+            # A retained replay can go on (its client's output drained):
+            # again on the next loop turn, the other clients' I/O in between.
+            self.schedule_flush()
 
     # ---------------------------------------------------------------- turns
 

@@ -26,6 +26,10 @@
 # Reading. One task per connection awaits Stream.readinto() into the slot's
 # preallocated buffer, hands it to driver.data_received(), then flushes.
 #
+# Retained replay. driver.flush() answers True while a client is still owed
+# retained messages and its socket takes them: flush() then keeps flushing,
+# once per turn of the loop, in a task of its own (common/broker/replay.py).
+#
 # Writing, bounded. MicroPython's Stream.write buffers without bound, so a
 # write goes straight to the socket (non-blocking). If the kernel (lwIP)
 # does not take it all, the rest is handed to a drain task, the slot is
@@ -220,6 +224,7 @@ class Server:
         self.stopping = False
         self.stop_event = asyncio.Event()
         self.on_tick = None  # callable() run every second (watchdog feed)
+        self.replay_task = None  # flushes while a retained replay goes on
         self.heap_next = 0
 
     # ---------------------------------------------------------- lifecycle
@@ -348,7 +353,7 @@ class Server:
                     break  # EOF (or aborted meanwhile)
                 slot.handshaking = False
                 driver.data_received(cid, mv if n == size else mv[:n])
-                driver.flush()
+                self.flush()
         except OSError as e:
             slot.error = e  # reset by the peer, or (TLS) a failed handshake
         finally:
@@ -378,7 +383,23 @@ class Server:
             slot.half_close()
         else:
             self.driver.set_paused(slot.cid, False)
-            self.driver.flush()
+            self.flush()
+
+    def flush(self):
+        """Write what the core has; while a retained replay can go on
+        (driver.flush() -> True), flush again on the next turns of the loop."""
+        if self.driver.flush() and self.replay_task is None:
+            self.replay_task = asyncio.create_task(self._replay())
+
+    async def _replay(self):
+        # One flush per turn of the loop: the other connections run in between.
+        try:
+            while True:
+                await asyncio.sleep_ms(0)
+                if not self.driver.flush():
+                    break
+        finally:
+            self.replay_task = None
 
     # ------------------------------------------------------------ closing
 
@@ -407,7 +428,7 @@ class Server:
         self.free.append(slot)
         self.driver.connection_lost(cid)
         self.log.log(10, "connection #%d closed" % cid)
-        self.driver.flush()  # a will may have been published
+        self.flush()  # a will may have been published
 
     # -------------------------------------------------------------- timer
 

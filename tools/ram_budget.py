@@ -449,7 +449,7 @@ def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dic
         "clients": len(cids),
         "subscriptions": subs + offline,
         "offline_sessions": offline,
-        "queued": queued - st.dropped_queue_full - st.dropped_no_slab,
+        "queued": queued - st.dropped_queue_full - st.dropped_queue_total - st.dropped_no_slab,
         "sessions": broker.sessions.count(),
         "retained": s.max_retained - st.dropped_retained,
         "messages_in_pool": broker.routing.messages.in_use(),

@@ -9,12 +9,13 @@
 # output or must be closed. Packet handling is split by family:
 #   handle_connect   CONNECT, DISCONNECT, sessions, wills, takeover
 #   handle_publish   PUBLISH in both directions, acks, routing, retained
-#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE, retained replay
+#   handle_subscribe SUBSCRIBE, UNSUBSCRIBE; the retained replay a SUBSCRIBE
+#                    starts goes out at the pace of the client's output (replay)
 # Errors raised while decoding or handling a packet carry their reason code
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.broker import handle_connect, handle_publish, handle_subscribe
+from common.broker import handle_connect, handle_publish, handle_subscribe, replay
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.broker.listener import StateListener
 from common.broker.routing import Routing
@@ -94,12 +95,15 @@ class Stats:
         self.dropped_no_slab = 0  # the message pool was exhausted
         self.dropped_retained = 0  # retained store full
         self.refused_queue_full = 0  # publishes refused: a subscriber's queue was full (queue_full = refuse)
+        self.dropped_queue_total = 0  # dropped: all queues together were full (max_queued_total_bytes)
+        self.refused_queue_total = 0  # publishes refused: all queues together were full
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
         self.login_failed = 0  # CONNECTs refused for a bad user name or password
         self.denied_publish = 0  # PUBLISHes the ACL refused
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
+        self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
         self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
         self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
 
@@ -118,12 +122,15 @@ STATS_COUNTERS = (
     "dropped_no_slab",
     "dropped_retained",
     "refused_queue_full",
+    "dropped_queue_total",
+    "refused_queue_total",
     "expired",
     "refused_connections",
     "login_failed",
     "denied_publish",
     "denied_subscribe",
     "denied_delivery",
+    "closed_replay_stalled",
     "denied_takeover",
     "tls_failed",
 )
@@ -192,6 +199,13 @@ class Broker:
         self.throttle_changed = False
         self.throttled_since = 0  # s: when `throttled` last became non-empty
         self.throttle_off_until = 0  # s: no throttling before then (see tick)
+        # Connections (ids) with a retained replay pending, and their
+        # replay.Replay at the same index (common/broker/replay.py): their
+        # input is not processed, and `replay_changed` tells the driver to
+        # pause or resume their reading (take_replay_changes).
+        self.replaying = []
+        self.replays = []
+        self.replay_changed = False
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
         # warning). Never called on the per-message path; below log_level
@@ -287,6 +301,8 @@ class Broker:
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
+                if self.replaying and cid in self.replaying:
+                    break  # the rest waits in the reader until the replay ends
                 frame = reader.maybe_read_frame()
                 if frame is None:
                     break
@@ -353,6 +369,8 @@ class Broker:
         # fires before its full time has passed.
         if self.session_due and now > self.session_due:
             self.session_due = handle_connect.run_session_timers(self, now)
+        if self.replaying:
+            replay.close_stalled(self, now)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.
@@ -368,7 +386,7 @@ class Broker:
                 self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
                 self.close(conn, now)  # CONNECT not completed in time
             elif conn.state == CONNECTED:
-                if conn.cid in self.throttled:
+                if conn.cid in self.throttled or conn.cid in self.replaying:
                     # Not read by our choice: its silence is ours, not its own.
                     conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
                     due = ticks_sooner(due, conn.deadline)
@@ -382,7 +400,8 @@ class Broker:
 
     def throttle(self, conn, now):
         """Stop reading a publisher whose messages pile up in an online
-        subscriber's queue (above half of max_queued_messages or bytes):
+        subscriber's queue (above half of max_queued_messages or bytes,
+        at most routing.THROTTLE_COUNT messages or THROTTLE_BYTES):
         TCP then slows it down instead of the queue overflowing."""
         if now < self.throttle_off_until or conn.cid in self.throttled:
             return
@@ -392,7 +411,7 @@ class Broker:
         self.throttle_changed = True
 
     def release_throttled(self):
-        """A queue drained (below a quarter) or its subscriber left: read
+        """A queue drained (below half its high-water mark) or its subscriber left: read
         the publishers again; one still outrunning is throttled again."""
         if self.throttled:
             del self.throttled[:]
@@ -404,6 +423,23 @@ class Broker:
         self.throttle_changed = False
         return changed
 
+    # ------------------------------------------------- retained replays
+
+    def run_replays(self, now):
+        """Go on with the retained replays whose output has drained (the
+        driver, before each flush)."""
+        replay.run(self, now)
+
+    def replays_waiting(self):
+        """True if a pending replay's output is not paused: flush again soon."""
+        return replay.waiting(self)
+
+    def take_replay_changes(self):
+        """True once after the set of connections with a pending replay changed (the driver)."""
+        changed = self.replay_changed
+        self.replay_changed = False
+        return changed
+
     def _detach(self, conn, now):
         # The end of a connection; a will delay or session expiry it starts
         # becomes a session timer. Its queue no longer drains: publishers
@@ -411,6 +447,7 @@ class Broker:
         session = conn.session
         if session is not None and session.queue.count:
             self.release_throttled()
+        replay.end(self, conn)
         handle_connect.detach(self, conn, now)
         if session is not None:
             due = session.will_at

@@ -33,6 +33,17 @@ from common.mqtt.properties import encode_property_items
 
 _FOLD_RETAIN = const(4)  # in Session.route_fold, above the QoS bits
 
+# Against max_queued_total_bytes every queued copy counts its topic and
+# payload plus this many bytes: about what a queued message costs the host
+# beyond its data (docs/limits.md has the measurements), so that the budget
+# bounds memory however small the messages are.
+QUEUED_COST = const(512)
+
+# What _no_room() finds: room, the session's own queue full, all queues full.
+_ROOM = const(0)
+_FULL_SESSION = const(1)
+_FULL_TOTAL = const(2)
+
 # ------------------------------------------------------------------ inbound
 
 
@@ -101,7 +112,9 @@ def handle_publish(broker, conn, pkt, now):
             routing.backlog = False
             broker.throttle(conn, now)
         if reason == C.RC_QUOTA_EXCEEDED:
-            if routing.refused_for is not None:
+            if routing.refused_total:
+                text = "all queues full (max_queued_total_bytes %d)" % s.max_queued_total_bytes
+            elif routing.refused_for is not None:
                 text = "queue of subscriber %s full (max_queued_messages %d, max_queued_bytes %d)" % (
                     routing.refused_for,
                     s.max_queued_messages,
@@ -198,6 +211,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
     routing.backlog = False  # (a retained replay or a will may have left it set)
+    routing.origin = origin
     matches = routing.matches
     routing.trie.match(topic, matches)
     if matches and qos and origin is not None and broker.settings.queue_full == "refuse":
@@ -208,7 +222,11 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
             # was told is accepted goes missing.
             del matches[:]
             routing.refused_for = full.client_id
-            broker.stats.refused_queue_full += 1
+            if routing.refused_total:
+                broker.stats.refused_queue_total += 1
+                _log_total(broker, origin, now)
+            else:
+                broker.stats.refused_queue_full += 1
             return C.RC_QUOTA_EXCEEDED
     msg = None
     if retain:
@@ -220,13 +238,11 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
         if msg is None:
             del matches[:]
             routing.refused_for = None  # the pool, not a subscriber's queue
+            routing.refused_total = False
             broker.stats.dropped_no_slab += 1
             return C.RC_QUOTA_EXCEEDED
     messages.hold(msg)  # keep it alive while delivering
-    stamp = routing.stamp + 1
-    if stamp >= 0x3FFFFFFF:  # stay a small int on 32-bit ports
-        stamp = 1
-    routing.stamp = stamp
+    stamp = _next_stamp(routing)
     touched = routing.touched
     for entry in matches:
         if entry.is_group:
@@ -276,17 +292,39 @@ def _full_subscriber(broker, matches, origin, qos, size):
     this message would overflow, or None. Only QoS 1/2 publishes from a
     client are refused (QoS 0 is never acknowledged; the broker's own and
     wills follow drop_newest), and shared subscriptions are left to their
-    member's drop (the member is picked at delivery)."""
+    member's drop (the member is picked at delivery). Sets
+    routing.refused_total when it is max_queued_total_bytes that all the
+    message's copies together would overflow."""
+    routing = broker.routing
+    stamp = _next_stamp(routing)  # marks a session counted once (several of its filters may match)
+    need = routing.queued_total + size + QUEUED_COST
+    limit = broker.settings.max_queued_total_bytes
     for entry in matches:
         if entry.is_group:
             continue
         session = entry.session
-        if entry.no_local and session.client_id == origin:
+        if (entry.no_local and session.client_id == origin) or session.route_stamp == stamp:
             continue
         granted = entry.qos if entry.qos < qos else qos
-        if _queue_full(broker, session, granted, size):
+        if not _queues(broker, session, granted):
+            continue
+        session.route_stamp = stamp
+        full = _no_room(broker, session, size)
+        if full == _FULL_SESSION or need > limit:
+            routing.refused_total = full != _FULL_SESSION
             return session
+        need += size + QUEUED_COST
     return None
+
+
+def _next_stamp(routing):
+    """A new value for Session.route_stamp: the sessions marked with it are
+    those this routing step has seen."""
+    stamp = routing.stamp + 1
+    if stamp >= 0x3FFFFFFF:  # stay a small int on 32-bit ports
+        stamp = 1
+    routing.stamp = stamp
+    return stamp
 
 
 def window(broker, conn):
@@ -318,65 +356,99 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
         return
     queue = session.queue
     size = msg.size()
-    if _no_room(session, size, s.max_queued_bytes):
+    full = _no_room(broker, session, size)
+    if full:
         # Full (with queue_full = refuse, only a shared subscription's copy
         # gets here: route() checked the others before accepting).
-        if s.queue_full != "drop_oldest" or not _drop_oldest(broker, session, size, now):
-            _dropped(broker, session, now)
+        if s.queue_full != "drop_oldest" or not _drop_oldest(broker, session, size, full, now):
+            _dropped(broker, session, full, now)
             return
-    d = broker.routing.deliveries.new(msg, qos, retain, tag, shared)
+    routing = broker.routing
+    d = routing.deliveries.new(msg, qos, retain, tag, shared)
     queue.push(d)
     session.queued_bytes += size
+    routing.queued_total += size + QUEUED_COST
     broker.listener.delivery_added(session, d)
-    if conn is not None and (queue.count * 2 >= queue.cap or session.queued_bytes * 2 >= s.max_queued_bytes):
+    if (
+        conn is not None
+        and (queue.count >= routing.high_count or session.queued_bytes >= routing.high_bytes)
+        and session.client_id != routing.origin
+    ):
         # An online subscriber falls behind: slow the publisher down
-        # (handle_publish throttles it) before its queue overflows.
-        broker.routing.backlog = True
+        # (handle_publish throttles it) before its queue overflows; not a
+        # publisher subscribed to itself: throttled, it would stop reading
+        # the very acks that drain its queue.
+        routing.backlog = True
 
 
-def _queue_full(broker, session, qos, size):
-    """Whether a delivery of `qos` and `size` bytes to `session` finds its queue full."""
+def _queues(broker, session, qos):
+    """Whether a delivery of `qos` to `session` would wait in its queue
+    (not sent at once, and not a QoS 0 that is not queued at all)."""
     conn = session.conn
     if qos == 0:
-        if conn is not None or not broker.settings.queue_qos0_offline:
-            return False  # sent now, or (QoS 0, never acknowledged) not queued at all
-    elif conn is not None and not session.queue.count and len(session.inflight) < window(broker, conn):
-        return False  # goes out at once
-    return _no_room(session, size, broker.settings.max_queued_bytes)
+        return conn is None and broker.settings.queue_qos0_offline
+    return conn is None or session.queue.count or len(session.inflight) >= window(broker, conn)
 
 
-def _no_room(session, size, max_bytes):
-    """No room in the session's queue for `size` more bytes."""
-    return session.queued_bytes + size > max_bytes or session.queue.count >= session.queue.cap
+def _no_room(broker, session, size):
+    """Room for `size` more bytes in the session's queue: _ROOM, or
+    _FULL_SESSION (its max_queued_messages / max_queued_bytes), or
+    _FULL_TOTAL (max_queued_total_bytes of all queues together)."""
+    s = broker.settings
+    if session.queued_bytes + size > s.max_queued_bytes or session.queue.count >= session.queue.cap:
+        return _FULL_SESSION
+    if broker.routing.queued_total + size + QUEUED_COST > s.max_queued_total_bytes:
+        return _FULL_TOTAL
+    return _ROOM
 
 
-def _drop_oldest(broker, session, size, now):
+def _unqueued(broker, session, d):
+    """A delivery left the session's queue: its bytes leave both counts."""
+    size = d.msg.size()
+    session.queued_bytes -= size
+    broker.routing.queued_total -= size + QUEUED_COST
+
+
+def _drop_oldest(broker, session, size, full, now):
     """queue_full = drop_oldest: make room by dropping the oldest queued
-    deliveries (never one already sent: those are in `inflight`); False if
-    `size` alone is over max_queued_bytes."""
-    limit = broker.settings.max_queued_bytes
-    if size > limit:
+    deliveries of this session (never one already sent: those are in
+    `inflight`); False, dropping none, if even its whole queue gone would
+    not make room (`size` alone over max_queued_bytes, or all queues full
+    with too little of it in this one)."""
+    s = broker.settings
+    if size > s.max_queued_bytes:
         return False
+    if full == _FULL_TOTAL:
+        over = broker.routing.queued_total + size + QUEUED_COST - s.max_queued_total_bytes
+        if session.queued_bytes + session.queue.count * QUEUED_COST < over:
+            return False
     queue = session.queue
     deliveries = broker.routing.deliveries
-    while queue.count and _no_room(session, size, limit):
+    while queue.count and full:
         old = queue.pop()
-        session.queued_bytes -= old.msg.size()
+        _unqueued(broker, session, old)
         broker.listener.delivery_done(session, old)
         deliveries.release(old)
-        _dropped(broker, session, now)
-    return True
+        _dropped(broker, session, full, now)
+        full = _no_room(broker, session, size)
+    return not full
 
 
-# A session's drops are logged at most once per this many seconds.
+# A session's drops, and the drops and refusals of all queues full, are
+# logged at most once per this many seconds.
 DROP_LOG_INTERVAL = 10
 
 
-def _dropped(broker, session, now):
-    """Count a message dropped for `session`; a warning names the client,
-    its count so far and the limits (at most one per DROP_LOG_INTERVAL)."""
-    broker.stats.dropped_queue_full += 1
+def _dropped(broker, session, full, now):
+    """Count a message dropped for `session` (`full`: _FULL_SESSION or
+    _FULL_TOTAL); a warning names the client, its count so far and the
+    limits (at most one per DROP_LOG_INTERVAL)."""
     session.dropped += 1
+    if full == _FULL_TOTAL:
+        broker.stats.dropped_queue_total += 1
+        _log_total(broker, session.client_id, now)
+        return
+    broker.stats.dropped_queue_full += 1
     if now < session.drop_log_at:
         return
     s = broker.settings
@@ -386,6 +458,23 @@ def _dropped(broker, session, now):
         (session.client_id, session.dropped, s.max_queued_messages, s.max_queued_bytes, s.queue_full),
     )
     session.drop_log_at = now + DROP_LOG_INTERVAL
+
+
+def _log_total(broker, client_id, now):
+    """A warning, at most one per DROP_LOG_INTERVAL for the whole broker
+    (a flood over many sessions is one line), when all queues together are
+    full: what was dropped and refused so far, the latest for whom."""
+    routing = broker.routing
+    if now < routing.total_log_at:
+        return
+    s = broker.settings
+    st = broker.stats
+    broker.log(
+        30,
+        "all queues full (max_queued_total_bytes %d, queue_full = %s): %d message(s) dropped, %d publish(es) refused so far, the latest for %s",
+        (s.max_queued_total_bytes, s.queue_full, st.dropped_queue_total, st.refused_queue_total, client_id),
+    )
+    routing.total_log_at = now + DROP_LOG_INTERVAL
 
 
 def _send_inflight(broker, conn, session, d, now):
@@ -502,7 +591,7 @@ def pump(broker, session, now):
         if qos and len(session.inflight) >= w:
             break
         queue.pop()
-        session.queued_bytes -= msg.size()
+        _unqueued(broker, session, d)
         if qos and not (msg.expiry and now >= msg.expiry):
             _send_inflight(broker, conn, session, d, now)
             continue
@@ -512,7 +601,8 @@ def pump(broker, session, now):
             broker.stats.expired += 1  # [MQTT-3.3.2-5]
         broker.listener.delivery_done(session, d)
         broker.routing.deliveries.release(d)
-    if broker.throttled and queue.count * 4 <= queue.cap and session.queued_bytes * 4 <= broker.settings.max_queued_bytes:
+    routing = broker.routing
+    if broker.throttled and queue.count * 2 <= routing.high_count and session.queued_bytes * 2 <= routing.high_bytes:
         broker.release_throttled()
 
 
@@ -559,7 +649,7 @@ def hand_over_shared(broker, session, now, group=None):
     for d in queue.clear():
         shared = d.shared_group()
         if shared is not None and (group is None or shared is group):
-            session.queued_bytes -= d.msg.size()
+            _unqueued(broker, session, d)
             listener.delivery_done(session, d)
             moved.append(d)
         else:
@@ -593,6 +683,7 @@ def release_session_messages(broker, session):
     """Drop every delivery of a session that ends (after the listener forgot it)."""
     broker.listener.session_forgotten(session)
     for d in session.queue.clear():
+        _unqueued(broker, session, d)
         broker.routing.deliveries.release(d)
     for d in session.inflight:
         broker.routing.deliveries.release(d)

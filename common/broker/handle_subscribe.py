@@ -6,9 +6,10 @@
 # old subscription's options [MQTT-3.8.4-3]. Shared subscriptions join a
 # SharedGroup that sits in the trie in place of its members. After SUBACK,
 # retained messages matching each new or replaced subscription are sent with
-# the retain flag set [MQTT-3.3.1-8], as v5 Retain Handling allows.
+# the retain flag set [MQTT-3.3.1-8], as v5 Retain Handling allows, at the
+# pace the client reads them (common/broker/replay.py).
 
-from common.broker import handle_publish
+from common.broker import handle_publish, replay
 from common.broker.topics import filter_covers, parse_shared, validate_topic_filter
 from common.mqtt import consts as C
 from common.mqtt.errors import MqttError, ProtocolError
@@ -24,17 +25,17 @@ def handle_subscribe(broker, conn, pkt, now):
         if sub_id and not broker.settings.subscription_identifiers:
             raise MqttError(C.RC_SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED, "no subscription identifiers")
     codes = []
-    replay = []
+    owed = []  # the subscriptions that get retained messages
     for flt, options in pkt.topics:
         code, sub = _subscribe_one(broker, session, flt, options, sub_id, v5)
         if code >= 0x80 and not v5:
             code = C.SUBACK_FAILURE_311  # 3.1.1 knows one failure code
         codes.append(code)
         if sub is not None:
-            replay.append(sub)
+            owed.append(sub)
     broker.write(conn, encode_packet(Suback(pkt.packet_id, codes, None), conn.level))
-    for sub in replay:
-        _replay_retained(broker, session, sub, now)
+    if owed:
+        replay.start(broker, conn, owed, now)
 
 
 def _subscribe_one(broker, session, flt, options, sub_id, v5):
@@ -86,15 +87,6 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
     return qos, sub
 
 
-def _replay_retained(broker, session, sub, now):
-    found = []
-    broker.routing.retained.matching(sub.filter, found, now)
-    ids = [sub.sub_id] if sub.sub_id else None
-    for msg in found:
-        qos = msg.qos if msg.qos < sub.qos else sub.qos
-        handle_publish.deliver(broker, session, msg, qos, True, ids, False, now)
-
-
 def handle_unsubscribe(broker, conn, pkt, now):
     session = conn.session
     codes = []
@@ -111,6 +103,8 @@ def handle_unsubscribe(broker, conn, pkt, now):
 
 def remove(broker, sub, now):
     session = sub.session
+    if session.conn is not None:
+        replay.end(broker, session.conn)  # (a replay may name `sub`, which goes back to its pool)
     del session.subs[sub.key]
     broker.listener.sub_removed(session, sub)
     broker.routing.remove(sub)

@@ -83,10 +83,22 @@ class Retained:
         self.tree.match_filter(flt, out)
         i = 0
         while i < len(out):
-            msg = out[i]
-            if msg.expiry and now >= msg.expiry:
-                self._forget(msg.topic, msg)  # [MQTT-3.3.2-5]
-                self.stats.expired += 1
+            if self._expired(out[i], now):
                 del out[i]
             else:
                 i += 1
+
+    def current(self, topic, now):
+        """The live retained message of `topic`, or None."""
+        msg = self.tree.get(topic)
+        if msg is None or self._expired(msg, now):
+            return None
+        return msg
+
+    def _expired(self, msg, now):
+        # An expired message is removed when next looked at [MQTT-3.3.2-5].
+        if msg.expiry and now >= msg.expiry:
+            self._forget(msg.topic, msg)
+            self.stats.expired += 1
+            return True
+        return False

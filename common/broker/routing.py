@@ -12,6 +12,16 @@ from common.broker.pools import MessagePool
 from common.broker.retained import Retained
 from common.broker.session import SharedGroup
 from common.broker.topics import SubscriptionTrie
+from common.compat import const
+
+# Spare delivery records kept for reuse at most (a burst's beyond go back
+# to the heap): enough for a steady flow, not a burst's worth on the host.
+SPARE_DELIVERIES = const(4096)
+# An online subscriber's queue past half its limits, but at most this many
+# messages or bytes, throttles the publisher feeding it (deliver()): with the
+# host's large queues a burst still waits in the publisher's socket, not in RAM.
+THROTTLE_COUNT = const(1000)
+THROTTLE_BYTES = const(1048576)
 
 
 class Routing:
@@ -19,8 +29,9 @@ class Routing:
         self.trie = SubscriptionTrie(settings.match_cache_bytes)
         self.groups = {}  # SharedGroup.key() -> SharedGroup
         self.messages = MessagePool(settings.max_messages, settings.prealloc, listener)
-        # As many spare deliveries as messages: enough for a steady flow.
-        self.deliveries = DeliveryPool(self.messages, settings.max_messages)
+        # As many spare deliveries as messages, up to SPARE_DELIVERIES.
+        keep = settings.max_messages
+        self.deliveries = DeliveryPool(self.messages, keep if keep < SPARE_DELIVERIES else SPARE_DELIVERIES)
         self.retained = Retained(settings, self.messages, stats, listener)
         # Scratch reused by route(): the trie's matches, the sessions touched,
         # and the stamp that marks a session touched by the current message.
@@ -30,9 +41,24 @@ class Routing:
         # The client id whose full queue made route() refuse a message
         # (queue_full = refuse), for the publisher's reason string.
         self.refused_for = None
+        # Whether it is max_queued_total_bytes that made route() refuse.
+        self.refused_total = False
         # Set by deliver() when an online subscriber's queue passed its
         # high-water mark during this route(): the publisher is throttled.
         self.backlog = False
+        # The client id route() delivers for: its own session's backlog
+        # never throttles it (it could then not read the acks that drain it).
+        self.origin = None
+        # The high-water mark: half of the queue limits, capped.
+        count = settings.max_queued_messages // 2
+        self.high_count = count if count < THROTTLE_COUNT else THROTTLE_COUNT
+        size = settings.max_queued_bytes // 2
+        self.high_bytes = size if size < THROTTLE_BYTES else THROTTLE_BYTES
+        # Bytes of all sessions' queues, as max_queued_total_bytes counts
+        # them (handle_publish.QUEUED_COST), and when the next warning
+        # about that budget may be logged (s).
+        self.queued_total = 0
+        self.total_log_at = 0
 
     def add(self, sub, share_name):
         """Put a new subscription (filter set) in the trie, or in its shared group."""

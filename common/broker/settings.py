@@ -65,15 +65,26 @@ LIMITS = (
     ("match_cache_bytes", 65536, K_INT, 0, None),  # topic -> subscribers cache, 0 = off
     # -- messages --
     ("max_packet_size", 1048576, K_INT, 16, None),  # bytes, whole packet; 0x95 beyond it
-    ("max_messages", 20000, K_INT, 0, None),  # message slabs held at once
-    ("max_queued_messages", 1000, K_INT, 0, None),  # per session; dropped and counted beyond
-    ("max_queued_bytes", 4194304, K_INT, 0, None),  # payload bytes queued per session
-    # what a full queue does (docs/limits.md): drop the new message, drop the
-    # oldest queued one (keeps the freshest readings), or refuse the publish
-    ("queue_full", "drop_newest", K_CHOICE, ("drop_newest", "drop_oldest", "refuse"), None),
+    # The defaults size a gateway on a Raspberry Pi (1 GB RAM, a store on
+    # SD/SSD): queues are bounded by bytes, per session and all together;
+    # the counts are caps for boards, whose pools are preallocated, set here
+    # so that they never bind first. docs/limits.md has the arithmetic.
+    ("max_messages", 1000000, K_INT, 0, None),  # message slabs held at once
+    ("max_queued_messages", 1000000, K_INT, 0, None),  # per session
+    ("max_queued_bytes", 67108864, K_INT, 0, None),  # topic + payload bytes queued per session
+    # all sessions' queues together: topic + payload + 512 B per queued copy
+    # (handle_publish.QUEUED_COST, about the RAM a queued message costs)
+    ("max_queued_total_bytes", 134217728, K_INT, 0, None),
+    # what a full queue does (docs/limits.md): refuse the publish (v5 0x97,
+    # 3.1.1 not acknowledged, so nothing acknowledged is lost), drop the new
+    # message, or drop the oldest queued one (keeps the freshest readings)
+    ("queue_full", "refuse", K_CHOICE, ("drop_newest", "drop_oldest", "refuse"), None),
     ("max_inflight", 16, K_INT, 1, U16_MAX),  # unacknowledged QoS 1/2 PUBLISHes to one client
     ("max_inflight_in", 64, K_INT, 1, U16_MAX),  # QoS 2 ids awaiting PUBREL (v5 Receive Maximum)
     ("max_out_buffer", 262144, K_INT, 0, None),  # bytes waiting for a slow reader before QoS 0 drops
+    # s a retained replay may wait for its client to read before the client is
+    # disconnected (v5 DISCONNECT 0x97), 0 = never
+    ("replay_stall_timeout", 30, K_INT, 0, None),
     ("queue_qos0_offline", False, K_BOOL, None, None),  # queue QoS 0 for offline persistent sessions
     ("max_retained", 10000, K_INT, 0, None),  # retained messages; beyond it new ones are dropped and counted
     ("max_retained_bytes", 16777216, K_INT, 0, None),  # payload bytes of the retained messages

@@ -18,6 +18,7 @@ PREFIX = "$SYS/broker/"
 DROP_COUNTERS = (
     ("qos0", "dropped_qos0"),  # QoS 0 for a slow reader over max_out_buffer, or an offline session
     ("queue_full", "dropped_queue_full"),  # a session's queue (count or bytes) was full
+    ("queue_total", "dropped_queue_total"),  # all queues together were full (max_queued_total_bytes)
     ("too_large", "dropped_too_large"),  # above a v5 client's Maximum Packet Size
     ("no_slab", "dropped_no_slab"),  # the message pool (max_messages) was exhausted
     ("retained", "dropped_retained"),  # the retained store was full: not kept
@@ -26,6 +27,8 @@ DROP_COUNTERS = (
 # (topic suffix, snapshot key) after the drop counters.
 _TAIL = (
     ("messages/refused/queue_full", "refused_queue_full"),
+    ("clients/closed/replay_stalled", "closed_replay_stalled"),
+    ("messages/refused/queue_total", "refused_queue_total"),
     ("messages/expired", "expired"),
     ("messages/denied/publish", "denied_publish"),  # PUBLISHes and wills the ACL refused
     ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them

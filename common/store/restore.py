@@ -11,6 +11,7 @@
 # window and queue in their original order, then the retained messages.
 
 from common.broker.delivery import QUEUED, RELEASED
+from common.broker.handle_publish import QUEUED_COST
 from common.broker.pools import Ring
 from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSION, NS_SUB
@@ -238,4 +239,6 @@ def _restore_deliveries(persist, broker, by_mid):
             queue = session.queue = Ring(len(queued), len(queued))
         for d in queued:
             queue.push(d)
-            session.queued_bytes += d.msg.size()
+            size = d.msg.size()
+            session.queued_bytes += size
+            routing.queued_total += size + QUEUED_COST

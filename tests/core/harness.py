@@ -46,6 +46,8 @@ FUZZ_SETTINGS = {
     "max_messages": 24,
     "max_queued_messages": 3,
     "max_queued_bytes": 200,
+    "max_queued_total_bytes": 2500,  # four small queued copies (512 B each beyond their data)
+    "queue_full": "drop_newest",
     "max_inflight": 2,
     "max_inflight_in": 2,
     "max_out_buffer": 300,
@@ -110,18 +112,32 @@ class Harness:
         return c
 
     def pump(self):
-        """Move every byte the broker wants to send into the clients."""
+        """Move every byte the broker wants to send into the clients.
+
+        As the driver's flush does: retained replays go on while their
+        client's output is not paused (every client here reads at once), and
+        the input a replay held back runs when it ends."""
         broker = self.broker
-        for cid in broker.take_dirty():
-            client = self.clients.get(cid)
-            data = broker.take_output(cid)
-            if client is None:
+        while True:
+            if broker.replaying:
+                broker.run_replays(self.now)
+            for cid in broker.take_dirty():
+                client = self.clients.get(cid)
+                data = broker.take_output(cid)
+                if client is None:
+                    continue
+                if data:
+                    client.receive(data)
+                if broker.is_closing(cid) and not client.closed:
+                    client.closed = True
+                    broker.connection_lost(cid, self.now)
+            if broker.take_replay_changes():
+                for client in list(self.clients.values()):
+                    if not client.closed and client.cid not in broker.replaying:
+                        broker.data_received(client.cid, b"", self.now)
                 continue
-            if data:
-                client.receive(data)
-            if broker.is_closing(cid) and not client.closed:
-                client.closed = True
-                broker.connection_lost(cid, self.now)
+            if not (broker.replaying and broker.replays_waiting()):
+                return
 
     def held(self):
         """What the broker holds beyond its empty state, by part: every count
@@ -138,6 +154,7 @@ class Harness:
             "shared groups": len(r.groups),
             "messages": r.messages.in_use() - r.retained.count(),
             "deliveries": r.deliveries.in_use,
+            "queued bytes": r.queued_total,
         }
 
     def advance(self, seconds):

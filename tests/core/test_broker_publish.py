@@ -3,6 +3,9 @@
 
 import unittest
 
+from common.broker.handle_publish import QUEUED_COST
+from common.broker.routing import THROTTLE_COUNT
+from common.broker.sys_topics import sys_values
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck
 from tests.core.harness import Harness
@@ -172,7 +175,7 @@ class TestFlowControl(unittest.TestCase):
         self.assertEqual(seen, list(range(10)))  # [MQTT-4.6.0-5]
 
     def test_queue_limit_drops_and_counts(self):
-        h = Harness(max_queued_messages=2)
+        h = Harness(max_queued_messages=2, queue_full="drop_newest")
         sub = h.client()
         sub.connect("sub", clean=False)
         sub.subscribe("t", 1)
@@ -188,7 +191,7 @@ class TestFlowControl(unittest.TestCase):
         self.assertEqual([m.payload for m in again.take()], [b"\x00", b"\x01"])
 
     def test_queue_byte_limit(self):
-        h = Harness(max_queued_bytes=10)
+        h = Harness(max_queued_bytes=10, queue_full="drop_newest")
         sub = h.client()
         sub.connect("sub", clean=False)
         sub.subscribe("t", 1)
@@ -254,12 +257,13 @@ class TestFlowControl(unittest.TestCase):
         self.assertEqual(seen, [0, 1, 4, 5])
         self.assertEqual(h.broker.stats.dropped_queue_full, 2)
 
-    def test_queue_full_drop_newest_is_the_default(self):
-        h = Harness(max_queued_messages=2)
-        self.assertEqual(h.broker.settings.queue_full, "drop_newest")
+    def test_queue_full_refuse_is_the_default(self):
+        # Nothing acknowledged is dropped unless a drop policy is chosen.
+        h = Harness()
+        self.assertEqual(h.broker.settings.queue_full, "refuse")
 
     def test_drops_are_logged_per_client_rate_limited(self):
-        h = Harness(max_queued_messages=1)
+        h = Harness(max_queued_messages=1, queue_full="drop_newest")
         lines = []
         h.broker.set_logger(lambda level, text: lines.append((level, text)), 30)
         self._offline_subscriber(h)
@@ -278,6 +282,18 @@ class TestFlowControl(unittest.TestCase):
         self.assertIn("sub: queue full, 5 message(s) dropped so far", warnings[1])
         self.assertEqual(h.broker.stats.dropped_queue_full, 5)
 
+    def _v5_publishes(self, h, n):
+        """A v5 publisher sends n QoS 1 messages to "t": their PUBACK codes, and the last PUBACK."""
+        pub = h.client(level=5)
+        pub.connect("pub5")
+        pub.take()
+        codes = []
+        for i in range(n):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+            ack = pub.expect(C.PUBACK)
+            codes.append(ack.reason)
+        return codes, ack
+
     def test_queue_full_refuse_tells_a_v5_publisher(self):
         h = Harness(max_queued_messages=2, queue_full="refuse")
         self._offline_subscriber(h)
@@ -285,14 +301,7 @@ class TestFlowControl(unittest.TestCase):
         other.connect("other")
         other.subscribe("t", 1)
         other.take()
-        pub = h.client(level=5)
-        pub.connect("pub")
-        pub.take()
-        codes = []
-        for i in range(4):
-            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
-            ack = pub.expect(C.PUBACK)
-            codes.append(ack.reason)
+        codes, ack = self._v5_publishes(h, 4)
         self.assertEqual(codes, [C.RC_SUCCESS, C.RC_SUCCESS, C.RC_QUOTA_EXCEEDED, C.RC_QUOTA_EXCEEDED])
         self.assertIn("queue of subscriber sub full", dict(ack.props)[C.PROP_REASON_STRING])
         # Refused whole: the subscriber with room did not get it either.
@@ -318,6 +327,108 @@ class TestFlowControl(unittest.TestCase):
         pub0.publish("t", b"c", qos=0)
         self.assertFalse(pub0.closed)
         self.assertEqual(h.broker.stats.refused_queue_full, 1)
+
+    # max_queued_total_bytes: every queued copy counts its topic + payload + QUEUED_COST.
+    COPY = QUEUED_COST + 2  # topic "t" + a 1-byte payload
+
+    def _two_offline(self, **kw):
+        h = Harness(max_queued_total_bytes=3 * self.COPY, **kw)
+        for name in ("a", "b"):
+            sub = h.client()
+            sub.connect(name, clean=False)
+            sub.subscribe("t", 1)
+            sub.drop()
+        pub = h.client()
+        pub.connect("pub")
+        return h, pub
+
+    def test_all_queues_budget_drops_counted_and_logged(self):
+        h, pub = self._two_offline(queue_full="drop_newest")
+        lines = []
+        h.broker.set_logger(lambda level, text: lines.append((level, text)), 30)
+        for i in range(3):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        # Three copies fit: a and b get message 0, a gets message 1; b's copy
+        # of 1 and both copies of 2 are over the budget.
+        st = h.broker.stats
+        self.assertEqual((st.dropped_queue_total, st.dropped_queue_full), (3, 0))
+        self.assertEqual(h.broker.routing.queued_total, 3 * self.COPY)
+        self.assertEqual([h.broker.sessions.find(n).dropped for n in "ab"], [1, 2])
+        warnings = [t for lv, t in lines if lv == 30]
+        self.assertEqual(len(warnings), 1)  # one line for the whole broker, rate-limited
+        want = "all queues full (max_queued_total_bytes %d, queue_full = drop_newest)" % (3 * self.COPY)
+        self.assertIn(want, warnings[0])
+        self.assertIn("1 message(s) dropped", warnings[0])
+        h.advance(11)
+        pub.publish("t", b"z", qos=1, packet_id=9)
+        self.assertIn("4 message(s) dropped, 0 publish(es) refused so far, the latest for a", lines[-1][1])
+        self.assertEqual(h.broker.stats.dropped_queue_total, 5)
+        # Counted apart in $SYS, and in the sum of the drops.
+        values = dict(sys_values(h.broker.snapshot(), h.now))
+        self.assertEqual((values["messages/dropped/queue_total"], values["messages/dropped"]), ("5", "5"))
+        # A session that drains gives its bytes back.
+        a = h.client()
+        a.connect("a", clean=False)
+        for m in a.take():
+            if m.ptype == C.PUBLISH:
+                a.ack(m)
+        while True:
+            got = [m for m in a.take() if m.ptype == C.PUBLISH]
+            if not got:
+                break
+            for m in got:
+                a.ack(m)
+        self.assertEqual(h.broker.routing.queued_total, self.COPY)  # b's message 0
+
+    def test_all_queues_budget_refuse_tells_a_v5_publisher(self):
+        h, _pub = self._two_offline(queue_full="refuse")
+        codes, ack = self._v5_publishes(h, 3)
+        # 0 fits for both; 1 would fit a but not b: refused whole.
+        self.assertEqual(codes, [C.RC_SUCCESS, C.RC_QUOTA_EXCEEDED, C.RC_QUOTA_EXCEEDED])
+        want = "all queues full (max_queued_total_bytes %d)" % (3 * self.COPY)
+        self.assertEqual(dict(ack.props)[C.PROP_REASON_STRING], want)
+        st = h.broker.stats
+        self.assertEqual((st.refused_queue_total, st.refused_queue_full, st.dropped_queue_total), (2, 0, 0))
+
+    def test_all_queues_budget_refuse_disconnects_a_311_publisher(self):
+        h, pub = self._two_offline(queue_full="refuse")
+        pub.publish("t", b"0", qos=1, packet_id=1)
+        self.assertEqual(pub.expect(C.PUBACK).packet_id, 1)
+        pub.publish("t", b"1", qos=1, packet_id=2)
+        self.assertEqual([p for p in pub.take() if p.ptype == C.PUBACK], [])  # [MQTT-4.8.0-2]
+        self.assertTrue(pub.closed)
+        self.assertEqual(h.broker.stats.refused_queue_total, 1)
+
+    def test_all_queues_budget_drop_oldest_takes_from_the_full_session(self):
+        h, pub = self._two_offline(queue_full="drop_oldest")
+        for i in range(3):
+            pub.publish("t", bytes([i]), qos=1, packet_id=i + 1)
+        # a: 0, 1 then 2 pushes out 0; b: 0, then 1 pushes out 0, then 2 pushes out 1.
+        st = h.broker.stats
+        self.assertEqual(st.dropped_queue_total, 3)
+        for name, want in (("a", [1, 2]), ("b", [2])):
+            q = h.broker.sessions.find(name).queue.items()
+            self.assertEqual([d.msg.payload[0] for d in q], want)
+        self.assertEqual(h.broker.routing.queued_total, 3 * self.COPY)
+
+    def test_large_queues_throttle_at_a_capped_high_water_mark(self):
+        # With the host's large queues (bytes bind, not counts), an online
+        # subscriber that falls behind still throttles its publisher after
+        # THROTTLE_COUNT messages, not half a million: the burst waits in
+        # the publisher's socket, not in the broker's RAM.
+        h = Harness(max_inflight=1, max_queued_messages=1000000, queue_full="drop_newest")
+        sub, pub = pair(h, 1)
+        n = 0
+        while not h.broker.throttled:
+            n += 1
+            pub.publish("t", b"x", qos=1, packet_id=n % 60000 + 1)
+        self.assertEqual(h.broker.throttled, [pub.cid])
+        self.assertEqual(h.broker.sessions.find("sub").queue.count, THROTTLE_COUNT)
+        # Read again once the queue is below half the mark.
+        while h.broker.throttled:
+            for m in [m for m in sub.take() if m.ptype == C.PUBLISH]:
+                sub.ack(m)
+        self.assertEqual(h.broker.sessions.find("sub").queue.count, THROTTLE_COUNT // 2)
 
     def test_slow_reader_qos0_dropped_beyond_out_buffer(self):
         h = Harness(max_out_buffer=100)

@@ -89,6 +89,12 @@ class DriverTest(unittest.TestCase):
         self.driver.data_received(cid, encode_packet(pkt, level))
         self.driver.flush()
 
+    def retain(self, count):
+        """`count` retained messages r/00, r/01 ... of 90 bytes."""
+        setter, _h = self.open("setter")
+        for i in range(count):
+            self.send(setter, Publish("r/%02d" % i, b"v" * 90, 0, True, False, 0, None))
+
     def setUp(self):
         self.start = 0
         self.make()
@@ -159,7 +165,7 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.broker.throttled, [])
 
     def test_a_subscriber_that_never_catches_up_stalls_publishers_30_s_at_most(self):
-        self.make(max_inflight=1, max_queued_messages=2)
+        self.make(max_inflight=1, max_queued_messages=2, queue_full="drop_newest")
         sub, _hs = self.open("sub")
         self.send(sub, Subscribe(1, [("t", 1)], None))
         pub, hp = self.open("pub")
@@ -188,6 +194,26 @@ class DriverTest(unittest.TestCase):
         self.send(other, Publish("elsewhere", b"y", 1, False, False, 1, None))
         self.assertEqual(self.broker.throttled, [])
         self.assertEqual(ho.events, [])
+
+    def test_a_publisher_subscribed_to_itself_is_not_throttled_by_its_own_queue(self):
+        # Throttled, it would not be read, so the PUBACKs that drain its own
+        # queue would wait too: every message must still come round.
+        self.make(max_inflight=2, max_queued_messages=8)
+        me, h = self.open("me")
+        self.send(me, Subscribe(1, [("t", 1)], None))
+        burst = b"".join(encode_packet(Publish("t", bytes([i]), 1, False, False, i + 1, None), 4) for i in range(6))
+        self.driver.data_received(me, burst)
+        self.driver.flush()
+        self.assertEqual(self.broker.sessions.find("me").queue.count, 4)  # past half of 8
+        self.assertEqual((self.broker.throttled, h.events), ([], []))
+        got = []
+        for _ in range(20):
+            sent = [p for p in h.inbox if p.ptype == C.PUBLISH]
+            h.inbox = []
+            for p in sent:
+                got.append(p.payload[0])
+                self.send(me, PubAck(C.PUBACK, p.packet_id, 0, None))
+        self.assertEqual(got, list(range(6)))
 
     def test_throttle_and_output_backpressure_both_hold_reading(self):
         self.make(max_inflight=1, max_queued_messages=2)
@@ -279,6 +305,44 @@ class DriverTest(unittest.TestCase):
         self.driver.set_paused(a, False)
         self.driver.flush()
         self.assertEqual((ha.types(), ha.events), ([C.PUBLISH], ["pause", "resume"]))
+
+    def test_a_retained_replay_goes_on_as_output_drains_and_holds_reading(self):
+        # 30 retained messages of ~100 bytes, max_out_buffer 1000: a replay
+        # of three flushes or so, the client's input held until it ends.
+        self.make(max_out_buffer=1000)
+        self.retain(30)
+        a, ha = self.open("a")
+        self.driver.set_paused(a, True)  # its transport is full
+        self.driver.data_received(a, encode_packet(Subscribe(1, [("r/#", 0)], None), 4) + encode_packet(Pingreq(), 4))
+        self.assertFalse(self.driver.flush())  # paused: nothing can go on
+        self.assertEqual(ha.events, ["pause"])
+        self.assertEqual(ha.types(), [])
+        self.assertEqual(self.at(0), MAX_SLEEP_MS)  # no busy timer for a paused replay
+        # The transport drains: the shell is told, flushes again while the
+        # driver says a replay can go on (its socket takes everything here).
+        self.driver.set_paused(a, False)
+        self.assertEqual(ha.events, ["pause"])  # still held: the replay is pending
+        flushes = 1
+        while self.driver.flush():
+            flushes += 1
+        self.assertGreaterEqual(flushes, 3)
+        kinds = ha.types()
+        self.assertEqual(kinds, [C.SUBACK] + [C.PUBLISH] * 30 + [C.PINGRESP])  # the PINGREQ ran after it
+        self.assertEqual(ha.events, ["pause", "resume"])
+        self.assertEqual(self.broker.replaying, [])
+
+    def test_a_replay_that_can_go_on_wakes_the_timer_at_once(self):
+        self.make(max_out_buffer=100)
+        self.retain(5)
+        a, ha = self.open("a")
+        self.driver.data_received(a, encode_packet(Subscribe(1, [("r/#", 0)], None), 4))
+        self.assertEqual(self.at(0), 1)  # flushed one, more to go: soon again
+        for _ in range(10):
+            if self.at(1) != 1:
+                break
+        self.assertEqual(ha.types(), [C.SUBACK] + [C.PUBLISH] * 5)
+        self.assertEqual(self.at(2), MAX_SLEEP_MS)
+        self.driver.connection_lost(a)
 
     def test_batch_sync_every_store_sync_ms(self):
         store = Store(MemKV())

@@ -5,6 +5,7 @@
 
 import unittest
 
+from common.broker.handle_publish import QUEUED_COST
 from common.crypto.aesgcm import AesGcm
 from common.mqtt import consts as C
 from common.store.store import Store, StoreError, pack, unpack
@@ -153,9 +154,13 @@ class TestRestart(unittest.TestCase):
             self.assertEqual(pub.expect(C.PUBACK).packet_id, i + 1)
         h2, _kv = restart(kv)
         self.assertEqual(h2.restored["sessions"], 1)
+        # The restored queue counts against max_queued_total_bytes as before.
+        self.assertEqual(h2.broker.routing.queued_total, h.broker.routing.queued_total)
+        self.assertEqual(h2.broker.routing.queued_total, 5 * (len("t/0m0") + QUEUED_COST))
         again = h2.client()
         ack = again.connect("sub", clean=False)
         self.assertTrue(ack.session_present)
+        self.assertEqual(h2.broker.routing.queued_total, 0)
         got = again.take()
         self.assertEqual([p.topic for p in got], ["t/%d" % i for i in range(5)])
         self.assertEqual([p.payload for p in got], [b"m%d" % i for i in range(5)])

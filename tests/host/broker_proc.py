@@ -18,7 +18,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,12 +85,26 @@ def write_config(
     server: dict[str, Any] | None = None,
     listeners: list[dict[str, Any]] | None = None,
     security: dict[str, Any] | None = None,
+    base: str | None = None,
 ) -> Path:
-    lines = ["[limits]"]
-    lines += [f"{k} = {toml_value(v)}" for k, v in (limits or {}).items()]
-    lines.append("[server]")
-    lines += [f"{k} = {toml_value(v)}" for k, v in (server or {}).items()]
-    for table in listeners or ():
+    """A config file: `base` (a shipped settings file, e.g. "boards/linux.toml";
+    None: the built-in defaults) with `limits` and `server` set over it, and
+    `listeners` (if given) as its [[listener]] tables."""
+    doc: dict[str, Any] = {}
+    if base is not None:
+        with (REPO_ROOT / base).open("rb") as f:
+            doc = tomllib.load(f)
+    tables = {
+        "limits": {**doc.get("limits", {}), **(limits or {})},
+        "server": {**doc.get("server", {}), **(server or {})},
+    }
+    if "log" in doc:
+        tables["log"] = doc["log"]
+    lines = []
+    for name, values in tables.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+    for table in doc.get("listener", []) if listeners is None else listeners:
         lines.append("[[listener]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     if security:  # last, so that a test can append keys to it
@@ -119,11 +135,14 @@ class BrokerProcess:
         extra_args: tuple[str, ...] = (),
         listeners: list[dict[str, Any]] | None = None,
         security: dict[str, Any] | None = None,
+        base: str | None = None,
     ) -> None:
-        """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0."""
+        """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0.
+        `base`: a shipped settings file the config starts from (None: the
+        built-in defaults); `limits`, `server` and `listeners` are set over it."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, security)
+        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, security, base)
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args
@@ -269,10 +288,13 @@ def puback_packet(packet_id: int) -> bytes:
 class RawClient:
     """A plain TCP socket speaking hand-made MQTT; parses what comes back."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0, rcvbuf: int = 0) -> None:
+        """`rcvbuf`: a small SO_RCVBUF, for a client that reads slowly or never."""
         import socket
 
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.buf = b""
 
     def send(self, data: bytes) -> None:
@@ -446,6 +468,15 @@ class Paho:
                 raise AssertionError(f"no SUBACK for {topic}")
             return self.subscribed[mid]
 
+    @classmethod
+    def fast_publisher(cls, port: int, client_id: str) -> Paho:
+        """Connected, with 1,000 QoS 1/2 messages in flight and no queue
+        limit of its own: it publishes as fast as the broker reads."""
+        pub = cls(port, client_id)
+        pub.client.max_inflight_messages_set(1000)
+        pub.client.max_queued_messages_set(0)
+        return pub.connect()
+
     def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, timeout: float = 5.0) -> None:
         info = self.client.publish(topic, payload, qos, retain)
         info.wait_for_publish(timeout)
@@ -473,3 +504,105 @@ class Paho:
             self.client.disconnect()
         finally:
             self.client.loop_stop()
+
+
+# ---------------------------------------------------------------------------
+# A QoS 1/2 load with its acknowledgements recorded, and a draining
+# subscriber: the kill -9 tests (tests/host/test_persist_crash.py) and
+# tools/crashloss.py.
+
+
+def pubrel_packet(pid: int) -> bytes:
+    return b"\x62\x02" + pid.to_bytes(2, "big")
+
+
+def pubrec_packet(pid: int) -> bytes:
+    return b"\x50\x02" + pid.to_bytes(2, "big")
+
+
+def pubcomp_packet(pid: int) -> bytes:
+    return b"\x70\x02" + pid.to_bytes(2, "big")
+
+
+WINDOW = 32  # unacknowledged PUBLISHes the publisher keeps in flight
+
+
+class Publisher:
+    """Floods numbered QoS 1/2 messages, WINDOW at a time; a reader thread records the acks."""
+
+    def __init__(self, port: int, client_id: str = "storm-pub") -> None:
+        self.client = RawClient(port)
+        self.client.connect(client_id, clean=True)
+        self.acked: dict[int, set[int]] = {1: set(), 2: set()}  # qos -> message numbers
+        self.pid_to_msg: dict[int, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+        self.window = threading.Semaphore(WINDOW)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                pkt = self.client.read_packet(timeout=30)
+                if pkt is None:
+                    return
+                first, body = pkt
+                pid = int.from_bytes(body[:2], "big")
+                with self.lock:
+                    qos_n = self.pid_to_msg.get(pid)
+                if qos_n is None:
+                    continue
+                if first == 0x40 and qos_n[0] == 1:  # PUBACK
+                    with self.lock:
+                        self.acked[1].add(qos_n[1])
+                    self.window.release()
+                elif first == 0x50 and qos_n[0] == 2:  # PUBREC: the broker owns the message
+                    with self.lock:
+                        self.acked[2].add(qos_n[1])
+                    self.client.send(pubrel_packet(pid))
+                elif first == 0x70:  # PUBCOMP: the packet id is free again
+                    self.window.release()
+        except OSError:
+            return
+
+    def flood(self, count: int, stop: threading.Event, qos: int = 0, topic: str = "storm") -> None:
+        """Publish `count` numbered messages to `topic`/QOS, at `qos` (0:
+        alternately 1 and 2), until `stop` is set."""
+        alternate = not qos
+        try:
+            for n in range(count):
+                while not self.window.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                if alternate:
+                    qos = 1 + n % 2
+                pid = n % 60000 + 1
+                with self.lock:
+                    self.pid_to_msg[pid] = (qos, n)
+                self.client.send(publish_packet(f"{topic}/{qos}", b"%08d" % n, qos=qos, packet_id=pid))
+        except OSError:
+            return
+
+
+def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, bool, int]]:
+    """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully)."""
+    got: list[tuple[str, bytes, int, bool, int]] = []
+    while True:
+        try:
+            pkt = client.read_packet(timeout=quiet)
+        except TimeoutError:
+            return got
+        if pkt is None:
+            return got
+        first, body = pkt
+        if first >> 4 == 3:
+            topic, payload, qos, _retain, dup, pid = parse_publish(first, body)
+            got.append((topic, payload, qos, dup, pid))
+            if qos == 1:
+                client.send(puback_packet(pid))
+            elif qos == 2:
+                client.send(pubrec_packet(pid))
+        elif first == 0x62:  # PUBREL
+            client.send(pubcomp_packet(int.from_bytes(body[:2], "big")))

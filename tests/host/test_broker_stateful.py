@@ -24,6 +24,8 @@ Checked after every step:
   sent in a SUBSCRIBE, including the ones hidden in arbitrary bytes, which a
   shadow FrameReader decodes as the broker does; a new session — CONNACK
   session present 0 — starts an empty set);
+- the bytes of all queues (max_queued_total_bytes' count) are the sum of
+  every session's queue, and within that budget;
 and at the end of each run, once every client has left and every session
 expired, every pool is back at its baseline (Harness.held(): connections,
 sessions, subscriptions, trie entries, shared groups, messages beyond the
@@ -37,8 +39,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from common.broker.handle_publish import QUEUED_COST
 from common.broker.topics import parse_shared, topic_matches
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
@@ -93,6 +96,10 @@ class ModelClient(Client):
         self.owed = []  # acks we owe the broker: (packet type, packet id)
         self.window = 0  # the most unacknowledged QoS 1/2 PUBLISHes the broker may send us
         self.qos2_ids = set()  # ids of the broker's QoS 2 PUBLISHes to us, until PUBCOMP
+        # Ids we sent a PUBACK/PUBREC for while we owed none: a PUBLISH the
+        # broker sent that we have not read yet (our output paused) may be
+        # settled by it, so its arrival owes nothing.
+        self.early = set()
 
     def send_raw(self, data):
         if self.shadow is not None:
@@ -117,6 +124,8 @@ class ModelClient(Client):
                     # for that id, which only ever weakens the checks below.
                     pid = pkt.packet_id
                     ours = ptype == C.PUBREL
+                    if (ptype == C.PUBACK or ptype == C.PUBREC) and (ptype, pid) not in self.owed:
+                        self.early.add(pid)
                     self.owed = [o for o in self.owed if o[1] != pid or (o[0] == C.PUBREL) != ours]
                     if ptype == C.PUBACK or ptype == C.PUBCOMP:
                         self.qos2_ids.discard(pid)
@@ -175,6 +184,9 @@ class ModelClient(Client):
             # DUP resends of a resumed session too [MQTT-4.4.0-1]: no more
             # than the window, even one the client lowered on reconnecting.
             assert len(busy) < self.window, f"more than {self.window} unacknowledged PUBLISHes: {busy}"
+            if pkt.packet_id in self.early:
+                self.early.discard(pkt.packet_id)  # settled before we read it
+                return
             self.owed.append((C.PUBACK if pkt.qos == 1 else C.PUBREC, pkt.packet_id))
             if pkt.qos == 2:
                 self.qos2_ids.add(pkt.packet_id)
@@ -194,6 +206,8 @@ class BrokerMachine(RuleBasedStateMachine):
             optional={
                 "max_inflight": st.integers(1, 3),
                 "max_queued_messages": st.integers(0, 4),
+                "max_queued_total_bytes": st.integers(0, 3000),
+                "queue_full": st.sampled_from(["drop_newest", "drop_oldest", "refuse"]),
                 "max_messages": st.integers(4, 40),
                 "max_connections": st.integers(2, 6),
                 "max_sessions": st.integers(2, 6),
@@ -212,6 +226,18 @@ class BrokerMachine(RuleBasedStateMachine):
         self.h = Harness(**values)
         self.sessions = {}  # client id -> filter set of its current session
         self.conns = []
+
+    @invariant()
+    def queued_total_is_every_queue_within_its_budget(self):
+        h = getattr(self, "h", None)
+        if h is None:
+            return
+        b = h.broker
+        total = 0
+        for session in b.sessions.by_client_id.values():
+            total += session.queued_bytes + session.queue.count * QUEUED_COST
+        assert b.routing.queued_total == total, (b.routing.queued_total, total)
+        assert total <= b.settings.max_queued_total_bytes, total
 
     def _live(self):
         return [c for c in self.conns if not c.closed]

@@ -16,6 +16,10 @@ from typing import Any
 
 import pytest
 
+from common.broker.handle_publish import QUEUED_COST
+from common.broker.settings import LIMITS, LIMITS_DOC, Settings
+from common.store.kvlog import SECTOR_HEADER_SIZE
+from cpython_host.config import load_config
 from tests.host.broker_proc import REPO_ROOT, run_cli
 from tests.host.upy_broker_proc import micropython
 
@@ -115,3 +119,57 @@ def test_deploy_refuses_what_the_board_would_refuse(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     line = one_line(proc.stderr)
     assert line.startswith(f"deploy: {config}: unknown key 'log_levl'; did you mean 'log_level'?"), line
+
+
+# ---------------------------------------------------------------------------
+# The shipped settings files size queues for what they run on (docs/limits.md,
+# "Queue sizing"): the host's by bytes, the boards' by their preallocated
+# pools and what their flash store holds.
+
+HOST_FILES = [None, "boards/linux.toml", "boards/rpi.toml"]  # None: the built-in defaults
+BOARD_FILES = ["boards/esp32.json", "boards/rp2040_picow.json"]
+# The smallest store a board file is sized for: the 256 KiB raw flash
+# partition of docs/boards.md (4 KiB sectors, 2 kept in reserve). A littlefs
+# log (the default) holds more: the Pico W's 848 KiB file system leaves room
+# for twice this (the log compacts at twice its live data) beside the code.
+SMALLEST_STORE = (256 // 4 - 2) * (4096 - SECTOR_HEADER_SIZE)
+# Store bytes per queued copy beyond its topic and payload (message and
+# delivery records, encrypted), and per retained message beyond its data:
+# both well under what max_queued_total_bytes charges (QUEUED_COST).
+STORE_OVERHEAD = 160
+
+
+def test_linux_toml_documents_every_limit() -> None:
+    text = (REPO_ROOT / LIMITS_DOC).read_text()
+    missing = [e[0] for e in LIMITS if f"\n{e[0]} = " not in text]
+    assert not missing, f"{LIMITS_DOC} does not set and explain {missing}"
+
+
+@pytest.mark.parametrize("path", HOST_FILES)
+def test_host_settings_bind_by_bytes_and_refuse(path: str | None) -> None:
+    s = load_config(None if path is None else str(REPO_ROOT / path)).settings
+    # Nothing acknowledged is dropped for a full queue.
+    assert s.queue_full == "refuse"
+    # The total binds before any count: every queued copy is charged at
+    # least QUEUED_COST, so no more than total / QUEUED_COST copies fit.
+    copies = s.max_queued_total_bytes // QUEUED_COST
+    assert s.max_queued_messages >= copies, "max_queued_messages would bind before the byte budgets"
+    assert s.max_messages >= copies + s.max_retained, "max_messages would be the cliff before the byte budgets"
+    # One session (an uplink's bridge) may hold at least half of the total.
+    assert 2 * s.max_queued_bytes >= s.max_queued_total_bytes * 3 // 4 or s.max_queued_bytes >= 32 << 20
+
+
+@pytest.mark.parametrize("path", BOARD_FILES)
+def test_board_settings_fit_their_store(path: str) -> None:
+    limits = json.loads((REPO_ROOT / path).read_text())["limits"]
+    s = Settings(limits, path)
+    assert s.queue_full == "refuse"
+    # The preallocated counts stay the binding limits in RAM ...
+    assert s.max_queued_messages <= 64 and s.max_messages <= 128
+    # ... and the budget of all queues, which charges more per copy than the
+    # store writes, keeps queues and retained messages inside the store.
+    retained = s.max_retained_bytes + s.max_retained * STORE_OVERHEAD
+    assert s.max_queued_total_bytes + retained <= SMALLEST_STORE, (s.max_queued_total_bytes, retained, SMALLEST_STORE)
+    # It does not bind before the pools for small messages (the RAM table of docs/boards.md).
+    queued = (s.max_messages - s.max_retained) * (QUEUED_COST + 128)
+    assert s.max_queued_total_bytes >= queued

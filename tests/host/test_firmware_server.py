@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.broker_proc import Paho, RawClient, connect_when_served, parse_publish, publish_packet
+from tests.host.broker_proc import (
+    Paho,
+    RawClient,
+    connect_when_served,
+    parse_publish,
+    publish_packet,
+    subscribe_packet,
+    wait_until,
+)
 from tests.host.upy_broker_proc import ESP32_HEAP, PICOW_HEAP, UpyBrokerProcess
 
 pytestmark = pytest.mark.interop
@@ -112,10 +120,7 @@ def test_slow_subscriber_does_not_exhaust_the_heap(broker: UpyBrokerProcess) -> 
     """A subscriber that never reads while a publisher floods: the broker stays
     up, drops QoS 0 for it (counted), and the heap stays bounded."""
     base = broker.wait_heap_samples(1)[-1]
-    slow = socket.create_connection(("127.0.0.1", broker.port))
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    raw = RawClient.__new__(RawClient)
-    raw.sock, raw.buf = slow, b""
+    raw = RawClient(broker.port, rcvbuf=4096)
     assert raw.connect("fw-slow") == b"\x00\x00"
     assert raw.subscribe("fw/flood/#", 0) == 0
     pub = RawClient(broker.port)
@@ -149,7 +154,7 @@ def test_slow_subscriber_does_not_exhaust_the_heap(broker: UpyBrokerProcess) -> 
     finally:
         check.close()
     pub.close()
-    slow.close()
+    raw.close()
 
 
 def test_graceful_stop(tmp_path: Path) -> None:
@@ -194,3 +199,51 @@ def test_esp32_settings_serve_at_twice_the_heap_plus_the_frozen_code(tmp_path: P
         finally:
             c.close()
         assert b.stop() == 0
+
+
+def test_retained_replay_is_paced_on_the_board(tmp_path: Path) -> None:
+    """Issue 12 on a board: SUBSCRIBEs to `#` over the retained store, in a
+    burst, from a client that never reads. Unpaced, one read of them asked
+    for ~1 MB of output on a ~200 KB heap; now the replay goes out as the
+    socket takes it, the abuser is closed after replay_stall_timeout, the heap
+    stays bounded, and a client that reads gets every retained message."""
+    limits = {"max_out_buffer": 1024, "replay_stall_timeout": 2}
+    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, heap_report=1, limits=limits) as b:
+        pub = RawClient(b.port)
+        assert pub.connect("fw-retainer") == b"\x00\x00"
+        body = b"r" * 200
+        pub.send(b"".join(publish_packet(f"fw/r/{i}", body, retain=True) for i in range(30)))
+        pub.send(publish_packet("fw/r/done", b"", 1, packet_id=1))
+        assert pub.read_packet() == (0x40, b"\x00\x01")
+        pub.close()
+        base = b.wait_heap_samples(1)[-1]
+        raw = RawClient(b.port, rcvbuf=4096)
+        assert raw.connect("fw-abuser") == b"\x00\x00"
+        # ~45,000 x 200 B asked: more than the kernel's socket buffers take (4 MB).
+        raw.send(b"".join(subscribe_packet(i % 65535 + 1, "#", 0) for i in range(1500)))
+        # ... and never reads. A client that reads gets all 30, then its PINGRESP.
+        reader = RawClient(b.port)
+        assert reader.connect("fw-reader") == b"\x00\x00"
+        reader.send(subscribe_packet(1, "fw/r/#", 0) + b"\xc0\x00")
+        got = []
+        while True:
+            pkt = reader.read_packet()
+            assert pkt is not None
+            if pkt[0] == 0xD0:
+                break
+            if pkt[0] == 0x31:  # retained QoS 0 PUBLISH [MQTT-3.3.1-8]
+                got.append(parse_publish(*pkt)[0])
+        assert sorted(got) == sorted(f"fw/r/{i}" for i in range(30))
+        reader.close()
+        b.wait_log(r"closing fw-abuser: retained replay stalled: .*\(replay_stall_timeout 2\)", 10)
+        # Its slot is free again (the kernel may still hold what it never
+        # read: a close here is a FIN after the socket's buffer, not a reset).
+        wait_until(lambda: b.heap_samples()[-1]["open"] == 0, 10, "the abuser's slot was not freed")
+        raw.close()
+        after = len(b.heap_samples())
+        samples = b.wait_heap_samples(after + 1)
+        peak = max(s["alloc"] for s in samples if s["t"] >= base["t"])
+        print(f"replay abuse: heap alloc base {base['alloc']} peak {peak}")
+        assert peak - base["alloc"] < 60_000, samples
+        assert b.alive(), b.log_text()[-3000:]
+        connect_when_served(b.port, "fw-after-abuse").close()

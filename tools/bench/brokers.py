@@ -37,6 +37,7 @@ SISKIN_LIMITS = {
     "max_messages": 2000000,
     "max_queued_messages": 2000000,
     "max_queued_bytes": 1 << 30,
+    "max_queued_total_bytes": 1 << 31,
     "max_retained": 100000,
     "max_retained_bytes": 1 << 30,
     "max_inflight": 16,
