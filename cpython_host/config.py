@@ -62,7 +62,7 @@ SERVER = (
 IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
 PROTOCOLS = ("mqtt", "websockets")
-LISTENER = (
+LISTENER: tuple[tuple[Any, ...], ...] = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on ("0.0.0.0": every IPv4 interface)
     ("port", -1, K_INT, 0, 65535),  # TCP port (required; 0 = any free port, logged at start)
     ("protocol", "mqtt", K_CHOICE, PROTOCOLS, None),  # "websockets": MQTT over WebSockets (ws://, wss:// with TLS)
@@ -149,7 +149,9 @@ def _listener(where: str, body: Any, base: Path) -> Listener:
     if not lst.websockets:
         for name in ("path", "origins"):
             if name in body:
-                raise ConfigError(f'{where}: {name} is set but protocol is not "websockets"; add protocol = "websockets".')
+                raise ConfigError(
+                    f'{where}: {name} is set but protocol is not "websockets"; add protocol = "websockets".'
+                )
     else:
         if lst.path and not lst.path.startswith("/"):
             raise ConfigError(f'{where}: path = {lst.path!r}: wants a URL path such as "/mqtt", or "" for any path.')

@@ -117,7 +117,7 @@ class WebSocketClient(ClientProtocol):
                 return
         ws = self.ws
         ws.receive_data(data)
-        mqtt: list[bytes] = []
+        mqtt: list[bytes | bytearray] = []
         for event in ws.events():
             if isinstance(event, BytesMessage):
                 size = self.message + len(event.data)
@@ -145,7 +145,9 @@ class WebSocketClient(ClientProtocol):
                     return
                 self.pass_on(mqtt)
                 if self.server.debug:
-                    log.debug("connection #%d from %s: WebSocket close %s from the client", self.cid, self.peer, event.code)
+                    log.debug(
+                        "connection #%d from %s: WebSocket close %s from the client", self.cid, self.peer, event.code
+                    )
                 self.close_code = event.code  # echoed (RFC 6455 5.5.1)
                 self.close_reason = ""
                 self.end()
@@ -153,15 +155,23 @@ class WebSocketClient(ClientProtocol):
             # (a Pong needs nothing)
         self.pass_on(mqtt)
 
-    def pass_on(self, mqtt: list[bytes]) -> None:
+    def pass_on(self, mqtt: list[bytes | bytearray]) -> None:
         """The MQTT bytes of this read to the driver, as one input."""
         if mqtt:
-            super().data_received(mqtt[0] if len(mqtt) == 1 else b"".join(mqtt))
+            # (wsproto's payloads are bytes, which bytes() returns as they are)
+            super().data_received(bytes(mqtt[0]) if len(mqtt) == 1 else b"".join(mqtt))
 
-    def fail(self, mqtt: list[bytes], code: int, why: str) -> None:
+    def fail(self, mqtt: list[bytes | bytearray], code: int, why: str) -> None:
         """End the connection for bad input: what came before it first, then a close frame with `code`."""
         self.pass_on(mqtt)
-        log.warning("connection #%d from %s on %s: %s; closed (WebSocket close %d)", self.cid, self.peer, self.listening.name, why, code)
+        log.warning(
+            "connection #%d from %s on %s: %s; closed (WebSocket close %d)",
+            self.cid,
+            self.peer,
+            self.listening.name,
+            why,
+            code,
+        )
         self.close_code = code
         self.close_reason = why[:100]  # a close frame's payload is at most 125 bytes
         self.end()
@@ -205,9 +215,9 @@ class WebSocketClient(ClientProtocol):
             ws.receive_data(head[:end])
             request = next((e for e in ws.events() if isinstance(e, Request)), None)
         except RemoteProtocolError as e:
-            hint = e.event_hint
-            status = hint.status_code if isinstance(hint, RejectConnection) else 400
-            extra = list(hint.headers) if isinstance(hint, RejectConnection) else []
+            answer = e.event_hint
+            status = answer.status_code if isinstance(answer, RejectConnection) else 400
+            extra = list(answer.headers) if isinstance(answer, RejectConnection) else []
             self.refuse(status, f"not a WebSocket upgrade: {e}", extra)
             return b""
         if request is None:  # pragma: no cover - h11 has the whole head
@@ -303,4 +313,3 @@ def url(listening: Listening) -> str:
     """A websockets listener's URL, for the start-up log."""
     path = listening.config.path
     return f"{'wss' if listening.context is not None else 'ws'}://{listening.name}{path or '/ (any path)'}"
-

@@ -256,7 +256,9 @@ def node_with_mqtt_js() -> str:
 # subprotocol it offers, and reads only binary frames as MQTT.)
 @pytest.mark.parametrize("version", [4, 5])
 @pytest.mark.parametrize("scheme", ["ws", "wss"])
-def test_mqtt_js_publishes_and_subscribes_at_every_qos(broker: BrokerProcess, certs: Certs, scheme: str, version: int) -> None:
+def test_mqtt_js_publishes_and_subscribes_at_every_qos(
+    broker: BrokerProcess, certs: Certs, scheme: str, version: int
+) -> None:
     node = node_with_mqtt_js()
     port = broker.ports()[WS if scheme == "ws" else WSS]
     host = "127.0.0.1" if scheme == "ws" else "localhost"
@@ -547,6 +549,12 @@ def test_bad_websocket_listener_settings_stop_the_start(tmp_path: Path) -> None:
         assert proc.returncode == 2 and words in proc.stderr, (table, proc.stderr)
 
 
+def test_help_teaches_websocket_listeners() -> None:
+    out = run_cli("--help").stdout
+    for word in ('protocol = "websockets"', "wss://", 'path = "/mqtt"', "origins"):
+        assert word in out, word
+
+
 def test_linux_toml_documents_every_listener_key() -> None:
     text = (REPO_ROOT / "boards" / "linux.toml").read_text()
     missing = [e[0] for e in LISTENER if f"\n# {e[0]} = " not in text and f"\n{e[0]} = " not in text]
@@ -556,7 +564,7 @@ def test_linux_toml_documents_every_listener_key() -> None:
 def test_the_commented_websocket_listener_of_linux_toml_works(tmp_path: Path) -> None:
     """boards/linux.toml's WebSocket example, uncommented (on a free port), serves MQTT.js's default URL path."""
     text = (REPO_ROOT / "boards" / "linux.toml").read_text()
-    start = text.index("# [[listener]]\n# protocol = \"websockets\"")
+    start = text.index('# [[listener]]\n# protocol = "websockets"')
     block = text[start : text.index("\n\n", start)]
     lines = [line[2:] for line in block.splitlines() if not line.startswith("# #")]
     ours = {"port": "port = 0", "host": 'host = "127.0.0.1"'}
