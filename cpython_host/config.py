@@ -5,7 +5,7 @@ A config file has these tables, all optional:
     [limits]     the broker's settings, named exactly as in common/broker/settings.py
                  (boards/linux.toml lists every one with what it does)
     [server]     socket options (SERVER below): host, port, backlog, write
-                 buffer marks, close linger and shutdown timeout
+                 buffer marks, close linger and shutdown timeout; data_dir
     [[listener]] one table per listening socket (LISTENER below): address,
                  port, protocol (MQTT, or MQTT over WebSockets with its path
                  and allowed origins) and, for TLS, the certificate, key and
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ SERVER = (
     ("write_buffer_low", 16384, K_INT, 0, None),  # bytes at which a paused client's output resumes
     ("close_linger", 2.0, K_NUMBER, 0, None),  # s to drain a closing connection after the half-close
     ("shutdown_timeout", 5.0, K_NUMBER, 0, None),  # s to wait for connections to close at shutdown
+    ("data_dir", "", K_STR, None, None),  # persistent state, as --data-dir (which beats it); "" = memory only
 )
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
 IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
@@ -173,14 +175,17 @@ class HostConfig:
     write_buffer_low: int
     close_linger: float
     shutdown_timeout: float
+    data_dir: str
 
     def __init__(self) -> None:
         self.source = "built-in defaults"  # where the settings came from, for the log
         self.path: Path | None = None  # the config file (re-read on SIGHUP)
+        self.reader: Callable[[str], dict[str, Any]] | None = None  # how to read it, when not TOML
         self.security: dict[str, Any] = {}  # [security] as written (keys not set are absent)
         self.limits: dict[str, Any] = {}
         self.settings = Settings()
         self.log_level = "info"
+        self.log_level_flag: str | None = None  # --log-level: beats [log] level, at start and on SIGHUP
         self.apply(defaults(SERVER))
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
@@ -204,15 +209,22 @@ class HostConfig:
             setattr(self, name, value)
 
 
-def load_config(path: str | None) -> HostConfig:
-    """Read a TOML config file (None: the defaults); raises ConfigError."""
+def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None = None) -> HostConfig:
+    """Read a TOML config file (None: the defaults); raises ConfigError.
+
+    `reader` turns another format into the same tables (--mosquitto-conf:
+    cpython_host/mosquitto_conf.py); it is kept for SIGHUP's re-read.
+    """
     cfg = HostConfig()
     if path is None:
         return cfg
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            doc = tomllib.load(f)
+        if reader is not None:
+            doc = reader(path)
+        else:
+            with p.open("rb") as f:
+                doc = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such config file; pass an existing file to --config (e.g. boards/linux.toml)."
@@ -223,6 +235,7 @@ def load_config(path: str | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {e}; fix the syntax.") from None
     cfg.source = str(p)
     cfg.path = p
+    cfg.reader = reader
     for table, body in doc.items():
         if table not in TABLES:
             raise ConfigError(

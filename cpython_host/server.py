@@ -49,10 +49,14 @@ socket was accepted, which the driver uses to start the connect timeout
 there, so the handshake spends it too. The ClientProtocol then registers
 with the identity the client certificate proved. SIGHUP loads every TLS
 listener's files into a new SSLContext for the handshakes that follow;
-established connections keep theirs. A websockets listener (plain or TLS) gives
-each socket a WebSocketClient (cpython_host/websocket.py): this module's
-ClientProtocol with wsproto in front, to the same driver. It also re-reads the [security] users
-and rules (reload_security), which apply to connected clients at once.
+established connections keep theirs. It also re-reads the [security] users
+and rules (reload_security), which apply to connected clients at once, and
+the [log] level; one line then says what was reloaded (reload_all). Under
+systemd (Type=notify) the shell reports READY=1 once every listener accepts,
+RELOADING=1 around a SIGHUP and STOPPING=1 at shutdown (cpython_host/sdnotify.py).
+A websockets listener (plain or TLS) gives each socket a WebSocketClient
+(cpython_host/websocket.py): this module's ClientProtocol with wsproto in
+front, to the same driver.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from common.broker.broker import VERSION, Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
+from cpython_host import sdnotify
 from cpython_host.config import HostConfig, Listener
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
@@ -535,8 +540,11 @@ class BrokerServer:
             why = handshake_failure(e, self.handshake_timeout)
             log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)
 
-    def reload_certificates(self) -> None:
-        """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one."""
+    def reload_certificates(self) -> int:
+        """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one.
+
+        The number of listeners whose certificate was reloaded."""
+        done = 0
         for listening in self.listening:
             if listening.context is None:
                 continue
@@ -547,6 +555,8 @@ class BrokerServer:
                 log.error("%s; listener %s keeps its previous certificate", e, listening.name)
                 continue
             log.info("listener %s: certificate reloaded from %s", listening.name, cfg.certfile)
+            done += 1
+        return done
 
     # ------------------------------------------------------------ lifecycle
 
@@ -654,22 +664,52 @@ def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
     return {i: server_context(lst) for i, lst in enumerate(config.listeners()) if lst.tls}
 
 
-def reload_security(config: HostConfig, driver: Driver) -> None:
+def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     """SIGHUP: read the config file's [security] and its files again and
     apply them (connected clients are re-checked, common/broker/login.py); a
-    file that cannot be used is logged and the rules in force are kept."""
+    file that cannot be used is logged and the rules in force are kept (None)."""
     from common.broker import login
     from cpython_host.config import ConfigError, load_config, load_security
 
     try:
-        fresh = load_config(str(config.path)) if config.path is not None else config
+        fresh = load_config(str(config.path), config.reader) if config.path is not None else config
         users, acl, allow = load_security(fresh)
     except ConfigError as e:
         log.error("SIGHUP: %s; keeping the users and rules in force", e)
-        return
+        return None
     config.security = fresh.security
     driver.set_security(users, acl, allow)
     log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
+    return fresh
+
+
+def set_log_level(level: str, driver: Driver | None = None) -> None:
+    """The level of the host's log and, given the driver, of the core's (which caches it)."""
+    logging.getLogger().setLevel(getattr(logging, level.upper()))
+    if driver is not None:
+        driver.broker.set_logger(_core_logger, core_log.getEffectiveLevel())
+
+
+def reload_all(config: HostConfig, server: BrokerServer) -> None:
+    """SIGHUP: certificates, [security] (users, ACL, anonymous access) and
+    [log] level, then one line saying what was reloaded. A --log-level flag
+    keeps beating the file's level, as at start."""
+    parts = []
+    certificates = server.reload_certificates()
+    if certificates:
+        parts.append(f"certificates of {certificates} TLS listener(s)")
+    fresh = reload_security(config, server.driver)
+    if fresh is not None:
+        parts.append("users, ACL and anonymous access ([security])")
+        level = config.log_level_flag or fresh.log_level
+        if level != config.log_level:
+            parts.append(f"log level {config.log_level} -> {level}")
+            config.log_level = level
+            set_log_level(level, server.driver)
+            server.debug = log.isEnabledFor(logging.DEBUG)
+        else:
+            parts.append(f"log level {level} (unchanged{', set by --log-level' if config.log_level_flag else ''})")
+    log.info("SIGHUP: reloaded %s", "; ".join(parts) if parts else "nothing (see the errors above)")
 
 
 def _log_security(broker: Broker, listening: list[Listening]) -> None:
@@ -729,9 +769,11 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+
     def on_hangup() -> None:
-        server.reload_certificates()
-        reload_security(config, driver)
+        sdnotify.reloading()
+        reload_all(config, server)
+        sdnotify.notify("READY=1", "STATUS=reloaded")
 
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
     loop_name = type(loop).__module__.split(".")[0]
@@ -749,7 +791,10 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     if data_dir is not None:
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
     _log_security(driver.broker, server.listening)
+    # systemd (Type=notify): started once every listener accepts.
+    sdnotify.notify("READY=1", f"STATUS=listening on {', '.join(lst.name for lst in server.listening)}")
     await server.stopping.wait()
+    sdnotify.notify("STOPPING=1")
     await server.shutdown(stop_reason[0])
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)

@@ -3,6 +3,7 @@
     python -m tools.build --board esp32
     python -m tools.deploy --board esp32 --port /dev/ttyUSB0 --config my-siskin.json
     tools/deploy --board rp2040_picow --port /dev/ttyACM0 --config my-siskin.json
+    tools/deploy --board esp32 --port /dev/ttyUSB0 --config my-siskin.json --settings   (settings only)
 
 Theory of operation
 -------------------
@@ -13,6 +14,11 @@ the serial REPL:
         + cp -r common firmware boards main.py boot.py :   (from dist/<board>/)
         + cp CONFIG :siskin.json
         + reset | soft-reset                                 (--reset)
+
+--settings pushes the settings only, not the code: the device config and
+the board files (`cp -r boards :` + `cp CONFIG :siskin.json` + reset), for a
+changed limit, Wi-Fi network or port, or a board whose code is frozen into
+its firmware image. The firmware reads them at boot, hence the reset.
 
 Entering the raw REPL interrupts a running broker (Ctrl-C: the firmware
 stops gracefully and returns to the REPL), so a board running Siskin can be
@@ -71,15 +77,18 @@ def check_config(path: Path, board: str) -> None:
         raise SystemExit(f"deploy: {path} names board {named!r}, deploying {board!r}")
 
 
-def command(port: str, dist: Path, config: Path, reset: str, resume: bool, remote_dir: str = "") -> list[str]:
-    """The mpremote command line (run with cwd = dist)."""
-    missing = [name for name in CONTENTS if not (dist / name).exists()]
+def command(
+    port: str, dist: Path, config: Path, reset: str, resume: bool, remote_dir: str = "", settings_only: bool = False
+) -> list[str]:
+    """The mpremote command line (run with cwd = dist); `settings_only`: the board files and config, no code."""
+    contents = ("boards",) if settings_only else CONTENTS
+    missing = [name for name in contents if not (dist / name).exists()]
     if missing:
         raise SystemExit(f"deploy: {dist} lacks {', '.join(missing)}: run python -m tools.build first")
     cmd = [*mpremote_exe(), "connect", port]
     if resume:
         cmd.append("resume")
-    cmd += ["+", "cp", "-r", *CONTENTS, ":" + remote_dir]
+    cmd += ["+", "cp", "-r", *contents, ":" + remote_dir]
     cmd += ["+", "cp", str(config.resolve()), ":" + remote_dir + "siskin.json"]
     if reset == "hard":
         cmd += ["+", "reset"]
@@ -102,12 +111,18 @@ def main(argv: list[str] | None = None) -> int:
         help="directory on the device, relative to its current one (default: none, the root of a board);"
         " './' for the unix-port stand-in, whose os.stat('') fails",
     )
+    ap.add_argument(
+        "--settings",
+        action="store_true",
+        help="push the settings only (the --config file and the build's boards/*.json), not the code, then reset:"
+        " a changed limit, network or port without reflashing",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the mpremote command, do not run it")
     args = ap.parse_args(argv)
     dist = Path(args.dist) if args.dist else REPO_ROOT / "dist" / args.board
     config = Path(args.config)
     check_config(config, args.board)
-    cmd = command(args.port, dist, config, args.reset, args.resume, args.remote_dir)
+    cmd = command(args.port, dist, config, args.reset, args.resume, args.remote_dir, args.settings)
     print(f"(cd {shlex.quote(str(dist))} && {shlex.join(cmd)})")
     if args.dry_run:
         return 0
