@@ -22,7 +22,8 @@ were read from TCP: a message may carry part of a packet or several
 [MQTT-6.0.0-2], the core's frame reader does not care. A ping is answered
 with a pong. A text frame [MQTT-6.0.0-1] (close code 1003), a message larger
 than max_packet_size + MESSAGE_HEADROOM (1009) or a frame wsproto cannot
-parse (1002, 1007) ends the connection.
+parse (1002, 1007) ends the connection. Refusals and these closes are
+counted (stats.websocket_refused, $SYS/broker/clients/websocket_refused).
 
 Out. Each write of the driver (one loop turn's MQTT output for the client)
 becomes one binary message [MQTT-6.0.0-1]. A close of the broker's
@@ -172,6 +173,7 @@ class WebSocketClient(ClientProtocol):
             why,
             code,
         )
+        self.server.broker.stats.websocket_refused += 1
         self.close_code = code
         self.close_reason = why[:100]  # a close frame's payload is at most 125 bytes
         self.end()
@@ -262,6 +264,7 @@ class WebSocketClient(ClientProtocol):
             why,
             status,
         )
+        self.server.broker.stats.websocket_refused += 1
         body = f"siskin: MQTT over WebSocket (subprotocol mqtt) refused this request: {why}\n".encode()
         # Written here, not by wsproto: its HTTP state machine cannot answer
         # a request it could not parse, or bytes that were no request at all.

@@ -104,6 +104,7 @@ class Stats:
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
         self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
+        self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
 
 
 # The names of the Stats counters, in a stable order (snapshot()).
@@ -129,6 +130,7 @@ STATS_COUNTERS = (
     "denied_subscribe",
     "denied_delivery",
     "closed_replay_stalled",
+    "websocket_refused",
 )
 
 

@@ -34,6 +34,7 @@ _TAIL = (
     ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them
     ("subscriptions/denied", "denied_subscribe"),  # filters the ACL refused or removed
     ("clients/login_failed", "login_failed"),  # CONNECTs with a bad user name or password
+    ("clients/websocket_refused", "websocket_refused"),  # WebSocket upgrades refused, bad frames (host)
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

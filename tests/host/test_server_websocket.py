@@ -467,6 +467,21 @@ def test_the_connect_timeout_covers_the_upgrade(broker: BrokerProcess, certs: Ce
 # ------------------------------------------------------- shutdown, memory
 
 
+def test_refusals_are_counted_in_sys(tmp_path: Path) -> None:
+    listeners = [{"port": 0}, {"port": 0, "protocol": "websockets"}]
+    with BrokerProcess(tmp_path, listeners=listeners, limits={"sys_interval": 1}) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        monitor = Paho(b.ports()[0], "monitor").connect()
+        monitor.subscribe("$SYS/broker/clients/websocket_refused", 0)
+        assert monitor.get().payload == b"0"
+        assert http_exchange(b.ports()[1], b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\n\r\n").startswith(b"HTTP/1.1 400")
+        c = WsClient(b.ports()[1])
+        c.send_event(TextMessage(data="hello"))
+        assert c.closed_within(5)
+        wait_until(lambda: monitor.get().payload == b"2", 5, "websocket_refused never reached 2")
+        monitor.close()
+
+
 def test_shutdown_says_disconnect_then_going_away(tmp_path: Path, certs: Certs) -> None:
     with BrokerProcess(tmp_path, listeners=ws_listeners(certs)[:2], limits={"sys_interval": 0}) as b:
         wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
