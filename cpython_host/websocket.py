@@ -101,7 +101,7 @@ class WebSocketClient(ClientProtocol):
         super().__init__(server, listening, accepted)
         self.ws = WSConnection(ConnectionType.SERVER)
         self.phase = _UPGRADING
-        self.head = b""  # the request head read so far
+        self.head = bytearray()  # the request head read so far
         self.message = 0  # bytes of the binary message being received
         self.max_message = server.broker.settings.max_packet_size + MESSAGE_HEADROOM
         self.close_code = NORMAL  # what our close frame says
@@ -191,7 +191,9 @@ class WebSocketClient(ClientProtocol):
 
     def upgrade(self, data: bytes) -> bytes:
         """Read the HTTP request: answer it once whole; what follows it (frames), if upgraded."""
-        head = self.head + data
+        head = self.head
+        searched = max(len(head) - 3, 0)  # (a request sent a byte at a time costs O(n), not O(n**2))
+        head += data
         if head[0] not in _METHOD_START:
             hint = ""
             if head[0] == 0x10:
@@ -200,21 +202,18 @@ class WebSocketClient(ClientProtocol):
                 hint = " (a TLS handshake: wss:// to a listener without certfile?)"
             self.refuse(400, "not an HTTP request" + hint)
             return b""
-        end = head.find(b"\r\n\r\n")
+        end = head.find(b"\r\n\r\n", searched)
         if end < 0:
             if len(head) > MAX_REQUEST_HEAD:
                 self.refuse(431, f"an HTTP request head of more than {MAX_REQUEST_HEAD} bytes")
-            else:
-                self.head = head
             return b""
-        self.head = b""
         end += 4
         if end > MAX_REQUEST_HEAD:
             self.refuse(431, f"an HTTP request head of more than {MAX_REQUEST_HEAD} bytes")
             return b""
         ws = self.ws
         try:
-            ws.receive_data(head[:end])
+            ws.receive_data(bytes(head[:end]))
             request = next((e for e in ws.events() if isinstance(e, Request)), None)
         except RemoteProtocolError as e:
             answer = e.event_hint
@@ -232,9 +231,10 @@ class WebSocketClient(ClientProtocol):
         # [MQTT-6.0.0-4] the subprotocol selected is "mqtt"; no extension.
         self.transport.write(ws.send(AcceptConnection(subprotocol=SUBPROTOCOL)))
         self.phase = _OPEN
+        self.head = bytearray()  # (not kept for the connection's life)
         if self.server.debug:
             log.debug("connection #%d from %s: WebSocket upgrade on %s", self.cid, self.peer, request.target)
-        return head[end:]
+        return bytes(head[end:])
 
     def check(self, request: Request) -> tuple[int, str] | None:
         """(HTTP status, why) if the listener refuses this upgrade request, else None."""

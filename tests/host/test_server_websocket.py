@@ -328,6 +328,36 @@ def test_packets_split_across_messages_and_several_in_one(broker: BrokerProcess,
     c.close()
 
 
+def masked_frame(payload: bytes, opcode: int = 0x2) -> bytes:
+    """One final client frame (masked, as RFC 6455 requires), payload under 126 bytes."""
+    key = b"\x11\x22\x33\x44"
+    masked = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return bytes([0x80 | opcode, 0x80 | len(payload)]) + key + masked
+
+
+def test_an_upgrade_request_in_pieces_with_a_frame_right_behind_it(broker: BrokerProcess) -> None:
+    """The request head read in pieces (a byte at a time at first); bytes after
+    it in the same read are frames, not lost with the HTTP parser."""
+    request = (
+        b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Protocol: mqtt\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", broker.ports()[WS]), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(20):
+            s.sendall(request[i : i + 1])
+            time.sleep(0.002)
+        s.sendall(request[20:] + masked_frame(connect_packet("pipelined")))
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"\x20\x02\x00\x00"):
+            chunk = s.recv(4096)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 101 ") and b"Sec-WebSocket-Protocol: mqtt" in answer
+    assert answer.endswith(b"\x82\x04\x20\x02\x00\x00")  # CONNACK in a binary frame
+
+
 def test_ping_gets_a_pong(broker: BrokerProcess) -> None:
     c = WsClient(broker.ports()[WS])
     c.send(connect_packet("pinger"))
