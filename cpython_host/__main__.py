@@ -53,6 +53,7 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous
+  [http]    host, port, certfile, keyfile, auth = "auto" | "basic", sample_interval
 
 TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
   [[listener]]
@@ -100,6 +101,12 @@ other commands:
   siskin passwd [-c | -D] FILE USER        add, change (-c: new file) or delete (-D) a user
   siskin scram-user NAME                   print a [limits] scram_users line (v5 SCRAM-SHA-256)
   siskin store-key                         print a fresh AES-256 store key (keep it secret)
+  siskin ctl COMMAND                       clients, sessions, kick, drop-session, retained,
+                                           clear-retained, store: over the [http] listener
+
+monitoring ([http] table; docs/monitoring.md): Prometheus /metrics, a live
+status page at / and the API `siskin ctl` uses, on their own port (9883),
+loopback only unless [security] users log in over HTTPS.
 
 exit status: 0 after a clean shutdown, 1 if a port cannot be opened,
 2 for a bad command line, config file, certificate, key or store.
@@ -412,6 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return store_key(argv[1:])
     if argv[:1] == ["passwd"]:
         return passwd(argv[1:])
+    if argv[:1] == ["ctl"]:
+        from cpython_host.ctl import ctl
+
+        return ctl(argv[1:])
     if argv[:1] == ["convert-mosquitto-conf"]:
         return convert_mosquitto_conf(argv[1:])
     parser = build_parser()

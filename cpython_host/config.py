@@ -15,6 +15,9 @@ A config file has these tables, all optional:
     [log]        level = "debug" | "info" | "warning" | "error"
     [security]   users, access control, anonymous access (SECURITY below;
                  docs/security.md): password_file, acl_file, acl, allow_anonymous
+    [http]       the HTTP listener (HTTP below; docs/monitoring.md): Prometheus
+                 /metrics, the status page and `siskin ctl`'s API. Off
+                 without the table.
 
 Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
@@ -27,6 +30,7 @@ one the board's JSON goes through; this module only reads TOML.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -88,7 +92,17 @@ SECURITY = (
     ("acl", None, K_LIST, None, None),  # the same rules as tables: {user, topic | pattern, access}
     ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
 )
-TABLES = ("limits", "server", "listener", "log", "security")
+# [http] (docs/monitoring.md): on when the table is present.
+HTTP_AUTH = ("auto", "basic")
+HTTP = (
+    ("host", "127.0.0.1", K_STR, None, None),  # address to listen on (loopback: no login needed with auth = "auto")
+    ("port", 9883, K_INT, 0, 65535),  # TCP port (0 = any free port, logged at start)
+    ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); HTTPS on
+    ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
+    ("auth", "auto", K_CHOICE, HTTP_AUTH, None),  # "auto": basic auth unless loopback-only; "basic": always
+    ("sample_interval", 5, K_INT, 1, 3600),  # s between the status page's throughput samples (it keeps 120)
+)
+TABLES = ("limits", "server", "listener", "log", "security", "http")
 
 
 class Listener:
@@ -165,6 +179,77 @@ def _listener(where: str, body: Any, base: Path) -> Listener:
     return lst
 
 
+def loopback_name(host: str) -> bool:
+    """Whether `host` (as written in a config) names loopback addresses only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class HttpConfig:
+    """The [http] table, checked: the HTTP listener for /metrics, the status page and the API."""
+
+    host: str
+    port: int
+    certfile: str
+    keyfile: str
+    auth: str
+    sample_interval: int
+
+    def __init__(self, where: str, values: dict[str, Any]) -> None:
+        self.where = where
+        for name, value in defaults(HTTP).items():
+            setattr(self, name, values.get(name, value))
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.certfile)
+
+    @property
+    def require_auth(self) -> bool:
+        """HTTP basic auth against the [security] users: always with auth = "basic", else off loopback."""
+        return self.auth == "basic" or not loopback_name(self.host)
+
+    def listener(self) -> Listener:
+        """As a Listener, for cpython_host/tls.py's server_context."""
+        return Listener(self.where, {"certfile": self.certfile, "keyfile": self.keyfile})
+
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if host in ("0.0.0.0", "[::]", ""):
+            host = "127.0.0.1"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+
+def _http(where: str, body: Any, base: Path, security: dict[str, Any]) -> HttpConfig:
+    """The [http] table, checked; refused when it would send passwords in the clear or have none to check."""
+    values = check(where, body, HTTP)
+    for name in ("certfile", "keyfile"):
+        if values.get(name):
+            values[name] = str(base / values[name])
+    http = HttpConfig(where, values)
+    if http.certfile and not http.keyfile:
+        raise ConfigError(f"{where}: certfile is set but keyfile is not; add the path of its private key (PEM).")
+    if http.keyfile and not http.certfile:
+        raise ConfigError(f"{where}: keyfile is set but certfile is not; HTTPS needs both.")
+    if http.require_auth:
+        why = 'auth = "basic"' if http.auth == "basic" else f"host {http.host!r} is not loopback-only"
+        if security.get("password_file") is None:
+            raise ConfigError(
+                f"{where}: {why}, so the HTTP listener asks for a user name and password (HTTP basic auth) "
+                "of the MQTT users: set [security] password_file, or listen on 127.0.0.1."
+            )
+        if not http.tls and not loopback_name(http.host):
+            raise ConfigError(
+                f"{where}: {why}: HTTP basic auth would send the MQTT users' passwords in the clear; "
+                "set certfile and keyfile (HTTPS), or listen on 127.0.0.1."
+            )
+    return http
+
+
 class HostConfig:
     """The host's whole configuration: the broker's Settings plus SERVER and the log level."""
 
@@ -189,6 +274,7 @@ class HostConfig:
         self.apply(defaults(SERVER))
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
+        self.http: HttpConfig | None = None  # [http]; None: no HTTP listener
 
     def listeners(self) -> list[Listener]:
         """Every listener, in the file's order (--host/--port have changed the first)."""
@@ -240,7 +326,7 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         if table not in TABLES:
             raise ConfigError(
                 f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server], "
-                "[[listener]], [log] and [security]."
+                "[[listener]], [log], [security] and [http]."
             )
         if table == "listener":
             if not isinstance(body, list) or not body:
@@ -272,6 +358,8 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         if not isinstance(acl, list):
             raise ConfigError(f"{path}: [security]: acl wants a list of tables {{user, topic | pattern, access}}.")
         cfg.security["acl"] = acl
+    if "http" in doc:
+        cfg.http = _http(f"{path}: [http]", doc["http"], p.parent, cfg.security)
     return cfg
 
 

@@ -64,7 +64,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import ipaddress
 import logging
 import os
 import signal
@@ -78,7 +77,7 @@ from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
 from cpython_host import sdnotify
-from cpython_host.config import HostConfig, Listener
+from cpython_host.config import HostConfig, Listener, loopback_name
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
@@ -588,7 +587,7 @@ class BrokerServer:
                 e.filename = f"{cfg.host}:{cfg.port}"
                 raise
             listening.name = address(names[0])
-            listening.local = all(_loopback(name[0]) for name in names)
+            listening.local = all(loopback_name(name[0]) for name in names)
         for listening in self.listening:
             for sock in listening.sockets:
                 listening.accepting.append(loop.create_task(self._accept(listening, sock)))
@@ -652,13 +651,6 @@ def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
     return socks
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
     """The SSLContext of each TLS listener, by its index; ConfigError (a clear message) for a bad file."""
     return {i: server_context(lst) for i, lst in enumerate(config.listeners()) if lst.tls}
@@ -690,14 +682,16 @@ def set_log_level(level: str, driver: Driver | None = None) -> None:
         driver.broker.set_logger(_core_logger, core_log.getEffectiveLevel())
 
 
-def reload_all(config: HostConfig, server: BrokerServer) -> None:
-    """SIGHUP: certificates, [security] (users, ACL, anonymous access) and
-    [log] level, then one line saying what was reloaded. A --log-level flag
-    keeps beating the file's level, as at start."""
+def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
+    """SIGHUP: certificates (MQTT and HTTP listeners), [security] (users,
+    ACL, anonymous access) and [log] level, then one line saying what was
+    reloaded. A --log-level flag keeps beating the file's level, as at start."""
     parts = []
     certificates = server.reload_certificates()
     if certificates:
         parts.append(f"certificates of {certificates} TLS listener(s)")
+    if web is not None and web.reload_certificate():
+        parts.append("the HTTP listener's certificate")
     fresh = reload_security(config, server.driver)
     if fresh is not None:
         parts.append("users, ACL and anonymous access ([security])")
@@ -755,9 +749,22 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     the [security] users and rules); the process exit code."""
     server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
+    web = None
+    if config.http is not None:
+        from cpython_host.config import ConfigError
+        from cpython_host.web import WebServer
+
+        try:
+            web = WebServer(config.http, driver, server.schedule_flush, data_dir)
+        except ConfigError as e:  # its certificate or key
+            log.error("config error: %s", e)
+            return 2
     try:
         await server.start()
+        if web is not None:
+            await web.start()
     except OSError as e:
+        server.close_listeners()
         log.error("cannot listen on %s: %s", e.filename, e.strerror or e)
         return 1
     stop_reason: list[str] = []
@@ -772,7 +779,7 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
 
     def on_hangup() -> None:
         sdnotify.reloading()
-        reload_all(config, server)
+        reload_all(config, server, web)
         sdnotify.notify("READY=1", "STATUS=reloaded")
 
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
@@ -795,6 +802,8 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     sdnotify.notify("READY=1", f"STATUS=listening on {', '.join(lst.name for lst in server.listening)}")
     await server.stopping.wait()
     sdnotify.notify("STOPPING=1")
+    if web is not None:
+        await web.close()
     await server.shutdown(stop_reason[0])
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)

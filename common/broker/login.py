@@ -82,35 +82,39 @@ def login(broker, conn, pkt, now):
         conn.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
         address = source_address(peer)
-        failures = broker.login_failures
-        entry = failures.get(address)
-        st = broker.stats
-        if entry is not None and now < entry[1]:
-            st.login_failed += 1
-            why = "%s (user %s, client id %s, from %s: %d failed logins, no password checked for %d s)" % (
-                BAD_LOGIN,
-                pkt.username,
-                pkt.client_id,
-                peer[0] if peer is not None else "-",
-                entry[0],
-                entry[1] - now,
-            )
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, why
-        if not users.check(pkt.username, pkt.password):
-            st.login_failed += 1
-            _penalise(failures, address, now)
-            why = "%s (user %s, client id %s, from %s)" % (
+        wait = check_password(broker, address, pkt.username, pkt.password, now)
+        if wait:
+            broker.stats.login_failed += 1
+            why = "%s (user %s, client id %s, from %s" % (
                 BAD_LOGIN,
                 pkt.username,
                 pkt.client_id,
                 peer[0] if peer is not None else "-",
             )
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, why
-        if entry is not None:
-            del failures[address]
+            if wait > 0:
+                why += ": %d failed logins, no password checked for %d s" % (broker.login_failures[address][0], wait)
+            return C.RC_BAD_USER_NAME_OR_PASSWORD, why + ")"
         conn.user = pkt.username
     if conn.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
+    return 0
+
+
+def check_password(broker, address, username, password, now):
+    """Check `username` and `password` (bytes) against the password file
+    (broker.users, set), under the penalty of the source `address`: 0 if
+    they are right, -1 if not (the address is penalised), or the seconds
+    its penalty still lasts (nothing is checked). MQTT's CONNECT and the
+    host's HTTP basic auth (cpython_host/web.py) share it, and one table."""
+    failures = broker.login_failures
+    entry = failures.get(address)
+    if entry is not None and now < entry[1]:
+        return entry[1] - now
+    if not broker.users.check(username, password):
+        _penalise(failures, address, now)
+        return -1
+    if entry is not None:
+        del failures[address]
     return 0
 
 

@@ -33,7 +33,7 @@ _TAIL = (
     ("messages/denied/publish", "denied_publish"),  # PUBLISHes and wills the ACL refused
     ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them
     ("subscriptions/denied", "denied_subscribe"),  # filters the ACL refused or removed
-    ("clients/login_failed", "login_failed"),  # CONNECTs with a bad user name or password
+    ("clients/login_failed", "login_failed"),  # logins with a bad user name or password (CONNECT, host HTTP)
     ("clients/websocket_refused", "websocket_refused"),  # WebSocket upgrades refused, bad frames (host)
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),

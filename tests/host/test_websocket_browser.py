@@ -7,8 +7,7 @@ sends a real Origin, which the broker's listener checks (origins). A paho
 client on plain TCP sees the browser's message, and the browser receives
 paho's: MQTT over WebSockets and over TCP are one broker.
 
-Needs Debian's `chromium` and `chromium-driver` (.ci/run installs them);
-SISKIN_REQUIRE_ALL=1 turns their absence into a failure.
+Needs Debian's `chromium` and `chromium-driver` (tests/host/browser.py).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import pytest
 
 from tests.conftest import require
 from tests.host.broker_proc import REPO_ROOT, BrokerProcess, Paho, wait_until
+from tests.host.browser import start_chromium
 
 pytestmark = pytest.mark.interop
 
@@ -64,18 +64,6 @@ client.on("error", (err) => { result.error = String(err); });
 </script>
 """
 
-CHROMIUM = ("chromium", "chromium-browser")
-
-
-def chromium() -> tuple[str, str]:
-    """(browser, chromedriver) paths; skip or, under SISKIN_REQUIRE_ALL=1, fail when either is missing."""
-    browser = next((p for p in map(shutil.which, CHROMIUM) if p), None)
-    driver = shutil.which("chromedriver")
-    require("chromium", browser, "apt-get install chromium")
-    require("chromedriver", driver, "apt-get install chromium-driver")
-    assert browser is not None and driver is not None
-    return browser, driver
-
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[str]:
@@ -103,16 +91,7 @@ def site(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    path, driver_path = chromium()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = path
-    # As root in a container: no sandbox, no GPU, no /dev/shm.
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = start_chromium()
     try:
         yield driver
     finally:
