@@ -19,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -497,19 +498,22 @@ def test_the_connect_timeout_covers_the_upgrade(broker: BrokerProcess, certs: Ce
 # ------------------------------------------------------- shutdown, memory
 
 
-def test_refusals_are_counted_in_sys(tmp_path: Path) -> None:
+def test_refusals_are_counted_in_sys_and_metrics(tmp_path: Path) -> None:
     listeners = [{"port": 0}, {"port": 0, "protocol": "websockets"}]
-    with BrokerProcess(tmp_path, listeners=listeners, limits={"sys_interval": 1}) as b:
+    with BrokerProcess(tmp_path, listeners=listeners, limits={"sys_interval": 1}, http={"port": 0}) as b:
         wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
         monitor = Paho(b.ports()[0], "monitor").connect()
         monitor.subscribe("$SYS/broker/clients/websocket_refused", 0)
         assert monitor.get().payload == b"0"
-        assert http_exchange(b.ports()[1], b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\n\r\n").startswith(b"HTTP/1.1 400")
+        answer = http_exchange(b.ports()[1], b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 400")
         c = WsClient(b.ports()[1])
         c.send_event(TextMessage(data="hello"))
         assert c.closed_within(5)
         wait_until(lambda: monitor.get().payload == b"2", 5, "websocket_refused never reached 2")
         monitor.close()
+        with urllib.request.urlopen(b.http_url() + "/metrics", timeout=5) as r:
+            assert "\nsiskin_websocket_refused_total 2.0\n" in r.read().decode()
 
 
 def test_shutdown_says_disconnect_then_going_away(tmp_path: Path, certs: Certs) -> None:
