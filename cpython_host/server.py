@@ -163,6 +163,7 @@ class ClientProtocol(asyncio.Protocol):
         if self.listening.identity_field is not None:
             identity = certificate_identity(self.listening, transport, self.peer)
             if identity is None:
+                server.driver.tls_failed()  # the certificate gives no user name: refused as a handshake
                 transport.abort()  # type: ignore[attr-defined]
                 return
         cid = server.driver.connection_made(self, (self.peer, identity, self.listening.local), self.accepted)
@@ -538,6 +539,7 @@ class BrokerServer:
         except Exception as e:  # the socket is closed
             why = handshake_failure(e, self.handshake_timeout)
             log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)
+            self.driver.tls_failed()
 
     def reload_certificates(self) -> int:
         """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one.

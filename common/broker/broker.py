@@ -107,6 +107,8 @@ class Stats:
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
         self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
+        self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
+        self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
         self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
 
 
@@ -133,6 +135,8 @@ STATS_COUNTERS = (
     "denied_subscribe",
     "denied_delivery",
     "closed_replay_stalled",
+    "denied_takeover",
+    "tls_failed",
     "websocket_refused",
 )
 

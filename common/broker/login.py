@@ -28,14 +28,22 @@
 # makes room), so a flood of addresses costs bounded memory; it cannot slow
 # an attacker who has many addresses (docs/security.md).
 #
+# Session ownership: a session belongs to the user whose client made it
+# (anonymous clients are one owner, None). A CONNECT whose client id names a
+# session, live or kept, of another owner is refused (3.1.1 CONNACK 0x05,
+# v5 0x87): taking it over would disconnect its client and hand its
+# subscriptions and queued messages to someone else. Without users every
+# client is anonymous, so takeover works as the spec describes [MQTT-3.1.4-2].
+#
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
-# they no longer allow; an offline session is re-checked when it is resumed
-# (by its user or another one with the same client id), and what it had
+# they no longer allow; an offline session is re-checked when its user
+# resumes it (only its owner may: owner_refusal), and what it had
 # queued or in flight is sent only where the new rules let its client read.
 # Connected clients keep their login until they reconnect.
 
 from common.broker import handle_subscribe
+from common.broker.session import OWNER_UNKNOWN
 from common.mqtt import consts as C
 
 PENALTY_MAX_S = 60
@@ -116,6 +124,29 @@ def check_password(broker, address, username, password, now):
     if entry is not None:
         del failures[address]
     return 0
+
+
+def owner_refusal(broker, conn, session, client_id):
+    """None if the client of `conn` may take over or resume `session`; else
+    the words of its refusal (counted; the log line names both users)."""
+    owner = session.user
+    if owner is OWNER_UNKNOWN:
+        session.user = conn.user  # restored without its owner: claimed by the first who resumes it
+        return None
+    if owner == conn.user:
+        return None
+    broker.stats.denied_takeover += 1
+    peer = conn.peer
+    broker.log(
+        30,
+        "client id %s from %s (user %s) refused: its session belongs to user %s",
+        (client_id, peer[0] if peer is not None else "-", _user_text(conn.user), _user_text(owner)),
+    )
+    return "client id in use by another user's session"
+
+
+def _user_text(user):
+    return "(anonymous)" if user is None else user
 
 
 def _penalise(failures, address, now):

@@ -203,3 +203,38 @@ def test_deploy_dry_run_names_the_port_and_refuses_a_wrong_config(tmp_path: Path
         "deploy", "--board", "esp32", "--dist", str(dist), "--port", "COM3", "--config", str(config), "--settings"
     )
     assert bad.returncode != 0 and "max_conections" in bad.stderr
+
+
+def test_deploy_converts_the_tls_files_to_der(tmp_path: Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    leaf, other = ca.issue_cert("board.local"), ca.issue_cert("other.local")
+    pem = {"cert": tmp_path / "board.pem", "key": tmp_path / "board.key", "other_key": tmp_path / "other.key"}
+    leaf.cert_chain_pems[0].write_to_path(str(pem["cert"]))
+    leaf.private_key_pem.write_to_path(str(pem["key"]))
+    other.private_key_pem.write_to_path(str(pem["other_key"]))
+    two_cas = tmp_path / "two-cas.pem"
+    two_cas.write_bytes(ca.cert_pem.bytes() + trustme.CA().cert_pem.bytes())
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"board": "esp32", "certfile": "/siskin.crt", "keyfile": "/siskin.key"}))
+    dist = tmp_path / "dist"
+    for name in ("common", "firmware", "boards"):
+        (dist / name).mkdir(parents=True)
+    for name in ("main.py", "boot.py"):
+        (dist / name).write_text("")
+    base = ("deploy", "--board", "esp32", "--dist", str(dist), "--port", "/dev/ttyUSB7", "--config", str(config))
+    ok = tool(*base, "--certfile", str(pem["cert"]), "--keyfile", str(pem["key"]), "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    assert "certfile.der :/siskin.crt + cp " in ok.stdout and "keyfile.der :/siskin.key + reset)" in ok.stdout
+    cases = [
+        (("--certfile", str(pem["cert"]), "--keyfile", str(pem["other_key"])), "is not the private key of --certfile"),
+        (("--cafile", str(two_cas)), "sets no 'cafile'"),
+        (("--keyfile", str(pem["cert"])), "--keyfile " + str(pem["cert"]) + ": not a private key"),
+    ]
+    for args, words in cases:
+        bad = tool(*base, *args, "--dry-run")
+        assert bad.returncode != 0 and words in bad.stderr, bad.stderr
+    config.write_text(json.dumps({"board": "esp32", "cafile": "/ca.der", "require_certificate": True}))
+    bad = tool(*base, "--cafile", str(two_cas), "--dry-run")
+    assert bad.returncode != 0 and "2 certificates; a board trusts one CA" in bad.stderr, bad.stderr

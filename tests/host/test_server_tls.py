@@ -355,6 +355,37 @@ def test_tls13_only_refuses_a_tls12_client(broker: BrokerProcess, pki: Pki) -> N
         assert mqtt_over(tls).connect("tls13") == b"\x00\x00"
 
 
+def test_failed_handshakes_are_counted_in_sys(tmp_path: Path, pki: Pki) -> None:
+    mutual = pki.listener(cafile=pki.ca_file, require_certificate=True, use_identity_as_username=True)
+    limits = {"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 1}
+    with BrokerProcess(tmp_path, limits=limits, listeners=[{"port": 0}, pki.listener(), mutual]) as b:
+        wait_until(lambda: len(b.ports()) == 3, 5, b.log_text)
+        plain, server_auth, mutual_port = b.ports()
+        sub = Paho(plain, "sys-tls").connect()
+        try:
+            sub.subscribe("$SYS/broker/clients/tls_failed", 0)
+            assert sub.get().payload == b"0"
+            with tls_client(server_auth, pki.client_context()) as tls:  # a good one is not counted
+                assert mqtt_over(tls).connect("good") == b"\x00\x00"
+            raw = RawClient(server_auth)  # plain MQTT to the TLS port
+            raw.send(connect_packet("plain"))
+            assert raw.read_packet() is None
+            raw.close()
+            with pytest.raises(ssl.SSLCertVerificationError):  # the client does not trust the broker
+                tls_client(server_auth, pki.client_context(ca=pki.other_ca_file))
+            handshake_refused(mutual_port, pki.client_context())  # no client certificate
+            b.wait_log(r"failed: the client sent no certificate")
+            with tls_client(mutual_port, pki.client_context(pki.forger)) as tls:  # an unusable identity
+                assert mqtt_over(tls).closed_within(5)
+            b.wait_log(r"refused: its certificate has an unusable CN")
+            deadline = time.monotonic() + 5
+            while (got := sub.get().payload) != b"4":
+                assert got in (b"0", b"1", b"2", b"3") and time.monotonic() < deadline, got
+        finally:
+            sub.close()
+        assert b.stop() == 0
+
+
 # ---------------------------------------------------------------------------
 # SIGHUP
 
