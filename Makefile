@@ -58,10 +58,11 @@ $(PIP_STAMP):
 	  rm -rf $(VENV); \
 	  $(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; on Debian/Ubuntu: apt-get install python3-venv" >&2; rm -rf $(VENV); exit 1; }; \
 	fi
-	@# The pinned test and lint dependencies come from pyproject.toml, the one
-	@# place they are listed. (The project itself is not installed: the tests
-	@# run from the tree, with the repository root on sys.path.)
-	$(PY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(d["test"] + d["lint"]))' > $(VENV)/requirements.txt
+	@# The host's own dependencies and the pinned test and lint ones come from
+	@# pyproject.toml, the one place they are listed. (The project itself is
+	@# not installed: the tests run from the tree, with the repository root on
+	@# sys.path.)
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; d = p["optional-dependencies"]; print("\n".join(p["dependencies"] + d["test"] + d["lint"]))' > $(VENV)/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
 	@rm -f $(VENV)/.siskin-deps-*
 	@touch $@

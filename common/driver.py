@@ -33,6 +33,9 @@
 #     set_paused(cid, paused)   its write buffer crossed a water mark
 #     connection_lost(cid)      the socket is gone
 #     tls_failed()              a TLS handshake failed (counted; the shell logs why)
+#     close(cid)                end it for a reason of the shell's own (a
+#                               WebSocket close frame): closed at the next
+#                               flush as the broker's closes are
 #     tick() -> ms              at the deadline it last returned (or sooner)
 #     shutdown() -> ms, then abort_all() if connections are left after ms
 #
@@ -249,6 +252,18 @@ class Driver:
             if self.handles[cid] is not None and not self.linger[cid]:
                 self._hold(cid, why, False)
                 self.data_received(cid, b"")
+
+    def close(self, cid):
+        """The shell ends connection `cid` for a reason of its own (its
+        WebSocket layer: the peer's close frame, a text frame): for the
+        session the network connection is gone (a will is published), and it
+        closes as the broker's closes do at the next flush (half-close,
+        linger). Nothing if it is closing already."""
+        if self.handles[cid] is None or self.linger[cid]:
+            return
+        self.clock()
+        broker = self.broker
+        broker.close(broker.connections.by_id[cid], self.now)
 
     def connection_lost(self, cid):
         """The socket of `cid` is closed (by the peer, an error or us)."""

@@ -22,8 +22,8 @@ from cpython_host.config import ConfigError, HostConfig, load_config, load_secur
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
 
-Serves MQTT over TCP on --host:--port (and over TLS on the --config file's
-TLS listeners) until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
+Serves MQTT over TCP on --host:--port (and over TLS and WebSockets on the
+--config file's listeners) until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
 (stops listening, closes every client, exits 0). SIGHUP reloads the TLS
 certificates and keys, the [security] users and rules, and the [log] level
 (one log line says what), without dropping a client. Limits (connections,
@@ -47,7 +47,10 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             host, port; TLS: certfile, keyfile, cafile, require_certificate
             (mutual TLS), use_identity_as_username, identity = "cn" |
             "san_dns" | "san_email" | "san_uri", tls_version = "tlsv1.2" |
-            "tlsv1.3" (the oldest accepted). --host/--port set the first one.
+            "tlsv1.3" (the oldest accepted); protocol = "websockets" (MQTT
+            over WebSockets, ws:// or wss:// with TLS): path = "/mqtt" ("" =
+            any path), origins = [...] (browser pages allowed; [] = any).
+            --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous
   [http]    host, port, certfile, keyfile, auth = "auto" | "basic", sample_interval
@@ -62,6 +65,13 @@ TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
   keyfile = "/etc/siskin/server.key"
 A TLS handshake must end within [limits] connect_timeout, which also covers
 the CONNECT that follows. kill -HUP PID reloads certfile, keyfile, cafile.
+
+WebSockets (docs/host.md): browsers and MQTT.js reach ws://HOST:9001/mqtt with
+  [[listener]]
+  protocol = "websockets"
+  host = "0.0.0.0"
+  port = 9001
+The HTTP upgrade counts against connect_timeout too.
 
 $SYS: statistics are published as retained messages under $SYS/broker/
 every sys_interval seconds ([limits] sys_interval, 0 = off).

@@ -7,7 +7,9 @@ A config file has these tables, all optional:
     [server]     socket options (SERVER below): host, port, backlog, write
                  buffer marks, close linger and shutdown timeout; data_dir
     [[listener]] one table per listening socket (LISTENER below): address,
-                 port and, for TLS, the certificate, key and client CA. Without
+                 port, protocol (MQTT, or MQTT over WebSockets with its path
+                 and allowed origins) and, for TLS, the certificate, key and
+                 client CA. Without
                  any, [server] host and port are the one plain listener; with
                  them, those two keys belong in a [[listener]] table instead.
     [log]        level = "debug" | "info" | "warning" | "error"
@@ -27,6 +29,7 @@ one the board's JSON goes through; this module only reads TOML.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import tomllib
 from collections.abc import Callable
@@ -64,9 +67,13 @@ SERVER = (
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
 IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
-LISTENER = (
+PROTOCOLS = ("mqtt", "websockets")
+LISTENER: tuple[tuple[Any, ...], ...] = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on ("0.0.0.0": every IPv4 interface)
     ("port", -1, K_INT, 0, 65535),  # TCP port (required; 0 = any free port, logged at start)
+    ("protocol", "mqtt", K_CHOICE, PROTOCOLS, None),  # "websockets": MQTT over WebSockets (ws://, wss:// with TLS)
+    ("path", "/mqtt", K_STR, None, None),  # websockets: the URL path clients upgrade on; "" = any path
+    ("origins", [], K_LIST, None, None),  # websockets: allowed Origin headers; [] = not checked
     ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); TLS on
     ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
     ("cafile", "", K_STR, None, None),  # PEM: the CA(s) client certificates must chain to
@@ -110,6 +117,9 @@ class Listener:
     use_identity_as_username: bool
     identity: str
     tls_version: str
+    protocol: str
+    path: str
+    origins: list[str]
 
     def __init__(self, where: str, values: dict[str, Any]) -> None:
         self.where = where  # names the table in messages: "site.toml: [[listener]] #2"
@@ -119,6 +129,10 @@ class Listener:
     @property
     def tls(self) -> bool:
         return bool(self.certfile)
+
+    @property
+    def websockets(self) -> bool:
+        return self.protocol == "websockets"
 
 
 def _listener(where: str, body: Any, base: Path) -> Listener:
@@ -148,6 +162,20 @@ def _listener(where: str, body: Any, base: Path) -> Listener:
             f"{where}: use_identity_as_username = true needs require_certificate = true "
             "(a client without a certificate would have no identity)."
         )
+    if not lst.websockets:
+        for name in ("path", "origins"):
+            if name in body:
+                raise ConfigError(
+                    f'{where}: {name} is set but protocol is not "websockets"; add protocol = "websockets".'
+                )
+    else:
+        if lst.path and not lst.path.startswith("/"):
+            raise ConfigError(f'{where}: path = {lst.path!r}: wants a URL path such as "/mqtt", or "" for any path.')
+        if importlib.util.find_spec("wsproto") is None:
+            raise ConfigError(
+                f'{where}: protocol = "websockets" needs the Python package wsproto, which is not installed; '
+                "install it (pip install wsproto) or remove the listener."
+            )
     return lst
 
 

@@ -52,6 +52,11 @@ COUNTERS = (
         "Clients closed because a retained replay's output did not drain (replay_stall_timeout)",
         "closed_replay_stalled",
     ),
+    (
+        "siskin_websocket_refused_total",
+        "WebSocket upgrades refused (HTTP 4xx) and WebSocket connections closed for bad frames",
+        "websocket_refused",
+    ),
 )
 
 # (label value, snapshot key) of the labelled families.

@@ -289,6 +289,8 @@ class _Reader:
         value = convert(self, option, args, base)
         if value is not None:
             self.current[name] = value
+            if value == "websockets":
+                self.current["path"] = ""  # Mosquitto's WebSocket listeners take any URL path
             if self.current is self.default and not self.default_where:
                 self.default_where = self.where
 

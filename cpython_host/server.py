@@ -54,6 +54,9 @@ and rules (reload_security), which apply to connected clients at once, and
 the [log] level; one line then says what was reloaded (reload_all). Under
 systemd (Type=notify) the shell reports READY=1 once every listener accepts,
 RELOADING=1 around a SIGHUP and STOPPING=1 at shutdown (cpython_host/sdnotify.py).
+A websockets listener (plain or TLS) gives each socket a WebSocketClient
+(cpython_host/websocket.py): this module's ClientProtocol with wsproto in
+front, to the same driver.
 """
 
 from __future__ import annotations
@@ -286,11 +289,18 @@ IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "s
 class Listening:
     """One [[listener]] at run time: its asyncio server and, for TLS, the SSLContext handshakes use now."""
 
-    __slots__ = ("accepting", "config", "context", "identity_field", "local", "name", "server", "sockets")
+    __slots__ = ("accepting", "client", "config", "context", "identity_field", "local", "name", "server", "sockets")
 
     def __init__(self, config: Listener, context: ssl.SSLContext | None) -> None:
         self.config = config
         self.context = context
+        # What each accepted socket gets: MQTT over TCP, or over WebSockets
+        # (imported only then: wsproto is needed only by such a listener).
+        self.client: type[ClientProtocol] = ClientProtocol
+        if config.websockets:
+            from cpython_host.websocket import WebSocketClient
+
+            self.client = WebSocketClient
         # the certificate field that is the user name (use_identity_as_username), or None
         self.identity_field = config.identity if config.use_identity_as_username else None
         self.server: asyncio.Server | None = None  # a plain listener's
@@ -302,17 +312,21 @@ class Listening:
     def describe(self) -> str:
         """What the start-up log says of it."""
         cfg = self.config
-        if self.context is None:
-            kind = "plain MQTT"
-        else:
-            kind = f"MQTT over TLS ({'1.3' if cfg.tls_version == 'tlsv1.3' else '1.2'}+"
+        kind = "plain MQTT"
+        if cfg.websockets:
+            from cpython_host.websocket import url
+
+            kind = f"MQTT over WebSocket at {url(self)}"
+        if self.context is not None:
+            tls = f"TLS ({'1.3' if cfg.tls_version == 'tlsv1.3' else '1.2'}+"
             if cfg.require_certificate:
-                kind += f", mutual TLS: client certificate required, CA {cfg.cafile}"
+                tls += f", mutual TLS: client certificate required, CA {cfg.cafile}"
                 if cfg.use_identity_as_username:
-                    kind += f"; its {IDENTITY_NAMES[cfg.identity]} is the user name"
+                    tls += f"; its {IDENTITY_NAMES[cfg.identity]} is the user name"
             elif cfg.cafile:
-                kind += f", client certificate optional (verified against {cfg.cafile} if sent)"
-            kind += ")"
+                tls += f", client certificate optional (verified against {cfg.cafile} if sent)"
+            tls += ")"
+            kind = f"{kind} over {tls}" if cfg.websockets else f"MQTT over {tls}"
         return kind + ("; loopback only" if self.local else "; reachable from the network")
 
 
@@ -516,7 +530,7 @@ class BrokerServer:
         assert self.loop is not None and listening.context is not None
         try:
             await self.loop.connect_accepted_socket(
-                lambda: ClientProtocol(self, listening, accepted),
+                lambda: listening.client(self, listening, accepted),
                 conn,
                 ssl=listening.context,
                 ssl_handshake_timeout=self.handshake_timeout,
@@ -560,7 +574,7 @@ class BrokerServer:
             try:
                 if listening.context is None:
                     listening.server = await loop.create_server(
-                        functools.partial(ClientProtocol, self, listening),
+                        functools.partial(listening.client, self, listening),
                         cfg.host,
                         cfg.port,
                         backlog=backlog,

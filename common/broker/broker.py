@@ -109,6 +109,7 @@ class Stats:
         self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
         self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
         self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
+        self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
 
 
 # The names of the Stats counters, in a stable order (snapshot()).
@@ -136,6 +137,7 @@ STATS_COUNTERS = (
     "closed_replay_stalled",
     "denied_takeover",
     "tls_failed",
+    "websocket_refused",
 )
 
 

@@ -36,6 +36,7 @@ _TAIL = (
     ("clients/login_failed", "login_failed"),  # logins with a bad user name or password (CONNECT, host HTTP)
     ("clients/denied_takeover", "denied_takeover"),  # CONNECTs for another user's session (client id)
     ("clients/tls_failed", "tls_failed"),  # TLS handshakes that failed or stalled (no MQTT reached the core)
+    ("clients/websocket_refused", "websocket_refused"),  # WebSocket upgrades refused, bad frames (host)
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

@@ -283,6 +283,29 @@ class DriverTest(unittest.TestCase):
         self.driver.connection_lost(b)
         self.assertEqual(self.driver.open, 0)
 
+    def test_a_close_of_the_shells_publishes_the_will_and_lingers(self):
+        # A WebSocket close frame (cpython_host/websocket.py): the network
+        # connection is gone for the session, closed as the broker closes.
+        watcher, hw = self.open("watcher")
+        self.send(watcher, Subscribe(1, [("will/#", 0)], None))
+        hw.types()
+        h = Handle()
+        cid = self.driver.connection_made(h)
+        connect = Connect(level=4, client_id="ws", will_topic="will/ws", will_payload=b"gone")
+        self.send(cid, connect)
+        self.assertEqual(h.types(), [C.CONNACK])
+        self.driver.close(cid)
+        self.driver.flush()
+        self.assertEqual(h.events, ["half_close"])
+        self.assertEqual([(p.topic, p.payload) for p in hw.inbox], [("will/ws", b"gone")])
+        self.driver.close(cid)  # closing already: nothing more
+        self.driver.flush()
+        self.assertEqual(h.events, ["half_close"])
+        self.at(2000)  # close_linger
+        self.assertEqual(h.events, ["half_close", "close"])
+        self.driver.connection_lost(cid)
+        self.assertEqual(self.driver.open, 1)
+
     def test_a_core_error_aborts_only_its_connection(self):
         a, ha = self.open("a")
         b, hb = self.open("b")

@@ -100,7 +100,7 @@ def test_gateway_configuration_is_converted(tmp_path: Path) -> None:
             "use_identity_as_username": True,
             "tls_version": "tlsv1.2",
         },
-        {"host": "", "port": 8080, "protocol": "websockets"},
+        {"host": "", "port": 8080, "protocol": "websockets", "path": ""},
     ]
     assert doc["limits"] == {
         "sys_interval": 30,

@@ -30,8 +30,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO_ROOT, require
+from tests.conftest import REPO_ROOT
 from tests.host.broker_proc import BrokerProcess, run_cli, wait_until, write_config
+from tests.host.browser import require_chromium, start_chromium
 from tests.host.test_server_v5 import V5
 
 pytestmark = pytest.mark.interop
@@ -361,16 +362,9 @@ def test_config_refusals(tmp_path: Path) -> None:
         assert message in proc.stderr, (http, proc.stderr)
 
 
-def chromium() -> tuple[str | None, str | None]:
-    return shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
-
-
 @pytest.mark.slow
 def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[Paho], tmp_path: Path) -> None:
-    browser, driver_path = chromium()
-    require("chromium and chromedriver", browser and driver_path, "apt-get install chromium chromium-driver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    require_chromium()
     from selenium.webdriver.common.by import By
 
     url = broker.http_url()
@@ -388,12 +382,7 @@ def test_status_page_in_headless_chromium(broker: BrokerProcess, clients: list[P
         for i in range(4 + 6 * (second % 3)):
             sensors[i % 2].publish(f"sensors/{i % 2 + 1}/{('temperature', 'humidity')[i % 3 == 0]}", b"21.5", i % 3)
         time.sleep(0.9)
-    assert browser is not None and driver_path is not None
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1000,900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver = start_chromium("--window-size=1000,900")
     try:
         driver.get(url + "/")
         wait_until(
