@@ -13,6 +13,8 @@ A config file has these tables, all optional:
     [log]        level = "debug" | "info" | "warning" | "error"
     [security]   users, access control, anonymous access (SECURITY below;
                  docs/security.md): password_file, acl_file, acl, allow_anonymous
+    [[bridge]]   one table per upstream broker, with [[bridge.topic]] rules
+                 (common/bridge/settings.py; docs/bridge.md)
 
 Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
@@ -79,7 +81,7 @@ SECURITY = (
     ("acl", None, K_LIST, None, None),  # the same rules as tables: {user, topic | pattern, access}
     ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
 )
-TABLES = ("limits", "server", "listener", "log", "security")
+TABLES = ("limits", "server", "listener", "log", "security", "bridge")
 
 
 class Listener:
@@ -156,6 +158,7 @@ class HostConfig:
         self.apply(defaults(SERVER))
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
+        self.bridges: list[Any] = []  # [[bridge]] tables (common/bridge/settings.py BridgeSettings)
 
     def listeners(self) -> list[Listener]:
         """Every listener, in the file's order (--host/--port have changed the first)."""
@@ -199,9 +202,11 @@ def load_config(path: str | None) -> HostConfig:
         if table not in TABLES:
             raise ConfigError(
                 f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server], "
-                "[[listener]], [log] and [security]."
+                "[[listener]], [log], [security] and [[bridge]]."
             )
-        if table == "listener":
+        if table == "bridge":
+            pass  # checked by parse_bridges
+        elif table == "listener":
             if not isinstance(body, list) or not body:
                 raise ConfigError(f"{path}: listener must be tables ([[listener]], one per socket).")
         elif not isinstance(body, dict):
@@ -226,6 +231,14 @@ def load_config(path: str | None) -> HostConfig:
     security = doc.get("security", {})
     acl = security.get("acl")
     # The rules are tables: checked by Acl.from_rules, not as a list of strings.
+    if "bridge" in doc:
+        from common.bridge.settings import parse_bridges
+
+        cfg.bridges = parse_bridges(str(path), doc["bridge"])
+        for b in cfg.bridges:
+            for name in ("cafile", "certfile", "keyfile"):
+                if getattr(b, name):
+                    setattr(b, name, str(p.parent / getattr(b, name)))
     cfg.security = check(f"{path}: [security]", {k: v for k, v in security.items() if k != "acl"}, SECURITY)
     if acl is not None:
         if not isinstance(acl, list):
