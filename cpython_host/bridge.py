@@ -211,7 +211,9 @@ class BridgeLink:
         timeout = self.settings.connect_timeout
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port), ssl=self.context, server_hostname=host if self.context else None),
+                asyncio.open_connection(
+                    host, int(port), ssl=self.context, server_hostname=host if self.context else None
+                ),
                 timeout,
             )
         except (OSError, TimeoutError, ssl.SSLError) as e:

@@ -158,6 +158,7 @@ class Bridge:
         keep_alive=60,
         clean_session=False,
         profile="mqtt",
+        bridge_bit=True,
         max_inflight=20,
         window=32,
         local_client_id="",
@@ -184,7 +185,7 @@ class Bridge:
             username=username,
             password=password,
             # NATS refuses the bridge bit; a v5 upstream gets No Local instead.
-            bridge=not nats and level == 4,
+            bridge=bridge_bit and not nats and level == 4,
             session_expiry=0 if clean_session else C.U32_MAX,
             max_inflight=max_inflight,
             connect_timeout_ms=connect_timeout_ms,
@@ -282,7 +283,9 @@ class Bridge:
             props = [p for p in pkt.props if p[0] not in _HOP_PROPS]
         retain = pkt.retain and rule.retain
         if not pkt.qos:
-            if not self.up.publish(remote, pkt.payload, 0, retain, props):
+            if self.up.publish(remote, pkt.payload, 0, retain, props):
+                self.sent += 1
+            else:
                 self.dropped += 1  # QoS 0 while the upstream is away
             return
         self.up.publish(remote, pkt.payload, qos, retain, props, token)
@@ -348,7 +351,9 @@ class Bridge:
     def _up_connected(self, present):
         self.failures = 0
         self.last_error = ""
-        self.log(20, "bridge %s: connected to %s (session %s)" % (self.name, self.address, "resumed" if present else "new"))
+        self.log(
+            20, "bridge %s: connected to %s (session %s)" % (self.name, self.address, "resumed" if present else "new")
+        )
         topics = []
         v5 = self.up.level == C.LEVEL_5
         for r in self.rules:
@@ -433,4 +438,3 @@ class Bridge:
             (base + "dropped", str(self.dropped)),
             (base + "last_error", self.last_error),
         ]
-

@@ -24,8 +24,21 @@ BRIDGE = (
     ("certfile", "", K_STR, None, None),  # PEM: our client certificate (mutual TLS)
     ("keyfile", "", K_STR, None, None),  # PEM: its private key
     ("protocol", 4, K_INT, 4, 5),  # MQTT level to the upstream: 4 (3.1.1) or 5
+    (
+        "bridge_bit",
+        True,
+        K_BOOL,
+        None,
+        None,
+    ),  # 3.1.1: protocol level | 0x80, so the upstream sends nothing back (Mosquitto)
     ("keepalive", 60, K_INT, 1, 65535),  # s; the upstream is taken for dead after twice this without a byte
-    ("clean_session", False, K_BOOL, None, None),  # false: the upstream keeps our session (and "in" messages) while away
+    (
+        "clean_session",
+        False,
+        K_BOOL,
+        None,
+        None,
+    ),  # false: the upstream keeps our session (and "in" messages) while away
     ("profile", "mqtt", K_CHOICE, PROFILES, None),  # "nats": 3.1.1, QoS <= 1, "." / " " topics dead-lettered
     ("max_inflight", 20, K_INT, 1, 65535),  # messages sent up and not yet acknowledged
     ("window", 32, K_INT, 1, 65535),  # messages this broker hands the bridge before their ack (the rest stay queued)
@@ -86,7 +99,9 @@ def parse_bridges(where, tables):
         if b.backoff_max < b.backoff_min:
             raise ConfigError("%s: backoff_max must not be below backoff_min." % at)
         if not isinstance(rules, list) or not rules:
-            raise ConfigError('%s: no topic rules; add [[bridge.topic]] tables (pattern = "#", direction = "out").' % at)
+            raise ConfigError(
+                '%s: no topic rules; add [[bridge.topic]] tables (pattern = "#", direction = "out").' % at
+            )
         for i, rule in enumerate(rules, 1):
             rat = "%s [[bridge.topic]] #%d" % (at, i)
             if not isinstance(rule, dict):
@@ -128,6 +143,7 @@ def make_bridge(b, log, entropy):
         keep_alive=b.keepalive,
         clean_session=b.clean_session,
         profile=b.profile,
+        bridge_bit=b.bridge_bit,
         max_inflight=b.max_inflight,
         window=b.window,
         local_client_id=b.local_client_id,

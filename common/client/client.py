@@ -308,7 +308,15 @@ class Client:
         t = pkt.ptype
         if m is None:
             if t == C.PUBREC:  # unknown id: release it anyway so the server forgets it
-                self._write(encode_packet(PubAck(C.PUBREL, pkt.packet_id, C.RC_PACKET_IDENTIFIER_NOT_FOUND if self.level == C.LEVEL_5 else 0), self.level), ms)
+                self._write(
+                    encode_packet(
+                        PubAck(
+                            C.PUBREL, pkt.packet_id, C.RC_PACKET_IDENTIFIER_NOT_FOUND if self.level == C.LEVEL_5 else 0
+                        ),
+                        self.level,
+                    ),
+                    ms,
+                )
             return
         if t == C.PUBREC and m.state == SENT and m.qos == 2:
             if pkt.reason >= 0x80:  # 4.3.3: the flow ends here
@@ -360,7 +368,10 @@ class Client:
             m = queue[n]
             n += 1
             if not m.qos:
-                self._write(encode_publish_parts(m.topic, m.payload, 0, m.retain, False, 0, self.level, m.items, -1, None, 0), ms)
+                self._write(
+                    encode_publish_parts(m.topic, m.payload, 0, m.retain, False, 0, self.level, m.items, -1, None, 0),
+                    ms,
+                )
                 self.handler.on_delivered(m.token, 0)
                 continue
             m.pid = self._allocate_pid()
