@@ -47,9 +47,9 @@ doubles the delay from `backoff_min_ms` to `backoff_max_ms`, half of it
 random (jitter); a connection that reached CONNACK starts over at the min.
 """
 
-from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
 from common.broker.topics import topic_matches
 from common.client.client import CONNECTED, DISCONNECTED, Client
+from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
 
 OUT = const(1)
@@ -84,7 +84,7 @@ CONNACK_WHY = {
 class Rule:
     """One topic rule: `pattern` below `local_prefix` here and `remote_prefix` upstream."""
 
-    __slots__ = ("direction", "pattern", "local_prefix", "remote_prefix", "qos", "retain")
+    __slots__ = ("direction", "local_prefix", "pattern", "qos", "remote_prefix", "retain")
 
     def __init__(self, direction, pattern, local_prefix="", remote_prefix="", qos=1, retain=True):
         self.direction = DIRECTIONS[direction] if isinstance(direction, str) else direction

@@ -70,7 +70,7 @@ BRIDGE_BIT = const(0x80)  # on the protocol level: "I am a bridge" (Mosquitto's 
 class Outgoing:
     """One message from publish() to its last ack."""
 
-    __slots__ = ("topic", "payload", "qos", "retain", "items", "token", "pid", "state")
+    __slots__ = ("items", "payload", "pid", "qos", "retain", "state", "token", "topic")
 
     def __init__(self, topic, payload, qos, retain, items, token):
         self.topic = topic
