@@ -21,9 +21,9 @@ import asyncio
 import logging
 import os
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from common.bridge.settings import BridgeSettings, make_bridge
+from common.bridge.settings import make_bridge
 from common.compat import TICKS_MASK, ticks_diff
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _log(level: int, text: str) -> None:
     log.log(level, "%s", text)
 
 
-def client_context(b: BridgeSettings) -> ssl.SSLContext | None:
+def client_context(b: Any) -> ssl.SSLContext | None:
     """The SSLContext for the upstream (None: plain TCP)."""
     if not (b.tls or b.cafile):
         return None
@@ -78,7 +78,7 @@ class LocalHandle:
 
 
 class BridgeLink:
-    def __init__(self, server: BrokerServer, settings: BridgeSettings) -> None:
+    def __init__(self, server: BrokerServer, settings: Any) -> None:
         self.server = server
         self.settings = settings
         self.core = make_bridge(settings, _log, os.urandom)
@@ -97,7 +97,7 @@ class BridgeLink:
     def ms() -> int:
         from cpython_host.server import ticks_ms
 
-        return ticks_ms() & TICKS_MASK
+        return int(ticks_ms() & TICKS_MASK)
 
     # ---------------------------------------------------------------- local
 
@@ -280,7 +280,7 @@ def _why(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def start_bridges(server: BrokerServer, bridges: list[BridgeSettings]) -> list[BridgeLink]:
+def start_bridges(server: BrokerServer, bridges: list[Any]) -> list[BridgeLink]:
     links = [BridgeLink(server, b) for b in bridges]
     for link in links:
         link.start()

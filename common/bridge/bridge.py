@@ -208,6 +208,7 @@ class Bridge:
         self.close_wanted = None  # why the upstream stream must be closed (the shell reads it)
         self.local_lost = None  # why the local stream ended (the shell reconnects it)
         self.address = ""  # the one connected or being tried
+        self.reached = False  # this connection got its CONNACK (the client may have given up since)
         self.local_gen = 0
         self.up_gen = 0
         self.state_changed = True  # $SYS is due
@@ -328,11 +329,12 @@ class Bridge:
 
     def up_failed(self, why, ms):
         """A connection attempt failed, or the stream ended: retry later."""
-        was = self.up.state
+        was = self.reached
+        self.reached = False
         self.up.connection_lost()
         self.close_wanted = None
         self.last_error = why
-        if was == CONNECTED:
+        if was:
             self.failures = 0
             self.log(30, "bridge %s: connection to %s lost: %s" % (self.name, self.address, why))
         else:
@@ -349,6 +351,7 @@ class Bridge:
         self._state()
 
     def _up_connected(self, present):
+        self.reached = True
         self.failures = 0
         self.last_error = ""
         self.log(
@@ -429,12 +432,13 @@ class Bridge:
         up = self.up
         return [
             (base + "state", self.state_name()),
-            (base + "address", self.address if up.state == CONNECTED else ""),
+            # (an empty retained payload would clear the topic: "-" for none)
+            (base + "address", self.address if up.state == CONNECTED else "-"),
             (base + "queued", str(queued + up.pending())),
             (base + "queued_bytes", str(queued_bytes)),
             (base + "sent", str(self.sent)),
             (base + "received", str(self.received)),
             (base + "dead_lettered", str(self.dead_lettered)),
             (base + "dropped", str(self.dropped)),
-            (base + "last_error", self.last_error),
+            (base + "last_error", self.last_error or "-"),
         ]

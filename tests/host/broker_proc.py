@@ -86,10 +86,12 @@ def write_config(
     listeners: list[dict[str, Any]] | None = None,
     security: dict[str, Any] | None = None,
     base: str | None = None,
+    bridges: list[dict[str, Any]] | None = None,
 ) -> Path:
     """A config file: `base` (a shipped settings file, e.g. "boards/linux.toml";
     None: the built-in defaults) with `limits` and `server` set over it, and
-    `listeners` (if given) as its [[listener]] tables."""
+    `listeners` (if given) as its [[listener]] tables; `bridges`: [[bridge]]
+    tables, each with its rules as a list under "topic"."""
     doc: dict[str, Any] = {}
     if base is not None:
         with (REPO_ROOT / base).open("rb") as f:
@@ -107,6 +109,12 @@ def write_config(
     for table in doc.get("listener", []) if listeners is None else listeners:
         lines.append("[[listener]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    for bridge in bridges or []:
+        lines.append("[[bridge]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in bridge.items() if k != "topic"]
+        for rule in bridge.get("topic", []):
+            lines.append("[[bridge.topic]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in rule.items()]
     if security:  # last, so that a test can append keys to it
         lines.append("[security]")
         lines += [f"{k} = {toml_value(v)}" for k, v in security.items()]
@@ -136,13 +144,16 @@ class BrokerProcess:
         listeners: list[dict[str, Any]] | None = None,
         security: dict[str, Any] | None = None,
         base: str | None = None,
+        bridges: list[dict[str, Any]] | None = None,
     ) -> None:
         """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0.
         `base`: a shipped settings file the config starts from (None: the
         built-in defaults); `limits`, `server` and `listeners` are set over it."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, security, base)
+        self.config_path = write_config(
+            self.workdir / "siskin.toml", limits, server, listeners, security, base, bridges
+        )
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args
