@@ -37,7 +37,7 @@ Incoming QoS 2: the packet ids we answered with PUBREC are kept until the
 PUBREL, so a resent PUBLISH is not handed to the app twice (4.3.3).
 Keep-alive: a PINGREQ when nothing was sent for keep_alive seconds; no byte
 from the server for keep_alive seconds after it, and the server is taken for
-dead [MQTT-3.1.2-24 from the client's side].
+dead (the client's side of 3.1.2.10).
 """
 
 from common.compat import const, ticks_deadline, ticks_diff
@@ -385,7 +385,7 @@ class Client:
     def _send_publish(self, m, dup, ms):
         data = encode_publish_parts(m.topic, m.payload, m.qos, m.retain, dup, m.pid, self.level, m.items, -1, None, 0)
         if self.server_max_packet and len(data) > self.server_max_packet:
-            # [MQTT-3.1.2-24] the client must not send it: refused here, for good.
+            # [MQTT-3.2.2-15] the client must not send it: refused here, for good.
             self._done(m)
             self.handler.on_delivered(m.token, C.RC_PACKET_TOO_LARGE)
             return
@@ -402,7 +402,7 @@ class Client:
     def subscribe(self, topics, props=None):
         """SUBSCRIBE [(filter, options)]; its packet id (the SUBACK's)."""
         # SUBSCRIBE ids come from the PUBLISH counter: never one in flight
-        # [MQTT-2.2.1-3], and a PUBLISH would reach this one only after the
+        # (2.2.1), and a PUBLISH would reach this one only after the
         # counter wrapped (65,535 messages later; the SUBACK is long back).
         pid = self._allocate_pid()
         self._write(encode_packet(Subscribe(pid, topics, props), self.level))

@@ -120,7 +120,7 @@ class TestPublishOut(unittest.TestCase):
         self.assertEqual(rec.delivered(), [(i, 0) for i in range(5)])
 
     def test_server_receive_maximum_bounds_the_window(self):
-        # [MQTT-3.3.4-7] no more unacknowledged QoS 1/2 PUBLISHes than the server's Receive Maximum
+        # 3.3.4: no more unacknowledged QoS 1/2 PUBLISHes than the server's Receive Maximum
         h = Harness(max_inflight_in=3)
         rec, client, wire = joined(h, 5, max_inflight=100)
         self.assertEqual(client.window, 3)
@@ -225,13 +225,14 @@ class TestReceive(unittest.TestCase):
         client.data_received(pub, 0)
         client.ack(7)
         client.take_output()
+        # [MQTT-4.3.3-10] a resent PUBLISH gets PUBREC again, nothing onward
         dup = encode_packet(Publish("t", b"p", 2, False, True, 7), 4)
         client.data_received(dup, 0)
         self.assertEqual(len(rec.messages), 1)
         self.assertEqual(client.take_output(), encode_packet(PubAck(C.PUBREC, 7), 4))  # PUBREC again
         client.data_received(encode_packet(PubAck(C.PUBREL, 7), 4), 0)
         self.assertEqual(client.take_output(), encode_packet(PubAck(C.PUBCOMP, 7), 4))
-        client.data_received(pub, 0)  # after PUBREL: a new message
+        client.data_received(pub, 0)  # after PUBCOMP: a new message [MQTT-4.3.3-12]
         self.assertEqual(len(rec.messages), 2)
 
 

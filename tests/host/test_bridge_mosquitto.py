@@ -97,6 +97,7 @@ def first_seen(payloads: list[bytes]) -> list[bytes]:
     return out
 
 
+# [MQTT-7.0.0-1] the bridge is Siskin as a client of another server: a stock Mosquitto
 def test_both_ways_with_remapped_prefixes(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("edge1/#", 2)
