@@ -85,6 +85,7 @@ class BridgeLink:
         self.context = client_context(settings)
         self.handle = LocalHandle(self)
         self.cid = -1
+        self.local_paused_until = 0.0
         self.held = False
         self.pump_scheduled = False
         self.stopping = False
@@ -102,18 +103,26 @@ class BridgeLink:
     # ---------------------------------------------------------------- local
 
     def start(self) -> None:
-        self.open_local()
         self.task = asyncio.get_running_loop().create_task(self.run())
+        self.pump()  # the local session is opened once at start (created, subscribed)
 
     def open_local(self) -> None:
         driver = self.server.driver
         name = self.settings.name
-        self.cid = driver.connection_made(self.handle, ("bridge " + name, None, True))
-        if self.cid < 0:
-            log.error("bridge %s: the broker refused its local connection (max_connections)", name)
+        # Its user is "bridge:<name>", proved like a TLS identity (no password).
+        cid = driver.connection_made(self.handle, ("bridge " + name, "bridge:" + name, True))
+        if cid < 0:
+            log.error("bridge %s: the broker refused its local connection (max_connections); again in 1 s", name)
+            self.pause_local(1.0)
             return
+        self.cid = cid
         self.core.local_open(self.ms())
-        self.pump()
+
+    def pause_local(self, seconds: float) -> None:
+        """No local connection for `seconds` (then a pump opens it if wanted)."""
+        loop = asyncio.get_running_loop()
+        self.local_paused_until = loop.time() + seconds
+        loop.call_later(seconds, self.schedule_pump)
 
     def from_broker(self, data: bytes) -> None:
         # Called inside the driver's flush: the answers go in on the next turn.
@@ -125,17 +134,19 @@ class BridgeLink:
             return
         cid = self.cid
         self.cid = -1
+        if self.core.local_lost is not None:
+            # The broker ended it (a client took the session's client id
+            # over, ...): not at once again, or two could take turns.
+            self.pause_local(1.0)
         self.core.local_closed()
-        loop = asyncio.get_running_loop()
-        loop.call_soon(self._local_gone, cid)
+        asyncio.get_running_loop().call_soon(self._local_gone, cid)
 
     def _local_gone(self, cid: int) -> None:
         server = self.server
         server.driver.connection_lost(cid)
         if not server.driver.open:
             server.all_closed.set()
-        if not self.stopping:
-            asyncio.get_running_loop().call_later(1.0, self.open_local)
+        self.schedule_pump()
 
     def schedule_pump(self) -> None:
         if not self.pump_scheduled:
@@ -147,6 +158,13 @@ class BridgeLink:
         self.pump_scheduled = False
         core = self.core
         server = self.server
+        if (
+            core.sync_local()
+            and self.cid < 0
+            and not self.stopping
+            and asyncio.get_running_loop().time() >= self.local_paused_until
+        ):
+            self.open_local()
         if self.cid >= 0 and not self.held:
             out = core.local.take_output()
             if out:
@@ -156,7 +174,7 @@ class BridgeLink:
         if up and self.writer is not None:
             self.writer.write(up)
         if core.local_lost is not None and self.cid >= 0:
-            self.handle.close()  # the local client gave up: a new session connection
+            self.handle.close()  # the local client gave up on this connection
         if core.state_changed or core.close_wanted is not None:
             self.wake.set()
         if core.state_changed:

@@ -2,14 +2,16 @@
 
     python -m tools.bridge_outage [--outage 60] [--rate 200] [--bad-every 0]
 
-Starts Mosquitto (tools/bench/brokers.py) as the upstream and Siskin (with
-a data directory, store_sync = always) bridged to it, then:
+Starts the upstream — Mosquitto (tools/bench/brokers.py) or, with
+--upstream nats, a 3-node NATS JetStream cluster (tools/nats_cluster.py) —
+and Siskin (with a data directory, store_sync = always) bridged to it
+(profile mqtt or nats), then:
 
 1. a consumer on the upstream subscribes to the bridged prefix (QoS 1);
 2. a steady publisher on the edge sends numbered QoS 1 messages at --rate
    per second for --before s, through --outage s with the upstream stopped
-   (SIGSTOP: its sockets stay open and silent, as a cut link or a hung
-   node), and --after s once it is back (SIGCONT);
+   (SIGSTOP of every node: sockets open and silent, as a cut link or a
+   hung cluster), and --after s once it is back (SIGCONT);
 3. it waits until the consumer has every acknowledged message or --settle
    s pass without one.
 
@@ -25,6 +27,7 @@ replay throughput (the outage's backlog over the time it took to arrive).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import signal
@@ -97,14 +100,48 @@ class SteadyPublisher:
         return bool(self.bad_every) and n % self.bad_every == self.bad_every - 1
 
 
+class Upstream:
+    """The upstream under test: its MQTT ports, and the outage (every process stopped, then continued)."""
+
+    def __init__(self, kind: str, workdir: Path) -> None:
+        self.kind = kind
+        self.pids: list[int] = []
+        self.ports: list[int] = []
+        self.mosquitto: Mosquitto | None = None
+        self.cluster: Any = None
+        if kind == "mosquitto":
+            self.mosquitto = Mosquitto(workdir)
+            self.mosquitto.start()
+            self.pids = [self.mosquitto.pid]
+            self.ports = [self.mosquitto.port]
+        else:
+            from tools.nats_cluster import NatsCluster  # tools/nats_cluster.py: 3 nodes, JetStream, MQTT
+
+            self.cluster = NatsCluster(workdir / "nats", 3).start()
+            self.pids = [n.proc.pid for n in self.cluster.nodes]
+            self.ports = self.cluster.mqtt_ports
+
+    def signal_all(self, sig: int) -> None:
+        for pid in self.pids:
+            os.kill(pid, sig)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.signal_all(signal.SIGCONT)
+        if self.mosquitto is not None:
+            self.mosquitto.stop()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    upstream = Mosquitto(workdir)
-    upstream.start()
+    upstream = Upstream(args.upstream, workdir)
+    profile = "nats" if args.upstream == "nats" else "mqtt"
     bridge = {
         "name": "cloud",
-        "addresses": [f"127.0.0.1:{upstream.port}"],
+        "addresses": [f"127.0.0.1:{port}" for port in upstream.ports],
         "client_id": "edge-outage",
-        "profile": args.profile,
+        "profile": profile,
         "keepalive": args.keepalive,
         "backoff_min": 0.5,
         "backoff_max": args.backoff_max,
@@ -116,25 +153,25 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     try:
         edge.start()
         edge.wait_log("bridge cloud: connected to")
-        consumer = Consumer(upstream.port)
-        consumer.paho.connect()
+        consumer = Consumer(upstream.ports[0])
+        consumer.paho.connect(15)
         consumer.paho.subscribe("edge/#", 1)
         publisher = SteadyPublisher(edge.port, args.rate, args.bad_every)
         publisher.paho.connect()
         publisher.thread.start()
         time.sleep(args.before)
         first_of_outage = publisher.sent
-        os.kill(upstream.pid, signal.SIGSTOP)
+        upstream.signal_all(signal.SIGSTOP)
         time.sleep(args.outage)
         last_of_outage = publisher.sent
-        os.kill(upstream.pid, signal.SIGCONT)
+        upstream.signal_all(signal.SIGCONT)
         resumed = time.monotonic()
         time.sleep(args.after)
         publisher.stop.set()
         publisher.thread.join()
         time.sleep(1.0)  # the last PUBACKs
         acked = publisher.acked()
-        expected = {n for n in acked if not (args.profile == "nats" and publisher.bad(n))}
+        expected = {n for n in acked if not (profile == "nats" and publisher.bad(n))}
         quiet_since = time.monotonic()
         seen = 0
         while time.monotonic() - quiet_since < args.settle:
@@ -181,9 +218,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if c is not None:
                 c.paho.close()
         edge.kill()
-        if upstream.proc is not None and upstream.proc.poll() is None:
-            os.kill(upstream.pid, signal.SIGCONT)
-        upstream.stop()
+        upstream.close()
 
 
 def _dead_lettered(log_text: str) -> int:
@@ -198,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.bridge_outage",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
-        epilog="Needs /usr/sbin/mosquitto. The figures go to docs/bridge.md's measurement section.",
+        epilog="Needs /usr/sbin/mosquitto (or nats-server). The figures are in docs/bridge.md.",
     )
     p.add_argument("--outage", type=float, default=60.0, help="seconds the upstream is stopped (default 60)")
     p.add_argument("--rate", type=float, default=200.0, help="messages per second from the publisher (default 200)")
@@ -208,17 +243,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keepalive", type=int, default=5, help="the bridge's keep-alive in s (default 5)")
     p.add_argument("--backoff-max", type=float, default=5.0, help="the bridge's longest retry delay in s (default 5)")
     p.add_argument("--bad-every", type=int, default=0, help="every Nth message to a topic with a '.' (default 0: none)")
-    p.add_argument("--profile", choices=("mqtt", "nats"), default="mqtt", help="the bridge's profile (default mqtt)")
+    p.add_argument(
+        "--upstream",
+        choices=("mosquitto", "nats"),
+        default="mosquitto",
+        help="mosquitto (profile mqtt) or a 3-node NATS JetStream cluster (tools/nats_cluster.py, profile nats)",
+    )
     args = p.parse_args(argv)
     if args.rate * (args.before + args.outage + args.after) >= 65000:
         p.error("rate x duration must stay below 65,000 messages (paho's message ids must not wrap)")
-    if not Mosquitto.available():
+    if args.upstream == "mosquitto" and not Mosquitto.available():
         print("mosquitto is not installed (apt-get install mosquitto)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bridge-outage-") as tmp:
         result = measure(args, Path(tmp))
     print(
-        f"upstream mosquitto, outage {args.outage:g} s (SIGSTOP), {args.rate:g} msg/s QoS 1, "
+        f"upstream {args.upstream}, outage {args.outage:g} s (SIGSTOP of every node), {args.rate:g} msg/s QoS 1, "
         f"keepalive {args.keepalive} s, backoff_max {args.backoff_max:g} s"
     )
     for key, value in result.items():

@@ -12,12 +12,14 @@ forever) subscribed to the "out" rules' filters. So the outbound queue IS
 that session's queue: kept by the store like any session's (a message
 whose publisher got its PUBACK survives kill -9), bounded by
 max_queued_bytes / max_queued_total_bytes with queue_full, and resent in
-order after a restart. `local` lets the broker have at most `window`
-messages in flight (its Receive Maximum); each goes up through `up`, and
-only the upstream's PUBACK (QoS 1) or PUBREC (QoS 2) acknowledges it
-locally, which deletes the record. While the upstream is away, `up` holds
-those few; the rest wait in the session's queue, in order, and follow
-once it is back.
+order after a restart. The session is online only while the upstream is
+connected (and once at start, to create it): while the upstream is away it
+is an offline session, whose queue grows without holding the local
+publishers back (an online subscriber that falls behind would). Online,
+`local` lets the broker have at most `window` messages in flight (its
+Receive Maximum); each goes up through `up`, and only the upstream's
+PUBACK (QoS 1) or PUBREC (QoS 2) acknowledges it locally, which deletes
+the record.
 
 Downward the same from the other side: a message from upstream is
 published into this broker through `local` (No Local on the out
@@ -25,10 +27,14 @@ subscriptions: it does not go back up), and only this broker's PUBACK /
 PUBREC, which leaves after the store synced what it acknowledges
 (store_sync = always), is answered upstream with the PUBACK / PUBREC.
 
-Tokens: every message handed to the other client carries the generation of
-the connection it came from and its packet id (gen << 16 | pid): an ack
-that arrives after that connection ended is dropped, never applied to a
-reused packet id of the next one.
+Tokens: a message going up carries its local packet id, which the local
+session keeps across connections (resent with DUP and the same id): a
+resent one that `up` still holds is not taken twice, and an upstream ack
+that comes while the local connection is down is owed (`owed_local`) and
+given when the broker sends that message again. A message coming down
+carries the generation of the upstream connection and its packet id
+(gen << 16 | pid): an ack after that connection ended is dropped, never
+applied to a reused packet id of the next one.
 
 Loops: the upstream subscriptions use No Local (v5) or the bridge bit
 (3.1.1, protocol level | 0x80: Mosquitto then applies No Local itself).
@@ -48,7 +54,7 @@ random (jitter); a connection that reached CONNACK starts over at the min.
 """
 
 from common.broker.topics import topic_matches
-from common.client.client import CONNECTED, DISCONNECTED, Client
+from common.client.client import CONNECTED, DISCONNECTED, RELEASED, Client
 from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
 
@@ -209,7 +215,10 @@ class Bridge:
         self.local_lost = None  # why the local stream ended (the shell reconnects it)
         self.address = ""  # the one connected or being tried
         self.reached = False  # this connection got its CONNACK (the client may have given up since)
-        self.local_gen = 0
+        self.local_ready = False  # the local session exists, subscribed (after its first CONNACK)
+        # Local packet ids acknowledged upstream while the local connection
+        # was down: the broker sends them again (DUP), they are acked then.
+        self.owed_local = set()
         self.up_gen = 0
         self.state_changed = True  # $SYS is due
         # figures for $SYS
@@ -221,23 +230,41 @@ class Bridge:
 
     # ------------------------------------------------------------ local side
 
+    def local_wanted(self):
+        """Whether the local session should be online: while the upstream is
+        connected, and once at start (to create it and its subscriptions).
+        Offline, its messages queue as any offline session's do (bounded by
+        the queue budget and queue_full); online with the upstream away,
+        they would pile up in an online subscriber's queue, and the broker
+        would hold the local publishers back."""
+        return self.up.state == CONNECTED or not self.local_ready
+
+    def sync_local(self):
+        """True: the shell opens the local connection (then local_open());
+        an online local session whose upstream is away says DISCONNECT (in
+        its output: the broker then closes the connection)."""
+        state = self.local.state
+        if self.local_wanted():
+            return state == DISCONNECTED and self.local_lost is None
+        if state == CONNECTED:
+            self.local.disconnect()
+        return False
+
     def local_open(self, ms):
         """The shell connected the in-memory handle: CONNECT."""
-        self.local_gen = (self.local_gen + 1) & 0x3FFF
-        self.local_lost = None
-        # Messages the broker handed to the previous local connection come
-        # again (DUP) on this one: the copies not yet sent up are dropped.
-        self.up.queue = []
         self.local.connect(ms)
 
     def local_closed(self):
+        """The local connection ended (the shell may open it again at once)."""
         self.local.connection_lost()
+        self.local_lost = None
 
     def _local_failed(self, why):
         self.local_lost = why
         self.log(40, "bridge %s: local session ended: %s" % (self.name, why))
 
     def _local_connected(self, present):
+        self.local_ready = True
         topics = []
         for r in self.rules:
             if r.direction & OUT:
@@ -263,16 +290,22 @@ class Bridge:
             if r.direction & OUT and topic_matches(r.local_prefix + r.pattern, topic):
                 rule = r
                 break
-        token = (self.local_gen << 16) | pkt.packet_id
+        pid = pkt.packet_id
+        if pid in self.owed_local:  # acknowledged upstream already
+            self.owed_local.discard(pid)
+            self.local.ack(pid)
+            return
+        if pkt.dup and self._holding(pid):
+            return  # sent again after a reconnect: the copy held goes up (its ack acks both)
         if rule is None:  # (a subscription of an earlier configuration)
-            self.local.ack(pkt.packet_id)
+            self.local.ack(pid)
             return
         remote = rule.remote_prefix + topic[len(rule.local_prefix) :]
         if self.profile == "nats" and ("." in remote or " " in remote):
             # NATS maps "/" to "." in its subjects and closes the connection
             # for a topic with "." or " ": never sendable.
             self._dead_letter(remote, "NATS cannot take a topic with '.' or ' '")
-            self.local.ack(pkt.packet_id)
+            self.local.ack(pid)
             return
         qos = pkt.qos
         if qos > rule.qos:
@@ -289,8 +322,19 @@ class Bridge:
             else:
                 self.dropped += 1  # QoS 0 while the upstream is away
             return
-        self.up.publish(remote, pkt.payload, qos, retain, props, token)
+        # The token is the local packet id: the session keeps it across
+        # local connections [MQTT-4.4.0-1], so an ack after a reconnect still
+        # names the same message.
+        self.up.publish(remote, pkt.payload, qos, retain, props, pid)
         self.up.pump()
+
+    def _holding(self, pid):
+        """Whether the upstream client holds local message `pid`, not yet acknowledged upstream."""
+        for lst in (self.up.queue, self.up.inflight):
+            for m in lst:
+                if m.token == pid and m.state != RELEASED:
+                    return True
+        return False
 
     def _delivered_up(self, token, reason):
         """The upstream acknowledged an outbound message (or refused it for good)."""
@@ -298,8 +342,8 @@ class Bridge:
             self._dead_letter("", "the upstream refused it (reason 0x%02x)" % reason)
         else:
             self.sent += 1
-        if token >> 16 == self.local_gen:
-            self.local.ack(token & 0xFFFF)
+        if not self.local.ack(token):
+            self.owed_local.add(token)  # the local connection is down: acked when it comes again
 
     def _dead_letter(self, topic, why):
         self.dead_lettered += 1
@@ -391,11 +435,11 @@ class Bridge:
         props = None
         if pkt.props:
             props = [p for p in pkt.props if p[0] not in _HOP_PROPS]
-        token = None
+        # A token for every message, QoS 0 too: the local connection may
+        # still be connecting (the client holds it until then).
+        token = -1
         if pkt.qos:
             token = (self.up_gen << 16) | pkt.packet_id
-        else:
-            self.received += 1
         self.local.publish(local, pkt.payload, qos, pkt.retain and rule.retain, props, token)
         self.local.pump()
 
@@ -405,7 +449,7 @@ class Bridge:
             self._dead_letter("", "this broker refused it (reason 0x%02x)" % reason)
         else:
             self.received += 1
-        if token is not None and token >> 16 == self.up_gen:
+        if token >= 0 and token >> 16 == self.up_gen:
             self.up.ack(token & 0xFFFF)
 
     # ------------------------------------------------------------------ time

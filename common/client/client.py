@@ -122,7 +122,7 @@ class Client:
         self.server_max_qos = 2
         self.server_max_packet = 0  # 0: no limit
         self.incoming = {}  # pid -> QoS of a PUBLISH handed to the app, not yet acked
-        self.awaiting_rel = {}  # pid -> True: PUBREC sent, PUBREL awaited (QoS 2 in)
+        self.awaiting_rel = set()  # pids: PUBREC sent, PUBREL awaited (QoS 2 in)
         self.sent_at = 0  # ticks of the last write
         self.heard_at = 0  # ticks of the last byte read
         self.ping_at = 0  # ticks of the PINGREQ awaiting its PINGRESP; 0 none
@@ -224,7 +224,7 @@ class Client:
             self._ack_in(pkt, ms)
         elif t == C.PUBREL:
             # [MQTT-4.3.3-11]: PUBCOMP with the same id, known or not.
-            self.awaiting_rel.pop(pkt.packet_id, None)
+            self.awaiting_rel.discard(pkt.packet_id)
             self._write(encode_packet(PubAck(C.PUBCOMP, pkt.packet_id), self.level), ms)
         elif t == C.SUBACK or t == C.UNSUBACK:
             self.handler.on_suback(pkt.packet_id, pkt.reasons)
@@ -257,7 +257,7 @@ class Client:
                 self.ka_ms = ka * 1000
         present = pkt.session_present
         if not present:
-            self.awaiting_rel = {}
+            self.awaiting_rel = set()
         # Resend what is in flight, in order [MQTT-4.4.0-1]; a RELEASED one
         # whose session the server lost was delivered already (PUBREC).
         kept = []
@@ -279,16 +279,13 @@ class Client:
         qos = pkt.qos
         pid = pkt.packet_id
         if qos == 2 and pid in self.awaiting_rel:
-            # Resent after our PUBREC: not handed over twice (4.3.3).
-            if self.awaiting_rel[pid]:
-                self._write(encode_packet(PubAck(C.PUBREC, pid), self.level), ms)
+            # Resent after our PUBREC: PUBREC again, not handed over twice [MQTT-4.3.3-10].
+            self._write(encode_packet(PubAck(C.PUBREC, pid), self.level), ms)
             return
         if qos:
             if pid in self.incoming:
                 return  # a DUP of one the app holds: its ack answers both
             self.incoming[pid] = qos
-            if qos == 2:
-                self.awaiting_rel[pid] = False  # (True once PUBREC is sent)
         self.handler.on_message(pkt)
 
     def ack(self, pid):
@@ -299,7 +296,7 @@ class Client:
         if qos == 1:
             self._write(encode_packet(PubAck(C.PUBACK, pid), self.level))
         else:
-            self.awaiting_rel[pid] = True
+            self.awaiting_rel.add(pid)
             self._write(encode_packet(PubAck(C.PUBREC, pid), self.level))
         return True
 

@@ -37,8 +37,7 @@ class Pair:
             bridge_bit=False,
             **kw,
         )
-        self.local = Wire(self.edge, self.bridge.local)
-        self.bridge.local_open(0)
+        self.local = None
         self.up = None
         self.settle()
 
@@ -56,11 +55,21 @@ class Pair:
         self.up = None
 
     def settle(self):
+        """Move bytes until both sides are quiet, opening and closing the
+        local connection as the bridge asks (as cpython_host/bridge.py does)."""
+        b = self.bridge
         for _ in range(20):
-            self.local.settle()
+            if b.sync_local() and self.local is None:
+                self.local = Wire(self.edge, b.local)
+                b.local_open(0)
+            if self.local is not None:
+                self.local.settle()
+                if self.local.closed:  # the broker closed it (after our DISCONNECT)
+                    b.local_closed()
+                    self.local = None
             if self.up is not None:
                 self.up.settle()
-            if not self.bridge.local.out and (self.up is None or not self.bridge.up.out):
+            if not b.local.out and (self.up is None or not b.up.out) and not (b.sync_local() and self.local is None):
                 return
 
     def consumer(self, flt, qos=2):
@@ -146,13 +155,39 @@ class TestStoreAndForward(unittest.TestCase):
         self.assertEqual(publish_acked(p.edge, "up/t", 50), 50)
         p.settle()
         session = p.edge.broker.sessions.find("siskin-bridge-cloud")
-        self.assertEqual(session.queue.count, 46)  # the window's 4 wait in the bridge
+        # Offline while the upstream is away: queued like any offline
+        # session's, no publisher held back (an online one falling behind would).
+        self.assertIsNone(session.conn)
+        self.assertEqual(p.edge.broker.throttled, [])
+        self.assertEqual(session.queue.count, 46)
+        self.assertEqual(len(session.inflight), 4)  # the window's 4: held by the bridge, resent with DUP
         self.assertEqual(payloads(cons), [])
         p.connect_up()
         self.assertEqual(payloads(cons), [b"%d" % i for i in range(50)])
         self.assertEqual(session.queue.count, 0)
         self.assertEqual(len(session.inflight), 0)
         self.assertEqual(p.bridge.sent, 50)
+
+    def test_in_flight_when_the_link_died_goes_once(self):
+        # Sent up, the link dies before the ack: the upstream client resends
+        # it (DUP, same id) and the local session too (DUP, same local id):
+        # the bridge keeps one copy, so QoS 2 stays exactly once.
+        p = Pair(window=8)
+        p.connect_up()
+        cons = p.consumer("edge1/#")
+        dev = p.edge.client(4)
+        dev.connect("dev")
+        for i in range(5):
+            dev.publish("up/t", b"%d" % i, 2, packet_id=i + 1)
+        p.local.settle()  # into the bridge and written up, not yet read by the cloud
+        self.assertEqual(len(p.bridge.up.inflight), 5)
+        p.drop_up()
+        p.settle()
+        p.connect_up()
+        self.assertEqual(payloads(cons), [b"%d" % i for i in range(5)])
+        self.assertEqual(p.bridge.sent, 5)
+        session = p.edge.broker.sessions.find("siskin-bridge-cloud")
+        self.assertEqual(len(session.inflight) + session.queue.count, 0)
 
     def test_acked_messages_survive_a_power_cut_of_the_edge(self):
         backend = MemKV()

@@ -188,4 +188,8 @@ def test_linux_toml_bridge_example_documents_every_key_and_loads(tmp_path: Path)
     path = tmp_path / "bridge.toml"
     path.write_text("\n".join(lines) + "\n")
     (b,) = load_config(str(path)).bridges
-    assert (b.name, b.addresses[1], b.topics[0]["remote_prefix"]) == ("cloud", "mqtt2.example.com:8883", "edge-1/sensors/")
+    assert (b.name, b.addresses[1], b.topics[0]["remote_prefix"]) == (
+        "cloud",
+        "mqtt2.example.com:8883",
+        "edge-1/sensors/",
+    )
