@@ -169,7 +169,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         time.sleep(args.after)
         publisher.stop.set()
         publisher.thread.join()
-        time.sleep(1.0)  # the last PUBACKs
+        # The last PUBACKs (an edge that fell behind is still working through its input).
+        deadline = time.monotonic() + args.settle
+        while len(publisher.acked_mids) < publisher.sent and time.monotonic() < deadline:
+            time.sleep(0.2)
         acked = publisher.acked()
         expected = {n for n in acked if not (profile == "nats" and publisher.bad(n))}
         quiet_since = time.monotonic()
