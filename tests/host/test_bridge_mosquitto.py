@@ -10,20 +10,20 @@ it back.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import require
-from tests.host.broker_proc import BrokerProcess, Paho
+from tests.host.bridge_edge import clients, drain, edge, paho
+from tests.host.broker_proc import Paho
 from tools.bench.brokers import Mosquitto
 
 pytestmark = pytest.mark.interop
+__all__ = ["clients"]  # the fixture, from bridge_edge
 
 
 @pytest.fixture
@@ -37,71 +37,11 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
     m.stop()
 
 
-def bridge_table(port: int, **over: Any) -> dict[str, Any]:
-    table: dict[str, Any] = {
-        "name": "cloud",
-        "addresses": [f"127.0.0.1:{port}"],
-        "client_id": "edge1",
-        "keepalive": 1,
-        "connect_timeout": 1.0,
-        "backoff_min": 0.2,
-        "backoff_max": 1.0,
-        "topic": [
-            {"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge1/", "qos": 2},
-            {"pattern": "#", "direction": "in", "local_prefix": "down/", "remote_prefix": "cmd/edge1/", "qos": 2},
-        ],
-    }
-    table.update(over)
-    return table
-
-
-@contextlib.contextmanager
-def edge(workdir: Path, port: int, **over: Any) -> Iterator[BrokerProcess]:
-    """Siskin with the bridge to `port`, once the bridge is connected; killed at the end."""
-    with BrokerProcess(workdir, limits={"sys_interval": 0}, bridges=[bridge_table(port, **over)]) as b:
-        b.wait_log("bridge cloud: connected to")
-        yield b
-        assert "Traceback" not in b.log_text(), b.log_text()
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    yield made
-    for c in made:
-        c.close()
-
-
-def paho(port: int, clients: list[Paho], client_id: str, clean: bool = True) -> Paho:
-    c = Paho(port, client_id, clean)
-    clients.append(c)
-    return c.connect()
-
-
-def drain(sub: Paho, n: int, timeout: float = 20.0) -> list[bytes]:
-    """Payloads until `n` distinct ones came (QoS 1 may repeat one across a reconnect)."""
-    got: list[bytes] = []
-    seen: set[bytes] = set()
-    while len(seen) < n:
-        m = sub.get(timeout)
-        got.append(m.payload)
-        seen.add(m.payload)
-    return got
-
-
-def first_seen(payloads: list[bytes]) -> list[bytes]:
-    out: list[bytes] = []
-    for p in payloads:
-        if p not in out:
-            out.append(p)
-    return out
-
-
 # [MQTT-7.0.0-1] the bridge is Siskin as a client of another server: a stock Mosquitto
 def test_both_ways_with_remapped_prefixes(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("edge1/#", 2)
-    with edge(tmp_path, mosquitto.port) as siskin:
+    with edge(tmp_path, [mosquitto.port]) as siskin:
         dev_sub = paho(siskin.port, clients, "dev-sub")
         dev_sub.subscribe("down/#", 2)
         dev = paho(siskin.port, clients, "dev")
@@ -124,7 +64,7 @@ def test_no_loop_with_the_bridge_bit(tmp_path: Path, mosquitto: Mosquitto, clien
     rules = [{"pattern": "#", "direction": "both", "local_prefix": "x/", "remote_prefix": "x/", "qos": 1}]
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("x/#", 1)
-    with edge(tmp_path, mosquitto.port, topic=rules) as siskin:
+    with edge(tmp_path, [mosquitto.port], topic=rules) as siskin:
         dev_sub = paho(siskin.port, clients, "dev-sub")
         dev_sub.subscribe("x/#", 1)
         paho(siskin.port, clients, "dev").publish("x/up", b"up", 1)
@@ -140,7 +80,7 @@ def test_no_loop_with_the_bridge_bit(tmp_path: Path, mosquitto: Mosquitto, clien
 def test_upstream_stopped_then_back_nothing_lost(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("edge1/#", 1)
-    with edge(tmp_path, mosquitto.port) as siskin:
+    with edge(tmp_path, [mosquitto.port]) as siskin:
         dev = paho(siskin.port, clients, "dev")
         dev.publish("up/n", b"before", 1)
         assert cloud_sub.get().payload == b"before"
@@ -152,13 +92,13 @@ def test_upstream_stopped_then_back_nothing_lost(tmp_path: Path, mosquitto: Mosq
         siskin.wait_log(r"bridge cloud: cannot connect", 10)  # attempts meanwhile time out
         os.kill(mosquitto.pid, signal.SIGCONT)
         got = drain(cloud_sub, n)
-        assert first_seen(got) == [b"%d" % i for i in range(n)]  # in order, none lost
+        assert got == [b"%d" % i for i in range(n)]  # in order, none lost
 
 
 def test_kill_9_during_the_outage(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("edge1/#", 1)
-    with edge(tmp_path, mosquitto.port) as siskin:
+    with edge(tmp_path, [mosquitto.port]) as siskin:
         dev = paho(siskin.port, clients, "dev")
         os.kill(mosquitto.pid, signal.SIGSTOP)
         n = 100
@@ -170,11 +110,11 @@ def test_kill_9_during_the_outage(tmp_path: Path, mosquitto: Mosquitto, clients:
         siskin.start()  # same data directory
         os.kill(mosquitto.pid, signal.SIGCONT)
         got = drain(cloud_sub, n)
-        assert first_seen(got) == [b"%d" % i for i in range(n)]
+        assert got == [b"%d" % i for i in range(n)]
 
 
 def test_sys_topics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
-    with edge(tmp_path, mosquitto.port) as siskin:
+    with edge(tmp_path, [mosquitto.port]) as siskin:
         watch = paho(siskin.port, clients, "watch")
         watch.subscribe("$SYS/broker/bridge/cloud/#", 0)
         values: dict[str, bytes] = {}

@@ -9,14 +9,13 @@ to another node when its node dies.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.host.bridge_edge import clients, drain, edge, paho
 from tests.host.broker_proc import BrokerProcess, Paho, wait_until
 
 nats = pytest.importorskip("tests.host.nats_cluster", reason="the NATS cluster fixture (branch nats) is not merged")
@@ -24,52 +23,19 @@ nats_cluster = nats.nats_cluster
 nats_single = nats.nats_single
 
 pytestmark = pytest.mark.interop
+__all__ = ["clients", "nats_cluster", "nats_single"]  # the fixtures
 
-
-@contextlib.contextmanager
-def edge(workdir: Path, ports: list[int]) -> Iterator[BrokerProcess]:
-    bridge: dict[str, Any] = {
-        "name": "nats",
-        "profile": "nats",
-        "addresses": [f"127.0.0.1:{p}" for p in ports],
-        "client_id": "edge1",
-        "keepalive": 2,
-        "connect_timeout": 10.0,
-        "backoff_min": 0.2,
-        "backoff_max": 1.0,
-        "topic": [
-            {"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge1/", "qos": 2},
-            {"pattern": "#", "direction": "in", "local_prefix": "down/", "remote_prefix": "cmd/edge1/", "qos": 1},
-        ],
-    }
-    with BrokerProcess(workdir, limits={"sys_interval": 0}, bridges=[bridge]) as b:
-        b.wait_log("bridge nats: connected to", 30)
-        yield b
-        assert "Traceback" not in b.log_text(), b.log_text()
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    yield made
-    for c in made:
-        c.close()
-
-
-def paho(port: int, clients: list[Paho], client_id: str, clean: bool = True) -> Paho:
-    c = Paho(port, client_id, clean)
-    clients.append(c)
-    return c.connect(15)
+NATS = {"profile": "nats", "keepalive": 2, "connect_timeout": 10.0}  # a fresh node's first CONNACK can take seconds
 
 
 def connected_port(siskin: BrokerProcess) -> int:
-    ports = re.findall(r"bridge nats: connected to 127\.0\.0\.1:(\d+)", siskin.log_text())
+    ports = re.findall(r"bridge cloud: connected to 127\.0\.0\.1:(\d+)", siskin.log_text())
     return int(ports[-1])
 
 
 def test_both_ways_qos_0_1_and_a_dead_letter(tmp_path: Path, nats_single: Any, clients: list[Paho]) -> None:
     ports = nats_single.mqtt_ports
-    with edge(tmp_path, ports) as siskin:
+    with edge(tmp_path, ports, **NATS) as siskin:
         cloud_sub = paho(ports[0], clients, "consumer")
         cloud_sub.subscribe("edge1/#", 1)
         dev_sub = paho(siskin.port, clients, "dev-sub")
@@ -93,7 +59,7 @@ def test_both_ways_qos_0_1_and_a_dead_letter(tmp_path: Path, nats_single: Any, c
 
 def test_node_killed_the_bridge_moves_nothing_lost(tmp_path: Path, nats_cluster: Any, clients: list[Paho]) -> None:
     ports = nats_cluster.mqtt_ports
-    with edge(tmp_path, ports) as siskin:
+    with edge(tmp_path, ports, **NATS) as siskin:
         first = connected_port(siskin)
         index = ports.index(first)
         other = ports[(index + 1) % len(ports)]
@@ -108,10 +74,6 @@ def test_node_killed_the_bridge_moves_nothing_lost(tmp_path: Path, nats_cluster:
             for i in range(n):
                 dev.publish("up/k", b"%d" % i, 1)  # acknowledged by the edge whatever the cluster does
             wait_until(lambda: connected_port(siskin) != first or None, 60, lambda: siskin.log_text()[-3000:])
-            got: list[bytes] = []
-            while len(set(got)) < n:
-                got.append(cloud_sub.get(30).payload)
-            firsts = list(dict.fromkeys(got))
-            assert firsts == [b"%d" % i for i in range(n)]  # in order, none lost
+            assert drain(cloud_sub, n, 30) == [b"%d" % i for i in range(n)]  # in order, none lost
         finally:
             nats_cluster.restart(index)
