@@ -148,7 +148,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "connect_timeout": 2.0,
         "topic": [{"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge/", "qos": 1}],
     }
-    edge = BrokerProcess(workdir / "edge", limits={"sys_interval": 0}, bridges=[bridge], log_level="info")
+    edge = BrokerProcess(workdir / "edge", limits={"sys_interval": 1}, bridges=[bridge], log_level="info")
     consumer = publisher = None
     try:
         edge.start()
@@ -200,7 +200,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         backlog = [n for n in range(first_of_outage, last_of_outage) if n in expected]
         backlog_set = set(backlog)
         replayed = [t for t, n in arrivals if n in backlog_set and t >= resumed]
-        dead = _dead_lettered(edge.log_text())
+        dead = _dead_lettered(edge.port)
         result = {
             "published": publisher.sent,
             "acked_locally": len(acked),
@@ -224,12 +224,16 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         upstream.close()
 
 
-def _dead_lettered(log_text: str) -> int:
-    """The last dead-letter count the edge's log gives (0: none)."""
-    import re
-
-    counts = re.findall(r"dead-lettered \((\d+) so far\)", log_text)
-    return int(counts[-1]) if counts else 0
+def _dead_lettered(port: int) -> int:
+    """The edge's $SYS/broker/bridge/cloud/dead_lettered, once it is at least a second old."""
+    time.sleep(1.5)  # sys_interval 1: a value published after the last message
+    watch = Paho(port, "outage-watch")
+    try:
+        watch.connect()
+        watch.subscribe("$SYS/broker/bridge/cloud/dead_lettered", 0)
+        return int(watch.get().payload)
+    finally:
+        watch.close()
 
 
 def main(argv: list[str] | None = None) -> int:
