@@ -72,6 +72,7 @@ def build(argv, root):
         driver.restore(int(time.time()))
     server = Server(driver, opts, cfg["host"], cfg["port"], log)
     server.on_tick = feed
+    server.bridges = cfg["bridge"]
     log_security(driver.broker, server.loopback, cfg["host"], log)
     return server, log
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.host.bridge_edge import clients, drain, edge, paho
+from tests.host.bridge_edge import RULES, clients, drain, edge, paho
 from tests.host.broker_proc import Paho
 from tools.bench.brokers import Mosquitto
 
@@ -142,3 +142,43 @@ def test_sys_topics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients:
             values[m.topic.rsplit("/", 1)[1]] = m.payload
         assert values["sent"] == b"1"
         assert b"keep-alive" in values["last_error"]
+
+
+def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    # The same bridge in the MicroPython firmware (unix port, a Pico W's heap):
+    # the core's client and bridge, firmware/bridge.py's streams.
+    from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
+
+    bridge = {
+        "name": "cloud",
+        "addresses": [f"127.0.0.1:{mosquitto.port}"],
+        "client_id": "edge-upy",
+        "keepalive": 1,
+        "connect_timeout": 1.0,
+        "backoff_min": 0.2,
+        "backoff_max": 1.0,
+        "topic": RULES,
+    }
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 1)
+    with UpyBrokerProcess(tmp_path, heap=PICOW_HEAP, device={"bridge": [bridge]}) as board:
+        board.wait_log("bridge cloud: connected to", 15)
+        dev_sub = paho(board.port, clients, "dev-sub")
+        dev_sub.subscribe("down/#", 1)
+        dev = paho(board.port, clients, "dev")
+        for qos in (0, 1, 2):
+            dev.publish(f"up/b/{qos}", b"b%d" % qos, qos)
+            m = cloud_sub.get()
+            assert (m.topic, m.payload) == (f"edge1/b/{qos}", b"b%d" % qos)
+        paho(mosquitto.port, clients, "cmd").publish("cmd/edge1/x", b"down", 1)
+        m = dev_sub.get()
+        assert (m.topic, m.payload) == ("down/x", b"down")
+        os.kill(mosquitto.pid, signal.SIGSTOP)  # away: the board keeps accepting
+        board.wait_log(r"bridge cloud: connection to \S+ lost", 10)
+        n = 30
+        for i in range(n):
+            dev.publish("up/n", b"%d" % i, 1)
+        os.kill(mosquitto.pid, signal.SIGCONT)
+        assert drain(cloud_sub, n) == [b"%d" % i for i in range(n)]
+        assert board.stop() == 0
+        assert "Traceback" not in board.log_text(), board.log_text()
