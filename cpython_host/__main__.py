@@ -48,6 +48,12 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             "tlsv1.3" (the oldest accepted). --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous
+  [[bridge]]  one table per upstream broker (Mosquitto, a NATS cluster, ...):
+            name, addresses, client_id, credentials, TLS, protocol, profile
+            "mqtt" | "nats", with [[bridge.topic]] rules: pattern, direction
+            "out" | "in" | "both", local_prefix, remote_prefix, qos, retain.
+            Outbound messages wait on disk while the upstream is away
+            (docs/bridge.md); state in $SYS/broker/bridge/<name>/.
 
 TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
   [[listener]]

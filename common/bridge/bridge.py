@@ -339,7 +339,7 @@ class Bridge:
     def _delivered_up(self, token, reason):
         """The upstream acknowledged an outbound message (or refused it for good)."""
         if reason >= 0x80:
-            self._dead_letter("", "the upstream refused it (reason 0x%02x)" % reason)
+            self._dead_letter("(local id %d)" % token, "the upstream refused it (reason 0x%02x)" % reason)
         else:
             self.sent += 1
         if not self.local.ack(token):
@@ -446,7 +446,7 @@ class Bridge:
     def _stored_locally(self, token, reason):
         """This broker acknowledged a message from upstream: ack it there."""
         if reason >= 0x80:
-            self._dead_letter("", "this broker refused it (reason 0x%02x)" % reason)
+            self._dead_letter("from upstream", "this broker refused it (reason 0x%02x)" % reason)
         else:
             self.received += 1
         if token >= 0 and token >> 16 == self.up_gen:
