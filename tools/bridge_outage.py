@@ -115,9 +115,11 @@ class Upstream:
             self.pids = [self.mosquitto.pid]
             self.ports = [self.mosquitto.port]
         else:
-            from tools.nats_cluster import NatsCluster  # tools/nats_cluster.py: 3 nodes, JetStream, MQTT
+            import importlib
 
-            self.cluster = NatsCluster(workdir / "nats", 3).start()
+            # tools/nats_cluster.py (branch nats): 3 nodes, JetStream, MQTT on each.
+            nats_cluster = importlib.import_module("tools.nats_cluster")
+            self.cluster = nats_cluster.NatsCluster(workdir / "nats", 3).start()
             self.pids = [n.proc.pid for n in self.cluster.nodes]
             self.ports = self.cluster.mqtt_ports
 
