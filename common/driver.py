@@ -32,6 +32,7 @@
 #                               turn of the loop (a retained replay goes on)
 #     set_paused(cid, paused)   its write buffer crossed a water mark
 #     connection_lost(cid)      the socket is gone
+#     tls_failed()              a TLS handshake failed (counted; the shell logs why)
 #     tick() -> ms              at the deadline it last returned (or sooner)
 #     shutdown() -> ms, then abort_all() if connections are left after ms
 #
@@ -187,6 +188,11 @@ class Driver:
         self.held[cid] = 0
         self.open += 1
         return cid
+
+    def tls_failed(self):
+        """A TLS handshake failed or stalled (the shell logged why): counted
+        for $SYS (clients/tls_failed) like every other refusal."""
+        self.broker.stats.tls_failed += 1
 
     def data_received(self, cid, data):
         """Bytes read from connection `cid`; the shell flushes when it likes."""

@@ -12,6 +12,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from common.broker.broker import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
@@ -23,8 +25,8 @@ Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
 Serves MQTT over TCP on --host:--port (and over TLS on the --config file's
 TLS listeners) until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
 (stops listening, closes every client, exits 0). SIGHUP reloads the TLS
-certificates and keys, and the [security] users and rules, without dropping
-a client. Limits (connections,
+certificates and keys, the [security] users and rules, and the [log] level
+(one log line says what), without dropping a client. Limits (connections,
 sessions, queues, packet size, ...) come from the [limits] table of the
 --config file; anything not set there keeps the built-in default.
 Command-line flags override the file's [server], [[listener]] and [log] values.
@@ -40,7 +42,7 @@ examples:
 config file (TOML; boards/linux.toml is a commented example of every key):
   [limits]  max_connections = 10000        broker settings, by name
   [server]  host, port, backlog, write_buffer_high, write_buffer_low,
-            close_linger, shutdown_timeout
+            close_linger, shutdown_timeout, data_dir (as --data-dir)
   [[listener]]  one table per socket, instead of [server] host and port:
             host, port; TLS: certfile, keyfile, cafile, require_certificate
             (mutual TLS), use_identity_as_username, identity = "cn" |
@@ -48,6 +50,7 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             "tlsv1.3" (the oldest accepted). --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous
+  [http]    host, port, certfile, keyfile, auth = "auto" | "basic", sample_interval
   [[bridge]]  one table per upstream broker (Mosquitto, a NATS cluster, ...):
             name, addresses, client_id, credentials, TLS, protocol, profile
             "mqtt" | "nats", with [[bridge.topic]] rules: pattern, direction
@@ -82,10 +85,24 @@ Not set: anonymous clients are served on a loopback-only listener, refused
 on any other. SIGHUP re-reads [security] and its files; a bad file keeps the
 rules in force (logged).
 
+from Mosquitto (docs/install.md lists what is converted and what is refused):
+  siskin --mosquitto-conf /etc/mosquitto/mosquitto.conf      run with it as it is
+  siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf -o /etc/siskin/siskin.toml
+
+run as a service: contrib/systemd/siskin.service (Type=notify: READY=1 once
+every listener accepts); docs/install.md (Raspberry Pi, pipx, journalctl).
+
 other commands:
+  siskin convert-mosquitto-conf FILE [-o OUT] [--ignore-unsupported]
   siskin passwd [-c | -D] FILE USER        add, change (-c: new file) or delete (-D) a user
   siskin scram-user NAME                   print a [limits] scram_users line (v5 SCRAM-SHA-256)
   siskin store-key                         print a fresh AES-256 store key (keep it secret)
+  siskin ctl COMMAND                       clients, sessions, kick, drop-session, retained,
+                                           clear-retained, store: over the [http] listener
+
+monitoring ([http] table; docs/monitoring.md): Prometheus /metrics, a live
+status page at / and the API `siskin ctl` uses, on their own port (9883),
+loopback only unless [security] users log in over HTTPS.
 
 exit status: 0 after a clean shutdown, 1 if a port cannot be opened,
 2 for a bad command line, config file, certificate, key or store.
@@ -118,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(e.g. boards/linux.toml)",
     )
     p.add_argument(
+        "--mosquitto-conf",
+        metavar="FILE",
+        help="read a Mosquitto configuration (mosquitto.conf) instead of --config: listeners, TLS, "
+        "users, ACL, persistence and limits are converted (siskin convert-mosquitto-conf shows the "
+        "result); an option Siskin cannot honour stops the start, naming its line",
+    )
+    p.add_argument(
+        "--ignore-unsupported",
+        action="store_true",
+        help="with --mosquitto-conf: leave out the options Siskin cannot honour (each is logged) instead of stopping",
+    )
+    p.add_argument(
         "--data-dir",
         metavar="DIR",
         help="directory for persistent state (created if missing): sessions, subscriptions, queued "
@@ -148,8 +177,74 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto (default): uvloop when it is installed (about 1.3 x the connection rate of asyncio's "
         "own loop, docs/benchmarks.md), else asyncio's; uvloop: fail if it is missing",
     )
-    p.add_argument("--version", action="version", version=f"siskin {VERSION}")
+    p.add_argument("--version", action="version", version=f"siskin {version()}")
     return p
+
+
+def version() -> str:
+    """The installed package's version; the core's VERSION when run from the source tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("siskin")
+    except PackageNotFoundError:
+        return VERSION
+
+
+def mosquitto_reader(ignore_unsupported: bool) -> Callable[[str], dict[str, Any]]:
+    """load_config's reader for --mosquitto-conf: the converted tables; the notes go to stderr."""
+    from cpython_host.mosquitto_conf import convert
+
+    def read(path: str) -> dict[str, Any]:
+        conv = convert(path, ignore_unsupported)
+        for note in conv.notes:
+            print(f"siskin: {note}", file=sys.stderr)
+        return conv.doc
+
+    return read
+
+
+def convert_mosquitto_conf(argv: Sequence[str]) -> int:
+    """`siskin convert-mosquitto-conf FILE`: print (or write) the Siskin TOML of a mosquitto.conf."""
+    from cpython_host.mosquitto_conf import convert, to_toml
+
+    p = argparse.ArgumentParser(
+        prog="siskin convert-mosquitto-conf",
+        description="Convert a Mosquitto configuration to a Siskin TOML config file: listeners (with\n"
+        "protocol websockets and TLS), allow_anonymous, password_file (mosquitto_passwd files are\n"
+        "read as they are), acl_file, persistence, limits, sys_interval, log_type; include_dir is\n"
+        "followed. Every option Siskin cannot honour is named with its file and line; by default\n"
+        "that stops the conversion (exit 2). Notes (differences in meaning) are written into the\n"
+        "output as comments and to stderr. docs/install.md has the whole table.",
+        epilog="examples:\n"
+        "  siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf\n"
+        "  siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf -o /etc/siskin/siskin.toml\n"
+        "  siskin --config /etc/siskin/siskin.toml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", help="the mosquitto.conf to read")
+    p.add_argument("-o", "--output", metavar="OUT", help="write the TOML to OUT instead of stdout")
+    p.add_argument(
+        "--ignore-unsupported",
+        action="store_true",
+        help="leave out the options Siskin cannot honour (listed as notes) instead of stopping",
+    )
+    args = p.parse_args(argv)
+    try:
+        conv = convert(args.file, args.ignore_unsupported)
+    except ConfigError as e:
+        print(f"siskin: {e}", file=sys.stderr)
+        return 2
+    for note in conv.notes:
+        print(f"siskin: {note}", file=sys.stderr)
+    text = to_toml(conv, args.file)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0
 
 
 def _store_log(level: int, text: str) -> None:
@@ -320,9 +415,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return store_key(argv[1:])
     if argv[:1] == ["passwd"]:
         return passwd(argv[1:])
-    args = build_parser().parse_args(argv)
+    if argv[:1] == ["ctl"]:
+        from cpython_host.ctl import ctl
+
+        return ctl(argv[1:])
+    if argv[:1] == ["convert-mosquitto-conf"]:
+        return convert_mosquitto_conf(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.mosquitto_conf is not None and args.config is not None:
+        parser.error("--config and --mosquitto-conf: give one of them")
+    if args.ignore_unsupported and args.mosquitto_conf is None:
+        parser.error("--ignore-unsupported goes with --mosquitto-conf")
     try:
-        cfg: HostConfig = load_config(args.config)
+        if args.mosquitto_conf is not None:
+            cfg: HostConfig = load_config(args.mosquitto_conf, mosquitto_reader(args.ignore_unsupported))
+        else:
+            cfg = load_config(args.config)
         security = load_security(cfg)
     except ConfigError as e:
         print(f"siskin: config error: {e}", file=sys.stderr)
@@ -332,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cfg.set_address(args.host, args.port)
     if args.log_level is not None:
-        cfg.log_level = args.log_level
+        cfg.log_level = cfg.log_level_flag = args.log_level
     try:
         factory = _loop_factory(args.event_loop)
     except ImportError:
@@ -350,6 +459,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(cfg.log_level)
     store = None
     data_dir = None
+    if args.data_dir is None and cfg.data_dir:
+        # The file's data_dir; a relative one from the file's directory, like its other file names.
+        base = cfg.path.parent if cfg.path is not None else Path(".")
+        args.data_dir = str(base / cfg.data_dir)
     if args.data_dir is not None:
         data_dir = os.path.abspath(args.data_dir)
         try:

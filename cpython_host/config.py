@@ -5,7 +5,7 @@ A config file has these tables, all optional:
     [limits]     the broker's settings, named exactly as in common/broker/settings.py
                  (boards/linux.toml lists every one with what it does)
     [server]     socket options (SERVER below): host, port, backlog, write
-                 buffer marks, close linger and shutdown timeout
+                 buffer marks, close linger and shutdown timeout; data_dir
     [[listener]] one table per listening socket (LISTENER below): address,
                  port and, for TLS, the certificate, key and client CA. Without
                  any, [server] host and port are the one plain listener; with
@@ -13,6 +13,9 @@ A config file has these tables, all optional:
     [log]        level = "debug" | "info" | "warning" | "error"
     [security]   users, access control, anonymous access (SECURITY below;
                  docs/security.md): password_file, acl_file, acl, allow_anonymous
+    [http]       the HTTP listener (HTTP below; docs/monitoring.md): Prometheus
+                 /metrics, the status page and `siskin ctl`'s API. Off
+                 without the table.
     [[bridge]]   one table per upstream broker, with [[bridge.topic]] rules
                  (common/bridge/settings.py; docs/bridge.md)
 
@@ -26,7 +29,9 @@ one the board's JSON goes through; this module only reads TOML.
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,7 @@ SERVER = (
     ("write_buffer_low", 16384, K_INT, 0, None),  # bytes at which a paused client's output resumes
     ("close_linger", 2.0, K_NUMBER, 0, None),  # s to drain a closing connection after the half-close
     ("shutdown_timeout", 5.0, K_NUMBER, 0, None),  # s to wait for connections to close at shutdown
+    ("data_dir", "", K_STR, None, None),  # persistent state, as --data-dir (which beats it); "" = memory only
 )
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
 IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
@@ -81,7 +87,17 @@ SECURITY = (
     ("acl", None, K_LIST, None, None),  # the same rules as tables: {user, topic | pattern, access}
     ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
 )
-TABLES = ("limits", "server", "listener", "log", "security", "bridge")
+# [http] (docs/monitoring.md): on when the table is present.
+HTTP_AUTH = ("auto", "basic")
+HTTP = (
+    ("host", "127.0.0.1", K_STR, None, None),  # address to listen on (loopback: no login needed with auth = "auto")
+    ("port", 9883, K_INT, 0, 65535),  # TCP port (0 = any free port, logged at start)
+    ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); HTTPS on
+    ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
+    ("auth", "auto", K_CHOICE, HTTP_AUTH, None),  # "auto": basic auth unless loopback-only; "basic": always
+    ("sample_interval", 5, K_INT, 1, 3600),  # s between the status page's throughput samples (it keeps 120)
+)
+TABLES = ("limits", "server", "listener", "log", "security", "http", "bridge")
 
 
 class Listener:
@@ -137,6 +153,77 @@ def _listener(where: str, body: Any, base: Path) -> Listener:
     return lst
 
 
+def loopback_name(host: str) -> bool:
+    """Whether `host` (as written in a config) names loopback addresses only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class HttpConfig:
+    """The [http] table, checked: the HTTP listener for /metrics, the status page and the API."""
+
+    host: str
+    port: int
+    certfile: str
+    keyfile: str
+    auth: str
+    sample_interval: int
+
+    def __init__(self, where: str, values: dict[str, Any]) -> None:
+        self.where = where
+        for name, value in defaults(HTTP).items():
+            setattr(self, name, values.get(name, value))
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.certfile)
+
+    @property
+    def require_auth(self) -> bool:
+        """HTTP basic auth against the [security] users: always with auth = "basic", else off loopback."""
+        return self.auth == "basic" or not loopback_name(self.host)
+
+    def listener(self) -> Listener:
+        """As a Listener, for cpython_host/tls.py's server_context."""
+        return Listener(self.where, {"certfile": self.certfile, "keyfile": self.keyfile})
+
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if host in ("0.0.0.0", "[::]", ""):
+            host = "127.0.0.1"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+
+def _http(where: str, body: Any, base: Path, security: dict[str, Any]) -> HttpConfig:
+    """The [http] table, checked; refused when it would send passwords in the clear or have none to check."""
+    values = check(where, body, HTTP)
+    for name in ("certfile", "keyfile"):
+        if values.get(name):
+            values[name] = str(base / values[name])
+    http = HttpConfig(where, values)
+    if http.certfile and not http.keyfile:
+        raise ConfigError(f"{where}: certfile is set but keyfile is not; add the path of its private key (PEM).")
+    if http.keyfile and not http.certfile:
+        raise ConfigError(f"{where}: keyfile is set but certfile is not; HTTPS needs both.")
+    if http.require_auth:
+        why = 'auth = "basic"' if http.auth == "basic" else f"host {http.host!r} is not loopback-only"
+        if security.get("password_file") is None:
+            raise ConfigError(
+                f"{where}: {why}, so the HTTP listener asks for a user name and password (HTTP basic auth) "
+                "of the MQTT users: set [security] password_file, or listen on 127.0.0.1."
+            )
+        if not http.tls and not loopback_name(http.host):
+            raise ConfigError(
+                f"{where}: {why}: HTTP basic auth would send the MQTT users' passwords in the clear; "
+                "set certfile and keyfile (HTTPS), or listen on 127.0.0.1."
+            )
+    return http
+
+
 class HostConfig:
     """The host's whole configuration: the broker's Settings plus SERVER and the log level."""
 
@@ -147,17 +234,21 @@ class HostConfig:
     write_buffer_low: int
     close_linger: float
     shutdown_timeout: float
+    data_dir: str
 
     def __init__(self) -> None:
         self.source = "built-in defaults"  # where the settings came from, for the log
         self.path: Path | None = None  # the config file (re-read on SIGHUP)
+        self.reader: Callable[[str], dict[str, Any]] | None = None  # how to read it, when not TOML
         self.security: dict[str, Any] = {}  # [security] as written (keys not set are absent)
         self.limits: dict[str, Any] = {}
         self.settings = Settings()
         self.log_level = "info"
+        self.log_level_flag: str | None = None  # --log-level: beats [log] level, at start and on SIGHUP
         self.apply(defaults(SERVER))
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
+        self.http: HttpConfig | None = None  # [http]; None: no HTTP listener
         self.bridges: list[Any] = []  # [[bridge]] tables (common/bridge/settings.py BridgeSettings)
 
     def listeners(self) -> list[Listener]:
@@ -179,15 +270,22 @@ class HostConfig:
             setattr(self, name, value)
 
 
-def load_config(path: str | None) -> HostConfig:
-    """Read a TOML config file (None: the defaults); raises ConfigError."""
+def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None = None) -> HostConfig:
+    """Read a TOML config file (None: the defaults); raises ConfigError.
+
+    `reader` turns another format into the same tables (--mosquitto-conf:
+    cpython_host/mosquitto_conf.py); it is kept for SIGHUP's re-read.
+    """
     cfg = HostConfig()
     if path is None:
         return cfg
     p = Path(path)
     try:
-        with p.open("rb") as f:
-            doc = tomllib.load(f)
+        if reader is not None:
+            doc = reader(path)
+        else:
+            with p.open("rb") as f:
+                doc = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such config file; pass an existing file to --config (e.g. boards/linux.toml)."
@@ -198,11 +296,12 @@ def load_config(path: str | None) -> HostConfig:
         raise ConfigError(f"{path}: not valid TOML: {e}; fix the syntax.") from None
     cfg.source = str(p)
     cfg.path = p
+    cfg.reader = reader
     for table, body in doc.items():
         if table not in TABLES:
             raise ConfigError(
                 f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server], "
-                "[[listener]], [log], [security] and [[bridge]]."
+                "[[listener]], [log], [security], [http] and [[bridge]]."
             )
         if table == "bridge":
             pass  # checked by parse_bridges
@@ -228,9 +327,6 @@ def load_config(path: str | None) -> HostConfig:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
     log = {k: v.lower() if isinstance(v, str) else v for k, v in doc.get("log", {}).items()}
     cfg.log_level = check(f"{path}: [log]", log, LOG).get("level", cfg.log_level)
-    security = doc.get("security", {})
-    acl = security.get("acl")
-    # The rules are tables: checked by Acl.from_rules, not as a list of strings.
     if "bridge" in doc:
         from common.bridge.settings import parse_bridges
 
@@ -239,11 +335,16 @@ def load_config(path: str | None) -> HostConfig:
             for name in ("cafile", "certfile", "keyfile"):
                 if getattr(b, name):
                     setattr(b, name, str(p.parent / getattr(b, name)))
+    security = doc.get("security", {})
+    acl = security.get("acl")
+    # The rules are tables: checked by Acl.from_rules, not as a list of strings.
     cfg.security = check(f"{path}: [security]", {k: v for k, v in security.items() if k != "acl"}, SECURITY)
     if acl is not None:
         if not isinstance(acl, list):
             raise ConfigError(f"{path}: [security]: acl wants a list of tables {{user, topic | pattern, access}}.")
         cfg.security["acl"] = acl
+    if "http" in doc:
+        cfg.http = _http(f"{path}: [http]", doc["http"], p.parent, cfg.security)
     return cfg
 
 

@@ -50,7 +50,10 @@ there, so the handshake spends it too. The ClientProtocol then registers
 with the identity the client certificate proved. SIGHUP loads every TLS
 listener's files into a new SSLContext for the handshakes that follow;
 established connections keep theirs. It also re-reads the [security] users
-and rules (reload_security), which apply to connected clients at once.
+and rules (reload_security), which apply to connected clients at once, and
+the [log] level; one line then says what was reloaded (reload_all). Under
+systemd (Type=notify) the shell reports READY=1 once every listener accepts,
+RELOADING=1 around a SIGHUP and STOPPING=1 at shutdown (cpython_host/sdnotify.py).
 """
 
 from __future__ import annotations
@@ -58,7 +61,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
-import ipaddress
 import logging
 import os
 import signal
@@ -71,7 +73,8 @@ from common.broker.broker import VERSION, Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
-from cpython_host.config import HostConfig, Listener
+from cpython_host import sdnotify
+from cpython_host.config import HostConfig, Listener, loopback_name
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
@@ -157,6 +160,7 @@ class ClientProtocol(asyncio.Protocol):
         if self.listening.identity_field is not None:
             identity = certificate_identity(self.listening, transport, self.peer)
             if identity is None:
+                server.driver.tls_failed()  # the certificate gives no user name: refused as a handshake
                 transport.abort()  # type: ignore[attr-defined]
                 return
         cid = server.driver.connection_made(self, (self.peer, identity, self.listening.local), self.accepted)
@@ -366,7 +370,7 @@ class BrokerServer:
         self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
         self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
         self.turn_scheduled = False
-        self.bridges: list[Any] = []  # cpython_host/bridge.py BridgeLink, one per [[bridge]]
+        self.bridges: list[Any] = []  # cpython_host/bridge.py BridgeRunner, one per [[bridge]]
 
     # -------------------------------------------------------------- output
 
@@ -522,9 +526,13 @@ class BrokerServer:
         except Exception as e:  # the socket is closed
             why = handshake_failure(e, self.handshake_timeout)
             log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)
+            self.driver.tls_failed()
 
-    def reload_certificates(self) -> None:
-        """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one."""
+    def reload_certificates(self) -> int:
+        """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one.
+
+        The number of listeners whose certificate was reloaded."""
+        done = 0
         for listening in self.listening:
             if listening.context is None:
                 continue
@@ -535,6 +543,8 @@ class BrokerServer:
                 log.error("%s; listener %s keeps its previous certificate", e, listening.name)
                 continue
             log.info("listener %s: certificate reloaded from %s", listening.name, cfg.certfile)
+            done += 1
+        return done
 
     # ------------------------------------------------------------ lifecycle
 
@@ -566,7 +576,7 @@ class BrokerServer:
                 e.filename = f"{cfg.host}:{cfg.port}"
                 raise
             listening.name = address(names[0])
-            listening.local = all(_loopback(name[0]) for name in names)
+            listening.local = all(loopback_name(name[0]) for name in names)
         for listening in self.listening:
             for sock in listening.sockets:
                 listening.accepting.append(loop.create_task(self._accept(listening, sock)))
@@ -592,8 +602,8 @@ class BrokerServer:
         log.info("shutting down (%s): closing the listeners and %d connection(s)", reason, driver.open)
         started = time.monotonic()
         self.close_listeners()
-        for link in self.bridges:
-            await link.stop()
+        for runner in self.bridges:
+            await runner.stop()
         for task in list(self.handshakes):
             task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
@@ -636,34 +646,59 @@ def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
     return socks
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
     """The SSLContext of each TLS listener, by its index; ConfigError (a clear message) for a bad file."""
     return {i: server_context(lst) for i, lst in enumerate(config.listeners()) if lst.tls}
 
 
-def reload_security(config: HostConfig, driver: Driver) -> None:
+def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     """SIGHUP: read the config file's [security] and its files again and
     apply them (connected clients are re-checked, common/broker/login.py); a
-    file that cannot be used is logged and the rules in force are kept."""
+    file that cannot be used is logged and the rules in force are kept (None)."""
     from common.broker import login
     from cpython_host.config import ConfigError, load_config, load_security
 
     try:
-        fresh = load_config(str(config.path)) if config.path is not None else config
+        fresh = load_config(str(config.path), config.reader) if config.path is not None else config
         users, acl, allow = load_security(fresh)
     except ConfigError as e:
         log.error("SIGHUP: %s; keeping the users and rules in force", e)
-        return
+        return None
     config.security = fresh.security
     driver.set_security(users, acl, allow)
     log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
+    return fresh
+
+
+def set_log_level(level: str, driver: Driver | None = None) -> None:
+    """The level of the host's log and, given the driver, of the core's (which caches it)."""
+    logging.getLogger().setLevel(getattr(logging, level.upper()))
+    if driver is not None:
+        driver.broker.set_logger(_core_logger, core_log.getEffectiveLevel())
+
+
+def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
+    """SIGHUP: certificates (MQTT and HTTP listeners), [security] (users,
+    ACL, anonymous access) and [log] level, then one line saying what was
+    reloaded. A --log-level flag keeps beating the file's level, as at start."""
+    parts = []
+    certificates = server.reload_certificates()
+    if certificates:
+        parts.append(f"certificates of {certificates} TLS listener(s)")
+    if web is not None and web.reload_certificate():
+        parts.append("the HTTP listener's certificate")
+    fresh = reload_security(config, server.driver)
+    if fresh is not None:
+        parts.append("users, ACL and anonymous access ([security])")
+        level = config.log_level_flag or fresh.log_level
+        if level != config.log_level:
+            parts.append(f"log level {config.log_level} -> {level}")
+            config.log_level = level
+            set_log_level(level, server.driver)
+            server.debug = log.isEnabledFor(logging.DEBUG)
+        else:
+            parts.append(f"log level {level} (unchanged{', set by --log-level' if config.log_level_flag else ''})")
+    log.info("SIGHUP: reloaded %s", "; ".join(parts) if parts else "nothing (see the errors above)")
 
 
 def _log_security(broker: Broker, listening: list[Listening]) -> None:
@@ -709,9 +744,22 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     the [security] users and rules); the process exit code."""
     server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
+    web = None
+    if config.http is not None:
+        from cpython_host.config import ConfigError
+        from cpython_host.web import WebServer
+
+        try:
+            web = WebServer(config.http, driver, server.schedule_flush, data_dir)
+        except ConfigError as e:  # its certificate or key
+            log.error("config error: %s", e)
+            return 2
     try:
         await server.start()
+        if web is not None:
+            await web.start()
     except OSError as e:
+        server.close_listeners()
         log.error("cannot listen on %s: %s", e.filename, e.strerror or e)
         return 1
     stop_reason: list[str] = []
@@ -723,9 +771,11 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+
     def on_hangup() -> None:
-        server.reload_certificates()
-        reload_security(config, driver)
+        sdnotify.reloading()
+        reload_all(config, server, web)
+        sdnotify.notify("READY=1", "STATUS=reloaded")
 
     loop.add_signal_handler(signal.SIGHUP, on_hangup)
     loop_name = type(loop).__module__.split(".")[0]
@@ -743,7 +793,12 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     if data_dir is not None:
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
     _log_security(driver.broker, server.listening)
+    # systemd (Type=notify): started once every listener accepts.
+    sdnotify.notify("READY=1", f"STATUS=listening on {', '.join(lst.name for lst in server.listening)}")
     await server.stopping.wait()
+    sdnotify.notify("STOPPING=1")
+    if web is not None:
+        await web.close()
     await server.shutdown(stop_reason[0])
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)

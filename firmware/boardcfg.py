@@ -74,6 +74,13 @@ DEVICE = (
     ("password_file", None, K_STR, None, None),  # `siskin passwd` lines (SHA-256: MicroPython has no SHA-512)
     ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules
     ("allow_anonymous", None, K_BOOL, None, None),
+    # TLS on the listener (docs/security.md): DER files on the board's
+    # filesystem (tools/deploy --certfile/--keyfile/--cafile converts PEM);
+    # certfile set = MQTT over TLS only (port 8883 by convention).
+    ("certfile", None, K_STR, None, None),  # the board's certificate
+    ("keyfile", None, K_STR, None, None),  # its private key, unencrypted
+    ("cafile", None, K_STR, None, None),  # the one CA that signs client certificates (with require_certificate)
+    ("require_certificate", False, K_BOOL, None, None),  # mutual TLS: refuse a client without a valid certificate
     ("limits", {}, K_OBJECT, None, None),  # overrides of the board file's limits
     ("server", {}, K_OBJECT, None, None),  # overrides of the board file's server knobs
 )
@@ -170,6 +177,58 @@ def load_security(cfg):
 def _read_text(path):
     try:
         with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError("%s: cannot read (%s)" % (path, e))
+
+
+def load_tls(cfg, path="device config"):
+    """The listener's ssl.SSLContext from the device config, or None (no
+    certfile); ConfigError naming the key and file for what mbedTLS refuses.
+    `ssl` is imported only then: a board without TLS keeps it out of its heap."""
+    if cfg["certfile"] is None:
+        for key in ("keyfile", "cafile"):
+            if cfg[key] is not None:
+                raise ConfigError(
+                    "%s: %s is set but certfile is not: TLS needs both certfile and keyfile" % (path, key)
+                )
+        if cfg["require_certificate"]:
+            raise ConfigError("%s: require_certificate needs TLS: set certfile, keyfile and cafile" % path)
+        return None
+    if cfg["keyfile"] is None:
+        raise ConfigError("%s: certfile is set but keyfile is not: TLS needs the certificate's private key" % path)
+    if cfg["require_certificate"] != (cfg["cafile"] is not None):
+        # Without require_certificate mbedTLS would let a client certificate
+        # that does not verify through (CERT_OPTIONAL): no half measure.
+        raise ConfigError(
+            "%s: cafile and require_certificate go together (mutual TLS: client certificates signed by cafile)" % path
+        )
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(_read_bytes(cfg["certfile"]), _read_bytes(cfg["keyfile"]))
+    except ValueError as e:  # "invalid cert" / "invalid key"
+        raise ConfigError(
+            "certfile %s / keyfile %s: mbedTLS refused them (%s); give a DER certificate and its unencrypted DER"
+            " key (tools/deploy --certfile CERT.pem --keyfile KEY.pem converts PEM files)"
+            % (cfg["certfile"], cfg["keyfile"], e.args[0] if e.args else e)
+        )
+    if cfg["cafile"] is not None:
+        try:
+            ctx.load_verify_locations(cadata=_read_bytes(cfg["cafile"]))
+        except ValueError as e:
+            raise ConfigError(
+                "cafile %s: mbedTLS refused it (%s); give one DER CA certificate (tools/deploy --cafile converts PEM)"
+                % (cfg["cafile"], e.args[0] if e.args else e)
+            )
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
             return f.read()
     except OSError as e:
         raise ConfigError("%s: cannot read (%s)" % (path, e))

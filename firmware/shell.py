@@ -38,6 +38,18 @@
 # completes. Only a closing connection's last output can arrive while
 # blocked; it is written after the drain (`tail`), and so is the half-close.
 #
+# TLS. With a certificate in the device config (boardcfg.load_tls) every
+# accepted socket is wrapped by mbedTLS before its reader starts; the
+# handshake then runs inside the reads (MicroPython has no awaitable
+# do_handshake), so the connection is the driver's from its accept and the
+# core's connect timeout, which starts there, closes a stalled handshake
+# like a silent client: no slot is held longer than connect_timeout. The
+# first bytes the client sends through TLS end the handshake as far as the
+# shell can tell (MicroPython's ssl says nothing else: no getpeercert, and
+# cipher() before the handshake's end reads a NULL); a slot closed before
+# them is a failed handshake: logged with the reason and counted
+# (driver.tls_failed, $SYS clients/tls_failed).
+#
 # Timer. One task sleeps until the deadline driver.tick() returns; once a
 # second it also runs the callback the firmware hangs on it (the watchdog
 # feed) and collects garbage, so the heap is laid out again every second
@@ -80,6 +92,7 @@ class Slot:
 
     def __init__(self, index, bufsize):
         self.index = index
+        self.peer = "?"  # TLS: the address, for a failed handshake's log line
         self.server = None
         self.buf = bytearray(bufsize)
         self.mv = memoryview(self.buf)
@@ -96,6 +109,9 @@ class Slot:
         self.tail = None  # a closing connection's last output, after the drain
         self.fin = False  # half-close after the drain
         self.paused = False  # reading stopped
+        self.raw = None  # TLS: the TCP socket under `sock` (closing an SSLSocket does not close it)
+        self.handshaking = False  # TLS: no byte came through the handshake yet
+        self.error = None  # TLS: the error that ended the handshake
 
     # ------------------------------------------------ the driver's handle
 
@@ -162,9 +178,33 @@ def peer_address(addr):
         return "?"
 
 
+# mbedTLS error codes (negative) and errnos -> why a handshake failed.
+_NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
+_CLIENT_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
+_CERT_REFUSED = (-0x2700, -0x7A00, -0x6C00, -0x7480)  # X509 verify failed, bad cert, handshake failure, none
+
+
+def tls_failure(error, timeout):
+    """Why a TLS handshake ended, in words for the log."""
+    if error is None:
+        return "not completed within connect_timeout (%d s)" % timeout
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+    name = " (%s)" % error.args[1] if len(error.args) > 1 else " (%d)" % code
+    if code in _NOT_TLS:
+        return "the client does not speak TLS (plain MQTT to the TLS port?)" + name
+    if code in _CLIENT_ENDED:
+        return "the client ended the handshake (an alert, or closed); check that it trusts the certificate" + name
+    if code in _CERT_REFUSED:
+        return "the client certificate was refused or missing (require_certificate)" + name
+    if code == 12 or code == -0x7F00:  # ENOMEM, SSL_ALLOC_FAILED
+        return "no memory for its TLS buffers" + name
+    return "TLS error" + name
+
+
 class Server:
-    def __init__(self, driver, opts, host, port, log):
+    def __init__(self, driver, opts, host, port, log, tls=None):
         self.driver = driver
+        self.tls = tls  # the listener's ssl.SSLContext, None = plain MQTT
         self.opts = opts
         self.host = host
         # Whether the listener serves this board only (the anonymous rule, login.py).
@@ -216,8 +256,15 @@ class Server:
         s = self.driver.broker.settings
         self.log.log(
             20,
-            "listening on %s:%d (MQTT 3.1.1 + 5.0; %d sockets: %d clients + %d for refusals)"
-            % (self.host, self.port, len(self.slots) + 1, s.max_connections, len(self.slots) - s.max_connections),
+            "listening on %s:%d (MQTT 3.1.1 + 5.0%s; %d sockets: %d clients + %d for refusals)"
+            % (
+                self.host,
+                self.port,
+                " over TLS" if self.tls is not None else "",
+                len(self.slots) + 1,
+                s.max_connections,
+                len(self.slots) - s.max_connections,
+            ),
         )
         await self.stop_event.wait()
         await self.stop("stop requested")
@@ -273,6 +320,20 @@ class Server:
             self.log.log(30, "refused a connection: %d sockets in use" % (self.driver.open + 1))
             return
         sock.setblocking(False)
+        if self.tls is not None:
+            raw = sock
+            try:
+                sock = self.tls.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+            except (OSError, MemoryError, ValueError) as e:  # mbedTLS could not allocate its context
+                sock.close()
+                self.free.append(slot)
+                self.driver.connection_lost(cid)
+                self.driver.tls_failed()
+                self.log.log(30, "TLS connection from %s refused: %s" % (peer[0], tls_failure(e, 0)))
+                return
+            slot.raw = raw
+            slot.handshaking = True
+            slot.peer = peer[0]
         slot.sock = sock
         slot.stream = asyncio.StreamReader(sock)
         slot.cid = cid
@@ -298,10 +359,11 @@ class Server:
                     continue  # woken without data
                 if not n or slot.sock is not sock:
                     break  # EOF (or aborted meanwhile)
+                slot.handshaking = False
                 driver.data_received(cid, mv if n == size else mv[:n])
                 self.flush()
-        except OSError:
-            pass  # reset by the peer
+        except OSError as e:
+            slot.error = e  # reset by the peer, or (TLS) a failed handshake
         finally:
             self.finish(slot, sock)
 
@@ -360,8 +422,16 @@ class Server:
                 task.cancel()  # off the I/O queue before the socket closes
         try:
             sock.close()
+            if slot.raw is not None:
+                slot.raw.close()
         except OSError:
             pass
+        if slot.handshaking and not self.stopping:
+            # Closed before any byte came through TLS: by its error, or by
+            # the core's connect timeout (a stalled handshake).
+            self.driver.tls_failed()
+            timeout = self.driver.broker.settings.connect_timeout
+            self.log.log(30, "TLS handshake from %s failed: %s; closed" % (slot.peer, tls_failure(slot.error, timeout)))
         slot.reset()
         self.free.append(slot)
         self.driver.connection_lost(cid)

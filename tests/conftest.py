@@ -3,7 +3,7 @@
 - Puts the repository root on sys.path, so `import common` works whatever
   directory pytest was started from.
 - `require(component, available, hint)`: a test that needs an outside
-  component (node, mosquitto, micropython, mpy-cross, the wasm port) calls it
+  component (node, mosquitto, nats-server, micropython, mpy-cross, the wasm port) calls it
   instead of `pytest.skip`. Normally a missing component skips the test; with
   SISKIN_REQUIRE_ALL=1 (set by .ci/run) it fails it, so CI can never go green
   by skipping.

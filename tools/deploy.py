@@ -3,6 +3,7 @@
     python -m tools.build --board esp32
     python -m tools.deploy --board esp32 --port /dev/ttyUSB0 --config my-siskin.json
     tools/deploy --board rp2040_picow --port /dev/ttyACM0 --config my-siskin.json
+    tools/deploy --board esp32 --port /dev/ttyUSB0 --config my-siskin.json --settings   (settings only)
 
 Theory of operation
 -------------------
@@ -12,7 +13,15 @@ the serial REPL:
     mpremote connect PORT [resume]
         + cp -r common firmware boards main.py boot.py :   (from dist/<board>/)
         + cp CONFIG :siskin.json
+        + cp CERT.der :/siskin.crt ...                      (--certfile/--keyfile/--cafile:
+                                                              converted to DER, copied where
+                                                              the config's keys say)
         + reset | soft-reset                                 (--reset)
+
+--settings pushes the settings only, not the code: the device config and
+the board files (`cp -r boards :` + `cp CONFIG :siskin.json` + reset), for a
+changed limit, Wi-Fi network or port, or a board whose code is frozen into
+its firmware image. The firmware reads them at boot, hence the reset.
 
 Entering the raw REPL interrupts a running broker (Ctrl-C: the firmware
 stops gracefully and returns to the REPL), so a board running Siskin can be
@@ -34,6 +43,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -71,16 +81,89 @@ def check_config(path: Path, board: str) -> None:
         raise SystemExit(f"deploy: {path} names board {named!r}, deploying {board!r}")
 
 
-def command(port: str, dist: Path, config: Path, reset: str, resume: bool, remote_dir: str = "") -> list[str]:
-    """The mpremote command line (run with cwd = dist)."""
-    missing = [name for name in CONTENTS if not (dist / name).exists()]
+# --certfile/--keyfile/--cafile: the device config key each installs.
+TLS_FILES = ("certfile", "keyfile", "cafile")
+
+
+def der_files(sources: dict[str, Path], out: Path) -> dict[str, Path]:
+    """The TLS files as the boards read them: DER (MicroPython's mbedTLS
+    builds do not all parse PEM, and DER is smaller to hold while loading).
+    A PEM or DER certificate, one CA certificate, an unencrypted PEM/DER key
+    that belongs to the certificate; SystemExit with the reason otherwise."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    der = serialization.Encoding.DER
+    made: dict[str, Path] = {}
+    certs: dict[str, x509.Certificate] = {}
+    for key, src in sources.items():
+        try:
+            data = src.read_bytes()
+        except OSError as e:
+            raise SystemExit(f"deploy: --{key} {src}: {e.strerror or e}") from None
+        if key == "keyfile":
+            try:
+                pem = b"-----BEGIN" in data
+                load = serialization.load_pem_private_key if pem else serialization.load_der_private_key
+                private = load(data, password=None)
+            except TypeError:
+                raise SystemExit(f"deploy: --keyfile {src}: the key is encrypted; give it unencrypted") from None
+            except ValueError as e:
+                raise SystemExit(f"deploy: --keyfile {src}: not a private key ({e})") from None
+            fmt = serialization.PrivateFormat.PKCS8
+            blob = private.private_bytes(der, fmt, serialization.NoEncryption())
+        else:
+            try:
+                found = (
+                    x509.load_pem_x509_certificates(data)
+                    if b"-----BEGIN" in data
+                    else [x509.load_der_x509_certificate(data)]
+                )
+            except ValueError as e:
+                raise SystemExit(f"deploy: --{key} {src}: not a certificate ({e})") from None
+            if key == "cafile" and len(found) > 1:
+                raise SystemExit(
+                    f"deploy: --cafile {src}: {len(found)} certificates; a board trusts one CA (DER holds one)"
+                )
+            certs[key] = found[0]  # certfile: the leaf (a chain's intermediates are not sent by the board)
+            blob = found[0].public_bytes(der)
+        path = out / (key + ".der")
+        path.write_bytes(blob)
+        made[key] = path
+    if "certfile" in certs and "keyfile" in sources:
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        public = serialization.load_der_private_key(made["keyfile"].read_bytes(), None).public_key()
+        if public.public_bytes(der, spki) != certs["certfile"].public_key().public_bytes(der, spki):
+            raise SystemExit(
+                f"deploy: --keyfile {sources['keyfile']} is not the private key of --certfile {sources['certfile']}"
+            )
+    return made
+
+
+def command(
+    port: str,
+    dist: Path,
+    config: Path,
+    reset: str,
+    resume: bool,
+    remote_dir: str = "",
+    files: dict[str, tuple[Path, str]] | None = None,
+    settings_only: bool = False,
+) -> list[str]:
+    """The mpremote command line (run with cwd = dist); `files`: device config
+    key -> (local file, its path on the board) to copy too; `settings_only`:
+    the board files and config (and those files), no code."""
+    contents = ("boards",) if settings_only else CONTENTS
+    missing = [name for name in contents if not (dist / name).exists()]
     if missing:
         raise SystemExit(f"deploy: {dist} lacks {', '.join(missing)}: run python -m tools.build first")
     cmd = [*mpremote_exe(), "connect", port]
     if resume:
         cmd.append("resume")
-    cmd += ["+", "cp", "-r", *CONTENTS, ":" + remote_dir]
+    cmd += ["+", "cp", "-r", *contents, ":" + remote_dir]
     cmd += ["+", "cp", str(config.resolve()), ":" + remote_dir + "siskin.json"]
+    for local, remote in (files or {}).values():
+        cmd += ["+", "cp", str(local.resolve()), ":" + (remote if remote.startswith("/") else remote_dir + remote)]
     if reset == "hard":
         cmd += ["+", "reset"]
     elif reset == "soft":
@@ -102,16 +185,38 @@ def main(argv: list[str] | None = None) -> int:
         help="directory on the device, relative to its current one (default: none, the root of a board);"
         " './' for the unix-port stand-in, whose os.stat('') fails",
     )
+    ap.add_argument(
+        "--settings",
+        action="store_true",
+        help="push the settings only (the --config file and the build's boards/*.json), not the code, then reset:"
+        " a changed limit, network or port without reflashing",
+    )
+    for key in TLS_FILES:
+        ap.add_argument(
+            f"--{key}",
+            type=Path,
+            help=f"PEM or DER file to install, as DER, where the config's {key!r} says (TLS; docs/security.md)",
+        )
     ap.add_argument("--dry-run", action="store_true", help="print the mpremote command, do not run it")
     args = ap.parse_args(argv)
     dist = Path(args.dist) if args.dist else REPO_ROOT / "dist" / args.board
     config = Path(args.config)
     check_config(config, args.board)
-    cmd = command(args.port, dist, config, args.reset, args.resume, args.remote_dir)
-    print(f"(cd {shlex.quote(str(dist))} && {shlex.join(cmd)})")
-    if args.dry_run:
-        return 0
-    proc = subprocess.run(cmd, cwd=dist)
+    sources = {key: getattr(args, key) for key in TLS_FILES if getattr(args, key) is not None}
+    with tempfile.TemporaryDirectory(prefix="siskin-tls-") as tmp:
+        files = {}
+        if sources:
+            remote = json.loads(config.read_text())
+            for key in sources:
+                if not remote.get(key):
+                    raise SystemExit(f"deploy: --{key} given but {config} sets no {key!r} (where the board reads it)")
+            made = der_files(sources, Path(tmp))
+            files = {key: (made[key], remote[key]) for key in sources}
+        cmd = command(args.port, dist, config, args.reset, args.resume, args.remote_dir, files, args.settings)
+        print(f"(cd {shlex.quote(str(dist))} && {shlex.join(cmd)})")
+        if args.dry_run:
+            return 0
+        proc = subprocess.run(cmd, cwd=dist)
     if proc.returncode != 0:
         print(f"deploy: mpremote failed with exit code {proc.returncode}", file=sys.stderr)
     return proc.returncode

@@ -87,6 +87,9 @@ class Stats:
         self.clients_maximum = 0
         self.messages_received = 0
         self.messages_sent = 0
+        # The same two by QoS (index 0..2): PUBLISHes received, PUBLISHes written.
+        self.received_by_qos = [0, 0, 0]
+        self.sent_by_qos = [0, 0, 0]
         self.bytes_received = 0
         self.bytes_sent = 0
         self.dropped_qos0 = 0  # QoS 0 dropped for a slow or offline client
@@ -99,11 +102,13 @@ class Stats:
         self.refused_queue_total = 0  # publishes refused: all queues together were full
         self.expired = 0  # v5 Message Expiry reached before delivery
         self.refused_connections = 0
-        self.login_failed = 0  # CONNECTs refused for a bad user name or password
+        self.login_failed = 0  # logins refused for a bad user name or password (CONNECT, the host's HTTP)
         self.denied_publish = 0  # PUBLISHes the ACL refused
         self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
         self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
         self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
+        self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
+        self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
 
 
 # The names of the Stats counters, in a stable order (snapshot()).
@@ -129,6 +134,8 @@ STATS_COUNTERS = (
     "denied_subscribe",
     "denied_delivery",
     "closed_replay_stalled",
+    "denied_takeover",
+    "tls_failed",
 )
 
 
@@ -517,7 +524,9 @@ class Broker:
         """The public counters ($SYS, metrics): a new dict of name -> int.
 
         Counts of what is live now (connected clients, sessions, subscriptions,
-        retained messages, message slabs in use) and every Stats counter.
+        retained messages, message slabs in use, bytes of all queues as
+        max_queued_total_bytes counts them) and every Stats counter, the
+        message counters also by QoS (messages_received_qos0 ...).
         """
         connected = 0
         for conn in self.connections.by_id:
@@ -527,11 +536,15 @@ class Broker:
         st = self.stats
         for name in STATS_COUNTERS:
             counts[name] = getattr(st, name)
+        for qos in range(3):
+            counts["messages_received_qos%d" % qos] = st.received_by_qos[qos]
+            counts["messages_sent_qos%d" % qos] = st.sent_by_qos[qos]
         counts["connected"] = connected
         counts["sessions"] = self.sessions.count()
         counts["subscriptions"] = self.sessions.sub_pool.in_use
         counts["retained"] = self.routing.retained.count()
         counts["messages"] = self.routing.messages.in_use()
+        counts["queued_total"] = self.routing.queued_total
         counts["started"] = self.started
         return counts
 

@@ -139,6 +139,15 @@ def _connect(broker, conn, pkt, now, auth_out):
             return
         keep_alive = server_keep_alive = s.max_keepalive
 
+    # Another user's session (live or kept) is not this client's to take.
+    sessions = broker.sessions
+    session = sessions.find(client_id)
+    if session is not None:
+        why = login.owner_refusal(broker, conn, session, client_id)
+        if why is not None:
+            refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, why)
+            return
+
     # Its ACL rules, before the will is judged by them; a resumed session's
     # subscriptions are re-checked below.
     login.grant(broker, conn, client_id)
@@ -169,8 +178,6 @@ def _connect(broker, conn, pkt, now, auth_out):
         expiry = s.persistent_session_expiry or NEVER
 
     # Takeover and session resumption.
-    sessions = broker.sessions
-    session = sessions.find(client_id)
     if session is not None and session.conn is not None:
         old = session.conn
         broker.log(20, "%s taken over by a new connection", (client_id,))
@@ -187,6 +194,7 @@ def _connect(broker, conn, pkt, now, auth_out):
                 broker.routing.messages.drop(will[0])
             refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
             return
+        session.user = conn.user
     else:
         _cancel_will(broker, session)
         if conn.acl is not None:
@@ -203,7 +211,7 @@ def _connect(broker, conn, pkt, now, auth_out):
     conn.state = CONNECTED
     conn.will_on_close = True
     if will is not None:
-        session.will, session.will_delay, session.will_expiry = will
+        session.will = will
     broker.listener.session_saved(session)
 
     ack_props = None
@@ -316,18 +324,19 @@ def _new_will(broker, pkt):
 
 def _cancel_will(broker, session):
     if session.will is not None:
-        broker.routing.messages.drop(session.will)
+        broker.routing.messages.drop(session.will[0])
         session.will = None
     session.will_at = 0
 
 
 def _publish_will(broker, session, now):
-    msg = session.will
+    will = session.will
     session.will = None
     session.will_at = 0
-    if msg is None:
+    if will is None:
         return
-    handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, session.will_expiry, now)
+    msg = will[0]
+    handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
     broker.routing.messages.drop(msg)
 
 
@@ -345,10 +354,10 @@ def detach(broker, conn, now):
     if _has_shared(session):
         handle_publish.hand_over_shared(broker, session, now)
     if conn.state == CONNECTED and conn.will_on_close and session.will is not None:
-        if session.will_delay == 0 or session.expiry_interval == 0:
+        delay = session.will[1]
+        if delay == 0 or session.expiry_interval == 0:
             _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
         else:
-            delay = session.will_delay
             if delay > session.expiry_interval:
                 delay = session.expiry_interval
             session.will_at = now + delay

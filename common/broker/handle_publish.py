@@ -50,9 +50,11 @@ _FULL_TOTAL = const(2)
 def handle_publish(broker, conn, pkt, now):
     s = broker.settings
     session = conn.session
-    broker.stats.messages_received += 1
     topic = pkt.topic
     qos = pkt.qos
+    st = broker.stats
+    st.messages_received += 1
+    st.received_by_qos[qos] += 1
     fwd = None
     expiry = 0
     if conn.level == C.LEVEL_5:
@@ -513,11 +515,11 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     level = conn.level
     if level != C.LEVEL_5:
         if not plain:
-            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0))
+            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0), qos)
         data = msg.wire4
         if data is None:
             data = msg.wire4 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, level, None, -1, None, 0)
-        return _write_publish(broker, conn, data)
+        return _write_publish(broker, conn, data, qos)
     items = msg.props
     if items is not None and not isinstance(items, bytearray):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
@@ -525,7 +527,7 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
         data = msg.wire5
         if data is None:
             data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, C.LEVEL_5, items, -1, None, 0)
-        return _write_publish(broker, conn, data)
+        return _write_publish(broker, conn, data, qos)
     topic = msg.topic
     left = -1
     if msg.expiry:
@@ -540,15 +542,17 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
             topic = ""  # the client knows the alias: the topic is left out
     # sub_ids: [MQTT-3.3.4-3]
     data = encode_publish_parts(topic, msg.payload, qos, retain, dup, pid, C.LEVEL_5, items, left, sub_ids, alias)
-    return _write_publish(broker, conn, data)
+    return _write_publish(broker, conn, data, qos)
 
 
-def _write_publish(broker, conn, data):
+def _write_publish(broker, conn, data, qos):
+    st = broker.stats
     if conn.max_packet_out and len(data) > conn.max_packet_out:
-        broker.stats.dropped_too_large += 1  # [MQTT-3.1.2-25]
+        st.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
     broker.write(conn, data)
-    broker.stats.messages_sent += 1
+    st.messages_sent += 1
+    st.sent_by_qos[qos] += 1
     return True
 
 

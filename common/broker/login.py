@@ -28,14 +28,22 @@
 # makes room), so a flood of addresses costs bounded memory; it cannot slow
 # an attacker who has many addresses (docs/security.md).
 #
+# Session ownership: a session belongs to the user whose client made it
+# (anonymous clients are one owner, None). A CONNECT whose client id names a
+# session, live or kept, of another owner is refused (3.1.1 CONNACK 0x05,
+# v5 0x87): taking it over would disconnect its client and hand its
+# subscriptions and queued messages to someone else. Without users every
+# client is anonymous, so takeover works as the spec describes [MQTT-3.1.4-2].
+#
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
-# they no longer allow; an offline session is re-checked when it is resumed
-# (by its user or another one with the same client id), and what it had
+# they no longer allow; an offline session is re-checked when its user
+# resumes it (only its owner may: owner_refusal), and what it had
 # queued or in flight is sent only where the new rules let its client read.
 # Connected clients keep their login until they reconnect.
 
 from common.broker import handle_subscribe
+from common.broker.session import OWNER_UNKNOWN
 from common.mqtt import consts as C
 
 PENALTY_MAX_S = 60
@@ -82,36 +90,63 @@ def login(broker, conn, pkt, now):
         conn.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
         address = source_address(peer)
-        failures = broker.login_failures
-        entry = failures.get(address)
-        st = broker.stats
-        if entry is not None and now < entry[1]:
-            st.login_failed += 1
-            why = "%s (user %s, client id %s, from %s: %d failed logins, no password checked for %d s)" % (
-                BAD_LOGIN,
-                pkt.username,
-                pkt.client_id,
-                peer[0] if peer is not None else "-",
-                entry[0],
-                entry[1] - now,
-            )
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, why
-        if not users.check(pkt.username, pkt.password):
-            st.login_failed += 1
-            _penalise(failures, address, now)
-            why = "%s (user %s, client id %s, from %s)" % (
+        wait = check_password(broker, address, pkt.username, pkt.password, now)
+        if wait:
+            broker.stats.login_failed += 1
+            why = "%s (user %s, client id %s, from %s" % (
                 BAD_LOGIN,
                 pkt.username,
                 pkt.client_id,
                 peer[0] if peer is not None else "-",
             )
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, why
-        if entry is not None:
-            del failures[address]
+            if wait > 0:
+                why += ": %d failed logins, no password checked for %d s" % (broker.login_failures[address][0], wait)
+            return C.RC_BAD_USER_NAME_OR_PASSWORD, why + ")"
         conn.user = pkt.username
     if conn.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
     return 0
+
+
+def check_password(broker, address, username, password, now):
+    """Check `username` and `password` (bytes) against the password file
+    (broker.users, set), under the penalty of the source `address`: 0 if
+    they are right, -1 if not (the address is penalised), or the seconds
+    its penalty still lasts (nothing is checked). MQTT's CONNECT and the
+    host's HTTP basic auth (cpython_host/web.py) share it, and one table."""
+    failures = broker.login_failures
+    entry = failures.get(address)
+    if entry is not None and now < entry[1]:
+        return entry[1] - now
+    if not broker.users.check(username, password):
+        _penalise(failures, address, now)
+        return -1
+    if entry is not None:
+        del failures[address]
+    return 0
+
+
+def owner_refusal(broker, conn, session, client_id):
+    """None if the client of `conn` may take over or resume `session`; else
+    the words of its refusal (counted; the log line names both users)."""
+    owner = session.user
+    if owner is OWNER_UNKNOWN:
+        session.user = conn.user  # restored without its owner: claimed by the first who resumes it
+        return None
+    if owner == conn.user:
+        return None
+    broker.stats.denied_takeover += 1
+    peer = conn.peer
+    broker.log(
+        30,
+        "client id %s from %s (user %s) refused: its session belongs to user %s",
+        (client_id, peer[0] if peer is not None else "-", _user_text(conn.user), _user_text(owner)),
+    )
+    return "client id in use by another user's session"
+
+
+def _user_text(user):
+    return "(anonymous)" if user is None else user
 
 
 def _penalise(failures, address, now):

@@ -19,6 +19,7 @@ from common.broker.pools import Ring, SlotPool
 from common.mqtt.consts import U16_MAX
 
 NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
+OWNER_UNKNOWN = False  # Session.user of a session restored without its owner: the first user to resume it owns it
 
 
 class Subscription:
@@ -61,6 +62,10 @@ class Session:
 
     def reset(self):
         self.client_id = ""
+        # The user who made it (None: an anonymous client); only that user's
+        # clients may take it over or resume it (login.owner_refusal).
+        # OWNER_UNKNOWN: restored from a record that did not say.
+        self.user = None
         self.generation = 0
         self.stored = False  # persisted: changes are written to the store
         self.level = 4
@@ -78,9 +83,10 @@ class Session:
         self.held_back = 0
         self.drop_log_at = 0  # s; no warning about its drops before then
         # Will, taken from CONNECT; published on abnormal disconnect.
-        self.will = None  # Message or None (held: refs counted)
-        self.will_delay = 0
-        self.will_expiry = 0  # the will's v5 Message Expiry Interval (s)
+        # (held Message, Will Delay Interval s, its v5 Message Expiry
+        # Interval s) or None: one tuple, made at CONNECT, rather than three
+        # attributes on every session (a board's RAM per session).
+        self.will = None
         self.will_at = 0  # absolute time (s) a delayed will is due, 0 = none
         # Scratch used by routing to fold several matching subscriptions of
         # this session into one delivery (no per-message dict).

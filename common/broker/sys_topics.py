@@ -33,7 +33,9 @@ _TAIL = (
     ("messages/denied/publish", "denied_publish"),  # PUBLISHes and wills the ACL refused
     ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them
     ("subscriptions/denied", "denied_subscribe"),  # filters the ACL refused or removed
-    ("clients/login_failed", "login_failed"),  # CONNECTs with a bad user name or password
+    ("clients/login_failed", "login_failed"),  # logins with a bad user name or password (CONNECT, host HTTP)
+    ("clients/denied_takeover", "denied_takeover"),  # CONNECTs for another user's session (client id)
+    ("clients/tls_failed", "tls_failed"),  # TLS handshakes that failed or stalled (no MQTT reached the core)
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

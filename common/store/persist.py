@@ -16,7 +16,9 @@
 #
 # Records (namespace byte + key -> packed list, see store.py):
 #   S client_id         [level, expiry_interval, expires_wall, generation,
-#                        next_packet_id, [inbound QoS 2 packet ids]]
+#                        next_packet_id, [inbound QoS 2 packet ids], owner]
+#                       (owner: the user name, None = anonymous; records
+#                       written before it existed end after the QoS 2 ids)
 #   U client_id \0 filter [qos, no_local, retain_as_published, retain_handling, sub_id]
 #   M mid(8)            [topic, payload, qos, retain, props, expiry_wall, None]
 #   D client_id \0 seq(8) [mid, qos, retain, sub_ids, state, packet_id, share key]
@@ -106,6 +108,7 @@ class Persist(StateListener):
                 session.generation,
                 session.next_packet_id,
                 list(session.qos2_in),
+                session.user,
             ],
         )
 

@@ -13,7 +13,7 @@
 from common.broker.delivery import QUEUED, RELEASED
 from common.broker.handle_publish import QUEUED_COST
 from common.broker.pools import Ring
-from common.broker.session import NEVER
+from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSION, NS_SUB
 from common.store.store import u64be
 
@@ -190,6 +190,7 @@ def _restore_session(persist, broker, client_id, rec, now, counts):
     session.expires_at = expires_at
     session.next_packet_id = next_pid
     session.qos2_in = set(qos2_in)
+    session.user = rec[6] if len(rec) > 6 else OWNER_UNKNOWN
     session.stored = True
     counts["sessions"] += 1
 

@@ -501,27 +501,136 @@ class TestAccessControl(unittest.TestCase):
         login.set_security(h.broker, h.broker.users, None, True, h.now)
         self.assertEqual(b.subscribe("#", packet_id=2).reasons, [0])
 
-    def test_session_resumed_by_another_user(self):
+    def test_session_resumed_after_its_rules_changed(self):
         h = secured(allow=True)
         b = h.client(peer=REMOTE)
-        b.connect("shared-id", clean=False, username="bob", password=b"hunter2")
+        b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
         b.subscribe("home/#", qos=1)
         h.broker.publish("home/secret", b"inflight", 1, False, h.now)
         h.pump()
         self.assertEqual(b.expect(C.PUBLISH).payload, b"inflight")  # not acknowledged
         b.drop()
         h.broker.publish("home/secret", b"queued", 1, False, h.now)
-        # alice takes the session over: bob's home/# is not hers, and the
-        # queued message is not sent to her.
-        a, ack = alice(h, 4, "shared-id", clean=False)
-        self.assertEqual(ack.reason, C.CONNACK_ACCEPTED)
-        self.assertEqual([p for p in a.take() if p.ptype == C.PUBLISH], [])
-        session = h.broker.sessions.find("shared-id")
+        # bob loses home/# while away: at resume his subscription goes and
+        # neither message is sent to him.
+        login.set_security(h.broker, h.broker.users, Acl.parse("user bob\ntopic read other/#\n", "acl"), True, h.now)
+        b = h.client(peer=REMOTE)
+        ack = b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
+        self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
+        self.assertEqual([p for p in b.take() if p.ptype == C.PUBLISH], [])
+        session = h.broker.sessions.find("bob-id")
         self.assertEqual(list(session.subs), [])
         self.assertEqual((session.inflight, session.queue.count), ([], 0))
         self.assertEqual(h.broker.stats.denied_delivery, 2)
-        a.drop()
+        b.drop()
         self.assertEqual(h.held()["deliveries"], 0)
+
+
+class TestSessionOwnership(unittest.TestCase):
+    def test_another_user_cannot_take_over_a_live_session(self):
+        h = secured(allow=True)
+        lines = logged(h)
+        b = h.client(peer=REMOTE)
+        self.assertEqual(b.connect("bob-id", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
+        b.subscribe("home/#", qos=1)
+        for level, refused in ((4, C.CONNACK_REFUSED_NOT_AUTHORIZED), (5, C.RC_NOT_AUTHORIZED)):
+            a, ack = alice(h, level, "bob-id")
+            # [MQTT-3.2.2-5] (3.1.1) [MQTT-3.2.2-7] (5.0) refused, Session Present 0, closed.
+            self.assertEqual((ack.reason, ack.session_present), (refused, False))
+            self.assertTrue(a.closed)
+        # bob was not taken over: only his own clients may do that (below)
+        self.assertFalse(b.closed)
+        self.assertEqual(b.take(), [])
+        h.broker.publish("home/x", b"still bob's", 1, False, h.now)
+        h.pump()
+        self.assertEqual(b.expect(C.PUBLISH).payload, b"still bob's")
+        anon = h.client(peer=REMOTE)  # an anonymous client is another owner too
+        self.assertEqual(anon.connect("bob-id").reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
+        self.assertEqual(h.broker.stats.denied_takeover, 3)
+        self.assertEqual(h.broker.snapshot()["denied_takeover"], 3)
+        self.assertIn(
+            "client id bob-id from 192.0.2.7:50432 (user (anonymous)) refused: its session belongs to user bob", lines
+        )
+        self.assertIn("client id bob-id from 192.0.2.7:50432 (user alice) refused: its session belongs to user bob", lines)
+        # bob's own client takes it over, as the spec says [MQTT-3.1.4-2].
+        b2 = h.client(peer=REMOTE)
+        self.assertEqual(b2.connect("bob-id", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
+        self.assertTrue(b.closed)
+
+    def test_another_user_cannot_resume_or_clear_a_kept_session(self):
+        h = secured(allow=True)
+        b = h.client(peer=REMOTE)
+        b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
+        b.subscribe("home/#", qos=1)
+        b.drop()
+        h.broker.publish("home/x", b"for bob", 1, False, h.now)
+        for clean in (False, True):  # neither resumed nor replaced by a clean session
+            _a, ack = alice(h, 4, "bob-id", clean=clean)
+            self.assertEqual(ack.reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
+        b = h.client(peer=REMOTE)
+        ack = b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
+        self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
+        self.assertEqual(b.expect(C.PUBLISH).payload, b"for bob")
+
+    def test_an_anonymous_session_is_not_a_users_and_identities_are_users(self):
+        h = secured(allow=True)
+        anon = h.client(peer=REMOTE)
+        anon.connect("anon-id", clean=False)
+        anon.drop()
+        self.assertEqual(alice(h, 5, "anon-id")[1].reason, C.RC_NOT_AUTHORIZED)
+        anon = h.client(peer=REMOTE)
+        self.assertEqual(anon.connect("anon-id", clean=False).session_present, True)
+        # A TLS identity owns its sessions like a password user.
+        t = h.client(5, peer=("192.0.2.9:1", "bob", False))
+        self.assertEqual(t.connect("tls-id").reason, C.RC_SUCCESS)
+        self.assertEqual(alice(h, 5, "tls-id")[1].reason, C.RC_NOT_AUTHORIZED)
+        b = h.client(peer=REMOTE)  # bob by password is bob
+        self.assertEqual(b.connect("tls-id", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
+
+    def test_the_owner_survives_a_restart(self):
+        from tests.core.memkv import MemKV
+        from tests.core.test_persist import open_store, restart
+
+        kv = MemKV()
+        h = Harness(store=open_store(kv))
+        login.set_security(h.broker, Users.parse(PASSWD, "passwd"), None, True, h.now)
+        b = h.client(peer=REMOTE)
+        b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
+        b.drop()
+        h.broker.sync_store()
+        # A session stored before owners were: its first user to resume it owns it.
+        h.broker.listener.store.put(b"S", b"old-id", [4, 0xFFFFFFFF, 0, 7, 3, []])
+        h.broker.listener.store.sync()
+        h2, _kv = restart(kv)
+        login.set_security(h2.broker, Users.parse(PASSWD, "passwd"), None, True, h2.now)
+        self.assertEqual(alice(h2, 4, "bob-id", clean=False)[1].reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
+        b = h2.client(peer=REMOTE)
+        self.assertTrue(b.connect("bob-id", clean=False, username="bob", password=b"hunter2").session_present)
+        a, ack = alice(h2, 4, "old-id", clean=False)
+        self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
+        a.drop()
+        b2 = h2.client(peer=REMOTE)
+        self.assertEqual(b2.connect("old-id", username="bob", password=b"hunter2").reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
+
+    def test_without_users_takeover_is_unchanged(self):
+        h = secured(None, None, True)
+        c1 = h.client(peer=REMOTE)
+        c1.connect("same", username="alice", password=b"x")  # not believed: anonymous
+        c2 = h.client(peer=REMOTE)
+        self.assertEqual(c2.connect("same", username="bob", password=b"y").reason, C.CONNACK_ACCEPTED)
+        self.assertTrue(c1.closed)  # [MQTT-3.1.4-2]
+        self.assertEqual(h.broker.stats.denied_takeover, 0)
+
+    def test_the_log_line_cannot_be_forged(self):
+        h = secured(allow=True)
+        lines = logged(h)
+        forged = "id\n2026-12-01 INFO forged"
+        anon = h.client(peer=REMOTE)
+        anon.connect(forged)
+        alice(h, 5, forged)
+        line = next(x for x in lines if "its session belongs to" in x)
+        self.assertNotIn("\n", line)
+        self.assertIn(printable(forged), line)
 
 
 if __name__ == "__main__":

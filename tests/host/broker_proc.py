@@ -86,6 +86,7 @@ def write_config(
     listeners: list[dict[str, Any]] | None = None,
     security: dict[str, Any] | None = None,
     base: str | None = None,
+    http: dict[str, Any] | None = None,
     bridges: list[dict[str, Any]] | None = None,
 ) -> Path:
     """A config file: `base` (a shipped settings file, e.g. "boards/linux.toml";
@@ -109,6 +110,9 @@ def write_config(
     for table in doc.get("listener", []) if listeners is None else listeners:
         lines.append("[[listener]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    if http is not None:
+        lines.append("[http]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in http.items()]
     for bridge in bridges or []:
         lines.append("[[bridge]]")
         lines += [f"{k} = {toml_value(v)}" for k, v in bridge.items() if k != "topic"]
@@ -144,15 +148,17 @@ class BrokerProcess:
         listeners: list[dict[str, Any]] | None = None,
         security: dict[str, Any] | None = None,
         base: str | None = None,
+        http: dict[str, Any] | None = None,
         bridges: list[dict[str, Any]] | None = None,
     ) -> None:
         """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0.
         `base`: a shipped settings file the config starts from (None: the
-        built-in defaults); `limits`, `server` and `listeners` are set over it."""
+        built-in defaults); `limits`, `server` and `listeners` are set over it.
+        `http`: the [http] table (then http_url() is the HTTP listener's URL)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = write_config(
-            self.workdir / "siskin.toml", limits, server, listeners, security, base, bridges
+            self.workdir / "siskin.toml", limits, server, listeners, security, base, http, bridges
         )
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
@@ -240,6 +246,10 @@ class BrokerProcess:
     def ports(self) -> list[int]:
         """Every listener's port, in the config's order (from the start-up log)."""
         return [int(port) for _, port in _LISTENING.findall(self.log_text())]
+
+    def http_url(self) -> str:
+        """The [http] listener's URL, from the start-up log ("http://127.0.0.1:PORT")."""
+        return self.wait_log(r"HTTP listener on (https?://[0-9.]+:\d+)").group(1)
 
     def rss(self) -> int:
         """The broker's resident set size in bytes (Linux /proc)."""

@@ -94,21 +94,28 @@ def tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def deploy_to(board: StandInBoard, dist: Path, config: Path, *more: str) -> str:
+    """tools/deploy to the stand-in (what it cannot do like a board is left out: docs/boards.md); its output."""
+    dep = tool(
+        "deploy",
+        "--board", "unix",
+        "--dist", str(dist),
+        "--port", board.port,
+        "--config", str(config),
+        "--resume", "--reset", "none", "--remote-dir", "./",
+        *more,
+    )  # fmt: skip
+    assert dep.returncode == 0, dep.stdout + dep.stderr
+    return dep.stdout
+
+
 def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Path) -> None:
     build = tool("build", "--board", "unix", "--out", str(tmp_path / "dist"))
     assert build.returncode == 0, build.stdout + build.stderr
     config = tmp_path / "my-siskin.json"
     config.write_text(json.dumps({"board": "rp2040_picow", "host": "127.0.0.1", "log_level": "info"}))
-    dep = tool(
-        "deploy",
-        "--board", "unix",
-        "--dist", str(tmp_path / "dist" / "unix"),
-        "--port", board.port,
-        "--config", str(config),
-        "--resume", "--reset", "none", "--remote-dir", "./",
-    )  # fmt: skip
-    assert dep.returncode == 0, dep.stdout + dep.stderr
-    assert "mpremote connect " + board.port in dep.stdout
+    out = deploy_to(board, tmp_path / "dist" / "unix", config)
+    assert "mpremote connect " + board.port in out
     fs = board.fs_dir
     assert json.loads((fs / "siskin.json").read_text())["board"] == "rp2040_picow"
     assert (fs / "main.py").is_file() and (fs / "boot.py").is_file()
@@ -119,6 +126,23 @@ def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Pa
     assert deployed == built and "common/broker/broker.mpy" in deployed
     for rel in deployed:  # byte for byte over the raw REPL
         assert (fs / rel).read_bytes() == (tmp_path / "dist" / "unix" / rel).read_bytes(), rel
+    # --settings: a changed device config and board file, without the code.
+    # (A changed main.py in dist/ shows that code is not copied: mpremote
+    # skips unchanged files anyway.)
+    main_py = tmp_path / "dist" / "unix" / "main.py"
+    main_py.write_text(main_py.read_text() + "# changed after the deploy\n")
+    config.write_text(
+        json.dumps({"board": "rp2040_picow", "host": "127.0.0.1", "log_level": "info", "limits": {"sys_interval": 1}})
+    )
+    board_file = tmp_path / "dist" / "unix" / "boards" / "rp2040_picow.json"
+    changed = json.loads(board_file.read_text())
+    changed["_pushed"] = "by --settings"
+    board_file.write_text(json.dumps(changed))
+    out = deploy_to(board, tmp_path / "dist" / "unix", config, "--settings")
+    assert " + cp -r boards :./ + cp " in out and "common" not in out
+    assert json.loads((fs / "siskin.json").read_text())["limits"] == {"sys_interval": 1}
+    assert json.loads((fs / "boards" / "rp2040_picow.json").read_text())["_pushed"] == "by --settings"
+    assert "# changed after the deploy" not in (fs / "main.py").read_text()  # the code was not copied
     board.close()
     # "Boot": run the deployed main.py with the deployed config, as the board would.
     broker = UpyBrokerProcess(tmp_path / "boot", heap=PICOW_HEAP, main=fs / "main.py")
@@ -130,6 +154,9 @@ def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Pa
             c.subscribe("deploy/t", 0)
             c.publish("deploy/t", b"hi", 0)
             assert c.get().payload == b"hi"
+            # The pushed settings are in force: $SYS every second (a board's default is off).
+            c.subscribe("$SYS/broker/uptime", 0)
+            assert c.get(timeout=5).topic == "$SYS/broker/uptime"
         finally:
             c.close()
     finally:
@@ -162,3 +189,52 @@ def test_deploy_dry_run_names_the_port_and_refuses_a_wrong_config(tmp_path: Path
     assert line.endswith(":siskin.json + reset)")
     wrong = tool("deploy", "--board", "rp2040_picow", "--dist", str(dist), "--port", "COM3", "--config", str(config))
     assert wrong.returncode != 0 and "names board 'esp32'" in wrong.stderr
+    # --settings: the board files and the config, no code; the same check of the config.
+    settings = tool(
+        "deploy", "--board", "esp32", "--dist", str(dist), "--port", "COM3", "--config", str(config),
+        "--settings", "--dry-run",
+    )  # fmt: skip
+    assert settings.returncode == 0, settings.stderr
+    line = settings.stdout.strip()
+    assert "connect COM3 + cp -r boards : + cp " in line and line.endswith(":siskin.json + reset)")
+    assert "common" not in line and "main.py" not in line
+    config.write_text(json.dumps({"board": "esp32", "limits": {"max_conections": 5}}))
+    bad = tool(
+        "deploy", "--board", "esp32", "--dist", str(dist), "--port", "COM3", "--config", str(config), "--settings"
+    )
+    assert bad.returncode != 0 and "max_conections" in bad.stderr
+
+
+def test_deploy_converts_the_tls_files_to_der(tmp_path: Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    leaf, other = ca.issue_cert("board.local"), ca.issue_cert("other.local")
+    pem = {"cert": tmp_path / "board.pem", "key": tmp_path / "board.key", "other_key": tmp_path / "other.key"}
+    leaf.cert_chain_pems[0].write_to_path(str(pem["cert"]))
+    leaf.private_key_pem.write_to_path(str(pem["key"]))
+    other.private_key_pem.write_to_path(str(pem["other_key"]))
+    two_cas = tmp_path / "two-cas.pem"
+    two_cas.write_bytes(ca.cert_pem.bytes() + trustme.CA().cert_pem.bytes())
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"board": "esp32", "certfile": "/siskin.crt", "keyfile": "/siskin.key"}))
+    dist = tmp_path / "dist"
+    for name in ("common", "firmware", "boards"):
+        (dist / name).mkdir(parents=True)
+    for name in ("main.py", "boot.py"):
+        (dist / name).write_text("")
+    base = ("deploy", "--board", "esp32", "--dist", str(dist), "--port", "/dev/ttyUSB7", "--config", str(config))
+    ok = tool(*base, "--certfile", str(pem["cert"]), "--keyfile", str(pem["key"]), "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    assert "certfile.der :/siskin.crt + cp " in ok.stdout and "keyfile.der :/siskin.key + reset)" in ok.stdout
+    cases = [
+        (("--certfile", str(pem["cert"]), "--keyfile", str(pem["other_key"])), "is not the private key of --certfile"),
+        (("--cafile", str(two_cas)), "sets no 'cafile'"),
+        (("--keyfile", str(pem["cert"])), "--keyfile " + str(pem["cert"]) + ": not a private key"),
+    ]
+    for args, words in cases:
+        bad = tool(*base, *args, "--dry-run")
+        assert bad.returncode != 0 and words in bad.stderr, bad.stderr
+    config.write_text(json.dumps({"board": "esp32", "cafile": "/ca.der", "require_certificate": True}))
+    bad = tool(*base, "--cafile", str(two_cas), "--dry-run")
+    assert bad.returncode != 0 and "2 certificates; a board trusts one CA" in bad.stderr, bad.stderr

@@ -193,6 +193,39 @@ def test_paho_v5_reason_codes(secured: BrokerProcess) -> None:
     w.client.loop_stop()
 
 
+def test_another_users_client_id_is_refused(secured: BrokerProcess) -> None:
+    bob = Paho(secured.port, "bobs-sensor", clean=False, username="bob", password="builder").connect()
+    try:
+        assert [r.value for r in bob.subscribe("home/#", 1)] == [1]
+        for protocol in (4, 5):  # 3.1.1 CONNACK 0x05, v5 0x87 [MQTT-3.2.2-5] [MQTT-3.2.2-7]
+            thief = Paho(secured.port, "bobs-sensor", username="alice", password="wonderland", protocol=protocol)
+            with pytest.raises(AssertionError, match="Not authorized"):
+                thief.connect()
+            thief.client.loop_stop()
+        secured.wait_log(
+            r"client id bobs-sensor from 127\.0\.0\.1:\d+ \(user alice\) refused: its session belongs to user bob"
+        )
+        # bob was neither disconnected nor robbed of his subscription.
+        assert not bob.disconnected.is_set()
+        alice = Paho(secured.port, "alice-home", username="alice", password="wonderland").connect()
+        alice.publish("home/kitchen", b"still bob's", 1)
+        assert bob.get().payload == b"still bob's"
+        alice.client.disconnect()
+        alice.client.loop_stop()
+    finally:
+        bob.client.disconnect()
+        bob.client.loop_stop()
+    # Kept while bob is away: still his.
+    thief = Paho(secured.port, "bobs-sensor", username="alice", password="wonderland")
+    with pytest.raises(AssertionError, match="Not authorized"):
+        thief.connect()
+    thief.client.loop_stop()
+    back = Paho(secured.port, "bobs-sensor", clean=False, username="bob", password="builder").connect()
+    assert back.session_present
+    back.client.disconnect()
+    back.client.loop_stop()
+
+
 def test_log_lines_cannot_be_forged(attacked: BrokerProcess) -> None:
     secured = attacked
     c = RawClient(secured.port)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import shutil
 import signal
 import socket
@@ -314,8 +315,19 @@ def test_stalled_handshakes_are_capped_at_max_connections(tmp_path: Path, pki: P
             assert client.closed_within(CONNECT_TIMEOUT + 2)
             client.close()
         extra.close()
-        with tls_client(port, pki.client_context()) as tls:  # their slots are free again
-            assert mqtt_over(tls).connect("after-the-flood") == b"\x00\x00"
+        # A slot is free once its handshake task has ended, just after its
+        # failure is logged (the client may see the close before that).
+        failed = r"TLS handshake from 127\.0\.0\.1:\d+ on \S+ failed"
+        wait_until(lambda: len(re.findall(failed, b.log_text())) >= 2, 5, b.log_text)
+
+        def connects() -> bool:
+            try:
+                with tls_client(port, pki.client_context()) as tls:  # their slots are free again
+                    return mqtt_over(tls).connect("after-the-flood") == b"\x00\x00"
+            except (OSError, ssl.SSLError):  # refused: a slot not yet released
+                return False
+
+        wait_until(connects, 5, b.log_text)
         assert b.stop() == 0
 
 
@@ -341,6 +353,37 @@ def test_tls13_only_refuses_a_tls12_client(broker: BrokerProcess, pki: Pki) -> N
     with tls_client(broker.ports()[TLS13], pki.client_context()) as tls:
         assert tls.version() == "TLSv1.3"
         assert mqtt_over(tls).connect("tls13") == b"\x00\x00"
+
+
+def test_failed_handshakes_are_counted_in_sys(tmp_path: Path, pki: Pki) -> None:
+    mutual = pki.listener(cafile=pki.ca_file, require_certificate=True, use_identity_as_username=True)
+    limits = {"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 1}
+    with BrokerProcess(tmp_path, limits=limits, listeners=[{"port": 0}, pki.listener(), mutual]) as b:
+        wait_until(lambda: len(b.ports()) == 3, 5, b.log_text)
+        plain, server_auth, mutual_port = b.ports()
+        sub = Paho(plain, "sys-tls").connect()
+        try:
+            sub.subscribe("$SYS/broker/clients/tls_failed", 0)
+            assert sub.get().payload == b"0"
+            with tls_client(server_auth, pki.client_context()) as tls:  # a good one is not counted
+                assert mqtt_over(tls).connect("good") == b"\x00\x00"
+            raw = RawClient(server_auth)  # plain MQTT to the TLS port
+            raw.send(connect_packet("plain"))
+            assert raw.read_packet() is None
+            raw.close()
+            with pytest.raises(ssl.SSLCertVerificationError):  # the client does not trust the broker
+                tls_client(server_auth, pki.client_context(ca=pki.other_ca_file))
+            handshake_refused(mutual_port, pki.client_context())  # no client certificate
+            b.wait_log(r"failed: the client sent no certificate")
+            with tls_client(mutual_port, pki.client_context(pki.forger)) as tls:  # an unusable identity
+                assert mqtt_over(tls).closed_within(5)
+            b.wait_log(r"refused: its certificate has an unusable CN")
+            deadline = time.monotonic() + 5
+            while (got := sub.get().payload) != b"4":
+                assert got in (b"0", b"1", b"2", b"3") and time.monotonic() < deadline, got
+        finally:
+            sub.close()
+        assert b.stop() == 0
 
 
 # ---------------------------------------------------------------------------
@@ -371,6 +414,9 @@ def test_sighup_reloads_the_certificate_and_keeps_clients(tmp_path: Path, pki: P
         renewed.private_key_pem.write_to_path(key)
         os.kill(b.pid, signal.SIGHUP)
         b.wait_log(r"certificate reloaded from .*live.crt")
+        # The summary line: what the reload did (the first one reloaded no certificate).
+        b.wait_log(r"SIGHUP: reloaded certificates of 1 TLS listener\(s\); users, ACL and anonymous access")
+        assert len(re.findall(r"SIGHUP: reloaded users, ACL", b.log_text())) == 1
         with pytest.raises(ssl.SSLCertVerificationError):
             tls_client(port, pki.client_context())
         with tls_client(port, pki.client_context(ca=pki.other_ca_file)) as tls:

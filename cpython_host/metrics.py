@@ -1,0 +1,172 @@
+"""Prometheus metrics for the host's HTTP listener (GET /metrics).
+
+Theory of operation: nothing is counted here. The core keeps its counters
+as plain integers (Broker.stats, read through Broker.snapshot()); a custom
+prometheus_client Collector reads them when Prometheus scrapes, so the
+message path pays nothing for metrics. The one figure measured in this
+shell is the store's sync time: `time_syncs` wraps the store listener's
+sync() (an fsync, milliseconds) with a clock read and a histogram update.
+Process figures (resident memory, CPU, open files) come from
+prometheus_client's own process collector.
+
+Names follow Prometheus' conventions: `siskin_` prefix, base units (bytes,
+seconds) in the name, `_total` for counters; docs/monitoring.md lists them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from common.broker import admin
+from common.broker.broker import VERSION, Broker
+from common.broker.sys_topics import DROP_COUNTERS
+
+# Store syncs take from tens of microseconds (page cache) to a second (an SD card).
+SYNC_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+# (metric name, help, snapshot key) of the plain counters.
+COUNTERS = (
+    ("siskin_connections_total", "Network connections accepted", "connections_total"),
+    (
+        "siskin_connections_refused_total",
+        "Connections closed at once: far beyond max_connections",
+        "refused_connections",
+    ),
+    (
+        "siskin_login_failures_total",
+        "Logins refused for a bad user name or password (MQTT CONNECT, HTTP basic auth)",
+        "login_failed",
+    ),
+    ("siskin_messages_expired_total", "Messages whose v5 Message Expiry came before delivery", "expired"),
+    ("siskin_received_bytes_total", "Bytes read from MQTT clients", "bytes_received"),
+    ("siskin_sent_bytes_total", "Bytes written to MQTT clients", "bytes_sent"),
+    (
+        "siskin_replay_stalled_closes_total",
+        "Clients closed because a retained replay's output did not drain (replay_stall_timeout)",
+        "closed_replay_stalled",
+    ),
+)
+
+# (label value, snapshot key) of the labelled families.
+REFUSED = (("queue_full", "refused_queue_full"), ("queue_total", "refused_queue_total"))
+DENIED = (("publish", "denied_publish"), ("subscribe", "denied_subscribe"), ("delivery", "denied_delivery"))
+
+# (metric name, help, snapshot key) of the gauges.
+GAUGES = (
+    ("siskin_clients_connected", "MQTT clients connected now", "connected"),
+    ("siskin_clients_connected_max", "Most clients connected at once since start", "clients_maximum"),
+    ("siskin_sessions", "Sessions held: connected clients plus persistent sessions whose client is away", "sessions"),
+    ("siskin_subscriptions", "Subscriptions of all sessions", "subscriptions"),
+    ("siskin_retained_messages", "Retained messages kept (the broker's own $SYS ones included)", "retained"),
+    ("siskin_message_slabs", "Messages held in memory (queued, in flight or retained; each kept once)", "messages"),
+    (
+        "siskin_queued_budget_bytes",
+        "All queues as max_queued_total_bytes counts them (topic + payload + 512 per queued copy)",
+        "queued_total",
+    ),
+)
+
+
+class BrokerCollector(Collector):
+    """Reads the broker's counters at scrape time."""
+
+    def __init__(self, broker: Broker, store_path: str | None, clock: Callable[[], int]) -> None:
+        self.broker = broker
+        self.store_path = store_path  # the store's log file, or None without --data-dir
+        self.clock = clock  # the driver's whole seconds (uptime)
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        snap = broker.snapshot()
+        yield InfoMetricFamily("siskin_build", "The broker's version", value={"version": VERSION})
+        started = snap["started"]
+        yield GaugeMetricFamily(
+            "siskin_uptime_seconds", "Seconds since the broker started", value=self.clock() - (started or self.clock())
+        )
+        for name, text, key in COUNTERS:
+            yield CounterMetricFamily(name, text, value=snap[key])
+        for direction, verb in (("received", "received from clients"), ("sent", "written to clients")):
+            family = CounterMetricFamily(
+                f"siskin_messages_{direction}", f"PUBLISH packets {verb}, by QoS", labels=["qos"]
+            )
+            for qos in range(3):
+                family.add_metric([str(qos)], snap[f"messages_{direction}_qos{qos}"])
+            yield family
+        family = CounterMetricFamily(
+            "siskin_messages_dropped", "Messages not delivered or not kept, by cause (docs/limits.md)", labels=["cause"]
+        )
+        for cause, key in DROP_COUNTERS:
+            family.add_metric([cause], snap[key])
+        yield family
+        family = CounterMetricFamily(
+            "siskin_messages_refused", "QoS 1/2 PUBLISHes refused because queues were full", labels=["cause"]
+        )
+        for cause, key in REFUSED:
+            family.add_metric([cause], snap[key])
+        yield family
+        family = CounterMetricFamily("siskin_acl_denied", "What the ACL refused", labels=["what"])
+        for what, key in DENIED:
+            family.add_metric([what], snap[key])
+        yield family
+        for name, text, key in GAUGES:
+            yield GaugeMetricFamily(name, text, value=snap[key])
+        queued, size, inflight = admin.queues(broker)
+        yield GaugeMetricFamily("siskin_queued_messages", "Messages waiting in the sessions' queues", value=queued)
+        yield GaugeMetricFamily(
+            "siskin_queued_bytes", "Topic + payload bytes waiting in the sessions' queues", value=size
+        )
+        yield GaugeMetricFamily(
+            "siskin_inflight_messages", "QoS 1/2 messages sent and not yet acknowledged", value=inflight
+        )
+        size_now = store_size(self.store_path)
+        if size_now is not None:
+            yield GaugeMetricFamily("siskin_store_size_bytes", "Size of the store's log file on disk", value=size_now)
+            yield CounterMetricFamily(
+                "siskin_store_syncs", "Times the store was made durable (fsync)", value=broker.listener.syncs()
+            )
+
+
+def store_size(path: str | None) -> int | None:
+    """Bytes of the store's log file, or None (no store, or not readable)."""
+    if path is None:
+        return None
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def registry(broker: Broker, store_path: str | None, clock: Callable[[], int]) -> CollectorRegistry:
+    """A registry with the broker's metrics, the process' and the store's sync time (when there is a store)."""
+    reg = CollectorRegistry(auto_describe=True)
+    reg.register(BrokerCollector(broker, store_path, clock))
+    ProcessCollector(registry=reg)
+    if store_path is not None:
+        time_syncs(
+            broker.listener,
+            Histogram(
+                "siskin_store_sync_seconds", "Time a store sync (fsync) took", buckets=SYNC_BUCKETS, registry=reg
+            ),
+        )
+    return reg
+
+
+def time_syncs(listener: Any, histogram: Histogram) -> None:
+    """Make `listener.sync()` record how long each sync that wrote something took."""
+    sync = listener.sync
+
+    def timed() -> None:
+        before = listener.syncs()
+        started = time.perf_counter()
+        sync()
+        if listener.syncs() != before:
+            histogram.observe(time.perf_counter() - started)
+
+    listener.sync = timed

@@ -1,0 +1,433 @@
+"""The host's HTTP listener: Prometheus /metrics, the status page, the admin API.
+
+Theory of operation
+-------------------
+One asyncio server on the broker's own event loop ([http] table; off
+without it). Each connection carries ONE request (the answer says
+`Connection: close`): h11 parses it, at most MAX_REQUEST bytes of head and
+body within REQUEST_TIMEOUT seconds, and anything else is answered 400 /
+405 / 413 / 408 and closed. Handlers run between the broker's callbacks,
+so they read the broker's tables directly (common/broker/admin.py) and an
+action's output (a DISCONNECT) goes out with the server's next flush.
+
+Routes:
+  GET  /metrics               Prometheus text format (cpython_host/metrics.py)
+  GET  /, /status.js, ...     the status page: static files of cpython_host/web/
+  GET  /api/status            what the page shows (clients, counts, throughput ring)
+  GET  /api/clients           connected clients
+  GET  /api/sessions          every session with its queue
+  GET  /api/retained?filter=F retained messages matching F (default "#")
+  GET  /api/store             the store's size and syncs
+  POST /api/kick              {"client_id": ...}: disconnect (v5: DISCONNECT 0x98)
+  POST /api/drop-session      {"client_id": ...}: disconnect and end its session
+  POST /api/clear-retained    {"filter": ...}: clear the retained messages it matches
+
+Protection: the listener answers without a login only when it listens on
+loopback addresses and auth is "auto"; otherwise every request needs HTTP
+basic auth of an MQTT user (the [security] password file, checked by the
+same Users object the broker uses, so a SIGHUP reload applies here too,
+under the same per-address penalty after a failed login as a CONNECT:
+common/broker/login.py), and config.py refuses basic auth in the clear off
+loopback. Without a login
+the Host header must name a loopback address (a web page elsewhere cannot
+reach the API through DNS rebinding), and an action must be a POST with a
+JSON body (a cross-site form cannot send one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import collections
+import http
+import json
+import logging
+import ssl
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import h11
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from common.broker import admin, login
+from common.broker.broker import VERSION, Broker
+from common.driver import Driver
+from cpython_host.config import HttpConfig, loopback_name
+from cpython_host.metrics import registry, store_size
+from cpython_host.server import address
+
+log = logging.getLogger("siskin.http")
+
+STATIC = Path(__file__).resolve().parent / "web"
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+MAX_REQUEST = 16384  # bytes of request head + body
+REQUEST_TIMEOUT = 10.0  # s for a TLS handshake, for a whole request to arrive, and for its answer to leave
+MAX_OPEN = 32  # connections at once; more are closed at once (a flood must not take the broker's sockets)
+MAX_LISTED = 1000  # entries of a list in /api/status (the full lists: /api/clients, /api/sessions)
+SAMPLES = 120  # throughput ring: samples kept, one every [http] sample_interval s
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, text: str, headers: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+        self.headers = headers or []
+
+
+class WebServer:
+    """The HTTP listener around a running broker."""
+
+    def __init__(self, config: HttpConfig, driver: Driver, flush: Any, data_dir: str | None) -> None:
+        self.config = config
+        self.driver = driver
+        self.broker: Broker = driver.broker
+        self.flush = flush  # the server's schedule_flush: an action's output goes out
+        self.store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
+        self.metrics = registry(self.broker, self.store_path, self.now)
+        self.context: ssl.SSLContext | None = None
+        if config.tls:
+            from cpython_host.tls import server_context
+
+            self.context = server_context(config.listener())
+        self.server: asyncio.Server | None = None
+        self.name = f"{config.host}:{config.port}"
+        self.auth = config.require_auth
+        self.samples: collections.deque[dict[str, float]] = collections.deque(maxlen=SAMPLES)
+        self.sampler: asyncio.Task[None] | None = None
+        self.static = {p.name: p for p in STATIC.iterdir() if p.suffix in STATIC_TYPES}
+        self.open = 0  # connections being served
+        self.refused = 0  # connections closed at once beyond MAX_OPEN
+        self.refusal_log_at = 0.0  # monotonic s: the next such refusal logged
+
+    def now(self) -> int:
+        self.driver.clock()
+        now: int = self.driver.now
+        return now
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Listen; OSError (filename = the address) if it cannot."""
+        cfg = self.config
+        try:
+            self.server = await asyncio.start_server(
+                self.serve,
+                cfg.host,
+                cfg.port,
+                ssl=self.context,
+                ssl_handshake_timeout=REQUEST_TIMEOUT if self.context else None,
+                ssl_shutdown_timeout=1.0 if self.context else None,
+            )
+        except OSError as e:
+            e.filename = f"{cfg.host}:{cfg.port} ([http])"
+            raise
+        self.name = address(self.server.sockets[0].getsockname())
+        self.sampler = asyncio.get_running_loop().create_task(self.sample())
+        if self.auth:
+            guard = "HTTP basic auth of the MQTT users"
+        else:
+            guard = "loopback only, no login"
+        log.info(
+            "HTTP listener on %s://%s: /metrics, status page /, API /api/ (%s)",
+            "https" if self.context else "http",
+            self.name,
+            guard,
+        )
+
+    def reload_certificate(self) -> bool:
+        """SIGHUP: certfile and keyfile again, for the handshakes that follow;
+        a bad file keeps the old ones. Whether it reloaded."""
+        if self.context is None:
+            return False
+        from cpython_host.config import ConfigError
+        from cpython_host.tls import server_context
+
+        lst = self.config.listener()
+        try:
+            server_context(lst)  # checks the files, with the messages of a TLS listener
+            self.context.load_cert_chain(lst.certfile, lst.keyfile)
+        except (ConfigError, OSError, ssl.SSLError) as e:
+            log.error("%s; the HTTP listener keeps its previous certificate", e)
+            return False
+        log.info("HTTP listener %s: certificate reloaded from %s", self.name, lst.certfile)
+        return True
+
+    async def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.cancel()
+        if self.server is not None:
+            self.server.close()
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), 1.0)
+            except TimeoutError:  # pragma: no cover - a request still being answered
+                pass
+
+    async def sample(self) -> None:
+        """Every sample_interval s: the message and byte rates since the last sample, into the ring."""
+        last = None
+        while True:
+            snap = self.broker.snapshot()
+            now = time.time()
+            counts = (snap["messages_received"], snap["messages_sent"], snap["bytes_received"], snap["bytes_sent"])
+            if last is not None:
+                dt = max(now - last[0], 1e-3)
+                rates = [(a - b) / dt for a, b in zip(counts, last[1], strict=True)]
+                self.samples.append(
+                    {
+                        "t": round(now, 3),
+                        "received": round(rates[0], 2),
+                        "sent": round(rates[1], 2),
+                        "received_bytes": round(rates[2], 1),
+                        "sent_bytes": round(rates[3], 1),
+                    }
+                )
+            last = (now, counts)
+            await asyncio.sleep(self.config.sample_interval)
+
+    # ------------------------------------------------------------ requests
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        if self.open >= MAX_OPEN:
+            self.refused += 1
+            writer.transport.abort()
+            now = time.monotonic()
+            if now >= self.refusal_log_at:
+                self.refusal_log_at = now + 10
+                log.warning(
+                    "HTTP connection from %s refused: %d open already (%d refused so far)",
+                    address(peer),
+                    MAX_OPEN,
+                    self.refused,
+                )
+            return
+        self.open += 1
+        try:
+            await self.answer(reader, writer, peer)
+        finally:
+            self.open -= 1
+            writer.close()
+
+    async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
+        """Read one request, write its answer."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST)
+        try:
+            try:
+                request, body = await asyncio.wait_for(self.read_request(conn, reader), REQUEST_TIMEOUT)
+                status, ctype, data, headers = self.handle(request, body, peer[0] if peer else "")
+            except HttpError as e:
+                status, ctype, data, headers = (
+                    e.status,
+                    "text/plain; charset=utf-8",
+                    (e.text + "\n").encode(),
+                    e.headers,
+                )
+            except TimeoutError:
+                status, ctype, data, headers = 408, "text/plain; charset=utf-8", b"request timeout\n", []
+            except h11.RemoteProtocolError as e:
+                code = e.error_status_hint
+                status, ctype, data, headers = code, "text/plain; charset=utf-8", f"bad request: {e}\n".encode(), []
+            if status >= 400 and status != 401:
+                log.info("HTTP %d for %s: %s", status, address(peer), data[:200].decode(errors="replace").strip())
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                head = [
+                    ("content-type", ctype),
+                    ("content-length", str(len(data))),
+                    ("connection", "close"),
+                    ("cache-control", "no-store"),
+                    ("x-content-type-options", "nosniff"),
+                    *headers,
+                ]
+                out = conn.send(h11.Response(status_code=status, headers=head, reason=http.HTTPStatus(status).phrase))
+                out += conn.send(h11.Data(data=data)) or b""
+                out += conn.send(h11.EndOfMessage()) or b""
+                writer.write(out)
+                await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
+        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError, TimeoutError):
+            pass
+
+    async def read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:
+        request = None
+        body = b""
+        received = 0
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(4096)
+                received += len(data)
+                if received > MAX_REQUEST:
+                    if request is None:
+                        raise HttpError(431, f"request head over {MAX_REQUEST} bytes")
+                    raise HttpError(413, f"request over {MAX_REQUEST} bytes")
+                conn.receive_data(data)  # b"": the peer's EOF
+                continue
+            if isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                assert request is not None
+                return request, body
+            elif isinstance(event, h11.ConnectionClosed):
+                raise ConnectionResetError("closed before the request was complete")
+
+    def handle(self, request: h11.Request, body: bytes, peer: str) -> tuple[int, str, bytes, list[tuple[str, str]]]:
+        method = request.method.decode("ascii", "replace")
+        target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
+        path = target.path
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
+        self.check_access(headers, peer)
+        if method not in ("GET", "POST"):
+            raise HttpError(405, f"method {method} not allowed", [("allow", "GET, POST")])
+        if path.startswith("/api/") and method == "POST":
+            if headers.get("content-type", "").split(";")[0].strip() != "application/json":
+                raise HttpError(415, "POST wants a JSON body (Content-Type: application/json)")
+            try:
+                args = json.loads(body or b"{}")
+            except ValueError:
+                raise HttpError(400, "the body is not JSON") from None
+            if not isinstance(args, dict):
+                raise HttpError(400, "the body must be a JSON object")
+            return 200, "application/json", _json(self.action(path, args)), []
+        if method == "POST":
+            raise HttpError(405, f"POST is only for /api/ actions, not {path}", [("allow", "GET")])
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics), []
+        if path.startswith("/api/"):
+            query = urllib.parse.parse_qs(target.query)
+            return 200, "application/json", _json(self.read(path, query)), []
+        name = "index.html" if path == "/" else path[1:]
+        file = self.static.get(name)
+        if file is None or "/" in name:
+            raise HttpError(404, f"no such page: {path}")
+        return 200, STATIC_TYPES[file.suffix], file.read_bytes(), []
+
+    def check_access(self, headers: dict[str, str], peer: str) -> None:
+        """Refuse (HttpError) a request the listener must not serve; `peer`: its source address."""
+        if not self.auth:
+            host = headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if not loopback_name(name.strip("[]")):
+                raise HttpError(403, f"Host {host!r} is not a loopback name: this listener serves this machine only")
+            return
+        challenge = [("www-authenticate", 'Basic realm="siskin", charset="UTF-8"')]
+        given = headers.get("authorization", "")
+        scheme, _, encoded = given.partition(" ")
+        if scheme.lower() != "basic":
+            raise HttpError(401, "log in with an MQTT user name and password (HTTP basic auth)", challenge)
+        try:
+            user, _, password = base64.b64decode(encoded.strip(), validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise HttpError(401, "malformed basic auth credentials", challenge) from None
+        broker = self.broker
+        wait = -1
+        if broker.users is not None:
+            wait = login.check_password(broker, peer, user, password.encode(), self.now())
+        if wait:
+            broker.stats.login_failed += 1
+            held = (
+                f": {broker.login_failures[peer][0]} failed logins, no password checked for {wait} s"
+                if wait > 0
+                else ""
+            )
+            log.warning("HTTP: login failed for user %r from %s%s", user, peer, held)
+            raise HttpError(401, "bad user name or password", challenge)
+
+    # ------------------------------------------------------------ the API
+
+    def read(self, path: str, query: dict[str, list[str]]) -> Any:
+        broker = self.broker
+        if path == "/api/status":
+            return self.status()
+        if path == "/api/clients":
+            return {"clients": admin.clients(broker)}
+        if path == "/api/sessions":
+            return {"sessions": admin.sessions(broker)}
+        if path == "/api/retained":
+            flt = query.get("filter", ["#"])[0]
+            try:
+                found = admin.retained(broker, flt, self.now())
+            except ValueError as e:
+                raise HttpError(400, str(e)) from None
+            return {"filter": flt, "retained": [{"topic": t, "bytes": n, "qos": q} for t, n, q in found]}
+        if path == "/api/store":
+            return self.store()
+        raise HttpError(404, f"no such API: GET {path}")
+
+    def action(self, path: str, args: dict[str, Any]) -> Any:
+        broker = self.broker
+        if path in ("/api/kick", "/api/drop-session"):
+            client_id = args.get("client_id")
+            if not isinstance(client_id, str):
+                raise HttpError(400, 'wants {"client_id": "..."}')
+            if path == "/api/kick":
+                done = admin.kick(broker, client_id, self.now())
+                what = "disconnected" if done else "no such client connected"
+            else:
+                done = admin.drop_session(broker, client_id, self.now())
+                what = "session dropped" if done else "no such session"
+            if not done:
+                raise HttpError(404, f"{client_id}: {what}")
+            self.flush()
+            return {"client_id": client_id, "result": what}
+        if path == "/api/clear-retained":
+            flt = args.get("filter")
+            if not isinstance(flt, str):
+                raise HttpError(400, 'wants {"filter": "..."} (a topic filter, e.g. "sensors/#")')
+            try:
+                cleared = admin.clear_retained(broker, flt, self.now())
+            except ValueError as e:
+                raise HttpError(400, str(e)) from None
+            self.flush()
+            return {"filter": flt, "cleared": cleared}
+        raise HttpError(404, f"no such API: POST {path}")
+
+    def store(self) -> dict[str, Any]:
+        return {
+            "enabled": self.store_path is not None,
+            "path": self.store_path,
+            "size_bytes": store_size(self.store_path),
+            "syncs": self.broker.listener.syncs(),
+            "store_sync": self.broker.settings.store_sync,
+        }
+
+    def status(self) -> dict[str, Any]:
+        broker = self.broker
+        snap = broker.snapshot()
+        clients = admin.clients(broker)
+        subscriptions = []
+        for session in admin.sessions(broker):
+            for flt in session["subscriptions"]:
+                subscriptions.append({"client_id": session["client_id"], "filter": flt})
+        queued, size, inflight = admin.queues(broker)
+        started = snap["started"]
+        return {
+            "version": VERSION,
+            "uptime": self.now() - (started or self.now()),
+            "connected": snap["connected"],
+            "sessions": snap["sessions"],
+            "subscription_count": snap["subscriptions"],
+            "retained": snap["retained"],
+            "queued": queued,
+            "queued_bytes": size,
+            "inflight": inflight,
+            "messages_received": snap["messages_received"],
+            "messages_sent": snap["messages_sent"],
+            "clients": clients[:MAX_LISTED],
+            "subscriptions": subscriptions[:MAX_LISTED],
+            "store": self.store(),
+            "sample_seconds": self.config.sample_interval,
+            "throughput": list(self.samples),
+        }
+
+
+def _json(value: Any) -> bytes:
+    return (json.dumps(value, indent=1, sort_keys=True) + "\n").encode()
