@@ -115,6 +115,11 @@ def parse_bridges(where, tables):
             for key in ("local_prefix", "remote_prefix"):
                 if "+" in r[key] or "#" in r[key]:
                     raise ConfigError("%s: %s may not hold wildcards." % (rat, key))
+            remote = r["remote_prefix"] + r["pattern"]
+            if b.profile == "nats" and ("." in remote or " " in remote):
+                # NATS refuses such a filter (SUBACK 0x80) and closes the
+                # connection for such a topic (docs/nats.md).
+                raise ConfigError('%s: NATS takes no "." or space in a topic: %r.' % (rat, remote))
             if b.profile == "nats" and r["qos"] > 1:
                 r["qos"] = 1  # NATS takes QoS 0 and 1: QoS 2 is downgraded
             b.topics.append(r)

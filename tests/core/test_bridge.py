@@ -295,6 +295,7 @@ class TestSettings(unittest.TestCase):
             (dict(ok, topic=[{"pattern": "a/#/b"}]), "not a valid topic filter"),
             (dict(ok, topic=[{"pattern": "a", "local_prefix": "+/"}]), "wildcards"),
             (dict(ok, profile="nats", protocol=5), "3.1.1 only"),
+            (dict(ok, profile="nats", topic=[{"pattern": "a/#", "remote_prefix": "site.1/"}]), 'no "." or space'),
             (dict(ok, certfile="c.pem"), "go together"),
             (dict(ok, porotcol=5), "unknown key"),
         )
