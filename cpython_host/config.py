@@ -18,6 +18,8 @@ A config file has these tables, all optional:
     [http]       the HTTP listener (HTTP below; docs/monitoring.md): Prometheus
                  /metrics, the status page and `siskin ctl`'s API. Off
                  without the table.
+    [[bridge]]   one table per upstream broker, with [[bridge.topic]] rules
+                 (common/bridge/settings.py; docs/bridge.md)
 
 Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
@@ -102,7 +104,7 @@ HTTP = (
     ("auth", "auto", K_CHOICE, HTTP_AUTH, None),  # "auto": basic auth unless loopback-only; "basic": always
     ("sample_interval", 5, K_INT, 1, 3600),  # s between the status page's throughput samples (it keeps 120)
 )
-TABLES = ("limits", "server", "listener", "log", "security", "http")
+TABLES = ("limits", "server", "listener", "log", "security", "http", "bridge")
 
 
 class Listener:
@@ -275,6 +277,7 @@ class HostConfig:
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
         self.http: HttpConfig | None = None  # [http]; None: no HTTP listener
+        self.bridges: list[Any] = []  # [[bridge]] tables (common/bridge/settings.py BridgeSettings)
 
     def listeners(self) -> list[Listener]:
         """Every listener, in the file's order (--host/--port have changed the first)."""
@@ -326,9 +329,11 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         if table not in TABLES:
             raise ConfigError(
                 f"{path}: unknown table [{table}]{did_you_mean(table, TABLES)} Use [limits], [server], "
-                "[[listener]], [log], [security] and [http]."
+                "[[listener]], [log], [security], [http] and [[bridge]]."
             )
-        if table == "listener":
+        if table == "bridge":
+            pass  # checked by parse_bridges
+        elif table == "listener":
             if not isinstance(body, list) or not body:
                 raise ConfigError(f"{path}: listener must be tables ([[listener]], one per socket).")
         elif not isinstance(body, dict):
@@ -350,6 +355,14 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
     log = {k: v.lower() if isinstance(v, str) else v for k, v in doc.get("log", {}).items()}
     cfg.log_level = check(f"{path}: [log]", log, LOG).get("level", cfg.log_level)
+    if "bridge" in doc:
+        from common.bridge.settings import parse_bridges
+
+        cfg.bridges = parse_bridges(str(path), doc["bridge"])
+        for b in cfg.bridges:
+            for name in ("cafile", "certfile", "keyfile"):
+                if getattr(b, name):
+                    setattr(b, name, str(p.parent / getattr(b, name)))
     security = doc.get("security", {})
     acl = security.get("acl")
     # The rules are tables: checked by Acl.from_rules, not as a list of strings.

@@ -384,6 +384,7 @@ class BrokerServer:
         self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
         self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
         self.turn_scheduled = False
+        self.bridges: list[Any] = []  # cpython_host/bridge.py BridgeRunner, one per [[bridge]]
 
     # -------------------------------------------------------------- output
 
@@ -594,6 +595,10 @@ class BrokerServer:
             for sock in listening.sockets:
                 listening.accepting.append(loop.create_task(self._accept(listening, sock)))
         self._on_timer()  # starts the uptime clock and the first $SYS
+        if self.config.bridges:
+            from cpython_host.bridge import start_bridges
+
+            self.bridges = start_bridges(self, self.config.bridges)
 
     def close_listeners(self) -> None:
         for listening in self.listening:
@@ -611,6 +616,8 @@ class BrokerServer:
         log.info("shutting down (%s): closing the listeners and %d connection(s)", reason, driver.open)
         started = time.monotonic()
         self.close_listeners()
+        for runner in self.bridges:
+            await runner.stop()
         for task in list(self.handshakes):
             task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers

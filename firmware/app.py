@@ -74,6 +74,7 @@ def build(argv, root):
         driver.restore(int(time.time()))
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
     server.on_tick = feed
+    server.bridges = cfg["bridge"]
     if tls is not None:
         check_tls_room(settings.max_connections, len(server.slots), log)
     log_security(driver.broker, server.loopback, cfg["host"], log)

@@ -141,7 +141,16 @@ def board_path(root, board):
 def load_device(path):
     """The device config as a dict with every key (defaults filled in)."""
     cfg = defaults(DEVICE)
-    cfg.update(check(path, _strip_comments(read_json(path)), DEVICE, _DEVICE_DOC))
+    data = _strip_comments(read_json(path))
+    bridges = data.pop("bridge", None)
+    cfg.update(check(path, data, DEVICE, _DEVICE_DOC))
+    cfg["bridge"] = []
+    if bridges is not None:
+        # The host's [[bridge]] tables as a list of objects, each with its
+        # "topic" rules (docs/bridge.md); imported only when there are some.
+        from common.bridge.settings import parse_bridges
+
+        cfg["bridge"] = parse_bridges(path, bridges)
     # The overrides are checked here too, so that a mistake names this file.
     cfg["limits"] = check(path + ": limits", _strip_comments(cfg["limits"]), LIMITS, LIMITS_DOC)
     cfg["server"] = check(path + ": server", _strip_comments(cfg["server"]), SERVER)

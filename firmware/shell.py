@@ -226,6 +226,8 @@ class Server:
         self.on_tick = None  # callable() run every second (watchdog feed)
         self.replay_task = None  # flushes while a retained replay goes on
         self.heap_next = 0
+        self.bridges = []  # BridgeSettings (common/bridge/settings.py); firmware/bridge.py runs them
+        self.bridge_runners = []
 
     # ---------------------------------------------------------- lifecycle
 
@@ -247,6 +249,10 @@ class Server:
     async def serve(self):
         """Run until stop() is requested; then shut down gracefully."""
         self.start()
+        if self.bridges:
+            from firmware.bridge import start_bridges  # only with bridges: RAM
+
+            self.bridge_runners = start_bridges(self, self.bridges)
         s = self.driver.broker.settings
         self.log.log(
             20,
@@ -273,6 +279,8 @@ class Server:
         driver = self.driver
         self.log.log(20, "shutting down (%s): %d connection(s)" % (reason, driver.open))
         started = time.ticks_ms()
+        for runner in self.bridge_runners:
+            runner.stop()
         for task in (self.accept_task, self.clock_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()

@@ -237,7 +237,9 @@ LAYERS = {
     "mqtt": 1,  # the wire: codec, packets, properties, reason codes
     "crypto": 1,  # AES-GCM, HKDF, HMAC, SCRAM
     "broker": 2,  # the state machine
+    "client": 2,  # the MQTT client (the bridge's two ends)
     "store": 3,  # records, backends, the persistence listener
+    "bridge": 3,  # store-and-forward to an upstream broker
     "driver": 4,  # what both shells would otherwise repeat
 }
 

@@ -87,10 +87,12 @@ def write_config(
     security: dict[str, Any] | None = None,
     base: str | None = None,
     http: dict[str, Any] | None = None,
+    bridges: list[dict[str, Any]] | None = None,
 ) -> Path:
     """A config file: `base` (a shipped settings file, e.g. "boards/linux.toml";
     None: the built-in defaults) with `limits` and `server` set over it, and
-    `listeners` (if given) as its [[listener]] tables."""
+    `listeners` (if given) as its [[listener]] tables; `bridges`: [[bridge]]
+    tables, each with its rules as a list under "topic"."""
     doc: dict[str, Any] = {}
     if base is not None:
         with (REPO_ROOT / base).open("rb") as f:
@@ -111,6 +113,12 @@ def write_config(
     if http is not None:
         lines.append("[http]")
         lines += [f"{k} = {toml_value(v)}" for k, v in http.items()]
+    for bridge in bridges or []:
+        lines.append("[[bridge]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in bridge.items() if k != "topic"]
+        for rule in bridge.get("topic", []):
+            lines.append("[[bridge.topic]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in rule.items()]
     if security:  # last, so that a test can append keys to it
         lines.append("[security]")
         lines += [f"{k} = {toml_value(v)}" for k, v in security.items()]
@@ -141,6 +149,7 @@ class BrokerProcess:
         security: dict[str, Any] | None = None,
         base: str | None = None,
         http: dict[str, Any] | None = None,
+        bridges: list[dict[str, Any]] | None = None,
     ) -> None:
         """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0.
         `base`: a shipped settings file the config starts from (None: the
@@ -148,7 +157,9 @@ class BrokerProcess:
         `http`: the [http] table (then http_url() is the HTTP listener's URL)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "siskin.toml", limits, server, listeners, security, base, http)
+        self.config_path = write_config(
+            self.workdir / "siskin.toml", limits, server, listeners, security, base, http, bridges
+        )
         self.log_path = self.workdir / "broker.log"
         self.log_level = log_level
         self.extra_args = extra_args

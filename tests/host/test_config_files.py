@@ -173,3 +173,23 @@ def test_board_settings_fit_their_store(path: str) -> None:
     # It does not bind before the pools for small messages (the RAM table of docs/boards.md).
     queued = (s.max_messages - s.max_retained) * (QUEUED_COST + 128)
     assert s.max_queued_total_bytes >= queued
+
+
+def test_linux_toml_bridge_example_documents_every_key_and_loads(tmp_path: Path) -> None:
+    from common.bridge.settings import BRIDGE, TOPIC
+
+    text = (REPO_ROOT / LIMITS_DOC).read_text()
+    block = text[text.index("\n# [[bridge]]\n") :]
+    missing = [e[0] for e in BRIDGE + TOPIC if f"\n# {e[0]} = " not in block]
+    assert not missing, f"{LIMITS_DOC}'s [[bridge]] example does not set and explain {missing}"
+    # Uncommented (its comments dropped), the example is a valid config.
+    lines = [line[2:] for line in block.splitlines() if line.startswith("# ") and not line.startswith("# # ")]
+    lines = [line for line in lines if line.startswith("[") or " = " in line]
+    path = tmp_path / "bridge.toml"
+    path.write_text("\n".join(lines) + "\n")
+    (b,) = load_config(str(path)).bridges
+    assert (b.name, b.addresses[1], b.topics[0]["remote_prefix"]) == (
+        "cloud",
+        "mqtt2.example.com:8883",
+        "edge-1/sensors/",
+    )

@@ -1,0 +1,184 @@
+"""The bridge (docs/bridge.md) against a real Mosquitto upstream on loopback.
+
+Siskin (the edge) runs with a [[bridge]] to a Mosquitto started here
+(tools/bench/brokers.py's, on a free port); paho clients publish and
+subscribe on both sides. The outage is Mosquitto stopped (SIGSTOP): its
+sockets stay open and silent, so the bridge must find out by keep-alive,
+and every attempt meanwhile times out waiting for CONNACK; SIGCONT brings
+it back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.host.bridge_edge import RULES, clients, drain, edge, paho
+from tests.host.broker_proc import Paho
+from tools.bench.brokers import Mosquitto
+
+pytestmark = pytest.mark.interop
+__all__ = ["clients"]  # the fixture, from bridge_edge
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    require("mosquitto", Mosquitto.available(), "apt-get install mosquitto")
+    m = Mosquitto(tmp_path)
+    m.start()
+    yield m
+    if m.proc is not None and m.proc.poll() is None:
+        os.kill(m.pid, signal.SIGCONT)
+    m.stop()
+
+
+# [MQTT-7.0.0-1] the bridge is Siskin as a client of another server: a stock Mosquitto
+def test_both_ways_with_remapped_prefixes(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 2)
+    with edge(tmp_path, [mosquitto.port]) as siskin:
+        dev_sub = paho(siskin.port, clients, "dev-sub")
+        dev_sub.subscribe("down/#", 2)
+        dev = paho(siskin.port, clients, "dev")
+        for qos in (0, 1, 2):
+            dev.publish(f"up/t/{qos}", b"q%d" % qos, qos)
+            m = cloud_sub.get()
+            assert (m.topic, m.payload, m.qos) == (f"edge1/t/{qos}", b"q%d" % qos, qos)
+        cmd = paho(mosquitto.port, clients, "cmd")
+        for qos in (0, 1, 2):
+            cmd.publish(f"cmd/edge1/x/{qos}", b"c%d" % qos, qos)
+            m = dev_sub.get()
+            assert (m.topic, m.payload, m.qos) == (f"down/x/{qos}", b"c%d" % qos, qos)
+        dev.publish("elsewhere", b"not bridged", 1)
+        cloud_sub.get_nothing()
+
+
+def test_no_loop_with_the_bridge_bit(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    # Both ways on one prefix: Mosquitto sends nothing back to a bridge (the
+    # bridge bit, 3.1.1) and the edge nothing back up (No Local locally).
+    rules = [{"pattern": "#", "direction": "both", "local_prefix": "x/", "remote_prefix": "x/", "qos": 1}]
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("x/#", 1)
+    with edge(tmp_path, [mosquitto.port], topic=rules) as siskin:
+        dev_sub = paho(siskin.port, clients, "dev-sub")
+        dev_sub.subscribe("x/#", 1)
+        paho(siskin.port, clients, "dev").publish("x/up", b"up", 1)
+        assert cloud_sub.get().payload == b"up"
+        assert dev_sub.get().payload == b"up"  # the local subscriber, once
+        paho(mosquitto.port, clients, "cmd").publish("x/down", b"down", 1)
+        assert dev_sub.get().payload == b"down"
+        assert cloud_sub.get().payload == b"down"  # Mosquitto's own delivery, once
+        cloud_sub.get_nothing(1.0)
+        dev_sub.get_nothing(0.5)
+
+
+def test_upstream_stopped_then_back_nothing_lost(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 1)
+    with edge(tmp_path, [mosquitto.port]) as siskin:
+        dev = paho(siskin.port, clients, "dev")
+        dev.publish("up/n", b"before", 1)
+        assert cloud_sub.get().payload == b"before"
+        os.kill(mosquitto.pid, signal.SIGSTOP)
+        siskin.wait_log(r"bridge cloud: connection to \S+ lost", 10)
+        n = 200
+        for i in range(n):
+            dev.publish("up/n", b"%d" % i, 1)  # every one acked by the edge
+        siskin.wait_log(r"bridge cloud: cannot connect", 10)  # attempts meanwhile time out
+        os.kill(mosquitto.pid, signal.SIGCONT)
+        got = drain(cloud_sub, n)
+        assert got == [b"%d" % i for i in range(n)]  # in order, none lost
+
+
+def test_kill_9_during_the_outage(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 1)
+    with edge(tmp_path, [mosquitto.port]) as siskin:
+        dev = paho(siskin.port, clients, "dev")
+        os.kill(mosquitto.pid, signal.SIGSTOP)
+        n = 100
+        for i in range(n):
+            dev.publish("up/k", b"%d" % i, 1)
+        siskin.kill()  # SIGKILL: no shutdown, no final sync
+        dev.close()
+        clients.remove(dev)
+        siskin.start()  # same data directory
+        os.kill(mosquitto.pid, signal.SIGCONT)
+        got = drain(cloud_sub, n)
+        assert got == [b"%d" % i for i in range(n)]
+
+
+def test_sys_topics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    with edge(tmp_path, [mosquitto.port]) as siskin:
+        watch = paho(siskin.port, clients, "watch")
+        watch.subscribe("$SYS/broker/bridge/cloud/#", 0)
+        values: dict[str, bytes] = {}
+        keys = {
+            "state",
+            "address",
+            "queued",
+            "queued_bytes",
+            "sent",
+            "received",
+            "dead_lettered",
+            "dropped",
+            "last_error",
+        }
+        while not keys <= set(values):
+            m = watch.get()
+            values[m.topic.rsplit("/", 1)[1]] = m.payload
+        assert values["state"] == b"connected"
+        assert values["address"] == f"127.0.0.1:{mosquitto.port}".encode()
+        assert values["last_error"] == b"-"
+        paho(siskin.port, clients, "dev").publish("up/x", b"x", 1)
+        os.kill(mosquitto.pid, signal.SIGSTOP)  # the bridge finds it dead: a state change
+        while values["state"] != b"disconnected" or values["last_error"] == b"-":
+            m = watch.get()
+            values[m.topic.rsplit("/", 1)[1]] = m.payload
+        assert values["sent"] == b"1"
+        assert b"keep-alive" in values["last_error"]
+
+
+def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    # The same bridge in the MicroPython firmware (unix port, a Pico W's heap):
+    # the core's client and bridge, firmware/bridge.py's streams.
+    from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
+
+    bridge = {
+        "name": "cloud",
+        "addresses": [f"127.0.0.1:{mosquitto.port}"],
+        "client_id": "edge-upy",
+        "keepalive": 1,
+        "connect_timeout": 1.0,
+        "backoff_min": 0.2,
+        "backoff_max": 1.0,
+        "topic": RULES,
+    }
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 1)
+    with UpyBrokerProcess(tmp_path, heap=PICOW_HEAP, device={"bridge": [bridge]}) as board:
+        board.wait_log("bridge cloud: connected to", 15)
+        dev_sub = paho(board.port, clients, "dev-sub")
+        dev_sub.subscribe("down/#", 1)
+        dev = paho(board.port, clients, "dev")
+        for qos in (0, 1, 2):
+            dev.publish(f"up/b/{qos}", b"b%d" % qos, qos)
+            m = cloud_sub.get()
+            assert (m.topic, m.payload) == (f"edge1/b/{qos}", b"b%d" % qos)
+        paho(mosquitto.port, clients, "cmd").publish("cmd/edge1/x", b"down", 1)
+        m = dev_sub.get()
+        assert (m.topic, m.payload) == ("down/x", b"down")
+        os.kill(mosquitto.pid, signal.SIGSTOP)  # away: the board keeps accepting
+        board.wait_log(r"bridge cloud: connection to \S+ lost", 10)
+        n = 30
+        for i in range(n):
+            dev.publish("up/n", b"%d" % i, 1)
+        os.kill(mosquitto.pid, signal.SIGCONT)
+        assert drain(cloud_sub, n) == [b"%d" % i for i in range(n)]
+        assert board.stop() == 0
+        assert "Traceback" not in board.log_text(), board.log_text()
