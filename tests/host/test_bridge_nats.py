@@ -17,10 +17,7 @@ import pytest
 
 from tests.host.bridge_edge import clients, drain, edge, paho
 from tests.host.broker_proc import BrokerProcess, Paho, wait_until
-
-nats = pytest.importorskip("tests.host.nats_cluster", reason="the NATS cluster fixture (branch nats) is not merged")
-nats_cluster = nats.nats_cluster
-nats_single = nats.nats_single
+from tests.host.nats_cluster import nats_cluster, nats_single
 
 pytestmark = pytest.mark.interop
 __all__ = ["clients", "nats_cluster", "nats_single"]  # the fixtures
