@@ -281,12 +281,37 @@ class TestReconnect(unittest.TestCase):
 
 
 class TestSettings(unittest.TestCase):
+    def test_filters_overlap(self):
+        from common.bridge.settings import _overlap
+
+        for a, b, want in (
+            ("a/b", "a/b", True),
+            ("a/b", "a/c", False),
+            ("a/+", "a/b", True),
+            ("+/cmd/#", "edge1/#", True),
+            ("+/cmd/#", "edge1/up/#", False),
+            ("a/#", "a", True),  # "#" matches its parent level too
+            ("a/+/#", "a", False),
+            ("a/+", "a", False),
+            ("#", "x/y/z", True),
+            ("a/b/c", "a/+", False),
+        ):
+            self.assertEqual(_overlap(a, b), want, (a, b))
+            self.assertEqual(_overlap(b, a), want, (b, a))
+
     def test_parse_and_refuse(self):
         ok = {"name": "c", "addresses": ["h:1883"], "topic": [{"pattern": "#", "direction": "both"}]}
         (b,) = parse_bridges("t.toml", [ok])
         self.assertEqual((b.protocol, b.topics[0]["qos"], b.topics[0]["direction"]), (4, 1, "both"))
-        nats = dict(ok, profile="nats", topic=[{"pattern": "a/#", "qos": 2}])
+        nats = dict(ok, profile="nats", topic=[{"pattern": "a/#", "qos": 2, "direction": "out"}])
         self.assertEqual(parse_bridges("t.toml", [nats])[0].topics[0]["qos"], 1)  # QoS 2 downgraded
+        # Out and in apart upstream: no echo from NATS, accepted.
+        apart = [
+            {"pattern": "#", "direction": "out", "remote_prefix": "edge1/up/"},
+            {"pattern": "#", "direction": "in", "remote_prefix": "edge1/down/"},
+            {"pattern": "+/cmd", "direction": "in", "remote_prefix": "all/"},
+        ]
+        self.assertEqual(len(parse_bridges("t.toml", [dict(ok, profile="nats", topic=apart)])[0].topics), 3)
         bad = (
             (dict(ok, name=""), "name is missing"),
             (dict(ok, addresses=[]), "addresses is missing"),
@@ -296,6 +321,18 @@ class TestSettings(unittest.TestCase):
             (dict(ok, topic=[{"pattern": "a", "local_prefix": "+/"}]), "wildcards"),
             (dict(ok, profile="nats", protocol=5), "3.1.1 only"),
             (dict(ok, profile="nats", topic=[{"pattern": "a/#", "remote_prefix": "site.1/"}]), 'no "." or space'),
+            (dict(ok, profile="nats"), 'rule #1 is "both"'),
+            (
+                dict(
+                    ok,
+                    profile="nats",
+                    topic=[
+                        {"pattern": "#", "direction": "out", "remote_prefix": "edge1/"},
+                        {"pattern": "+/cmd/#", "direction": "in", "local_prefix": "cmd/"},
+                    ],
+                ),
+                "rule #1 (out, 'edge1/#') and rule #2 (in, '+/cmd/#') overlap",
+            ),
             (dict(ok, certfile="c.pem"), "go together"),
             (dict(ok, porotcol=5), "unknown key"),
         )
