@@ -119,7 +119,8 @@ class Link:
             self.paused_until = ticks_deadline(self.ticks_ms(), 1000)
             return
         self.cid = cid
-        b.local_open(self.ticks_ms())
+        session = self.driver.broker.sessions.find(b.local.client_id)
+        b.local_open(self.ticks_ms(), list(session.subs) if session is not None else ())
 
     def next_deadline(self):
         """The bridge's timers (run now) and a paused local connection: ticks, 0 none."""
