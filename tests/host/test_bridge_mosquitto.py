@@ -291,21 +291,22 @@ def test_a_refused_upstream_is_logged_once_per_attempt_with_back_off(
     elif case == "no client certificate":  # require_certificate: Mosquitto ends the handshake
         port = secured.tls_port
         over = {"cafile": pki.ca_file}
-        why = "certificate required"
+        # (TLS 1.3: the alert, or the reset when our CONNECT crossed it)
+        why = "certificate required|Connection reset by peer"
     else:
         port = secured.password_port
         over = {"username": "edge1", "password": "wrong"}
-        why = "CONNACK 0x05 (not authorized)"
+        why = re.escape("CONNACK 0x05 (not authorized)")
     mosquitto = secured.mosquitto
     attempt = re.compile(rf"bridge cloud: cannot connect to 127\.0\.0\.1:{port}: (.*)")
     arrived = re.compile(rf"New connection from \S+ on port {port}\.")  # Mosquitto's line per connection
     with edge(tmp_path, [port], connected=False, **over) as siskin:
-        values = sys_values(siskin, clients, re.compile("^disconnected .*" + re.escape(why)))
+        values = sys_values(siskin, clients, re.compile(f"^disconnected .*({why})"))
         assert values["address"] == "-"
         before = len(attempt.findall(siskin.log_text()))
         time.sleep(WINDOW)
         lines = attempt.findall(siskin.log_text())
-        assert all(why in line for line in lines), lines
+        assert all(re.search(why, line) for line in lines), lines
         assert 2 <= len(lines) - before <= 7, lines  # retried, and backing off
         assert "bridge cloud: connected" not in siskin.log_text()
         # One line per attempt: Mosquitto saw as many connections as the
