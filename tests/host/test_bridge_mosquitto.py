@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,6 +156,39 @@ def test_sys_topics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients:
             values[m.topic.rsplit("/", 1)[1]] = m.payload
         assert int(values["sent"]) >= 1
         assert b"keep-alive" in values["last_error"]
+
+
+def test_prometheus_metrics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    from tests.host.test_web import scrape
+
+    def value(samples: dict[tuple[str, Any], float], name: str) -> float:
+        return samples[(name, (("bridge", "cloud"),))]
+
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 1)
+    with edge(tmp_path, [mosquitto.port], http={"port": 0}) as siskin:
+        url = siskin.http_url()
+        dev = paho(siskin.port, clients, "dev")
+        dev.publish("up/a", b"a", 1)
+        dev.publish("up/b", b"b", 1)
+        assert [cloud_sub.get().payload for _ in range(2)] == [b"a", b"b"]
+
+        # (the upstream's PUBACKs may come after the consumer's copies)
+        def acked() -> dict[tuple[str, Any], float] | None:
+            m = scrape(url)
+            return m if value(m, "siskin_bridge_sent_total") == 2 else None
+
+        m = wait_until(acked, 5, "siskin_bridge_sent_total 2")
+        assert value(m, "siskin_bridge_connected") == 1
+        assert value(m, "siskin_bridge_dead_lettered_total") == 0
+        os.kill(mosquitto.pid, signal.SIGSTOP)  # away: what is published now waits here
+        siskin.wait_log(r"bridge cloud: connection to \S+ lost", 10)
+        for i in range(3):
+            dev.publish("up/q", b"%d" % i, 1)
+        m = scrape(url)
+        assert value(m, "siskin_bridge_connected") == 0
+        assert value(m, "siskin_bridge_queued_messages") == 3
+        assert value(m, "siskin_bridge_queued_bytes") == 3 * len("up/q0")
 
 
 def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
