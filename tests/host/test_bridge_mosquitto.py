@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.host.bridge_edge import RULES, clients, drain, edge, paho
+from tests.host.bridge_edge import RULES, drain, edge, paho
 from tests.host.broker_proc import Paho
 from tools.bench.brokers import Mosquitto
 
 pytestmark = pytest.mark.interop
-__all__ = ["clients"]  # the fixture, from bridge_edge
 
 
 @pytest.fixture
