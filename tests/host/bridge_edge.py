@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.host.broker_proc import BrokerProcess, Paho
 
 RULES = [
@@ -43,14 +41,6 @@ def edge(
             b.wait_log("bridge cloud: connected to", 30)
         yield b
         assert "Traceback" not in b.log_text(), b.log_text()
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    yield made
-    for c in made:
-        c.close()
 
 
 def paho(port: int, clients: list[Paho], client_id: str, clean: bool = True) -> Paho:

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import require, tool_path
-from tests.host.bridge_edge import RULES, clients, drain, edge, paho
+from tests.host.bridge_edge import RULES, drain, edge, paho
 from tests.host.broker_proc import BrokerProcess, Paho, wait_until
 from tests.host.test_server_tls import Pki, pki
 from tools.bench.brokers import Mosquitto, free_port
 
 pytestmark = pytest.mark.interop
-__all__ = ["clients", "pki"]  # the fixtures, from bridge_edge and test_server_tls
+__all__ = ["pki"]  # the fixture, from test_server_tls
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.host.bridge_edge import clients, drain, edge, paho
+from tests.host.bridge_edge import drain, edge, paho
 from tests.host.broker_proc import BrokerProcess, Paho, wait_until
 from tests.host.nats_cluster import nats_cluster, nats_single
 
 pytestmark = pytest.mark.interop
-__all__ = ["clients", "nats_cluster", "nats_single"]  # the fixtures
+__all__ = ["nats_cluster", "nats_single"]  # the fixtures
 
 NATS = {"profile": "nats", "keepalive": 2, "connect_timeout": 10.0}  # a fresh node's first CONNACK can take seconds
 

@@ -31,14 +31,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
         assert "Traceback" not in b.log_text(), b.log_text()  # no core error was contained
 
 
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    yield made
-    for c in made:
-        c.close()
-
-
 def paho(broker: BrokerProcess, clients: list[Paho], client_id: str = "", clean: bool = True) -> Paho:
     c = Paho(broker.port, client_id, clean)
     clients.append(c)

@@ -53,14 +53,6 @@ class Paho(V5):
         self.client.publish(topic, payload, qos, retain).wait_for_publish(5)
 
 
-@pytest.fixture
-def clients() -> Iterator[list[Paho]]:
-    made: list[Paho] = []
-    yield made
-    for c in made:
-        c.close()
-
-
 def get(url: str, auth: tuple[str, str] | None = None, context: Any = None, **headers: str) -> tuple[int, bytes]:
     """(status, body) of a GET."""
     return call(urllib.request.Request(url, headers=headers), auth, context)
