@@ -47,6 +47,12 @@ Dead letters: a message the upstream will never take (the NATS topic rule;
 a v5 PUBACK / PUBREC reason >= 0x80; above its Maximum Packet Size) is
 counted, logged, and acknowledged locally so it does not block the rest.
 
+Removed rules: the shell hands local_open() the local session's filters;
+on a resumed session those no "out" rule names any more are unsubscribed,
+and what they had queued is dead-lettered as it arrives. Upstream the
+client cannot know what a resumed session holds: a removed "in" rule's
+messages are dead-lettered as they come (docs/bridge.md).
+
 Reconnect: the shell asks `next_address(ms)` at `retry_at`; each failed
 attempt moves to the next address (failover across a cluster's nodes) and
 doubles the delay from `backoff_min_ms` to `backoff_max_ms`, half of it
