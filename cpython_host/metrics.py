@@ -79,13 +79,29 @@ GAUGES = (
 )
 
 
+# (metric name, help, Bridge attribute) of the bridges' counters, labelled by bridge.
+BRIDGE_COUNTERS = (
+    ("siskin_bridge_sent", "Messages the upstream acknowledged (QoS 0: written)", "sent"),
+    ("siskin_bridge_received", "Messages from upstream stored here", "received"),
+    ("siskin_bridge_dead_lettered", "Messages never to be delivered: counted, logged, skipped", "dead_lettered"),
+    ("siskin_bridge_dropped", "QoS 0 messages going up while the upstream was away", "dropped"),
+)
+
+
 class BrokerCollector(Collector):
     """Reads the broker's counters at scrape time."""
 
-    def __init__(self, broker: Broker, store_path: str | None, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        store_path: str | None,
+        clock: Callable[[], int],
+        bridges: Callable[[], list[Any]] = list,
+    ) -> None:
         self.broker = broker
         self.store_path = store_path  # the store's log file, or None without --data-dir
         self.clock = clock  # the driver's whole seconds (uptime)
+        self.bridges = bridges  # the running cpython_host/bridge.py BridgeRunners, now
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
@@ -130,12 +146,46 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "siskin_inflight_messages", "QoS 1/2 messages sent and not yet acknowledged", value=inflight
         )
+        yield from self.collect_bridges()
         size_now = store_size(self.store_path)
         if size_now is not None:
             yield GaugeMetricFamily("siskin_store_size_bytes", "Size of the store's log file on disk", value=size_now)
             yield CounterMetricFamily(
                 "siskin_store_syncs", "Times the store was made durable (fsync)", value=broker.listener.syncs()
             )
+
+    def collect_bridges(self) -> Iterator[Metric]:
+        """Per [[bridge]], the figures of $SYS/broker/bridge/<name>/."""
+        runners = self.bridges()
+        if not runners:
+            return
+        label = ["bridge"]
+        connected = GaugeMetricFamily(
+            "siskin_bridge_connected", "1 while the bridge is connected to its upstream", labels=label
+        )
+        queued = GaugeMetricFamily(
+            "siskin_bridge_queued_messages",
+            "Messages waiting to go up (queued here plus held by the bridge)",
+            labels=label,
+        )
+        queued_bytes = GaugeMetricFamily(
+            "siskin_bridge_queued_bytes", "Topic + payload bytes waiting in the bridge's session here", labels=label
+        )
+        counters = [(CounterMetricFamily(name, text, labels=label), attr) for name, text, attr in BRIDGE_COUNTERS]
+        for runner in runners:
+            core = runner.core
+            name = [core.name]
+            count, size = runner.link.queued()
+            connected.add_metric(name, 1 if core.state_name() == "connected" else 0)
+            queued.add_metric(name, count + core.up.pending())
+            queued_bytes.add_metric(name, size)
+            for family, attr in counters:
+                family.add_metric(name, getattr(core, attr))
+        yield connected
+        yield queued
+        yield queued_bytes
+        for family, _ in counters:
+            yield family
 
 
 def store_size(path: str | None) -> int | None:
@@ -148,10 +198,14 @@ def store_size(path: str | None) -> int | None:
         return None
 
 
-def registry(broker: Broker, store_path: str | None, clock: Callable[[], int]) -> CollectorRegistry:
-    """A registry with the broker's metrics, the process' and the store's sync time (when there is a store)."""
+def registry(
+    broker: Broker, store_path: str | None, clock: Callable[[], int], bridges: Callable[[], list[Any]] = list
+) -> CollectorRegistry:
+    """A registry with the broker's metrics, the bridges' (`bridges()`: the
+    running BridgeRunners), the process' and the store's sync time (when
+    there is a store)."""
     reg = CollectorRegistry(auto_describe=True)
-    reg.register(BrokerCollector(broker, store_path, clock))
+    reg.register(BrokerCollector(broker, store_path, clock, bridges))
     ProcessCollector(registry=reg)
     if store_path is not None:
         time_syncs(

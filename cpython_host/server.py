@@ -764,7 +764,7 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
         from cpython_host.web import WebServer
 
         try:
-            web = WebServer(config.http, driver, server.schedule_flush, data_dir)
+            web = WebServer(config.http, driver, server.schedule_flush, data_dir, lambda: server.bridges)
         except ConfigError as e:  # its certificate or key
             log.error("config error: %s", e)
             return 2

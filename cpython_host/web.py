@@ -46,6 +46,7 @@ import logging
 import ssl
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +86,20 @@ class HttpError(Exception):
 class WebServer:
     """The HTTP listener around a running broker."""
 
-    def __init__(self, config: HttpConfig, driver: Driver, flush: Any, data_dir: str | None) -> None:
+    def __init__(
+        self,
+        config: HttpConfig,
+        driver: Driver,
+        flush: Any,
+        data_dir: str | None,
+        bridges: Callable[[], list[Any]] = list,
+    ) -> None:
         self.config = config
         self.driver = driver
         self.broker: Broker = driver.broker
         self.flush = flush  # the server's schedule_flush: an action's output goes out
         self.store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
-        self.metrics = registry(self.broker, self.store_path, self.now)
+        self.metrics = registry(self.broker, self.store_path, self.now, bridges)
         self.context: ssl.SSLContext | None = None
         if config.tls:
             from cpython_host.tls import server_context

@@ -11,6 +11,7 @@
 # TLS to the upstream is not offered on the boards yet (refused at start).
 
 import asyncio
+import gc
 import os
 import time
 
@@ -32,6 +33,11 @@ class BridgeRunner:
         self.link = Link(self.core, server.driver, ticks, self.woken.set, server.flush)
         self.stream = None
         self.tasks = []
+        # One read buffer for the bridge's life: a fresh 1 KB per read can
+        # find no contiguous block in a fragmented heap (MemoryError with
+        # tens of KB free), and then no read ever succeeds again.
+        self.buf = bytearray(1024)
+        self.view = memoryview(self.buf)
 
     def start(self):
         self.tasks = [asyncio.create_task(self.pumping()), asyncio.create_task(self.connecting())]
@@ -89,15 +95,20 @@ class BridgeRunner:
                 # At most a second per read: a stream closed by the other
                 # task does not wake a read waiting on it (MicroPython).
                 try:
-                    data = await asyncio.wait_for_ms(stream.read(1024), 1000)
+                    n = await asyncio.wait_for_ms(stream.readinto(self.buf), 1000)
                 except asyncio.TimeoutError:  # noqa: UP041
                     continue
-                if not data:
+                if not n:
                     break
-                core.up.data_received(data, ticks())
+                core.up.data_received(self.view[:n], ticks())  # (copied in)
                 self.woken.set()
         except OSError as e:
             why = "error %s" % e
+        except MemoryError:
+            # No room for what was read: this connection goes, the back-off
+            # retries; not the end of the task (it would never connect again).
+            gc.collect()
+            why = "out of memory reading the upstream"
         self.stream = None
         try:
             stream.close()

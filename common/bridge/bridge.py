@@ -47,6 +47,12 @@ Dead letters: a message the upstream will never take (the NATS topic rule;
 a v5 PUBACK / PUBREC reason >= 0x80; above its Maximum Packet Size) is
 counted, logged, and acknowledged locally so it does not block the rest.
 
+Removed rules: the shell hands local_open() the local session's filters;
+on a resumed session those no "out" rule names any more are unsubscribed,
+and what they had queued is dead-lettered as it arrives. Upstream the
+client cannot know what a resumed session holds: a removed "in" rule's
+messages are dead-lettered as they come (docs/bridge.md).
+
 Reconnect: the shell asks `next_address(ms)` at `retry_at`; each failed
 attempt moves to the next address (failover across a cluster's nodes) and
 doubles the delay from `backoff_min_ms` to `backoff_max_ms`, half of it
@@ -216,6 +222,7 @@ class Bridge:
         self.address = ""  # the one connected or being tried
         self.reached = False  # this connection got its CONNACK (the client may have given up since)
         self.local_ready = False  # the local session exists, subscribed (after its first CONNACK)
+        self.held = ()  # the local session's filters at local_open (a removed rule's go)
         # Local packet ids acknowledged upstream while the local connection
         # was down: the broker sends them again (DUP), they are acked then.
         self.owed_local = set()
@@ -250,8 +257,11 @@ class Bridge:
             self.local.disconnect()
         return False
 
-    def local_open(self, ms):
-        """The shell connected the in-memory handle: CONNECT."""
+    def local_open(self, ms, held=()):
+        """The shell connected the in-memory handle: CONNECT. `held`: the
+        filters the local session is subscribed to now (the shell reads
+        them from the broker; none when it is new)."""
+        self.held = held
         self.local.connect(ms)
 
     def local_closed(self):
@@ -275,6 +285,13 @@ class Bridge:
                 topics.append((r.local_prefix + r.pattern, opts))
         if topics:
             self.local.subscribe(topics)
+        # A rule removed from the configuration: its subscription goes (what
+        # it queued already is dead-lettered as it comes, in _outbound).
+        stale = [f for f in self.held if not any(f == t[0] for t in topics)] if present else []
+        self.held = ()
+        if stale:
+            self.local.unsubscribe(stale)
+            self.log(30, "bridge %s: unsubscribed %s here: no rule names them any more" % (self.name, ", ".join(stale)))
 
     def _suback(self, side, reasons):
         for code in reasons:
@@ -297,7 +314,8 @@ class Bridge:
             return
         if pkt.dup and self._holding(pid):
             return  # sent again after a reconnect: the copy held goes up (its ack acks both)
-        if rule is None:  # (a subscription of an earlier configuration)
+        if rule is None:  # queued for a rule since removed (its subscription went at start)
+            self._dead_letter(topic, "no rule sends it up any more")
             self.local.ack(pid)
             return
         remote = rule.remote_prefix + topic[len(rule.local_prefix) :]
@@ -425,8 +443,9 @@ class Bridge:
             if r.direction & IN and topic_matches(r.remote_prefix + r.pattern, topic):
                 rule = r
                 break
-        if rule is None:
-            self.up.ack(pkt.packet_id)  # no rule wants it (an old subscription)
+        if rule is None:  # an upstream subscription of a rule since removed (kept by a resumed session)
+            self._dead_letter(topic, "no rule brings it down any more (unsubscribe it upstream)")
+            self.up.ack(pkt.packet_id)
             return
         local = rule.local_prefix + topic[len(rule.remote_prefix) :]
         qos = pkt.qos

@@ -119,7 +119,8 @@ class Link:
             self.paused_until = ticks_deadline(self.ticks_ms(), 1000)
             return
         self.cid = cid
-        b.local_open(self.ticks_ms())
+        session = self.driver.broker.sessions.find(b.local.client_id)
+        b.local_open(self.ticks_ms(), list(session.subs) if session is not None else ())
 
     def next_deadline(self):
         """The bridge's timers (run now) and a paused local connection: ticks, 0 none."""
@@ -130,16 +131,18 @@ class Link:
 
     # ----------------------------------------------------------------- $SYS
 
+    def queued(self):
+        """(messages, bytes) waiting in the bridge's local session."""
+        session = self.driver.broker.sessions.find(self.bridge.local.client_id)
+        if session is None or session.queue is None:
+            return 0, 0
+        return session.queue.count, session.queued_bytes
+
     def publish_sys(self):
         """$SYS/broker/bridge/<name>/... now (retained QoS 0)."""
-        b = self.bridge
         broker = self.driver.broker
-        session = broker.sessions.find(b.local.client_id)
-        queued = queued_bytes = 0
-        if session is not None and session.queue is not None:
-            queued = session.queue.count
-            queued_bytes = session.queued_bytes
+        queued, queued_bytes = self.queued()
         now = self.driver.now
-        for topic, text in b.sys_values(queued, queued_bytes):
+        for topic, text in self.bridge.sys_values(queued, queued_bytes):
             broker.publish(topic, text.encode(), 0, True, now)
         self.flush()

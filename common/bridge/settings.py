@@ -39,7 +39,13 @@ BRIDGE = (
         None,
         None,
     ),  # false: the upstream keeps our session (and "in" messages) while away
-    ("profile", "mqtt", K_CHOICE, PROFILES, None),  # "nats": 3.1.1, QoS <= 1, "." / " " topics dead-lettered
+    (
+        "profile",
+        "mqtt",
+        K_CHOICE,
+        PROFILES,
+        None,
+    ),  # "nats": 3.1.1, QoS <= 1, "." / " " topics dead-lettered, out and in rules apart upstream
     ("max_inflight", 20, K_INT, 1, 65535),  # messages sent up and not yet acknowledged
     ("window", 32, K_INT, 1, 65535),  # messages this broker hands the bridge before their ack (the rest stay queued)
     ("local_client_id", "", K_STR, None, None),  # the local session's client id ("" = "siskin-bridge-<name>")
@@ -123,8 +129,54 @@ def parse_bridges(where, tables):
             if b.profile == "nats" and r["qos"] > 1:
                 r["qos"] = 1  # NATS takes QoS 0 and 1: QoS 2 is downgraded
             b.topics.append(r)
+        if b.profile == "nats":
+            _no_echo(at, b.topics)
         out.append(b)
     return out
+
+
+def _no_echo(at, rules):
+    """NATS (3.1.1 only, no bridge bit) has no No Local: a message the bridge
+    sends up to a topic one of its own "in" filters matches comes straight
+    back down. Such rules are refused; separate remote prefixes for "out"
+    and "in" never echo (docs/bridge.md)."""
+    for i, a in enumerate(rules, 1):
+        if a["direction"] == "in":
+            continue
+        for j, b in enumerate(rules, 1):
+            if b["direction"] == "out":
+                continue
+            fa = a["remote_prefix"] + a["pattern"]
+            fb = b["remote_prefix"] + b["pattern"]
+            if _overlap(fa, fb):
+                what = (
+                    'rule #%d is "both" (%r)' % (i, fa)
+                    if i == j
+                    else "the remote filters of rule #%d (%s, %r) and rule #%d (%s, %r) overlap"
+                    % (i, a["direction"], fa, j, b["direction"], fb)
+                )
+                raise ConfigError(
+                    "%s: %s: NATS has no No Local, so what the bridge sends up would come back down; "
+                    'give "out" and "in" rules separate remote prefixes.' % (at, what)
+                )
+
+
+def _overlap(a, b):
+    """Whether some topic matches both filters `a` and `b`."""
+    x = a.split("/")
+    y = b.split("/")
+    n = min(len(x), len(y))
+    for k in range(n):
+        p = x[k]
+        q = y[k]
+        if p == "#" or q == "#":
+            return True
+        if p != q and p != "+" and q != "+":
+            return False
+    if len(x) == len(y):
+        return True
+    longer = x if len(x) > len(y) else y
+    return len(longer) == n + 1 and longer[n] == "#"  # "a/#" matches "a"
 
 
 def make_bridge(b, log, entropy):

@@ -18,7 +18,7 @@ What happens is told to a handler object (methods, no per-event lists):
     handler.on_delivered(token, reason)     an outgoing message handed over:
                                             QoS 0 written, QoS 1 PUBACK, QoS 2
                                             PUBREC; reason >= 0x80: refused (v5)
-    handler.on_suback(packet_id, reasons)
+    handler.on_suback(packet_id, reasons)   (SUBACK and UNSUBACK)
     handler.on_closed(why)                  the client gave up the stream
                                             (protocol error, keep-alive,
                                             DISCONNECT from the server): the
@@ -48,6 +48,7 @@ from common.mqtt.packets import (
     Connect,
     PubAck,
     Subscribe,
+    Unsubscribe,
     decode_packet,
     encode_packet,
     encode_publish_parts,
@@ -403,6 +404,12 @@ class Client:
         # counter wrapped (65,535 messages later; the SUBACK is long back).
         pid = self._allocate_pid()
         self._write(encode_packet(Subscribe(pid, topics, props), self.level))
+        return pid
+
+    def unsubscribe(self, filters):
+        """UNSUBSCRIBE [filter]; its packet id (the UNSUBACK's: on_suback)."""
+        pid = self._allocate_pid()
+        self._write(encode_packet(Unsubscribe(pid, filters), self.level))
         return pid
 
     # -------------------------------------------------------------- time

@@ -61,7 +61,8 @@ class Pair:
         for _ in range(20):
             if b.sync_local() and self.local is None:
                 self.local = Wire(self.edge, b.local)
-                b.local_open(0)
+                session = self.edge.broker.sessions.find(b.local.client_id)
+                b.local_open(0, list(session.subs) if session is not None else ())
             if self.local is not None:
                 self.local.settle()
                 if self.local.closed:  # the broker closed it (after our DISCONNECT)
@@ -211,6 +212,43 @@ class TestStoreAndForward(unittest.TestCase):
         self.assertGreater(p.edge.broker.snapshot()["dropped_queue_full"], 0)
 
 
+class TestRemovedRules(unittest.TestCase):
+    def test_a_removed_rule_goes_and_what_it_queued_is_dead_lettered(self):
+        backend = MemKV()
+        keep = [Rule("out", "#", "up/", "edge1/", 1)]
+        rules = keep + [Rule("out", "#", "old/", "old/", 1), Rule("in", "#", "down/", "cmd/edge1/", 1)]
+        p = Pair(edge=Harness(store=open_store(backend)), rules=rules)
+        p.connect_up()  # the upstream session subscribes cmd/edge1/#
+        cons = p.consumer("#")
+        p.drop_up()
+        publish_acked(p.edge, "old/t", 3)
+        publish_acked(p.edge, "up/t", 2, start=3)
+        p.settle()
+        # Restarted with the old/ and the in rule gone from the configuration.
+        edge2, _ = restart(backend)
+        p2 = Pair(edge=edge2, cloud=p.cloud, rules=keep)
+        session = edge2.broker.sessions.find("siskin-bridge-cloud")
+        self.assertEqual(list(session.subs), ["up/#"])
+        self.assertIn("bridge cloud: unsubscribed old/# here: no rule names them any more", p2.logged)
+        p2.connect_up()
+        self.assertEqual(payloads(cons, True), [("edge1/t", b"3"), ("edge1/t", b"4")])
+        self.assertEqual(session.queue.count + len(session.inflight), 0)
+        self.assertEqual(p2.bridge.dead_lettered, 3)  # old/t's, counted and logged
+        self.assertEqual(len([t for t in p2.logged if "no rule sends it up any more" in t]), 3)
+        # Upstream, the resumed session still holds cmd/edge1/#: what comes
+        # is counted, acknowledged and skipped, not stored here.
+        dev = edge2.client(4)
+        dev.connect("dev")
+        dev.subscribe("down/#", 1)
+        cmd = p.cloud.client(4)
+        cmd.connect("cmd")
+        cmd.publish("cmd/edge1/x", b"c", 1, packet_id=1)
+        p2.settle()
+        self.assertEqual(payloads(dev), [])
+        self.assertEqual(p2.bridge.dead_lettered, 4)
+        self.assertEqual(p2.bridge.received, 0)
+
+
 class TestDeadLetters(unittest.TestCase):
     def test_nats_topic_with_a_dot_does_not_block_the_rest(self):
         p = Pair(profile="nats")
@@ -281,12 +319,37 @@ class TestReconnect(unittest.TestCase):
 
 
 class TestSettings(unittest.TestCase):
+    def test_filters_overlap(self):
+        from common.bridge.settings import _overlap
+
+        for a, b, want in (
+            ("a/b", "a/b", True),
+            ("a/b", "a/c", False),
+            ("a/+", "a/b", True),
+            ("+/cmd/#", "edge1/#", True),
+            ("+/cmd/#", "edge1/up/#", False),
+            ("a/#", "a", True),  # "#" matches its parent level too
+            ("a/+/#", "a", False),
+            ("a/+", "a", False),
+            ("#", "x/y/z", True),
+            ("a/b/c", "a/+", False),
+        ):
+            self.assertEqual(_overlap(a, b), want, (a, b))
+            self.assertEqual(_overlap(b, a), want, (b, a))
+
     def test_parse_and_refuse(self):
         ok = {"name": "c", "addresses": ["h:1883"], "topic": [{"pattern": "#", "direction": "both"}]}
         (b,) = parse_bridges("t.toml", [ok])
         self.assertEqual((b.protocol, b.topics[0]["qos"], b.topics[0]["direction"]), (4, 1, "both"))
-        nats = dict(ok, profile="nats", topic=[{"pattern": "a/#", "qos": 2}])
+        nats = dict(ok, profile="nats", topic=[{"pattern": "a/#", "qos": 2, "direction": "out"}])
         self.assertEqual(parse_bridges("t.toml", [nats])[0].topics[0]["qos"], 1)  # QoS 2 downgraded
+        # Out and in apart upstream: no echo from NATS, accepted.
+        apart = [
+            {"pattern": "#", "direction": "out", "remote_prefix": "edge1/up/"},
+            {"pattern": "#", "direction": "in", "remote_prefix": "edge1/down/"},
+            {"pattern": "+/cmd", "direction": "in", "remote_prefix": "all/"},
+        ]
+        self.assertEqual(len(parse_bridges("t.toml", [dict(ok, profile="nats", topic=apart)])[0].topics), 3)
         bad = (
             (dict(ok, name=""), "name is missing"),
             (dict(ok, addresses=[]), "addresses is missing"),
@@ -296,6 +359,18 @@ class TestSettings(unittest.TestCase):
             (dict(ok, topic=[{"pattern": "a", "local_prefix": "+/"}]), "wildcards"),
             (dict(ok, profile="nats", protocol=5), "3.1.1 only"),
             (dict(ok, profile="nats", topic=[{"pattern": "a/#", "remote_prefix": "site.1/"}]), 'no "." or space'),
+            (dict(ok, profile="nats"), 'rule #1 is "both"'),
+            (
+                dict(
+                    ok,
+                    profile="nats",
+                    topic=[
+                        {"pattern": "#", "direction": "out", "remote_prefix": "edge1/"},
+                        {"pattern": "+/cmd/#", "direction": "in", "local_prefix": "cmd/"},
+                    ],
+                ),
+                "rule #1 (out, 'edge1/#') and rule #2 (in, '+/cmd/#') overlap",
+            ),
             (dict(ok, certfile="c.pem"), "go together"),
             (dict(ok, porotcol=5), "unknown key"),
         )

@@ -18,10 +18,13 @@ RULES = [
 
 
 @contextlib.contextmanager
-def edge(workdir: Path, ports: list[int], **over: Any) -> Iterator[BrokerProcess]:
+def edge(
+    workdir: Path, ports: list[int], connected: bool = True, http: dict[str, Any] | None = None, **over: Any
+) -> Iterator[BrokerProcess]:
     """Siskin bridged (up/ -> edge1/, cmd/edge1/ -> down/) to `ports` with
-    short timers; yielded once the bridge is connected, killed at the end.
-    `over`: [[bridge]] keys to change (name stays "cloud")."""
+    short timers; yielded once the bridge is connected (`connected` False:
+    once it runs), killed at the end. `over`: [[bridge]] keys to change
+    (name stays "cloud"); `http`: its [http] table."""
     table: dict[str, Any] = {
         "name": "cloud",
         "addresses": [f"127.0.0.1:{p}" for p in ports],
@@ -33,8 +36,9 @@ def edge(workdir: Path, ports: list[int], **over: Any) -> Iterator[BrokerProcess
         "topic": RULES,
     }
     table.update(over)
-    with BrokerProcess(workdir, limits={"sys_interval": 0}, bridges=[table]) as b:
-        b.wait_log("bridge cloud: connected to", 30)
+    with BrokerProcess(workdir, limits={"sys_interval": 0}, bridges=[table], http=http) as b:
+        if connected:
+            b.wait_log("bridge cloud: connected to", 30)
         yield b
         assert "Traceback" not in b.log_text(), b.log_text()
 

@@ -11,18 +11,24 @@ it back.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import require, tool_path
 from tests.host.bridge_edge import RULES, drain, edge, paho
-from tests.host.broker_proc import Paho
-from tools.bench.brokers import Mosquitto
+from tests.host.broker_proc import BrokerProcess, Paho, wait_until
+from tests.host.test_server_tls import Pki, pki
+from tools.bench.brokers import Mosquitto, free_port
 
 pytestmark = pytest.mark.interop
+__all__ = ["pki"]  # the fixture, from test_server_tls
 
 
 @pytest.fixture
@@ -152,6 +158,39 @@ def test_sys_topics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients:
         assert b"keep-alive" in values["last_error"]
 
 
+def test_prometheus_metrics_of_the_bridge(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    from tests.host.test_web import scrape
+
+    def value(samples: dict[tuple[str, Any], float], name: str) -> float:
+        return samples[(name, (("bridge", "cloud"),))]
+
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 1)
+    with edge(tmp_path, [mosquitto.port], http={"port": 0}) as siskin:
+        url = siskin.http_url()
+        dev = paho(siskin.port, clients, "dev")
+        dev.publish("up/a", b"a", 1)
+        dev.publish("up/b", b"b", 1)
+        assert [cloud_sub.get().payload for _ in range(2)] == [b"a", b"b"]
+
+        # (the upstream's PUBACKs may come after the consumer's copies)
+        def acked() -> dict[tuple[str, Any], float] | None:
+            m = scrape(url)
+            return m if value(m, "siskin_bridge_sent_total") == 2 else None
+
+        m = wait_until(acked, 5, "siskin_bridge_sent_total 2")
+        assert value(m, "siskin_bridge_connected") == 1
+        assert value(m, "siskin_bridge_dead_lettered_total") == 0
+        os.kill(mosquitto.pid, signal.SIGSTOP)  # away: what is published now waits here
+        siskin.wait_log(r"bridge cloud: connection to \S+ lost", 10)
+        for i in range(3):
+            dev.publish("up/q", b"%d" % i, 1)
+        m = scrape(url)
+        assert value(m, "siskin_bridge_connected") == 0
+        assert value(m, "siskin_bridge_queued_messages") == 3
+        assert value(m, "siskin_bridge_queued_bytes") == 3 * len("up/q0")
+
+
 def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
     # The same bridge in the MicroPython firmware (unix port, a Pico W's heap):
     # the core's client and bridge, firmware/bridge.py's streams.
@@ -190,3 +229,126 @@ def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients
         assert drain(cloud_sub, n) == [b"%d" % i for i in range(n)]
         assert board.stop() == 0
         assert "Traceback" not in board.log_text(), board.log_text()
+
+
+class Secured:
+    """A Mosquitto with, besides its plain listener (`port`, for the test's
+    clients), a mutual TLS one (`tls_port`: require_certificate, `pki`'s
+    CA) and one for user edge1 with a password (`password_port`)."""
+
+    PASSWORD = "right"
+
+    def __init__(self, workdir: Path, pki: Pki) -> None:
+        self.tls_port = free_port()
+        self.password_port = free_port()
+        passwd = workdir / "passwd"
+        tool = tool_path("mosquitto_passwd")
+        require("mosquitto_passwd", tool, "apt-get install mosquitto")
+        assert tool is not None
+        subprocess.run([tool, "-b", "-c", str(passwd), "edge1", self.PASSWORD], check=True, capture_output=True)
+        certfile, keyfile = pki.server
+        self.mosquitto = Mosquitto(
+            workdir,
+            [
+                f"listener {self.tls_port} 127.0.0.1",
+                f"cafile {pki.ca_file}",
+                f"certfile {certfile}",
+                f"keyfile {keyfile}",
+                "require_certificate true",
+                "allow_anonymous true",
+                f"listener {self.password_port} 127.0.0.1",
+                f"password_file {passwd}",
+                "allow_anonymous false",
+                "log_type notice",  # a line per refused client: attempts counted from both ends
+                # As root, Mosquitto reads the files as user mosquitto, which
+                # cannot enter pytest's private tmp: stay who we are.
+                *(["user root"] if os.geteuid() == 0 else []),
+            ],
+        )
+
+
+@pytest.fixture
+def secured(tmp_path: Path, pki: Pki) -> Iterator[Secured]:
+    require("mosquitto", Mosquitto.available(), "apt-get install mosquitto")
+    s = Secured(tmp_path, pki)
+    s.mosquitto.start()
+    yield s
+    s.mosquitto.stop()
+
+
+def test_tls_upstream_with_a_client_certificate(
+    tmp_path: Path, secured: Secured, pki: Pki, clients: list[Paho]
+) -> None:
+    port = secured.mosquitto.port
+    cloud_sub = paho(port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 2)
+    certfile, keyfile = pki.alice
+    with edge(tmp_path, [secured.tls_port], cafile=pki.ca_file, certfile=certfile, keyfile=keyfile) as siskin:
+        dev_sub = paho(siskin.port, clients, "dev-sub")
+        dev_sub.subscribe("down/#", 2)
+        dev = paho(siskin.port, clients, "dev")
+        for qos in (1, 2):
+            dev.publish(f"up/tls/{qos}", b"t%d" % qos, qos)
+            m = cloud_sub.get()
+            assert (m.topic, m.payload, m.qos) == (f"edge1/tls/{qos}", b"t%d" % qos, qos)
+        cmd = paho(port, clients, "cmd")
+        cmd.publish("cmd/edge1/tls", b"down", 2)
+        m = dev_sub.get()
+        assert (m.topic, m.payload, m.qos) == ("down/tls", b"down", 2)
+
+
+def sys_values(siskin: BrokerProcess, clients: list[Paho], done: re.Pattern[str]) -> dict[str, str]:
+    """$SYS/broker/bridge/cloud/... once `done` matches "state last_error"."""
+    watch = paho(siskin.port, clients, "watch")
+    watch.subscribe("$SYS/broker/bridge/cloud/#", 0)
+    values: dict[str, str] = {}
+    while not done.search(f"{values.get('state')} {values.get('last_error')}"):
+        m = watch.get(10)
+        values[m.topic.rsplit("/", 1)[1]] = m.payload.decode()
+    return values
+
+
+# Seconds of refusals counted: the back-off (0.2 s doubling to 1 s, half of
+# each delay random) allows at most 7 attempts in them; a tight loop, thousands.
+WINDOW = 3.0
+
+
+@pytest.mark.parametrize("case", ["wrong CA", "no client certificate", "wrong password"])
+def test_a_refused_upstream_is_logged_once_per_attempt_with_back_off(
+    tmp_path: Path, secured: Secured, pki: Pki, clients: list[Paho], case: str
+) -> None:
+    certfile, keyfile = pki.alice
+    if case == "wrong CA":  # the upstream's certificate does not chain to the bridge's cafile
+        port = secured.tls_port
+        over = {"cafile": pki.other_ca_file, "certfile": certfile, "keyfile": keyfile}
+        why = "certificate verify failed"
+    elif case == "no client certificate":  # require_certificate: Mosquitto ends the handshake
+        port = secured.tls_port
+        over = {"cafile": pki.ca_file}
+        # (TLS 1.3: the alert, or the reset when our CONNECT crossed it)
+        why = "certificate required|Connection reset by peer"
+    else:
+        port = secured.password_port
+        over = {"username": "edge1", "password": "wrong"}
+        why = re.escape("CONNACK 0x05 (not authorized)")
+    mosquitto = secured.mosquitto
+    attempt = re.compile(rf"bridge cloud: cannot connect to 127\.0\.0\.1:{port}: (.*)")
+    arrived = re.compile(rf"New connection from \S+ on port {port}\.")  # Mosquitto's line per connection
+    with edge(tmp_path, [port], connected=False, **over) as siskin:
+        values = sys_values(siskin, clients, re.compile(f"^disconnected .*({why})"))
+        assert values["address"] == "-"
+        before = len(attempt.findall(siskin.log_text()))
+        time.sleep(WINDOW)
+        lines = attempt.findall(siskin.log_text())
+        assert all(re.search(why, line) for line in lines), lines
+        assert 2 <= len(lines) - before <= 7, lines  # retried, and backing off
+        assert "bridge cloud: connected" not in siskin.log_text()
+        # One line per attempt: Mosquitto saw as many connections as the
+        # bridge logged refusals (give or take the attempt under way).
+        n = len(attempt.findall(siskin.log_text()))
+
+        def connections() -> int | None:
+            c = len(arrived.findall(mosquitto.log_tail(100_000)))
+            return c if c >= n else None
+
+        assert wait_until(connections, 5, mosquitto.log_tail) <= n + 1

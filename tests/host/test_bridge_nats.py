@@ -47,6 +47,7 @@ def test_both_ways_qos_0_1_and_a_dead_letter(tmp_path: Path, nats_single: Any, c
         dev.publish("up/after", b"after", 1)
         assert cloud_sub.get(10).payload == b"after"
         siskin.wait_log(r"dead-lettered \(1 so far\)")
+        dev_sub.get_nothing(0.5)  # out and in apart upstream: nothing sent up came back down
         cmd = paho(ports[0], clients, "cmd")
         for qos in (0, 1):
             cmd.publish(f"cmd/edge1/x/{qos}", b"c%d" % qos, qos)

@@ -150,6 +150,20 @@ def test_qos2_publish_kills_connection(nats_cluster: NatsCluster, clients: list[
     sub.get_nothing(1.0)
 
 
+def test_own_messages_come_back(nats_cluster: NatsCluster, clients: list[Paho]) -> None:
+    # A client subscribed to a topic gets its own messages on it back, once
+    # each (3.1.1 has no No Local, and NATS refuses the bridge bit). So the
+    # nats profile refuses rules that would send up into the bridge's own
+    # "in" filters: every such message would come back down.
+    c = paho(clients, nats_cluster.mqtt_ports[0], "echo")
+    c.subscribe("echo/#", 1)
+    for i in range(3):
+        c.publish(f"echo/{i}", b"mine %d" % i, qos=1)
+    got = [c.get(timeout=10) for _ in range(3)]
+    assert [(m.topic, m.payload) for m in got] == [(f"echo/{i}", b"mine %d" % i) for i in range(3)]
+    c.get_nothing(0.5)
+
+
 @pytest.mark.parametrize("topic", ["dot.ted/t", "spa ce/t"], ids=["dot", "space"])
 @pytest.mark.parametrize("qos", [0, 1])
 def test_topic_with_dot_or_space(nats_cluster: NatsCluster, topic: str, qos: int) -> None:

@@ -112,9 +112,9 @@ class BrokerProc:
             p.kill()
             p.wait(10)
 
-    def log_tail(self) -> str:
+    def log_tail(self, size: int = 2000) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-2000:]
+            return self.log_path.read_text(errors="replace")[-size:]
         except FileNotFoundError:
             return ""
 
@@ -191,6 +191,12 @@ def has_uvloop(python: str) -> bool:
 class Mosquitto(BrokerProc):
     name = "mosquitto"
 
+    def __init__(self, workdir: Path, extra: list[str] | None = None) -> None:
+        super().__init__(workdir)
+        # More config lines after the plain listener (more listeners, each
+        # with its own settings: per_listener_settings is on when given).
+        self.extra = extra or []
+
     @staticmethod
     def available() -> bool:
         return os.access(MOSQUITTO, os.X_OK)
@@ -200,6 +206,7 @@ class Mosquitto(BrokerProc):
         conf.write_text(
             "\n".join(
                 [
+                    *(["per_listener_settings true"] if self.extra else []),
                     f"listener {self.port} 127.0.0.1",
                     "allow_anonymous true",
                     "persistence false",
@@ -211,6 +218,7 @@ class Mosquitto(BrokerProc):
                     f"max_queued_messages {SISKIN_LIMITS['max_queued_messages']}",
                     f"max_queued_bytes {SISKIN_LIMITS['max_queued_bytes']}",
                     f"max_inflight_messages {SISKIN_LIMITS['max_inflight']}",
+                    *self.extra,
                     "",
                 ]
             )
