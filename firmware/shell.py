@@ -226,7 +226,7 @@ class Server:
         self.on_tick = None  # callable() run every second (watchdog feed)
         self.replay_task = None  # flushes while a retained replay goes on
         self.heap_next = 0
-        self.bridges = []  # BridgeSettings (common/bridge/settings.py); firmware/bridge.py runs them
+        self.bridges = []  # (BridgeSettings, SSLContext or None) pairs; firmware/bridge.py runs them
         self.bridge_runners = []
 
     # ---------------------------------------------------------- lifecycle
