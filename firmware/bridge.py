@@ -34,6 +34,7 @@ from common.bridge.settings import make_bridge
 from common.client.client import CONNECTED
 from common.compat import TICKS_MASK, ticks_diff
 from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
+from firmware.shell import PEER_ENDED
 
 
 def ticks():
@@ -73,9 +74,13 @@ def _close(sock):
             pass
 
 
-# errnos of a peer that closed or reset: during a TLS handshake, the upstream ended it.
-_ENDED = (32, 104)  # EPIPE, ECONNRESET
 _VERIFY_FAILED = -0x2700  # MBEDTLS_ERR_X509_CERT_VERIFY_FAILED (raised so when a read ran into it)
+
+
+def ended_handshake(how):
+    return (
+        "TLS: the upstream ended the handshake (%s; does it want a client certificate we lack, or refuse ours?)" % how
+    )
 
 
 def why_failed(e, tls, handshaking):
@@ -87,11 +92,8 @@ def why_failed(e, tls, handshaking):
     code = e.args[0] if e.args else 0
     if code == _VERIFY_FAILED:
         return "TLS: the upstream's certificate failed verification (against cafile, for the address's host)"
-    if tls and handshaking and code in _ENDED:
-        return (
-            "TLS: the upstream ended the handshake (error %s; does it want a client certificate"
-            " we lack, or refuse ours?)" % code
-        )
+    if tls and handshaking and code in PEER_ENDED:
+        return ended_handshake(e.args[1] if len(e.args) > 1 else "error %s" % code)
     if len(e.args) > 1:
         return "TLS error %s (%s)" % (code, e.args[1])  # mbedTLS's code and text
     return "error %s" % e
@@ -183,7 +185,7 @@ class BridgeRunner:
                     continue
                 if not data:
                     if handshaking:
-                        why = "TLS: the upstream closed during the handshake"
+                        why = ended_handshake("closed")
                     break
                 handshaking = False
                 core.up.data_received(data, ticks())
