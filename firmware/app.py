@@ -10,7 +10,6 @@
 # is how the tests run the firmware.
 
 import asyncio
-import gc
 import os
 import sys
 import time
@@ -74,65 +73,19 @@ def build(argv, root):
         driver.restore(int(time.time()))
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
     server.on_tick = feed
-    upstreams = 0
     if cfg["bridge"]:
-        # (Imported here, not at the first connection: its code is in the
-        # heap before the TLS room is measured.)
-        from firmware.bridge import upstream_context
+        # (Loaded here, not at the first connection: the bridge's code is in
+        # the heap before the TLS room is measured.)
+        from firmware.bridge import with_contexts
 
-        server.bridges = [(b, upstream_context(b)) for b in cfg["bridge"]]
-        upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
+        server.bridges = with_contexts(cfg["bridge"])
+    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
     if tls is not None or upstreams:
+        from firmware.tls import check_tls_room  # (TLS only: RAM)
+
         check_tls_room(settings.max_connections, len(server.slots) if tls is not None else 0, upstreams, log)
     log_security(driver.broker, server.loopback, cfg["host"], log)
     return server, log
-
-
-# Heap one TLS client takes at its handshake's peak, measured on the unix
-# port by tools/tls_ram.py (docs/boards.md, "TLS"): mbedTLS's record
-# buffers (16 KB in, 4 KB out) and session, 23,010 B; its handshake, 1,618 B
-# more while it runs; the SSLSocket in the MicroPython heap, 536 B. A
-# bridge's TLS upstream session (docs/bridge.md, "On the boards"): the same
-# 23,036 B once connected, but 4,404 B more during its handshake (the client
-# parses and verifies the upstream's certificate): 28 KB at the peak. With
-# TLS bridges every TLS connection is counted at that figure.
-TLS_CLIENT_BYTES = 25 * 1024
-TLS_UPSTREAM_BYTES = 28 * 1024
-TLS_BIGGEST_BLOCK = 16 * 1024 + 400  # the input record buffer (MBEDTLS_SSL_IN_CONTENT_LEN + its header)
-
-
-def check_tls_room(max_connections, slots, upstreams, log):
-    """Refuse TLS at start-up on a board that cannot hold its TLS bridges
-    (`upstreams`, one session each) and one TLS client (`slots`: the
-    listener's, 0 without TLS there); say how many it holds (per board,
-    measured now, among the pools)."""
-    per = TLS_UPSTREAM_BYTES if upstreams else TLS_CLIENT_BYTES
-    room, heap = board.tls_room(per, TLS_BIGGEST_BLOCK, slots + upstreams)
-    free = gc.mem_free() // 1024
-    if room < upstreams:
-        raise ConfigError(
-            "bridge: a TLS upstream session needs about %d KB (mbedTLS buffers and handshake; one block of %d KB) of"
-            " the %s, which has %d KB free after start-up: room for %d of the %d TLS bridge(s). Freeze the code into"
-            " the firmware or lower the limits (docs/boards.md), or bridge over plain TCP (no tls, cafile, certfile)"
-            % (per // 1024, TLS_BIGGEST_BLOCK // 1024, heap, free, room, upstreams)
-        )
-    if upstreams:
-        log.log(20, "TLS: %d bridge upstream(s), about %d KB each of the %s" % (upstreams, per // 1024, heap))
-        room -= upstreams
-    if not slots:
-        return
-    if room < 1:
-        raise ConfigError(
-            "certfile: a TLS client needs about %d KB (mbedTLS buffers and handshake; one block of %d KB) of the %s,"
-            " which has %d KB free after start-up%s: not even one fits. Freeze the code into the firmware or lower the"
-            " limits (docs/boards.md), or serve plain MQTT (no certfile)"
-            % (per // 1024, TLS_BIGGEST_BLOCK // 1024, heap, free, " and the TLS bridges' room" if upstreams else "")
-        )
-    log.log(
-        20 if room >= slots else 30,
-        "TLS: about %d KB per client of the %s: room for %s TLS connection(s) (%d sockets: %d clients + refusals)"
-        % (per // 1024, heap, room if room < slots else "all %d" % room, slots, max_connections),
-    )
 
 
 def log_security(broker, loopback, host, log):

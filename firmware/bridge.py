@@ -20,8 +20,9 @@
 # system CA store) with the address's host as the name to match (SNI too).
 # A failure is logged by the core with its reason, kept in $SYS last_error,
 # and retried with the back-off. The contexts are made at start-up
-# (upstream_context, from firmware/app.py build: a bad file stops the board
-# at the REPL, and the RAM check counts each TLS upstream).
+# (with_contexts, from firmware/app.py build: a bad file stops the board at
+# the REPL, and the RAM check counts each TLS upstream). The TLS-only code
+# is firmware/tls.py, loaded only when TLS is configured.
 
 import asyncio
 import os
@@ -33,32 +34,24 @@ from common.bridge.link import Link
 from common.bridge.settings import make_bridge
 from common.client.client import CONNECTED
 from common.compat import TICKS_MASK, ticks_diff
-from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
-from firmware.shell import PEER_ENDED
 
 
 def ticks():
     return time.ticks_ms() & TICKS_MASK
 
 
-def upstream_context(b):
-    """The ssl.SSLContext for bridge `b`'s upstream (a BridgeSettings), or None
-    for plain TCP; ConfigError for a file mbedTLS refuses or a missing cafile."""
-    if not (b.tls or b.cafile or b.certfile):
-        return None
-    if not b.cafile:
-        raise ConfigError(
-            "bridge %s: TLS to the upstream needs cafile on a board (it has no system CA store): the DER"
-            " certificate of the CA the upstream's certificate chains to (tools/deploy converts PEM)" % b.name
-        )
-    import ssl
+def with_contexts(bridges):
+    """(BridgeSettings, ssl.SSLContext or None) pairs, at start-up; the TLS
+    code (firmware/tls.py) is loaded only for a bridge that uses TLS."""
+    out = []
+    for b in bridges:
+        ctx = None
+        if b.tls or b.cafile or b.certfile:
+            from firmware.tls import upstream_context
 
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    load_ca(ctx, b.cafile)
-    ctx.verify_mode = ssl.CERT_REQUIRED  # (this build's client default is CERT_NONE)
-    if b.certfile:
-        load_cert_chain(ctx, b.certfile, b.keyfile)
-    return ctx
+            ctx = upstream_context(b)
+        out.append((b, ctx))
+    return out
 
 
 def _writable(sock):
@@ -74,28 +67,14 @@ def _close(sock):
             pass
 
 
-_VERIFY_FAILED = -0x2700  # MBEDTLS_ERR_X509_CERT_VERIFY_FAILED (raised so when a read ran into it)
-
-
-def ended_handshake(how):
-    return (
-        "TLS: the upstream ended the handshake (%s; does it want a client certificate we lack, or refuse ours?)" % how
-    )
-
-
 def why_failed(e, tls, handshaking):
     """The reason of a failed connection, in words for the log and $SYS."""
     if isinstance(e, asyncio.TimeoutError):
         return "timed out"
-    if isinstance(e, ValueError):  # mbedTLS's verification result, in its words
-        return "TLS: the upstream's certificate failed verification: " + " ".join(str(e).split())
-    code = e.args[0] if e.args else 0
-    if code == _VERIFY_FAILED:
-        return "TLS: the upstream's certificate failed verification (against cafile, for the address's host)"
-    if tls and handshaking and code in PEER_ENDED:
-        return ended_handshake(e.args[1] if len(e.args) > 1 else "error %s" % code)
-    if len(e.args) > 1:
-        return "TLS error %s (%s)" % (code, e.args[1])  # mbedTLS's code and text
+    if tls:
+        from firmware.tls import upstream_failure
+
+        return upstream_failure(e, handshaking)
     return "error %s" % e
 
 
@@ -185,6 +164,8 @@ class BridgeRunner:
                     continue
                 if not data:
                     if handshaking:
+                        from firmware.tls import ended_handshake
+
                         why = ended_handshake("closed")
                     break
                 handshaking = False
