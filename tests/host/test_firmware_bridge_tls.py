@@ -193,18 +193,18 @@ def test_a_refused_tls_upstream_backs_off(
         before = len(attempt.findall(board.log_text()))
         time.sleep(WINDOW)
         lines = attempt.findall(board.log_text())
-        assert all(line.startswith(why) for line in lines), lines
-        assert 2 <= len(lines) - before <= 7, lines  # retried, and backing off
+        assert all(line.startswith(why) for line in lines), board.log_text()
+        assert 2 <= len(lines) - before <= 7, board.log_text()  # retried, and backing off
         assert "bridge cloud: connected" not in board.log_text()
         # One attempt per line: Mosquitto saw as many connections (give or
         # take the one under way), and the board's sockets are closed.
         n = len(attempt.findall(board.log_text()))
         seen = len(arrived.findall(mosquitto.log_path.read_text(errors="replace")))
-        assert n - 1 <= seen <= n + 1, (n, seen)
+        assert n - 1 <= seen <= n + 1, (n, seen, board.log_text())
         assert board.proc is not None
         fds = len(os.listdir(f"/proc/{board.proc.pid}/fd"))
-        time.sleep(2)
-        assert len(os.listdir(f"/proc/{board.proc.pid}/fd")) <= fds  # no socket left open per attempt
+        time.sleep(2)  # two attempts at least; one may be under way at either count
+        assert len(os.listdir(f"/proc/{board.proc.pid}/fd")) <= fds + 1  # no socket left open per attempt
         assert board.alive()
         assert board.stop() == 0
         assert "Traceback" not in board.log_text(), board.log_text()
