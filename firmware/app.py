@@ -10,7 +10,6 @@
 # is how the tests run the firmware.
 
 import asyncio
-import gc
 import os
 import sys
 import time
@@ -74,37 +73,19 @@ def build(argv, root):
         driver.restore(int(time.time()))
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
     server.on_tick = feed
-    server.bridges = cfg["bridge"]
-    if tls is not None:
-        check_tls_room(settings.max_connections, len(server.slots), log)
+    if cfg["bridge"]:
+        # (Loaded here, not at the first connection: the bridge's code is in
+        # the heap before the TLS room is measured.)
+        from firmware.bridge import with_contexts
+
+        server.bridges = with_contexts(cfg["bridge"])
+    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
+    if tls is not None or upstreams:
+        from firmware.tls import check_tls_room  # (TLS only: RAM)
+
+        check_tls_room(settings.max_connections, len(server.slots) if tls is not None else 0, upstreams, log)
     log_security(driver.broker, server.loopback, cfg["host"], log)
     return server, log
-
-
-# Heap one TLS client takes at its handshake's peak, measured on the unix
-# port by tools/tls_ram.py (docs/boards.md, "TLS"): mbedTLS's record
-# buffers (16 KB in, 4 KB out) and session, 23,010 B; its handshake, 1,618 B
-# more while it runs; the SSLSocket in the MicroPython heap, 536 B.
-TLS_CLIENT_BYTES = 25 * 1024
-TLS_BIGGEST_BLOCK = 16 * 1024 + 400  # the input record buffer (MBEDTLS_SSL_IN_CONTENT_LEN + its header)
-
-
-def check_tls_room(max_connections, slots, log):
-    """Refuse TLS at start-up on a board that cannot hold one TLS client;
-    say how many it holds (per board, measured now, among the pools)."""
-    room, heap = board.tls_room(TLS_CLIENT_BYTES, TLS_BIGGEST_BLOCK, slots)
-    if room < 1:
-        raise ConfigError(
-            "certfile: a TLS client needs about %d KB (mbedTLS buffers and handshake; one block of %d KB) of the %s,"
-            " which has %d KB free after start-up: not even one fits. Freeze the code into the firmware or lower the"
-            " limits (docs/boards.md), or serve plain MQTT (no certfile)"
-            % (TLS_CLIENT_BYTES // 1024, TLS_BIGGEST_BLOCK // 1024, heap, gc.mem_free() // 1024)
-        )
-    log.log(
-        20 if room >= slots else 30,
-        "TLS: about %d KB per client of the %s: room for %s TLS connection(s) (%d sockets: %d clients + refusals)"
-        % (TLS_CLIENT_BYTES // 1024, heap, room if room < slots else "all %d" % room, slots, max_connections),
-    )
 
 
 def log_security(broker, loopback, host, log):

@@ -206,24 +206,34 @@ def load_tls(cfg, path="device config"):
     import ssl
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    load_cert_chain(ctx, cfg["certfile"], cfg["keyfile"])
+    if cfg["cafile"] is not None:
+        load_ca(ctx, cfg["cafile"])
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def load_cert_chain(ctx, certfile, keyfile):
+    """A DER certificate and its key into `ctx`; ConfigError naming the files."""
     try:
-        ctx.load_cert_chain(_read_bytes(cfg["certfile"]), _read_bytes(cfg["keyfile"]))
+        ctx.load_cert_chain(_read_bytes(certfile), _read_bytes(keyfile))
     except ValueError as e:  # "invalid cert" / "invalid key"
         raise ConfigError(
             "certfile %s / keyfile %s: mbedTLS refused them (%s); give a DER certificate and its unencrypted DER"
             " key (tools/deploy --certfile CERT.pem --keyfile KEY.pem converts PEM files)"
-            % (cfg["certfile"], cfg["keyfile"], e.args[0] if e.args else e)
+            % (certfile, keyfile, e.args[0] if e.args else e)
         )
-    if cfg["cafile"] is not None:
-        try:
-            ctx.load_verify_locations(cadata=_read_bytes(cfg["cafile"]))
-        except ValueError as e:
-            raise ConfigError(
-                "cafile %s: mbedTLS refused it (%s); give one DER CA certificate (tools/deploy --cafile converts PEM)"
-                % (cfg["cafile"], e.args[0] if e.args else e)
-            )
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
+
+
+def load_ca(ctx, cafile):
+    """The one DER CA certificate `ctx` verifies the peer against; ConfigError naming the file."""
+    try:
+        ctx.load_verify_locations(cadata=_read_bytes(cafile))
+    except ValueError as e:
+        raise ConfigError(
+            "cafile %s: mbedTLS refused it (%s); give one DER CA certificate (tools/deploy --cafile converts PEM)"
+            % (cafile, e.args[0] if e.args else e)
+        )
 
 
 def _read_bytes(path):

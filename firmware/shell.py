@@ -180,7 +180,7 @@ def peer_address(addr):
 
 # mbedTLS error codes (negative) and errnos -> why a handshake failed.
 _NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
-_CLIENT_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
+PEER_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
 _CERT_REFUSED = (-0x2700, -0x7A00, -0x6C00, -0x7480)  # X509 verify failed, bad cert, handshake failure, none
 
 
@@ -192,7 +192,7 @@ def tls_failure(error, timeout):
     name = " (%s)" % error.args[1] if len(error.args) > 1 else " (%d)" % code
     if code in _NOT_TLS:
         return "the client does not speak TLS (plain MQTT to the TLS port?)" + name
-    if code in _CLIENT_ENDED:
+    if code in PEER_ENDED:
         return "the client ended the handshake (an alert, or closed); check that it trusts the certificate" + name
     if code in _CERT_REFUSED:
         return "the client certificate was refused or missing (require_certificate)" + name
@@ -226,7 +226,7 @@ class Server:
         self.on_tick = None  # callable() run every second (watchdog feed)
         self.replay_task = None  # flushes while a retained replay goes on
         self.heap_next = 0
-        self.bridges = []  # BridgeSettings (common/bridge/settings.py); firmware/bridge.py runs them
+        self.bridges = []  # (BridgeSettings, SSLContext or None) pairs; firmware/bridge.py runs them
         self.bridge_runners = []
 
     # ---------------------------------------------------------- lifecycle

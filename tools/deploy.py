@@ -15,7 +15,8 @@ the serial REPL:
         + cp CONFIG :siskin.json
         + cp CERT.der :/siskin.crt ...                      (--certfile/--keyfile/--cafile:
                                                               converted to DER, copied where
-                                                              the config's keys say)
+                                                              the config's keys say; a
+                                                              bridge's: --bridge-file)
         + reset | soft-reset                                 (--reset)
 
 --settings pushes the settings only, not the code: the device config and
@@ -85,11 +86,12 @@ def check_config(path: Path, board: str) -> None:
 TLS_FILES = ("certfile", "keyfile", "cafile")
 
 
-def der_files(sources: dict[str, Path], out: Path) -> dict[str, Path]:
+def der_files(sources: dict[str, Path], out: Path, option: str = "--") -> dict[str, Path]:
     """The TLS files as the boards read them: DER (MicroPython's mbedTLS
     builds do not all parse PEM, and DER is smaller to hold while loading).
     A PEM or DER certificate, one CA certificate, an unencrypted PEM/DER key
-    that belongs to the certificate; SystemExit with the reason otherwise."""
+    that belongs to the certificate; SystemExit with the reason otherwise
+    (naming the option as `option` + key)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
@@ -100,16 +102,16 @@ def der_files(sources: dict[str, Path], out: Path) -> dict[str, Path]:
         try:
             data = src.read_bytes()
         except OSError as e:
-            raise SystemExit(f"deploy: --{key} {src}: {e.strerror or e}") from None
+            raise SystemExit(f"deploy: {option}{key} {src}: {e.strerror or e}") from None
         if key == "keyfile":
             try:
                 pem = b"-----BEGIN" in data
                 load = serialization.load_pem_private_key if pem else serialization.load_der_private_key
                 private = load(data, password=None)
             except TypeError:
-                raise SystemExit(f"deploy: --keyfile {src}: the key is encrypted; give it unencrypted") from None
+                raise SystemExit(f"deploy: {option}keyfile {src}: the key is encrypted; give it unencrypted") from None
             except ValueError as e:
-                raise SystemExit(f"deploy: --keyfile {src}: not a private key ({e})") from None
+                raise SystemExit(f"deploy: {option}keyfile {src}: not a private key ({e})") from None
             fmt = serialization.PrivateFormat.PKCS8
             blob = private.private_bytes(der, fmt, serialization.NoEncryption())
         else:
@@ -120,10 +122,10 @@ def der_files(sources: dict[str, Path], out: Path) -> dict[str, Path]:
                     else [x509.load_der_x509_certificate(data)]
                 )
             except ValueError as e:
-                raise SystemExit(f"deploy: --{key} {src}: not a certificate ({e})") from None
+                raise SystemExit(f"deploy: {option}{key} {src}: not a certificate ({e})") from None
             if key == "cafile" and len(found) > 1:
                 raise SystemExit(
-                    f"deploy: --cafile {src}: {len(found)} certificates; a board trusts one CA (DER holds one)"
+                    f"deploy: {option}cafile {src}: {len(found)} certificates; a board trusts one CA (DER holds one)"
                 )
             certs[key] = found[0]  # certfile: the leaf (a chain's intermediates are not sent by the board)
             blob = found[0].public_bytes(der)
@@ -135,9 +137,38 @@ def der_files(sources: dict[str, Path], out: Path) -> dict[str, Path]:
         public = serialization.load_der_private_key(made["keyfile"].read_bytes(), None).public_key()
         if public.public_bytes(der, spki) != certs["certfile"].public_key().public_bytes(der, spki):
             raise SystemExit(
-                f"deploy: --keyfile {sources['keyfile']} is not the private key of --certfile {sources['certfile']}"
+                f"deploy: {option}keyfile {sources['keyfile']} is not the private key of {option}certfile"
+                f" {sources['certfile']}"
             )
     return made
+
+
+def bridge_files(specs: list[str], config: Path, out: Path) -> dict[str, tuple[Path, str]]:
+    """--bridge-file NAME.KEY=FILE: each converted to DER (der_files, a
+    bridge's files checked together), with the path the config's bridge
+    NAME gives KEY on the board; SystemExit for a spec that names nothing."""
+    per_bridge: dict[str, dict[str, Path]] = {}
+    for spec in specs:
+        target, _, local = spec.partition("=")
+        name, _, key = target.rpartition(".")
+        if not local or not name or key not in TLS_FILES:
+            raise SystemExit(f"deploy: --bridge-file {spec!r}: wants NAME.KEY=FILE, KEY one of {', '.join(TLS_FILES)}")
+        per_bridge.setdefault(name, {})[key] = Path(local)
+    if not per_bridge:
+        return {}
+    bridges = {b.get("name"): b for b in json.loads(config.read_text()).get("bridge", []) if isinstance(b, dict)}
+    files = {}
+    for name, sources in per_bridge.items():
+        for key in sources:
+            if not bridges.get(name, {}).get(key):
+                raise SystemExit(
+                    f"deploy: --bridge-file {name}.{key} given but {config} has no bridge {name!r} with {key!r}"
+                    " (where the board reads it)"
+                )
+        (out / name).mkdir()
+        made = der_files(sources, out / name, f"--bridge-file {name}.")
+        files.update({f"{name}.{key}": (made[key], bridges[name][key]) for key in sources})
+    return files
 
 
 def command(
@@ -197,6 +228,14 @@ def main(argv: list[str] | None = None) -> int:
             type=Path,
             help=f"PEM or DER file to install, as DER, where the config's {key!r} says (TLS; docs/security.md)",
         )
+    ap.add_argument(
+        "--bridge-file",
+        action="append",
+        default=[],
+        metavar="NAME.KEY=FILE",
+        help="a bridge's TLS file (KEY: cafile, certfile or keyfile of the bridge named NAME), PEM or DER, to install"
+        " as DER where that bridge's KEY in the config says (docs/bridge.md); repeat for each",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the mpremote command, do not run it")
     args = ap.parse_args(argv)
     dist = Path(args.dist) if args.dist else REPO_ROOT / "dist" / args.board
@@ -212,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(f"deploy: --{key} given but {config} sets no {key!r} (where the board reads it)")
             made = der_files(sources, Path(tmp))
             files = {key: (made[key], remote[key]) for key in sources}
+        files.update(bridge_files(args.bridge_file, config, Path(tmp)))
         cmd = command(args.port, dist, config, args.reset, args.resume, args.remote_dir, files, args.settings)
         print(f"(cd {shlex.quote(str(dist))} && {shlex.join(cmd)})")
         if args.dry_run:

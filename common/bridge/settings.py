@@ -20,9 +20,9 @@ BRIDGE = (
     ("username", None, K_STR, None, None),  # upstream user name (not set: none)
     ("password", None, K_STR, None, None),  # upstream password (not set: none)
     ("tls", False, K_BOOL, None, None),  # TLS to the upstream (on by itself when cafile is set)
-    ("cafile", "", K_STR, None, None),  # PEM: the CA the upstream's certificate chains to ("" = the system's)
-    ("certfile", "", K_STR, None, None),  # PEM: our client certificate (mutual TLS)
-    ("keyfile", "", K_STR, None, None),  # PEM: its private key
+    ("cafile", "", K_STR, None, None),  # PEM (boards: DER, required): the upstream's CA ("" = the system's)
+    ("certfile", "", K_STR, None, None),  # PEM (boards: DER): our client certificate (mutual TLS)
+    ("keyfile", "", K_STR, None, None),  # PEM (boards: DER): its private key
     ("protocol", 4, K_INT, 4, 5),  # MQTT level to the upstream: 4 (3.1.1) or 5
     (
         "bridge_bit",

@@ -166,11 +166,7 @@ def test_deploy_to_stand_in_board_then_boot_it(board: StandInBoard, tmp_path: Pa
 def test_deploy_dry_run_names_the_port_and_refuses_a_wrong_config(tmp_path: Path) -> None:
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"board": "esp32"}))
-    dist = tmp_path / "dist"
-    for name in ("common", "firmware", "boards"):
-        (dist / name).mkdir(parents=True)
-    for name in ("main.py", "boot.py"):
-        (dist / name).write_text("")
+    dist = fake_dist(tmp_path)
     ok = tool(
         "deploy",
         "--board",
@@ -205,6 +201,31 @@ def test_deploy_dry_run_names_the_port_and_refuses_a_wrong_config(tmp_path: Path
     assert bad.returncode != 0 and "max_conections" in bad.stderr
 
 
+def fake_dist(tmp_path: Path) -> Path:
+    """A dist/<board>/ with the names tools/deploy checks for (empty)."""
+    dist = tmp_path / "dist"
+    for name in ("common", "firmware", "boards"):
+        (dist / name).mkdir(parents=True)
+    for name in ("main.py", "boot.py"):
+        (dist / name).write_text("")
+    return dist
+
+
+def tls_deploy(tmp_path: Path, config: Path) -> tuple[str, ...]:
+    """The tools/deploy arguments for `config` to an ESP32, a fake dist."""
+    return (
+        "deploy",
+        "--board",
+        "esp32",
+        "--dist",
+        str(fake_dist(tmp_path)),
+        "--port",
+        "/dev/ttyUSB7",
+        "--config",
+        str(config),
+    )
+
+
 def test_deploy_converts_the_tls_files_to_der(tmp_path: Path) -> None:
     import trustme
 
@@ -218,12 +239,7 @@ def test_deploy_converts_the_tls_files_to_der(tmp_path: Path) -> None:
     two_cas.write_bytes(ca.cert_pem.bytes() + trustme.CA().cert_pem.bytes())
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"board": "esp32", "certfile": "/siskin.crt", "keyfile": "/siskin.key"}))
-    dist = tmp_path / "dist"
-    for name in ("common", "firmware", "boards"):
-        (dist / name).mkdir(parents=True)
-    for name in ("main.py", "boot.py"):
-        (dist / name).write_text("")
-    base = ("deploy", "--board", "esp32", "--dist", str(dist), "--port", "/dev/ttyUSB7", "--config", str(config))
+    base = tls_deploy(tmp_path, config)
     ok = tool(*base, "--certfile", str(pem["cert"]), "--keyfile", str(pem["key"]), "--dry-run")
     assert ok.returncode == 0, ok.stderr
     assert "certfile.der :/siskin.crt + cp " in ok.stdout and "keyfile.der :/siskin.key + reset)" in ok.stdout
@@ -238,3 +254,43 @@ def test_deploy_converts_the_tls_files_to_der(tmp_path: Path) -> None:
     config.write_text(json.dumps({"board": "esp32", "cafile": "/ca.der", "require_certificate": True}))
     bad = tool(*base, "--cafile", str(two_cas), "--dry-run")
     assert bad.returncode != 0 and "2 certificates; a board trusts one CA" in bad.stderr, bad.stderr
+
+
+def test_deploy_installs_a_bridges_tls_files(tmp_path: Path) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    leaf, other = ca.issue_cert(common_name="edge-7"), ca.issue_cert(common_name="edge-8")
+    pem = {"ca": tmp_path / "ca.pem", "cert": tmp_path / "edge.pem", "key": tmp_path / "edge.key"}
+    ca.cert_pem.write_to_path(str(pem["ca"]))
+    leaf.cert_chain_pems[0].write_to_path(str(pem["cert"]))
+    leaf.private_key_pem.write_to_path(str(pem["key"]))
+    other_key = tmp_path / "other.key"
+    other.private_key_pem.write_to_path(str(other_key))
+    bridge = {
+        "name": "cloud",
+        "addresses": ["mqtt.example.com:8883"],
+        "cafile": "/up-ca.der",
+        "certfile": "/edge.der",
+        "keyfile": "/edge.key.der",
+        "topic": [{"pattern": "#"}],
+    }
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"board": "esp32", "bridge": [bridge]}))
+    base = tls_deploy(tmp_path, config)
+    files = [f"cloud.cafile={pem['ca']}", f"cloud.certfile={pem['cert']}", f"cloud.keyfile={pem['key']}"]
+    ok = tool(*base, *[a for f in files for a in ("--bridge-file", f)], "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    for der, remote in (("cafile", "/up-ca.der"), ("certfile", "/edge.der"), ("keyfile", "/edge.key.der")):
+        assert f"/cloud/{der}.der :{remote} " in ok.stdout, ok.stdout
+    cases = [
+        (("--bridge-file", f"cloud.pem={pem['ca']}"), "wants NAME.KEY=FILE"),
+        (("--bridge-file", f"edge.cafile={pem['ca']}"), "has no bridge 'edge' with 'cafile'"),
+        (
+            ("--bridge-file", f"cloud.certfile={pem['cert']}", "--bridge-file", f"cloud.keyfile={other_key}"),
+            f"--bridge-file cloud.keyfile {other_key} is not the private key of --bridge-file cloud.certfile",
+        ),
+    ]
+    for args, words in cases:
+        bad = tool(*base, *args, "--dry-run")
+        assert bad.returncode != 0 and words in bad.stderr, bad.stderr

@@ -1,0 +1,100 @@
+# TLS on a board, the parts only a board with TLS loads (RAM): the start-up
+# check that its TLS connections fit (firmware/app.py), and a bridge's
+# client context and failure reasons (firmware/bridge.py; the listener's
+# server context is firmware/boardcfg.py load_tls, its reasons
+# firmware/shell.py tls_failure).
+
+import gc
+
+from firmware import board
+from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
+from firmware.shell import PEER_ENDED
+
+# Heap one TLS client takes at its handshake's peak, measured on the unix
+# port by tools/tls_ram.py (docs/boards.md, "TLS"): mbedTLS's record
+# buffers (16 KB in, 4 KB out) and session, 23,010 B; its handshake, 1,618 B
+# more while it runs; the SSLSocket in the MicroPython heap, 536 B. A
+# bridge's TLS upstream session (docs/bridge.md, "On the boards"): the same
+# 23,036 B once connected, but 4,404 B more during its handshake (the client
+# parses and verifies the upstream's certificate): 28 KB at the peak. With
+# TLS bridges every TLS connection is counted at that figure.
+TLS_CLIENT_BYTES = 25 * 1024
+TLS_UPSTREAM_BYTES = 28 * 1024
+TLS_BIGGEST_BLOCK = 16 * 1024 + 400  # the input record buffer (MBEDTLS_SSL_IN_CONTENT_LEN + its header)
+
+
+def check_tls_room(max_connections, slots, upstreams, log):
+    """Refuse TLS at start-up on a board that cannot hold its TLS bridges
+    (`upstreams`, one session each) and one TLS client (`slots`: the
+    listener's, 0 without TLS there); say how many it holds (per board,
+    measured now, among the pools)."""
+    per = TLS_UPSTREAM_BYTES if upstreams else TLS_CLIENT_BYTES
+    room, heap = board.tls_room(per, TLS_BIGGEST_BLOCK, slots + upstreams)
+    free = gc.mem_free() // 1024
+    if room < upstreams:
+        raise ConfigError(
+            "bridge: a TLS upstream session needs about %d KB (mbedTLS buffers and handshake; one block of %d KB) of"
+            " the %s, which has %d KB free after start-up: room for %d of the %d TLS bridge(s). Freeze the code into"
+            " the firmware or lower the limits (docs/boards.md), or bridge over plain TCP (no tls, cafile, certfile)"
+            % (per // 1024, TLS_BIGGEST_BLOCK // 1024, heap, free, room, upstreams)
+        )
+    if upstreams:
+        log.log(20, "TLS: %d bridge upstream(s), about %d KB each of the %s" % (upstreams, per // 1024, heap))
+        room -= upstreams
+    if not slots:
+        return
+    if room < 1:
+        raise ConfigError(
+            "certfile: a TLS client needs about %d KB (mbedTLS buffers and handshake; one block of %d KB) of the %s,"
+            " which has %d KB free after start-up%s: not even one fits. Freeze the code into the firmware or lower the"
+            " limits (docs/boards.md), or serve plain MQTT (no certfile)"
+            % (per // 1024, TLS_BIGGEST_BLOCK // 1024, heap, free, " and the TLS bridges' room" if upstreams else "")
+        )
+    log.log(
+        20 if room >= slots else 30,
+        "TLS: about %d KB per client of the %s: room for %s TLS connection(s) (%d sockets: %d clients + refusals)"
+        % (per // 1024, heap, room if room < slots else "all %d" % room, slots, max_connections),
+    )
+
+
+def upstream_context(b):
+    """The ssl.SSLContext for bridge `b`'s upstream (a BridgeSettings), or None
+    for plain TCP; ConfigError for a file mbedTLS refuses or a missing cafile."""
+    if not (b.tls or b.cafile or b.certfile):
+        return None
+    if not b.cafile:
+        raise ConfigError(
+            "bridge %s: TLS to the upstream needs cafile on a board (it has no system CA store): the DER"
+            " certificate of the CA the upstream's certificate chains to (tools/deploy converts PEM)" % b.name
+        )
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    load_ca(ctx, b.cafile)
+    ctx.verify_mode = ssl.CERT_REQUIRED  # (this build's client default is CERT_NONE)
+    if b.certfile:
+        load_cert_chain(ctx, b.certfile, b.keyfile)
+    return ctx
+
+
+_VERIFY_FAILED = -0x2700  # MBEDTLS_ERR_X509_CERT_VERIFY_FAILED (raised so when a read ran into it)
+
+
+def ended_handshake(how):
+    return (
+        "TLS: the upstream ended the handshake (%s; does it want a client certificate we lack, or refuse ours?)" % how
+    )
+
+
+def upstream_failure(e, handshaking):
+    """Why a bridge's TLS connection failed (`e`: OSError or ValueError), in words."""
+    if isinstance(e, ValueError):  # mbedTLS's verification result, in its words
+        return "TLS: the upstream's certificate failed verification: " + " ".join(str(e).split())
+    code = e.args[0] if e.args else 0
+    if code == _VERIFY_FAILED:
+        return "TLS: the upstream's certificate failed verification (against cafile, for the address's host)"
+    if handshaking and code in PEER_ENDED:
+        return ended_handshake(e.args[1] if len(e.args) > 1 else "error %s" % code)
+    if len(e.args) > 1:
+        return "TLS error %s (%s)" % (code, e.args[1])  # mbedTLS's code and text
+    return "error %s" % e

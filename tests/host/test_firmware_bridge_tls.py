@@ -1,0 +1,234 @@
+"""A board's bridge over TLS (firmware/bridge.py): the firmware under the
+MicroPython unix port (mbedTLS 3.6, as on the boards) bridged to a real
+Mosquitto with TLS listeners. The certificates are made here by trustme:
+Mosquitto reads PEM, the board DER (converted by tools.deploy.der_files, as
+tools/deploy installs them). Messages go both ways over TLS, with and
+without a client certificate (Mosquitto's require_certificate); a wrong CA
+and a missing client certificate are logged once per attempt with the
+reason, retried with back-off (attempts counted), and say so in $SYS
+last_error; bad TLS settings and a heap without room stop the start-up."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import require
+from tests.host.bridge_edge import RULES, drain, paho
+from tests.host.broker_proc import Paho
+from tests.host.test_firmware_tls import TLS_HEAP, BoardPki, start_error
+from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess, micropython
+from tools.bench.brokers import Mosquitto, free_port
+from tools.deploy import der_files
+
+pytestmark = pytest.mark.interop
+
+# A TLS listener and a TLS bridge: at TLS_HEAP (600K) the bridge's code leaves the
+# heap with room for the upstream and one 16 KB block only (299 KB free, scattered);
+# at 700K every slot has room too.
+BOTH_HEAP = "700K"
+
+
+class UpstreamPki(BoardPki):
+    """BoardPki's CA and certificates, plus in DER what a bridge reads: its
+    client certificate and key, and another CA (the wrong one)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.root = root
+        sources = {"certfile": self.client_pem[0], "keyfile": self.client_pem[1]}
+        (root / "bridge").mkdir()
+        self.der.update({"bridge_" + k: str(v) for k, v in der_files(sources, root / "bridge").items()})
+        (root / "other").mkdir()
+        self.der["other_ca"] = str(der_files({"cafile": self.other_ca_pem}, root / "other")["cafile"])
+
+
+class TlsMosquitto(Mosquitto):
+    """Mosquitto with its plain listener (`port`: the test's clients) and two
+    TLS ones with the board certificate of `pki` (localhost, 127.0.0.1):
+    `tls_port`, and `mutual_port` with require_certificate (`pki`'s CA)."""
+
+    def __init__(self, workdir: Path, pki: UpstreamPki) -> None:
+        super().__init__(workdir)
+        self.pki = pki
+        self.tls_port = free_port()
+        self.mutual_port = free_port()
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        conf = self.workdir / "mosquitto.conf"
+        root = self.pki.root
+        files = [f"cafile {self.pki.ca_pem}", f"certfile {root / 'board.crt.pem'}", f"keyfile {root / 'board.key.pem'}"]
+        extra = [
+            f"listener {self.tls_port} 127.0.0.1",
+            *files,
+            "allow_anonymous true",
+            f"listener {self.mutual_port} 127.0.0.1",
+            *files,
+            "require_certificate true",
+            "allow_anonymous true",
+            "log_type notice",  # a line per connection: attempts counted from both ends
+            # As root, Mosquitto reads the files as user mosquitto, which
+            # cannot enter pytest's private tmp: stay who we are.
+            *(["user root"] if os.geteuid() == 0 else []),
+        ]
+        # per_listener_settings before the listeners: each has its own.
+        conf.write_text("per_listener_settings true\n" + conf.read_text() + "\n".join(extra) + "\n")
+        return cmd
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> UpstreamPki:
+    return UpstreamPki(tmp_path_factory.mktemp("upstream-pki"))
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path, pki: UpstreamPki) -> Iterator[TlsMosquitto]:
+    require("mosquitto", Mosquitto.available(), "apt-get install mosquitto")
+    micropython()
+    m = TlsMosquitto(tmp_path, pki)
+    m.start()
+    yield m
+    m.stop()
+
+
+def board_bridge(port: int, **keys: Any) -> dict[str, Any]:
+    return {
+        "name": "cloud",
+        "addresses": [f"127.0.0.1:{port}"],
+        "client_id": "edge-upy",
+        "keepalive": 2,
+        "connect_timeout": 2.0,
+        "backoff_min": 0.2,
+        "backoff_max": 1.0,
+        "topic": RULES,
+        **keys,
+    }
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["server-certificate", "mutual-tls-and-a-tls-listener"])
+def test_both_ways_over_tls(
+    tmp_path: Path, mosquitto: TlsMosquitto, pki: UpstreamPki, clients: list[Paho], mutual: bool
+) -> None:
+    keys: dict[str, Any] = {"cafile": pki.der["cafile"]}
+    device: dict[str, Any] = {}
+    if mutual:
+        # The bridge's client certificate; and the board serves its own clients over TLS too.
+        keys.update(certfile=pki.der["bridge_certfile"], keyfile=pki.der["bridge_keyfile"])
+        device = pki.device()
+    port = mosquitto.mutual_port if mutual else mosquitto.tls_port
+    cloud_sub = paho(mosquitto.port, clients, "consumer")
+    cloud_sub.subscribe("edge1/#", 2)
+    device["bridge"] = [board_bridge(port, **keys)]
+
+    def local(client_id: str) -> Paho:
+        c = Paho(board.port, client_id)
+        clients.append(c)
+        if mutual:
+            c.client.tls_set(ca_certs=str(pki.ca_pem))
+        return c.connect(15)
+
+    with UpyBrokerProcess(tmp_path / "board", heap=BOTH_HEAP if mutual else TLS_HEAP, device=device) as board:
+        board.wait_log(r"TLS: 1 bridge upstream\(s\), about 28 KB each of the MicroPython heap")
+        if mutual:
+            board.wait_log(r"TLS: about 28 KB per client of the MicroPython heap: room for all 4 TLS connection\(s\)")
+        board.wait_log(rf"bridge cloud: to 127\.0\.0\.1:{port} \(mqtt, MQTT 3\.1\.1, TLS\)")
+        board.wait_log(rf"bridge cloud: connected to 127\.0\.0\.1:{port}", 15)
+        dev_sub = local("dev-sub")
+        dev_sub.subscribe("down/#", 2)
+        dev = local("dev")
+        for qos in (0, 1, 2):
+            dev.publish(f"up/tls/{qos}", b"t%d" % qos * 700, qos)  # 2 KB: more than one read
+            m = cloud_sub.get()
+            assert (m.topic, m.payload, m.qos) == (f"edge1/tls/{qos}", b"t%d" % qos * 700, qos)
+        cmd = paho(mosquitto.port, clients, "cmd")
+        for qos in (1, 2):
+            cmd.publish(f"cmd/edge1/tls/{qos}", b"d%d" % qos, qos)
+            m = dev_sub.get()
+            assert (m.topic, m.payload, m.qos) == (f"down/tls/{qos}", b"d%d" % qos, qos)
+        n = 50
+        for i in range(n):
+            dev.publish("up/n", b"%d" % i, 1)
+        assert drain(cloud_sub, n) == [b"%d" % i for i in range(n)]
+        assert board.stop() == 0
+        assert "Traceback" not in board.log_text(), board.log_text()
+
+
+# Seconds of refusals counted: the back-off (0.2 s doubling to 1 s, half of
+# each delay random) allows at most 7 attempts in them; a tight loop, hundreds.
+WINDOW = 3.0
+
+
+@pytest.mark.parametrize("case", ["wrong CA", "no client certificate"])
+def test_a_refused_tls_upstream_backs_off(
+    tmp_path: Path, mosquitto: TlsMosquitto, pki: UpstreamPki, clients: list[Paho], case: str
+) -> None:
+    if case == "wrong CA":  # Mosquitto's certificate does not chain to the board's cafile
+        port = mosquitto.tls_port
+        keys = {"cafile": pki.der["other_ca"]}
+        # (mbedTLS's own words when the failure met a write: "The certificate is not correctly signed ...")
+        why = "TLS: the upstream's certificate failed verification"
+    else:  # require_certificate, and the board has none: Mosquitto ends the handshake
+        port = mosquitto.mutual_port
+        keys = {"cafile": pki.der["cafile"]}
+        why = "TLS: the upstream ended the handshake"
+    attempt = re.compile(rf"bridge cloud: cannot connect to 127\.0\.0\.1:{port}: (.*)")
+    arrived = re.compile(rf"New connection from \S+ on port {port}\.")  # Mosquitto's line per connection
+    device = {"bridge": [board_bridge(port, **keys)], "limits": {"sys_interval": 0}}
+    with UpyBrokerProcess(tmp_path / "board", heap=TLS_HEAP, device=device) as board:
+        board.wait_log(attempt.pattern, 15)
+        watch = paho(board.port, clients, "watch")
+        watch.subscribe("$SYS/broker/bridge/cloud/#", 0)
+        values: dict[str, str] = {}
+        while not (values.get("state") == "disconnected" and why in values.get("last_error", "")):
+            m = watch.get(10)
+            values[m.topic.rsplit("/", 1)[1]] = m.payload.decode()
+        assert values["address"] == "-"
+        before = len(attempt.findall(board.log_text()))
+        time.sleep(WINDOW)
+        lines = attempt.findall(board.log_text())
+        assert all(line.startswith(why) for line in lines), board.log_text()
+        assert 2 <= len(lines) - before <= 7, board.log_text()  # retried, and backing off
+        assert "bridge cloud: connected" not in board.log_text()
+        # One attempt per line: Mosquitto saw as many connections (give or
+        # take the one under way), and the board's sockets are closed.
+        n = len(attempt.findall(board.log_text()))
+        seen = len(arrived.findall(mosquitto.log_path.read_text(errors="replace")))
+        assert n - 1 <= seen <= n + 1, (n, seen, board.log_text())
+        assert board.proc is not None
+        fds = len(os.listdir(f"/proc/{board.proc.pid}/fd"))
+        time.sleep(2)  # two attempts at least; one may be under way at either count
+        assert len(os.listdir(f"/proc/{board.proc.pid}/fd")) <= fds + 1  # no socket left open per attempt
+        assert board.alive()
+        assert board.stop() == 0
+        assert "Traceback" not in board.log_text(), board.log_text()
+
+
+def test_start_up_refusals(tmp_path: Path, pki: UpstreamPki) -> None:
+    micropython()
+    port = free_port()
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"tls": True}, "bridge cloud: TLS to the upstream needs cafile on a board (it has no system CA store)"),
+        ({"cafile": str(tmp_path / "missing.der")}, "missing.der: cannot read"),
+        ({"cafile": pki.der["bridge_keyfile"]}, "mbedTLS refused it (invalid cert)"),
+        (
+            {"cafile": pki.der["cafile"], "certfile": pki.der["bridge_keyfile"], "keyfile": pki.der["bridge_keyfile"]},
+            "mbedTLS refused them (invalid",
+        ),
+    ]
+    for i, (keys, words) in enumerate(cases):
+        line = start_error(tmp_path / str(i), {"bridge": [board_bridge(port, **keys)]})
+        assert words in line, line
+    # The Pico W stand-in (400 KB, code from source): no 16 KB block for an upstream's mbedTLS buffers.
+    device = {"bridge": [board_bridge(port, cafile=pki.der["cafile"])]}
+    line = start_error(tmp_path / "small", device, heap=PICOW_HEAP)
+    assert (
+        "bridge: a TLS upstream session needs about 28 KB (mbedTLS buffers and handshake; one block of 16 KB)" in line
+    )
+    assert "MicroPython heap, which has " in line and "room for 0 of the 1 TLS bridge(s)" in line, line
