@@ -49,10 +49,13 @@ def paho(port: int, clients: list[Paho], client_id: str, clean: bool = True) -> 
     return c.connect(15)
 
 
-def drain(sub: Paho, n: int, timeout: float = 20.0) -> list[bytes]:
+def drain(sub: Paho, n: int, timeout: float = 20.0, earlier: tuple[bytes, ...] = ()) -> list[bytes]:
     """Payloads until `n` distinct ones came, in order of arrival without
-    repeats (QoS 1 may repeat one across a reconnect)."""
+    repeats (QoS 1 may repeat one across a reconnect); `earlier`: payloads
+    drained before, left out if QoS 1 brings them again."""
     got: dict[bytes, None] = {}
     while len(got) < n:
-        got.setdefault(sub.get(timeout).payload)
+        payload = sub.get(timeout).payload
+        if payload not in earlier:
+            got.setdefault(payload)
     return list(got)
