@@ -154,7 +154,7 @@ def fsyncs(pid: int | None) -> int | None:
     if path is None:
         return None
     with path.open(errors="replace") as f:
-        return sum(1 for line in f if "fsync(" in line)
+        return sum(1 for line in f if "fsync(" in line or "fdatasync(" in line)
 
 
 def durable(
