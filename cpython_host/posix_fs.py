@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from typing import IO, Any
 
-
 _datasync = getattr(os, "fdatasync", os.fsync)  # (macOS has no fdatasync)
 
 
