@@ -3,9 +3,10 @@
 Durability is the point of this module: `sync` is flush + os.fdatasync of
 the file (the data and the size, which is all a log needs back; not its
 times, which would cost a journal commit on every sync of a log written
-over its room of zeros: common/store/filelog.py), and `sync_dir` fsyncs the directory itself (opened O_RDONLY), which
-is what makes a create or a rename survive a power cut on Linux. `rename` is
-os.replace: atomic, and it replaces an existing target.
+over its room of zeros: common/store/filelog.py), and `sync_dir` fsyncs the
+directory itself (opened O_RDONLY), which is what makes a create or a
+rename survive a power cut on Linux. `rename` is os.replace: atomic, and it
+replaces an existing target.
 """
 
 from __future__ import annotations
