@@ -95,7 +95,15 @@ def _pack_into(out, value):
         out.append(_LIST)
         _put_varint(out, len(value))
         for item in value:
-            _pack_into(out, item)
+            # Most items of a record are None or a small int (a QoS, a state,
+            # a flag): one byte or two, packed here without a call.
+            if item is None:
+                out.append(_NONE)
+            elif type(item) is int and 0 <= item < 64:
+                out.append(_INT)
+                out.append(item * 2)  # zigzag, one varint byte
+            else:
+                _pack_into(out, item)
     else:
         raise TypeError("cannot store %r" % (value,))
 

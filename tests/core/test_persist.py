@@ -46,6 +46,9 @@ class TestRecordCodec(unittest.TestCase):
         for v in values:
             self.assertEqual(unpack(pack(v)), v)
         self.assertEqual(unpack(pack((1, ("k", "v")))), [1, ["k", "v"]])
+        # The format on disk: list, count, then each item (small ints and None
+        # inside a list take a shorter path in the packer, same bytes).
+        self.assertEqual(pack([0, 63, 64, None, -1]), bytes([6, 5, 3, 0, 3, 126, 3, 128, 1, 0, 3, 1]))
 
     def test_damaged_body_raises(self):
         data = pack(["topic", b"payload"])
