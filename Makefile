@@ -175,7 +175,7 @@ firmware:
 MICROPY_UNIX32 ?= dist/unix32/micropython
 test-boards: setup
 	@[ -x "$(MICROPY_UNIX32)" ] || { echo "make test-boards: no $(MICROPY_UNIX32): make firmware BOARD=unix32 MICROPY_DIR=... first" >&2; exit 2; }
-	MICROPY_UNIX32=$(abspath $(MICROPY_UNIX32)) $(PYTEST) tests/host/test_firmware_boards.py $(PYTEST_ARGS)
+	MICROPY_UNIX32=$(abspath $(MICROPY_UNIX32)) $(PYTEST) tests/host/test_firmware_boards.py -m boards $(PYTEST_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache .fuzz dist build *.egg-info
