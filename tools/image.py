@@ -194,8 +194,16 @@ def build_rp2(root: Path, pico_sdk: str | None, picotool: str | None, out_root: 
     shutil.copyfile(build / "firmware.uf2", uf2)
     sym = elf_symbols(build / "firmware.elf")
     heap = sym["__GcHeapEnd"] - sym["__GcHeapStart"]
-    flash_left = sym["__micropy_flash_size__"] - (sym["__flash_binary_end"] - sym["__flash_binary_start"])
-    print(f"{uf2}: {uf2.stat().st_size} bytes; MicroPython heap {heap} B; flash left for the firmware {flash_left} B")
+    # The file system takes the end of the flash; the firmware the rest.
+    board_h = (port / "boards" / image.board / "mpconfigboard.h").read_text()
+    storage = re.search(r"#define MICROPY_HW_FLASH_STORAGE_BYTES\s+\((\d+) \* 1024\)", board_h)
+    if storage is None:
+        raise fail(f"no MICROPY_HW_FLASH_STORAGE_BYTES in the {image.board} board header")
+    firmware_region = sym["__micropy_flash_size__"] - int(storage.group(1)) * 1024
+    flash_left = firmware_region - (sym["__flash_binary_end"] - sym["__flash_binary_start"])
+    print(
+        f"{uf2}: {uf2.stat().st_size} bytes; MicroPython heap {heap} B; flash left before the file system {flash_left} B"
+    )
     return uf2
 
 
