@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,21 @@ def test_every_client_slot_served_at_the_board_heap(board: str, tmp_path: Path) 
             for c in clients:
                 c.close()
         assert broker.stop() == 0, broker.log_text()
+
+
+def test_board_heap_tool_prints_the_table() -> None:
+    """tools/board_heap, which docs/boards.md quotes, measures with the same binary."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.board_heap", "--micropython", unix32(), "--board", "rp2040_picow=210016"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = re.search(
+        r"^\| `boards/rp2040_picow.json` \| 210,016 B \| \*\*([\d,]+) B\*\* \| ([\d,]+) B \|$", proc.stdout, re.M
+    )
+    assert row, proc.stdout
+    free, used = (int(g.replace(",", "")) for g in row.groups())
+    assert 0 < free < 210016 and 0 < used < 210016 and free + used <= 210016
