@@ -170,7 +170,7 @@ firmware:
 
 # The firmware tests under the 32-bit unix MicroPython of `make firmware
 # BOARD=unix32`, with the boards' real heaps and Siskin's code frozen, as in
-# the images (tests/host/upy_broker_proc.py reads MICROPY_UNIX32). Not part
+# the images (tests/host/test_firmware_boards.py reads MICROPY_UNIX32). Not part
 # of `make test`: CI has no MicroPython checkout to build it from.
 MICROPY_UNIX32 ?= dist/unix32/micropython
 test-boards: setup
