@@ -64,10 +64,15 @@ class UpyBrokerProcess(BrokerProcess):
         main: Path | None = None,
         micropypath: str = ".frozen",
         device: dict[str, Any] | None = None,
+        frozen_exe: str | None = None,
     ) -> None:
         super().__init__(workdir, log_level=log_level)
         self.heap = heap
         self.main = main or REPO_ROOT / "firmware" / "main.py"
+        # A MicroPython with Siskin frozen in (make firmware BOARD=unix32): it
+        # runs its frozen main.py (`-m main`) from the work directory, so the
+        # code comes from the image, not from the sources or .mpy files.
+        self.frozen_exe = frozen_exe
         self.micropypath = micropypath
         device = {
             "board": board,
@@ -83,14 +88,15 @@ class UpyBrokerProcess(BrokerProcess):
         self.config_path.write_text(json.dumps(device, indent=2))
 
     def start(self, timeout: float = 15.0) -> UpyBrokerProcess:
-        exe = micropython()
+        exe = self.frozen_exe or micropython()
         env = dict(os.environ, MICROPYPATH=self.micropypath)
+        script, cwd = (["-m", "main"], self.workdir) if self.frozen_exe else ([str(self.main)], self.main.parent)
         for _attempt in range(3):
             self.port = free_port()
-            cmd = [exe, "-X", f"heapsize={self.heap}", str(self.main), "--config", str(self.config_path)]
+            cmd = [exe, "-X", f"heapsize={self.heap}", *script, "--config", str(self.config_path)]
             cmd += ["--port", str(self.port)]
             with self.log_path.open("wb") as logf:
-                self.proc = subprocess.Popen(cmd, cwd=self.main.parent, stdout=logf, stderr=subprocess.STDOUT, env=env)
+                self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
             try:
                 wait_until(
                     lambda: "listening on" in self.log_text() or not self.alive(),
