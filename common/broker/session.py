@@ -134,18 +134,17 @@ class Session:
         """A packet id not used by an unacknowledged outbound message."""
         pid = self.next_packet_id
         inflight = self.inflight
-        # (Delivery.packet_id() inlined: this scans the window per PUBLISH.)
+        # (Delivery.packet_id() inlined, and for/else rather than a flag:
+        # this scans the window per QoS 1/2 PUBLISH, the top of the QoS 1
+        # fan-in profile's bookkeeping.)
         for _ in range(U16_MAX):
-            busy = False
             for d in inflight:
                 if d.bits >> PID_SHIFT == pid:
-                    busy = True
                     break
-            nxt = pid + 1 if pid < U16_MAX else 1
-            if not busy:
-                self.next_packet_id = nxt
+            else:
+                self.next_packet_id = pid + 1 if pid < U16_MAX else 1
                 return pid
-            pid = nxt
+            pid = pid + 1 if pid < U16_MAX else 1
         return 0
 
     def find_inflight(self, packet_id):
