@@ -127,7 +127,7 @@ RING_FIRST = const(4)
 class Ring:
     """Bounded FIFO. push() answers False when the ring is at its cap."""
 
-    __slots__ = ("cap", "buf", "head", "count")
+    __slots__ = ("buf", "cap", "count", "head")
 
     def __init__(self, cap, initial=RING_FIRST):
         self.cap = cap
