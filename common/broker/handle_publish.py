@@ -133,6 +133,8 @@ def handle_publish(broker, conn, pkt, now):
         send_ack(broker, conn, C.PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
     elif qos == 2:
         if reason < 0x80:
+            if not session.qos2_in:
+                session.qos2_in = set()  # () until the first (session.py)
             session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
             broker.listener.session_saved(session)
         send_ack(broker, conn, C.PUBREC, pid, reason, text)
@@ -694,7 +696,7 @@ def release_session_messages(broker, session):
     session.inflight = []
     session.held_back = 0
     session.queued_bytes = 0
-    session.qos2_in = set()
+    session.qos2_in = ()
 
 
 # ------------------------------------------------------------ outbound acks
