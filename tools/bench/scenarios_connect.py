@@ -1,0 +1,154 @@
+"""Connection-heavy scenarios: a takeover storm on one client id, and the set-up
+of many subscribers.
+
+- `takeover`: `clients` worker processes open connection after connection,
+  all with the SAME client id, for `duration` seconds. Every CONNECT takes
+  the session over from whichever connection holds it ([MQTT-3.1.4-2]: the
+  broker must close the old one first). A worker keeps only its newest socket
+  and closes the previous one (already closed by the broker, as a rule) once
+  the new CONNACK is in. Figures: connections handled (CONNACKs received),
+  per second, and the latency from the start of the TCP connect to the
+  CONNACK (p50/p90/p99): a broker that lingers over closing the old
+  connection, or syncs a store on every connect, shows it here.
+- `subsetup`: `subscribers` clients, `procs` processes, `group` at a time per
+  process: connect all of the group, CONNECT all, read the CONNACKs,
+  SUBSCRIBE all (QoS 1, each client its own topic `bench/setup/<tag>/<n>`,
+  like per-device command topics: the trie grows a leaf per subscriber),
+  read the SUBACKs. Figure: the time from the first connect until the last
+  SUBACK, over every process. Clients stay connected until all are set up.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from . import mqtt
+from .scenarios import CTX, Workers, _check, _cpu_wall, _usage, _wait_all, broker_cpu_seconds, percentiles
+
+
+def takeover_worker(port: int, client_id: str, duration: float, start: Any) -> dict[str, Any]:
+    start.wait(30)
+    cpu0, wall0 = _cpu_wall()
+    connect = mqtt.connect(client_id)
+    lat: list[float] = []
+    prev: socket.socket | None = None
+    end = wall0 + duration
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(connect)
+        connack = mqtt.recv_exact(s, 4)
+        lat.append((time.monotonic() - t0) * 1e6)
+        if connack[0] != 0x20 or connack[3] != 0:
+            raise RuntimeError(f"CONNACK refused: {connack.hex()}")
+        if prev is not None:
+            prev.close()
+        prev = s
+    if prev is not None:
+        prev.close()
+    return {"handled": len(lat), "lat": lat, **_usage(cpu0, wall0)}
+
+
+def takeover(
+    port: int, clients: int = 8, duration: float = 10.0, pid: int | None = None, tag: str = ""
+) -> dict[str, Any]:
+    """`clients` processes take one client id over from each other for `duration` s."""
+    tag = tag or f"{time.monotonic_ns() % 10**9}"
+    w = Workers()
+    start = CTX.Event()
+    try:
+        for _ in range(clients):
+            w.start(takeover_worker, port, f"takeover-{tag}", duration, start)
+        cpu_b0 = broker_cpu_seconds(pid)
+        start.set()
+        res = w.results(clients, duration + 60)
+        cpu_b = broker_cpu_seconds(pid) - cpu_b0
+        _check(res)
+    finally:
+        w.close()
+    handled = sum(r["handled"] for r in res)
+    span = max(r["wall_s"] for r in res)
+    return {
+        "scenario": "takeover",
+        "clients": clients,
+        "duration": duration,
+        "handled": handled,
+        "handled_per_s": round(handled / max(span, 1e-9)),
+        "connack_us": percentiles([x for r in res for x in r["lat"]]),
+        "broker_cpu": round(cpu_b / max(span, 1e-9), 3) if pid else None,
+        "broker_us_per_connect": round(cpu_b * 1e6 / handled, 1) if pid and handled else None,
+        "gen_cpu": {"clients": [r["cpu"] for r in res]},
+    }
+
+
+def subsetup_worker(port: int, tag: str, first: int, n: int, group: int, ready: Any, release: Any) -> dict[str, Any]:
+    cpu0, wall0 = _cpu_wall()
+    socks: list[socket.socket] = []
+    for g in range(first, first + n, group):
+        batch = []
+        for i in range(g, min(first + n, g + group)):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(mqtt.connect(f"setup-{tag}-{i}"))
+            batch.append(s)
+        for s in batch:
+            connack = mqtt.recv_exact(s, 4)
+            if connack[0] != 0x20 or connack[3] != 0:
+                raise RuntimeError(f"CONNACK refused: {connack.hex()}")
+        for i, s in zip(range(g, g + group), batch):
+            s.sendall(mqtt.subscribe(1, f"bench/setup/{tag}/{i}", 1))
+        for s in batch:
+            suback = mqtt.recv_exact(s, 5)
+            if suback[0] != 0x90 or suback[4] >= 0x80:
+                raise RuntimeError(f"SUBACK refused: {suback.hex()}")
+        socks.extend(batch)
+    res = {"subscribed": len(socks), "t_start": wall0, "t_done": time.monotonic(), **_usage(cpu0, wall0)}
+    ready.set()
+    release.wait(120)
+    for s in socks:
+        try:
+            s.sendall(mqtt.DISCONNECT)
+        except OSError:
+            pass
+        s.close()
+    return res
+
+
+def subsetup(
+    port: int, subscribers: int = 1000, procs: int = 4, group: int = 20, pid: int | None = None, tag: str = ""
+) -> dict[str, Any]:
+    """The time until `subscribers` clients are connected and subscribed."""
+    tag = tag or f"{time.monotonic_ns() % 10**9}"
+    procs = max(1, min(procs, subscribers))
+    cpu_b0 = broker_cpu_seconds(pid)
+    w = Workers()
+    release = CTX.Event()
+    try:
+        readies = []
+        first = 0
+        for i in range(procs):
+            n = subscribers // procs + (1 if i < subscribers % procs else 0)
+            r = CTX.Event()
+            readies.append(r)
+            w.start(subsetup_worker, port, tag, first, n, group, r, release)
+            first += n
+        _wait_all(readies, 120)
+        cpu_b = broker_cpu_seconds(pid) - cpu_b0
+        release.set()
+        res = w.results(procs, 60)
+        _check(res)
+    finally:
+        release.set()
+        w.close()
+    done = sum(r["subscribed"] for r in res)
+    span = max(r["t_done"] for r in res) - min(r["t_start"] for r in res)
+    return {
+        "scenario": "subsetup",
+        "subscribers": done,
+        "setup_s": round(span, 4),
+        "broker_cpu": round(cpu_b / max(span, 1e-9), 3) if pid else None,
+        "broker_us_per_subscriber": round(cpu_b * 1e6 / done, 1) if pid and done else None,
+        "gen_cpu": {"clients": [r["cpu"] for r in res]},
+    }
