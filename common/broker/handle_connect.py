@@ -234,8 +234,10 @@ def _connect(broker, conn, pkt, now, auth_out):
     live = broker.connections.live
     if live > st.clients_maximum:
         st.clients_maximum = live
-    # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the queue.
-    handle_publish.resume(broker, conn, session, now)
+    if session_present:
+        # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the
+        # queue (a new session has neither).
+        handle_publish.resume(broker, conn, session, now)
 
 
 def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
