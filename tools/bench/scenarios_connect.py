@@ -103,7 +103,7 @@ def subsetup_worker(port: int, tag: str, first: int, n: int, group: int, ready: 
             connack = mqtt.recv_exact(s, 4)
             if connack[0] != 0x20 or connack[3] != 0:
                 raise RuntimeError(f"CONNACK refused: {connack.hex()}")
-        for i, s in zip(range(g, g + group), batch):
+        for i, s in enumerate(batch, g):
             s.sendall(mqtt.subscribe(1, f"bench/setup/{tag}/{i}", 1))
         for s in batch:
             suback = mqtt.recv_exact(s, 5)
