@@ -14,7 +14,7 @@ of many subscribers.
   holding the session at the end waits out the run (counted in `held`).
 - `subsetup`: `subscribers` clients, `procs` processes, `group` at a time per
   process: connect all of the group, CONNECT all, read the CONNACKs,
-  SUBSCRIBE all (QoS 1, each client its own topic `bench/setup/<tag>/<n>`,
+  SUBSCRIBE all (QoS 1, each client its own topic `bench/setup/<tag>-<p>/<n>`,
   like per-device command topics: the trie grows a leaf per subscriber),
   read the SUBACKs. Figure: the time from the first connect until the last
   SUBACK, over every process. Clients stay connected until all are set up.
@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from . import mqtt
-from .scenarios import CTX, Workers, _check, _cpu_wall, _usage, _wait_all, broker_cpu_seconds, percentiles
+from .scenarios import CTX, Workers, _check, _cpu_wall, _usage, broker_cpu_seconds, hold_clients, percentiles
 
 
 def takeover_worker(port: int, client_id: str, duration: float, start: Any) -> dict[str, Any]:
@@ -90,66 +90,13 @@ def takeover(
     }
 
 
-def subsetup_worker(port: int, tag: str, first: int, n: int, group: int, ready: Any, release: Any) -> dict[str, Any]:
-    cpu0, wall0 = _cpu_wall()
-    socks: list[socket.socket] = []
-    for g in range(first, first + n, group):
-        batch = []
-        for i in range(g, min(first + n, g + group)):
-            s = socket.create_connection(("127.0.0.1", port), timeout=30)
-            s.sendall(mqtt.connect(f"setup-{tag}-{i}"))
-            batch.append(s)
-        for s in batch:
-            connack = mqtt.recv_exact(s, 4)
-            if connack[0] != 0x20 or connack[3] != 0:
-                raise RuntimeError(f"CONNACK refused: {connack.hex()}")
-        for i, s in enumerate(batch, g):
-            s.sendall(mqtt.subscribe(1, f"bench/setup/{tag}/{i}", 1))
-        for s in batch:
-            suback = mqtt.recv_exact(s, 5)
-            if suback[0] != 0x90 or suback[4] >= 0x80:
-                raise RuntimeError(f"SUBACK refused: {suback.hex()}")
-        socks.extend(batch)
-    res = {"subscribed": len(socks), "t_start": wall0, "t_done": time.monotonic(), **_usage(cpu0, wall0)}
-    ready.set()
-    release.wait(120)
-    for s in socks:
-        try:
-            s.sendall(mqtt.DISCONNECT)
-        except OSError:
-            pass
-        s.close()
-    return res
-
-
 def subsetup(
     port: int, subscribers: int = 1000, procs: int = 4, group: int = 20, pid: int | None = None, tag: str = ""
 ) -> dict[str, Any]:
     """The time until `subscribers` clients are connected and subscribed."""
     tag = tag or f"{time.monotonic_ns() % 10**9}"
-    procs = max(1, min(procs, subscribers))
-    cpu_b0 = broker_cpu_seconds(pid)
-    w = Workers()
-    release = CTX.Event()
-    try:
-        readies = []
-        first = 0
-        for i in range(procs):
-            n = subscribers // procs + (1 if i < subscribers % procs else 0)
-            r = CTX.Event()
-            readies.append(r)
-            w.start(subsetup_worker, port, tag, first, n, group, r, release)
-            first += n
-        _wait_all(readies, 120)
-        cpu_b = broker_cpu_seconds(pid) - cpu_b0
-        release.set()
-        res = w.results(procs, 60)
-        _check(res)
-    finally:
-        release.set()
-        w.close()
-    done = sum(r["subscribed"] for r in res)
-    span = max(r["t_done"] for r in res) - min(r["t_start"] for r in res)
+    res, cpu_b, span, _ = hold_clients(port, subscribers, procs, group, f"setup-{tag}", pid, f"bench/setup/{tag}")
+    done = sum(r["opened"] for r in res)
     return {
         "scenario": "subsetup",
         "subscribers": done,
