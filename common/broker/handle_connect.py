@@ -178,10 +178,9 @@ def _connect(broker, conn, pkt, now, auth_out):
         expiry = s.persistent_session_expiry or NEVER
 
     # Takeover and session resumption.
-    if session is not None and session.conn is not None:
-        old = session.conn
-        broker.log(20, "%s taken over by a new connection", (client_id,))
-        broker.fail(old, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
+    took_over = session is not None and session.conn is not None
+    if took_over:
+        broker.fail(session.conn, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
         session = sessions.find(client_id)  # the close may have ended it
     if session is not None and pkt.clean_start:
         destroy_session(broker, session, now)  # [MQTT-3.1.2-6] [MQTT-3.1.2-4]
@@ -225,17 +224,20 @@ def _connect(broker, conn, pkt, now, auth_out):
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
+    # One line, a takeover's included (a storm of them logs one line per connection).
     broker.log(
         20,
-        "%s connected (level %d, keep-alive %d, session %s)",
-        (client_id, level, keep_alive, "resumed" if session_present else "new"),
+        "%s connected (level %d, keep-alive %d, session %s%s)",
+        (client_id, level, keep_alive, "resumed" if session_present else "new", ", taking over its live connection" if took_over else ""),
     )
     st = broker.stats
     live = broker.connections.live
     if live > st.clients_maximum:
         st.clients_maximum = live
-    # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the queue.
-    handle_publish.resume(broker, conn, session, now)
+    if session_present:
+        # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the
+        # queue (a new session has neither).
+        handle_publish.resume(broker, conn, session, now)
 
 
 def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
