@@ -65,6 +65,18 @@ def build(argv, root):
         # A wrong key or a store from a newer Siskin would fail the same way
         # after every reset: stop at the REPL instead (docs/boards.md).
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
+    except OSError as e:
+        # A missing directory, a full or read-only file system: the same
+        # after every reset too. Stop, or serve without persistence if the
+        # board settings allow it (server.storage_optional).
+        why = "store %s cannot be opened (%r)" % (cfg["storage"], e)
+        if not opts["storage_optional"]:
+            raise ConfigError(
+                why + ": fix the path or the file system, set \"storage\": \"none\", or set"
+                ' "storage_optional": true in the board\'s "server" settings to serve without persistence'
+            )
+        log.log(40, why + ": serving WITHOUT persistence (storage_optional)")
+        store = None
     driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
     driver.set_security(*security)
     if store is not None:
