@@ -247,3 +247,34 @@ def test_retained_replay_is_paced_on_the_board(tmp_path: Path) -> None:
         assert peak - base["alloc"] < 60_000, samples
         assert b.alive(), b.log_text()[-3000:]
         connect_when_served(b.port, "fw-after-abuse").close()
+
+
+@pytest.mark.parametrize("protocol", [4, 5], ids=["3.1.1", "v5"])
+def test_paho_qos2_burst_beyond_the_board_window(broker: UpyBrokerProcess, protocol: int) -> None:
+    # The board file caps inbound QoS 2 in flight at 8 (max_inflight_in);
+    # paho keeps 20 in flight. A 3.1.1 client cannot be told: its PUBRECs
+    # beyond the window wait for room, so it is slowed, not disconnected;
+    # a v5 client is told the Receive Maximum in CONNACK and must keep to it
+    # (0x93 beyond it: tests/core/test_broker_v5.py). paho does not apply a
+    # server's Receive Maximum by itself: the application sets its window
+    # to the value told (docs/boards.md).
+    sub = Paho(broker.port, f"burst-sub-{protocol}").connect()
+    pub = Paho(broker.port, f"burst-pub-{protocol}", protocol=protocol)
+    if protocol == 5:
+        pub.client.max_inflight_messages_set(8)  # (paho takes it before the connection only)
+    pub.connect()
+    try:
+        if protocol == 5:
+            assert pub.connack_props.ReceiveMaximum == 8  # told: the board file's max_inflight_in
+        assert [r.value for r in sub.subscribe(f"burst/{protocol}", 2)] == [2]
+        infos = [pub.client.publish(f"burst/{protocol}", b"m%03d" % i, 2) for i in range(40)]
+        for info in infos:
+            info.wait_for_publish(10)
+            assert info.is_published()
+        got = sorted(sub.get(10).payload for _ in range(40))
+        assert got == [b"m%03d" % i for i in range(40)]
+        sub.get_nothing()
+        assert not pub.disconnected.is_set()
+    finally:
+        sub.close()
+        pub.close()
