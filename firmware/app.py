@@ -15,14 +15,16 @@ import sys
 import time
 
 from common.broker.broker import VERSION
-from common.store.store import StoreError
-from common.store.storeboot import new_broker
+from common.broker.settings import ConfigError
+from common.compat import unload
 from firmware import board
-from firmware.boardcfg import ConfigError, board_path, load_board, load_device, load_security, load_tls
 from firmware.shell import Log, Server, make_driver
-from firmware.storage import open_store
 
 DEFAULT_CONFIG = "/siskin.json"
+
+# Modules that run only in build(): imported there and unloaded after it,
+# so that their code does not stay in a board's heap (docs/boards.md).
+STARTUP_ONLY = ("firmware.boardcfg", "firmware.storage", "common.store.storeboot")
 
 
 def parse_args(argv):
@@ -42,7 +44,20 @@ def parse_args(argv):
 
 
 def build(argv, root):
-    """(server, log, watchdog) ready to run, from the command line and config."""
+    """(server, log) ready to run, from the command line and config."""
+    try:
+        return _build(argv, root)
+    finally:
+        for name in STARTUP_ONLY:
+            unload(name)
+
+
+def _build(argv, root):
+    from common.store.store import StoreError
+    from common.store.storeboot import new_broker
+    from firmware.boardcfg import board_path, load_board, load_device, load_security, load_tls
+    from firmware.storage import open_store
+
     args = parse_args(argv)
     cfg = load_device(args["config"])
     if args["port"] is not None:

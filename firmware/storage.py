@@ -15,8 +15,6 @@
 # key file does not open another board's store. If it does not exist, the
 # store is plain (CRC-checked only) and the log says so.
 
-from common.crypto.hkdf import hkdf_sha256
-from common.store.filelog import FileLog
 from common.store.storeboot import open_store as open_backend
 
 HKDF_INFO = b"siskin store key v1"
@@ -39,7 +37,8 @@ def read_keys(path, log):
     except OSError:
         log.log(30, "store: no key file %s: the store is NOT encrypted" % path)
         return None
-    from common.store.keytext import parse_keys  # only with a key file: not in the heap without
+    from common.crypto.hkdf import hkdf_sha256  # only with a key file: not in the heap without
+    from common.store.keytext import parse_keys
 
     keys = parse_keys(text)
     salt = _chip_id()
@@ -62,6 +61,7 @@ def _backend(cfg):
         if not found:
             raise ValueError("no flash partition labelled %r (storage in the device config)" % where[10:])
         return KVLog(found[0])
+    from common.store.filelog import FileLog
     from firmware.littlefs_fs import LittleFS
 
     return FileLog(LittleFS(), where, compact_min=16384)

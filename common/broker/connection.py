@@ -42,7 +42,6 @@ class Connection:
         self.alias_max_out = 0
         self.aliases_in = None  # inbound topic alias -> topic
         self.aliases_out = None  # topic -> outbound alias
-        self.qos2_late = None  # 3.1.1: inbound QoS 2 ids whose PUBREC waits for room (handle_publish)
         self.problem_info = True  # v5 Request Problem Information
         self.will_on_close = True  # cleared by a normal DISCONNECT
         # v5 enhanced authentication in progress or done: an Exchange, None
