@@ -505,13 +505,13 @@ def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dic
 # ------------------------------------------------------------------- CPython
 
 
-def _run_on_port(port: str, board: str, heap: str, code: str) -> "dict[str, Any]":
+def _run_on_port(port: str, board: str, heap: str, code: str, exe: str = "") -> "dict[str, Any]":
     import os
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if port == "unix":
-        exe = os.path.join(os.path.dirname(sys.executable), "micropython")
+        exe = exe or os.path.join(os.path.dirname(sys.executable), "micropython")
         env = dict(os.environ, MICROPYPATH=(os.path.join(root, code) + ":" if code else "") + root + ":.frozen")
         cmd = [exe, "-X", "heapsize=" + heap, "tools/ram_budget.py", board]
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
@@ -586,6 +586,7 @@ process.stdout.write(out);
 
 def _cpython_main(argv: list[str]) -> None:
     import argparse
+    import os
 
     ap = argparse.ArgumentParser(description="RAM budget of the broker, measured on a MicroPython port")
     ap.add_argument("board", help="board settings file, e.g. boards/esp32.json")
@@ -594,8 +595,14 @@ def _cpython_main(argv: list[str]) -> None:
     ap.add_argument(
         "--mpy", default="", help="load common/ and firmware/ from this tools/build output (e.g. dist/unix)"
     )
+    ap.add_argument(
+        "--micropython",
+        default="",
+        help="the unix port to run (--port unix; default: the venv's, 64-bit), e.g. a 32-bit build from source",
+    )
     args = ap.parse_args(argv)
-    print(json.dumps(_run_on_port(args.port, args.board, args.heap, args.mpy.rstrip("/"))))
+    result = _run_on_port(args.port, args.board, args.heap, args.mpy.rstrip("/"), os.path.abspath(args.micropython) if args.micropython else "")
+    print(json.dumps(result))
 
 
 def main() -> None:
