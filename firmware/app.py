@@ -56,7 +56,7 @@ def _build(argv, root):
     from common.store.store import StoreError
     from common.store.storeboot import new_broker
     from firmware.boardcfg import board_path, load_board, load_device, load_security, load_tls
-    from firmware.storage import open_store
+    from firmware.storage import index_keys, open_store
 
     args = parse_args(argv)
     cfg = load_device(args["config"])
@@ -75,7 +75,7 @@ def _build(argv, root):
     feed = wdt.feed if wdt is not None else None
     board.bring_up_network(cfg, log, feed)
     try:
-        store = open_store(cfg, log)
+        store = open_store(cfg, log, index_keys(settings))
     except (StoreError, ValueError) as e:
         # A wrong key or a store from a newer Siskin would fail the same way
         # after every reset: stop at the REPL instead (docs/boards.md).

@@ -48,7 +48,7 @@ def read_keys(path, log):
     return keys
 
 
-def _backend(cfg):
+def _backend(cfg, keys):
     where = cfg.get("storage", "/siskin.store")
     if where == "none":
         return None
@@ -64,12 +64,20 @@ def _backend(cfg):
     from common.store.filelog import FileLog
     from firmware.littlefs_fs import LittleFS
 
-    return FileLog(LittleFS(), where, compact_min=16384)
+    return FileLog(LittleFS(), where, compact_min=16384, keys=keys)
 
 
-def open_store(cfg, log):
-    """The opened Store for the broker, or None (storage "none")."""
-    backend = _backend(cfg)
+def index_keys(settings):
+    """How many records the store can hold at the board's limits: its RAM
+    index is made that big at start (common/store/filelog.py _presize)."""
+    s = settings
+    return s.max_sessions + s.max_subscriptions + 2 * s.max_messages + s.max_retained
+
+
+def open_store(cfg, log, keys=0):
+    """The opened Store for the broker, or None (storage "none"); `keys`:
+    index_keys() of the board's settings."""
+    backend = _backend(cfg, keys)
     if backend is None:
         log.log(30, "store: storage is none: sessions and retained messages are lost on restart")
         return None
