@@ -236,7 +236,7 @@ def _step_startup() -> int:
     if not hasattr(os, "urandom"):  # the wasm port: the entropy of the session ids only
         import sys
 
-        sys.modules["os"] = _OsWithUrandom(os)
+        sys.modules["os"] = _OsWithUrandom(os)  # type: ignore[assignment]
     STATE["started"] = _module("firmware.app").build(["--config", STARTUP_CONFIG], "")
     return 1
 

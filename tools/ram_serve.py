@@ -110,7 +110,16 @@ class Client:
 class Firmware:
     """firmware/main.py under a unix port, heap reported every second."""
 
-    def __init__(self, exe: str, heap: str, code: Path, board: Path, work: Path, limits: dict[str, Any], server: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        exe: str,
+        heap: str,
+        code: Path | None,
+        board: Path,
+        work: Path,
+        limits: dict[str, Any],
+        server: dict[str, Any],
+    ) -> None:
         work.mkdir(parents=True, exist_ok=True)
         store = work / "siskin.store"
         if store.exists():
@@ -131,10 +140,17 @@ class Firmware:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        main = code / "main.py" if (code / "main.py").exists() else code / "firmware" / "main.py"
+        if code is None:
+            # Frozen into the port: main.py alone, in a directory without code.
+            main = work / "main.py"
+            main.write_text((REPO_ROOT / "firmware" / "main.py").read_text())
+            path = ".frozen"
+        else:
+            main = code / "main.py" if (code / "main.py").exists() else code / "firmware" / "main.py"
+            path = f"{code}:.frozen"
         self.log = work / "firmware.log"
         cmd = [exe, "-X", f"heapsize={heap}", str(main), "--config", str(config), "--port", str(self.port)]
-        env = dict(os.environ, MICROPYPATH=f"{code}:.frozen")
+        env = dict(os.environ, MICROPYPATH=path)
         with self.log.open("wb") as logf:
             self.proc = subprocess.Popen(cmd, cwd=work, stdout=logf, stderr=subprocess.STDOUT, env=env)
         self.wait(lambda: _HEAP.search(self.text()) is not None, "it did not start serving")
@@ -172,7 +188,7 @@ def _board_settings(board: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return data["limits"], data["server"]
 
 
-def measure_items(exe: str, code: Path, board: Path, work: Path) -> dict[str, int]:
+def measure_items(exe: str, code: Path | None, board: Path, work: Path) -> dict[str, int]:
     limits = {
         "prealloc": False,
         "max_connections": 2 * N,
@@ -197,7 +213,7 @@ def measure_items(exe: str, code: Path, board: Path, work: Path) -> dict[str, in
         fw.stop()
 
 
-def measure_limits(exe: str, heap: str, code: Path, board: Path, work: Path) -> dict[str, Any]:
+def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Path) -> dict[str, Any]:
     s, _server = _board_settings(board)
     fw = Firmware(exe, heap, code, board, work / "limits", {}, {})
     try:
@@ -247,7 +263,7 @@ def measure_limits(exe: str, heap: str, code: Path, board: Path, work: Path) -> 
         fw.stop()
 
 
-def measure(exe: str, heap: str, code: Path, board: Path) -> dict[str, Any]:
+def measure(exe: str, heap: str, code: Path | None, board: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ram_serve-") as tmp:
         work = Path(tmp)
         out: dict[str, Any] = {"board": board.name, "heap_cap": heap}
@@ -258,7 +274,11 @@ def measure(exe: str, heap: str, code: Path, board: Path) -> dict[str, Any]:
 
 def _port_name(exe: str) -> str:
     proc = subprocess.run(
-        [exe, "-c", "import sys; print(sys.implementation._machine, sys.maxsize > 2**31 and 64 or 32)"],
+        [
+            exe,
+            "-c",
+            "import sys; v = sys.implementation.version; print('MicroPython %d.%d.%d unix port, %d-bit' % (v[0], v[1], v[2], 64 if sys.maxsize > 2**31 else 32))",
+        ],
         capture_output=True,
         text=True,
         timeout=30,
@@ -267,6 +287,7 @@ def _port_name(exe: str) -> str:
 
 
 def table(results: list[dict[str, Any]], port: str, code: str) -> str:
+    """The Markdown table of `results`; `code`: where the code came from, in words."""
     rows = [
         ("heap (-X heapsize)", lambda r: f"{r['heap']:,} B"),
         ("heap in use after start-up, no client", lambda r: f"{r['start']:,} B"),
@@ -274,14 +295,16 @@ def table(results: list[dict[str, Any]], port: str, code: str) -> str:
         ("subscription", lambda r: f"{r['per_subscription']:,} B"),
         (
             "filled to the limits",
-            lambda r: f"{r['clients']} clients, {r['subscriptions']} subscriptions, {r['queued']} queued, {r['retained']} retained",
+            lambda r: (
+                f"{r['clients']} clients, {r['subscriptions']} subscriptions, {r['queued']} queued, {r['retained']} retained"
+            ),
         ),
         ("heap in use at the limits", lambda r: f"{r['at_limits']:,} B"),
         ("**free at the limits**", lambda r: f"**{r['free']:,} B ({r['free_pct']} %)**"),
     ]
     head = "| firmware serving real clients | " + " | ".join(f"`boards/{r['board']}`" for r in results) + " |"
     lines = [
-        f"Measured by `python -m tools.ram_serve` on {port}, code from `{code}`:",
+        f"Measured by `python -m tools.ram_serve` on {port}, the code {code}:",
         "",
         head,
         "|---|" + "---|" * len(results),
@@ -303,21 +326,31 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/ram_serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("boards", nargs="+", help="board settings files, e.g. boards/esp32.json")
     ap.add_argument("--micropython", required=True, help="a MicroPython unix port (32-bit: the boards' figures)")
-    ap.add_argument("--heap", action="append", help="-X heapsize per board, in order (default 110K, 200K for the Pico W)")
-    ap.add_argument("--mpy", default="", help="load common/ and firmware/ from this tools/build output (e.g. dist/unix)")
+    ap.add_argument(
+        "--heap", action="append", help="-X heapsize per board, in order (default 110K, 200K for the Pico W)"
+    )
+    ap.add_argument(
+        "--mpy", default="", help="load common/ and firmware/ from this tools/build output (e.g. dist/unix)"
+    )
+    ap.add_argument(
+        "--frozen",
+        action="store_true",
+        help="the port has common/ and firmware/ frozen in (a unix32 image): load nothing from files",
+    )
     ap.add_argument("--write", help="replace the ram_serve table of this Markdown file")
     args = ap.parse_args(argv)
-    code = (REPO_ROOT / args.mpy) if args.mpy else REPO_ROOT
+    code = None if args.frozen else ((REPO_ROOT / args.mpy) if args.mpy else REPO_ROOT).resolve()
     results = []
     exe = os.path.abspath(args.micropython)
     for i, name in enumerate(args.boards):
         board = Path(name).resolve()
         heap = args.heap[i] if args.heap and i < len(args.heap) else ("200K" if "picow" in board.name else "110K")
-        r = measure(exe, heap, code.resolve(), board)
+        r = measure(exe, heap, code, board)
         print(json.dumps(r))
         results.append(r)
     if args.write:
-        write(Path(args.write), table(results, _port_name(exe), args.mpy or "sources"))
+        where = "frozen into the port" if args.frozen else f"`{args.mpy}`" if args.mpy else "the sources"
+        write(Path(args.write), table(results, _port_name(exe), where))
     return 0
 
 

@@ -23,7 +23,7 @@ from tests.conftest import require
 from tests.host.bridge_edge import RULES, drain, paho
 from tests.host.broker_proc import Paho
 from tests.host.test_firmware_tls import TLS_HEAP, BoardPki, start_error
-from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess, micropython
+from tests.host.upy_broker_proc import UpyBrokerProcess, micropython
 from tools.bench.brokers import Mosquitto, free_port
 from tools.deploy import der_files
 
@@ -225,9 +225,9 @@ def test_start_up_refusals(tmp_path: Path, pki: UpstreamPki) -> None:
     for i, (keys, words) in enumerate(cases):
         line = start_error(tmp_path / str(i), {"bridge": [board_bridge(port, **keys)]})
         assert words in line, line
-    # The Pico W stand-in (400 KB, code from source): no 16 KB block for an upstream's mbedTLS buffers.
+    # A Pico W running the code from files (400 KB, code from source): no 16 KB block for an upstream's mbedTLS buffers.
     device = {"bridge": [board_bridge(port, cafile=pki.der["cafile"])]}
-    line = start_error(tmp_path / "small", device, heap=PICOW_HEAP)
+    line = start_error(tmp_path / "small", device, heap="400K")
     assert (
         "bridge: a TLS upstream session needs about 28 KB (mbedTLS buffers and handshake; one block of 16 KB)" in line
     )

@@ -95,14 +95,14 @@ def test_will_on_abrupt_close_and_keepalive_expiry(broker: UpyBrokerProcess) -> 
 
 
 def test_client_limit_refusal(broker: UpyBrokerProcess) -> None:
-    """3 clients; the 4th hears CONNACK 0x03 then close; a 5th is closed at once."""
-    clients = [RawClient(broker.port) for _ in range(3)]
+    """4 clients (the Pico W file); the 5th hears CONNACK 0x03 then close; a 6th is closed at once."""
+    clients = [RawClient(broker.port) for _ in range(4)]
     try:
         for i, c in enumerate(clients):
             assert c.connect(f"fw-limit-{i}") == b"\x00\x00"
         fourth = RawClient(broker.port)
-        assert fourth.connect("fw-limit-3") == b"\x00\x03"  # server unavailable [MQTT-3.2.2-*]
-        # The 4th still holds the last slot (lingering): a 5th gets no answer at all.
+        assert fourth.connect("fw-limit-4") == b"\x00\x03"  # server unavailable [MQTT-3.2.2-*]
+        # The 5th still holds the last slot (lingering): a 6th gets no answer at all.
         fifth = RawClient(broker.port)
         assert fifth.closed_within(3), "the connection beyond every slot was not closed at once"
         fifth.close()
@@ -190,7 +190,7 @@ def test_esp32_settings_serve_at_twice_the_heap_plus_the_frozen_code(tmp_path: P
     (docs/boards.md)."""
     heap = f"{int(ESP32_HEAP[:-1]) + 195}K"
     with UpyBrokerProcess(tmp_path, board="esp32", heap=heap) as b:
-        assert "6 clients + 1 for refusals" in b.log_text()
+        assert "4 clients + 1 for refusals" in b.log_text()
         c = Paho(b.port, "fw-esp32").connect()
         try:
             c.subscribe("esp/t", 2)
