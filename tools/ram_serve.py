@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("boards", nargs="+", help="board settings files, e.g. boards/esp32.json")
     ap.add_argument("--micropython", required=True, help="a MicroPython unix port (32-bit: the boards' figures)")
     ap.add_argument(
-        "--heap", action="append", help="-X heapsize per board, in order (default 110K, 200K for the Pico W)"
+        "--heap", action="append", help="-X heapsize per board, in order (default 110K, 210016 for the Pico W)"
     )
     ap.add_argument(
         "--mpy", default="", help="load common/ and firmware/ from this tools/build output (e.g. dist/unix)"
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     exe = os.path.abspath(args.micropython)
     for i, name in enumerate(args.boards):
         board = Path(name).resolve()
-        heap = args.heap[i] if args.heap and i < len(args.heap) else ("200K" if "picow" in board.name else "110K")
+        heap = args.heap[i] if args.heap and i < len(args.heap) else ("210016" if "picow" in board.name else "110K")
         r = measure(exe, heap, code, board)
         print(json.dumps(r))
         results.append(r)
