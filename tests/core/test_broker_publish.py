@@ -160,7 +160,7 @@ class TestFlowControl(unittest.TestCase):
     def test_qos2_window_slows_a_311_client_instead_of_closing_it(self):
         # A 3.1.1 client cannot be told the inbound window (paho's own is 20):
         # beyond max_inflight_in its messages are taken and delivered once,
-        # but their PUBREC waits for a PUBREL to make room. [MQTT-4.3.3-8]
+        # but their PUBREC waits for a PUBREL to make room. [MQTT-4.3.3-2]
         h = Harness(max_inflight_in=2)
         sub, pub = pair(h, 2)
         for i in range(5):
