@@ -44,8 +44,9 @@ BOARDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 PACKAGES = ("common", "firmware")
 # Run as sources from the root of the board's file system, not compiled.
 ROOT_SOURCES = ("main.py", "boot.py")
-# Build-time only.
-SKIP = ("manifest.py",)
+# Build-time only, or host-only (common/broker/admin.py: the host's admin
+# API; no board imports it).
+SKIP = ("manifest.py", "admin.py")
 # mpy-cross -O3: no asserts (the core never asserts on received data) and no
 # line-number tables. These .mpy files are loaded into RAM (the Pico W's stock
 # image), where the tables cost heap: measured on the 32-bit wasm port

@@ -16,7 +16,6 @@ from common.broker import handle_publish, handle_subscribe, login
 from common.broker.connection import CONNECTED, Exchange
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
-from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
@@ -94,6 +93,8 @@ def _connect(broker, conn, pkt, now, auth_out):
         if method is None:
             refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
             return
+        from common.crypto.auth_scram import CONTINUE, SUCCESS  # (with a method only: RAM on the boards)
+
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
         conn.auth = exchange = Exchange(method)
         if status == CONTINUE:
@@ -456,6 +457,8 @@ def _send_auth(broker, conn, reason, data):
 
 def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
+    from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
+
     exchange = conn.auth
     method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
@@ -476,6 +479,8 @@ def _auth_step(broker, conn, pkt):
 
 
 def _continue_auth(broker, conn, pkt, now):
+    from common.crypto.auth_scram import CONTINUE, SUCCESS
+
     status, out = _auth_step(broker, conn, pkt)
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
@@ -493,6 +498,8 @@ def handle_auth(broker, conn, pkt, now):
     if conn.auth is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
+    from common.crypto.auth_scram import CONTINUE, SUCCESS
+
     status, out = _auth_step(broker, conn, pkt)
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
