@@ -7,6 +7,8 @@
 #   make soak    soak tests: firmware heap under load, many kill -9 crash iterations
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
+#   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
+#   make test-boards  the firmware tests at the boards' real heaps (needs make firmware BOARD=unix32)
 #
 # Needs: Python >= 3.11 with venv (Debian: python3-venv), and for the
 # Node-based tests Node.js >= 20 with npm. .ci/run installs the system
@@ -36,10 +38,10 @@ PIP_STAMP := $(VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test setup venv npm run lint fuzz soak bench clean distclean
+.PHONY: help test setup venv npm run lint fuzz soak bench firmware test-boards clean distclean
 
 help:
-	@sed -n '3,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,12p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------
 # set-up
@@ -147,6 +149,33 @@ bench: venv
 	fi
 	@[ -x /usr/sbin/mosquitto ] || echo "make bench: no /usr/sbin/mosquitto (apt-get install mosquitto): it is left out" >&2
 	$(PY) -m tools.bench $(BENCH_ARGS)
+
+# A MicroPython v1.28.0 image with Siskin frozen in (tools/image.py, docs/boards.md):
+#   BOARD=rp2040_picow  dist/rp2040_picow/siskin-<version>.uf2
+#   BOARD=unix32        dist/unix32/micropython (32-bit unix port: the boards' word size)
+# MICROPY_DIR: the MicroPython checkout with its submodules (not vendored here);
+# PICO_SDK_PATH: another pico-sdk (default: MICROPY_DIR/lib/pico-sdk);
+# PICOTOOL_DIR: a picotool install prefix, built from source (rp2040_picow).
+# Build output goes to build/<board>/. Only the Python standard library is needed.
+BOARD ?=
+MICROPY_DIR ?=
+PICO_SDK_PATH ?=
+PICOTOOL_DIR ?=
+FIRMWARE_JOBS ?= 2
+firmware:
+	@[ -n "$(BOARD)" ] || { echo "make firmware: set BOARD=rp2040_picow or BOARD=unix32 (ESP32: docs/boards.md)" >&2; exit 2; }
+	$(PYTHON) -m tools.build --image --board $(BOARD) --jobs $(FIRMWARE_JOBS) \
+	  $(if $(MICROPY_DIR),--micropython $(MICROPY_DIR)) $(if $(PICO_SDK_PATH),--pico-sdk $(PICO_SDK_PATH)) \
+	  $(if $(PICOTOOL_DIR),--picotool $(PICOTOOL_DIR))
+
+# The firmware tests under the 32-bit unix MicroPython of `make firmware
+# BOARD=unix32`, with the boards' real heaps and Siskin's code frozen, as in
+# the images (tests/host/test_firmware_boards.py reads MICROPY_UNIX32). Not part
+# of `make test`: CI has no MicroPython checkout to build it from.
+MICROPY_UNIX32 ?= dist/unix32/micropython
+test-boards: setup
+	@[ -x "$(MICROPY_UNIX32)" ] || { echo "make test-boards: no $(MICROPY_UNIX32): make firmware BOARD=unix32 MICROPY_DIR=... first" >&2; exit 2; }
+	MICROPY_UNIX32=$(abspath $(MICROPY_UNIX32)) $(PYTEST) tests/host/test_firmware_boards.py -m boards $(PYTEST_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache .fuzz dist build *.egg-info

@@ -23,6 +23,9 @@ What lives here:
   on MicroPython the bytearray takes fewer heap blocks, measured by
   tools/bench/upy_heap.py). A trait of the interpreter, not a feature that can
   be probed: the one implementation check of the core, kept here.
+- ``unload``: drop a module that ran its once-only work (start-up, restore)
+  from ``sys.modules`` and from its package, so that its code leaves a board's
+  heap once nothing else refers to it (a later import loads it again).
 - ``from_hex``: ``bytes.fromhex`` where the port has it (MicroPython builds
   below the "extra features" level do not), else ``binascii.unhexlify``; both
   raise ValueError on text that is not hex digits.
@@ -171,3 +174,13 @@ try:
     from_hex = bytes.fromhex
 except AttributeError:
     from binascii import unhexlify as from_hex  # noqa: F401  (MicroPython without bytes.fromhex)
+
+
+def unload(name):
+    """Forget module `name` (see the module doc); nothing if it is not loaded."""
+    if sys.modules.pop(name, None) is None:
+        return
+    i = name.rfind(".")
+    parent = sys.modules.get(name[:i]) if i > 0 else None
+    if parent is not None and hasattr(parent, name[i + 1 :]):
+        delattr(parent, name[i + 1 :])

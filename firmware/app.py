@@ -15,14 +15,16 @@ import sys
 import time
 
 from common.broker.broker import VERSION
-from common.store.store import StoreError
-from common.store.storeboot import new_broker
+from common.broker.settings import ConfigError
+from common.compat import unload
 from firmware import board
-from firmware.boardcfg import ConfigError, board_path, load_board, load_device, load_security, load_tls
 from firmware.shell import Log, Server, make_driver
-from firmware.storage import open_store
 
 DEFAULT_CONFIG = "/siskin.json"
+
+# Modules that run only in build(): imported there and unloaded after it,
+# so that their code does not stay in a board's heap (docs/boards.md).
+STARTUP_ONLY = ("firmware.boardcfg", "firmware.storage", "common.store.storeboot")
 
 
 def parse_args(argv):
@@ -42,7 +44,20 @@ def parse_args(argv):
 
 
 def build(argv, root):
-    """(server, log, watchdog) ready to run, from the command line and config."""
+    """(server, log) ready to run, from the command line and config."""
+    try:
+        return _build(argv, root)
+    finally:
+        for name in STARTUP_ONLY:
+            unload(name)
+
+
+def _build(argv, root):
+    from common.store.store import StoreError
+    from common.store.storeboot import new_broker
+    from firmware.boardcfg import board_path, load_board, load_device, load_security, load_tls
+    from firmware.storage import index_keys, open_store
+
     args = parse_args(argv)
     cfg = load_device(args["config"])
     if args["port"] is not None:
@@ -60,11 +75,23 @@ def build(argv, root):
     feed = wdt.feed if wdt is not None else None
     board.bring_up_network(cfg, log, feed)
     try:
-        store = open_store(cfg, log)
+        store = open_store(cfg, log, index_keys(settings))
     except (StoreError, ValueError) as e:
         # A wrong key or a store from a newer Siskin would fail the same way
         # after every reset: stop at the REPL instead (docs/boards.md).
         raise ConfigError("store %s: %s" % (cfg["storage"], e))
+    except OSError as e:
+        # A missing directory, a full or read-only file system: the same
+        # after every reset too. Stop, or serve without persistence if the
+        # board settings allow it (server.storage_optional).
+        why = "store %s cannot be opened (%r)" % (cfg["storage"], e)
+        if not opts["storage_optional"]:
+            raise ConfigError(
+                why + ": fix the path or the file system, set \"storage\": \"none\", or set"
+                ' "storage_optional": true in the board\'s "server" settings to serve without persistence'
+            )
+        log.log(40, why + ": serving WITHOUT persistence (storage_optional)")
+        store = None
     driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
     driver.set_security(*security)
     if store is not None:

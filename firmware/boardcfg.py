@@ -48,6 +48,10 @@ SERVER = (
     ("close_linger", 2, K_NUMBER, 0, None),
     ("shutdown_timeout", 3, K_NUMBER, 0, None),  # s to wait for the connections to close at a graceful stop
     ("heap_report", 0, K_INT, 0, None),  # s between "heap free=... alloc=..." lines on stdout, 0 = never
+    # A store that cannot be opened (missing directory, full or read-only file
+    # system): false = stop at the REPL with the reason; true = log it and
+    # serve without persistence. Never a reset loop (firmware/app.py).
+    ("storage_optional", False, K_BOOL, None, None),
 )
 
 # The device config.

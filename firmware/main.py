@@ -11,6 +11,22 @@
 import sys
 
 
+def _user_main():
+    # Frozen into an image (firmware/manifest.py), this file runs INSTEAD of a
+    # /main.py on the file system: MicroPython looks for a frozen main.py
+    # first. So a frozen copy runs the file system's main.py when there is
+    # one: that is how a user replaces the broker on a frozen image. Run from
+    # the file system, __file__ is "main.py" (a frozen main.py has none of its
+    # own: it sees boot.py's, or nothing); the unix port never runs it frozen.
+    if sys.platform not in ("rp2", "esp32") or globals().get("__file__") == "main.py":
+        return None
+    try:
+        with open("main.py") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def _root():
     here = globals().get("__file__", "main.py")
     i = here.rfind("/")
@@ -20,10 +36,14 @@ def _root():
     return d
 
 
-ROOT = _root()
-if ROOT and ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+_source = _user_main()
+if _source is not None:
+    exec(_source, {"__name__": "__main__", "__file__": "main.py"})
+else:
+    ROOT = _root()
+    if ROOT and ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
 
-from firmware import app  # noqa: E402
+    from firmware import app
 
-app.run(root=ROOT)
+    app.run(root=ROOT)

@@ -1,27 +1,38 @@
 # Freeze manifest: a MicroPython firmware image with Siskin frozen into flash.
-# NOT RUN HERE (no ESP-IDF or pico-sdk in this environment): docs/boards.md
-# has the procedure and says what only a real build can confirm.
 #
-# Frozen modules run from flash: their bytecode takes no heap, which on a
-# generic ESP32 (~110 KB heap) is what makes the broker fit at all (the
-# bytecode of the core and shell is ~88 KB of heap when loaded from .mpy:
-# docs/boards.md, measured).
+#   make firmware BOARD=rp2040_picow MICROPY_DIR=...   # dist/rp2040_picow/siskin-<version>.uf2
+#   make firmware BOARD=unix32 MICROPY_DIR=...         # a 32-bit unix MicroPython, the same set frozen
 #
-#   cd micropython/ports/esp32
-#   make BOARD=ESP32_GENERIC FROZEN_MANIFEST=/path/to/siskin/firmware/manifest.py
-#   cd micropython/ports/rp2
-#   make BOARD=RPI_PICO_W FROZEN_MANIFEST=/path/to/siskin/firmware/manifest.py
+# (tools/build.py --image runs MicroPython's own build with this file as
+# FROZEN_MANIFEST; docs/boards.md has the variables, the versions and the
+# untested ESP32 recipe.) MicroPython's build reads this file
+# (tools/manifestfile.py); paths are relative to this directory.
 #
-# MicroPython's build reads this file (tools/manifestfile.py); paths are
-# relative to this directory. /siskin.json and /boards/<board>.json stay on
-# the file system so they can change without a new image.
+# Frozen modules run from flash: their bytecode takes no heap, though their
+# module dicts, functions and classes still do once imported (about 25 KB:
+# docs/boards.md has the measured figure).
+#
+# What is frozen:
+# - the port's own set (asyncio, network helpers), which FROZEN_MANIFEST
+#   would otherwise replace: $(BOARD_DIR)/manifest.py (RPI_PICO_W; for the
+#   unix32 build tools/build points BOARD_DIR at the unix "standard"
+#   variant), else the port's boards/manifest.py (ESP32_GENERIC has none);
+# - common/ and firmware/ as packages, without the entry points and this file;
+# - main.py as the top-level main.py, so a freshly flashed board starts the
+#   broker (with the access-point fallback of docs/boards.md) without any
+#   file of ours on its file system. MicroPython runs a frozen main.py
+#   instead of /main.py; ours hands over to a /main.py on the file system
+#   when there is one (firmware/main.py), which is how a user replaces it.
+# boot.py is not frozen: a frozen boot.py would likewise shadow the one the
+# port writes to a new file system, and ours only quietens the ESP32's ROM log.
+# /siskin.json and /boards/<board>.json stay on the file system so they can
+# change without a new image (tools/deploy --settings).
+
+import os
 
 try:
-    # Boards with a manifest of their own (RPI_PICO_W: the port's modules
-    # plus the network helpers); FROZEN_MANIFEST replaces it, so include it.
     include("$(BOARD_DIR)/manifest.py")  # noqa: F821  (defined by the manifest reader)
 except Exception:
-    # ESP32_GENERIC has none: the port's (asyncio and friends).
     include("$(PORT_DIR)/boards/manifest.py")  # noqa: F821
 
 # The core and the firmware shell. opt=1 drops asserts (the core never
@@ -32,6 +43,11 @@ except Exception:
 # line numbers. tools/build.py's .mpy files, which a board loads into RAM,
 # use -O3.
 package("common", base_path="..", opt=1)  # noqa: F821
-package("firmware", base_path="..", opt=1)  # noqa: F821
-# A frozen main.py runs at boot when the file system has none.
+ENTRY_POINTS = ("main.py", "boot.py", "manifest.py")
+package(  # noqa: F821
+    "firmware",
+    files=sorted(n for n in os.listdir(".") if n.endswith(".py") and n not in ENTRY_POINTS),
+    base_path="..",
+    opt=1,
+)
 module("main.py", opt=1)  # noqa: F821

@@ -11,9 +11,9 @@
 # Slots. The shell may hold `max_sockets` sockets, the listener included
 # (the lwIP limit of the firmware, docs/boards.md). Each of the other
 # max_sockets - 1 is a Slot made at start-up with its read buffer, so
-# accepting a client allocates only the socket's stream and its task. A
-# Slot is also the driver's handle for its connection (write, half_close,
-# close, abort, pending, pause_reading, resume_reading).
+# accepting a client allocates only its task. A Slot is also the driver's
+# handle for its connection (write, half_close, close, abort, pending,
+# pause_reading, resume_reading).
 #
 # Listener. A connection beyond the free slots, or one the core refuses
 # (connection_made -> -1), is accepted and closed at once: the socket goes
@@ -23,8 +23,16 @@
 # files size max_connections below the slots so one slot at least is left
 # for that polite answer.
 #
-# Reading. One task per connection awaits Stream.readinto() into the slot's
-# preallocated buffer, hands it to driver.data_received(), then flushes.
+# Reading. Each connection has a task whose coroutine is its Slot itself,
+# not a generator: asyncio drives a coroutine through send()/throw(), and
+# Slot.send() is one wake of it: read what the socket has into the slot's
+# preallocated buffer, hand it to driver.data_received(), flush, and wait
+# for the socket again (asyncio's _io_queue.queue_read, as Stream.readinto
+# does). So a connection costs a Task and its socket's entry in asyncio's
+# poller, without a Stream, a coroutine frame and the nested frame of
+# readinto (measured per client: docs/boards.md). While reading is paused
+# the task waits nowhere; resume_reading() schedules it again.
+# StopIteration from send() ends the task.
 #
 # Retained replay. driver.flush() answers True while a client is still owed
 # retained messages and its socket takes them: flush() then keeps flushing,
@@ -56,8 +64,9 @@
 # rather than when it is exhausted.
 #
 # Internals used: asyncio.core._io_queue.queue_read (the same call
-# Stream.read and the stock Server use) to wait for the listening socket to
-# be readable; MicroPython has no public awaitable accept.
+# Stream.read and the stock Server use) to wait for a socket to be readable
+# (MicroPython has no public awaitable accept), and asyncio.core._task_queue.push
+# (what Event.set does) to schedule a reader whose reading resumes.
 
 import asyncio
 import gc
@@ -96,14 +105,14 @@ class Slot:
         self.server = None
         self.buf = bytearray(bufsize)
         self.mv = memoryview(self.buf)
-        self.resume = asyncio.Event()
         self.reset()
 
     def reset(self):
         self.sock = None  # None: the slot is free
-        self.stream = None
         self.cid = -1
-        self.task = None  # the reader
+        self.task = None  # the reader: a Task whose coroutine is this slot
+        self.waiting = False  # the reader waits for the socket (queue_read done)
+        self.parked = False  # the reader waits for resume_reading()
         self.drain_task = None
         self.blocked = False  # a write is draining
         self.tail = None  # a closing connection's last output, after the drain
@@ -159,7 +168,35 @@ class Slot:
 
     def resume_reading(self):
         self.paused = False
-        self.resume.set()
+        if self.parked:
+            self.parked = False
+            asyncio.core._task_queue.push(self.task)
+
+    # ------------------------------------- the reader task's coroutine
+
+    def send(self, _):
+        """One wake of the reader (see Reading above)."""
+        sock = self.sock
+        if sock is None or asyncio.current_task() is not self.task:
+            raise StopIteration  # finished meanwhile (its task was cancelled)
+        if self.waiting:
+            self.waiting = False
+            try:
+                more = self.server.read(self, sock)
+            except Exception:
+                self.server.finish(self, sock)
+                raise
+            if not more:
+                raise StopIteration
+        if self.paused:
+            self.parked = True
+            return
+        self.waiting = True
+        asyncio.core._io_queue.queue_read(sock)
+
+    def throw(self, exc):
+        # Cancelled by Server.finish, which closes: nothing to do here.
+        raise StopIteration
 
 
 def peer_address(addr):
@@ -335,43 +372,35 @@ class Server:
             slot.handshaking = True
             slot.peer = peer[0]
         slot.sock = sock
-        slot.stream = asyncio.StreamReader(sock)
         slot.cid = cid
-        slot.task = asyncio.create_task(self._serve(slot, sock))
+        slot.task = asyncio.create_task(slot)
         self.log.log(10, "connection #%d opened (slot %d)" % (cid, slot.index))
 
     # ------------------------------------------------------------ reading
 
-    async def _serve(self, slot, sock):
-        driver = self.driver
-        stream = slot.stream
-        mv = slot.mv
-        size = len(mv)
-        cid = slot.cid
+    def read(self, slot, sock):
+        """Read what `sock` has into the slot and run it; False once the
+        connection has ended (EOF, an error, or closed by what it sent)."""
         try:
-            while slot.sock is sock:
-                if slot.paused:
-                    slot.resume.clear()
-                    await slot.resume.wait()
-                    continue
-                n = await stream.readinto(mv)
-                if n is None:
-                    continue  # woken without data
-                if not n or slot.sock is not sock:
-                    break  # EOF (or aborted meanwhile)
-                slot.handshaking = False
-                driver.data_received(cid, mv if n == size else mv[:n])
-                self.flush()
+            n = sock.readinto(slot.mv)
         except OSError as e:
             slot.error = e  # reset by the peer, or (TLS) a failed handshake
-        finally:
-            self.finish(slot, sock)
+            n = 0
+        if n is None:
+            return True  # woken without data
+        if not n:
+            self.finish(slot, sock)  # EOF
+            return False
+        slot.handshaking = False
+        self.driver.data_received(slot.cid, slot.mv if n == len(slot.buf) else slot.mv[:n])
+        self.flush()
+        return slot.sock is sock
 
     # ------------------------------------------------------------ writing
 
     async def drain(self, slot, sock, rest):
         """Write the rest of a write the socket did not take, then what waited."""
-        stream = slot.stream
+        stream = asyncio.StreamWriter(sock, {})  # (only while a write drains: RAM)
         ok = True
         try:
             while rest is not None:

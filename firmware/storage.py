@@ -15,8 +15,6 @@
 # key file does not open another board's store. If it does not exist, the
 # store is plain (CRC-checked only) and the log says so.
 
-from common.crypto.hkdf import hkdf_sha256
-from common.store.filelog import FileLog
 from common.store.storeboot import open_store as open_backend
 
 HKDF_INFO = b"siskin store key v1"
@@ -39,7 +37,8 @@ def read_keys(path, log):
     except OSError:
         log.log(30, "store: no key file %s: the store is NOT encrypted" % path)
         return None
-    from common.store.keytext import parse_keys  # only with a key file: not in the heap without
+    from common.crypto.hkdf import hkdf_sha256  # only with a key file: not in the heap without
+    from common.store.keytext import parse_keys
 
     keys = parse_keys(text)
     salt = _chip_id()
@@ -49,7 +48,7 @@ def read_keys(path, log):
     return keys
 
 
-def _backend(cfg):
+def _backend(cfg, keys):
     where = cfg.get("storage", "/siskin.store")
     if where == "none":
         return None
@@ -62,14 +61,23 @@ def _backend(cfg):
         if not found:
             raise ValueError("no flash partition labelled %r (storage in the device config)" % where[10:])
         return KVLog(found[0])
+    from common.store.filelog import FileLog
     from firmware.littlefs_fs import LittleFS
 
-    return FileLog(LittleFS(), where, compact_min=16384)
+    return FileLog(LittleFS(), where, compact_min=16384, keys=keys)
 
 
-def open_store(cfg, log):
-    """The opened Store for the broker, or None (storage "none")."""
-    backend = _backend(cfg)
+def index_keys(settings):
+    """How many records the store can hold at the board's limits: its RAM
+    index is made that big at start (common/store/filelog.py _presize)."""
+    s = settings
+    return s.max_sessions + s.max_subscriptions + 2 * s.max_messages + s.max_retained
+
+
+def open_store(cfg, log, keys=0):
+    """The opened Store for the broker, or None (storage "none"); `keys`:
+    index_keys() of the board's settings."""
+    backend = _backend(cfg, keys)
     if backend is None:
         log.log(30, "store: storage is none: sessions and retained messages are lost on restart")
         return None

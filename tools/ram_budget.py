@@ -13,8 +13,17 @@ tests/core/harness.py does (bytes in, bytes out, no sockets), and reads
 _GC.mem_alloc() after gc.collect() before and after each step. It prints ONE
 JSON object (the last line of its output) with, in bytes:
 
-  code            importing common/ (bytecode of the core; frozen into flash
-                  on a custom image, so not heap there)
+  startup         firmware/app.py build() with the board file and a default
+                  device config (store on: a littlefs log, no key file): the
+                  heap the firmware holds once started, before any client
+  code            the part of `startup` that stays when the server and broker
+                  are dropped: the loaded code (bytecode from .mpy or .py,
+                  module dicts, classes; frozen into flash on a custom image,
+                  where only the dicts and classes take heap). Only what the
+                  default configuration loads: SCRAM, HKDF, AES-GCM, the
+                  raw-flash log and the bridge are imported only when
+                  configured, and start-up-only modules are unloaded
+                  (firmware/app.py STARTUP_ONLY)
   shell_slot      one preallocated connection slot of firmware/shell.py
                   (read buffer of `read_buffer` bytes + bookkeeping)
   baseline        Broker(board settings) right after start-up: with prealloc
@@ -153,7 +162,8 @@ def _settings(board: str, **overrides: "Any") -> "tuple[Any, dict[str, Any]]":
 # referenced from a live C frame would count), so the steps are separate
 # functions rather than one loop, and the state lives in STATE.
 STEPS = (
-    "code",
+    "startup",
+    "drop_startup",
     "settings",
     "shell_slot",
     "free_slots",
@@ -188,11 +198,14 @@ def step(name: str) -> int:
 
 
 def record(name: str, items: int, delta: int) -> None:
-    if items:
+    if name == "drop_startup":
+        RESULT[name] = delta  # (negative: what was freed)
+    elif items:
         RESULT[name] = delta // items
 
 
 def finish() -> "dict[str, Any]":
+    RESULT["code"] = RESULT["startup"] + RESULT.pop("drop_startup")
     lim = RESULT["at_limits"] = STATE["at_limits"]
     lim["dynamic"] = RESULT.pop("at_limits_dynamic")
     lim["total"] = RESULT["baseline"] + lim["dynamic"] + lim["slots"] * RESULT["shell_slot"]
@@ -201,14 +214,46 @@ def finish() -> "dict[str, Any]":
     return RESULT
 
 
-def _step_code() -> int:
-    # The core (with persist and the store), the board loader, the shell and
-    # the storage path: littlefs log, HKDF, AES-GCM (firmware/crypto.py itself
-    # needs cryptolib, which the wasm port lacks; its module is tiny).
-    for name in ("common.broker.broker", "firmware.boardcfg", "firmware.shell", "firmware.storage", "common.crypto.aesgcm"):
-        _module(name)
+STARTUP_STORE = "ram_budget.startup.store"
+STARTUP_CONFIG = "ram_budget.siskin.json"
 
-    return 1  # the code of the firmware, as loaded bytecode
+
+def _step_startup() -> int:
+    # The firmware's own start-up (no Wi-Fi, no watchdog, no listening
+    # socket yet): what a board holds before its first client.
+    import os
+
+    for path in (STARTUP_STORE, STARTUP_CONFIG):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    device = {"board": STATE["board"], "host": "127.0.0.1", "watchdog_ms": 0, "log_level": "warning"}
+    device["storage"] = STARTUP_STORE
+    device["storage_key_file"] = STARTUP_STORE + ".no-key"
+    with open(STARTUP_CONFIG, "w") as f:
+        f.write(json.dumps(device))
+    if not hasattr(os, "urandom"):  # the wasm port: the entropy of the session ids only
+        import sys
+
+        sys.modules["os"] = _OsWithUrandom(os)  # type: ignore[assignment]
+    STATE["started"] = _module("firmware.app").build(["--config", STARTUP_CONFIG], "")
+    return 1
+
+
+class _OsWithUrandom:
+    def __init__(self, os: "Any") -> None:
+        self.os = os
+        self.urandom = _entropy
+
+    def __getattr__(self, name: str) -> "Any":
+        return getattr(self.os, name)
+
+
+def _step_drop_startup() -> int:
+    # What is left after the server and broker are gone is the code.
+    del STATE["started"]
+    return 1
 
 
 def _step_settings() -> int:
@@ -460,13 +505,13 @@ def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dic
 # ------------------------------------------------------------------- CPython
 
 
-def _run_on_port(port: str, board: str, heap: str, code: str) -> "dict[str, Any]":
+def _run_on_port(port: str, board: str, heap: str, code: str, exe: str = "") -> "dict[str, Any]":
     import os
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if port == "unix":
-        exe = os.path.join(os.path.dirname(sys.executable), "micropython")
+        exe = exe or os.path.join(os.path.dirname(sys.executable), "micropython")
         env = dict(os.environ, MICROPYPATH=(os.path.join(root, code) + ":" if code else "") + root + ":.frozen")
         cmd = [exe, "-X", "heapsize=" + heap, "tools/ram_budget.py", board]
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
@@ -541,6 +586,7 @@ process.stdout.write(out);
 
 def _cpython_main(argv: list[str]) -> None:
     import argparse
+    import os
 
     ap = argparse.ArgumentParser(description="RAM budget of the broker, measured on a MicroPython port")
     ap.add_argument("board", help="board settings file, e.g. boards/esp32.json")
@@ -549,8 +595,14 @@ def _cpython_main(argv: list[str]) -> None:
     ap.add_argument(
         "--mpy", default="", help="load common/ and firmware/ from this tools/build output (e.g. dist/unix)"
     )
+    ap.add_argument(
+        "--micropython",
+        default="",
+        help="the unix port to run (--port unix; default: the venv's, 64-bit), e.g. a 32-bit build from source",
+    )
     args = ap.parse_args(argv)
-    print(json.dumps(_run_on_port(args.port, args.board, args.heap, args.mpy.rstrip("/"))))
+    result = _run_on_port(args.port, args.board, args.heap, args.mpy.rstrip("/"), os.path.abspath(args.micropython) if args.micropython else "")
+    print(json.dumps(result))
 
 
 def main() -> None:

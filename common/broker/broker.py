@@ -22,7 +22,6 @@ from common.broker.routing import Routing
 from common.broker.session import Sessions
 from common.broker.topics import parse_shared
 from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
-from common.crypto.auth_scram import ScramSha256
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
@@ -210,6 +209,10 @@ class Broker:
         # pause or resume their reading (take_replay_changes).
         self.replaying = []
         self.replays = []
+        # cid -> the inbound QoS 2 ids of a 3.1.1 client whose PUBREC waits
+        # for room in max_inflight_in (handle_publish QOS2_LATE_MAX); here,
+        # not on the Connection: an attribute there costs every client RAM.
+        self.qos2_late = {}
         self.replay_changed = False
         # Optional callable(level, text) set by the shell (set_logger): what
         # happened to whom. Levels as in logging (10 debug, 20 info, 30
@@ -220,6 +223,8 @@ class Broker:
         # Enhanced authentication methods by name (v5 AUTH).
         self.auth_methods = {}
         if s.scram_users:
+            from common.crypto.auth_scram import ScramSha256  # (SCRAM users only: RAM on the boards)
+
             method = ScramSha256(s.scram_users)
             self.auth_methods[method.name] = method
         # Users, access control and the anonymous switch (common/broker/login.py
@@ -453,6 +458,8 @@ class Broker:
         if session is not None and session.queue.count:
             self.release_throttled()
         replay.end(self, conn)
+        if self.qos2_late:
+            self.qos2_late.pop(conn.cid, None)
         handle_connect.detach(self, conn, now)
         if session is not None:
             due = session.will_at

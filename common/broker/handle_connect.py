@@ -16,7 +16,6 @@ from common.broker import handle_publish, handle_subscribe, login
 from common.broker.connection import CONNECTED, Exchange
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
-from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
@@ -94,6 +93,8 @@ def _connect(broker, conn, pkt, now, auth_out):
         if method is None:
             refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
             return
+        from common.crypto.auth_scram import CONTINUE, SUCCESS  # (with a method only: RAM on the boards)
+
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
         conn.auth = exchange = Exchange(method)
         if status == CONTINUE:
@@ -178,10 +179,9 @@ def _connect(broker, conn, pkt, now, auth_out):
         expiry = s.persistent_session_expiry or NEVER
 
     # Takeover and session resumption.
-    if session is not None and session.conn is not None:
-        old = session.conn
-        broker.log(20, "%s taken over by a new connection", (client_id,))
-        broker.fail(old, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
+    took_over = session is not None and session.conn is not None
+    if took_over:
+        broker.fail(session.conn, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
         session = sessions.find(client_id)  # the close may have ended it
     if session is not None and pkt.clean_start:
         destroy_session(broker, session, now)  # [MQTT-3.1.2-6] [MQTT-3.1.2-4]
@@ -225,17 +225,20 @@ def _connect(broker, conn, pkt, now, auth_out):
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
+    # One line, a takeover's included (a storm of them logs one line per connection).
     broker.log(
         20,
-        "%s connected (level %d, keep-alive %d, session %s)",
-        (client_id, level, keep_alive, "resumed" if session_present else "new"),
+        "%s connected (level %d, keep-alive %d, session %s%s)",
+        (client_id, level, keep_alive, "resumed" if session_present else "new", ", taking over its live connection" if took_over else ""),
     )
     st = broker.stats
     live = broker.connections.live
     if live > st.clients_maximum:
         st.clients_maximum = live
-    # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the queue.
-    handle_publish.resume(broker, conn, session, now)
+    if session_present:
+        # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the
+        # queue (a new session has neither).
+        handle_publish.resume(broker, conn, session, now)
 
 
 def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
@@ -454,6 +457,8 @@ def _send_auth(broker, conn, reason, data):
 
 def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
+    from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
+
     exchange = conn.auth
     method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
@@ -474,6 +479,8 @@ def _auth_step(broker, conn, pkt):
 
 
 def _continue_auth(broker, conn, pkt, now):
+    from common.crypto.auth_scram import CONTINUE, SUCCESS
+
     status, out = _auth_step(broker, conn, pkt)
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
@@ -491,6 +498,8 @@ def handle_auth(broker, conn, pkt, now):
     if conn.auth is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
+    from common.crypto.auth_scram import CONTINUE, SUCCESS
+
     status, out = _auth_step(broker, conn, pkt)
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)

@@ -39,6 +39,15 @@ _FOLD_RETAIN = const(4)  # in Session.route_fold, above the QoS bits
 # bounds memory however small the messages are.
 QUEUED_COST = const(512)
 
+# A 3.1.1 client cannot be told the broker's window for inbound QoS 2
+# (max_inflight_in; v5 hears it as Receive Maximum) and paho's own is 20.
+# Beyond the window its PUBLISH is taken (routed, its id held as usual) but
+# its PUBREC is withheld (Broker.qos2_late) until a PUBREL makes room,
+# so its own window fills and it waits: slowed, not cut off. Pausing its
+# socket instead would deadlock: the PUBRELs that make room come behind the
+# PUBLISHes already sent. This many withheld at most, then 0x93 as for v5.
+QOS2_LATE_MAX = const(32)
+
 # What _no_room() finds: room, the session's own queue full, all queues full.
 _ROOM = const(0)
 _FULL_SESSION = const(1)
@@ -84,13 +93,19 @@ def handle_publish(broker, conn, pkt, now):
         raise MqttError(C.RC_TOPIC_NAME_INVALID, "topic name over the limits")
     pid = pkt.packet_id
     if qos == 2:
+        late = broker.qos2_late.get(conn.cid) if broker.qos2_late else None
         if pid in session.qos2_in:
             # A resent QoS 2 PUBLISH before PUBREL: acknowledge, do not
-            # deliver again [MQTT-4.3.3-9].
-            send_ack(broker, conn, C.PUBREC, pid, C.RC_SUCCESS)
+            # deliver again [MQTT-4.3.3-9] (a withheld PUBREC comes in turn).
+            if late is None or pid not in late:
+                send_ack(broker, conn, C.PUBREC, pid, C.RC_SUCCESS)
             return
         if len(session.qos2_in) >= s.max_inflight_in:
-            raise MqttError(C.RC_RECEIVE_MAXIMUM_EXCEEDED, "too many QoS 2 in flight")  # [MQTT-3.3.4-7]
+            if conn.level == C.LEVEL_5 or (late is not None and len(late) >= QOS2_LATE_MAX):
+                raise MqttError(C.RC_RECEIVE_MAXIMUM_EXCEEDED, "too many QoS 2 in flight")  # [MQTT-3.3.4-7]
+            if late is None:
+                late = broker.qos2_late[conn.cid] = []
+            late.append(pid)  # 3.1.1: its PUBREC waits for room (QOS2_LATE_MAX)
     text = None
     if topic.startswith("$SYS"):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
@@ -133,8 +148,14 @@ def handle_publish(broker, conn, pkt, now):
         send_ack(broker, conn, C.PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
     elif qos == 2:
         if reason < 0x80:
+            if not session.qos2_in:
+                session.qos2_in = set()  # () until the first (session.py)
             session.qos2_in.add(pid)  # held until PUBREL [MQTT-4.3.3-8]
             broker.listener.session_saved(session)
+            if late is not None and pid in late:
+                return  # its PUBREC when a PUBREL makes room
+        elif late is not None and pid in late:
+            late.remove(pid)  # not kept: nothing to wait for
         send_ack(broker, conn, C.PUBREC, pid, reason, text)
 
 
@@ -197,6 +218,13 @@ def handle_pubrel(broker, conn, pkt, now):
         session.qos2_in.discard(pid)
         broker.listener.session_saved(session)
         send_ack(broker, conn, C.PUBCOMP, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-11]
+        late = broker.qos2_late.get(conn.cid) if broker.qos2_late else None
+        if late:
+            if pid in late:
+                late.remove(pid)  # released before its PUBREC: no room made
+            else:
+                # Room in the window: the oldest withheld PUBREC (QOS2_LATE_MAX).
+                send_ack(broker, conn, C.PUBREC, late.pop(0), C.RC_SUCCESS)
     else:
         send_ack(broker, conn, C.PUBCOMP, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
 
@@ -694,7 +722,7 @@ def release_session_messages(broker, session):
     session.inflight = []
     session.held_back = 0
     session.queued_bytes = 0
-    session.qos2_in = set()
+    session.qos2_in = ()
 
 
 # ------------------------------------------------------------ outbound acks

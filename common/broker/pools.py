@@ -10,7 +10,10 @@
 # the same capacity, and recycled.
 #
 # A Ring is a bounded FIFO over a list; it grows by doubling up to its cap so
-# an idle session costs a few slots, never more than the cap.
+# an idle session costs no slot (a ring made with initial 0 has none until its
+# first push), never more than the cap.
+
+from common.compat import const
 
 
 class SlotPool:
@@ -117,13 +120,19 @@ class MessagePool:
         return self.pool.in_use
 
 
+# The first slots of a ring made empty (initial 0).
+RING_FIRST = const(4)
+
+
 class Ring:
     """Bounded FIFO. push() answers False when the ring is at its cap."""
 
-    def __init__(self, cap, initial=4):
+    __slots__ = ("buf", "cap", "count", "head")
+
+    def __init__(self, cap, initial=RING_FIRST):
         self.cap = cap
         size = initial if initial < cap else cap
-        self.buf = [None] * (size if size > 0 else 1)
+        self.buf = [None] * size if size > 0 else ()
         self.head = 0
         self.count = 0
 
@@ -171,7 +180,7 @@ class Ring:
 
     def _grow(self):
         old = self.items()
-        size = len(self.buf) * 2
+        size = len(self.buf) * 2 or RING_FIRST
         if size > self.cap:
             size = self.cap
         self.buf = old + [None] * (size - len(old))

@@ -256,6 +256,8 @@ class FrameReader:
     (the connection must be closed).
     """
 
+    __slots__ = ("buf", "max_packet_size", "pos")  # one per connection: no dict on CPython
+
     def __init__(self, max_packet_size=VBI_MAX + 5):
         self.max_packet_size = max_packet_size
         self.buf = bytearray()

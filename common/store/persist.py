@@ -39,10 +39,9 @@
 # clock went back, or a board without a real-time clock) is clamped to now +
 # interval.
 
-import sys
-
 from common.broker.delivery import RELEASED
 from common.broker.listener import StateListener
+from common.compat import unload
 from common.mqtt.consts import PUBLISH
 from common.mqtt.properties import decode_property_items
 from common.store.store import u64be
@@ -221,5 +220,4 @@ class Persist(StateListener):
         try:
             return restore.restore(self, broker, now, wall)
         finally:
-            del sys.modules[restore.__name__]
-            delattr(sys.modules["common.store"], "restore")
+            unload(restore.__name__)

@@ -189,7 +189,7 @@ def _restore_session(persist, broker, client_id, rec, now, counts):
     session.expiry_interval = expiry
     session.expires_at = expires_at
     session.next_packet_id = next_pid
-    session.qos2_in = set(qos2_in)
+    session.qos2_in = set(qos2_in) if qos2_in else ()
     session.user = rec[6] if len(rec) > 6 else OWNER_UNKNOWN
     session.stored = True
     counts["sessions"] += 1

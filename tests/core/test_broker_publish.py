@@ -157,6 +157,40 @@ class TestQoS(unittest.TestCase):
 
 
 class TestFlowControl(unittest.TestCase):
+    def test_qos2_window_slows_a_311_client_instead_of_closing_it(self):
+        # A 3.1.1 client cannot be told the inbound window (paho's own is 20):
+        # beyond max_inflight_in its messages are taken and delivered once,
+        # but their PUBREC waits for a PUBREL to make room. [MQTT-4.3.3-2]
+        h = Harness(max_inflight_in=2)
+        sub, pub = pair(h, 2)
+        for i in range(5):
+            pub.publish("t", b"m%d" % i, qos=2, packet_id=i + 1)
+        self.assertEqual([p.packet_id for p in pub.take()], [1, 2])  # PUBRECs of the window only
+        self.assertFalse(pub.closed)
+        self.assertEqual(len([p for p in sub.take() if p.ptype == C.PUBLISH]), 5)
+        pub.publish("t", b"m2", qos=2, packet_id=3, dup=True)  # resent: its PUBREC still in turn
+        self.assertEqual(pub.take(), [])
+        released = []
+        for pid in (1, 2, 3, 4, 5):
+            pub.send(PubAck(C.PUBREL, pid, 0, None))
+            got = pub.take()
+            self.assertEqual((got[0].ptype, got[0].packet_id), (C.PUBCOMP, pid))
+            released += [(p.ptype, p.packet_id) for p in got[1:]]
+        self.assertEqual(released, [(C.PUBREC, 3), (C.PUBREC, 4), (C.PUBREC, 5)])
+        self.assertEqual(len([p for p in sub.take() if p.ptype == C.PUBLISH]), 0)  # none twice
+
+    def test_qos2_311_beyond_the_withheld_bound_is_closed(self):
+        from common.broker.handle_publish import QOS2_LATE_MAX
+
+        h = Harness(max_inflight_in=2)
+        _sub, pub = pair(h, 2)
+        for i in range(2 + QOS2_LATE_MAX):
+            pub.publish("t", b"x", qos=2, packet_id=i + 1)
+        self.assertFalse(pub.closed)
+        pub.publish("t", b"x", qos=2, packet_id=3 + QOS2_LATE_MAX)
+        self.assertTrue(pub.closed)  # 3.1.1: closed without an ack (no reason codes)
+        self.assertEqual(h.broker.connections.live, 1)
+
     def test_inflight_cap_then_queue_in_order(self):
         h = Harness(max_inflight=3)
         sub, pub = pair(h, 1)

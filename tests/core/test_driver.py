@@ -106,6 +106,25 @@ class DriverTest(unittest.TestCase):
         self.driver.flush()
         self.assertEqual((h.types(), h.events), ([], []))
 
+    def test_wants_flush_after_a_close_only_when_it_left_output(self):
+        # The host skips its flush turn after a close when wants_flush() is
+        # False: a will published on the close must say True.
+        sub, hs = self.open("sub")
+        self.send(sub, Subscribe(1, [("w/#", 0)], None))
+        self.assertEqual(hs.types(), [C.SUBACK])
+        quiet, _h = self.open("quiet")
+        self.driver.connection_lost(quiet)
+        self.assertFalse(self.driver.wants_flush())
+        willing = self.driver.connection_made(Handle())
+        pkt = Connect(level=4, clean_start=True, keep_alive=0, client_id="w", will_topic="w/x", will_payload=b"gone")
+        self.send(willing, pkt)
+        self.assertFalse(self.driver.wants_flush())
+        self.driver.connection_lost(willing)  # [MQTT-3.1.2-8] the will goes out
+        self.assertTrue(self.driver.wants_flush())
+        self.driver.flush()
+        self.assertEqual(hs.types(), [C.PUBLISH])
+        self.assertFalse(self.driver.wants_flush())
+
     def test_keep_alive_closes_at_one_and_a_half_times_to_the_ms(self):
         # Across the wrap of the 30-bit ticks, as MicroPython's ticks_ms wraps.
         # [MQTT-3.1.2-24]

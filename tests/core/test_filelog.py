@@ -27,6 +27,33 @@ class TestFileLogBasics(unittest.TestCase):
     def test_items_prefix(self):
         check_items_prefix(self, self.kv)
 
+    def test_presized_index_takes_its_keys_without_a_new_table(self):
+        # keys=N (a board's start-up): N keys go into the RAM index with the
+        # heap locked, i.e. without the one big allocation of a dict's
+        # growth that a fragmented board heap may not have; without keys=
+        # the same keys need it.
+        try:
+            from micropython import heap_lock, heap_unlock
+        except ImportError:
+            self.skipTest("micropython.heap_lock: MicroPython only (tests/host/test_micropython.py)")
+        keys = [b"k%03d" % i for i in range(100)]
+        loc = (FILE_HEADER_SIZE, 20)
+        for kv, grows in ((FileLog(MemFS(), PATH, keys=100), False), (FileLog(MemFS(), PATH), True)):
+            index = kv._index
+            heap_lock()
+            try:
+                for key in keys:
+                    index[key] = loc
+                grew = False
+            except MemoryError:
+                grew = True
+            finally:
+                heap_unlock()
+            self.assertEqual(grew, grows)
+        kv = FileLog(MemFS(), PATH, keys=100)
+        self.assertEqual(len(kv), 0)  # the keys that made the room are gone
+        check_put_get_overwrite_delete(self, kv)
+
     def test_reopen_after_sync(self):
         kv = self.kv
         kv.put(b"x", b"old")

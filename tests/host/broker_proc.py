@@ -441,6 +441,7 @@ class Paho:
         self.sub_event = threading.Condition()
         self.session_present: bool | None = None
         self.connack_rc: Any = None
+        self.connack_props: Any = None
         self.keep_alive = keep_alive
         c = mqtt.Client(
             CallbackAPIVersion.VERSION2,
@@ -459,6 +460,7 @@ class Paho:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         self.session_present = bool(flags.session_present)
         self.connack_rc = rc
+        self.connack_props = props
         self.connected.set()
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:

@@ -32,6 +32,8 @@ SCENARIOS = {
     "durable_v3_qos2",
     "durable_v5_qos1",
     "durable_v5_qos2",
+    "takeover",
+    "subsetup",
 }
 
 
@@ -83,6 +85,13 @@ def check_result(r: dict[str, Any]) -> None:
     elif s == "retained":
         assert r["received"] == r["topics"] == 1000, name
         assert r["replay_s"] is not None and r["replay_s"] > 0, name
+    elif s == "takeover":
+        # Every connection got its CONNACK; each worker but the last holder was thrown out.
+        assert r["handled"] > r["clients"] == 8 and r["held"] <= 1, name
+        lat = r["connack_us"]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"], f"{name}: {lat}"
+    elif s == "subsetup":
+        assert r["subscribers"] == 100 and r["setup_s"] > 0, name
     cpu = r["gen_cpu"]
     assert cpu and all(isinstance(v, (int, float, list)) for v in cpu.values()), name
 

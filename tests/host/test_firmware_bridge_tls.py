@@ -22,8 +22,8 @@ import pytest
 from tests.conftest import require
 from tests.host.bridge_edge import RULES, drain, paho
 from tests.host.broker_proc import Paho
-from tests.host.test_firmware_tls import TLS_HEAP, BoardPki, start_error
-from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess, micropython
+from tests.host.test_firmware_tls import TLS_HEAP, TLS_LIMITS, TLS_SERVER, BoardPki, start_error
+from tests.host.upy_broker_proc import UpyBrokerProcess, micropython
 from tools.bench.brokers import Mosquitto, free_port
 from tools.deploy import der_files
 
@@ -134,7 +134,9 @@ def test_both_ways_over_tls(
             c.client.tls_set(ca_certs=str(pki.ca_pem))
         return c.connect(15)
 
-    with UpyBrokerProcess(tmp_path / "board", heap=BOTH_HEAP if mutual else TLS_HEAP, device=device) as board:
+    with UpyBrokerProcess(
+        tmp_path / "board", heap=BOTH_HEAP if mutual else TLS_HEAP, limits=TLS_LIMITS, server=TLS_SERVER, device=device
+    ) as board:
         board.wait_log(r"TLS: 1 bridge upstream\(s\), about 28 KB each of the MicroPython heap")
         if mutual:
             board.wait_log(r"TLS: about 28 KB per client of the MicroPython heap: room for all 4 TLS connection\(s\)")
@@ -180,8 +182,8 @@ def test_a_refused_tls_upstream_backs_off(
         why = "TLS: the upstream ended the handshake"
     attempt = re.compile(rf"bridge cloud: cannot connect to 127\.0\.0\.1:{port}: (.*)")
     arrived = re.compile(rf"New connection from \S+ on port {port}\.")  # Mosquitto's line per connection
-    device = {"bridge": [board_bridge(port, **keys)], "limits": {"sys_interval": 0}}
-    with UpyBrokerProcess(tmp_path / "board", heap=TLS_HEAP, device=device) as board:
+    device = {"bridge": [board_bridge(port, **keys)], "limits": {"sys_interval": 0, **TLS_LIMITS}}
+    with UpyBrokerProcess(tmp_path / "board", heap=TLS_HEAP, server=TLS_SERVER, device=device) as board:
         board.wait_log(attempt.pattern, 15)
         watch = paho(board.port, clients, "watch")
         watch.subscribe("$SYS/broker/bridge/cloud/#", 0)
@@ -225,9 +227,9 @@ def test_start_up_refusals(tmp_path: Path, pki: UpstreamPki) -> None:
     for i, (keys, words) in enumerate(cases):
         line = start_error(tmp_path / str(i), {"bridge": [board_bridge(port, **keys)]})
         assert words in line, line
-    # The Pico W stand-in (400 KB, code from source): no 16 KB block for an upstream's mbedTLS buffers.
+    # A Pico W running the code from files (420 KB, code from source): no 16 KB block for an upstream's mbedTLS buffers.
     device = {"bridge": [board_bridge(port, cafile=pki.der["cafile"])]}
-    line = start_error(tmp_path / "small", device, heap=PICOW_HEAP)
+    line = start_error(tmp_path / "small", device, heap="420K")
     assert (
         "bridge: a TLS upstream session needs about 28 KB (mbedTLS buffers and handshake; one block of 16 KB)" in line
     )

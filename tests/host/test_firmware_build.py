@@ -1,4 +1,5 @@
-"""tools/build: .mpy files for each board, and the unix build runs the broker.
+"""tools/build: .mpy files for each board, the unix build runs the broker, and
+--image (tools/image.py) says what is missing before it builds anything.
 
 The unix build (plain bytecode) is started with only its own directory on
 the path (MICROPYPATH=.frozen: MicroPython's own frozen modules, asyncio
@@ -8,6 +9,7 @@ among them), so the broker that serves the client below is made of the
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from tests.conftest import REPO_ROOT, require
 from tests.host.broker_proc import Paho
 from tests.host.test_mpy_cross import mpy_cross_binary
 from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
+from tools.image import IMAGES, LIB_MARKERS, MICROPY_VERSION
 
 # An .mpy header: b"M", version 6, flags (the native arch goes there only
 # when a module holds native code; ours is all bytecode, which -march leaves
@@ -68,3 +71,48 @@ def test_unix_build_serves_a_client(tmp_path: Path) -> None:
         finally:
             c.close()
         assert broker.stop() == 0, broker.log_text()
+
+
+def run_image(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """tools/build --image with the MicroPython variables of the environment cleared."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("MICROPY_DIR", "PICO_SDK_PATH", "PICOTOOL_DIR")}
+    return subprocess.run(
+        [sys.executable, "-m", "tools.build", "--image", *args],
+        cwd=REPO_ROOT,
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def fake_micropython(root: Path, version: tuple[int, int, int], libs: tuple[str, ...]) -> Path:
+    """Just enough of a checkout for the checks before a build: py/mpconfig.h, ports/, lib/ markers."""
+    (root / "py").mkdir(parents=True)
+    major, minor, micro = version
+    (root / "py" / "mpconfig.h").write_text(
+        f"#define MICROPY_VERSION_MAJOR {major}\n#define MICROPY_VERSION_MINOR {minor}\n#define MICROPY_VERSION_MICRO {micro}\n"
+    )
+    for port in ("rp2", "unix"):
+        (root / "ports" / port).mkdir(parents=True)
+    for lib in libs:
+        marker = root / "lib" / lib / LIB_MARKERS[lib]
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("")
+    return root
+
+
+def test_image_build_says_what_is_missing(tmp_path: Path) -> None:
+    proc = run_image("--board", "rp2040_picow")
+    assert proc.returncode == 1 and "MICROPY_DIR is not set" in proc.stderr and "v1.28.0" in proc.stderr, proc.stderr
+    old = fake_micropython(tmp_path / "old", (1, 27, 0), ())
+    proc = run_image("--board", "unix32", "--micropython", str(old))
+    assert proc.returncode == 1 and "is MicroPython 1.27.0" in proc.stderr and "v1.28.0" in proc.stderr, proc.stderr
+    libs = IMAGES["rp2040_picow"].libs
+    partial = fake_micropython(
+        tmp_path / "partial", MICROPY_VERSION, tuple(lib for lib in libs if lib != "cyw43-driver")
+    )
+    proc = run_image("--board", "rp2040_picow", env={"MICROPY_DIR": str(partial)})
+    assert proc.returncode == 1 and "submodule lib/cyw43-driver is missing" in proc.stderr, proc.stderr
+    proc = run_image("--board", "esp32")
+    assert proc.returncode == 1 and "ESP-IDF" in proc.stderr and "docs/boards.md" in proc.stderr, proc.stderr

@@ -95,14 +95,14 @@ def test_will_on_abrupt_close_and_keepalive_expiry(broker: UpyBrokerProcess) -> 
 
 
 def test_client_limit_refusal(broker: UpyBrokerProcess) -> None:
-    """3 clients; the 4th hears CONNACK 0x03 then close; a 5th is closed at once."""
-    clients = [RawClient(broker.port) for _ in range(3)]
+    """4 clients (the Pico W file); the 5th hears CONNACK 0x03 then close; a 6th is closed at once."""
+    clients = [RawClient(broker.port) for _ in range(4)]
     try:
         for i, c in enumerate(clients):
             assert c.connect(f"fw-limit-{i}") == b"\x00\x00"
         fourth = RawClient(broker.port)
-        assert fourth.connect("fw-limit-3") == b"\x00\x03"  # server unavailable [MQTT-3.2.2-*]
-        # The 4th still holds the last slot (lingering): a 5th gets no answer at all.
+        assert fourth.connect("fw-limit-4") == b"\x00\x03"  # server unavailable [MQTT-3.2.2-*]
+        # The 5th still holds the last slot (lingering): a 6th gets no answer at all.
         fifth = RawClient(broker.port)
         assert fifth.closed_within(3), "the connection beyond every slot was not closed at once"
         fifth.close()
@@ -190,7 +190,7 @@ def test_esp32_settings_serve_at_twice_the_heap_plus_the_frozen_code(tmp_path: P
     (docs/boards.md)."""
     heap = f"{int(ESP32_HEAP[:-1]) + 195}K"
     with UpyBrokerProcess(tmp_path, board="esp32", heap=heap) as b:
-        assert "6 clients + 1 for refusals" in b.log_text()
+        assert "4 clients + 1 for refusals" in b.log_text()
         c = Paho(b.port, "fw-esp32").connect()
         try:
             c.subscribe("esp/t", 2)
@@ -247,3 +247,34 @@ def test_retained_replay_is_paced_on_the_board(tmp_path: Path) -> None:
         assert peak - base["alloc"] < 60_000, samples
         assert b.alive(), b.log_text()[-3000:]
         connect_when_served(b.port, "fw-after-abuse").close()
+
+
+@pytest.mark.parametrize("protocol", [4, 5], ids=["3.1.1", "v5"])
+def test_paho_qos2_burst_beyond_the_board_window(broker: UpyBrokerProcess, protocol: int) -> None:
+    # The board file caps inbound QoS 2 in flight at 8 (max_inflight_in);
+    # paho keeps 20 in flight. A 3.1.1 client cannot be told: its PUBRECs
+    # beyond the window wait for room, so it is slowed, not disconnected;
+    # a v5 client is told the Receive Maximum in CONNACK and must keep to it
+    # (0x93 beyond it: tests/core/test_broker_v5.py). paho does not apply a
+    # server's Receive Maximum by itself: the application sets its window
+    # to the value told (docs/boards.md).
+    sub = Paho(broker.port, f"burst-sub-{protocol}").connect()
+    pub = Paho(broker.port, f"burst-pub-{protocol}", protocol=protocol)
+    if protocol == 5:
+        pub.client.max_inflight_messages_set(8)  # (paho takes it before the connection only)
+    pub.connect()
+    try:
+        if protocol == 5:
+            assert pub.connack_props.ReceiveMaximum == 8  # told: the board file's max_inflight_in
+        assert [r.value for r in sub.subscribe(f"burst/{protocol}", 2)] == [2]
+        infos = [pub.client.publish(f"burst/{protocol}", b"m%03d" % i, 2) for i in range(40)]
+        for info in infos:
+            info.wait_for_publish(10)
+            assert info.is_published()
+        got = sorted(sub.get(10).payload for _ in range(40))
+        assert got == [b"m%03d" % i for i in range(40)]
+        sub.get_nothing()
+        assert not pub.disconnected.is_set()
+    finally:
+        sub.close()
+        pub.close()

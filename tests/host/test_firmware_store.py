@@ -67,3 +67,35 @@ def test_wrong_key_stops_the_start_with_a_message(tmp_path: Path) -> None:
         b.start(timeout=10)
     assert "wrong key" in b.log_text()
     b.kill()
+
+
+@pytest.mark.parametrize("where", ["missing-dir/siskin.store", "a-directory"])
+def test_store_that_cannot_be_opened_stops_at_the_repl(tmp_path: Path, where: str) -> None:
+    # A missing directory, or a path the file system cannot open as a file
+    # (as a full or read-only one would refuse it): the same after every
+    # reset, so no "fatal at start-up ... restarting" (a reset loop on a
+    # board) but the config stop with the reason (exit 2 on the unix port).
+    (tmp_path / "a-directory").mkdir()
+    b = UpyBrokerProcess(tmp_path, device={"storage": str(tmp_path / where)})
+    with pytest.raises(RuntimeError):
+        b.start(timeout=10)
+    assert b.proc is not None and b.proc.wait(5) == 2
+    log = b.log_text()
+    assert "cannot be opened" in log and "storage_optional" in log
+    assert "restarting" not in log
+
+
+def test_storage_optional_serves_without_persistence(tmp_path: Path) -> None:
+    store = tmp_path / "missing-dir" / "siskin.store"
+    with UpyBrokerProcess(tmp_path, device={"storage": str(store)}, server={"storage_optional": True}) as b:
+        assert "serving WITHOUT persistence" in b.log_text()
+        c = RawClient(b.port)
+        assert c.connect("sensor-hub", clean=False) == b"\x00\x00"
+        c.send(DISCONNECT)
+        b.stop()
+    # Restarted: nothing was kept (and nothing written).
+    with UpyBrokerProcess(tmp_path, device={"storage": str(store)}, server={"storage_optional": True}) as b:
+        c = RawClient(b.port)
+        assert c.connect("sensor-hub", clean=False) == b"\x00\x00"  # no session present
+        b.stop()
+    assert not store.parent.exists()

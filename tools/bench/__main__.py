@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import brokers, scenarios, scenarios_durable
+from . import brokers, scenarios, scenarios_connect, scenarios_durable
 
 NOFILE = 65536
 
@@ -46,6 +46,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "idle": 100,
         "retained": 1000,
         "idle_wait": 1.0,
+        "takeover": 1.0,
+        "subsetup": 100,
     },
     "quick": {
         "rounds": 1,
@@ -55,6 +57,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "idle": 1000,
         "retained": 10000,
         "idle_wait": 2.0,
+        "takeover": 3.0,
+        "subsetup": 1000,
     },
     "full": {
         "rounds": 3,
@@ -64,6 +68,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "idle": 1000,
         "retained": 10000,
         "idle_wait": 2.0,
+        "takeover": 10.0,
+        "subsetup": 1000,
     },
 }
 
@@ -79,6 +85,8 @@ def plan(p: dict[str, Any]) -> list[tuple[str, Callable[[int, int | None, str], 
     w = p["idle_wait"]
     steps: list[tuple[str, Callable[[int, int | None, str], dict[str, Any]]]] = [
         ("idle", lambda port, pid, tag: scenarios.idle(port, p["idle"], pid=pid, tag=tag)),
+        ("takeover", lambda port, pid, tag: scenarios_connect.takeover(port, duration=p["takeover"], pid=pid, tag=tag)),
+        ("subsetup", lambda port, pid, tag: scenarios_connect.subsetup(port, p["subsetup"], pid=pid, tag=tag)),
     ]
     def fan_in(q: int) -> Callable[[int, int | None, str], dict[str, Any]]:
         return lambda port, pid, tag: scenarios.fan_in(port, q, duration=d, idle=w, pid=pid, tag=tag)
@@ -116,7 +124,11 @@ FIGURES: list[Figure] = [
     ("publish→delivery p90", "latency", ("roundtrip_us", "p90"), "µs", False, "", ""),
     ("publish→delivery p99", "latency", ("roundtrip_us", "p99"), "µs", False, "", ""),
     ("idle RSS per connection", "idle", ("rss_per_conn",), "bytes", False, "≤ 4096 B", ""),
-    ("connect rate", "idle", ("connect_per_s",), "conn/s", True, "≥ 0.5", ""),
+    ("connect rate", "idle", ("connect_per_s",), "conn/s", True, "≥ 1.0", ""),
+    ("takeover storm, connections handled", "takeover", ("handled",), "conn", True, "≥ 0.5", ""),
+    ("takeover storm CONNACK p50", "takeover", ("connack_us", "p50"), "µs", False, "", ""),
+    ("takeover storm CONNACK p99", "takeover", ("connack_us", "p99"), "µs", False, "", ""),
+    ("1,000 subscribers set up", "subsetup", ("setup_s",), "s", False, "≤ 1.5", ""),
     ("retained replay, 10,000 topics", "retained", ("replay_s",), "s", False, "≤ 2", ""),
     *scenarios_durable.FIGURES,
 ]
@@ -353,6 +365,10 @@ def run_one(args: argparse.Namespace) -> int:
         res = scenarios.idle(args.port, args.clients, args.procs, pid=pid)
     elif s == "retained":
         res = scenarios.retained(args.port, args.topics, pid=pid)
+    elif s == "takeover":
+        res = scenarios_connect.takeover(args.port, args.takers, args.duration, pid)
+    elif s == "subsetup":
+        res = scenarios_connect.subsetup(args.port, args.clients, args.procs, pid=pid)
     else:  # pragma: no cover - argparse restricts the choices
         raise SystemExit(2)
     print(json.dumps(res, separators=(",", ":")))
@@ -381,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--siskin-root", metavar="DIR", help="run Siskin from another checkout (A/B comparisons)")
     sub = p.add_subparsers(dest="cmd")
     r = sub.add_parser("run", help="one scenario against a running broker; prints one JSON line")
-    r.add_argument("scenario", choices=["fanin", "fanout", "latency", "idle", "retained"])
+    r.add_argument("scenario", choices=["fanin", "fanout", "latency", "idle", "retained", "takeover", "subsetup"])
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--pid", type=int, default=None, help="broker pid, for its CPU and RSS (idle needs it for RSS)")
     r.add_argument("--qos", type=int, default=0, choices=[0, 1, 2], help="fanin: QoS of publishes and subscription")
@@ -392,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch", type=int, default=0, help="fanin/fanout: messages per flow-control batch")
     r.add_argument("--idle", type=float, default=2.0, help="fanin/fanout: s of silence that ends the wait")
     r.add_argument("--count", type=int, default=2000, help="latency: sequential messages per measure")
-    r.add_argument("--clients", type=int, default=1000, help="idle: connections")
+    r.add_argument("--clients", type=int, default=1000, help="idle/subsetup: connections")
+    r.add_argument("--takers", type=int, default=8, help="takeover: processes sharing one client id")
     r.add_argument("--topics", type=int, default=10000, help="retained: retained topics")
     return p
 

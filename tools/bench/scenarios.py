@@ -626,8 +626,11 @@ def latency(port: int, count: int = 2000, pid: int | None = None, tag: str = "")
     }
 
 
-def idle_worker(port: int, prefix: str, n: int, group: int, ready: Any, release: Any) -> dict[str, Any]:
-    """Open `n` connections, `group` at a time (connect all, CONNECT all, read CONNACKs)."""
+def idle_worker(
+    port: int, prefix: str, n: int, group: int, ready: Any, release: Any, topic: str | None = None
+) -> dict[str, Any]:
+    """Open `n` connections, `group` at a time (connect all, CONNECT all, read CONNACKs);
+    with `topic`, then SUBSCRIBE each (QoS 1) to `topic/<its number>` and read the SUBACKs."""
     cpu0, wall0 = _cpu_wall()
     socks: list[socket.socket] = []
     for g in range(0, n, group):
@@ -640,6 +643,13 @@ def idle_worker(port: int, prefix: str, n: int, group: int, ready: Any, release:
             connack = mqtt.recv_exact(s, 4)
             if connack[0] != 0x20 or connack[3] != 0:
                 raise RuntimeError(f"CONNACK refused: {connack.hex()}")
+        if topic is not None:
+            for i, s in enumerate(batch, g):
+                s.sendall(mqtt.subscribe(1, f"{topic}/{i}", 1))
+            for s in batch:
+                suback = mqtt.recv_exact(s, 5)
+                if suback[0] != 0x90 or suback[4] >= 0x80:
+                    raise RuntimeError(f"SUBACK refused: {suback.hex()}")
         socks.extend(batch)
     t_done = time.monotonic()
     res = {"opened": len(socks), "t_start": wall0, "t_done": t_done, **_usage(cpu0, wall0)}
@@ -654,6 +664,45 @@ def idle_worker(port: int, prefix: str, n: int, group: int, ready: Any, release:
     return res
 
 
+def hold_clients(
+    port: int,
+    clients: int,
+    procs: int,
+    group: int,
+    prefix: str,
+    pid: int | None = None,
+    topic: str | None = None,
+    held: Callable[[], Any] | None = None,
+) -> tuple[list[dict[str, Any]], float, float, Any]:
+    """`clients` connections from `procs` idle_worker processes, all open (and
+    subscribed, with `topic`) at once, then closed. Returns the workers'
+    results, the broker's CPU seconds until all were ready, the span from the
+    first connect to the last answer (s), and what held() returned, called
+    while they were all open."""
+    procs = max(1, min(procs, clients))
+    cpu_b0 = broker_cpu_seconds(pid)
+    w = Workers()
+    release = CTX.Event()
+    try:
+        readies = []
+        share = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+        for i, n in enumerate(share):
+            r = CTX.Event()
+            readies.append(r)
+            w.start(idle_worker, port, f"{prefix}-{i}", n, group, r, release, None if topic is None else f"{topic}-{i}")
+        _wait_all(readies, 120)
+        cpu_b = broker_cpu_seconds(pid) - cpu_b0
+        extra = held() if held is not None else None
+        release.set()
+        res = w.results(procs, 60)
+        _check(res)
+    finally:
+        release.set()
+        w.close()
+    span = max(r["t_done"] for r in res) - min(r["t_start"] for r in res)
+    return res, cpu_b, span, extra
+
+
 def idle(
     port: int,
     clients: int = 1000,
@@ -665,30 +714,14 @@ def idle(
 ) -> dict[str, Any]:
     """`clients` idle connections: connect rate, and broker RSS per connection."""
     tag = tag or f"{os.getpid()}-{time.monotonic_ns() % 10**9}"
-    procs = max(1, min(procs, clients))
     rss0 = vmrss_bytes(pid) if pid else 0
-    cpu_b0 = broker_cpu_seconds(pid)
-    w = Workers()
-    release = CTX.Event()
-    try:
-        readies = []
-        share = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
-        for i, n in enumerate(share):
-            r = CTX.Event()
-            readies.append(r)
-            w.start(idle_worker, port, f"idle-{tag}-{i}", n, group, r, release)
-        _wait_all(readies, 120)
-        cpu_b = broker_cpu_seconds(pid) - cpu_b0
+
+    def rss_settled() -> int:
         time.sleep(settle)
-        rss1 = vmrss_bytes(pid) if pid else 0
-        release.set()
-        res = w.results(procs, 60)
-        _check(res)
-    finally:
-        release.set()
-        w.close()
+        return vmrss_bytes(pid) if pid else 0
+
+    res, cpu_b, span, rss1 = hold_clients(port, clients, procs, group, f"idle-{tag}", pid, held=rss_settled)
     opened = sum(r["opened"] for r in res)
-    span = max(r["t_done"] for r in res) - min(r["t_start"] for r in res)
     return {
         "scenario": "idle",
         "clients": opened,
