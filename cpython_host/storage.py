@@ -21,6 +21,11 @@ from common.store.storeboot import open_store as open_backend
 from cpython_host.posix_fs import PosixFS
 
 LOG_NAME = "siskin.log"
+# Zeros kept written ahead of the log (FileLog's room): a sync then changes
+# no file size, about 2.5 x cheaper on ext4. Compaction rewrites the file
+# with its room, so it waits for 4 x that much log.
+ROOM = 1 << 20
+COMPACT_MIN = 4 << 20
 
 
 def open_store(
@@ -43,6 +48,6 @@ def open_store(
                 "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
             ) from None
         make_aead = crypto.make_aead
-    backend = FileLog(PosixFS(), os.path.join(data_dir, LOG_NAME))
+    backend = FileLog(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
     store: Store = open_backend(backend, keys, make_aead, log, wipe)
     return store

@@ -6,8 +6,8 @@
 # board fallback when no raw flash partition is used (a littlefs file through
 # firmware/littlefs_fs.py). All I/O goes through the `fs` adapter handed in:
 #
-#   fs.open(path, mode)   modes "rb", "ab", "wb"; file objects with
-#                         read/write/seek/tell/flush/close
+#   fs.open(path, mode)   modes "rb", "ab", "wb" ("r+b" with room, below);
+#                         file objects with read/write/seek/tell/flush/close
 #   fs.sync(file)         data durable (host: flush + fsync; board: flush)
 #   fs.rename(src, dst)   atomic replace
 #   fs.remove(path), fs.exists(path)
@@ -40,6 +40,18 @@
 #
 # Durability: sync() flushes and syncs the file; what was put before it
 # survives a power cut, what came after may be lost, whole records only.
+#
+# Room (the host: `room` > 0): the file is kept `room` bytes of zeros longer
+# than the log, written and synced ahead of time, and records are written
+# over them in place (mode "r+b"). A sync then flushes data into blocks the
+# file already has: no size or block-map change for the file system to
+# journal: on ext4 a journal commit saved per sync (measured up to 2.5 x
+# faster; no gain where the device's own cache flush dominates). When the zeros run out, `room` more are written (that
+# sync pays for the size change once). At open, a tail of zeros after the
+# last record is free room, not a torn tail; a torn record in it (non-zero
+# bytes that are no record) is dropped as any torn tail. The magic byte is
+# never 0, so zeros never look like a record. Room is not counted in
+# max_bytes. Compaction writes the new file with its room.
 
 import struct
 
@@ -104,14 +116,17 @@ def _presize(index, n):
 class FileLog:
     """The persistent-store backend interface over an append-only file."""
 
-    def __init__(self, fs, path, compact_min=65536, compact_ratio=2, max_bytes=0, keys=0):
+    def __init__(self, fs, path, compact_min=65536, compact_ratio=2, max_bytes=0, keys=0, room=0):
         """`keys`: room made in the RAM index for this many keys at once (a
-        board: see _presize); 0 = it grows as keys come."""
+        board: see _presize); 0 = it grows as keys come. `room`: zeros kept
+        written ahead of the log (the host: see Room above); 0 = none."""
         self.fs = fs
         self.path = path
         self.compact_min = compact_min
         self.compact_ratio = compact_ratio
         self.max_bytes = max_bytes  # 0 = no limit but the file system's
+        self.room = room  # zeros kept ahead of the log (see Room above)
+        self.allocated = 0  # with room: the file's size, zeros included
         self.user_bytes = 0
         self.device_bytes = 0
         self.skipped = 0
@@ -204,6 +219,7 @@ class FileLog:
         try:
             header = f.read(FILE_HEADER_SIZE)
             size = f.seek(0, 2)
+            end = size
             if header != FILE_MAGIC:
                 good = -1
             else:
@@ -211,6 +227,8 @@ class FileLog:
                 good = self._scan(f, size, damaged)
                 if damaged:
                     self._set_aside(f, damaged)
+                if good < size:
+                    end = self._data_end(f, good, size)
         finally:
             f.close()
         if good < 0:
@@ -234,8 +252,8 @@ class FileLog:
             self._create()  # a creation that a power cut interrupted
             return
         self.file_size = size
-        if good < size:
-            self.torn = size - good
+        if good < end:
+            self.torn = end - good
             self.notes.append(
                 (
                     30,
@@ -243,11 +261,36 @@ class FileLog:
                     % (self.torn, self.path),
                 )
             )
-        if good < size or self.skipped:
+        if good < end or self.skipped or (good < size and not self.room):
             self.file_size = good
             self._rewrite()
         else:
-            self._af = fs.open(self.path, "ab")
+            self.file_size = good
+            self._open_append(size)
+
+    def _open_append(self, size):
+        """The append handle, at the end of the log; `size`: the file's."""
+        if self.room:
+            self._af = self.fs.open(self.path, "r+b")
+            self._af.seek(self.file_size)
+            self.allocated = size
+        else:
+            self._af = self.fs.open(self.path, "ab")
+
+    def _data_end(self, f, start, size):
+        """The offset after the last non-zero byte of f[start:size] (`start`: all zeros)."""
+        end = start
+        pos = start
+        f.seek(pos)
+        while pos < size:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            n = len(chunk.rstrip(b"\0"))
+            if n:
+                end = pos + n
+            pos += len(chunk)
+        return end
 
     def _record_at(self, f, off, size):
         """(_OK/_BAD_CRC/_NOT, record size, key, flags) of the record at `off`."""
@@ -359,12 +402,22 @@ class FileLog:
     def _create(self):
         f = self.fs.open(self.path, "wb")
         f.write(FILE_MAGIC)
+        self._zeros(f, self.room)
         self.fs.sync(f)
         f.close()
         self.fs.sync_dir(_dirname(self.path))
-        self.device_bytes += FILE_HEADER_SIZE
+        self.device_bytes += FILE_HEADER_SIZE + self.room
         self.file_size = FILE_HEADER_SIZE
-        self._af = self.fs.open(self.path, "ab")
+        self._open_append(FILE_HEADER_SIZE + self.room)
+
+    def _zeros(self, f, n):
+        """Write n zero bytes at f's position (room ahead of the log)."""
+        if n <= 0:
+            return
+        block = bytes(min(n, 65536))
+        while n > 0:
+            f.write(block if n >= len(block) else block[:n])
+            n -= len(block)
 
     # -- appending ----------------------------------------------------------
 
@@ -386,6 +439,14 @@ class FileLog:
         off = self.file_size
         af = self._af
         try:
+            if self.room and off + size > self.allocated:
+                # Out of room: more zeros, then back to the end of the log.
+                af.seek(self.allocated)
+                grow = off + size + self.room - self.allocated
+                self._zeros(af, grow)
+                self.device_bytes += grow
+                self.allocated += grow
+                af.seek(off)
             if size <= _SMALL:
                 encode_into(self._buf, 0, key, value, tombstone)
                 af.write(memoryview(self._buf)[0:size])
@@ -461,6 +522,7 @@ class FileLog:
                 out.write(data)
                 new_index[key] = (pos, size)
                 pos += size
+            self._zeros(out, self.room)
             fs.sync(out)
         finally:
             out.close()
@@ -471,7 +533,7 @@ class FileLog:
         self._rf = None
         fs.rename(tmp, self.path)
         fs.sync_dir(_dirname(self.path))
-        self.device_bytes += pos
+        self.device_bytes += pos + self.room
         self.compactions += 1
         self._index = new_index
         self.live_bytes = pos - FILE_HEADER_SIZE
@@ -479,4 +541,4 @@ class FileLog:
         self._tail_dirty = False
         self._unsynced = False
         self._rf_stale = True
-        self._af = fs.open(self.path, "ab")
+        self._open_append(pos + self.room)

@@ -26,6 +26,8 @@
 # key is configured (or the other way round), is refused with a StoreError
 # that says what to do.
 
+import struct
+
 from common.compat import const
 
 SCHEMA = 1
@@ -35,6 +37,7 @@ CHECK_KEY = b"K"
 CHECK_TEXT = "siskin key check"
 
 FLAG_ENCRYPTED = 1
+_PLAIN = bytes([SCHEMA, 0])  # a plain record's schema and flags
 _NONCE_LEN = const(12)
 _TAG_LEN = const(16)
 
@@ -92,7 +95,15 @@ def _pack_into(out, value):
         out.append(_LIST)
         _put_varint(out, len(value))
         for item in value:
-            _pack_into(out, item)
+            # Most items of a record are None or a small int (a QoS, a state,
+            # a flag): one byte or two, packed here without a call.
+            if item is None:
+                out.append(_NONE)
+            elif type(item) is int and 0 <= item < 64:
+                out.append(_INT)
+                out.append(item * 2)  # zigzag, one varint byte
+            else:
+                _pack_into(out, item)
     else:
         raise TypeError("cannot store %r" % (value,))
 
@@ -161,7 +172,7 @@ def unpack(buf):
 
 def u64be(n):
     """`n` as 8 bytes, big-endian (keys sort in numeric order)."""
-    return bytes([(n >> shift) & 0xFF for shift in (56, 48, 40, 32, 24, 16, 8, 0)])
+    return struct.pack(">II", (n >> 32) & 0xFFFFFFFF, n & 0xFFFFFFFF)  # (every port packs 32 bits)
 
 
 def _can_migrate(schema):
@@ -296,10 +307,12 @@ class Store:
     def put(self, ns, key, value):
         """Store `value` (see pack) under namespace byte-string `ns` + `key`."""
         full = ns + key
-        body = pack(value)
         if not self.keys:
-            self._write(self.backend.put, full, bytes([SCHEMA, 0]) + body)
+            out = bytearray(_PLAIN)  # the header, then the body packed after it: no copy
+            _pack_into(out, value)
+            self._write(self.backend.put, full, out)
         else:
+            body = pack(value)
             self.counter += 1
             c = self.counter
             b = self.boot

@@ -6,7 +6,10 @@
 # - file data is durable once fs.sync(file) returns; data written but not
 #   synced survives a power cut only partly: a random prefix of it is kept,
 #   and sometimes the file keeps its new length with zeros instead of data
-#   (delayed allocation);
+#   (delayed allocation); a write over existing bytes (mode "r+b") makes
+#   everything from where it starts unsynced again, so a cut may leave those
+#   bytes zero (the zeros of a log's room were never overwritten), torn, or
+#   the file shorter (harsher than a real file system: allowed for);
 # - names (create, rename, remove) are durable once fs.sync_dir(dir) returns;
 #   before that a power cut keeps a random prefix of them, in order (the
 #   journal replays whole operations: rename is atomic);
@@ -65,6 +68,8 @@ class MemFile:
         n = len(buf)
         if self.mode == "ab":
             self.pos = len(data)
+        elif self.pos < self.inode.durable:
+            self.inode.durable = self.pos  # over synced bytes: unsynced again
         torn = self.fs._tearing()
         keep = self.fs.rng.below(n + 1) if torn else n
         end = self.pos + keep
@@ -184,6 +189,9 @@ class MemFS:
             return MemFile(self, inode, mode)
         if mode == "wb" or (mode == "ab" and path not in self.names):
             self._name_op(("bind", path, _Inode()))
+        elif mode == "r+b":
+            if path not in self.names:
+                raise OSError(2)
         elif mode != "ab":
             raise ValueError("mode " + mode)
         return MemFile(self, self.names[path], mode)

@@ -197,6 +197,54 @@ class TestFileLogBasics(unittest.TestCase):
         self.assertEqual(dict(FileLog(self.fs, "/data/wa.log").items()), model)
 
 
+class TestFileLogRoom(unittest.TestCase):
+    """Room: zeros written ahead of the log, records written over them."""
+
+    def setUp(self):
+        self.fs = MemFS()
+
+    def test_room_is_kept_ahead_and_reopens_clean(self):
+        kv = FileLog(self.fs, PATH, room=100)
+        self.assertEqual(self.fs.size(PATH), FILE_HEADER_SIZE + 100)
+        kv.put(b"a", b"1" * 50)
+        self.assertEqual(self.fs.size(PATH), FILE_HEADER_SIZE + 100)  # written over the zeros
+        kv.put(b"b", b"2" * 50)  # past the room: 100 more zeros after it
+        end = kv.file_size
+        self.assertEqual(self.fs.size(PATH), end + 100)
+        kv.delete(b"a")
+        kv.sync()
+        kv2 = FileLog(self.fs, PATH, room=100)
+        self.assertEqual(kv2.items(), [(b"b", b"2" * 50)])
+        self.assertEqual((kv2.torn, kv2.skipped, kv2.notes, kv2.compactions), (0, 0, [], 0))
+        self.assertEqual(kv2.file_size, kv.file_size)  # appends go on where the log ended
+        kv2.put(b"c", b"3")
+        kv2.sync()
+        # Without room, the zeros are dropped by a rewrite, silently.
+        kv3 = FileLog(self.fs, PATH)
+        self.assertEqual(sorted(kv3.items()), [(b"b", b"2" * 50), (b"c", b"3")])
+        self.assertEqual((kv3.torn, kv3.notes), (0, []))
+        self.assertEqual(self.fs.size(PATH), kv3.file_size)
+
+    def test_torn_record_in_the_room_is_dropped(self):
+        kv = FileLog(self.fs, PATH, room=200)
+        kv.put(b"a", b"kept")
+        kv.sync()
+        start = kv.file_size
+        kv.put(b"b", b"torn record")
+        kv.sync()
+        data = self.fs.names[PATH].data
+        for i in range(start + 9, kv.file_size):  # a prefix written, then the old zeros
+            data[i] = 0
+        kv2 = FileLog(self.fs, PATH, room=200)
+        self.assertEqual(kv2.items(), [(b"a", b"kept")])
+        self.assertEqual(kv2.torn, 9)
+        self.assertEqual(len(kv2.notes), 1)
+        self.assertEqual(self.fs.size(PATH), start + 200)  # rewritten, with its room
+        kv2.put(b"c", b"after")
+        kv2.sync()
+        self.assertEqual(FileLog(self.fs, PATH, room=200).get(b"c"), b"after")
+
+
 # -- power cut at every file-system operation ----------------------------------
 
 KEYS = [b"k%d" % i for i in range(6)]
@@ -220,8 +268,8 @@ def scenario_ops():
     return ops
 
 
-def open_log(fs):
-    return FileLog(fs, PATH, compact_min=600)
+def open_log(fs, room=0):
+    return FileLog(fs, PATH, compact_min=600, room=room)
 
 
 class Expect:
@@ -248,14 +296,14 @@ class Expect:
         self.since = {}
 
 
-def session(fs, ops, expect, cut=0, seed=1):
+def session(fs, ops, expect, cut=0, seed=1, room=0):
     """Open, arm a cut at the cut-th fs operation, run ops. Returns True if
     the power failed. An interrupted op counts as begun: its value is allowed."""
     kv = None
     if cut:
         fs.cut_after(cut, seed=seed)
     try:
-        kv = open_log(fs)
+        kv = open_log(fs, room)
         for op, key, value in ops:
             if op != "sync":
                 expect.apply(op, key, value)  # may land even if the op is cut
@@ -274,8 +322,10 @@ def session(fs, ops, expect, cut=0, seed=1):
 
 
 class TestFileLogPowerCuts(unittest.TestCase):
+    room = 0
+
     def verify(self, fs, expect, where):
-        kv = open_log(fs)  # never fails
+        kv = open_log(fs, self.room)  # never fails
         state = {}
         for key in KEYS:
             got = kv.get(key)
@@ -285,12 +335,12 @@ class TestFileLogPowerCuts(unittest.TestCase):
         return kv
 
     def check_still_works(self, fs, where):
-        kv = open_log(fs)
+        kv = open_log(fs, self.room)
         for key in KEYS:
             kv.put(key, key + b" after the cut")
         kv.delete(KEYS[0])
         kv.sync()
-        kv2 = open_log(fs)
+        kv2 = open_log(fs, self.room)
         for key in KEYS:
             expect = None if key == KEYS[0] else key + b" after the cut"
             self.assertEqual(kv2.get(key), expect, where)
@@ -298,14 +348,14 @@ class TestFileLogPowerCuts(unittest.TestCase):
     def test_power_cut_at_every_fs_operation(self):
         ops = scenario_ops()
         ref = MemFS()
-        self.assertFalse(session(ref, ops, Expect()))
+        self.assertFalse(session(ref, ops, Expect(), room=self.room))
         total = ref.ops
-        self.assertGreater(open_log(ref).compactions + ref.syncs, 10)
+        self.assertGreater(open_log(ref, self.room).compactions + ref.syncs, 10)
         covered = 0
         for k in range(1, total + 1):
             fs = MemFS()
             expect = Expect()
-            self.assertTrue(session(fs, ops, expect, cut=k, seed=k), "cut %d did not happen" % k)
+            self.assertTrue(session(fs, ops, expect, cut=k, seed=k, room=self.room), "cut %d did not happen" % k)
             covered += 1
             where = "cut at fs op %d/%d" % (k, total)
             self.verify(fs, expect, where)
@@ -316,18 +366,24 @@ class TestFileLogPowerCuts(unittest.TestCase):
     def test_two_power_cuts_in_a_row(self):
         ops = scenario_ops()
         ref = MemFS()
-        session(ref, ops, Expect())
+        session(ref, ops, Expect(), room=self.room)
         total = ref.ops
         pairs = 0
         for k in range(2, total + 1, 13):
             for second in (1, 2, 4, 9):
                 fs = MemFS()
                 expect = Expect()
-                session(fs, ops, expect, cut=k, seed=k)
+                session(fs, ops, expect, cut=k, seed=k, room=self.room)
                 self.verify(fs, expect, "first cut %d" % k)
-                session(fs, ops, expect, cut=second, seed=k * 31 + second)
+                session(fs, ops, expect, cut=second, seed=k * 31 + second, room=self.room)
                 where = "cuts at %d then %d" % (k, second)
                 self.verify(fs, expect, where)
                 self.check_still_works(fs, where)
                 pairs += 1
         print("filelog double power cuts: %d pairs" % pairs)
+
+
+class TestFileLogRoomPowerCuts(TestFileLogPowerCuts):
+    """The same cuts with records written over a room of zeros (the host's log)."""
+
+    room = 150

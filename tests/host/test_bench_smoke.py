@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO_ROOT, require
-from tools.bench import brokers
+from tools.bench import brokers, scenarios_durable
 
 SCENARIOS = {
     "idle",
@@ -28,12 +28,16 @@ SCENARIOS = {
     "fanout_100",
     "latency",
     "retained",
+    "durable_v3_qos1",
+    "durable_v3_qos2",
+    "durable_v5_qos1",
+    "durable_v5_qos2",
     "takeover",
     "subsetup",
 }
 
 
-def run_smoke(names: list[str], json_path: Path) -> subprocess.CompletedProcess[str]:
+def run_smoke(names: list[str], json_path: Path, only: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -46,6 +50,7 @@ def run_smoke(names: list[str], json_path: Path) -> subprocess.CompletedProcess[
             sys.executable,
             "--json",
             str(json_path),
+            *(["--only", only] if only else []),
         ],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -58,7 +63,7 @@ def check_result(r: dict[str, Any]) -> None:
     name = f"{r['broker']} {r['scenario']}"
     assert "error" not in r, f"{name}: {r['error']}"
     s = r["scenario"]
-    if s.startswith("fanin"):
+    if s.startswith(("fanin", "durable")):
         assert r["sent"] > 0 and r["delivered"] > 0, name
         assert r["msg_per_s"] > 0, name
         if r["qos"]:
@@ -111,3 +116,25 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert "| figure |" in proc.stdout, proc.stdout[-2000:]
     if "mosquitto" in names:
         assert "siskin/mosquitto" in proc.stdout
+
+
+def test_bench_smoke_durable(tmp_path: Path) -> None:
+    """Persistent subscribers against Siskin with its store (store_sync = always)
+    and Mosquitto with persistence: nothing lost, fsyncs counted, the durable table."""
+    names = ["siskin-store"]
+    if brokers.Mosquitto.available():
+        names.append("mosquitto-persist")
+    out = tmp_path / "bench.jsonl"
+    proc = run_smoke(names, out, "durable_v3_qos1,durable_v5_qos2")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted((r["broker"], r["scenario"]) for r in results) == sorted(
+        (n, s) for n in names for s in ("durable_v3_qos1", "durable_v5_qos2")
+    )
+    for r in results:
+        check_result(r)
+        assert r["protocol"] == (4 if r["scenario"].startswith("durable_v3") else 5)
+        if scenarios_durable.STRACE is not None and r["broker"] == "siskin-store":
+            # store_sync = always: at least one fsync per sync, at most one per message and record
+            assert 0 < r["fsyncs_per_msg"] <= 5, r
+    assert "### Durable sessions" in proc.stdout and "| durable_v3_qos1 | siskin-store |" in proc.stdout, proc.stdout[-2000:]

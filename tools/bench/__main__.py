@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import brokers, scenarios, scenarios_connect
+from . import brokers, scenarios, scenarios_connect, scenarios_durable
 
 NOFILE = 65536
 
@@ -96,6 +96,7 @@ def plan(p: dict[str, Any]) -> list[tuple[str, Callable[[int, int | None, str], 
 
     steps += [(f"fanin_qos{q}", fan_in(q)) for q in (0, 1, 2)]
     steps += [(f"fanout_{n}", fan_out(n)) for n in p["fanout"]]
+    steps += scenarios_durable.steps(d, w)
     steps.append(("latency", lambda port, pid, tag: scenarios.latency(port, p["latency"], pid=pid, tag=tag)))
     steps.append(("retained", lambda port, pid, tag: scenarios.retained(port, p["retained"], pid=pid, tag=tag)))
     return steps
@@ -129,6 +130,7 @@ FIGURES: list[Figure] = [
     ("takeover storm CONNACK p99", "takeover", ("connack_us", "p99"), "µs", False, "", ""),
     ("1,000 subscribers set up", "subsetup", ("setup_s",), "s", False, "≤ 1.5", ""),
     ("retained replay, 10,000 topics", "retained", ("replay_s",), "s", False, "≤ 2", ""),
+    *scenarios_durable.FIGURES,
 ]
 
 
@@ -246,13 +248,14 @@ def compare(args: argparse.Namespace) -> int:
         "siskin-uvloop": lambda wd: brokers.Siskin(wd, args.siskin_python, args.siskin_root, "siskin-uvloop", "uvloop"),
         "mosquitto": brokers.Mosquitto,
         "amqtt": brokers.Amqtt,
+        **scenarios_durable.broker_classes(args.siskin_python, args.siskin_root),
     }
     names = []
     for n in wanted:
-        if n == "mosquitto" and not brokers.Mosquitto.available():
+        if n.startswith("mosquitto") and not brokers.Mosquitto.available():
             print(f"bench: {brokers.MOSQUITTO} not found (apt-get install mosquitto): skipping it", file=sys.stderr)
             continue
-        if n == "siskin-uvloop" and not brokers.has_uvloop(args.siskin_python or brokers.siskin_python()):
+        if n.startswith("siskin-uvloop") and not brokers.has_uvloop(args.siskin_python or brokers.siskin_python()):
             print("bench: no uvloop in .venv (make setup installs it): skipping siskin-uvloop", file=sys.stderr)
             continue
         if n == "amqtt" and not brokers.Amqtt.available():
@@ -284,6 +287,8 @@ def compare(args: argparse.Namespace) -> int:
                 order = names[rnd % len(names) :] + names[: rnd % len(names)]
                 for step, run in steps:
                     for n in order:
+                        if not scenarios_durable.applies(step, n):
+                            continue
                         b = procs[n]
                         tag = f"r{rnd}{n[0]}"
                         try:
@@ -318,6 +323,12 @@ def compare(args: argparse.Namespace) -> int:
     print(f"- wall time: {time.monotonic() - started:.0f} s")
     print()
     print(table(medians, names))
+    durable = scenarios_durable.report(medians, names)
+    if durable:
+        print()
+        print(f"### Durable sessions (fsyncs: {scenarios_durable.strace_version()})")
+        print()
+        print(durable)
     return 0
 
 
@@ -374,11 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0, help="override the publishing time per scenario (s)")
     p.add_argument(
         "--brokers",
-        default="siskin,siskin-uvloop,mosquitto,amqtt",
-        help="comma-separated (default: siskin,siskin-uvloop,mosquitto,amqtt; siskin runs with "
-        "--event-loop asyncio, siskin-uvloop with --event-loop uvloop, the default of make run)",
+        default="siskin,siskin-uvloop,mosquitto,amqtt,siskin-uvloop-store,mosquitto-persist",
+        help="comma-separated (default: siskin,siskin-uvloop,mosquitto,amqtt,siskin-uvloop-store,mosquitto-persist; "
+        "siskin runs with --event-loop asyncio, siskin-uvloop with --event-loop uvloop, the default of make run; "
+        "siskin-store, siskin-uvloop-store and mosquitto-persist run with persistence on, the durable scenarios only: "
+        "tools/bench/scenarios_durable.py)",
     )
-    p.add_argument("--only", default="", help="comma-separated scenarios (idle,fanin,fanout,latency,retained, ...)")
+    p.add_argument("--only", default="", help="comma-separated scenarios (idle,fanin,fanout,latency,retained,durable, ...)")
     p.add_argument("--json", metavar="FILE", help="also append every result line to FILE")
     p.add_argument("--siskin-python", metavar="EXE", help="interpreter for Siskin (default .venv/bin/python)")
     p.add_argument("--siskin-root", metavar="DIR", help="run Siskin from another checkout (A/B comparisons)")

@@ -33,6 +33,8 @@ from . import mqtt
 
 CTX = mp.get_context("fork")
 RECV = 1 << 18
+# (port, client id, topic filter, QoS) -> a connected, subscribed socket
+Opener = Callable[[int, str, str, int], socket.socket]
 
 
 def _cpu_wall() -> tuple[float, float]:
@@ -222,14 +224,19 @@ def subscriber(
     total: Any,
     idle: float,
     limit: float,
+    opener: Opener | None = None,
 ) -> dict[str, Any]:
     """One subscriber that acknowledges as it goes; counts PUBLISHes.
 
     Stops when `total.value` (set once every publisher is done) messages
     arrived, after `idle` s of silence once the total is known, or at `limit` s.
+    `opener`: connects and subscribes another way (a persistent session).
     """
-    sock = mqtt.open_client(port, client_id)
-    mqtt.do_subscribe(sock, topic_filter, qos)
+    if opener is None:
+        sock = mqtt.open_client(port, client_id)
+        mqtt.do_subscribe(sock, topic_filter, qos)
+    else:
+        sock = opener(port, client_id, topic_filter, qos)
     sock.settimeout(0.1)
     # Fan-in topics all have one length (bench/in/NNN), so QoS 0 deliveries do too.
     fixed_len = 0 if qos else len(mqtt.publish(topic_filter.replace("+", "000"), mqtt.payload(), 0))
@@ -394,8 +401,12 @@ def fan_in(
     idle: float = 2.0,
     pid: int | None = None,
     tag: str = "",
+    opener: Opener | None = None,
 ) -> dict[str, Any]:
-    """N publishers -> 1 subscriber (bench/in/NNN -> bench/in/+) at one QoS."""
+    """N publishers -> 1 subscriber (bench/in/NNN -> bench/in/+) at one QoS.
+
+    `opener(port, client_id, filter, qos)`: the subscriber's connect and subscribe
+    (tools/bench/scenarios_durable.py: a persistent session)."""
     # QoS 2: batch k goes out with the PUBRELs of batch k-1, so 2 x 8 ids are
     # open at once: within Mosquitto's 16 (max_inflight_messages also caps
     # unreleased incoming QoS 2; beyond it Mosquitto loses messages).
@@ -406,7 +417,7 @@ def fan_in(
     go = CTX.Event()
     sub_ready = CTX.Event()
     try:
-        w.start(subscriber, port, f"fi-sub-{tag}", "bench/in/+", qos, sub_ready, total, idle, duration + 120)
+        w.start(subscriber, port, f"fi-sub-{tag}", "bench/in/+", qos, sub_ready, total, idle, duration + 120, opener)
         _wait_all([sub_ready], 20)
         readies = []
         for i in range(publishers):
