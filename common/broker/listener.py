@@ -18,7 +18,7 @@ def _nothing(*args):
 class StateListener:
     """The listener interface, with every hook a no-op."""
 
-    # True when sync() has work to do: Broker.take_dirty asks pending() only then.
+    # True when sync() has work to do: Broker.next_dirty asks pending() only then.
     durable = False
 
     # session_saved(session): a session connected, disconnected or changed

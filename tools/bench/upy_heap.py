@@ -17,7 +17,7 @@
 # Subscription Identifier (a per-delivery property). For each case it measures,
 # with gc.disable() and gc.mem_alloc() deltas over `N` messages:
 #   route   the publisher's PUBLISH in (feed, frame, decode, route) and every
-#           delivery encoded, plus the shell taking the output (take_dirty,
+#           delivery encoded, plus the shell taking the output (next_dirty,
 #           take_output): bytes per message;
 #   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK).
 # A phase that measures 0 is run again under micropython.heap_lock() where
@@ -137,8 +137,10 @@ class Rig:
 
     def drain(self):
         broker = self.broker
-        for cid in broker.take_dirty():
+        cid = broker.next_dirty()
+        while cid >= 0:
             broker.take_output(cid)
+            cid = broker.next_dirty()
 
 
 def measure(fn, n):
@@ -186,14 +188,18 @@ def run_case(subs, qos, level=4, sub_id=False):
     def one_route(i):
         k = counter[0]
         broker.data_received(pub, pubs[k], NOW)
-        for cid in broker.take_dirty():
+        cid = broker.next_dirty()
+        while cid >= 0:
             broker.take_output(cid)
+            cid = broker.next_dirty()
         if qos:
             ack = acks[k]
             for cid in sub_cids:
                 broker.data_received(cid, ack, NOW)
-            for cid in broker.take_dirty():
+            cid = broker.next_dirty()
+            while cid >= 0:
                 broker.take_output(cid)
+                cid = broker.next_dirty()
         counter[0] = k + 1
 
     # Warm up (buffers reach their steady size), then measure.
@@ -214,8 +220,10 @@ def run_case(subs, qos, level=4, sub_id=False):
         def send_only(i):
             k = counter[0]
             broker.data_received(pub, pubs[k], NOW)
-            for cid in broker.take_dirty():
+            cid = broker.next_dirty()
+            while cid >= 0:
                 broker.take_output(cid)
+                cid = broker.next_dirty()
             pending.append(acks[k])
             counter[0] = k + 1
 
@@ -223,8 +231,10 @@ def run_case(subs, qos, level=4, sub_id=False):
             ack = pending[i]
             for cid in sub_cids:
                 broker.data_received(cid, ack, NOW)
-            for cid in broker.take_dirty():
+            cid = broker.next_dirty()
+            while cid >= 0:
                 broker.take_output(cid)
+                cid = broker.next_dirty()
 
         # One message in flight at a time keeps the ids in step: send one,
         # measure its acks, repeat.
