@@ -19,7 +19,10 @@
 #   route   the publisher's PUBLISH in (feed, frame, decode, route) and every
 #           delivery encoded, plus the shell taking the output (next_dirty,
 #           take_output): bytes per message;
-#   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK).
+#   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK);
+# and the messages per second of the route phase (collector on).
+# With the argument "gc" (unix port, e.g. -X heapsize=110K for a board's
+# heap) it times the collections instead while routing a stream.
 # A phase that measures 0 is run again under micropython.heap_lock() where
 # the port has it: any allocation then raises MemoryError, so "0" is proved,
 # not sampled. Prints one JSON line per case and phase.
@@ -29,6 +32,7 @@
 import gc
 import json
 import sys
+import time
 
 from common.broker.broker import Broker
 from common.broker.settings import Settings
@@ -111,6 +115,7 @@ class Rig:
                 "max_sessions": 16,
                 "max_subscriptions": 48,
                 "max_messages": 96,
+                "max_queued_messages": 32,  # (prealloc: every session's queue at its cap)
                 "max_inflight": 8,
                 "sys_interval": 0,
             }
@@ -173,91 +178,122 @@ def locked(fn, n):
     return True
 
 
-def run_case(subs, qos, level=4, sub_id=False):
-    rig = Rig(subs, qos, level, sub_id)
-    broker = rig.broker
-    # Every input encoded beforehand: publisher PUBLISH ids 1..N (QoS 1), the
-    # subscribers' PUBACKs for the ids the broker hands out (1, 2, ... per
-    # session, one message in flight at a time here).
-    pubs = [publish_pkt(qos, (i % 60000) + 1, level) for i in range(N * 2 + 20)]
-    acks = [puback_pkt((i % 60000) + 1) for i in range(N * 2 + 20)]
-    pub = rig.pub
-    sub_cids = rig.subs
-    counter = [0]
+class Case:
+    """One rig and its inputs, encoded beforehand: publisher PUBLISH ids
+    1..N (QoS 1), the subscribers' PUBACKs for the ids the broker hands out
+    (1, 2, ... per session, one message in flight at a time here). Methods,
+    not closures: calling a closure over more than a few variables
+    allocates its arguments on MicroPython, which heap_lock would catch."""
 
-    def one_route(i):
-        k = counter[0]
-        broker.data_received(pub, pubs[k], NOW)
+    def __init__(self, subs, qos, level, sub_id):
+        self.rig = Rig(subs, qos, level, sub_id)
+        self.broker = self.rig.broker
+        self.qos = qos
+        self.pubs = [publish_pkt(qos, (i % 60000) + 1, level) for i in range(N * 3 + 20)]
+        self.acks = [puback_pkt((i % 60000) + 1) for i in range(N * 3 + 20)]
+        self.k = 0
+        self.pending = []
+
+    def drain(self):
+        broker = self.broker
         cid = broker.next_dirty()
         while cid >= 0:
             broker.take_output(cid)
             cid = broker.next_dirty()
-        if qos:
-            ack = acks[k]
-            for cid in sub_cids:
-                broker.data_received(cid, ack, NOW)
-            cid = broker.next_dirty()
-            while cid >= 0:
-                broker.take_output(cid)
-                cid = broker.next_dirty()
-        counter[0] = k + 1
 
+    def route(self, i):
+        """One message in, out to every subscriber; their PUBACKs (QoS 1)."""
+        k = self.k
+        self.broker.data_received(self.rig.pub, self.pubs[k], NOW)
+        self.drain()
+        if self.qos:
+            self.acks_in(self.acks[k])
+        self.k = k + 1
+
+    def send_only(self, i):
+        k = self.k
+        self.broker.data_received(self.rig.pub, self.pubs[k], NOW)
+        self.drain()
+        self.pending.append(self.acks[k])
+        self.k = k + 1
+
+    def acks_in(self, ack):
+        broker = self.broker
+        for cid in self.rig.subs:
+            broker.data_received(cid, ack, NOW)
+        self.drain()
+
+    def ack_last(self, i):
+        self.acks_in(self.pending[len(self.pending) - 1])
+
+
+def run_case(subs, qos, level=4, sub_id=False):
+    case = Case(subs, qos, level, sub_id)
+    route = case.route
     # Warm up (buffers reach their steady size), then measure.
     for i in range(10):
-        one_route(i)
-    per_msg = measure(one_route, N)
+        route(i)
+    per_msg = measure(route, N)
+    t0 = time.ticks_us()
+    for i in range(N):
+        route(i)
+    us = time.ticks_diff(time.ticks_us(), t0)
     tags = {"qos": qos, "subscribers": subs}
     if level == 5:
         tags["level"] = 5
         tags["sub_id"] = sub_id
-    row = {"case": "route", "bytes_per_message": per_msg}
+    row = {"case": "route", "bytes_per_message": per_msg, "messages_per_s": int(N * 1000000 / us)}
     row.update(tags)
     results = [row]
     if qos:
-        # The acks alone: route N messages, then time only the PUBACKs.
-        pending = []
-
-        def send_only(i):
-            k = counter[0]
-            broker.data_received(pub, pubs[k], NOW)
-            cid = broker.next_dirty()
-            while cid >= 0:
-                broker.take_output(cid)
-                cid = broker.next_dirty()
-            pending.append(acks[k])
-            counter[0] = k + 1
-
-        def ack_only(i):
-            ack = pending[i]
-            for cid in sub_cids:
-                broker.data_received(cid, ack, NOW)
-            cid = broker.next_dirty()
-            while cid >= 0:
-                broker.take_output(cid)
-                cid = broker.next_dirty()
-
-        # One message in flight at a time keeps the ids in step: send one,
-        # measure its acks, repeat.
+        # The acks alone. One message in flight at a time keeps the ids in
+        # step: send one, measure its acks, repeat.
         total = 0
         for i in range(N):
-            send_only(i)
+            case.send_only(i)
             gc.collect()
             gc.disable()
             before = gc.mem_alloc()
-            ack_only(i)
+            case.ack_last(i)
             total += gc.mem_alloc() - before
             gc.enable()
         per_ack = total / (N * subs)
         row = {"case": "puback", "bytes_per_ack": per_ack}
         row.update(tags)
         if per_ack == 0:
-            send_only(0)
-            proof = locked(lambda i: ack_only(len(pending) - 1), 1)
-            row["heap_lock"] = proof
+            case.send_only(0)
+            row["heap_lock"] = locked(case.ack_last, 1)
         results.append(row)
     if per_msg == 0:
-        results[0]["heap_lock"] = locked(one_route, N)
+        results[0]["heap_lock"] = locked(route, N)
     return results
+
+
+def gc_pauses(subs, qos, n):
+    """Route `n` messages with the collector on (as a board runs) and time
+    every collection it makes: gc.collect() by hand each time the free heap
+    falls under a quarter (what MicroPython's own threshold does), so each
+    pause is measured. The longest pause and the collections per 1000
+    messages, for the heap the interpreter was started with."""
+    case = Case(subs, qos, 4, False)
+    route = case.route
+    gc.collect()
+    low = (gc.mem_free() + gc.mem_alloc()) // 4
+    longest = 0
+    count = 0
+    for i in range(n):
+        if case.k >= len(case.pubs):
+            case.k = 0  # (the ids repeat: the previous use of each was acknowledged)
+        route(i)
+        if gc.mem_free() < low:
+            t0 = time.ticks_us()
+            gc.collect()
+            pause = time.ticks_diff(time.ticks_us(), t0)
+            count += 1
+            if pause > longest:
+                longest = pause
+    return {"case": "gc", "qos": qos, "subscribers": subs, "heap": gc.mem_free() + gc.mem_alloc(),
+            "collections_per_1000": count * 1000 // n, "longest_pause_us": longest}
 
 
 def main():
@@ -270,6 +306,10 @@ def main():
         "heap_lock": micropython is not None and hasattr(micropython, "heap_lock"),
     }
     print(json.dumps(info))
+    if "gc" in getattr(sys, "argv", ()):
+        for qos in (0, 1):
+            print(json.dumps(gc_pauses(10, qos, 5000)))
+        return
     for qos in (0, 1):
         for subs in (1, 10):
             for row in run_case(subs, qos):
