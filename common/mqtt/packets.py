@@ -441,7 +441,13 @@ def decode_puback(first, buf, start, end, level):
 def decode_puback_into(pkt, first, buf, start, end, level):
     """PUBACK, PUBREC, PUBREL or PUBCOMP into the PubAck `pkt` (reused)."""
     ptype = first >> 4
-    pid, i = decode_packet_id(buf, start, end)
+    # decode_packet_id, inlined: no (value, offset) tuple per ack.
+    if start + 2 > end:
+        raise MalformedPacket("truncated two byte integer")
+    pid = (buf[start] << 8) | buf[start + 1]
+    if pid == 0:
+        raise ProtocolError("packet identifier 0")  # [MQTT-2.3.1-1]
+    i = start + 2
     reason = 0
     props = None
     if level == C.LEVEL_5 and i < end:
