@@ -17,18 +17,23 @@
 # pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
 # of a delivery is told to the broker's listener (persistence).
 #
-# Encoding: a QoS 0 copy with nothing of its own shares one encoded PUBLISH
-# per message and protocol level (Message.wire4/wire5). A v5 message's
-# forwarded properties are encoded once, at its first v5 delivery
-# (Message.props), and copied as bytes into every PUBLISH next to that
-# delivery's own (expiry left, subscription ids, outbound alias).
+# Encoding: every copy is appended to the client's output buffer. A whole
+# QoS 0 3.1.1 PUBLISH, not retained, goes to 3.1.1 subscribers as it came
+# (_forward: no Message, no encoding, no payload copy: nothing allocated).
+# Otherwise the payload is copied out of the frame once, and the 3.1.1 copies
+# at the message's QoS share one encoded PUBLISH (Message.wire4), patched in
+# each output (flags, packet id); a v5 QoS 0 copy with nothing of its own
+# shares Message.wire5. A v5 message's forwarded properties are encoded
+# once, at its first v5 delivery (Message.props), and copied as bytes into
+# every PUBLISH next to that delivery's own (expiry left, subscription ids,
+# outbound alias). The topic's TopicCache entry keeps its match result.
 
 from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.broker.topics import over_limits
 from common.compat import const
 from common.mqtt import consts as C
-from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.codec import take_bytes, vbi_size
+from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts
 from common.mqtt.properties import encode_property_items
 
@@ -205,8 +210,7 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
         return
     # Four bytes, the same at both levels (v5 leaves out reason 0, 3.4.2.1):
     # written without a packet object.
-    out = conn.out
-    n = len(out)
+    n = len(conn.out)
     broker.write(conn, ACK4)
     out = conn.out
     out[n] = (ptype << 4) | 0x02 if ptype == C.PUBREL else ptype << 4
@@ -244,7 +248,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     routing.origin = origin
     matches = _matches(routing, topic, entry)
     if frame is not None:
-        if _forward(broker, origin, matches, frame):
+        if _forward(broker, origin, topic, matches, frame):
             return C.RC_SUCCESS if matches else C.RC_NO_MATCHING_SUBSCRIBERS
         payload = take_bytes(frame, payload, len(frame))
     if matches and qos and origin is not None and broker.settings.queue_full == "refuse":
@@ -349,16 +353,16 @@ def _done(routing, matches):
         del matches[:]
 
 
-def _forward(broker, origin, matches, frame):
+def _forward(broker, origin, topic, matches, frame):
     """Send a whole QoS 0 3.1.1 PUBLISH `frame` as it is to the sessions
-    matched, if every one is a 3.1.1 client online without an ACL and none
-    is a shared group; else False, nothing done. No Message, no encoding:
-    each copy is the frame's bytes appended to the client's output."""
+    matched, if every one is a 3.1.1 client online and none is a shared
+    group; else False, nothing done. No Message, no encoding: each copy is
+    the frame's bytes appended to the client's output."""
     for entry in matches:
         if entry.is_group:
             return False
         conn = entry.session.conn
-        if conn is None or conn.level == C.LEVEL_5 or conn.acl is not None:
+        if conn is None or conn.level == C.LEVEL_5:
             return False
     routing = broker.routing
     stamp = _next_stamp(routing)  # several filters of one session: one copy [MQTT-3.3.5-1]
@@ -372,6 +376,9 @@ def _forward(broker, origin, matches, frame):
         conn = sess.conn
         if conn.paused and len(conn.out) >= bound:
             st.dropped_qos0 += 1
+            continue
+        if conn.acl is not None and not conn.acl.can_read(topic):
+            st.denied_delivery += 1  # as _send
             continue
         broker.write(conn, frame)
         st.messages_sent += 1

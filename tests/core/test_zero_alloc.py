@@ -29,7 +29,13 @@ SUBSCRIBERS = 10
 class Rig:
     def __init__(self, qos=0):
         self.h = Harness(
-            prealloc=True, match_cache_bytes=0, max_connections=16, max_sessions=16, max_subscriptions=48, max_messages=96, max_queued_messages=32
+            prealloc=True,
+            match_cache_bytes=0,
+            max_connections=16,
+            max_sessions=16,
+            max_subscriptions=48,
+            max_messages=96,
+            max_queued_messages=32,
         )
         self.subs = []
         for i in range(SUBSCRIBERS):
@@ -98,10 +104,10 @@ class TestZeroAllocation(unittest.TestCase):
             self.assertEqual(broker.routing.messages.in_use(), 0)
             # each subscriber got the publisher's frame byte for byte
             self.assertEqual(len(rig.outputs), 20 * SUBSCRIBERS)
-            for cid, data, _ in rig.outputs:
+            for _, data, _ in rig.outputs:
                 self.assertEqual(data, rig.frame)
             # the output buffers are swapped, never made: a few objects in all
-            buffers = set(id(buf) for _, _, buf in rig.outputs)
+            buffers = {id(buf) for _, _, buf in rig.outputs}
             self.assertLessEqual(len(buffers), SUBSCRIBERS + 2)
         self.assertEqual(broker.stats.messages_sent, sent + 20 * SUBSCRIBERS)
         # and the subscribers decode what they get
