@@ -20,10 +20,10 @@
 # Encoding: every copy is appended to the client's output buffer. A whole
 # QoS 0 3.1.1 PUBLISH, not retained, goes to 3.1.1 subscribers as it came
 # (_forward: no Message, no encoding, no payload copy: nothing allocated).
-# Otherwise the payload is copied out of the frame once, and the 3.1.1 copies
-# at the message's QoS share one encoded PUBLISH (Message.wire4), patched in
-# each output (flags, packet id); a v5 QoS 0 copy with nothing of its own
-# shares Message.wire5. A v5 message's forwarded properties are encoded
+# Otherwise the payload is copied out of the frame once, and the copies at
+# one QoS (that of the message's first copy) with no property of their own
+# share one encoded PUBLISH per protocol level (Message.wire4/wire5),
+# patched in each output (flags, packet id: _write_shared). A v5 message's forwarded properties are encoded
 # once, at its first v5 delivery (Message.props), and copied as bytes into
 # every PUBLISH next to that delivery's own (expiry left, subscription ids,
 # outbound alias). The topic's TopicCache entry keeps its match result.
@@ -325,7 +325,7 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
             deliver(broker, sess, msg, fold & QOS_MASK, fold & _FOLD_RETAIN != 0, sess.route_ids, False, now)
     _done(routing, matches)
     if msg.refs > 1:
-        msg.wire4 = None  # kept (queued, in flight, retained): not with a copy of its bytes
+        msg.wire4 = msg.wire5 = None  # kept (queued, in flight, retained): not with copies of its bytes
     messages.drop(msg)
     return C.RC_SUCCESS
 
@@ -611,33 +611,21 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
         return False
     level = conn.level
     if level != C.LEVEL_5:
-        if qos != msg.qos:
-            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0), qos)
-        # At the message's own QoS every 3.1.1 copy is the same bytes but
-        # for the flags and the packet id: encoded once (flags 0, id 0),
-        # copied into each client's output and patched there.
         data = msg.wire4
         if data is None:
             data = msg.wire4 = encode_publish_parts(msg.topic, msg.payload, qos, False, False, 0, level, None, -1, None, 0)
-        n = len(conn.out)
-        if not _write_publish(broker, conn, data, qos):
-            return False
-        out = conn.out
-        out[n] = 0x30 | qos << 1 | (0x08 if dup else 0) | (0x01 if retain else 0)
-        if qos:
-            i = n + len(data) - len(msg.payload) - 2
-            out[i] = pid >> 8
-            out[i + 1] = pid & 0xFF
-        return True
-    plain = qos == 0 and not retain and not msg.retain
+        elif (data[0] >> 1) & 3 != qos:  # (a copy at another QoS than the first one's)
+            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0), qos)
+        return _write_shared(broker, conn, data, qos, retain, dup, pid)
     items = msg.props
     if items is not None and not isinstance(items, bytearray):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
-    if plain and not (msg.expiry or sub_ids or conn.alias_max_out):
+    if not (msg.expiry or sub_ids or conn.alias_max_out):
         data = msg.wire5
         if data is None:
-            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, C.LEVEL_5, items, -1, None, 0)
-        return _write_publish(broker, conn, data, qos)
+            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, qos, False, False, 0, C.LEVEL_5, items, -1, None, 0)
+        if (data[0] >> 1) & 3 == qos:
+            return _write_shared(broker, conn, data, qos, retain, dup, pid)
     topic = msg.topic
     left = -1
     if msg.expiry:
@@ -653,6 +641,26 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     # sub_ids: [MQTT-3.3.4-3]
     data = encode_publish_parts(topic, msg.payload, qos, retain, dup, pid, C.LEVEL_5, items, left, sub_ids, alias)
     return _write_publish(broker, conn, data, qos)
+
+
+def _write_shared(broker, conn, data, qos, retain, dup, pid):
+    """Write a message's shared PUBLISH `data` (Message.wire4/wire5: encoded
+    once, at the QoS of its first copy, flags and packet id 0), and patch
+    this copy's flags and packet id in the client's output: every copy of a
+    message at one QoS is the same bytes but for those."""
+    n = len(conn.out)
+    if not _write_publish(broker, conn, data, qos):
+        return False
+    out = conn.out
+    out[n] = 0x30 | qos << 1 | (0x08 if dup else 0) | (0x01 if retain else 0)
+    if qos:
+        i = n + 2
+        while out[i - 1] & 0x80:  # past the Remaining Length
+            i += 1
+        i += 2 + ((out[i] << 8) | out[i + 1])  # past the topic name
+        out[i] = pid >> 8
+        out[i + 1] = pid & 0xFF
+    return True
 
 
 def _write_publish(broker, conn, data, qos):

@@ -70,10 +70,11 @@ class Message:
         self.props = None
         self.expiry = 0  # absolute time (s) after which it is dropped, 0 = never
         self.refs = 0
-        # Encoded once per message, fan-out copies bytes, not work: the
-        # 3.1.1 PUBLISH at its own QoS, flags and packet id 0 (each copy is
-        # patched in the client's output; dropped after routing if the
-        # message is kept), and the v5 QoS 0 one of plain subscribers.
+        # Encoded once per message, fan-out copies bytes, not work: its
+        # 3.1.1 and v5 PUBLISH at the QoS of its first copy, flags and
+        # packet id 0 (each copy is patched in the client's output:
+        # handle_publish._write_shared); wire4 is dropped after routing if
+        # the message is kept.
         self.wire4 = None
         self.wire5 = None
         self.store_id = 0  # id of its record in the store, 0 = not stored
