@@ -54,8 +54,8 @@ THROTTLE_MAX_S = 30
 # Connection.deadline of a connection closed by its timer (is_silent).
 SILENT = -1
 
-# Topic names cached (Broker.topics): at least this many, and one more per
-# this many bytes of match_cache_bytes (about what an entry costs).
+# Topic names cached (Broker.topics): at least this many slots, and one
+# more per this many bytes of match_cache_bytes (about what an entry costs).
 TOPIC_CACHE_MIN = 16
 TOPIC_CACHE_COST = 256
 

@@ -396,13 +396,15 @@ class TopicCache:
     wildcard checks were done when it was added. Each entry is a list
     ``[name bytes, topic str, match, generation]``: the last two are for the
     broker (a match result and the subscription trie's generation it holds
-    for). At `capacity` entries the cache starts over (a flood of new topics
-    costs what it did without it).
+    for). `capacity` slots, one entry each, chosen by the hash (a newcomer
+    replaces only the entry in its slot); a topic gets an entry at its
+    second PUBLISH in a row for its slot, so that names seen once (a
+    retained message per device) take no room.
     """
 
     def __init__(self, capacity):
-        self.capacity = capacity
-        self.entries = {}  # hash -> entry
+        self.slots = [None] * capacity  # hash % capacity -> entry
+        self.seen = [-1] * capacity  # the hash last missed in each slot
         self.hash = 0  # the hash find() computed last (add() files under it)
         self.entry = None  # the entry of the topic decode_publish_into saw last
 
@@ -412,7 +414,7 @@ class TopicCache:
         for k in range(a, b):
             h = (h * 31 + buf[k]) & 0x3FFFFF  # small ints on every port
         self.hash = h
-        entry = self.entries.get(h)
+        entry = self.slots[h % len(self.slots)]
         if entry is None:
             return None
         key = entry[0]
@@ -425,12 +427,15 @@ class TopicCache:
         return entry
 
     def add(self, buf, a, b, topic):
-        """File the checked topic name buf[a:b] (after find() missed it)."""
-        entries = self.entries
-        if len(entries) >= self.capacity:
-            entries.clear()
+        """The entry for the checked topic name buf[a:b] (after find()
+        missed it), or None: not at its first miss in its slot."""
+        h = self.hash
+        i = h % len(self.slots)
+        if self.seen[i] != h:
+            self.seen[i] = h
+            return None
         entry = [take_bytes(buf, a, b), topic, None, 0]
-        entries[self.hash] = entry
+        self.slots[i] = entry
         return entry
 
 
