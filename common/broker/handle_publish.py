@@ -612,20 +612,22 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     level = conn.level
     if level != C.LEVEL_5:
         data = msg.wire4
-        if data is None:
-            data = msg.wire4 = encode_publish_parts(msg.topic, msg.payload, qos, False, False, 0, level, None, -1, None, 0)
-        elif (data[0] >> 1) & 3 != qos:  # (a copy at another QoS than the first one's)
-            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0), qos)
-        return _write_shared(broker, conn, data, qos, retain, dup, pid)
+        if data is not None and (data[0] >> 1) & 3 == qos:
+            return _write_shared(broker, conn, data, qos, retain, dup, pid)
+        data = encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0)
+        if msg.wire4 is None:
+            msg.wire4 = data  # the first copy's: the next ones patch it
+        return _write_publish(broker, conn, data, qos)
     items = msg.props
     if items is not None and not isinstance(items, bytearray):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
     if not (msg.expiry or sub_ids or conn.alias_max_out):
         data = msg.wire5
-        if data is None:
-            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, qos, False, False, 0, C.LEVEL_5, items, -1, None, 0)
-        if (data[0] >> 1) & 3 == qos:
+        if data is not None and (data[0] >> 1) & 3 == qos:
             return _write_shared(broker, conn, data, qos, retain, dup, pid)
+        if data is None:
+            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, C.LEVEL_5, items, -1, None, 0)
+            return _write_publish(broker, conn, data, qos)
     topic = msg.topic
     left = -1
     if msg.expiry:
@@ -644,10 +646,10 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
 
 
 def _write_shared(broker, conn, data, qos, retain, dup, pid):
-    """Write a message's shared PUBLISH `data` (Message.wire4/wire5: encoded
-    once, at the QoS of its first copy, flags and packet id 0), and patch
-    this copy's flags and packet id in the client's output: every copy of a
-    message at one QoS is the same bytes but for those."""
+    """Write a message's shared PUBLISH `data` (Message.wire4/wire5: its
+    first copy, encoded once), and patch this copy's flags and packet id in
+    the client's output: every copy of a message at one QoS is the same
+    bytes but for those."""
     n = len(conn.out)
     if not _write_publish(broker, conn, data, qos):
         return False

@@ -71,10 +71,9 @@ class Message:
         self.expiry = 0  # absolute time (s) after which it is dropped, 0 = never
         self.refs = 0
         # Encoded once per message, fan-out copies bytes, not work: its
-        # 3.1.1 and v5 PUBLISH at the QoS of its first copy, flags and
-        # packet id 0 (each copy is patched in the client's output:
-        # handle_publish._write_shared); wire4 is dropped after routing if
-        # the message is kept.
+        # first 3.1.1 and v5 copies (later copies at the same QoS are
+        # patched in the client's output: handle_publish._write_shared);
+        # dropped after routing if the message is kept.
         self.wire4 = None
         self.wire5 = None
         self.store_id = 0  # id of its record in the store, 0 = not stored
