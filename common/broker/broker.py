@@ -59,6 +59,9 @@ SILENT = -1
 TOPIC_CACHE_MIN = 16
 TOPIC_CACHE_COST = 256
 
+# Broker.out_chunk at least (bytes).
+OUT_CHUNK_MIN = 512
+
 
 def needs_escape(text):
     for ch in text:
@@ -255,6 +258,9 @@ class Broker:
         self.inbound_ack = PubAck()
         self.topics = TopicCache(TOPIC_CACHE_MIN + s.match_cache_bytes // TOPIC_CACHE_COST)
         self.spare_out = bytearray()
+        # The most a connection's output buffer holds before a backlog goes
+        # to separate objects (Connection.more): a quarter of max_out_buffer.
+        self.out_chunk = s.max_out_buffer // 4 if s.max_out_buffer >= OUT_CHUNK_MIN * 4 else OUT_CHUNK_MIN
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -538,16 +544,25 @@ class Broker:
     def take_output(self, cid):
         """The bytes waiting for connection `cid` (None if none or paused):
         a bytearray of the broker's, valid until the next take_output (it
-        is the spare that call swaps in)."""
+        is the spare that call swaps in); bytes after a backlog."""
         conn = self.connections.by_id[cid]
         out = conn.out
-        if not out or (conn.paused and conn.state != CLOSING):
+        if not conn.out_bytes or (conn.paused and conn.state != CLOSING):
             return None
+        self.stats.bytes_sent += conn.out_bytes
+        conn.out_bytes = 0
+        more = conn.more
+        if more is not None:
+            # A backlog: joined (a slow reader's, not the per-message path).
+            conn.more = None
+            more.insert(0, out)
+            data = b"".join(more)
+            out[:] = b""
+            return data
         spare = self.spare_out
         spare[:] = b""
         conn.out = spare
         self.spare_out = out
-        self.stats.bytes_sent += len(out)
         return out
 
     def is_closing(self, cid):
@@ -565,7 +580,7 @@ class Broker:
     def set_paused(self, cid, paused):
         conn = self.connections.by_id[cid]
         conn.paused = paused
-        if not paused and conn.out:
+        if not paused and conn.out_bytes:
             self.connections.mark_dirty(conn)
 
     def snapshot(self):
@@ -627,9 +642,22 @@ class Broker:
         return sub
 
     def write(self, conn, data):
-        conn.out.extend(data)
+        """Append `data` to the connection's output; the buffer it landed in
+        (it ends with `data`: a caller may patch its copy there)."""
+        n = len(data)
+        conn.out_bytes += n
+        buf = conn.out
+        if conn.more is None and len(buf) + n <= self.out_chunk:
+            buf.extend(data)
+        else:
+            buf = bytearray(data)  # (a copy: `data` may be a caller's buffer)
+            if conn.more is None:
+                conn.more = [buf]
+            else:
+                conn.more.append(buf)
         if not conn.dirty:  # (the common case, without a call, on the hot path)
             self.connections.mark_dirty(conn)
+        return buf
 
     def close(self, conn, now, publish_will=True):
         """Start closing a connection: no more input, output flushed by the shell."""

@@ -25,8 +25,13 @@ class Connection:
         self.level = 4  # wire format used for output: 4 (3.1 and 3.1.1) or 5
         self.session = None
         # Encoded packets waiting for the shell, back to back: a bytearray
-        # that Broker.take_output swaps for a spare (no new object per flush).
+        # that Broker.take_output swaps for a spare (no new object per
+        # flush), up to Broker.out_chunk bytes; beyond, a backlog (a slow
+        # reader) goes to `more`, a list of separate copies, so that no
+        # connection's output needs one large block of a board's heap.
         self.out = bytearray()
+        self.more = None
+        self.out_bytes = 0  # in `out` and `more`
         self.dirty = False
         self.paused = False  # the transport is above its high-water mark
         self.keep_alive = 0

@@ -210,9 +210,8 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
         return
     # Four bytes, the same at both levels (v5 leaves out reason 0, 3.4.2.1):
     # written without a packet object.
-    n = len(conn.out)
-    broker.write(conn, ACK4)
-    out = conn.out
+    out = broker.write(conn, ACK4)
+    n = len(out) - 4
     out[n] = (ptype << 4) | 0x02 if ptype == C.PUBREL else ptype << 4
     out[n + 2] = packet_id >> 8
     out[n + 3] = packet_id & 0xFF
@@ -374,7 +373,7 @@ def _forward(broker, origin, topic, matches, frame):
             continue  # [MQTT-3.8.3-3]
         sess.route_stamp = stamp
         conn = sess.conn
-        if conn.paused and len(conn.out) >= bound:
+        if conn.paused and conn.out_bytes >= bound:
             st.dropped_qos0 += 1
             continue
         if conn.acl is not None and not conn.acl.can_read(topic):
@@ -443,7 +442,7 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
     s = broker.settings
     if qos == 0:
         if conn is not None:
-            if conn.paused and len(conn.out) >= s.max_out_buffer:
+            if conn.paused and conn.out_bytes >= s.max_out_buffer:
                 broker.stats.dropped_qos0 += 1
             else:
                 _send(broker, conn, msg, 0, retain, tag[1] if shared else tag, 0, False, now)
@@ -650,10 +649,10 @@ def _write_shared(broker, conn, data, qos, retain, dup, pid):
     first copy, encoded once), and patch this copy's flags and packet id in
     the client's output: every copy of a message at one QoS is the same
     bytes but for those."""
-    n = len(conn.out)
-    if not _write_publish(broker, conn, data, qos):
+    out = _write_publish(broker, conn, data, qos)
+    if not out:
         return False
-    out = conn.out
+    n = len(out) - len(data)
     out[n] = 0x30 | qos << 1 | (0x08 if dup else 0) | (0x01 if retain else 0)
     if qos:
         i = n + 2
@@ -666,14 +665,16 @@ def _write_shared(broker, conn, data, qos, retain, dup, pid):
 
 
 def _write_publish(broker, conn, data, qos):
+    """Write one PUBLISH: the buffer it landed in (Broker.write), or False
+    beyond the client's Maximum Packet Size."""
     st = broker.stats
     if conn.max_packet_out and len(data) > conn.max_packet_out:
         st.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
-    broker.write(conn, data)
+    out = broker.write(conn, data)
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
-    return True
+    return out
 
 
 def _alias_out(conn, topic):

@@ -87,7 +87,7 @@ def advance(broker, replay, now):
     session = conn.session
     sub = replay.sub
     ids = [sub.sub_id] if sub is not None and sub.sub_id else None
-    while i < n and (len(conn.out) < bound or not conn.out):
+    while i < n and (conn.out_bytes < bound or not conn.out_bytes):
         item = items[i]
         items[i] = None
         i += 1

@@ -437,7 +437,7 @@ class TestFlowControl(unittest.TestCase):
         for _ in range(20):
             pub.publish("t", b"x" * 20)
         self.assertTrue(h.broker.stats.dropped_qos0 > 0)
-        self.assertTrue(len(h.broker.connections.by_id[sub.cid].out) <= 100 + 30)
+        self.assertTrue(h.broker.connections.by_id[sub.cid].out_bytes <= 100 + 30)
         h.broker.set_paused(sub.cid, False)
         h.pump()
         got = [m for m in sub.take() if m.ptype == C.PUBLISH]

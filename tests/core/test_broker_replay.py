@@ -72,7 +72,7 @@ class TestReplayIsPaced(unittest.TestCase):
         c.send(Subscribe(1, [("r/#", 0)], None))
         conn = h.broker.connections.by_id[c.cid]
         # The SUBACK and about one bound of the replay, not all 40 (~4 KB).
-        self.assertLess(len(conn.out), BOUND + 200)
+        self.assertLess(conn.out_bytes, BOUND + 200)
         self.assertEqual(h.broker.replaying, [c.cid])
         self.assertEqual(c.take(), [])  # (paused: nothing taken)
         # Its output drains: everything, in order, retained [MQTT-3.3.1-8].
@@ -95,7 +95,7 @@ class TestReplayIsPaced(unittest.TestCase):
             # What waited and one bound more: two bounds of 96-byte PUBLISHes.
             self.assertLessEqual(len(got), 2 * (BOUND // 96 + 1))
             topics += [m.topic for m in got]
-            self.assertLess(len(conn.out), BOUND + 200)
+            self.assertLess(conn.out_bytes, BOUND + 200)
             if c.cid not in h.broker.replaying:
                 break
         self.assertEqual(topics, ORDER)
@@ -107,7 +107,7 @@ class TestReplayIsPaced(unittest.TestCase):
         burst = b"".join(encode_packet(Subscribe(i + 1, [("#", 0)], None), 4) for i in range(50))
         c.send_raw(burst + encode_packet(Pingreq(), 4))
         conn = h.broker.connections.by_id[c.cid]
-        self.assertLess(len(conn.out), BOUND + 200)  # one SUBACK, one bound of one replay
+        self.assertLess(conn.out_bytes, BOUND + 200)  # one SUBACK, one bound of one replay
         self.assertTrue(conn.reader.pending())  # the other 49 wait unparsed
         # The client reads: each SUBSCRIBE in turn, then the PINGREQ.
         drain(h, c)
