@@ -11,7 +11,13 @@
 # shell hands over at accept (its "handle", like aioquic's protocol calling
 # its transport):
 #
-#     handle.write(data)       send bytes; never blocks (the shell buffers)
+#     handle.write(data)       send bytes; never blocks (the shell buffers).
+#                              `data` is valid only during the call (it is
+#                              the broker's output buffer, reused): send it
+#                              or copy it (asyncio's transport.write does
+#                              one or the other, not so uvloop's: the host
+#                              copies; MicroPython's Stream.write copies
+#                              into its out_buf)
 #     handle.half_close()      output done: FIN after what is buffered, keep
 #                              reading (the driver discards what comes)
 #     handle.close()           close now, after what is buffered
@@ -309,15 +315,16 @@ class Driver:
                 self._follow(broker.replaying, self.replaying, _HELD_REPLAY)
         handles = self.handles
         linger = self.linger
-        for cid in broker.take_dirty():
+        cid = broker.next_dirty()
+        while cid >= 0:
             data = broker.take_output(cid)
             handle = handles[cid]  # every cid the broker names came from connection_made
-            if handle is None or linger[cid]:
-                continue  # gone, or half-closed: nothing more may go out
-            if data:
-                handle.write(data)  # may end in connection_lost: then not closing
-            if broker.is_closing(cid):
-                self._start_close(cid, handle, broker.is_silent(cid))
+            if handle is not None and not linger[cid]:  # (else gone, or half-closed: nothing more may go out)
+                if data:
+                    handle.write(data)  # may end in connection_lost: then not closing
+                if broker.is_closing(cid):
+                    self._start_close(cid, handle, broker.is_silent(cid))
+            cid = broker.next_dirty()
         return broker.replays_waiting() if broker.replaying else False
 
     def _start_close(self, cid, handle, silent=False):

@@ -257,7 +257,9 @@ class ClientProtocol(asyncio.Protocol):
     # ------------------------------------------------ the driver's handle
 
     def write(self, data: bytes) -> None:
-        self.transport.write(data)
+        # `data` is the core's output buffer, reused after the call: uvloop
+        # keeps a view of what it cannot send at once, so it gets a copy.
+        self.transport.write(bytes(data))
 
     def half_close(self) -> None:
         transport = self.transport

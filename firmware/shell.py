@@ -125,8 +125,10 @@ class Slot:
     # ------------------------------------------------ the driver's handle
 
     def write(self, data):
+        # `data` is the core's output buffer, reused after the call: what
+        # waits is copied (only when the socket is full).
         if self.blocked:
-            self.tail = data if self.tail is None else self.tail + data
+            self.tail = bytes(data) if self.tail is None else self.tail + data
             return
         try:
             n = self.sock.write(data)
@@ -141,7 +143,7 @@ class Slot:
         self.blocked = True
         server = self.server
         server.driver.set_paused(self.cid, True)
-        self.drain_task = asyncio.create_task(server.drain(self, self.sock, memoryview(data)[n:]))
+        self.drain_task = asyncio.create_task(server.drain(self, self.sock, memoryview(bytes(data))[n:]))
 
     def half_close(self):
         self.resume_reading()  # a paused reader goes back to reading (and discarding)

@@ -118,10 +118,12 @@ class Driver:
 
     def pump(self) -> None:
         broker = self.broker
-        for cid in broker.take_dirty():
+        cid = broker.next_dirty()
+        while cid >= 0:
             broker.take_output(cid)
             if broker.is_closing(cid):
                 broker.connection_lost(cid, self.now)
+            cid = broker.next_dirty()
 
     def subscribe(self, cid: int, flt: str, qos: int, pid: int = 1) -> None:
         packets = _module("common.mqtt.packets")

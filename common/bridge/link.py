@@ -42,7 +42,9 @@ class Link:
     # ------------------------------------------------ the driver's handle
 
     def write(self, data):
-        self.bridge.local.data_received(data, self.ticks_ms())
+        # A copy: the client's handling may re-enter the driver, whose next
+        # take_output reuses the buffer `data` is.
+        self.bridge.local.data_received(bytes(data), self.ticks_ms())
         self.wake()
 
     def half_close(self):

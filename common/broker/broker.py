@@ -5,8 +5,11 @@
 # each chunk of received bytes and each lost connection, and calls tick() when
 # the next deadline (conn_due, session_due) comes. The broker frames and decodes the bytes, dispatches each packet
 # through HANDLERS (one entry per packet type), and leaves its answers in the
-# connections' output lists; take_dirty() names the connections that have
-# output or must be closed. Packet handling is split by family:
+# connections' output buffers; next_dirty() names the connections that have
+# output or must be closed. The per-message packets (PUBLISH, its acks) are
+# decoded into reused objects, a PUBLISH's topic through a cache of warm
+# topic names and its payload left in the frame until something keeps it
+# (handle_publish): routing a warm QoS 0 message allocates nothing. Packet handling is split by family:
 #   handle_connect   CONNECT, DISCONNECT, sessions, wills, takeover
 #   handle_publish   PUBLISH in both directions, acks, routing, retained
 #   handle_subscribe SUBSCRIBE, UNSUBSCRIBE; the retained replay a SUBSCRIBE
@@ -25,7 +28,18 @@ from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
-from common.mqtt.packets import Connack, Disconnect, Pingresp, connect_level, decode_packet, encode_packet
+from common.mqtt.packets import (
+    Connack,
+    Disconnect,
+    Pingresp,
+    PubAck,
+    Publish,
+    TopicCache,
+    connect_level,
+    decode_packet,
+    decode_packet_into,
+    encode_packet,
+)
 
 VERSION = "0.1.0"
 
@@ -38,6 +52,14 @@ THROTTLE_MAX_S = 30
 
 # Connection.deadline of a connection closed by its timer (is_silent).
 SILENT = -1
+
+# Topic names cached (Broker.topics): at least this many slots, and one
+# more per this many bytes of match_cache_bytes (about what an entry costs).
+TOPIC_CACHE_MIN = 16
+TOPIC_CACHE_COST = 256
+
+# Broker.out_chunk at least (bytes).
+OUT_CHUNK_MIN = 512
 
 
 def needs_escape(text):
@@ -157,7 +179,7 @@ HANDLERS = (
     _unexpected,  # 0 reserved (the codec refuses it)
     _unexpected,  # 1 CONNECT: a second one is a protocol error [MQTT-3.1.0-2]
     _unexpected,  # 2 CONNACK
-    handle_publish.handle_publish,  # 3
+    _unexpected,  # 3 PUBLISH: handle_publish.handle_publish, called with its frame
     handle_publish.handle_puback,  # 4
     handle_publish.handle_pubrec,  # 5
     handle_publish.handle_pubrel,  # 6
@@ -234,6 +256,16 @@ class Broker:
         self.allow_anonymous = None
         self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
+        # Reused for every PUBLISH and ack received (decode_packet_into),
+        # the warm topic names, and the spare output buffer take_output
+        # swaps in: none of them is allocated per message.
+        self.inbound = Publish()
+        self.inbound_ack = PubAck()
+        self.topics = TopicCache(TOPIC_CACHE_MIN + s.match_cache_bytes // TOPIC_CACHE_COST)
+        self.spare_out = bytearray()
+        # The most a connection's output buffer holds before a backlog goes
+        # to separate objects (Connection.more): a quarter of max_out_buffer.
+        self.out_chunk = s.max_out_buffer // 4 if s.max_out_buffer >= OUT_CHUNK_MIN * 4 else OUT_CHUNK_MIN
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -313,16 +345,29 @@ class Broker:
             while conn.state == NEW or conn.state == CONNECTED:
                 if self.replaying and cid in self.replaying:
                     break  # the rest waits in the reader until the replay ends
-                frame = reader.maybe_read_frame()
-                if frame is None:
+                first = reader.next_frame()
+                if first < 0:
                     break
-                pkt = decode_packet(frame[0], reader.buf, frame[1], frame[2], conn.level)
+                ptype = first >> 4
                 if conn.state == NEW:
+                    pkt = decode_packet(first, reader.buf, reader.start, reader.stop, conn.level)
                     handle_connect.handle_connect(self, conn, pkt, now)
+                    continue
+                if ptype == C.PUBLISH:
+                    pkt = self.inbound
+                    buf = reader.buf
+                    at = decode_packet_into(pkt, first, buf, reader.start, reader.stop, conn.level, self.topics)
+                    handle_publish.handle_publish(self, conn, pkt, now, buf, reader.start, at, reader.stop)
+                elif C.PUBACK <= ptype <= C.PUBCOMP:
+                    pkt = self.inbound_ack
+                    decode_packet_into(pkt, first, reader.buf, reader.start, reader.stop, conn.level, None)
+                    HANDLERS[ptype](self, conn, pkt, now)
                 else:
-                    HANDLERS[pkt.ptype](self, conn, pkt, now)
-                    if self.throttled and cid in self.throttled:
-                        break  # the rest waits in the reader until it is released
+                    pkt = decode_packet(first, reader.buf, reader.start, reader.stop, conn.level)
+                    HANDLERS[ptype](self, conn, pkt, now)
+                if self.throttled and cid in self.throttled:
+                    break  # the rest waits in the reader until it is released
+            reader.keep()  # the shell may read into `data`'s buffer again
         except MqttError as err:
             if conn.state == NEW and not conn.connect_pending():
                 # A CONNECT that failed its checks: answered in its own dialect
@@ -487,29 +532,45 @@ class Broker:
         """Make every stored change durable now (the store's fsync)."""
         self.listener.sync()
 
-    def take_dirty(self):
-        """Ids of the connections with output to take or a close to perform.
+    def next_dirty(self):
+        """The next id of a connection with output to take or a close to
+        perform; -1 at the end of the round (the next call starts another).
 
-        With `store_sync = always`, the store is synced first: no output
+        A round names the connections dirty when it began, in order. With
+        `store_sync = always`, the store is synced as it begins: no output
         (PUBACK, PUBREC, CONNACK...) leaves before what it acknowledges is
         durable.
         """
-        listener = self.listener
-        if listener.durable and self.settings.store_sync == "always" and self.connections.dirty and listener.pending():
-            listener.sync()
-        return self.connections.take_dirty()
+        conns = self.connections
+        if not conns.next and conns.ndirty:
+            listener = self.listener
+            if listener.durable and self.settings.store_sync == "always" and listener.pending():
+                listener.sync()
+        return conns.next_dirty()
 
     def take_output(self, cid):
-        """The bytes waiting for connection `cid` (None if none or paused)."""
+        """The bytes waiting for connection `cid` (None if none or paused):
+        a bytearray of the broker's, valid until the next take_output (it
+        is the spare that call swaps in); bytes after a backlog."""
         conn = self.connections.by_id[cid]
         out = conn.out
-        if not out or (conn.paused and conn.state != CLOSING):
+        if not conn.out_bytes or (conn.paused and conn.state != CLOSING):
             return None
-        data = out[0] if len(out) == 1 else b"".join(out)
-        conn.out = []
+        self.stats.bytes_sent += conn.out_bytes
         conn.out_bytes = 0
-        self.stats.bytes_sent += len(data)
-        return data
+        more = conn.more
+        if more is not None:
+            # A backlog: joined (a slow reader's, not the per-message path).
+            conn.more = None
+            more.insert(0, out)
+            data = b"".join(more)
+            out[:] = b""
+            return data
+        spare = self.spare_out
+        spare[:] = b""
+        conn.out = spare
+        self.spare_out = out
+        return out
 
     def is_closing(self, cid):
         return self.connections.by_id[cid].state == CLOSING
@@ -526,7 +587,7 @@ class Broker:
     def set_paused(self, cid, paused):
         conn = self.connections.by_id[cid]
         conn.paused = paused
-        if not paused and conn.out:
+        if not paused and conn.out_bytes:
             self.connections.mark_dirty(conn)
 
     def snapshot(self):
@@ -588,10 +649,22 @@ class Broker:
         return sub
 
     def write(self, conn, data):
-        conn.out.append(data)
-        conn.out_bytes += len(data)
+        """Append `data` to the connection's output; the buffer it landed in
+        (it ends with `data`: a caller may patch its copy there)."""
+        n = len(data)
+        conn.out_bytes += n
+        buf = conn.out
+        if conn.more is None and len(buf) + n <= self.out_chunk:
+            buf.extend(data)
+        else:
+            buf = bytearray(data)  # (a copy: `data` may be a caller's buffer)
+            if conn.more is None:
+                conn.more = [buf]
+            else:
+                conn.more.append(buf)
         if not conn.dirty:  # (the common case, without a call, on the hot path)
             self.connections.mark_dirty(conn)
+        return buf
 
     def close(self, conn, now, publish_will=True):
         """Start closing a connection: no more input, output flushed by the shell."""

@@ -52,8 +52,14 @@ class Connection:
         self.state = FREE
         self.level = 4  # wire format used for output: 4 (3.1 and 3.1.1) or 5
         self.session = None
-        self.out = []  # encoded packets waiting for the shell
-        self.out_bytes = 0
+        # Encoded packets waiting for the shell, back to back: a bytearray
+        # that Broker.take_output swaps for a spare (no new object per
+        # flush), up to Broker.out_chunk bytes; beyond, a backlog (a slow
+        # reader) goes to `more`, a list of separate copies, so that no
+        # connection's output needs one large block of a board's heap.
+        self.out = bytearray()
+        self.more = None
+        self.out_bytes = 0  # in `out` and `more`
         self.dirty = False
         self.paused = False  # the transport is above its high-water mark
         self.keep_alive = 0
@@ -97,7 +103,9 @@ class Connections:
 
     A closed connection's object and id are reused for the next accepted
     one (the shell's ids stay small); `dirty` lists, in order, the ids with
-    output to take or a close to perform.
+    output to take or a close to perform: its first `ndirty` slots. It never
+    shrinks (removing from a list reallocates it on MicroPython), so that
+    naming them once warm allocates nothing (next_dirty).
     """
 
     def __init__(self):
@@ -105,6 +113,9 @@ class Connections:
         self.free_ids = []
         self.live = 0
         self.dirty = []
+        self.ndirty = 0
+        self.next = 0  # next_dirty's place in its round; 0 = between rounds
+        self.taken = 0  # dirty[:taken] are the round's (marked before it began)
 
     def open(self):
         """A FREE Connection for a newly accepted socket."""
@@ -126,14 +137,39 @@ class Connections:
     def mark_dirty(self, conn):
         if not conn.dirty:
             conn.dirty = True
-            self.dirty.append(conn.cid)
+            n = self.ndirty
+            dirty = self.dirty
+            if n < len(dirty):
+                dirty[n] = conn.cid
+            else:
+                dirty.append(conn.cid)
+            self.ndirty = n + 1
 
-    def take_dirty(self):
-        """The dirty ids in order, their flags cleared."""
+    def next_dirty(self):
+        """The next dirty id, its flag cleared, or -1 at the end of a round.
+
+        A round names, in order, the ids dirty when it began (their flags
+        are cleared then); those marked meanwhile wait for the next round.
+        """
         dirty = self.dirty
-        if dirty:
-            self.dirty = []
+        i = self.next
+        if not i:
+            taken = self.ndirty
+            if not taken:
+                return -1
+            self.taken = taken
             by_id = self.by_id
-            for cid in dirty:
-                by_id[cid].dirty = False
-        return dirty
+            for k in range(taken):
+                by_id[dirty[k]].dirty = False
+        if i < self.taken:
+            self.next = i + 1
+            return dirty[i]
+        # The round is over: those marked during it move to the front.
+        taken = self.taken
+        n = self.ndirty
+        for k in range(taken, n):
+            dirty[k - taken] = dirty[k]
+        self.ndirty = n - taken
+        self.next = 0
+        self.taken = 0
+        return -1

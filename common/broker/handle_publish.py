@@ -17,21 +17,30 @@
 # pump() moves queued deliveries out in order [MQTT-4.6.0-*]. Every change
 # of a delivery is told to the broker's listener (persistence).
 #
-# Encoding: a QoS 0 copy with nothing of its own shares one encoded PUBLISH
-# per message and protocol level (Message.wire4/wire5). A v5 message's
-# forwarded properties are encoded once, at its first v5 delivery
-# (Message.props), and copied as bytes into every PUBLISH next to that
-# delivery's own (expiry left, subscription ids, outbound alias).
+# Encoding: every copy is appended to the client's output buffer. A whole
+# QoS 0 3.1.1 PUBLISH, not retained, goes to 3.1.1 subscribers as it came
+# (_forward: no Message, no encoding, no payload copy: nothing allocated).
+# Otherwise the payload is copied out of the frame once, and the copies at
+# one QoS (that of the message's first copy) with no property of their own
+# share one encoded PUBLISH per protocol level (Message.wire4/wire5),
+# patched in each output (flags, packet id: _write_shared). A v5 message's forwarded properties are encoded
+# once, at its first v5 delivery (Message.props), and copied as bytes into
+# every PUBLISH next to that delivery's own (expiry left, subscription ids,
+# outbound alias). The topic's TopicCache entry keeps its match result.
 
 from common.broker.delivery import QOS_MASK, RELEASED, RETAIN, SENT, SHARED
 from common.broker.topics import over_limits
 from common.compat import const
 from common.mqtt import consts as C
+from common.mqtt.codec import take_bytes, vbi_size
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts
 from common.mqtt.properties import encode_property_items
 
 _FOLD_RETAIN = const(4)  # in Session.route_fold, above the QoS bits
+
+# An ack's four bytes, patched in the output (send_ack).
+ACK4 = b"\x00\x02\x00\x00"
 
 # Against max_queued_total_bytes every queued copy counts its topic and
 # payload plus this many bytes: about what a queued message costs the host
@@ -56,7 +65,10 @@ _FULL_TOTAL = const(2)
 # ------------------------------------------------------------------ inbound
 
 
-def handle_publish(broker, conn, pkt, now):
+def handle_publish(broker, conn, pkt, now, frame, start, at, end):
+    """A PUBLISH from decode_packet_into: `pkt` (reused) and its payload
+    still in the frame, frame[at:end] (the body starts at `start`); copied
+    out only if something keeps it (route)."""
     s = broker.settings
     session = conn.session
     topic = pkt.topic
@@ -116,7 +128,7 @@ def handle_publish(broker, conn, pkt, now):
         reason = C.RC_NOT_AUTHORIZED
         text = "the ACL does not let this client write to this topic"
         _denied(broker, conn, topic, now)
-    elif pkt.retain and qos and conn.level == C.LEVEL_5 and not broker.routing.retained.fits(topic, pkt.payload):
+    elif pkt.retain and qos and conn.level == C.LEVEL_5 and not broker.routing.retained.fits(topic, take_bytes(frame, at, end)):
         # A v5 publisher can be told its retained message would not be kept:
         # refused whole rather than routed and silently not retained.
         broker.stats.dropped_retained += 1
@@ -124,7 +136,13 @@ def handle_publish(broker, conn, pkt, now):
         text = "retained store full (max_retained %d, max_retained_bytes %d)" % (s.max_retained, s.max_retained_bytes)
     else:
         routing = broker.routing
-        reason = route(broker, session.client_id, topic, pkt.payload, qos, pkt.retain, fwd, expiry, now)
+        entry = broker.topics.entry if topic is pkt.topic else None
+        if qos == 0 and not pkt.retain and conn.level != C.LEVEL_5 and end == len(frame) and start == 1 + vbi_size(end - start):
+            # The whole buffer is this one QoS 0 3.1.1 PUBLISH: what a 3.1.1
+            # subscriber gets, byte for byte (retain 0 [MQTT-3.3.1-9], no DUP).
+            reason = route(broker, session.client_id, topic, at, 0, False, None, 0, now, entry, frame)
+        else:
+            reason = route(broker, session.client_id, topic, take_bytes(frame, at, end), qos, pkt.retain, fwd, expiry, now, entry)
         if routing.backlog:
             routing.backlog = False
             broker.throttle(conn, now)
@@ -203,12 +221,21 @@ def _resolve_alias(broker, conn, topic, alias):
 def send_ack(broker, conn, ptype, packet_id, reason, text=None):
     """PUBACK/PUBREC/PUBREL/PUBCOMP; `text` is a v5 Reason String, sent only
     when the client did not turn off Request Problem Information [MQTT-3.1.2-29]."""
-    pkt = PubAck(ptype, packet_id, reason, None)
-    if text is not None and conn.level == C.LEVEL_5 and conn.problem_info:
-        # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
-        broker.write(conn, broker.with_reason_string(conn, pkt, text))
-    else:
-        broker.write(conn, encode_packet(pkt, conn.level))
+    if conn.level == C.LEVEL_5 and (reason or (text is not None and conn.problem_info)):
+        pkt = PubAck(ptype, packet_id, reason, None)
+        if text is not None and conn.problem_info:
+            # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
+            broker.write(conn, broker.with_reason_string(conn, pkt, text))
+        else:
+            broker.write(conn, encode_packet(pkt, C.LEVEL_5))
+        return
+    # Four bytes, the same at both levels (v5 leaves out reason 0, 3.4.2.1):
+    # written without a packet object.
+    out = broker.write(conn, ACK4)
+    n = len(out) - 4
+    out[n] = (ptype << 4) | 0x02 if ptype == C.PUBREL else ptype << 4
+    out[n + 2] = packet_id >> 8
+    out[n + 3] = packet_id & 0xFF
 
 
 def handle_pubrel(broker, conn, pkt, now):
@@ -232,25 +259,32 @@ def handle_pubrel(broker, conn, pkt, now):
 # ------------------------------------------------------------------ routing
 
 
-def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, now):
+def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, now, entry=None, frame=None):
     """Deliver a message to every matching subscription; a v5 reason code.
 
     `origin` is the publisher's client id (No Local), None for the broker's own.
+    `entry`: the topic's TopicCache entry (its match result is kept there),
+    or None. With `frame`, a whole QoS 0 3.1.1 PUBLISH not retained,
+    `payload` is the offset of its payload in it: 3.1.1 subscribers get the
+    frame as it is (_forward), and it is copied out only if more is needed.
     """
     routing = broker.routing
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
     routing.backlog = False  # (a retained replay or a will may have left it set)
     routing.origin = origin
-    matches = routing.matches
-    routing.trie.match(topic, matches)
+    matches = _matches(routing, topic, entry)
+    if frame is not None:
+        if _forward(broker, origin, topic, matches, frame):
+            return C.RC_SUCCESS if matches else C.RC_NO_MATCHING_SUBSCRIBERS
+        payload = take_bytes(frame, payload, len(frame))
     if matches and qos and origin is not None and broker.settings.queue_full == "refuse":
         full = _full_subscriber(broker, matches, origin, qos, len(topic) + len(payload))
         if full is not None:
             # Refused whole, before it is kept anywhere: the publisher is
             # told (v5 0x97) or not acknowledged (3.1.1), so nothing it
             # was told is accepted goes missing.
-            del matches[:]
+            _done(routing, matches)
             routing.refused_for = full.client_id
             if routing.refused_total:
                 broker.stats.refused_queue_total += 1
@@ -266,14 +300,13 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
     if msg is None:
         msg = messages.new(topic, payload, qos, retain, props, expiry)
         if msg is None:
-            del matches[:]
+            _done(routing, matches)
             routing.refused_for = None  # the pool, not a subscriber's queue
             routing.refused_total = False
             broker.stats.dropped_no_slab += 1
             return C.RC_QUOTA_EXCEEDED
     messages.hold(msg)  # keep it alive while delivering
     stamp = _next_stamp(routing)
-    touched = routing.touched
     for entry in matches:
         if entry.is_group:
             # A SharedGroup: one member gets its own copy, apart from the
@@ -295,7 +328,6 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
             sess.route_stamp = stamp
             sess.route_fold = granted | _FOLD_RETAIN if keep_retain else granted
             sess.route_ids = None
-            touched.append(sess)
         else:
             fold = sess.route_fold
             if granted > fold & QOS_MASK:
@@ -308,13 +340,78 @@ def route(broker, origin, topic, payload, qos, retain, props, expiry_interval, n
                 sess.route_ids = [entry.sub_id]
             else:
                 sess.route_ids.append(entry.sub_id)
-    del matches[:]
-    for sess in touched:
-        fold = sess.route_fold
-        deliver(broker, sess, msg, fold & QOS_MASK, fold & _FOLD_RETAIN != 0, sess.route_ids, False, now)
-    del touched[:]
+    # Each session folded above gets one delivery, in the order of its first
+    # match (a second pass rather than a list of them: nothing to clear).
+    for entry in matches:
+        if entry.is_group:
+            continue
+        sess = entry.session
+        if sess.route_stamp == stamp:
+            sess.route_stamp = 0  # delivered
+            fold = sess.route_fold
+            deliver(broker, sess, msg, fold & QOS_MASK, fold & _FOLD_RETAIN != 0, sess.route_ids, False, now)
+    _done(routing, matches)
+    if msg.refs > 1:
+        msg.wire4 = msg.wire5 = None  # kept (queued, in flight, retained): not with copies of its bytes
     messages.drop(msg)
     return C.RC_SUCCESS
+
+
+def _matches(routing, topic, entry):
+    """The subscriptions (and shared groups) whose filter matches `topic`:
+    the list kept in the topic's TopicCache `entry` while the trie has not
+    changed since (never modified), else the trie's answer (kept there)."""
+    trie = routing.trie
+    if entry is None:
+        matches = routing.matches
+        trie.match(topic, matches)
+        return matches
+    if entry[3] != trie.generation:
+        matches = []
+        trie.match(topic, matches)
+        entry[2] = matches
+        entry[3] = trie.generation
+    return entry[2]
+
+
+def _done(routing, matches):
+    # The scratch list is emptied for the next message; a cached one is kept.
+    if matches is routing.matches:
+        del matches[:]
+
+
+def _forward(broker, origin, topic, matches, frame):
+    """Send a whole QoS 0 3.1.1 PUBLISH `frame` as it is to the sessions
+    matched, if every one is a 3.1.1 client online and none is a shared
+    group; else False, nothing done. No Message, no encoding: each copy is
+    the frame's bytes appended to the client's output."""
+    for entry in matches:
+        if entry.is_group:
+            return False
+        conn = entry.session.conn
+        if conn is None or conn.level == C.LEVEL_5:
+            return False
+    routing = broker.routing
+    stamp = _next_stamp(routing)  # several filters of one session: one copy [MQTT-3.3.5-1]
+    bound = broker.settings.max_out_buffer
+    st = broker.stats
+    for entry in matches:
+        sess = entry.session
+        if sess.route_stamp == stamp or (entry.no_local and sess.client_id == origin):
+            continue  # [MQTT-3.8.3-3]
+        sess.route_stamp = stamp
+        conn = sess.conn
+        if conn.paused and conn.out_bytes >= bound:
+            st.dropped_qos0 += 1
+            continue
+        if conn.acl is not None and not conn.acl.can_read(topic):
+            st.denied_delivery += 1  # as _send
+            continue
+        broker.write(conn, frame)
+        st.messages_sent += 1
+        st.sent_by_qos[0] += 1
+    _done(routing, matches)
+    return True
 
 
 def _full_subscriber(broker, matches, origin, qos, size):
@@ -539,23 +636,25 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
         # session resumed by another user): not sent, counted.
         broker.stats.denied_delivery += 1
         return False
-    plain = qos == 0 and not retain and not msg.retain
     level = conn.level
     if level != C.LEVEL_5:
-        if not plain:
-            return _write_publish(broker, conn, encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0), qos)
         data = msg.wire4
-        if data is None:
-            data = msg.wire4 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, level, None, -1, None, 0)
+        if data is not None and (data[0] >> 1) & 3 == qos:
+            return _write_shared(broker, conn, data, qos, retain, dup, pid)
+        data = encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, level, None, -1, None, 0)
+        if msg.wire4 is None:
+            msg.wire4 = data  # the first copy's: the next ones patch it
         return _write_publish(broker, conn, data, qos)
     items = msg.props
     if items is not None and not isinstance(items, bytearray):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
-    if plain and not (msg.expiry or sub_ids or conn.alias_max_out):
+    if not (msg.expiry or sub_ids or conn.alias_max_out):
         data = msg.wire5
+        if data is not None and (data[0] >> 1) & 3 == qos:
+            return _write_shared(broker, conn, data, qos, retain, dup, pid)
         if data is None:
-            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, 0, False, False, 0, C.LEVEL_5, items, -1, None, 0)
-        return _write_publish(broker, conn, data, qos)
+            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, qos, retain, dup, pid, C.LEVEL_5, items, -1, None, 0)
+            return _write_publish(broker, conn, data, qos)
     topic = msg.topic
     left = -1
     if msg.expiry:
@@ -573,15 +672,37 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     return _write_publish(broker, conn, data, qos)
 
 
+def _write_shared(broker, conn, data, qos, retain, dup, pid):
+    """Write a message's shared PUBLISH `data` (Message.wire4/wire5: its
+    first copy, encoded once), and patch this copy's flags and packet id in
+    the client's output: every copy of a message at one QoS is the same
+    bytes but for those."""
+    out = _write_publish(broker, conn, data, qos)
+    if not out:
+        return False
+    n = len(out) - len(data)
+    out[n] = 0x30 | qos << 1 | (0x08 if dup else 0) | (0x01 if retain else 0)
+    if qos:
+        i = n + 2
+        while out[i - 1] & 0x80:  # past the Remaining Length
+            i += 1
+        i += 2 + ((out[i] << 8) | out[i + 1])  # past the topic name
+        out[i] = pid >> 8
+        out[i + 1] = pid & 0xFF
+    return True
+
+
 def _write_publish(broker, conn, data, qos):
+    """Write one PUBLISH: the buffer it landed in (Broker.write), or False
+    beyond the client's Maximum Packet Size."""
     st = broker.stats
     if conn.max_packet_out and len(data) > conn.max_packet_out:
         st.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
-    broker.write(conn, data)
+    out = broker.write(conn, data)
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
-    return True
+    return out
 
 
 def _alias_out(conn, topic):

@@ -9,16 +9,29 @@
 # listener ignores their changes (see Persist.session_saved).
 
 
-def _nothing(*args):
-    # Every hook of the null listener: one function object, not one per hook
-    # (each costs heap on a board).
+# The hooks of the null listener, one function object per arity rather
+# than one per hook (each costs heap on a board), and not one `*args`
+# function: that would allocate a tuple on every call, on the message path.
+def _nothing0(self):
+    return None
+
+
+def _nothing1(self, a):
+    return None
+
+
+def _nothing2(self, a, b):
+    return None
+
+
+def _nothing3(self, a, b, c):
     return None
 
 
 class StateListener:
     """The listener interface, with every hook a no-op."""
 
-    # True when sync() has work to do: Broker.take_dirty asks pending() only then.
+    # True when sync() has work to do: Broker.next_dirty asks pending() only then.
     durable = False
 
     # session_saved(session): a session connected, disconnected or changed
@@ -41,10 +54,11 @@ class StateListener:
     #   of what came back (None: nothing kept).
     # pending(): true when changes wait for sync() to be durable.
     # sync(): make every change so far durable.
-    session_saved = session_forgotten = sub_saved = sub_removed = _nothing
-    delivery_added = delivery_sent = delivery_released = delivery_done = _nothing
-    message_freed = retained_set = retained_cleared = _nothing
-    restore = pending = sync = _nothing
+    session_saved = session_forgotten = message_freed = retained_set = retained_cleared = _nothing1
+    sub_saved = sub_removed = _nothing2
+    delivery_added = delivery_sent = delivery_released = delivery_done = _nothing2
+    restore = _nothing3
+    pending = sync = _nothing0
 
     def syncs(self):
         """How many times sync() made the store durable (the boards' heap line)."""

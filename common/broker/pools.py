@@ -73,8 +73,10 @@ class Message:
         self.props = None
         self.expiry = 0  # absolute time (s) after which it is dropped, 0 = never
         self.refs = 0
-        # The QoS 0 PUBLISH every plain subscriber gets, encoded once per
-        # message (3.1.1 and v5 forms): fan-out copies bytes, not work.
+        # Encoded once per message, fan-out copies bytes, not work: its
+        # first 3.1.1 and v5 copies (later copies at the same QoS are
+        # patched in the client's output: handle_publish._write_shared);
+        # dropped after routing if the message is kept.
         self.wire4 = None
         self.wire5 = None
         self.store_id = 0  # id of its record in the store, 0 = not stored

@@ -33,10 +33,10 @@ class Routing:
         keep = settings.max_messages
         self.deliveries = DeliveryPool(self.messages, keep if keep < SPARE_DELIVERIES else SPARE_DELIVERIES)
         self.retained = Retained(settings, self.messages, stats, listener)
-        # Scratch reused by route(): the trie's matches, the sessions touched,
-        # and the stamp that marks a session touched by the current message.
+        # Scratch reused by route(): the trie's matches (for a topic the
+        # broker's TopicCache does not hold), and the stamp that marks a
+        # session touched by the current message.
         self.matches = []
-        self.touched = []
         self.stamp = 0
         # The client id whose full queue made route() refuse a message
         # (queue_full = refuse), for the publisher's reason string.

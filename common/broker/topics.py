@@ -302,8 +302,12 @@ class SubscriptionTrie:
         self._cache_bytes = cache_bytes
         self._cache_used = 0
         self._cache: dict[str, object] | None = {} if cache_bytes > 0 else None
+        self.generation = 1  # changes with every add and remove (_changed)
 
     def _changed(self):
+        # A new generation: match results kept elsewhere (the broker's
+        # TopicCache entries) are stale. Wraps to stay a small int.
+        self.generation = self.generation + 1 if self.generation < 0x3FFFFFFF else 1
         cache = self._cache
         if cache:
             cache.clear()

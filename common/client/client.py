@@ -202,12 +202,12 @@ class Client:
         reader.feed(data)
         try:
             while self.reader is reader:
-                frame = reader.maybe_read_frame()
-                if frame is None:
-                    return
-                first, start, end = frame
-                pkt = decode_packet(first, reader.buf, start, end, self.level)
+                first = reader.next_frame()
+                if first < 0:
+                    break
+                pkt = decode_packet(first, reader.buf, reader.start, reader.stop, self.level)
                 self._handle(pkt, ms)
+            reader.keep()  # `data` may be a buffer its owner reuses
         except MqttError as e:
             self._fail("bad packet from the server: %s" % e)
 

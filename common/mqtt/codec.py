@@ -21,12 +21,12 @@ offset (``struct.pack_into`` for the integers).
 fixed header only (first byte + Remaining Length) and refuses a packet larger
 than ``max_packet_size`` (the whole packet, fixed header included, as in
 MQTT 5.0 3.1.2.11.4) as soon as the header is complete: the body of a packet
-that announces 256 MB is never buffered. Buffer discipline: ``buf`` is only
-extended in place while no frame from it has been handed out (``pos == 0``);
-once frames were returned, the next ``feed`` builds a *new* bytearray from the
-unconsumed tail, so a memoryview a caller may hold of an earlier frame keeps
-pointing at valid (old) memory. A frame's offsets are valid until the next
-``feed``.
+that announces 256 MB is never buffered. Buffer discipline: packets that
+arrive whole are framed in the caller's own buffer (no copy, no
+allocation); only a packet cut by the chunking is copied into a bytearray of
+the reader's own (``keep``). A frame's offsets are valid until the next
+``feed`` or ``keep``, and nothing may keep a view of a frame (payloads are
+copied out: ``take_bytes``).
 """
 
 import struct
@@ -248,45 +248,82 @@ def new_packet_buffer(first_byte, remaining_length):
 class FrameReader:
     """Split a byte stream into MQTT frames, enforcing a maximum packet size.
 
-    ``feed(data)`` appends bytes; ``maybe_read_frame()`` returns ``None`` when
-    more bytes are needed, or ``(first_byte, body_start, body_end)`` indexing
-    ``self.buf``. Raises ``MalformedPacket`` for a bad Remaining Length and
-    ``PacketTooLarge`` (0x95) for a packet above ``max_packet_size``, both as
-    soon as the fixed header shows it. After an error the stream is unusable
-    (the connection must be closed).
+    ``feed(data)`` hands over received bytes; ``next_frame()`` returns -1
+    when more bytes are needed, or the next frame's first byte with the
+    body at ``self.buf[self.start:self.stop]`` (``maybe_read_frame()``: the
+    same as a tuple, or None). Raises ``MalformedPacket`` for a bad
+    Remaining Length and ``PacketTooLarge`` (0x95) for a packet above
+    ``max_packet_size``, both as soon as the fixed header shows it. After an
+    error the stream is unusable (the connection must be closed).
+
+    No copy while packets arrive whole: with nothing pending, ``feed``
+    frames the caller's ``data`` itself (``self.buf is data``), so a frame
+    is valid only while the caller's buffer is (a shell reads into one
+    buffer again and again). Before that buffer may change, ``keep()``
+    copies the bytes not yet framed (a packet cut by the chunking) into a
+    bytearray of the reader's own, and the next ``feed`` appends to it.
     """
 
     __slots__ = ("buf", "max_packet_size", "pos")  # one per connection: no dict on CPython
 
     def __init__(self, max_packet_size=VBI_MAX + 5):
         self.max_packet_size = max_packet_size
-        self.buf = bytearray()
+        self.buf = b""  # what frames index: the caller's data, or `own`
+        self.own = None  # a bytearray of the reader's own while a packet is cut
         self.pos = 0  # offset of the first byte not yet returned in a frame
+        self.start = 0  # the last frame's body: buf[start:stop]
+        self.stop = 0
 
     def feed(self, data):
-        """Append received bytes. Invalidates frames returned before."""
+        """Hand over received bytes. Invalidates frames returned before."""
+        buf = self.buf
         pos = self.pos
-        if pos:
-            buf = self.buf
-            if pos >= len(buf):
-                self.buf = bytearray(data)
-            else:
-                # A new object: views of the old one stay valid (see module doc).
-                tail = buf[pos:]
-                tail.extend(data)
-                self.buf = tail
-            self.pos = 0
+        if pos >= len(buf):
+            # Nothing pending (the usual case): frame `data` where it is.
+            self.buf = data
+            self.own = None
         else:
-            # No frame of this buffer was ever handed out: growing it in place
-            # cannot invalidate anything we gave away.
-            self.buf.extend(data)
+            own = self.own
+            if buf is not own:
+                # Left in a caller's buffer without keep(): immutable bytes
+                # (tests, the host) are still what they were.
+                own = self.own = bytearray(buf[pos:])
+            elif pos:
+                own[:] = own[pos:]
+            own.extend(data)
+            self.buf = own
+        self.pos = 0
+
+    def keep(self):
+        """Copy what is not framed yet out of the caller's buffer (before
+        the caller reuses it)."""
+        buf = self.buf
+        if buf is self.own:
+            return
+        pos = self.pos
+        if pos < len(buf):
+            self.own = bytearray(buf[pos:])
+            self.buf = self.own
+        else:
+            self.buf = b""  # no reference left to the caller's buffer
+        self.pos = 0
 
     def pending(self):
         """Number of buffered bytes not yet returned in a frame."""
         return len(self.buf) - self.pos
 
     def maybe_read_frame(self):
-        """Return the next complete frame, or None if more bytes are needed."""
+        """The next complete frame ``(first_byte, body_start, body_end)``
+        indexing ``self.buf``, or None if more bytes are needed."""
+        first = self.next_frame()
+        if first < 0:
+            return None
+        return first, self.start, self.stop
+
+    def next_frame(self):
+        """The next complete frame's first byte (its body is
+        ``buf[self.start:self.stop]``), or -1 if more bytes are needed.
+        No tuple: the per-packet path allocates nothing here."""
         buf = self.buf
         pos = self.pos
         n = len(buf)
@@ -295,7 +332,7 @@ class FrameReader:
         shift = 0
         while True:
             if i >= n:
-                return None
+                return -1
             b = buf[i]
             i += 1
             value |= (b & 0x7F) << shift
@@ -312,6 +349,8 @@ class FrameReader:
             raise PacketTooLarge("packet of %d bytes over max_packet_size %d" % (total, self.max_packet_size))
         end = pos + total
         if end > n:
-            return None
+            return -1
         self.pos = end
-        return buf[pos], i, end
+        self.start = i
+        self.stop = end
+        return buf[pos]

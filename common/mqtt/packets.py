@@ -327,6 +327,19 @@ def decode_connack(first, buf, start, end, level):
 
 
 def decode_publish(first, buf, start, end, level):
+    pkt = Publish()
+    pkt.payload = take_bytes(buf, decode_publish_into(pkt, first, buf, start, end, level, None), end)
+    return pkt
+
+
+def decode_publish_into(pkt, first, buf, start, end, level, topics):
+    """Fill the Publish `pkt` from a PUBLISH body but its payload: the offset
+    where the payload starts in `buf` is returned (it ends at `end`).
+
+    `topics`, a TopicCache or None: a topic name found there comes out as
+    the str decoded and checked when it was first seen, with no new object
+    (``topics.entry`` is its entry, None for a topic not cached).
+    """
     qos = (first >> 1) & 3
     if qos == 3:
         raise MalformedPacket("PUBLISH with QoS 3")  # [MQTT-3.3.1-4]
@@ -336,10 +349,13 @@ def decode_publish(first, buf, start, end, level):
     # decode_str and decode_packet_id, inlined: this runs for every message.
     if start + 2 > end:
         raise MalformedPacket("truncated string length")
-    i = start + 2 + ((buf[start] << 8) | buf[start + 1])
+    a = start + 2
+    i = a + ((buf[start] << 8) | buf[start + 1])
     if i > end:
         raise MalformedPacket("string runs past the end")
-    topic = decode_utf8(buf, start + 2, i)
+    tend = i
+    entry = topics.find(buf, a, i) if topics is not None and i > a else None
+    topic = entry[1] if entry is not None else decode_utf8(buf, a, i)
     pid = 0
     if qos:
         if i + 2 > end:
@@ -357,14 +373,86 @@ def decode_publish(first, buf, start, end, level):
         if prop_get(props, C.PROP_TOPIC_ALIAS) is None:
             # 3.3.2.1: a zero-length topic needs a Topic Alias (resolved by the broker)
             raise ProtocolError("empty topic name without a topic alias")
-    else:
+    elif entry is None:
         check_topic_name(topic)
-    return Publish(topic, take_bytes(buf, i, end), qos, (first & 1) != 0, dup != 0, pid, props)
+        if topics is not None:
+            entry = topics.add(buf, a, tend, topic)
+    if topics is not None:
+        topics.entry = entry
+    pkt.topic = topic
+    pkt.qos = qos
+    pkt.retain = (first & 1) != 0
+    pkt.dup = dup != 0
+    pkt.packet_id = pid
+    pkt.props = props
+    return i
+
+
+class TopicCache:
+    """The topic names of the PUBLISHes seen lately, by a hash of their bytes.
+
+    A warm topic then costs a hash and a compare over its bytes, and no new
+    str (MicroPython allocates one per decode otherwise); its UTF-8 and
+    wildcard checks were done when it was added. Each entry is a list
+    ``[name bytes, topic str, match, generation]``: the last two are for the
+    broker (a match result and the subscription trie's generation it holds
+    for). `capacity` slots, one entry each, chosen by the hash (a newcomer
+    replaces only the entry in its slot); a topic gets an entry at its
+    second PUBLISH in a row for its slot, so that names seen once (a
+    retained message per device) take no room.
+    """
+
+    def __init__(self, capacity):
+        self.slots = [None] * capacity  # hash % capacity -> entry
+        self.seen = [-1] * capacity  # the hash last missed in each slot
+        self.hash = 0  # the hash find() computed last (add() files under it)
+        self.entry = None  # the entry of the topic decode_publish_into saw last
+
+    def find(self, buf, a, b):
+        """The entry of the topic name buf[a:b], or None."""
+        h = b - a
+        for k in range(a, b):
+            h = (h * 31 + buf[k]) & 0x3FFFFF  # small ints on every port
+        self.hash = h
+        entry = self.slots[h % len(self.slots)]
+        if entry is None:
+            return None
+        key = entry[0]
+        if len(key) != b - a:
+            return None
+        for c in key:
+            if c != buf[a]:
+                return None
+            a += 1
+        return entry
+
+    def add(self, buf, a, b, topic):
+        """The entry for the checked topic name buf[a:b] (after find()
+        missed it), or None: not at its first miss in its slot."""
+        h = self.hash
+        i = h % len(self.slots)
+        if self.seen[i] != h:
+            self.seen[i] = h
+            return None
+        entry = [take_bytes(buf, a, b), topic, None, 0]
+        self.slots[i] = entry
+        return entry
 
 
 def decode_puback(first, buf, start, end, level):
+    return decode_puback_into(PubAck(), first, buf, start, end, level)
+
+
+def decode_puback_into(pkt, first, buf, start, end, level):
+    """PUBACK, PUBREC, PUBREL or PUBCOMP into the PubAck `pkt` (reused)."""
     ptype = first >> 4
-    pid, i = decode_packet_id(buf, start, end)
+    # decode_packet_id, inlined: no (value, offset) tuple per ack.
+    if start + 2 > end:
+        raise MalformedPacket("truncated two byte integer")
+    pid = (buf[start] << 8) | buf[start + 1]
+    if pid == 0:
+        raise ProtocolError("packet identifier 0")  # [MQTT-2.3.1-1]
+    i = start + 2
     reason = 0
     props = None
     if level == C.LEVEL_5 and i < end:
@@ -377,7 +465,11 @@ def decode_puback(first, buf, start, end, level):
         if i < end:
             props, i = decode_properties(buf, i, end, ptype)
     check_end(i, end)
-    return PubAck(ptype, pid, reason, props)
+    pkt.ptype = ptype
+    pkt.packet_id = pid
+    pkt.reason = reason
+    pkt.props = props
+    return pkt
 
 
 def decode_subscribe(first, buf, start, end, level):
@@ -458,8 +550,8 @@ DECODERS = (
 )
 
 
-def decode_packet(first_byte, buf, start, end, level):
-    """Decode one packet body ``buf[start:end]`` whose first byte is ``first_byte``."""
+def check_fixed_header(first_byte, level):
+    """The packet type and the reserved flags of a fixed header."""
     ptype = first_byte >> 4
     flags = first_byte & 0x0F
     if ptype == 0:
@@ -471,13 +563,41 @@ def decode_packet(first_byte, buf, start, end, level):
             raise MalformedPacket("fixed header flags must be 0010")  # [MQTT-2.2.2-1, -2]
     elif flags and ptype != C.PUBLISH:
         raise MalformedPacket("fixed header flags must be 0000")  # [MQTT-2.2.2-1, -2]
+    return ptype
+
+
+# What a decoder may raise on bytes it did not expect, besides MqttError:
+# the last guard turns it into the answer the spec gives to bad bytes.
+UNDECODABLE = (IndexError, ValueError, TypeError, KeyError, UnicodeError, STRUCT_ERROR, OverflowError)
+
+
+def decode_packet(first_byte, buf, start, end, level):
+    """Decode one packet body ``buf[start:end]`` whose first byte is ``first_byte``."""
+    ptype = check_fixed_header(first_byte, level)
     try:
         return DECODERS[ptype](first_byte, buf, start, end, level)
     except MqttError:
         raise
-    except (IndexError, ValueError, TypeError, KeyError, UnicodeError, STRUCT_ERROR, OverflowError):
+    except UNDECODABLE:
         # Last guard: the decoders bound-check by design; this only turns a
         # missed case into the answer the spec gives to bad bytes.
+        raise MalformedPacket("undecodable packet")
+
+
+def decode_packet_into(pkt, first_byte, buf, start, end, level, topics):
+    """decode_packet into a reused object, for the per-message packets: a
+    Publish for a PUBLISH (its payload left in `buf`: the offset where it
+    starts is returned, see decode_publish_into), a PubAck for PUBACK ..
+    PUBCOMP (returns `end`)."""
+    ptype = check_fixed_header(first_byte, level)
+    try:
+        if ptype == C.PUBLISH:
+            return decode_publish_into(pkt, first_byte, buf, start, end, level, topics)
+        decode_puback_into(pkt, first_byte, buf, start, end, level)
+        return end
+    except MqttError:
+        raise
+    except UNDECODABLE:
         raise MalformedPacket("undecodable packet")
 
 

@@ -8,7 +8,7 @@
 # here: while it is set, every change to the session's delivery state is
 # written by the hooks below (the hooks ignore other sessions), and the
 # shell's next take of output is preceded by a store sync
-# (Broker.take_dirty), so nothing is acknowledged to a publisher before it
+# (Broker.next_dirty), so nothing is acknowledged to a publisher before it
 # is durable for every persistent session that must receive it. restore()
 # rebuilds the broker through the public methods of its parts, as the
 # handlers do; no handler is imported. Its code runs once, at start-up: it

@@ -74,8 +74,10 @@ def heap_per_packet(h, cid, data, mem_alloc, n=8):
 
     def route():
         broker.data_received(cid, data, h.now)
-        for out in broker.take_dirty():
+        out = broker.next_dirty()
+        while out >= 0:
             broker.take_output(out)
+            out = broker.next_dirty()
 
     route()
     route()
@@ -121,16 +123,17 @@ class Harness:
         while True:
             if broker.replaying:
                 broker.run_replays(self.now)
-            for cid in broker.take_dirty():
+            cid = broker.next_dirty()
+            while cid >= 0:
                 client = self.clients.get(cid)
-                data = broker.take_output(cid)
-                if client is None:
-                    continue
-                if data:
-                    client.receive(data)
-                if broker.is_closing(cid) and not client.closed:
-                    client.closed = True
-                    broker.connection_lost(cid, self.now)
+                data = broker.take_output(cid)  # valid until the next take_output
+                if client is not None:
+                    if data:
+                        client.receive(data)
+                    if broker.is_closing(cid) and not client.closed:
+                        client.closed = True
+                        broker.connection_lost(cid, self.now)
+                cid = broker.next_dirty()
             if broker.take_replay_changes():
                 for client in list(self.clients.values()):
                     if not client.closed and client.cid not in broker.replaying:
@@ -188,9 +191,10 @@ class Client:
         while True:
             frame = self.reader.maybe_read_frame()
             if frame is None:
-                return
+                break
             level = 5 if self.level == 5 else 4
             self.inbox.append(decode_packet(frame[0], self.reader.buf, frame[1], frame[2], level))
+        self.reader.keep()  # `data` is the broker's buffer, reused
 
     def drop(self):
         """The network connection breaks (no DISCONNECT)."""

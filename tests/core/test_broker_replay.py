@@ -50,10 +50,12 @@ def read_one_bound(h, c):
     broker = h.broker
     broker.set_paused(c.cid, False)
     for _ in range(2):
-        for cid in broker.take_dirty():
+        cid = broker.next_dirty()
+        while cid >= 0:
             data = broker.take_output(cid)
             if cid == c.cid and data:
                 c.receive(data)
+            cid = broker.next_dirty()
         broker.run_replays(h.now)
     broker.set_paused(c.cid, True)
     return publishes(c.take())

@@ -38,8 +38,9 @@ class Handle:
         while True:
             frame = self.reader.maybe_read_frame()
             if frame is None:
-                return
+                break
             self.inbox.append(decode_packet(frame[0], self.reader.buf, frame[1], frame[2], self.level))
+        self.reader.keep()  # `data` is valid only during the call
 
     def half_close(self):
         self.events.append("half_close")

@@ -17,9 +17,12 @@
 # Subscription Identifier (a per-delivery property). For each case it measures,
 # with gc.disable() and gc.mem_alloc() deltas over `N` messages:
 #   route   the publisher's PUBLISH in (feed, frame, decode, route) and every
-#           delivery encoded, plus the shell taking the output (take_dirty,
+#           delivery encoded, plus the shell taking the output (next_dirty,
 #           take_output): bytes per message;
-#   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK).
+#   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK);
+# and the messages per second of the route phase (collector on).
+# With the argument "gc" (unix port, e.g. -X heapsize=110K for a board's
+# heap) it times the collections instead while routing a stream.
 # A phase that measures 0 is run again under micropython.heap_lock() where
 # the port has it: any allocation then raises MemoryError, so "0" is proved,
 # not sampled. Prints one JSON line per case and phase.
@@ -29,6 +32,7 @@
 import gc
 import json
 import sys
+import time
 
 from common.broker.broker import Broker
 from common.broker.settings import Settings
@@ -111,6 +115,7 @@ class Rig:
                 "max_sessions": 16,
                 "max_subscriptions": 48,
                 "max_messages": 96,
+                "max_queued_messages": 32,  # (prealloc: every session's queue at its cap)
                 "max_inflight": 8,
                 "sys_interval": 0,
             }
@@ -137,8 +142,10 @@ class Rig:
 
     def drain(self):
         broker = self.broker
-        for cid in broker.take_dirty():
+        cid = broker.next_dirty()
+        while cid >= 0:
             broker.take_output(cid)
+            cid = broker.next_dirty()
 
 
 def measure(fn, n):
@@ -171,83 +178,133 @@ def locked(fn, n):
     return True
 
 
-def run_case(subs, qos, level=4, sub_id=False):
-    rig = Rig(subs, qos, level, sub_id)
-    broker = rig.broker
-    # Every input encoded beforehand: publisher PUBLISH ids 1..N (QoS 1), the
-    # subscribers' PUBACKs for the ids the broker hands out (1, 2, ... per
-    # session, one message in flight at a time here).
-    pubs = [publish_pkt(qos, (i % 60000) + 1, level) for i in range(N * 2 + 20)]
-    acks = [puback_pkt((i % 60000) + 1) for i in range(N * 2 + 20)]
-    pub = rig.pub
-    sub_cids = rig.subs
-    counter = [0]
+class Case:
+    """One rig and its inputs, encoded beforehand: publisher PUBLISH ids
+    1..N (QoS 1), the subscribers' PUBACKs for the ids the broker hands out
+    (1, 2, ... per session, one message in flight at a time here). Methods,
+    not closures: calling a closure over more than a few variables
+    allocates its arguments on MicroPython, which heap_lock would catch."""
 
-    def one_route(i):
-        k = counter[0]
-        broker.data_received(pub, pubs[k], NOW)
-        for cid in broker.take_dirty():
+    def __init__(self, subs, qos, level, sub_id, inputs=N * 3 + 20):
+        self.rig = Rig(subs, qos, level, sub_id)
+        self.broker = self.rig.broker
+        self.qos = qos
+        self.pubs = [publish_pkt(qos, (i % 60000) + 1, level) for i in range(inputs)]
+        self.ack = bytearray(puback_pkt(1))  # rewritten for each packet id
+        self.k = 0
+        self.sent = 0  # messages routed: the broker numbers each session's ids 1, 2, ...
+        self.pending = []
+
+    def drain(self):
+        broker = self.broker
+        cid = broker.next_dirty()
+        while cid >= 0:
             broker.take_output(cid)
-        if qos:
-            ack = acks[k]
-            for cid in sub_cids:
-                broker.data_received(cid, ack, NOW)
-            for cid in broker.take_dirty():
-                broker.take_output(cid)
-        counter[0] = k + 1
+            cid = broker.next_dirty()
 
+    def route(self, i):
+        """One message in, out to every subscriber; their PUBACKs (QoS 1)."""
+        k = self.k
+        self.broker.data_received(self.rig.pub, self.pubs[k], NOW)
+        self.drain()
+        self.sent += 1
+        if self.qos:
+            self.acks_in(self.sent)
+        self.k = k + 1
+
+    def send_only(self, i):
+        k = self.k
+        self.broker.data_received(self.rig.pub, self.pubs[k], NOW)
+        self.drain()
+        self.sent += 1
+        self.pending.append(self.sent)
+        self.k = k + 1
+
+    def acks_in(self, pid):
+        ack = self.ack
+        pid = (pid - 1) % 65535 + 1
+        ack[2] = pid >> 8
+        ack[3] = pid & 0xFF
+        broker = self.broker
+        for cid in self.rig.subs:
+            broker.data_received(cid, ack, NOW)
+        self.drain()
+
+    def ack_last(self, i):
+        self.acks_in(self.pending[len(self.pending) - 1])
+
+
+def run_case(subs, qos, level=4, sub_id=False):
+    case = Case(subs, qos, level, sub_id)
+    route = case.route
     # Warm up (buffers reach their steady size), then measure.
     for i in range(10):
-        one_route(i)
-    per_msg = measure(one_route, N)
+        route(i)
+    per_msg = measure(route, N)
+    t0 = time.ticks_us()
+    for i in range(N):
+        route(i)
+    us = time.ticks_diff(time.ticks_us(), t0)
     tags = {"qos": qos, "subscribers": subs}
     if level == 5:
         tags["level"] = 5
         tags["sub_id"] = sub_id
-    row = {"case": "route", "bytes_per_message": per_msg}
+    row = {"case": "route", "bytes_per_message": per_msg, "messages_per_s": int(N * 1000000 / us)}
     row.update(tags)
     results = [row]
     if qos:
-        # The acks alone: route N messages, then time only the PUBACKs.
-        pending = []
-
-        def send_only(i):
-            k = counter[0]
-            broker.data_received(pub, pubs[k], NOW)
-            for cid in broker.take_dirty():
-                broker.take_output(cid)
-            pending.append(acks[k])
-            counter[0] = k + 1
-
-        def ack_only(i):
-            ack = pending[i]
-            for cid in sub_cids:
-                broker.data_received(cid, ack, NOW)
-            for cid in broker.take_dirty():
-                broker.take_output(cid)
-
-        # One message in flight at a time keeps the ids in step: send one,
-        # measure its acks, repeat.
+        # The acks alone. One message in flight at a time keeps the ids in
+        # step: send one, measure its acks, repeat.
         total = 0
         for i in range(N):
-            send_only(i)
+            case.send_only(i)
             gc.collect()
             gc.disable()
             before = gc.mem_alloc()
-            ack_only(i)
+            case.ack_last(i)
             total += gc.mem_alloc() - before
             gc.enable()
         per_ack = total / (N * subs)
         row = {"case": "puback", "bytes_per_ack": per_ack}
         row.update(tags)
         if per_ack == 0:
-            send_only(0)
-            proof = locked(lambda i: ack_only(len(pending) - 1), 1)
-            row["heap_lock"] = proof
+            case.send_only(0)
+            row["heap_lock"] = locked(case.ack_last, 1)
         results.append(row)
     if per_msg == 0:
-        results[0]["heap_lock"] = locked(one_route, N)
+        results[0]["heap_lock"] = locked(route, N)
     return results
+
+
+def gc_pauses(subs, qos, n):
+    """Route `n` messages with the collector on (as a board runs) and time
+    every collection: the automatic collector off, gc.collect() by hand
+    each time half of the heap free after start-up is used, so each pause
+    is measured. The longest pause and the number of collections,
+    for the heap the interpreter was started with."""
+    case = Case(subs, qos, 4, False, 64)
+    route = case.route
+    gc.collect()
+    low = gc.mem_free() // 2  # collect when half of what is free now is used
+    longest = 0
+    count = 0
+    gc.disable()  # every collection is one of ours, and timed
+    try:
+        for i in range(n):
+            if case.k >= len(case.pubs):
+                case.k = 0  # (the ids repeat: the previous use of each was acknowledged)
+            route(i)
+            if gc.mem_free() < low:
+                t0 = time.ticks_us()
+                gc.collect()
+                pause = time.ticks_diff(time.ticks_us(), t0)
+                count += 1
+                if pause > longest:
+                    longest = pause
+    finally:
+        gc.enable()
+    return {"case": "gc", "qos": qos, "subscribers": subs, "heap": gc.mem_free() + gc.mem_alloc(),
+            "messages": n, "collections": count, "longest_pause_us": longest}
 
 
 def main():
@@ -260,6 +317,10 @@ def main():
         "heap_lock": micropython is not None and hasattr(micropython, "heap_lock"),
     }
     print(json.dumps(info))
+    if "gc" in getattr(sys, "argv", ()):
+        for qos in (0, 1):
+            print(json.dumps(gc_pauses(10, qos, 5000)))
+        return
     for qos in (0, 1):
         for subs in (1, 10):
             for row in run_case(subs, qos):

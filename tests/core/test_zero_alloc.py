@@ -1,0 +1,159 @@
+# Routing a warm QoS 0 message to plain subscribers allocates nothing
+# (docs/benchmarks.md, "MicroPython: heap allocated per routed message").
+#
+# Under MicroPython the routing runs under micropython.heap_lock(), where
+# any allocation raises MemoryError (or, on a port without heap_lock, with
+# gc.mem_alloc() deltas). On CPython, where every int is an object, the same
+# test checks the means instead: the frame forwarded as it came, no Message
+# taken from the pool, the topic name and its match result reused, the
+# output buffers swapped rather than made.
+
+import gc
+import unittest
+
+from common.mqtt import consts as C
+from common.mqtt.packets import Publish, encode_packet
+from tests.core.harness import Harness
+
+try:
+    import micropython
+
+    heap_lock = getattr(micropython, "heap_lock", None)
+except ImportError:
+    heap_lock = None
+mem_alloc = getattr(gc, "mem_alloc", None)
+
+SUBSCRIBERS = 10
+
+
+class Rig:
+    def __init__(self, qos=0):
+        self.h = Harness(
+            prealloc=True,
+            match_cache_bytes=0,
+            max_connections=16,
+            max_sessions=16,
+            max_subscriptions=48,
+            max_messages=96,
+            max_queued_messages=32,
+        )
+        self.subs = []
+        for i in range(SUBSCRIBERS):
+            c = self.h.client()
+            c.connect("s%d" % i)
+            c.subscribe("plant/+/temp" if i % 2 else "plant/#", qos)
+            c.take()
+            self.subs.append(c)
+        self.pub = self.h.client()
+        self.pub.connect("p")
+        self.pub.take()
+        self.frame = encode_packet(Publish("plant/7/temp", b"21.5 C" * 8, 0, False, False, 0, None), C.LEVEL_311)
+        self.outputs = []
+
+    def delivered(self):
+        """Route one message the harness's way: the clients decode it."""
+        self.h.broker.data_received(self.pub.cid, self.frame, self.h.now)
+        self.h.pump()
+
+    def route(self):
+        """Route one message as a shell does, keeping only what `outputs` asks."""
+        broker = self.h.broker
+        broker.data_received(self.pub.cid, self.frame, self.h.now)
+        cid = broker.next_dirty()
+        while cid >= 0:
+            out = broker.take_output(cid)
+            if self.outputs is not None:
+                self.outputs.append((cid, bytes(out), out))
+            cid = broker.next_dirty()
+
+
+class TestZeroAllocation(unittest.TestCase):
+    def test_qos0_to_plain_subscribers_allocates_nothing_once_warm(self):
+        rig = Rig()
+        broker = rig.h.broker
+        rig.outputs = None
+        for _ in range(3):
+            rig.route()  # warm: buffers at their size, topic cached
+        sent = broker.stats.messages_sent
+        if heap_lock is not None:
+            gc.collect()
+            heap_lock()
+            try:
+                for _ in range(20):
+                    rig.route()
+            finally:
+                micropython.heap_unlock()
+        elif mem_alloc is not None:
+            gc.collect()
+            before = mem_alloc()
+            for _ in range(20):
+                rig.route()
+            self.assertEqual(mem_alloc() - before, 0)
+        else:
+            rig.outputs = []
+            created = broker.routing.messages.pool.created
+            entry = None
+            for _ in range(20):
+                rig.route()
+                if entry is None:
+                    entry = broker.topics.entry
+                # the same cached name, str and match list every time
+                self.assertIs(broker.topics.entry, entry)
+                self.assertEqual(entry[3], broker.routing.trie.generation)
+            self.assertEqual(broker.routing.messages.pool.created, created)  # no Message
+            self.assertEqual(broker.routing.messages.in_use(), 0)
+            # each subscriber got the publisher's frame byte for byte
+            self.assertEqual(len(rig.outputs), 20 * SUBSCRIBERS)
+            for _, data, _ in rig.outputs:
+                self.assertEqual(data, rig.frame)
+            # the output buffers are swapped, never made: a few objects in all
+            buffers = {id(buf) for _, _, buf in rig.outputs}
+            self.assertLessEqual(len(buffers), SUBSCRIBERS + 2)
+        self.assertEqual(broker.stats.messages_sent, sent + 20 * SUBSCRIBERS)
+        # and the subscribers decode what they get
+        rig.delivered()
+        for c in rig.subs:
+            got = [p for p in c.take() if p.ptype == C.PUBLISH]
+            self.assertEqual([(p.topic, p.qos, p.retain) for p in got][-1:], [("plant/7/temp", 0, False)])
+
+    def test_a_new_subscription_is_seen_by_a_cached_topic(self):
+        # The cached match result is the trie's of its generation only.
+        rig = Rig()
+        rig.delivered()
+        late = rig.h.client()
+        late.connect("late")
+        late.subscribe("plant/7/temp", 0)
+        late.take()
+        rig.delivered()
+        self.assertEqual([p.topic for p in late.take() if p.ptype == C.PUBLISH], ["plant/7/temp"])
+        late.unsubscribe("plant/7/temp")
+        late.take()
+        rig.delivered()
+        self.assertEqual([p for p in late.take() if p.ptype == C.PUBLISH], [])
+
+    def test_qos1_puback_in_allocates_nothing(self):
+        rig = Rig(qos=1)
+        broker = rig.h.broker
+        rig.outputs = None
+        sub = rig.subs[0]
+        pid = 0
+        for k in range(4):
+            rig.pub.publish("plant/7/temp", b"x", qos=1, packet_id=k + 1)
+            got = [p for p in sub.take() if p.ptype == C.PUBLISH]
+            pid = got[-1].packet_id
+            if k < 3:
+                sub.ack(got[-1])
+        ack = bytes((0x40, 2, pid >> 8, pid & 0xFF))
+        inflight = broker.sessions.find("s0").inflight
+        self.assertEqual(len(inflight), 1)
+        if heap_lock is not None:
+            gc.collect()
+            heap_lock()
+            try:
+                broker.data_received(sub.cid, ack, rig.h.now)
+            finally:
+                micropython.heap_unlock()
+        else:
+            broker.data_received(sub.cid, ack, rig.h.now)
+            self.assertIs(broker.inbound_ack.packet_id, pid)  # decoded into the reused PubAck
+        self.assertEqual(len(inflight), 0)
