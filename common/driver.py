@@ -297,7 +297,7 @@ class Driver:
         replay going on, a throttle changed. (A closed connection rarely
         leaves any: the shell then spends no loop turn on a flush.)"""
         b = self.broker
-        return bool(b.connections.dirty or b.replaying or b.throttle_changed or b.replay_changed)
+        return bool(b.connections.ndirty or b.replaying or b.throttle_changed or b.replay_changed)
 
     def flush(self):
         """Write each dirty connection's output once; start the closes.

@@ -29,6 +29,7 @@ class Connection:
         "keep_alive",
         "level",
         "max_packet_out",
+        "more",
         "out",
         "out_bytes",
         "paused",

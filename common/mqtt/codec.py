@@ -264,7 +264,7 @@ class FrameReader:
     bytearray of the reader's own, and the next ``feed`` appends to it.
     """
 
-    __slots__ = ("buf", "max_packet_size", "pos")  # one per connection: no dict on CPython
+    __slots__ = ("buf", "max_packet_size", "own", "pos", "start", "stop")  # one per connection: no dict on CPython
 
     def __init__(self, max_packet_size=VBI_MAX + 5):
         self.max_packet_size = max_packet_size
