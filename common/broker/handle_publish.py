@@ -137,9 +137,15 @@ def handle_publish(broker, conn, pkt, now, frame, start, at, end):
     else:
         routing = broker.routing
         entry = broker.topics.entry if topic is pkt.topic else None
-        if qos == 0 and not pkt.retain and conn.level != C.LEVEL_5 and end == len(frame) and start == 1 + vbi_size(end - start):
-            # The whole buffer is this one QoS 0 3.1.1 PUBLISH: what a 3.1.1
-            # subscriber gets, byte for byte (retain 0 [MQTT-3.3.1-9], no DUP).
+        if qos == 0 and not pkt.retain and conn.level != C.LEVEL_5:
+            # A QoS 0 3.1.1 PUBLISH is what a 3.1.1 subscriber gets, byte
+            # for byte (retain 0 [MQTT-3.3.1-9], no DUP). It is the whole
+            # buffer when it came alone (a board's usual read: nothing
+            # allocated), else a view of it (one per message: a batch).
+            head = start - 1 - vbi_size(end - start)
+            if head or end != len(frame):
+                frame = memoryview(frame)[head:end]
+                at -= head
             reason = route(broker, session.client_id, topic, at, 0, False, None, 0, now, entry, frame)
         else:
             reason = route(broker, session.client_id, topic, take_bytes(frame, at, end), qos, pkt.retain, fwd, expiry, now, entry)
