@@ -228,9 +228,10 @@ def test_start_up_refusals(tmp_path: Path, pki: UpstreamPki) -> None:
     for i, (keys, words) in enumerate(cases):
         line = start_error(tmp_path / str(i), {"bridge": [board_bridge(port, **keys)]})
         assert words in line, line
-    # A Pico W running the code from files (420 KB, code from source): no 16 KB block for an upstream's mbedTLS buffers.
+    # A Pico W running the code from files (code from source): no 16 KB block for an upstream's mbedTLS buffers.
+    # 460K: probed 404K-492K on 2026-12-01; 420K once failed earlier in a make test run (a MemoryError before the room check).
     device = {"bridge": [board_bridge(port, cafile=pki.der["cafile"])]}
-    line = start_error(tmp_path / "small", device, heap="420K")
+    line = start_error(tmp_path / "small", device, heap="460K")
     assert (
         "bridge: a TLS upstream session needs about 28 KB (mbedTLS buffers and handshake; one block of 16 KB)" in line
     )
