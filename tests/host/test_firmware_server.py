@@ -166,6 +166,21 @@ def test_graceful_stop(tmp_path: Path) -> None:
         assert "shutdown complete" in b.log_text()
 
 
+def test_out_of_memory_at_start_up_stops_instead_of_a_reset_loop(tmp_path: Path) -> None:
+    """Pools the heap cannot hold (prealloc of 20,000 sessions at the Pico W's
+    heap) fail the same way after every reset: the firmware stops with the
+    figures and what to lower (exit 2 on the unix port, the REPL on a board),
+    instead of "fatal at start-up ... restarting" forever."""
+    b = UpyBrokerProcess(tmp_path, heap=PICOW_HEAP, limits={"max_sessions": 20000, "prealloc": True})
+    with pytest.raises(RuntimeError):
+        b.start(timeout=20)
+    assert b.proc is not None and b.proc.wait(5) == 2
+    log = b.log_text()
+    assert "out of memory at start-up (MemoryError" in log, log
+    assert "heap free now): lower the board file's limits" in log, log
+    assert "restarting" not in log
+
+
 def test_raw_publish_roundtrip_qos1(broker: UpyBrokerProcess) -> None:
     """Hand-made bytes: the PUBLISH arrives as written, with its packet id."""
     sub = RawClient(broker.port)
