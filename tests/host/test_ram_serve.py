@@ -63,6 +63,8 @@ def test_ram_serve_fills_the_board_to_its_limits_and_writes_the_table(tmp_path: 
     assert r["at_limits"] > r["start"] + r["clients"] * r["per_client"] // 2
     assert r["free_pct"] == round(100 * r["free"] / r["heap"], 1)
     assert r["per_client"] > 0 and r["per_subscription"] > 0
+    # Then the largest packet the board accepts still went through.
+    assert r["largest_publish"] == limits["max_packet_size"]
     # The table replaced what stood between the markers, and nothing else.
     text = doc.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "stale" not in text
