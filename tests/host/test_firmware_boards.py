@@ -94,7 +94,7 @@ def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["board"] for r in results] == [f"{board}.json" for board in boards]
-    for board, r in zip(boards, results):
+    for board, r in zip(boards, results, strict=True):
         limits = json.loads((REPO_ROOT / "boards" / f"{board}.json").read_text())["limits"]
         assert 0.95 * heap_bytes(BOARD_HEAPS[board]) <= r["heap"] <= heap_bytes(BOARD_HEAPS[board]), r
         assert r["free"] >= 0.3 * r["heap"], r
