@@ -19,8 +19,9 @@ message comes from one more run per QoS at a heap big enough (GARBAGE_HEAP)
 that nothing but the firmware's once-a-second collection runs, with
 gc_threshold 0: the `heap ... garbage=N` lines say what each of those
 collections freed, which divided by the messages of that second is what the
-firmware allocates and drops per message; that sets how often a collection
-comes in the board's heap.
+firmware allocates and drops per message. (Not in it: what MicroPython frees
+itself, such as the heap frames of calls with more than 44 bytes of locals
+and stack on 32 bits, which count toward gc_threshold too.)
 """
 
 from __future__ import annotations
