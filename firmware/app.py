@@ -15,7 +15,7 @@ import sys
 import time
 
 from common.broker.broker import VERSION
-from common.broker.settings import ConfigError
+from common.broker.limits import ConfigError
 from common.compat import unload
 from firmware import board
 from firmware.shell import Log, Server, make_driver
@@ -23,8 +23,10 @@ from firmware.shell import Log, Server, make_driver
 DEFAULT_CONFIG = "/siskin.json"
 
 # Modules that run only in build(): imported there and unloaded after it,
-# so that their code does not stay in a board's heap (docs/boards.md).
-STARTUP_ONLY = ("firmware.boardcfg", "firmware.storage", "common.store.storeboot")
+# so that their code does not stay in a board's heap (docs/boards.md). The
+# config schema and its checks (common/broker/settings.py) are among them:
+# the broker reads the small Settings object of common/broker/limits.py.
+STARTUP_ONLY = ("firmware.boardcfg", "firmware.storage", "common.store.storeboot", "common.broker.settings")
 
 
 def parse_args(argv):
