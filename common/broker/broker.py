@@ -245,10 +245,10 @@ class Broker:
         # Enhanced authentication methods by name (v5 AUTH).
         self.auth_methods = {}
         if s.scram_users:
-            from common.crypto.auth_scram import ScramSha256  # (SCRAM users only: RAM on the boards)
+            # (SCRAM users only: the exchange's code is not in a board's heap without)
+            from common.broker.enhanced_auth import methods
 
-            method = ScramSha256(s.scram_users)
-            self.auth_methods[method.name] = method
+            self.auth_methods = methods(s.scram_users)
         # Users, access control and the anonymous switch (common/broker/login.py
         # set_security): None = no password file, no ACL, allow_anonymous not set.
         self.users = None
