@@ -1,14 +1,36 @@
 # TLS on a board, the parts only a board with TLS loads (RAM): the start-up
-# check that its TLS connections fit (firmware/app.py), and a bridge's
+# check that its TLS connections fit (firmware/app.py), why a client's
+# handshake failed (tls_failure, for firmware/shell.py), and a bridge's
 # client context and failure reasons (firmware/bridge.py; the listener's
-# server context is firmware/boardcfg.py load_tls, its reasons
-# firmware/shell.py tls_failure).
+# server context is firmware/boardcfg.py load_tls).
 
 import gc
 
 from firmware import board
 from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
-from firmware.shell import PEER_ENDED
+
+# mbedTLS error codes (negative) and errnos -> why a handshake failed.
+_NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
+PEER_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
+_CERT_REFUSED = (-0x2700, -0x7A00, -0x6C00, -0x7480)  # X509 verify failed, bad cert, handshake failure, none
+
+
+def tls_failure(error, timeout):
+    """Why a TLS handshake ended, in words for the log."""
+    if error is None:
+        return "not completed within connect_timeout (%d s)" % timeout
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+    name = " (%s)" % error.args[1] if len(error.args) > 1 else " (%d)" % code
+    if code in _NOT_TLS:
+        return "the client does not speak TLS (plain MQTT to the TLS port?)" + name
+    if code in PEER_ENDED:
+        return "the client ended the handshake (an alert, or closed); check that it trusts the certificate" + name
+    if code in _CERT_REFUSED:
+        return "the client certificate was refused or missing (require_certificate)" + name
+    if code == 12 or code == -0x7F00:  # ENOMEM, SSL_ALLOC_FAILED
+        return "no memory for its TLS buffers" + name
+    return "TLS error" + name
+
 
 # Heap one TLS client takes at its handshake's peak, measured on the unix
 # port by tools/tls_ram.py (docs/boards.md, "TLS"): mbedTLS's record
