@@ -28,7 +28,8 @@
 # "why" of each key is a comment, not a string, so it costs no RAM even
 # while the module is loaded.
 
-from common.broker.limits import ConfigError, Settings  # noqa: F401  (re-exported: the API of this module)
+from common.broker.limits import ConfigError as ConfigError  # (re-exported: the API of this module)
+from common.broker.limits import Settings as Settings
 from common.broker.topics import validate_topic_filter
 from common.mqtt.consts import U16_MAX, U32_MAX
 
