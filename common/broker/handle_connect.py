@@ -195,8 +195,10 @@ def accept(broker, conn, pkt, now, auth_out):
         _cancel_will(broker, session)
         if conn.acl is not None:
             # Its owner or the rules may have changed since it was made.
-            login.recheck(broker, conn, session, now)
-            login.drop_unreadable_inflight(broker, conn, session)
+            from common.broker import secured  # (loaded with the rules: login.set_security)
+
+            secured.recheck(broker, conn, session, now)
+            secured.drop_unreadable_inflight(broker, conn, session)
     session.level = conn.level
     session.expiry_interval = expiry
     session.expires_at = 0

@@ -98,7 +98,8 @@ NOT_LOADED_BY_DEFAULT = (
     "common.broker.settings",  # the config schema and checks (limits.py stays)
     "common.broker.enhanced_auth",  # AUTH exchanges: scram_users only
     "common.crypto.auth_scram",
-    "common.broker.users",
+    "common.broker.users",  # users and ACL: their files only
+    "common.broker.secured",
     "common.broker.acl",
     "common.crypto.hkdf",  # a key file only
     "common.crypto.aesgcm",
@@ -106,6 +107,7 @@ NOT_LOADED_BY_DEFAULT = (
     "common.store.restore",
     "common.store.storeboot",
     "common.bridge.bridge",
+    "firmware.startup",  # (and the Wi-Fi and the watchdog with it)
     "firmware.boardcfg",
     "firmware.storage",
     "firmware.tls",
