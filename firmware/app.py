@@ -25,14 +25,15 @@ from firmware.shell import Log
 # Modules that run only in build(): imported there and unloaded after it,
 # so that their code does not stay in a board's heap (docs/boards.md): the
 # start-up itself (firmware/startup.py, with the Wi-Fi and the watchdog),
-# the config readers, the store's opener, and the config schema and its
-# checks (common/broker/settings.py; the broker reads the small Settings
-# object of common/broker/limits.py).
+# the config readers, the store's openers (the log's scan too), and the
+# config schema and its checks (common/broker/settings.py; the broker reads
+# the small Settings object of common/broker/limits.py).
 STARTUP_ONLY = (
     "firmware.startup",
     "firmware.boardcfg",
     "firmware.storage",
     "common.store.storeboot",
+    "common.store.filelog_open",
     "common.broker.settings",
 )
 

@@ -106,6 +106,7 @@ NOT_LOADED_BY_DEFAULT = (
     "common.store.kvlog",  # the raw-flash log: a partition only
     "common.store.restore",
     "common.store.storeboot",
+    "common.store.filelog_open",
     "common.bridge.bridge",
     "common.mqtt.client_packets",  # what only a client (a bridge's) sends
     "firmware.startup",  # (and the Wi-Fi and the watchdog with it)
