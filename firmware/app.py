@@ -34,6 +34,7 @@ STARTUP_ONLY = (
     "firmware.storage",
     "common.store.storeboot",
     "common.store.filelog_open",
+    "common.store.store_open",
     "common.broker.settings",
 )
 

@@ -76,7 +76,7 @@ def start(argv, root):
         why = "store %s cannot be opened (%r)" % (cfg["storage"], e)
         if not opts["storage_optional"]:
             raise ConfigError(
-                why + ": fix the path or the file system, set \"storage\": \"none\", or set"
+                why + ': fix the path or the file system, set "storage": "none", or set'
                 ' "storage_optional": true in the board\'s "server" settings to serve without persistence'
             )
         log.log(40, why + ": serving WITHOUT persistence (storage_optional)")

@@ -83,7 +83,9 @@ def continue_connect(broker, conn, pkt, now):
         handle_connect.accept(broker, conn, connect, now, out or b"")
     else:
         conn.auth.pending = None
-        handle_connect.refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name)
+        handle_connect.refuse(
+            broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name
+        )
 
 
 def reauthenticate(broker, conn, pkt, now):

@@ -55,7 +55,11 @@ def recheck(broker, conn, session, now):
             dropped.append(sub)
     for sub in dropped:
         broker.stats.denied_subscribe += 1
-        broker.log(30, "%s: subscription %s removed: the ACL does not let user %s read every topic it matches", (session.client_id, sub.key, conn.user))
+        broker.log(
+            30,
+            "%s: subscription %s removed: the ACL does not let user %s read every topic it matches",
+            (session.client_id, sub.key, conn.user),
+        )
         handle_subscribe.remove(broker, sub, now)
 
 

@@ -107,6 +107,7 @@ NOT_LOADED_BY_DEFAULT = (
     "common.store.restore",
     "common.store.storeboot",
     "common.store.filelog_open",
+    "common.store.store_open",
     "common.bridge.bridge",
     "common.mqtt.client_packets",  # what only a client (a bridge's) sends
     "firmware.startup",  # (and the Wi-Fi and the watchdog with it)
