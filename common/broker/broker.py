@@ -133,35 +133,6 @@ class Stats:
         self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
 
 
-# The names of the Stats counters, in a stable order (snapshot()).
-STATS_COUNTERS = (
-    "connections_total",
-    "clients_maximum",
-    "messages_received",
-    "messages_sent",
-    "bytes_received",
-    "bytes_sent",
-    "dropped_qos0",
-    "dropped_queue_full",
-    "dropped_too_large",
-    "dropped_no_slab",
-    "dropped_retained",
-    "refused_queue_full",
-    "dropped_queue_total",
-    "refused_queue_total",
-    "expired",
-    "refused_connections",
-    "login_failed",
-    "denied_publish",
-    "denied_subscribe",
-    "denied_delivery",
-    "closed_replay_stalled",
-    "denied_takeover",
-    "tls_failed",
-    "websocket_refused",
-)
-
-
 def _pingreq(broker, conn, pkt, now):
     broker.write(conn, PINGRESP_BYTES)
 
@@ -591,32 +562,11 @@ class Broker:
             self.connections.mark_dirty(conn)
 
     def snapshot(self):
-        """The public counters ($SYS, metrics): a new dict of name -> int.
+        """The public counters ($SYS, metrics): a new dict of name -> int
+        (sys_topics.snapshot; loaded with $SYS or by the host's views)."""
+        from common.broker.sys_topics import snapshot
 
-        Counts of what is live now (connected clients, sessions, subscriptions,
-        retained messages, message slabs in use, bytes of all queues as
-        max_queued_total_bytes counts them) and every Stats counter, the
-        message counters also by QoS (messages_received_qos0 ...).
-        """
-        connected = 0
-        for conn in self.connections.by_id:
-            if conn.state == CONNECTED:
-                connected += 1
-        counts = {}
-        st = self.stats
-        for name in STATS_COUNTERS:
-            counts[name] = getattr(st, name)
-        for qos in range(3):
-            counts["messages_received_qos%d" % qos] = st.received_by_qos[qos]
-            counts["messages_sent_qos%d" % qos] = st.sent_by_qos[qos]
-        counts["connected"] = connected
-        counts["sessions"] = self.sessions.count()
-        counts["subscriptions"] = self.sessions.sub_pool.in_use
-        counts["retained"] = self.routing.retained.count()
-        counts["messages"] = self.routing.messages.in_use()
-        counts["queued_total"] = self.routing.queued_total
-        counts["started"] = self.started
-        return counts
+        return snapshot(self)
 
     def shutdown(self, now):
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
