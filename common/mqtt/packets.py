@@ -82,9 +82,6 @@ class Packet:
                 return False
         return True
 
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
     def __repr__(self):
         parts = ["%s=%r" % (name, getattr(self, name)) for name in self.FIELDS]
         return "%s(%s)" % (type(self).__name__, ", ".join(parts))
