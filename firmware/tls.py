@@ -1,12 +1,11 @@
 # TLS on a board, the parts only a board with TLS loads (RAM): the start-up
-# check that its TLS connections fit (firmware/app.py), why a client's
+# check that its TLS connections fit (firmware/startup.py, tls_room), why a client's
 # handshake failed (tls_failure, for firmware/shell.py), and a bridge's
 # client context and failure reasons (firmware/bridge.py; the listener's
 # server context is firmware/boardcfg.py load_tls).
 
 import gc
 
-from firmware import board
 from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
 
 # mbedTLS error codes (negative) and errnos -> why a handshake failed.
@@ -51,7 +50,7 @@ def check_tls_room(max_connections, slots, upstreams, log):
     listener's, 0 without TLS there); say how many it holds (per board,
     measured now, among the pools)."""
     per = TLS_UPSTREAM_BYTES if upstreams else TLS_CLIENT_BYTES
-    room, heap = board.tls_room(per, TLS_BIGGEST_BLOCK, slots + upstreams)
+    room, heap = tls_room(per, TLS_BIGGEST_BLOCK, slots + upstreams)
     free = gc.mem_free() // 1024
     if room < upstreams:
         raise ConfigError(
@@ -77,6 +76,42 @@ def check_tls_room(max_connections, slots, upstreams, log):
         "TLS: about %d KB per client of the %s: room for %s TLS connection(s) (%d sockets: %d clients + refusals)"
         % (per // 1024, heap, room if room < slots else "all %d" % room, slots, max_connections),
     )
+
+
+def tls_room(per_client, biggest, most):
+    """(TLS clients whose mbedTLS buffers fit now, at most `most`; the heap's name).
+
+    On the ESP32 MicroPython uses ESP-IDF's mbedTLS, which allocates from
+    the IDF heap (the one the split MicroPython heap also grows into): the
+    free bytes of its regions are divided. On the Pico W (and every port with
+    MICROPY_MBEDTLS_CONFIG_BARE_METAL) mbedTLS allocates from the MicroPython
+    heap (m_tracked_calloc), where what counts is whether its blocks (the
+    largest `biggest` bytes: the 16 KB input buffer) find room among the
+    pools: tried with real allocations, freed at once. The unix port's
+    mbedTLS uses malloc; its capped MicroPython heap stands in for a Pico W's.
+    """
+    gc.collect()
+    try:
+        import esp32
+
+        room = 0
+        for _total, free, largest, _low in esp32.idf_heap_info(esp32.HEAP_DATA):
+            if largest >= biggest:  # a region without a block for the input buffer holds none
+                room += free // per_client
+        return min(room, most), "ESP-IDF heap"
+    except (ImportError, AttributeError):
+        pass
+    blocks = []
+    try:
+        while len(blocks) < 2 * most:
+            blocks.append(bytearray(biggest))
+            blocks.append(bytearray(per_client - biggest))
+    except MemoryError:
+        pass
+    room = len(blocks) // 2
+    blocks = None
+    gc.collect()
+    return room, "MicroPython heap"
 
 
 def upstream_context(b):
