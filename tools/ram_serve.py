@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from common.mqtt import consts as C  # noqa: E402
 from common.mqtt.codec import FrameReader  # noqa: E402
-from common.mqtt.packets import Connect, Publish, Subscribe, decode_packet, encode_packet  # noqa: E402
+from common.mqtt.packets import Connect, PubAck, Publish, Subscribe, decode_packet, encode_packet  # noqa: E402
 
 N = 16  # items per averaged measurement
 ITEMS_HEAP = "1M"  # the per-item run's heap: 2 x N slots and their buffers, whatever the board
@@ -98,10 +98,17 @@ class Client:
         self.send(Subscribe(pid, [(flt, 1)], None))
         self.expect(C.SUBACK)
 
-    def publish(self, topic: str, qos: int, retain: bool, pid: int) -> None:
-        self.send(Publish(topic, PAYLOAD, qos, retain, False, pid if qos else 0, None))
+    def publish(self, topic: str, qos: int, retain: bool, pid: int, payload: bytes = PAYLOAD) -> None:
+        self.send(Publish(topic, payload, qos, retain, False, pid if qos else 0, None))
         if qos:
             self.expect(C.PUBACK)
+
+    def receive(self) -> bytes:
+        """The payload of the next PUBLISH (acknowledged if QoS 1)."""
+        pkt = self.expect(C.PUBLISH)
+        if pkt.qos:
+            self.send(PubAck(C.PUBACK, pkt.packet_id, 0, None))
+        return bytes(pkt.payload)
 
     def close(self) -> None:
         self.sock.close()
@@ -213,11 +220,24 @@ def measure_items(exe: str, code: Path | None, board: Path, work: Path) -> dict[
         fw.stop()
 
 
-def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Path) -> dict[str, Any]:
+def churn(port: int, rounds: int) -> None:
+    """Clients come and go before the board is filled: each connects,
+    subscribes, publishes a retained message and takes it back (an empty
+    retained payload), and leaves; what stays behind is fragmentation."""
+    for k in range(rounds):
+        c = Client(port, f"churn-{k:04d}")
+        c.subscribe(f"churn/{k}/#", 1)
+        c.publish(f"churn/{k}/x", 1, True, 1)
+        c.publish(f"churn/{k}/x", 1, True, 2, b"")
+        c.close()
+
+
+def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Path, rounds: int = 0) -> dict[str, Any]:
     s, _server = _board_settings(board)
     fw = Firmware(exe, heap, code, board, work / "limits", {}, {})
     try:
         start, start_free = fw.heap()
+        churn(fw.port, rounds)
         per_queue = s["max_queued_messages"]
         to_queue = s["max_messages"] - s["max_retained"]
         offline = min((to_queue + per_queue - 1) // per_queue, s["max_sessions"] - s["max_connections"])
@@ -244,6 +264,14 @@ def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Pa
             pub.publish(f"r/{i}/x", 1, True, pid)
         alloc, free = fw.heap()
         total = alloc + free
+        # A heap that adds up can still be too fragmented for one big block:
+        # the largest PUBLISH the board accepts (max_packet_size) must still
+        # go through, framed in and written out (client 0 holds dev/0/0).
+        big = _largest_payload("dev/0/0", s["max_packet_size"])
+        if per:
+            clients[-1].publish("dev/0/0", 0, False, 0, big)
+            if clients[0].receive() != big:
+                raise RuntimeError("the largest PUBLISH came back changed")
         return {
             "heap": total,
             "start": start,
@@ -256,6 +284,8 @@ def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Pa
             "offline_sessions": offline,
             "queued": queued,
             "retained": s["max_retained"],
+            "churn": rounds,
+            "largest_publish": len(encode_packet(Publish("dev/0/0", big, 0, False, False, 0, None), 4)) if per else 0,
         }
     except (OSError, RuntimeError) as e:
         raise SystemExit(f"ram_serve: {e}; the firmware's log:\n{_log_tail(fw)}") from None
@@ -263,12 +293,20 @@ def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Pa
         fw.stop()
 
 
-def measure(exe: str, heap: str, code: Path | None, board: Path) -> dict[str, Any]:
+def _largest_payload(topic: str, max_packet_size: int) -> bytes:
+    """The payload that makes a QoS 0 PUBLISH to `topic` exactly max_packet_size."""
+    n = max_packet_size
+    while len(encode_packet(Publish(topic, bytes(n), 0, False, False, 0, None), 4)) > max_packet_size:
+        n -= 1
+    return bytes(range(256)) * (n // 256) + bytes(range(n % 256))
+
+
+def measure(exe: str, heap: str, code: Path | None, board: Path, rounds: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ram_serve-") as tmp:
         work = Path(tmp)
         out: dict[str, Any] = {"board": board.name, "heap_cap": heap}
         out.update(measure_items(exe, code, board, work))
-        out.update(measure_limits(exe, heap, code, board, work))
+        out.update(measure_limits(exe, heap, code, board, work, rounds))
     return out
 
 
@@ -293,6 +331,7 @@ def table(results: list[dict[str, Any]], port: str, code: str) -> str:
         ("heap in use after start-up, no client", lambda r: f"{r['start']:,} B"),
         ("idle client (socket, task, core objects)", lambda r: f"{r['per_client']:,} B"),
         ("subscription", lambda r: f"{r['per_subscription']:,} B"),
+        ("clients that came and went first (--churn)", lambda r: f"{r['churn']}"),
         (
             "filled to the limits",
             lambda r: (
@@ -301,6 +340,7 @@ def table(results: list[dict[str, Any]], port: str, code: str) -> str:
         ),
         ("heap in use at the limits", lambda r: f"{r['at_limits']:,} B"),
         ("**free at the limits**", lambda r: f"**{r['free']:,} B ({r['free_pct']} %)**"),
+        ("then the largest PUBLISH (max_packet_size) through", lambda r: f"{r['largest_publish']:,} B: delivered"),
     ]
     head = "| firmware serving real clients | " + " | ".join(f"`boards/{r['board']}`" for r in results) + " |"
     lines = [
@@ -337,6 +377,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the port has common/ and firmware/ frozen in (a unix32 image): load nothing from files",
     )
+    ap.add_argument(
+        "--churn",
+        type=int,
+        default=0,
+        metavar="N",
+        help="before filling the board, N clients connect, subscribe, publish, clear a retained message"
+        " and leave (what stays is fragmentation; the largest PUBLISH must still go through)",
+    )
     ap.add_argument("--write", help="replace the ram_serve table of this Markdown file")
     args = ap.parse_args(argv)
     code = None if args.frozen else ((REPO_ROOT / args.mpy) if args.mpy else REPO_ROOT).resolve()
@@ -345,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(args.boards):
         board = Path(name).resolve()
         heap = args.heap[i] if args.heap and i < len(args.heap) else ("210016" if "picow" in board.name else "110K")
-        r = measure(exe, heap, code, board)
+        r = measure(exe, heap, code, board, args.churn)
         print(json.dumps(r))
         results.append(r)
     if args.write:
