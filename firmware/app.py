@@ -45,10 +45,19 @@ def build(argv, root):
     from firmware.startup import start
 
     try:
-        return start(argv, root)
+        server, log = start(argv, root)
     finally:
         for name in STARTUP_ONLY:
             unload(name)
+    # The room for TLS buffers is measured now, without the start-up's code:
+    # the heap as it will serve (and as the blocks of mbedTLS will find it).
+    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
+    if server.tls is not None or upstreams:
+        from firmware.tls import check_tls_room  # (TLS only: RAM)
+
+        slots = len(server.slots) if server.tls is not None else 0
+        check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
+    return server, log
 
 
 def _stop(log, why):

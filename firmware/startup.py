@@ -91,15 +91,10 @@ def start(argv, root):
     server.on_tick = feed
     if cfg["bridge"]:
         # (Loaded here, not at the first connection: the bridge's code is in
-        # the heap before the TLS room is measured.)
+        # the heap before the TLS room is measured, app.build.)
         from firmware.bridge import with_contexts
 
         server.bridges = with_contexts(cfg["bridge"])
-    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
-    if tls is not None or upstreams:
-        from firmware.tls import check_tls_room  # (TLS only: RAM)
-
-        check_tls_room(settings.max_connections, len(server.slots) if tls is not None else 0, upstreams, log)
     log_security(driver.broker, server.loopback, cfg["host"], log)
     return server, log
 

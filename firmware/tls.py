@@ -1,12 +1,12 @@
 # TLS on a board, the parts only a board with TLS loads (RAM): the start-up
-# check that its TLS connections fit (firmware/startup.py, tls_room), why a client's
+# check that its TLS connections fit (firmware/app.py build, tls_room), why a client's
 # handshake failed (tls_failure, for firmware/shell.py), and a bridge's
 # client context and failure reasons (firmware/bridge.py; the listener's
 # server context is firmware/boardcfg.py load_tls).
 
 import gc
 
-from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
+from common.broker.limits import ConfigError
 
 # mbedTLS error codes (negative) and errnos -> why a handshake failed.
 _NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
@@ -125,6 +125,8 @@ def upstream_context(b):
             " certificate of the CA the upstream's certificate chains to (tools/deploy converts PEM)" % b.name
         )
     import ssl
+
+    from firmware.boardcfg import load_ca, load_cert_chain  # (start-up: firmware/bridge.py with_contexts)
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     load_ca(ctx, b.cafile)
