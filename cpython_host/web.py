@@ -53,7 +53,7 @@ from typing import Any
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from common.broker import admin, login
+from common.broker import admin, secured
 from common.broker.broker import VERSION, Broker
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
@@ -338,7 +338,7 @@ class WebServer:
         broker = self.broker
         wait = -1
         if broker.users is not None:
-            wait = login.check_password(broker, peer, user, password.encode(), self.now())
+            wait = secured.check_password(broker, peer, user, password.encode(), self.now())
         if wait:
             broker.stats.login_failed += 1
             held = (

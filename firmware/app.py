@@ -1,5 +1,6 @@
-# The firmware's start-up: config -> Wi-Fi -> watchdog -> store -> broker ->
-# network shell; a fatal error is logged and the board restarted.
+# The firmware: start-up (firmware/startup.py: config -> watchdog -> Wi-Fi ->
+# store -> broker -> network shell), then serve; a fatal error is logged and
+# the board restarted.
 #
 #   on a board:     main.py calls run() (config /siskin.json)
 #   on unix:        micropython firmware/main.py --config path.json [--port N]
@@ -11,122 +12,52 @@
 
 import asyncio
 import gc
-import os
 import sys
-import time
 
-from common.broker.broker import VERSION
-from common.broker.settings import ConfigError
+# The broker's modules first, from the top level: they import one another
+# several levels deep, each level of a nested import takes C stack, and the
+# 32-bit unix port (40 KB of it) ran out when they came in under the shell's.
+from common.broker import broker  # noqa: F401
+from common.broker.limits import ConfigError
 from common.compat import unload
 from firmware import board
-from firmware.shell import Log, Server, make_driver
-
-DEFAULT_CONFIG = "/siskin.json"
+from firmware.shell import Log
 
 # Modules that run only in build(): imported there and unloaded after it,
-# so that their code does not stay in a board's heap (docs/boards.md).
-STARTUP_ONLY = ("firmware.boardcfg", "firmware.storage", "common.store.storeboot")
-
-
-def parse_args(argv):
-    opts = {"config": DEFAULT_CONFIG, "port": None, "board": None, "heap_report": None, "root": None}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        key = arg[2:].replace("-", "_") if arg.startswith("--") else None
-        if key not in opts or i + 1 >= len(argv):
-            raise ConfigError(
-                "usage: main.py [--config PATH] [--port N] [--board NAME|PATH] [--heap-report S] [--root DIR]"
-            )
-        value = argv[i + 1]
-        opts[key] = int(value) if key in ("port", "heap_report") else value
-        i += 2
-    return opts
+# so that their code does not stay in a board's heap (docs/boards.md): the
+# start-up itself (firmware/startup.py, with the Wi-Fi and the watchdog),
+# the config readers, the store's openers (the log's scan too), and the
+# config schema and its checks (common/broker/settings.py; the broker reads
+# the small Settings object of common/broker/limits.py).
+STARTUP_ONLY = (
+    "firmware.startup",
+    "firmware.boardcfg",
+    "firmware.storage",
+    "common.store.storeboot",
+    "common.store.filelog_open",
+    "common.store.store_open",
+    "common.broker.settings",
+)
 
 
 def build(argv, root):
     """(server, log) ready to run, from the command line and config."""
+    from firmware.startup import start
+
     try:
-        return _build(argv, root)
+        server, log = start(argv, root)
     finally:
         for name in STARTUP_ONLY:
             unload(name)
-
-
-def _build(argv, root):
-    from common.store.store import StoreError
-    from common.store.storeboot import new_broker
-    from firmware.boardcfg import board_path, load_board, load_device, load_security, load_tls
-    from firmware.storage import index_keys, open_store
-
-    args = parse_args(argv)
-    cfg = load_device(args["config"])
-    if args["port"] is not None:
-        cfg["port"] = args["port"]
-    if args["board"] is not None:
-        cfg["board"] = args["board"]
-    if args["heap_report"] is not None:
-        cfg["server"]["heap_report"] = args["heap_report"]
-    log = Log(cfg["log_level"])
-    settings, opts = load_board(board_path(args["root"] or root, cfg["board"]), cfg["limits"], cfg["server"])
-    security = load_security(cfg)
-    tls = load_tls(cfg, args["config"])
-    log.log(20, "siskin %s on %s (board settings: %s)" % (VERSION, sys.platform, cfg["board"]))
-    wdt = board.start_watchdog(cfg["watchdog_ms"], log)
-    feed = wdt.feed if wdt is not None else None
-    board.bring_up_network(cfg, log, feed)
-    try:
-        store = open_store(cfg, log, index_keys(settings))
-    except (StoreError, ValueError) as e:
-        # A wrong key or a store from a newer Siskin would fail the same way
-        # after every reset: stop at the REPL instead (docs/boards.md).
-        raise ConfigError("store %s: %s" % (cfg["storage"], e))
-    except OSError as e:
-        # A missing directory, a full or read-only file system: the same
-        # after every reset too. Stop, or serve without persistence if the
-        # board settings allow it (server.storage_optional).
-        why = "store %s cannot be opened (%r)" % (cfg["storage"], e)
-        if not opts["storage_optional"]:
-            raise ConfigError(
-                why + ": fix the path or the file system, set \"storage\": \"none\", or set"
-                ' "storage_optional": true in the board\'s "server" settings to serve without persistence'
-            )
-        log.log(40, why + ": serving WITHOUT persistence (storage_optional)")
-        store = None
-    driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
-    driver.set_security(*security)
-    if store is not None:
-        # Wall time so that expiry counts the downtime (boards without NTP:
-        # seconds since 2000 from boot, clamped by the store; see persistence.md).
-        driver.restore(int(time.time()))
-    server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
-    server.on_tick = feed
-    if cfg["bridge"]:
-        # (Loaded here, not at the first connection: the bridge's code is in
-        # the heap before the TLS room is measured.)
-        from firmware.bridge import with_contexts
-
-        server.bridges = with_contexts(cfg["bridge"])
+    # The room for TLS buffers is measured now, without the start-up's code:
+    # the heap as it will serve (and as the blocks of mbedTLS will find it).
     upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
-    if tls is not None or upstreams:
+    if server.tls is not None or upstreams:
         from firmware.tls import check_tls_room  # (TLS only: RAM)
 
-        check_tls_room(settings.max_connections, len(server.slots) if tls is not None else 0, upstreams, log)
-    log_security(driver.broker, server.loopback, cfg["host"], log)
+        slots = len(server.slots) if server.tls is not None else 0
+        check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
     return server, log
-
-
-def log_security(broker, loopback, host, log):
-    """The start-up lines: users, ACL and the anonymous decision with why."""
-    from common.broker import login
-
-    log.log(20, "security: " + login.describe(broker))
-    if not loopback and broker.users is None and broker.allow_anonymous is None:
-        log.log(
-            30,
-            "listening on %s (not loopback-only) without users: anonymous clients are refused"
-            " (CONNACK 0x05 / 0x87). Set password_file, or allow_anonymous true, in the device config" % host,
-        )
 
 
 def _stop(log, why):

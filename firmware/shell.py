@@ -56,7 +56,8 @@
 # shell can tell (MicroPython's ssl says nothing else: no getpeercert, and
 # cipher() before the handshake's end reads a NULL); a slot closed before
 # them is a failed handshake: logged with the reason and counted
-# (driver.tls_failed, $SYS clients/tls_failed).
+# (driver.tls_failed, $SYS clients/tls_failed). The words of those failures
+# are firmware/tls.py's, loaded at start-up only with TLS.
 #
 # Timer. One task sleeps until the deadline driver.tick() returns; once a
 # second it also runs the callback the firmware hangs on it (the watchdog
@@ -217,29 +218,6 @@ def peer_address(addr):
         return "?"
 
 
-# mbedTLS error codes (negative) and errnos -> why a handshake failed.
-_NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
-PEER_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
-_CERT_REFUSED = (-0x2700, -0x7A00, -0x6C00, -0x7480)  # X509 verify failed, bad cert, handshake failure, none
-
-
-def tls_failure(error, timeout):
-    """Why a TLS handshake ended, in words for the log."""
-    if error is None:
-        return "not completed within connect_timeout (%d s)" % timeout
-    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
-    name = " (%s)" % error.args[1] if len(error.args) > 1 else " (%d)" % code
-    if code in _NOT_TLS:
-        return "the client does not speak TLS (plain MQTT to the TLS port?)" + name
-    if code in PEER_ENDED:
-        return "the client ended the handshake (an alert, or closed); check that it trusts the certificate" + name
-    if code in _CERT_REFUSED:
-        return "the client certificate was refused or missing (require_certificate)" + name
-    if code == 12 or code == -0x7F00:  # ENOMEM, SSL_ALLOC_FAILED
-        return "no memory for its TLS buffers" + name
-    return "TLS error" + name
-
-
 class Server:
     def __init__(self, driver, opts, host, port, log, tls=None):
         self.driver = driver
@@ -377,6 +355,8 @@ class Server:
                 self.free.append(slot)
                 self.driver.connection_lost(cid)
                 self.driver.tls_failed()
+                from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
+
                 self.log.log(30, "TLS connection from %s refused: %s" % (peer[0], tls_failure(e, 0)))
                 return
             slot.raw = raw
@@ -470,6 +450,8 @@ class Server:
             # Closed before any byte came through TLS: by its error, or by
             # the core's connect timeout (a stalled handshake).
             self.driver.tls_failed()
+            from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
+
             timeout = self.driver.broker.settings.connect_timeout
             self.log.log(30, "TLS handshake from %s failed: %s; closed" % (slot.peer, tls_failure(slot.error, timeout)))
         slot.reset()

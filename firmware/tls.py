@@ -1,14 +1,35 @@
 # TLS on a board, the parts only a board with TLS loads (RAM): the start-up
-# check that its TLS connections fit (firmware/app.py), and a bridge's
+# check that its TLS connections fit (firmware/app.py build, tls_room), why a client's
+# handshake failed (tls_failure, for firmware/shell.py), and a bridge's
 # client context and failure reasons (firmware/bridge.py; the listener's
-# server context is firmware/boardcfg.py load_tls, its reasons
-# firmware/shell.py tls_failure).
+# server context is firmware/boardcfg.py load_tls).
 
 import gc
 
-from firmware import board
-from firmware.boardcfg import ConfigError, load_ca, load_cert_chain
-from firmware.shell import PEER_ENDED
+from common.broker.limits import ConfigError
+
+# mbedTLS error codes (negative) and errnos -> why a handshake failed.
+_NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
+PEER_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
+_CERT_REFUSED = (-0x2700, -0x7A00, -0x6C00, -0x7480)  # X509 verify failed, bad cert, handshake failure, none
+
+
+def tls_failure(error, timeout):
+    """Why a TLS handshake ended, in words for the log."""
+    if error is None:
+        return "not completed within connect_timeout (%d s)" % timeout
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+    name = " (%s)" % error.args[1] if len(error.args) > 1 else " (%d)" % code
+    if code in _NOT_TLS:
+        return "the client does not speak TLS (plain MQTT to the TLS port?)" + name
+    if code in PEER_ENDED:
+        return "the client ended the handshake (an alert, or closed); check that it trusts the certificate" + name
+    if code in _CERT_REFUSED:
+        return "the client certificate was refused or missing (require_certificate)" + name
+    if code == 12 or code == -0x7F00:  # ENOMEM, SSL_ALLOC_FAILED
+        return "no memory for its TLS buffers" + name
+    return "TLS error" + name
+
 
 # Heap one TLS client takes at its handshake's peak, measured on the unix
 # port by tools/tls_ram.py (docs/boards.md, "TLS"): mbedTLS's record
@@ -29,7 +50,7 @@ def check_tls_room(max_connections, slots, upstreams, log):
     listener's, 0 without TLS there); say how many it holds (per board,
     measured now, among the pools)."""
     per = TLS_UPSTREAM_BYTES if upstreams else TLS_CLIENT_BYTES
-    room, heap = board.tls_room(per, TLS_BIGGEST_BLOCK, slots + upstreams)
+    room, heap = tls_room(per, TLS_BIGGEST_BLOCK, slots + upstreams)
     free = gc.mem_free() // 1024
     if room < upstreams:
         raise ConfigError(
@@ -57,6 +78,42 @@ def check_tls_room(max_connections, slots, upstreams, log):
     )
 
 
+def tls_room(per_client, biggest, most):
+    """(TLS clients whose mbedTLS buffers fit now, at most `most`; the heap's name).
+
+    On the ESP32 MicroPython uses ESP-IDF's mbedTLS, which allocates from
+    the IDF heap (the one the split MicroPython heap also grows into): the
+    free bytes of its regions are divided. On the Pico W (and every port with
+    MICROPY_MBEDTLS_CONFIG_BARE_METAL) mbedTLS allocates from the MicroPython
+    heap (m_tracked_calloc), where what counts is whether its blocks (the
+    largest `biggest` bytes: the 16 KB input buffer) find room among the
+    pools: tried with real allocations, freed at once. The unix port's
+    mbedTLS uses malloc; its capped MicroPython heap stands in for a Pico W's.
+    """
+    gc.collect()
+    try:
+        import esp32
+
+        room = 0
+        for _total, free, largest, _low in esp32.idf_heap_info(esp32.HEAP_DATA):
+            if largest >= biggest:  # a region without a block for the input buffer holds none
+                room += free // per_client
+        return min(room, most), "ESP-IDF heap"
+    except (ImportError, AttributeError):
+        pass
+    blocks = []
+    try:
+        while len(blocks) < 2 * most:
+            blocks.append(bytearray(biggest))
+            blocks.append(bytearray(per_client - biggest))
+    except MemoryError:
+        pass
+    room = len(blocks) // 2
+    blocks = None
+    gc.collect()
+    return room, "MicroPython heap"
+
+
 def upstream_context(b):
     """The ssl.SSLContext for bridge `b`'s upstream (a BridgeSettings), or None
     for plain TCP; ConfigError for a file mbedTLS refuses or a missing cafile."""
@@ -68,6 +125,8 @@ def upstream_context(b):
             " certificate of the CA the upstream's certificate chains to (tools/deploy converts PEM)" % b.name
         )
     import ssl
+
+    from firmware.boardcfg import load_ca, load_cert_chain  # (start-up: firmware/bridge.py with_contexts)
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     load_ca(ctx, b.cafile)

@@ -134,36 +134,6 @@ class Stats:
         self.closed_out_of_memory = 0  # closed: handling their packet ran out of heap (MemoryError; boards)
 
 
-# The names of the Stats counters, in a stable order (snapshot()).
-STATS_COUNTERS = (
-    "connections_total",
-    "clients_maximum",
-    "messages_received",
-    "messages_sent",
-    "bytes_received",
-    "bytes_sent",
-    "dropped_qos0",
-    "dropped_queue_full",
-    "dropped_too_large",
-    "dropped_no_slab",
-    "dropped_retained",
-    "refused_queue_full",
-    "dropped_queue_total",
-    "refused_queue_total",
-    "expired",
-    "refused_connections",
-    "login_failed",
-    "denied_publish",
-    "denied_subscribe",
-    "denied_delivery",
-    "closed_replay_stalled",
-    "denied_takeover",
-    "tls_failed",
-    "websocket_refused",
-    "closed_out_of_memory",
-)
-
-
 def _pingreq(broker, conn, pkt, now):
     broker.write(conn, PINGRESP_BYTES)
 
@@ -247,10 +217,10 @@ class Broker:
         # Enhanced authentication methods by name (v5 AUTH).
         self.auth_methods = {}
         if s.scram_users:
-            from common.crypto.auth_scram import ScramSha256  # (SCRAM users only: RAM on the boards)
+            # (SCRAM users only: the exchange's code is not in a board's heap without)
+            from common.broker.enhanced_auth import methods
 
-            method = ScramSha256(s.scram_users)
-            self.auth_methods[method.name] = method
+            self.auth_methods = methods(s.scram_users)
         # Users, access control and the anonymous switch (common/broker/login.py
         # set_security): None = no password file, no ACL, allow_anonymous not set.
         self.users = None
@@ -607,32 +577,11 @@ class Broker:
             self.connections.mark_dirty(conn)
 
     def snapshot(self):
-        """The public counters ($SYS, metrics): a new dict of name -> int.
+        """The public counters ($SYS, metrics): a new dict of name -> int
+        (sys_topics.snapshot; loaded with $SYS or by the host's views)."""
+        from common.broker.sys_topics import snapshot
 
-        Counts of what is live now (connected clients, sessions, subscriptions,
-        retained messages, message slabs in use, bytes of all queues as
-        max_queued_total_bytes counts them) and every Stats counter, the
-        message counters also by QoS (messages_received_qos0 ...).
-        """
-        connected = 0
-        for conn in self.connections.by_id:
-            if conn.state == CONNECTED:
-                connected += 1
-        counts = {}
-        st = self.stats
-        for name in STATS_COUNTERS:
-            counts[name] = getattr(st, name)
-        for qos in range(3):
-            counts["messages_received_qos%d" % qos] = st.received_by_qos[qos]
-            counts["messages_sent_qos%d" % qos] = st.sent_by_qos[qos]
-        counts["connected"] = connected
-        counts["sessions"] = self.sessions.count()
-        counts["subscriptions"] = self.sessions.sub_pool.in_use
-        counts["retained"] = self.routing.retained.count()
-        counts["messages"] = self.routing.messages.in_use()
-        counts["queued_total"] = self.routing.queued_total
-        counts["started"] = self.started
-        return counts
+        return snapshot(self)
 
     def shutdown(self, now):
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""

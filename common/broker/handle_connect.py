@@ -1,4 +1,6 @@
 # CONNECT, DISCONNECT and AUTH; session lifetime, takeover and wills.
+# The AUTH exchange itself (v5 enhanced authentication) is enhanced_auth.py,
+# loaded only with a configured method; here are its refusals without one.
 #
 # Theory of operation. A CONNECT is checked in the order of the spec's
 # statements; each refusal is a CONNACK with the level's code, then close.
@@ -13,12 +15,12 @@
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
 from common.broker import handle_publish, handle_subscribe, login
-from common.broker.connection import CONNECTED, Exchange
+from common.broker.connection import CONNECTED
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
-from common.mqtt.packets import Auth, Connack, encode_packet, prop_get
+from common.mqtt.packets import Connack, encode_packet, prop_get
 
 # v5 reason code -> 3.1.1 CONNACK return code
 _V3_CONNACK = {
@@ -60,17 +62,20 @@ def refuse(broker, conn, reason, now, why):
 def handle_connect(broker, conn, pkt, now):
     """A packet on a connection whose CONNECT is not yet accepted."""
     if pkt.ptype == C.AUTH and conn.connect_pending():
-        _continue_auth(broker, conn, pkt, now)
+        from common.broker import enhanced_auth  # (loaded: conn.auth is set only there)
+
+        enhanced_auth.continue_connect(broker, conn, pkt, now)
         return
     if pkt.ptype != C.CONNECT or conn.connect_pending():
         # [MQTT-3.1.0-1] the first packet must be CONNECT.
         broker.close(conn, now, publish_will=False)
         return
-    _connect(broker, conn, pkt, now, None)
+    accept(broker, conn, pkt, now, None)
 
 
-def _connect(broker, conn, pkt, now, auth_out):
-    """Check and accept a CONNECT; `auth_out` is set once enhanced auth succeeded."""
+def accept(broker, conn, pkt, now, auth_out):
+    """Check and accept a CONNECT; `auth_out` (bytes) is set once enhanced
+    authentication succeeded (enhanced_auth.py), else None."""
     s = broker.settings
     level = pkt.level
     conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
@@ -93,20 +98,11 @@ def _connect(broker, conn, pkt, now, auth_out):
         if method is None:
             refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
             return
-        from common.crypto.auth_scram import CONTINUE, SUCCESS  # (with a method only: RAM on the boards)
+        # (Loaded with the methods by the Broker: no import from the network.)
+        from common.broker import enhanced_auth
 
-        status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
-        conn.auth = exchange = Exchange(method)
-        if status == CONTINUE:
-            exchange.state = state
-            exchange.pending = pkt
-            _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
-            return
-        if status != SUCCESS:
-            refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % method_name)
-            return
-        conn.user = state  # the user the method proved at once
-        auth_out = out
+        enhanced_auth.start(broker, conn, pkt, now, method)
+        return
 
     # Who the client is, and whether it may connect (login.py): 3.1.1
     # CONNACK 0x04 / v5 0x86 for a bad user name or password, 0x05 / 0x87
@@ -199,8 +195,10 @@ def _connect(broker, conn, pkt, now, auth_out):
         _cancel_will(broker, session)
         if conn.acl is not None:
             # Its owner or the rules may have changed since it was made.
-            login.recheck(broker, conn, session, now)
-            login.drop_unreadable_inflight(broker, conn, session)
+            from common.broker import secured  # (loaded with the rules: login.set_security)
+
+            secured.recheck(broker, conn, session, now)
+            secured.drop_unreadable_inflight(broker, conn, session)
     session.level = conn.level
     session.expiry_interval = expiry
     session.expires_at = 0
@@ -448,63 +446,11 @@ def handle_disconnect(broker, conn, pkt, now):
     broker.close(conn, now)
 
 
-def _send_auth(broker, conn, reason, data):
-    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name)]
-    if data:
-        props.append((C.PROP_AUTHENTICATION_DATA, data))
-    broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
-
-
-def _auth_step(broker, conn, pkt):
-    """Run one step of the exchange; the method's (status, out_data)."""
-    from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
-
-    exchange = conn.auth
-    method = exchange.method
-    if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
-        raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
-    data = prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b"")
-    if pkt.reason == C.RC_REAUTHENTICATE:
-        status, out, state = method.start(data, broker.entropy)
-    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and exchange.state is not None:
-        status, out, state = method.step(exchange.state, data)
-    else:
-        raise ProtocolError("unexpected AUTH reason code")
-    exchange.state = state if status == CONTINUE else None
-    if status == SUCCESS:
-        if conn.user is not None and conn.user != state:
-            return FAIL, None  # re-authentication as another user: the ACL was given to the first
-        conn.user = state  # the user the method proved
-    return status, out
-
-
-def _continue_auth(broker, conn, pkt, now):
-    from common.crypto.auth_scram import CONTINUE, SUCCESS
-
-    status, out = _auth_step(broker, conn, pkt)
-    if status == CONTINUE:
-        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
-    elif status == SUCCESS:
-        connect = conn.auth.pending
-        conn.auth.pending = None
-        _connect(broker, conn, connect, now, out or b"")
-    else:
-        conn.auth.pending = None
-        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name)
-
-
 def handle_auth(broker, conn, pkt, now):
-    """AUTH once connected: re-authentication [MQTT-4.12.1-1]."""
+    """AUTH once connected: re-authentication (enhanced_auth.py)."""
     if conn.auth is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
-    from common.crypto.auth_scram import CONTINUE, SUCCESS
+    from common.broker import enhanced_auth  # (loaded: conn.auth is set only there)
 
-    status, out = _auth_step(broker, conn, pkt)
-    if status == CONTINUE:
-        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
-    elif status == SUCCESS:
-        _send_auth(broker, conn, C.RC_SUCCESS, out)
-    else:
-        broker.fail(conn, C.RC_NOT_AUTHORIZED, now, text="re-authentication failed")  # [MQTT-4.12.1-2]
-
+    enhanced_auth.reauthenticate(broker, conn, pkt, now)

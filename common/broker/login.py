@@ -41,13 +41,13 @@
 # resumes it (only its owner may: owner_refusal), and what it had
 # queued or in flight is sent only where the new rules let its client read.
 # Connected clients keep their login until they reconnect.
+#
+# What only a broker with a password file or an ACL runs (the password check
+# and its penalty, the re-checks against new rules) is secured.py, loaded
+# by set_security with them: a board without users or ACL never loads it.
 
-from common.broker import handle_subscribe
 from common.broker.session import OWNER_UNKNOWN
 from common.mqtt import consts as C
-
-PENALTY_MAX_S = 60
-PENALTY_ADDRESSES = 256
 
 BAD_LOGIN = "bad user name or password"
 
@@ -89,6 +89,8 @@ def login(broker, conn, pkt, now):
     elif identity is not None:
         conn.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
+        from common.broker.secured import check_password  # (loaded with the users: set_security)
+
         address = source_address(peer)
         wait = check_password(broker, address, pkt.username, pkt.password, now)
         if wait:
@@ -105,24 +107,6 @@ def login(broker, conn, pkt, now):
         conn.user = pkt.username
     if conn.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
-    return 0
-
-
-def check_password(broker, address, username, password, now):
-    """Check `username` and `password` (bytes) against the password file
-    (broker.users, set), under the penalty of the source `address`: 0 if
-    they are right, -1 if not (the address is penalised), or the seconds
-    its penalty still lasts (nothing is checked). MQTT's CONNECT and the
-    host's HTTP basic auth (cpython_host/web.py) share it, and one table."""
-    failures = broker.login_failures
-    entry = failures.get(address)
-    if entry is not None and now < entry[1]:
-        return entry[1] - now
-    if not broker.users.check(username, password):
-        _penalise(failures, address, now)
-        return -1
-    if entry is not None:
-        del failures[address]
     return 0
 
 
@@ -149,63 +133,19 @@ def _user_text(user):
     return "(anonymous)" if user is None else user
 
 
-def _penalise(failures, address, now):
-    entry = failures.get(address)
-    if entry is None:
-        if len(failures) >= PENALTY_ADDRESSES:
-            oldest = None
-            for key in failures:  # (only on a failed login, at the bound)
-                if oldest is None or failures[key][1] < failures[oldest][1]:
-                    oldest = key
-            del failures[oldest]
-        entry = failures[address] = [0, 0]
-    elif now > entry[1] + PENALTY_MAX_S:
-        entry[0] = 0  # quiet for a while since its last penalty: start again at 1 s
-    entry[0] += 1
-    delay = 1 << (entry[0] - 1) if entry[0] < 8 else PENALTY_MAX_S
-    entry[1] = now + (delay if delay < PENALTY_MAX_S else PENALTY_MAX_S)
-
-
 def grant(broker, conn, client_id):
     """Give the connection the ACL rules of its user and client id."""
     acl = broker.acl
     conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
 
 
-def recheck(broker, conn, session, now):
-    """Remove the subscriptions of `session` that conn.acl no longer allows."""
-    acl = conn.acl
-    dropped = []
-    for sub in session.subs.values():
-        if not acl.may_subscribe(sub.filter):
-            dropped.append(sub)
-    for sub in dropped:
-        broker.stats.denied_subscribe += 1
-        broker.log(30, "%s: subscription %s removed: the ACL does not let user %s read every topic it matches", (session.client_id, sub.key, conn.user))
-        handle_subscribe.remove(broker, sub, now)
-
-
-def drop_unreadable_inflight(broker, conn, session):
-    """At resume, before the resend: the sent, unacknowledged messages its
-    new client may not read are completed here (counted), rather than left
-    in the window for an ack that cannot come. Later ones are filtered when
-    sent (handle_publish._send)."""
-    inflight = session.inflight
-    i = 0
-    while i < len(inflight):
-        d = inflight[i]
-        if d.msg is not None and not conn.acl.can_read(d.msg.topic):
-            inflight.pop(i)  # (resume() sets held_back afresh)
-            broker.listener.delivery_done(session, d)
-            broker.routing.deliveries.release(d)
-            broker.stats.denied_delivery += 1
-        else:
-            i += 1
-
-
 def set_security(broker, users, acl, allow_anonymous, now):
     """Install users (users.Users or None), rules (acl.Acl or None) and the
     anonymous switch (True, False, None = not set); re-check connected clients."""
+    if users is not None or acl is not None:
+        # Loaded here, with the users or the rules (start-up, reload), so
+        # that no CONNECT has to load it; a broker without either never does.
+        from common.broker import secured
     broker.users = users
     broker.acl = acl
     broker.allow_anonymous = allow_anonymous
@@ -215,7 +155,7 @@ def set_security(broker, users, acl, allow_anonymous, now):
             continue
         conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
         if conn.acl is not None:
-            recheck(broker, conn, session, now)
+            secured.recheck(broker, conn, session, now)
 
 
 def describe(broker):

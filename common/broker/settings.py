@@ -22,9 +22,14 @@
 # and explain alike. docs/limits.md lists what the broker answers when each
 # limit is reached; boards/linux.toml explains every key at more length.
 #
-# Start-up only: nothing here runs per packet. The "why" of each key is a
-# comment, not a string, so it costs no RAM on a board.
+# Start-up only: nothing here runs per packet, and a board unloads this
+# module once started (firmware/app.py STARTUP_ONLY); the broker reads its
+# limits from a small Settings object (limits.py, re-exported here). The
+# "why" of each key is a comment, not a string, so it costs no RAM even
+# while the module is loaded.
 
+from common.broker.limits import ConfigError as ConfigError  # (re-exported: the API of this module)
+from common.broker.limits import Settings as Settings
 from common.broker.topics import validate_topic_filter
 from common.mqtt.consts import U16_MAX, U32_MAX
 
@@ -115,10 +120,6 @@ LIMITS = (
 LIMITS_DOC = "boards/linux.toml"  # explains every key of LIMITS
 
 
-class ConfigError(ValueError):
-    """A configuration mistake; str() is the one-line message for the user."""
-
-
 def _is_number(value, kind):
     if value is True or value is False:
         return False
@@ -199,20 +200,3 @@ def content_lines(text):
         if line and not line.startswith("#"):
             out.append((number, line))
     return out
-
-
-class Settings:
-    """The broker's limits; attributes named as in LIMITS."""
-
-    def __init__(self, overrides=None, where="settings"):
-        values = defaults(LIMITS)
-        for name in values:
-            setattr(self, name, values[name])
-        if overrides:
-            self.update(overrides, where)
-
-    def update(self, overrides, where="settings"):
-        """Apply a dict of overrides; raise ConfigError (a ValueError) naming a bad key or value."""
-        values = check(where, overrides, LIMITS, LIMITS_DOC)
-        for name in values:
-            setattr(self, name, values[name])

@@ -6,13 +6,74 @@
 # subscribes to `$SYS/#` gets the latest values at once. Only the broker
 # publishes there: the core refuses a client's PUBLISH into `$SYS/`.
 #
-# The values come from broker.snapshot(), the core's public counters, plus
-# the heap figure the shell measures (the host's resident set size, a
-# board's allocated heap), when it gives one.
+# The values come from snapshot() (broker.snapshot()), the core's public
+# counters, plus the heap figure the shell measures (the host's resident set
+# size, a board's allocated heap), when it gives one. snapshot() is here, not
+# in broker.py, so that a board without $SYS does not hold its code.
 
 from common.broker.broker import VERSION
+from common.broker.connection import CONNECTED
 
 PREFIX = "$SYS/broker/"
+
+# The names of the Stats counters, in a stable order (snapshot()).
+STATS_COUNTERS = (
+    "connections_total",
+    "clients_maximum",
+    "messages_received",
+    "messages_sent",
+    "bytes_received",
+    "bytes_sent",
+    "dropped_qos0",
+    "dropped_queue_full",
+    "dropped_too_large",
+    "dropped_no_slab",
+    "dropped_retained",
+    "refused_queue_full",
+    "dropped_queue_total",
+    "refused_queue_total",
+    "expired",
+    "refused_connections",
+    "login_failed",
+    "denied_publish",
+    "denied_subscribe",
+    "denied_delivery",
+    "closed_replay_stalled",
+    "denied_takeover",
+    "tls_failed",
+    "websocket_refused",
+    "closed_out_of_memory",
+)
+
+
+def snapshot(broker):
+    """The public counters ($SYS, metrics): a new dict of name -> int.
+
+    Counts of what is live now (connected clients, sessions, subscriptions,
+    retained messages, message slabs in use, bytes of all queues as
+    max_queued_total_bytes counts them) and every Stats counter, the
+    message counters also by QoS (messages_received_qos0 ...).
+    """
+    connected = 0
+    for conn in broker.connections.by_id:
+        if conn.state == CONNECTED:
+            connected += 1
+    counts = {}
+    st = broker.stats
+    for name in STATS_COUNTERS:
+        counts[name] = getattr(st, name)
+    for qos in range(3):
+        counts["messages_received_qos%d" % qos] = st.received_by_qos[qos]
+        counts["messages_sent_qos%d" % qos] = st.sent_by_qos[qos]
+    counts["connected"] = connected
+    counts["sessions"] = broker.sessions.count()
+    counts["subscriptions"] = broker.sessions.sub_pool.in_use
+    counts["retained"] = broker.routing.retained.count()
+    counts["messages"] = broker.routing.messages.in_use()
+    counts["queued_total"] = broker.routing.queued_total
+    counts["started"] = broker.started
+    return counts
+
 
 # messages/dropped/<name>: snapshot key. messages/dropped is their sum.
 DROP_COUNTERS = (

@@ -42,6 +42,7 @@ dead (the client's side of 3.1.2.10).
 
 from common.compat import const, ticks_deadline, ticks_diff
 from common.mqtt import consts as C
+from common.mqtt.client_packets import encode_connect, encode_subscribe, encode_unsubscribe
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError
 from common.mqtt.packets import (
@@ -157,7 +158,7 @@ class Client:
         )
         if self.bridge:
             pkt.level = self.level | BRIDGE_BIT
-        self._write(encode_packet(pkt, self.level), ms)
+        self._write(encode_connect(pkt), ms)
 
     def connection_lost(self):
         """The stream ended: what is in flight waits for the next connect()."""
@@ -403,13 +404,13 @@ class Client:
         # (2.2.1), and a PUBLISH would reach this one only after the
         # counter wrapped (65,535 messages later; the SUBACK is long back).
         pid = self._allocate_pid()
-        self._write(encode_packet(Subscribe(pid, topics, props), self.level))
+        self._write(encode_subscribe(Subscribe(pid, topics, props), self.level))
         return pid
 
     def unsubscribe(self, filters):
         """UNSUBSCRIBE [filter]; its packet id (the UNSUBACK's: on_suback)."""
         pid = self._allocate_pid()
-        self._write(encode_packet(Unsubscribe(pid, filters), self.level))
+        self._write(encode_unsubscribe(Unsubscribe(pid, filters), self.level))
         return pid
 
     # -------------------------------------------------------------- time

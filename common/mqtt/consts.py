@@ -17,13 +17,9 @@ LEVEL_31 = const(3)  # MQTT 3.1, protocol name "MQIsdp"; decodes like 3.1.1
 LEVEL_311 = const(4)  # MQTT 3.1.1
 LEVEL_5 = const(5)  # MQTT 5.0
 
-PROTO_NAME_MQTT = "MQTT"
-PROTO_NAME_MQISDP = "MQIsdp"
-
 # ---------------------------------------------------------------------------
 # Control packet types (2.1.2, the high nibble of the first byte)
 # ---------------------------------------------------------------------------
-RESERVED = const(0)
 CONNECT = const(1)
 CONNACK = const(2)
 PUBLISH = const(3)
@@ -49,26 +45,9 @@ PACKET_NAMES = (
     "PINGRESP", "DISCONNECT", "AUTH",
 )
 
-# Fixed header flags (2.1.3)
-PUBLISH_DUP = const(0x08)
-PUBLISH_QOS_MASK = const(0x06)
-PUBLISH_QOS_SHIFT = const(1)
-PUBLISH_RETAIN = const(0x01)
-# PUBREL, SUBSCRIBE and UNSUBSCRIBE carry 0b0010, every other type 0 [MQTT-2.2.2-1]
-FLAGS_0010 = const(0x02)
-
-# CONNECT flags (3.1.2.3)
-CONNECT_USERNAME = const(0x80)
-CONNECT_PASSWORD = const(0x40)
-CONNECT_WILL_RETAIN = const(0x20)
-CONNECT_WILL_QOS_MASK = const(0x18)
-CONNECT_WILL_QOS_SHIFT = const(3)
-CONNECT_WILL_FLAG = const(0x04)
-CONNECT_CLEAN_START = const(0x02)
-CONNECT_RESERVED = const(0x01)
-
-# CONNACK acknowledge flags (3.2.2.1)
-CONNACK_SESSION_PRESENT = const(0x01)
+# The bits of the fixed header (2.1.3), of CONNECT's flags (3.1.2.3) and of
+# CONNACK's (3.2.2.1) are written where the codec reads and writes them
+# (packets.py), with the section they come from.
 
 # Subscription options byte (3.8.3.1); in 3.1.1 only the QoS bits exist.
 SUBOPT_QOS_MASK = const(0x03)
@@ -76,9 +55,7 @@ SUBOPT_NO_LOCAL = const(0x04)
 SUBOPT_RETAIN_AS_PUBLISHED = const(0x08)
 SUBOPT_RETAIN_HANDLING_MASK = const(0x30)
 SUBOPT_RETAIN_HANDLING_SHIFT = const(4)
-SUBOPT_RESERVED_V5 = const(0xC0)
-SUBOPT_RESERVED_V311 = const(0xFC)
-RETAIN_HANDLING_SEND = const(0)  # send retained messages at subscribe
+# Retain Handling 0: send retained messages at subscribe
 RETAIN_HANDLING_SEND_IF_NEW = const(1)  # only if the subscription is new
 RETAIN_HANDLING_DONT_SEND = const(2)
 
@@ -88,13 +65,15 @@ U16_MAX = const(65535)
 U32_MAX = 4294967295  # not a const: above the small-int range of 32-bit ports
 
 # ---------------------------------------------------------------------------
-# MQTT 5.0 reason codes (2.4)
+# MQTT 5.0 reason codes (2.4): the ones Siskin sends, reads or tests by name.
+# Each name costs a board RAM (a global and its string), so the others are
+# only listed: 0x00-0x02 Granted QoS 0-2, 0x8A Banned, 0x91 Packet Identifier
+# in use, 0x96 Message rate too high, 0x99 Payload format invalid, 0x9C Use
+# another server, 0x9D Server moved, 0x9F Connection rate exceeded, 0xA0
+# Maximum connect time.
 # ---------------------------------------------------------------------------
 RC_SUCCESS = const(0x00)
 RC_NORMAL_DISCONNECTION = const(0x00)
-RC_GRANTED_QOS_0 = const(0x00)
-RC_GRANTED_QOS_1 = const(0x01)
-RC_GRANTED_QOS_2 = const(0x02)
 RC_DISCONNECT_WITH_WILL = const(0x04)
 RC_NO_MATCHING_SUBSCRIBERS = const(0x10)
 RC_NO_SUBSCRIPTION_EXISTED = const(0x11)
@@ -110,29 +89,21 @@ RC_BAD_USER_NAME_OR_PASSWORD = const(0x86)
 RC_NOT_AUTHORIZED = const(0x87)
 RC_SERVER_UNAVAILABLE = const(0x88)
 RC_SERVER_BUSY = const(0x89)
-RC_BANNED = const(0x8A)
 RC_SERVER_SHUTTING_DOWN = const(0x8B)
 RC_BAD_AUTHENTICATION_METHOD = const(0x8C)
 RC_KEEP_ALIVE_TIMEOUT = const(0x8D)
 RC_SESSION_TAKEN_OVER = const(0x8E)
 RC_TOPIC_FILTER_INVALID = const(0x8F)
 RC_TOPIC_NAME_INVALID = const(0x90)
-RC_PACKET_IDENTIFIER_IN_USE = const(0x91)
 RC_PACKET_IDENTIFIER_NOT_FOUND = const(0x92)
 RC_RECEIVE_MAXIMUM_EXCEEDED = const(0x93)
 RC_TOPIC_ALIAS_INVALID = const(0x94)
 RC_PACKET_TOO_LARGE = const(0x95)
-RC_MESSAGE_RATE_TOO_HIGH = const(0x96)
 RC_QUOTA_EXCEEDED = const(0x97)
 RC_ADMINISTRATIVE_ACTION = const(0x98)
-RC_PAYLOAD_FORMAT_INVALID = const(0x99)
 RC_RETAIN_NOT_SUPPORTED = const(0x9A)
 RC_QOS_NOT_SUPPORTED = const(0x9B)
-RC_USE_ANOTHER_SERVER = const(0x9C)
-RC_SERVER_MOVED = const(0x9D)
 RC_SHARED_SUBSCRIPTIONS_NOT_SUPPORTED = const(0x9E)
-RC_CONNECTION_RATE_EXCEEDED = const(0x9F)
-RC_MAXIMUM_CONNECT_TIME = const(0xA0)
 RC_SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED = const(0xA1)
 RC_WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED = const(0xA2)
 

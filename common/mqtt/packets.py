@@ -10,7 +10,8 @@ Length announced); every decoder must consume exactly that: bytes left over
 are a malformed packet. ``level`` is the connection's protocol level (3 and 4
 decode alike; 5 adds reason codes and properties); CONNECT carries its own.
 
-``encode_packet(pkt, level)`` dispatches through ``ENCODERS``; each encoder
+``encode_packet(pkt, level)`` dispatches through ``ENCODERS`` (and, for the
+packets only a client sends, client_packets.py's ``CLIENT_ENCODERS``); each encoder
 adds up the size, allocates once and writes front to back, in the shortest
 form the spec allows (3.4.2.1, 3.14.2.1, 3.15.2.1). Encoders do not police
 their caller (a test may send a bad packet on purpose). ``decode_packet``
@@ -80,9 +81,6 @@ class Packet:
             if a != b:
                 return False
         return True
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
 
     def __repr__(self):
         parts = ["%s=%r" % (name, getattr(self, name)) for name in self.FIELDS]
@@ -606,54 +604,6 @@ def decode_packet_into(pkt, first_byte, buf, start, end, level, topics):
 # ---------------------------------------------------------------------------
 
 
-def encode_connect(p, level=None):
-    lvl = p.level
-    v5 = lvl == C.LEVEL_5
-    name = utf8_bytes(p.proto_name or ("MQIsdp" if lvl == 3 else "MQTT"))
-    cid = utf8_bytes(p.client_id or "")
-    flags = 0x02 if p.clean_start else 0
-    size = 2 + len(name) + 1 + 1 + 2 + 2 + len(cid)
-    if v5:
-        psize = properties_size(p.props)
-        size += vbi_size(psize) + psize
-    if p.will_topic is not None:
-        flags |= 0x04 | (p.will_qos << 3)
-        if p.will_retain:
-            flags |= 0x20
-        wtopic = utf8_bytes(p.will_topic)
-        wpayload = p.will_payload or b""
-        size += 4 + len(wtopic) + len(wpayload)
-        if v5:
-            wsize = properties_size(p.will_props)
-            size += vbi_size(wsize) + wsize
-    if p.username is not None:
-        flags |= 0x80
-        user = utf8_bytes(p.username)
-        size += 2 + len(user)
-    if p.password is not None:
-        flags |= 0x40
-        password = utf8_bytes(p.password)
-        size += 2 + len(password)
-    buf, off = new_packet_buffer(0x10, size)
-    off = write_prefixed(buf, off, name)
-    off = write_u8(buf, off, lvl)
-    off = write_u8(buf, off, flags)
-    off = write_u16(buf, off, p.keep_alive)
-    if v5:
-        off = write_properties(buf, off, p.props, psize)
-    off = write_prefixed(buf, off, cid)
-    if p.will_topic is not None:
-        if v5:
-            off = write_properties(buf, off, p.will_props, wsize)
-        off = write_prefixed(buf, off, wtopic)
-        off = write_prefixed(buf, off, wpayload)
-    if p.username is not None:
-        off = write_prefixed(buf, off, user)
-    if p.password is not None:
-        off = write_prefixed(buf, off, password)
-    return bytes(buf)
-
-
 def encode_connack(p, level):
     size = 2
     if level == C.LEVEL_5:
@@ -786,47 +736,6 @@ def encode_puback(p, level):
     return bytes(buf)
 
 
-def encode_subscribe(p, level):
-    size = 2
-    filters = []
-    for filt, _opts in p.topics:
-        f = utf8_bytes(filt)
-        filters.append(f)
-        size += 3 + len(f)
-    if level == C.LEVEL_5:
-        psize = properties_size(p.props)
-        size += vbi_size(psize) + psize
-    buf, off = new_packet_buffer(0x82, size)
-    off = write_u16(buf, off, p.packet_id)
-    if level == C.LEVEL_5:
-        off = write_properties(buf, off, p.props, psize)
-    k = 0
-    for _filt, opts in p.topics:
-        off = write_prefixed(buf, off, filters[k])
-        off = write_u8(buf, off, opts)
-        k += 1
-    return bytes(buf)
-
-
-def encode_unsubscribe(p, level):
-    size = 2
-    filters = []
-    for filt in p.filters:
-        f = utf8_bytes(filt)
-        filters.append(f)
-        size += 2 + len(f)
-    if level == C.LEVEL_5:
-        psize = properties_size(p.props)
-        size += vbi_size(psize) + psize
-    buf, off = new_packet_buffer(0xA2, size)
-    off = write_u16(buf, off, p.packet_id)
-    if level == C.LEVEL_5:
-        off = write_properties(buf, off, p.props, psize)
-    for f in filters:
-        off = write_prefixed(buf, off, f)
-    return bytes(buf)
-
-
 def encode_ack_list(first, p, level, with_reasons):
     """SUBACK and UNSUBACK: packet id, v5 properties, one reason per filter."""
     reasons = p.reasons if with_reasons else ()
@@ -867,15 +776,23 @@ def encode_auth(p, level):
     return encode_reason_props(0xF0, p, level)
 
 
+# None: a packet only a client sends (CONNECT, SUBSCRIBE, UNSUBSCRIBE),
+# whose encoder is in client_packets.py: the broker never sends one, so a
+# board's heap does not hold their code (the client loads them).
 ENCODERS = (
-    None, encode_connect, encode_connack, encode_publish, encode_puback,
-    encode_puback, encode_puback, encode_puback, encode_subscribe, encode_suback,
-    encode_unsubscribe, encode_unsuback, encode_ping, encode_ping,
+    None, None, encode_connack, encode_publish, encode_puback,
+    encode_puback, encode_puback, encode_puback, None, encode_suback,
+    None, encode_unsuback, encode_ping, encode_ping,
     encode_disconnect, encode_auth,
 )
 
 
 def encode_packet(pkt, level):
     """Encode ``pkt`` for a connection at protocol ``level`` (CONNECT uses its own)."""
-    return ENCODERS[pkt.ptype](pkt, level)
+    encode = ENCODERS[pkt.ptype]
+    if encode is None:
+        from common.mqtt.client_packets import CLIENT_ENCODERS  # (never on the broker's path)
+
+        encode = CLIENT_ENCODERS[pkt.ptype]
+    return encode(pkt, level)
 

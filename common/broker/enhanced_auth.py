@@ -1,0 +1,99 @@
+# v5 enhanced authentication (4.12): the AUTH exchange that a CONNECT naming
+# an Authentication Method starts, and re-authentication once connected.
+#
+# Theory of operation. Loaded only when a method is configured (the Broker
+# imports it with scram_users: RAM on the boards). Without one, handle_connect
+# answers a CONNECT that names a method with CONNACK 0x8C and an AUTH with a
+# protocol error, with no code from here; with one, conn.auth (an Exchange)
+# is set only here, so the paths that come back to this module
+# (handle_connect's AUTH before CONNACK, its handle_auth once connected) find
+# it already loaded.
+#
+# start() runs the method's first step on the CONNECT's Authentication Data:
+# it succeeds at once (the CONNECT goes on, CONNACK carries the method's
+# final data), fails (CONNACK 0x87), or continues: the CONNECT waits in the
+# Exchange while AUTH packets go back and forth (continue_connect).
+
+from common.broker import handle_connect
+from common.broker.connection import Exchange
+from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS, ScramSha256
+from common.mqtt import consts as C
+from common.mqtt.errors import ProtocolError
+from common.mqtt.packets import Auth, encode_packet, prop_get
+
+
+def methods(scram_users):
+    """The methods by name, for Broker.auth_methods."""
+    method = ScramSha256(scram_users)
+    return {method.name: method}
+
+
+def start(broker, conn, pkt, now, method):
+    """A CONNECT (`pkt`) that names `method`: its first step."""
+    status, out, state = method.start(prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
+    conn.auth = exchange = Exchange(method)
+    if status == CONTINUE:
+        exchange.state = state
+        exchange.pending = pkt
+        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
+        return
+    if status != SUCCESS:
+        handle_connect.refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % method.name)
+        return
+    conn.user = state  # the user the method proved at once
+    handle_connect.accept(broker, conn, pkt, now, out or b"")
+
+
+def _send_auth(broker, conn, reason, data):
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name)]
+    if data:
+        props.append((C.PROP_AUTHENTICATION_DATA, data))
+    broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
+
+
+def _auth_step(broker, conn, pkt):
+    """Run one step of the exchange; the method's (status, out_data)."""
+    exchange = conn.auth
+    method = exchange.method
+    if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
+        raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
+    data = prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b"")
+    if pkt.reason == C.RC_REAUTHENTICATE:
+        status, out, state = method.start(data, broker.entropy)
+    elif pkt.reason == C.RC_CONTINUE_AUTHENTICATION and exchange.state is not None:
+        status, out, state = method.step(exchange.state, data)
+    else:
+        raise ProtocolError("unexpected AUTH reason code")
+    exchange.state = state if status == CONTINUE else None
+    if status == SUCCESS:
+        if conn.user is not None and conn.user != state:
+            return FAIL, None  # re-authentication as another user: the ACL was given to the first
+        conn.user = state  # the user the method proved
+    return status, out
+
+
+def continue_connect(broker, conn, pkt, now):
+    """An AUTH while the CONNECT waits for the exchange to end."""
+    status, out = _auth_step(broker, conn, pkt)
+    if status == CONTINUE:
+        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
+    elif status == SUCCESS:
+        connect = conn.auth.pending
+        conn.auth.pending = None
+        handle_connect.accept(broker, conn, connect, now, out or b"")
+    else:
+        conn.auth.pending = None
+        handle_connect.refuse(
+            broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name
+        )
+
+
+def reauthenticate(broker, conn, pkt, now):
+    """An AUTH once connected, on a connection that authenticated [MQTT-4.12.1-1]."""
+    status, out = _auth_step(broker, conn, pkt)
+    if status == CONTINUE:
+        _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
+    elif status == SUCCESS:
+        _send_auth(broker, conn, C.RC_SUCCESS, out)
+    else:
+        broker.fail(conn, C.RC_NOT_AUTHORIZED, now, text="re-authentication failed")  # [MQTT-4.12.1-2]

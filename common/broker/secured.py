@@ -1,0 +1,81 @@
+# The parts of login (login.py) that only a broker with a password file or
+# an ACL runs: the password check under the per-address penalty, and the
+# re-checks of a session against new or changed rules. login.set_security
+# loads this module when it installs users or rules, so that no CONNECT
+# loads it; a broker without either (a board's default) never does.
+# login.py's theory of operation describes the rules.
+
+from common.broker import handle_subscribe
+
+PENALTY_MAX_S = 60
+PENALTY_ADDRESSES = 256
+
+
+def check_password(broker, address, username, password, now):
+    """Check `username` and `password` (bytes) against the password file
+    (broker.users, set), under the penalty of the source `address`: 0 if
+    they are right, -1 if not (the address is penalised), or the seconds
+    its penalty still lasts (nothing is checked). MQTT's CONNECT and the
+    host's HTTP basic auth (cpython_host/web.py) share it, and one table."""
+    failures = broker.login_failures
+    entry = failures.get(address)
+    if entry is not None and now < entry[1]:
+        return entry[1] - now
+    if not broker.users.check(username, password):
+        _penalise(failures, address, now)
+        return -1
+    if entry is not None:
+        del failures[address]
+    return 0
+
+
+def _penalise(failures, address, now):
+    entry = failures.get(address)
+    if entry is None:
+        if len(failures) >= PENALTY_ADDRESSES:
+            oldest = None
+            for key in failures:  # (only on a failed login, at the bound)
+                if oldest is None or failures[key][1] < failures[oldest][1]:
+                    oldest = key
+            del failures[oldest]
+        entry = failures[address] = [0, 0]
+    elif now > entry[1] + PENALTY_MAX_S:
+        entry[0] = 0  # quiet for a while since its last penalty: start again at 1 s
+    entry[0] += 1
+    delay = 1 << (entry[0] - 1) if entry[0] < 8 else PENALTY_MAX_S
+    entry[1] = now + (delay if delay < PENALTY_MAX_S else PENALTY_MAX_S)
+
+
+def recheck(broker, conn, session, now):
+    """Remove the subscriptions of `session` that conn.acl no longer allows."""
+    acl = conn.acl
+    dropped = []
+    for sub in session.subs.values():
+        if not acl.may_subscribe(sub.filter):
+            dropped.append(sub)
+    for sub in dropped:
+        broker.stats.denied_subscribe += 1
+        broker.log(
+            30,
+            "%s: subscription %s removed: the ACL does not let user %s read every topic it matches",
+            (session.client_id, sub.key, conn.user),
+        )
+        handle_subscribe.remove(broker, sub, now)
+
+
+def drop_unreadable_inflight(broker, conn, session):
+    """At resume, before the resend: the sent, unacknowledged messages its
+    new client may not read are completed here (counted), rather than left
+    in the window for an ack that cannot come. Later ones are filtered when
+    sent (handle_publish._send)."""
+    inflight = session.inflight
+    i = 0
+    while i < len(inflight):
+        d = inflight[i]
+        if d.msg is not None and not conn.acl.can_read(d.msg.topic):
+            inflight.pop(i)  # (resume() sets held_back afresh)
+            broker.listener.delivery_done(session, d)
+            broker.routing.deliveries.release(d)
+            broker.stats.denied_delivery += 1
+        else:
+            i += 1
