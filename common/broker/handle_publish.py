@@ -212,10 +212,13 @@ def _denied(broker, conn, topic, now):
 def _resolve_alias(broker, conn, topic, alias):
     if alias > broker.settings.topic_alias_maximum:
         raise MqttError(C.RC_TOPIC_ALIAS_INVALID, "topic alias above the maximum")  # [MQTT-3.3.2-9]
-    aliases = conn.aliases_in
+    both = conn.aliases
+    aliases = None if both is None else both[0]
     if topic:
         if aliases is None:
-            aliases = conn.aliases_in = {}
+            if both is None:
+                both = conn.aliases = [None, None]
+            aliases = both[0] = {}
         aliases[alias] = topic  # [MQTT-3.3.2-12] (re)define the alias
         return topic
     known = aliases.get(alias) if aliases is not None else None
@@ -719,9 +722,12 @@ def _alias_out(conn, topic):
     carry only the alias. Aliases are never reassigned once the client's
     Topic Alias Maximum is used up [MQTT-3.3.2-8] [MQTT-3.3.2-10].
     """
-    aliases = conn.aliases_out
+    both = conn.aliases
+    if both is None:
+        both = conn.aliases = [None, None]
+    aliases = both[1]
     if aliases is None:
-        aliases = conn.aliases_out = {}
+        aliases = both[1] = {}
     alias = aliases.get(topic)
     if alias is not None:
         return -alias
