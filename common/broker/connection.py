@@ -16,31 +16,28 @@ CLOSING = const(3)
 
 class Connection:
     # Slots on CPython: no per-object dict (about 80 B less per connection on
-    # the host); MicroPython ignores them (its objects keep an attribute map).
+    # the host). MicroPython ignores them: an object's attributes are a hash
+    # table that grows in steps (12, 17, 23, 29 entries, 8 B each on a
+    # 32-bit board), so what few connections have waits in `extras`, and
+    # these 17 take the 17-entry table.
     __slots__ = (
         "acl",
-        "alias_max_out",
-        "aliases",
-        "auth",
         "cid",
         "deadline",
         "dirty",
+        "extras",
         "keep_alive",
         "level",
-        "max_packet_out",
         "more",
         "out",
         "out_bytes",
         "paused",
         "peer",
-        "problem_info",
         "reader",
         "receive_maximum",
-        "refuse_reason",
         "session",
         "state",
         "user",
-        "will_on_close",
     )
 
     def __init__(self, cid):
@@ -66,31 +63,47 @@ class Connection:
         # CONNECT timeout or keep-alive deadline in wrapping ms ticks
         # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.
         self.deadline = 0
-        self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
         self.peer = None  # (address, TLS identity, loopback listener) from the shell
         self.user = None  # the logged-in user (login.py), None: anonymous
         self.acl = None  # its rules (acl.ClientAcl), None: no ACL configured
-        # The peer's own limits (v5 CONNECT properties).
-        self.receive_maximum = 65535
-        self.max_packet_out = 0  # 0 = no limit
-        self.alias_max_out = 0
-        # Topic aliases in use: None, or [inbound alias -> topic, topic ->
-        # outbound alias], each dict made at its first alias, or None. One
-        # attribute for both: on MicroPython an object's attributes are a
-        # hash table that grows in steps (12, 17, 23, 29 entries), and one
-        # more attribute here would cost 48 B per connection on a board.
-        self.aliases = None
-        self.problem_info = True  # v5 Request Problem Information
-        self.will_on_close = True  # cleared by a normal DISCONNECT
-        # v5 enhanced authentication in progress or done: an Exchange, None
-        # = none used (one attribute for three: every attribute of this
-        # object costs RAM per client on a board).
-        self.auth = None
+        self.receive_maximum = 65535  # the peer's (v5 CONNECT property)
+        self.extras = None  # an Extras once the connection has any
+
+    def extra(self):
+        """Its Extras, made at the first use."""
+        extras = self.extras
+        if extras is None:
+            extras = self.extras = Extras()
+        return extras
+
+    def exchange(self):
+        """Its enhanced authentication (an Exchange), or None."""
+        extras = self.extras
+        return None if extras is None else extras.auth
 
     def connect_pending(self):
         """Whether a CONNECT waits for its enhanced authentication to end."""
-        auth = self.auth
+        auth = self.exchange()
         return auth is not None and auth.pending is not None
+
+
+class Extras:
+    """What few connections have (Connection.extras): a v5 client's limits
+    other than Receive Maximum and its topic aliases, its enhanced
+    authentication, a refusal. Made at the first of them (Connection.extra);
+    None stands for all at their defaults."""
+
+    def __init__(self):
+        self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
+        # The peer's own limits (v5 CONNECT properties).
+        self.max_packet_out = 0  # 0 = no limit
+        self.alias_max_out = 0
+        self.problem_info = True  # v5 Request Problem Information
+        self.aliases_in = None  # inbound topic alias -> topic
+        self.aliases_out = None  # topic -> outbound alias
+        # v5 enhanced authentication in progress or done: an Exchange, None
+        # = none used.
+        self.auth = None
 
 
 class Exchange:

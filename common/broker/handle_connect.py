@@ -76,11 +76,13 @@ def _connect(broker, conn, pkt, now, auth_out):
     conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
     if level == C.LEVEL_5:
         # Before any refusal: its Reason String must fit [MQTT-3.1.2-25].
-        conn.max_packet_out = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
+        limit = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
+        if limit:
+            conn.extra().max_packet_out = limit
     if level == C.LEVEL_31 and not s.allow_mqtt31:
         refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false")  # [MQTT-3.1.2-2]
         return
-    if conn.refuse_reason:
+    if conn.extras is not None and conn.extras.refuse_reason:
         # Accepted beyond max_connections only to say so.
         reason = C.RC_SERVER_BUSY if level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
         refuse(broker, conn, reason, now, "over max_connections %d" % s.max_connections)
@@ -96,7 +98,7 @@ def _connect(broker, conn, pkt, now, auth_out):
         from common.crypto.auth_scram import CONTINUE, SUCCESS  # (with a method only: RAM on the boards)
 
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
-        conn.auth = exchange = Exchange(method)
+        conn.extra().auth = exchange = Exchange(method)
         if status == CONTINUE:
             exchange.state = state
             exchange.pending = pkt
@@ -209,7 +211,6 @@ def _connect(broker, conn, pkt, now, auth_out):
     conn.keep_alive = keep_alive
     conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
     conn.state = CONNECTED
-    conn.will_on_close = True
     if will is not None:
         session.will = will
     broker.listener.session_saved(session)
@@ -217,11 +218,15 @@ def _connect(broker, conn, pkt, now, auth_out):
     ack_props = None
     if v5:
         conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
-        conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
-        conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
+        alias_max = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
+        if alias_max:
+            conn.extra().alias_max_out = alias_max
+        if prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) != 1:
+            conn.extra().problem_info = False
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
-        if conn.auth is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name))
+        exchange = conn.exchange()
+        if exchange is not None:
+            ack_props.append((C.PROP_AUTHENTICATION_METHOD, exchange.method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
@@ -346,8 +351,10 @@ def _publish_will(broker, session, now):
 # ----------------------------------------------------- end of a connection
 
 
-def detach(broker, conn, now):
-    """The connection ends (any reason): decide the will and the session."""
+def detach(broker, conn, now, publish_will=True):
+    """The connection ends (any reason): decide the will and the session.
+    `publish_will` False: it ends without its will (a normal DISCONNECT,
+    Broker.close's callers)."""
     session = conn.session
     if session is None or session.conn is not conn:
         conn.session = None
@@ -356,7 +363,7 @@ def detach(broker, conn, now):
     conn.session = None
     if _has_shared(session):
         handle_publish.hand_over_shared(broker, session, now)
-    if conn.state == CONNECTED and conn.will_on_close and session.will is not None:
+    if conn.state == CONNECTED and publish_will and session.will is not None:
         delay = session.will[1]
         if delay == 0 or session.expiry_interval == 0:
             _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
@@ -441,15 +448,15 @@ def handle_disconnect(broker, conn, pkt, now):
                 expiry = broker.settings.max_session_expiry
             session.expiry_interval = expiry
         # 0x04 "Disconnect with Will Message" keeps the will [MQTT-3.14.4-3].
-        conn.will_on_close = pkt.reason == C.RC_DISCONNECT_WITH_WILL
+        keep_will = pkt.reason == C.RC_DISCONNECT_WITH_WILL
     else:
-        conn.will_on_close = False  # [MQTT-3.14.4-3]
+        keep_will = False  # [MQTT-3.14.4-3]
     broker.log(20, "%s disconnected (DISCONNECT 0x%02x)", (session.client_id, pkt.reason))
-    broker.close(conn, now)
+    broker.close(conn, now, keep_will)
 
 
 def _send_auth(broker, conn, reason, data):
-    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name)]
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.exchange().method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
     broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
@@ -459,7 +466,7 @@ def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
     from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
 
-    exchange = conn.auth
+    exchange = conn.exchange()
     method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
         raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
@@ -485,17 +492,19 @@ def _continue_auth(broker, conn, pkt, now):
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
     elif status == SUCCESS:
-        connect = conn.auth.pending
-        conn.auth.pending = None
+        exchange = conn.exchange()
+        connect = exchange.pending
+        exchange.pending = None
         _connect(broker, conn, connect, now, out or b"")
     else:
-        conn.auth.pending = None
-        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name)
+        exchange = conn.exchange()
+        exchange.pending = None
+        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % exchange.method.name)
 
 
 def handle_auth(broker, conn, pkt, now):
     """AUTH once connected: re-authentication [MQTT-4.12.1-1]."""
-    if conn.auth is None:
+    if conn.exchange() is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
     from common.crypto.auth_scram import CONTINUE, SUCCESS
