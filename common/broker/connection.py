@@ -77,42 +77,40 @@ class Connection:
         return extras
 
     def exchange(self):
-        """Its enhanced authentication (an Exchange), or None."""
+        """Its enhanced authentication (Extras with a method), or None."""
         extras = self.extras
-        return None if extras is None else extras.auth
+        return None if extras is None or extras.method is None else extras
 
     def connect_pending(self):
         """Whether a CONNECT waits for its enhanced authentication to end."""
-        auth = self.exchange()
-        return auth is not None and auth.pending is not None
+        extras = self.extras
+        return extras is not None and extras.pending is not None
 
 
 class Extras:
     """What few connections have (Connection.extras): a v5 client's limits
     other than Receive Maximum and its topic aliases, its enhanced
-    authentication, a refusal. Made at the first of them (Connection.extra);
-    None stands for all at their defaults."""
+    authentication, a refusal. Made at the first of them (Connection.extra).
 
-    def __init__(self):
-        self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
-        # The peer's own limits (v5 CONNECT properties).
-        self.max_packet_out = 0  # 0 = no limit
-        self.alias_max_out = 0
-        self.problem_info = True  # v5 Request Problem Information
-        self.aliases_in = None  # inbound topic alias -> topic
-        self.aliases_out = None  # topic -> outbound alias
-        # v5 enhanced authentication in progress or done: an Exchange, None
-        # = none used.
-        self.auth = None
+    The class attributes are the defaults: an object holds only what was
+    set on it (never reset: a reused Connection gets a new one), so on
+    MicroPython its attribute table has that many entries, none at first.
+    """
 
-
-class Exchange:
-    """A connection's v5 enhanced authentication (handle_connect)."""
-
-    def __init__(self, method):
-        self.method = method  # the method object (auth_scram.ScramSha256)
-        self.state = None  # the method's state between AUTH packets
-        self.pending = None  # the CONNECT waiting for the exchange to end
+    refuse_reason = 0  # accepted only to refuse its CONNECT politely
+    # The peer's own limits (v5 CONNECT properties).
+    max_packet_out = 0  # 0 = no limit
+    alias_max_out = 0
+    problem_info = True  # v5 Request Problem Information
+    aliases_in = None  # inbound topic alias -> topic (a dict of its own once set)
+    aliases_out = None  # topic -> outbound alias (likewise)
+    # v5 enhanced authentication (handle_connect), in progress or done: the
+    # method object (auth_scram.ScramSha256), None = none used; the
+    # method's state between AUTH packets; the CONNECT waiting for the
+    # exchange to end.
+    method = None
+    state = None
+    pending = None
 
 
 class Connections:

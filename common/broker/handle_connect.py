@@ -13,7 +13,7 @@
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
 from common.broker import handle_publish, handle_subscribe, login
-from common.broker.connection import CONNECTED, Exchange
+from common.broker.connection import CONNECTED
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
@@ -98,7 +98,8 @@ def _connect(broker, conn, pkt, now, auth_out):
         from common.crypto.auth_scram import CONTINUE, SUCCESS  # (with a method only: RAM on the boards)
 
         status, out, state = method.start(prop_get(props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
-        conn.extra().auth = exchange = Exchange(method)
+        exchange = conn.extra()
+        exchange.method = method
         if status == CONTINUE:
             exchange.state = state
             exchange.pending = pkt
