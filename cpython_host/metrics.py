@@ -57,6 +57,11 @@ COUNTERS = (
         "WebSocket upgrades refused (HTTP 4xx) and WebSocket connections closed for bad frames",
         "websocket_refused",
     ),
+    (
+        "siskin_out_of_memory_closes_total",
+        "Clients closed because handling their packet ran out of heap (MemoryError; boards above all)",
+        "closed_out_of_memory",
+    ),
 )
 
 # (label value, snapshot key) of the labelled families.

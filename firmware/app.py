@@ -10,6 +10,7 @@
 # is how the tests run the firmware.
 
 import asyncio
+import gc
 import os
 import sys
 import time
@@ -128,19 +129,35 @@ def log_security(broker, loopback, host, log):
         )
 
 
+def _stop(log, why):
+    """A start-up failure that every reset would repeat: say why and stay at
+    the REPL so the file can be fixed (mpremote, docs/boards.md); exit 2 on
+    the unix port."""
+    log.log(40, why)
+    if board.has_network():
+        return 2
+    sys.exit(2)
+
+
 def run(argv=None, root=""):
     """Run the broker until interrupted; restart the board on a fatal error."""
     log = Log("info")
     try:
         server, log = build(sys.argv[1:] if argv is None else argv, root)
     except ConfigError as e:
-        log.log(40, "config: %s" % e)
-        if board.has_network():
-            # A board with a bad config would reboot forever; stay at the
-            # REPL so the file can be fixed (mpremote, docs/boards.md).
-            return 2
-        sys.exit(2)
-    except Exception as e:  # e.g. MemoryError sizing the pools
+        return _stop(log, "config: %s" % e)
+    except MemoryError as e:
+        # The same board file on the same heap runs out at the same place
+        # after every reset: a reset loop that never serves. Stop instead.
+        gc.collect()
+        free, used = gc.mem_free(), gc.mem_alloc()
+        return _stop(
+            log,
+            "out of memory at start-up (%r; %d B of the %d B heap free now): lower the board file's limits"
+            " (max_connections, max_subscriptions, max_messages, max_retained) or set \"prealloc\": false"
+            " (docs/boards.md, RAM budget)" % (e, free, free + used),
+        )
+    except Exception as e:  # e.g. Wi-Fi that did not come up: a reset may help
         log.log(40, "fatal at start-up: %r; restarting" % (e,))
         sys.print_exception(e)
         board.reset(log)

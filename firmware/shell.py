@@ -334,6 +334,15 @@ class Server:
         io = asyncio.core._io_queue
         if not isinstance(io, Clients):
             asyncio.core._io_queue = Clients(io, self.slots)
+        threshold = self.opts["gc_threshold"]
+        if threshold:
+            # Collected only when the heap is full, the long-lived objects
+            # made while serving spread over all of it between the garbage,
+            # and at the limits no block is left for the largest packet.
+            # Collected every `threshold` bytes, they fill the holes low in
+            # the heap and the top stays in one piece (docs/boards.md).
+            gc.collect()
+            gc.threshold(threshold)
         self.accept_task = asyncio.create_task(self._accept_loop())
         self.clock_task = asyncio.create_task(self._clock())
         return self.port

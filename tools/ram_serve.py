@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from common.mqtt import consts as C  # noqa: E402
 from common.mqtt.codec import FrameReader  # noqa: E402
-from common.mqtt.packets import Connect, Publish, Subscribe, decode_packet, encode_packet  # noqa: E402
+from common.mqtt.packets import Connect, PubAck, Publish, Subscribe, decode_packet, encode_packet  # noqa: E402
 
 N = 16  # items per averaged measurement
 ITEMS_HEAP = "1M"  # the per-item run's heap: 2 x N slots and their buffers, whatever the board
@@ -98,10 +98,17 @@ class Client:
         self.send(Subscribe(pid, [(flt, 1)], None))
         self.expect(C.SUBACK)
 
-    def publish(self, topic: str, qos: int, retain: bool, pid: int) -> None:
-        self.send(Publish(topic, PAYLOAD, qos, retain, False, pid if qos else 0, None))
+    def publish(self, topic: str, qos: int, retain: bool, pid: int, payload: bytes = PAYLOAD) -> None:
+        self.send(Publish(topic, payload, qos, retain, False, pid if qos else 0, None))
         if qos:
             self.expect(C.PUBACK)
+
+    def receive(self) -> bytes:
+        """The payload of the next PUBLISH (acknowledged if QoS 1)."""
+        pkt = self.expect(C.PUBLISH)
+        if pkt.qos:
+            self.send(PubAck(C.PUBACK, pkt.packet_id, 0, None))
+        return bytes(pkt.payload)
 
     def close(self) -> None:
         self.sock.close()
@@ -244,6 +251,14 @@ def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Pa
             pub.publish(f"r/{i}/x", 1, True, pid)
         alloc, free = fw.heap()
         total = alloc + free
+        # A heap that adds up can still be too fragmented for one big block:
+        # the largest PUBLISH the board accepts (max_packet_size) must still
+        # go through, framed in and written out (client 0 holds dev/0/0).
+        big = _largest_payload("dev/0/0", s["max_packet_size"])
+        if per:
+            clients[-1].publish("dev/0/0", 0, False, 0, big)
+            if clients[0].receive() != big:
+                raise RuntimeError("the largest PUBLISH came back changed")
         return {
             "heap": total,
             "start": start,
@@ -256,11 +271,20 @@ def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Pa
             "offline_sessions": offline,
             "queued": queued,
             "retained": s["max_retained"],
+            "largest_publish": len(encode_packet(Publish("dev/0/0", big, 0, False, False, 0, None), 4)) if per else 0,
         }
     except (OSError, RuntimeError) as e:
         raise SystemExit(f"ram_serve: {e}; the firmware's log:\n{_log_tail(fw)}") from None
     finally:
         fw.stop()
+
+
+def _largest_payload(topic: str, max_packet_size: int) -> bytes:
+    """The payload that makes a QoS 0 PUBLISH to `topic` exactly max_packet_size."""
+    n = max_packet_size
+    while len(encode_packet(Publish(topic, bytes(n), 0, False, False, 0, None), 4)) > max_packet_size:
+        n -= 1
+    return bytes(range(256)) * (n // 256) + bytes(range(n % 256))
 
 
 def measure(exe: str, heap: str, code: Path | None, board: Path) -> dict[str, Any]:
@@ -301,6 +325,7 @@ def table(results: list[dict[str, Any]], port: str, code: str) -> str:
         ),
         ("heap in use at the limits", lambda r: f"{r['at_limits']:,} B"),
         ("**free at the limits**", lambda r: f"**{r['free']:,} B ({r['free_pct']} %)**"),
+        ("then the largest PUBLISH (max_packet_size) through", lambda r: f"{r['largest_publish']:,} B: delivered"),
     ]
     head = "| firmware serving real clients | " + " | ".join(f"`boards/{r['board']}`" for r in results) + " |"
     lines = [

@@ -131,6 +131,7 @@ class Stats:
         self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
         self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
         self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
+        self.closed_out_of_memory = 0  # closed: handling their packet ran out of heap (MemoryError; boards)
 
 
 # The names of the Stats counters, in a stable order (snapshot()).
@@ -159,6 +160,7 @@ STATS_COUNTERS = (
     "denied_takeover",
     "tls_failed",
     "websocket_refused",
+    "closed_out_of_memory",
 )
 
 
@@ -376,6 +378,20 @@ class Broker:
                 conn.level = C.LEVEL_5 if connect_level(reader.buf) == C.LEVEL_5 else C.LEVEL_311
             name = self.client_name(conn)
             self.log(30, "closing %s: %s; sent %s", (name, err.msg, self.fail(conn, err.reason, now, text=err.msg)))
+            return
+        except MemoryError:
+            # No block for what this packet needs (a board's heap: too small
+            # for max_packet_size, or in pieces). Not a bug: this connection
+            # is closed (v5: Quota exceeded), the others go on. A message it
+            # was publishing got no acknowledgement, so its client resends it.
+            self.stats.closed_out_of_memory += 1
+            name = self.client_name(conn)
+            sent = self.fail(conn, C.RC_QUOTA_EXCEEDED, now, text="out of memory")
+            self.log(
+                40,
+                "closing %s: out of memory handling its packet (max_packet_size %d; closed_out_of_memory %d); sent %s",
+                (name, self.settings.max_packet_size, self.stats.closed_out_of_memory, sent),
+            )
             return
         if conn.state == CONNECTED and conn.keep_alive:
             # [MQTT-3.1.2-24] one and a half times the keep-alive.

@@ -37,6 +37,7 @@ _TAIL = (
     ("clients/denied_takeover", "denied_takeover"),  # CONNECTs for another user's session (client id)
     ("clients/tls_failed", "tls_failed"),  # TLS handshakes that failed or stalled (no MQTT reached the core)
     ("clients/websocket_refused", "websocket_refused"),  # WebSocket upgrades refused, bad frames (host)
+    ("clients/closed/out_of_memory", "closed_out_of_memory"),  # their packet found no heap (boards)
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

@@ -78,3 +78,25 @@ def test_board_heap_tool_prints_the_table() -> None:
     assert row, proc.stdout
     free, used = (int(g.replace(",", "")) for g in row.groups())
     assert 0 < free < 210016 and 0 < used < 210016 and free + used <= 210016
+
+
+def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path: Path) -> None:
+    """tools/ram_serve (which writes docs/boards.md's table) on the frozen
+    image at each board's heap: filled to the board file's limits, at least
+    30 % of the heap is free, and a PUBLISH of max_packet_size still goes
+    through (a heap fragmented into small holes would refuse its block)."""
+    boards = sorted(BOARD_HEAPS)
+    cmd = [sys.executable, "-m", "tools.ram_serve", "--micropython", unix32(), "--frozen"]
+    for board in boards:
+        cmd += ["--heap", BOARD_HEAPS[board]]
+    cmd += [str(REPO_ROOT / "boards" / f"{board}.json") for board in boards]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["board"] for r in results] == [f"{board}.json" for board in boards]
+    for board, r in zip(boards, results, strict=True):
+        limits = json.loads((REPO_ROOT / "boards" / f"{board}.json").read_text())["limits"]
+        assert 0.95 * heap_bytes(BOARD_HEAPS[board]) <= r["heap"] <= heap_bytes(BOARD_HEAPS[board]), r
+        assert r["free"] >= 0.3 * r["heap"], r
+        assert r["clients"] == limits["max_connections"], r
+        assert r["largest_publish"] == limits["max_packet_size"], r

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from common.mqtt import consts as C
+from common.mqtt.packets import Connect, Publish, encode_packet
 from tests.host.broker_proc import (
     Paho,
     RawClient,
@@ -164,6 +166,48 @@ def test_graceful_stop(tmp_path: Path) -> None:
         assert b.stop() == 0, b.log_text()
         assert c.closed_within(2)
         assert "shutdown complete" in b.log_text()
+
+
+def test_out_of_memory_at_start_up_stops_instead_of_a_reset_loop(tmp_path: Path) -> None:
+    """Pools the heap cannot hold (prealloc of 20,000 sessions at the Pico W's
+    heap) fail the same way after every reset: the firmware stops with the
+    figures and what to lower (exit 2 on the unix port, the REPL on a board),
+    instead of "fatal at start-up ... restarting" forever."""
+    b = UpyBrokerProcess(tmp_path, heap=PICOW_HEAP, limits={"max_sessions": 20000, "prealloc": True})
+    with pytest.raises(RuntimeError):
+        b.start(timeout=20)
+    assert b.proc is not None and b.proc.wait(5) == 2
+    log = b.log_text()
+    assert "out of memory at start-up (MemoryError" in log, log
+    assert "heap free now): lower the board file's limits" in log, log
+    assert "restarting" not in log
+
+
+def test_a_packet_the_heap_cannot_hold_closes_only_its_connection(tmp_path: Path) -> None:
+    """A PUBLISH within max_packet_size for which the heap has no block (here:
+    bigger than the whole heap) is not a broker bug: the v5 client gets
+    DISCONNECT 0x97 Quota exceeded, the close is counted and logged, its
+    message is not acknowledged, and the broker goes on serving others."""
+    with UpyBrokerProcess(tmp_path, heap=PICOW_HEAP, limits={"max_packet_size": 4_000_000}) as b:
+        big = RawClient(b.port)
+        big.send(encode_packet(Connect(level=5, clean_start=True, keep_alive=0, client_id="too-big"), C.LEVEL_5))
+        connack = big.read_packet()
+        assert connack is not None and connack[0] == 0x20 and connack[1][:2] == b"\x00\x00", connack
+        try:
+            big.send(encode_packet(Publish("big/x", bytes(1_500_000), 1, False, False, 1, None), C.LEVEL_5))
+        except OSError:
+            pass  # (closed while sending: what it was told is read below)
+        pkt = big.read_packet(timeout=20)
+        assert pkt is not None and pkt[0] == 0xE0, pkt  # DISCONNECT, not a PUBACK
+        assert pkt[1][0] == C.RC_QUOTA_EXCEEDED, pkt
+        assert big.closed_within(5)
+        other = RawClient(b.port)
+        assert other.connect("after-it") == b"\x00\x00"
+        assert other.subscribe("fw/after", 1) == 1
+        log = b.log_text()
+        assert "closing too-big: out of memory handling its packet (max_packet_size 4000000; closed_out_of_memory 1)" in log
+        assert "core error" not in log
+        assert b.stop() == 0, b.log_text()
 
 
 def test_raw_publish_roundtrip_qos1(broker: UpyBrokerProcess) -> None:
