@@ -195,33 +195,19 @@ class Slot:
                 self.ready = False
             self.polled = want
 
-    def wake(self):
-        """The poll found the socket readable (or in error): read it."""
-        sock = self.sock
-        server = self.server
-        try:
-            server.read(self, sock)  # (the end of the connection frees the slot)
-        except Exception as e:  # a bug: contained to this connection
-            server.log.log(40, "connection #%d: %r; closed" % (self.cid, e))
-            server.finish(self, sock)
-
 
 class Clients(asyncio.core.IOQueue):
     """asyncio's I/O queue, with the client sockets in its poller for good.
 
     Installed in place of asyncio.core._io_queue (Server.start), with the
-    poller and waits of the one it replaces. A socket the poll names that a
+    poller and waits of the one it replaces (`poller`, `map`) and the
+    server's `slots`. A socket the poll names that a
     slot listens on is noted on the slot; every other one is asyncio's,
     handled as asyncio.core.IOQueue.wait_io_event does. The slots read after
     the poll's iteration, in slot order: a read may close or pause another
     slot (a session taken over), which must not change the poller under
     the iteration.
     """
-
-    def __init__(self, io, slots):
-        self.poller = io.poller
-        self.map = io.map
-        self.slots = slots
 
     def wait_io_event(self, dt):
         slots = self.slots
@@ -247,8 +233,16 @@ class Clients(asyncio.core.IOQueue):
                     self.poller.modify(s, select.POLLIN)
         for slot in slots:
             if slot.ready:
+                # Read what the socket has (the end of the connection frees
+                # the slot).
                 slot.ready = False
-                slot.wake()
+                sock = slot.sock
+                server = slot.server
+                try:
+                    server.read(slot, sock)
+                except Exception as e:  # a bug: contained to this connection
+                    server.log.log(40, "connection #%d: %r; closed" % (slot.cid, e))
+                    server.finish(slot, sock)
 
 
 def peer_address(addr):
@@ -333,7 +327,11 @@ class Server:
         self.lsock = s
         io = asyncio.core._io_queue
         if not isinstance(io, Clients):
-            asyncio.core._io_queue = Clients(io, self.slots)
+            clients = Clients()  # (its own poller and map are dropped at once)
+            clients.poller = io.poller
+            clients.map = io.map
+            clients.slots = self.slots
+            asyncio.core._io_queue = clients
         threshold = self.opts["gc_threshold"]
         if threshold:
             # Collected only when the heap is full, the long-lived objects
