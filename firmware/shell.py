@@ -28,8 +28,8 @@
 # Stream.readinto does), and the server's I/O queue (Clients, a subclass of
 # asyncio's IOQueue put in place of asyncio.core._io_queue) notes which
 # slots the poll found readable and has each of them read right after the
-# poll, inside the event loop (Slot.wake: read what the socket has into the
-# slot's preallocated buffer, hand it to driver.data_received(), flush).
+# poll, inside the event loop (Server.read: read what the socket has into
+# the slot's preallocated buffer, hand it to driver.data_received(), flush).
 # So a connection costs its socket and its entry in the poller, without a
 # Task, a Stream, a coroutine frame, nor asyncio's per-wait entry (a list,
 # the key id(sock), re-registered at every read; measured per client:
@@ -116,7 +116,7 @@ class Slot:
         self.sock = None  # None: the slot is free
         self.cid = -1
         self.polled = False  # the socket is in the poller, for reading (listen)
-        self.ready = False  # the poll found it readable: wake() comes next
+        self.ready = False  # the poll found it readable: read next (Clients)
         self.drain_task = None
         self.blocked = False  # a write is draining
         self.tail = None  # a closing connection's last output, after the drain
