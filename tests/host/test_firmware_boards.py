@@ -83,8 +83,9 @@ def test_board_heap_tool_prints_the_table() -> None:
 def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path: Path) -> None:
     """tools/ram_serve (which writes docs/boards.md's table) on the frozen
     image at each board's heap: filled to the board file's limits, at least
-    30 % of the heap is free, and a PUBLISH of max_packet_size still goes
-    through (a heap fragmented into small holes would refuse its block)."""
+    30 % of the heap is free, a PUBLISH of max_packet_size still goes
+    through (a heap fragmented into small holes would refuse its block), and
+    an idle client stays within its budget."""
     boards = sorted(BOARD_HEAPS)
     cmd = [sys.executable, "-m", "tools.ram_serve", "--micropython", unix32(), "--frozen"]
     for board in boards:
@@ -100,3 +101,6 @@ def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path:
         assert r["free"] >= 0.3 * r["heap"], r
         assert r["clients"] == limits["max_connections"], r
         assert r["largest_publish"] == limits["max_packet_size"], r
+        # An idle client, its socket and poller entry included, costs at most
+        # 800 B on the 32-bit firmware (docs/boards.md; 970 B with a task each).
+        assert 0 < r["per_client"] <= 800, r
