@@ -196,7 +196,11 @@ class Slot:
             self.polled = want
 
 
-class Clients(asyncio.core.IOQueue):
+# (The wasm port's asyncio, where the firmware is only measured, has none.)
+_IOQueue = getattr(asyncio.core, "IOQueue", object)
+
+
+class Clients(_IOQueue):
     """asyncio's I/O queue, with the client sockets in its poller for good.
 
     Installed in place of asyncio.core._io_queue (Server.start), with the
