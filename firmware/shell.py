@@ -196,11 +196,7 @@ class Slot:
             self.polled = want
 
 
-# (The wasm port's asyncio, where the firmware is only measured, has none.)
-_IOQueue = getattr(asyncio.core, "IOQueue", object)
-
-
-class Clients(_IOQueue):
+class Clients(getattr(asyncio.core, "IOQueue", object)):  # (none on the wasm port, where the firmware is only measured)
     """asyncio's I/O queue, with the client sockets in its poller for good.
 
     Installed in place of asyncio.core._io_queue (Server.start), with the

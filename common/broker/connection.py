@@ -76,11 +76,6 @@ class Connection:
             extras = self.extras = Extras()
         return extras
 
-    def exchange(self):
-        """Its enhanced authentication (Extras with a method), or None."""
-        extras = self.extras
-        return None if extras is None or extras.method is None else extras
-
     def connect_pending(self):
         """Whether a CONNECT waits for its enhanced authentication to end."""
         extras = self.extras

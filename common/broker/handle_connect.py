@@ -225,9 +225,9 @@ def _connect(broker, conn, pkt, now, auth_out):
         if prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) != 1:
             conn.extra().problem_info = False
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
-        exchange = conn.exchange()
-        if exchange is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, exchange.method.name))
+        extras = conn.extras
+        if extras is not None and extras.method is not None:
+            ack_props.append((C.PROP_AUTHENTICATION_METHOD, extras.method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
@@ -457,7 +457,7 @@ def handle_disconnect(broker, conn, pkt, now):
 
 
 def _send_auth(broker, conn, reason, data):
-    props = [(C.PROP_AUTHENTICATION_METHOD, conn.exchange().method.name)]
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.extras.method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
     broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
@@ -467,7 +467,7 @@ def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
     from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS
 
-    exchange = conn.exchange()
+    exchange = conn.extras  # (an exchange goes on: its method is set)
     method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
         raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
@@ -493,19 +493,19 @@ def _continue_auth(broker, conn, pkt, now):
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
     elif status == SUCCESS:
-        exchange = conn.exchange()
+        exchange = conn.extras
         connect = exchange.pending
         exchange.pending = None
         _connect(broker, conn, connect, now, out or b"")
     else:
-        exchange = conn.exchange()
+        exchange = conn.extras
         exchange.pending = None
         refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % exchange.method.name)
 
 
 def handle_auth(broker, conn, pkt, now):
     """AUTH once connected: re-authentication [MQTT-4.12.1-1]."""
-    if conn.exchange() is None:
+    if conn.extras is None or conn.extras.method is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
     from common.crypto.auth_scram import CONTINUE, SUCCESS
