@@ -51,7 +51,7 @@ SERVER = (
     # Bytes allocated between two collections while serving (gc.threshold);
     # 0 = collect only when the heap is full, which fragments it: then the
     # largest packet finds no block at the limits (docs/boards.md).
-    ("gc_threshold", 8192, K_INT, 0, None),
+    ("gc_threshold", 16384, K_INT, 0, None),
     # A store that cannot be opened (missing directory, full or read-only file
     # system): false = stop at the REPL with the reason; true = log it and
     # serve without persistence. Never a reset loop (firmware/app.py).

@@ -221,11 +221,24 @@ def measure_items(exe: str, code: Path | None, board: Path, work: Path) -> dict[
         fw.stop()
 
 
-def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Path) -> dict[str, Any]:
+def churn(port: int, rounds: int) -> None:
+    """Clients come and go before the board is filled: each connects,
+    subscribes, publishes a retained message and takes it back (an empty
+    retained payload), and leaves; what stays behind is fragmentation."""
+    for k in range(rounds):
+        c = Client(port, f"churn-{k:04d}")
+        c.subscribe(f"churn/{k}/#", 1)
+        c.publish(f"churn/{k}/x", 1, True, 1)
+        c.publish(f"churn/{k}/x", 1, True, 2, b"")
+        c.close()
+
+
+def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Path, rounds: int = 0) -> dict[str, Any]:
     s, _server = _board_settings(board)
     fw = Firmware(exe, heap, code, board, work / "limits", {}, {})
     try:
         start, start_free = fw.heap()
+        churn(fw.port, rounds)
         per_queue = s["max_queued_messages"]
         to_queue = s["max_messages"] - s["max_retained"]
         offline = min((to_queue + per_queue - 1) // per_queue, s["max_sessions"] - s["max_connections"])
@@ -272,6 +285,7 @@ def measure_limits(exe: str, heap: str, code: Path | None, board: Path, work: Pa
             "offline_sessions": offline,
             "queued": queued,
             "retained": s["max_retained"],
+            "churn": rounds,
             "largest_publish": len(encode_packet(Publish("dev/0/0", big, 0, False, False, 0, None), 4)) if per else 0,
         }
     except (OSError, RuntimeError) as e:
@@ -288,12 +302,12 @@ def _largest_payload(topic: str, max_packet_size: int) -> bytes:
     return bytes(range(256)) * (n // 256) + bytes(range(n % 256))
 
 
-def measure(exe: str, heap: str, code: Path | None, board: Path) -> dict[str, Any]:
+def measure(exe: str, heap: str, code: Path | None, board: Path, rounds: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ram_serve-") as tmp:
         work = Path(tmp)
         out: dict[str, Any] = {"board": board.name, "heap_cap": heap}
         out.update(measure_items(exe, code, board, work))
-        out.update(measure_limits(exe, heap, code, board, work))
+        out.update(measure_limits(exe, heap, code, board, work, rounds))
     return out
 
 
@@ -318,6 +332,7 @@ def table(results: list[dict[str, Any]], port: str, code: str) -> str:
         ("heap in use after start-up, no client", lambda r: f"{r['start']:,} B"),
         ("idle client (socket, poller entry, core objects)", lambda r: f"{r['per_client']:,} B"),
         ("subscription", lambda r: f"{r['per_subscription']:,} B"),
+        ("clients that came and went first (--churn)", lambda r: f"{r['churn']}"),
         (
             "filled to the limits",
             lambda r: (
@@ -363,6 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the port has common/ and firmware/ frozen in (a unix32 image): load nothing from files",
     )
+    ap.add_argument(
+        "--churn",
+        type=int,
+        default=0,
+        metavar="N",
+        help="before filling the board, N clients connect, subscribe, publish, clear a retained message"
+        " and leave (what stays is fragmentation; the largest PUBLISH must still go through)",
+    )
     ap.add_argument("--write", help="replace the ram_serve table of this Markdown file")
     args = ap.parse_args(argv)
     code = None if args.frozen else ((REPO_ROOT / args.mpy) if args.mpy else REPO_ROOT).resolve()
@@ -371,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(args.boards):
         board = Path(name).resolve()
         heap = args.heap[i] if args.heap and i < len(args.heap) else ("210016" if "picow" in board.name else "110K")
-        r = measure(exe, heap, code, board)
+        r = measure(exe, heap, code, board, args.churn)
         print(json.dumps(r))
         results.append(r)
     if args.write:

@@ -82,3 +82,42 @@ def test_the_boards_doc_holds_a_table_the_tool_wrote() -> None:
     assert "Measured by `python -m tools.ram_serve` on MicroPython" in block
     for row in ("heap (-X heapsize)", "idle client (socket, poller entry, core objects)", "**free at the limits**"):
         assert f"| {row} |" in block
+
+
+def test_fw_bench_measures_rates_and_garbage(tmp_path: Path) -> None:
+    """tools/fw_bench (the firmware's round trips per gc_threshold): one short
+    round on the venv's MicroPython prints a row per QoS and threshold, with
+    messages that went through and a garbage figure per message. It asserts
+    no speed (that is what the tool reports)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.fw_bench",
+            "--micropython",
+            micropython(),
+            "--heap",
+            PICOW_HEAP,
+            "--rounds",
+            "1",
+            "--seconds",
+            "1.2",
+            "--gc-threshold",
+            "0",
+            "--gc-threshold",
+            "8192",
+            str(BOARD),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    cells = [[c.strip() for c in row] for row in rows[1:]]  # (the header row first)
+    assert [(c[0], c[1]) for c in cells] == [("0", "0"), ("0", "8192"), ("1", "0"), ("1", "8192")], proc.stdout
+    for _qos, _threshold, rate, garbage in cells:
+        assert float(rate.replace(",", "")) > 10, proc.stdout
+        # Every message leaves garbage behind: the shell's and asyncio's per-read objects at least.
+        assert garbage.endswith(" B") and int(garbage[:-2].replace(",", "")) > 0, proc.stdout
