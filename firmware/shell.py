@@ -11,7 +11,7 @@
 # Slots. The shell may hold `max_sockets` sockets, the listener included
 # (the lwIP limit of the firmware, docs/boards.md). Each of the other
 # max_sockets - 1 is a Slot made at start-up with its read buffer, so
-# accepting a client allocates only its task. A Slot is also the driver's
+# accepting a client allocates only its socket's entry in the poller. A Slot is also the driver's
 # handle for its connection (write, half_close, close, abort, pending,
 # pause_reading, resume_reading).
 #
@@ -23,16 +23,19 @@
 # files size max_connections below the slots so one slot at least is left
 # for that polite answer.
 #
-# Reading. Each connection has a task whose coroutine is its Slot itself,
-# not a generator: asyncio drives a coroutine through send()/throw(), and
-# Slot.send() is one wake of it: read what the socket has into the slot's
-# preallocated buffer, hand it to driver.data_received(), flush, and wait
-# for the socket again (asyncio's _io_queue.queue_read, as Stream.readinto
-# does). So a connection costs a Task and its socket's entry in asyncio's
-# poller, without a Stream, a coroutine frame and the nested frame of
-# readinto (measured per client: docs/boards.md). While reading is paused
-# the task waits nowhere; resume_reading() schedules it again.
-# StopIteration from send() ends the task.
+# Reading. A connection has no task: its socket sits in asyncio's own poller
+# from the accept to the close (registered once, not at every wait as
+# Stream.readinto does), and the server's I/O queue (Clients, a subclass of
+# asyncio's IOQueue put in place of asyncio.core._io_queue) notes which
+# slots the poll found readable and has each of them read right after the
+# poll, inside the event loop (Server.read: read what the socket has into
+# the slot's preallocated buffer, hand it to driver.data_received(), flush).
+# So a connection costs its socket and its entry in the poller, without a
+# Task, a Stream, a coroutine frame, nor asyncio's per-wait entry (a list,
+# the key id(sock), re-registered at every read; measured per client:
+# docs/boards.md). While reading is paused or a drain writes the socket
+# (asyncio's own entry for it then), the socket is out of the poller
+# (Slot.listen).
 #
 # Retained replay. driver.flush() answers True while a client is still owed
 # retained messages and its socket takes them: flush() then keeps flushing,
@@ -65,12 +68,14 @@
 # rather than when it is exhausted.
 #
 # Internals used: asyncio.core._io_queue.queue_read (the same call
-# Stream.read and the stock Server use) to wait for a socket to be readable
-# (MicroPython has no public awaitable accept), and asyncio.core._task_queue.push
-# (what Event.set does) to schedule a reader whose reading resumes.
+# Stream.read and the stock Server use) to wait for the listener to be
+# readable (MicroPython has no public awaitable accept); asyncio.core.IOQueue,
+# its `poller`, `map` and wait_io_event, and asyncio.core._task_queue.push
+# (what wait_io_event does for a waiting task): see Clients.
 
 import asyncio
 import gc
+import select
 import time
 
 from common.broker.settings import LOG_LEVELS
@@ -111,9 +116,8 @@ class Slot:
     def reset(self):
         self.sock = None  # None: the slot is free
         self.cid = -1
-        self.task = None  # the reader: a Task whose coroutine is this slot
-        self.waiting = False  # the reader waits for the socket (queue_read done)
-        self.parked = False  # the reader waits for resume_reading()
+        self.polled = False  # the socket is in the poller, for reading (listen)
+        self.ready = False  # the poll found it readable: read next (Clients)
         self.drain_task = None
         self.blocked = False  # a write is draining
         self.tail = None  # a closing connection's last output, after the drain
@@ -142,6 +146,7 @@ class Slot:
             return
         # The socket's send buffer is full: the rest drains in a task.
         self.blocked = True
+        self.listen()
         server = self.server
         server.driver.set_paused(self.cid, True)
         self.drain_task = asyncio.create_task(server.drain(self, self.sock, memoryview(bytes(data))[n:]))
@@ -168,38 +173,77 @@ class Slot:
 
     def pause_reading(self):
         self.paused = True
+        self.listen()
 
     def resume_reading(self):
         self.paused = False
-        if self.parked:
-            self.parked = False
-            asyncio.core._task_queue.push(self.task)
+        self.listen()
 
-    # ------------------------------------- the reader task's coroutine
+    # ------------------------------------------------------------ reading
 
-    def send(self, _):
-        """One wake of the reader (see Reading above)."""
-        sock = self.sock
-        if sock is None or asyncio.current_task() is not self.task:
-            raise StopIteration  # finished meanwhile (its task was cancelled)
-        if self.waiting:
-            self.waiting = False
-            try:
-                more = self.server.read(self, sock)
-            except Exception:
-                self.server.finish(self, sock)
-                raise
-            if not more:
-                raise StopIteration
-        if self.paused:
-            self.parked = True
-            return
-        self.waiting = True
-        asyncio.core._io_queue.queue_read(sock)
+    def listen(self):
+        """Keep the socket in the poller while it is read: not while reading
+        is paused, nor while a drain writes it (the drain's wait is
+        asyncio's own entry for the socket, which one object cannot have
+        twice in one poller)."""
+        want = self.sock is not None and not self.paused and not self.blocked
+        if want != self.polled:
+            poller = asyncio.core._io_queue.poller
+            if want:
+                poller.register(self.sock, select.POLLIN)
+            else:
+                poller.unregister(self.sock)
+                self.ready = False
+            self.polled = want
 
-    def throw(self, exc):
-        # Cancelled by Server.finish, which closes: nothing to do here.
-        raise StopIteration
+
+class Clients(getattr(asyncio.core, "IOQueue", object)):  # (none on the wasm port, where the firmware is only measured)
+    """asyncio's I/O queue, with the client sockets in its poller for good.
+
+    Installed in place of asyncio.core._io_queue (Server.start), with the
+    poller and waits of the one it replaces (`poller`, `map`) and the
+    server's `slots`. A socket the poll names that a
+    slot listens on is noted on the slot; every other one is asyncio's,
+    handled as asyncio.core.IOQueue.wait_io_event does. The slots read after
+    the poll's iteration, in slot order: a read may close or pause another
+    slot (a session taken over), which must not change the poller under
+    the iteration.
+    """
+
+    def wait_io_event(self, dt):
+        slots = self.slots
+        for s, ev in self.poller.ipoll(dt):
+            for slot in slots:
+                if slot.sock is s and slot.polled:
+                    slot.ready = True
+                    break
+            else:
+                # asyncio's own wait (the listener, a drain, a bridge).
+                sm = self.map[id(s)]
+                if ev & ~select.POLLOUT and sm[0] is not None:
+                    asyncio.core._task_queue.push(sm[0])
+                    sm[0] = None
+                if ev & ~select.POLLIN and sm[1] is not None:
+                    asyncio.core._task_queue.push(sm[1])
+                    sm[1] = None
+                if sm[0] is None and sm[1] is None:
+                    self._dequeue(s)
+                elif sm[0] is None:
+                    self.poller.modify(s, select.POLLOUT)
+                else:
+                    self.poller.modify(s, select.POLLIN)
+        for slot in slots:
+            if slot.ready:
+                # Read what the socket has (the end of the connection frees
+                # the slot).
+                slot.ready = False
+                sock = slot.sock
+                server = slot.server
+                try:
+                    server.read(slot, sock)
+                except Exception as e:  # a bug: contained to this connection
+                    server.log.log(40, "connection #%d: %r; closed" % (slot.cid, e))
+                    server.finish(slot, sock)
 
 
 def peer_address(addr):
@@ -259,6 +303,13 @@ class Server:
         s.listen(self.opts["backlog"])
         s.setblocking(False)
         self.lsock = s
+        io = asyncio.core._io_queue
+        if not isinstance(io, Clients):
+            clients = Clients()  # (its own poller and map are dropped at once)
+            clients.poller = io.poller
+            clients.map = io.map
+            clients.slots = self.slots
+            asyncio.core._io_queue = clients
         threshold = self.opts["gc_threshold"]
         if threshold:
             # Collected only when the heap is full, the long-lived objects
@@ -364,7 +415,7 @@ class Server:
             slot.peer = peer[0]
         slot.sock = sock
         slot.cid = cid
-        slot.task = asyncio.create_task(slot)
+        slot.listen()
         self.log.log(10, "connection #%d opened (slot %d)" % (cid, slot.index))
 
     # ------------------------------------------------------------ reading
@@ -411,6 +462,7 @@ class Server:
             slot.half_close()
         else:
             self.driver.set_paused(slot.cid, False)
+            slot.listen()  # (set_paused does not resume a lingering one)
             self.flush()
 
     def flush(self):
@@ -436,10 +488,11 @@ class Server:
         if slot.sock is not sock or sock is None:
             return
         cid = slot.cid
-        current = asyncio.current_task()
-        for task in (slot.task, slot.drain_task):
-            if task is not None and task is not current:
-                task.cancel()  # off the I/O queue before the socket closes
+        task = slot.drain_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # off the I/O queue before the socket closes
+        slot.paused = True
+        slot.listen()  # (likewise)
         try:
             sock.close()
             if slot.raw is not None:

@@ -13,14 +13,15 @@ MicroPython unix port at a capped heap, and connects real MQTT clients to it
 over loopback. The firmware prints `heap t=... free=... alloc=...` every
 second after a full collection (server.heap_report); the figures are read
 from those lines, so they include everything a board holds: the code, the
-broker, the shell's slots, each connection's task and socket, asyncio.
+broker, the shell's slots, each connection's socket and poller entry,
+asyncio.
 
 Two runs per board file:
 
   items     the board's settings with prealloc off and room for 2 x N
             clients (objects made on use; a 1 MB heap, ITEMS_HEAP): per_client = the heap one more
             idle connected client takes (CONNECT, clean session, 10-byte
-            client id; its socket, task and core objects), per_subscription
+            client id; its socket, poller entry and core objects), per_subscription
             = one more subscription (distinct 3-level filter)
   limits    the board's settings as they are (prealloc as the file says):
             start = the heap after start-up (before any client), then the
@@ -329,7 +330,7 @@ def table(results: list[dict[str, Any]], port: str, code: str) -> str:
     rows = [
         ("heap (-X heapsize)", lambda r: f"{r['heap']:,} B"),
         ("heap in use after start-up, no client", lambda r: f"{r['start']:,} B"),
-        ("idle client (socket, task, core objects)", lambda r: f"{r['per_client']:,} B"),
+        ("idle client (socket, poller entry, core objects)", lambda r: f"{r['per_client']:,} B"),
         ("subscription", lambda r: f"{r['per_subscription']:,} B"),
         ("clients that came and went first (--churn)", lambda r: f"{r['churn']}"),
         (

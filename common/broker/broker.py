@@ -289,7 +289,8 @@ class Broker:
         if ms is None:
             ms = (now * 1000) & TICKS_MASK
         conn.deadline = self._due(ticks_deadline(ms, s.connect_timeout * 1000))
-        conn.refuse_reason = refuse
+        if refuse:
+            conn.extra().refuse_reason = refuse
         conn.peer = peer
         self.stats.connections_total += 1
         return conn.cid
@@ -481,7 +482,7 @@ class Broker:
         self.replay_changed = False
         return changed
 
-    def _detach(self, conn, now):
+    def _detach(self, conn, now, publish_will=True):
         # The end of a connection; a will delay or session expiry it starts
         # becomes a session timer. Its queue no longer drains: publishers
         # held back for it are read again.
@@ -491,7 +492,7 @@ class Broker:
         replay.end(self, conn)
         if self.qos2_late:
             self.qos2_late.pop(conn.cid, None)
-        handle_connect.detach(self, conn, now)
+        handle_connect.detach(self, conn, now, publish_will)
         if session is not None:
             due = session.will_at
             if session.expires_at and (not due or session.expires_at < due):
@@ -635,9 +636,7 @@ class Broker:
         """Start closing a connection: no more input, output flushed by the shell."""
         if conn.state == CLOSING or conn.state == FREE:
             return
-        if not publish_will:
-            conn.will_on_close = False
-        self._detach(conn, now)
+        self._detach(conn, now, publish_will)
         conn.state = CLOSING
         conn.deadline = 0
         self.connections.mark_dirty(conn)
@@ -677,7 +676,8 @@ class Broker:
         if text:
             pkt.props = [(C.PROP_REASON_STRING, text)]
             data = encode_packet(pkt, C.LEVEL_5)
-            if not conn.max_packet_out or len(data) <= conn.max_packet_out:
+            extras = conn.extras
+            if extras is None or not extras.max_packet_out or len(data) <= extras.max_packet_out:
                 return data
             pkt.props = None
         return encode_packet(pkt, C.LEVEL_5)

@@ -16,32 +16,28 @@ CLOSING = const(3)
 
 class Connection:
     # Slots on CPython: no per-object dict (about 80 B less per connection on
-    # the host); MicroPython ignores them (its objects keep an attribute map).
+    # the host). MicroPython ignores them: an object's attributes are a hash
+    # table that grows in steps (12, 17, 23, 29 entries, 8 B each on a
+    # 32-bit board), so what few connections have waits in `extras`, and
+    # these 17 take the 17-entry table.
     __slots__ = (
         "acl",
-        "alias_max_out",
-        "aliases_in",
-        "aliases_out",
-        "auth",
         "cid",
         "deadline",
         "dirty",
+        "extras",
         "keep_alive",
         "level",
-        "max_packet_out",
         "more",
         "out",
         "out_bytes",
         "paused",
         "peer",
-        "problem_info",
         "reader",
         "receive_maximum",
-        "refuse_reason",
         "session",
         "state",
         "user",
-        "will_on_close",
     )
 
     def __init__(self, cid):
@@ -67,36 +63,49 @@ class Connection:
         # CONNECT timeout or keep-alive deadline in wrapping ms ticks
         # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.
         self.deadline = 0
-        self.refuse_reason = 0  # accepted only to refuse its CONNECT politely
         self.peer = None  # (address, TLS identity, loopback listener) from the shell
         self.user = None  # the logged-in user (login.py), None: anonymous
         self.acl = None  # its rules (acl.ClientAcl), None: no ACL configured
-        # The peer's own limits (v5 CONNECT properties).
-        self.receive_maximum = 65535
-        self.max_packet_out = 0  # 0 = no limit
-        self.alias_max_out = 0
-        self.aliases_in = None  # inbound topic alias -> topic
-        self.aliases_out = None  # topic -> outbound alias
-        self.problem_info = True  # v5 Request Problem Information
-        self.will_on_close = True  # cleared by a normal DISCONNECT
-        # v5 enhanced authentication in progress or done: an Exchange, None
-        # = none used (one attribute for three: every attribute of this
-        # object costs RAM per client on a board).
-        self.auth = None
+        self.receive_maximum = 65535  # the peer's (v5 CONNECT property)
+        self.extras = None  # an Extras once the connection has any
+
+    def extra(self):
+        """Its Extras, made at the first use."""
+        extras = self.extras
+        if extras is None:
+            extras = self.extras = Extras()
+        return extras
 
     def connect_pending(self):
         """Whether a CONNECT waits for its enhanced authentication to end."""
-        auth = self.auth
-        return auth is not None and auth.pending is not None
+        extras = self.extras
+        return extras is not None and extras.pending is not None
 
 
-class Exchange:
-    """A connection's v5 enhanced authentication (handle_connect)."""
+class Extras:
+    """What few connections have (Connection.extras): a v5 client's limits
+    other than Receive Maximum and its topic aliases, its enhanced
+    authentication, a refusal. Made at the first of them (Connection.extra).
 
-    def __init__(self, method):
-        self.method = method  # the method object (auth_scram.ScramSha256)
-        self.state = None  # the method's state between AUTH packets
-        self.pending = None  # the CONNECT waiting for the exchange to end
+    The class attributes are the defaults: an object holds only what was
+    set on it (never reset: a reused Connection gets a new one), so on
+    MicroPython its attribute table has that many entries, none at first.
+    """
+
+    refuse_reason = 0  # accepted only to refuse its CONNECT politely
+    # The peer's own limits (v5 CONNECT properties).
+    max_packet_out = 0  # 0 = no limit
+    alias_max_out = 0
+    problem_info = True  # v5 Request Problem Information
+    aliases_in = None  # inbound topic alias -> topic (a dict of its own once set)
+    aliases_out = None  # topic -> outbound alias (likewise)
+    # v5 enhanced authentication (handle_connect), in progress or done: the
+    # method object (auth_scram.ScramSha256), None = none used; the
+    # method's state between AUTH packets; the CONNECT waiting for the
+    # exchange to end.
+    method = None
+    state = None
+    pending = None
 
 
 class Connections:

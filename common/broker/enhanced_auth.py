@@ -4,18 +4,18 @@
 # Theory of operation. Loaded only when a method is configured (the Broker
 # imports it with scram_users: RAM on the boards). Without one, handle_connect
 # answers a CONNECT that names a method with CONNACK 0x8C and an AUTH with a
-# protocol error, with no code from here; with one, conn.auth (an Exchange)
-# is set only here, so the paths that come back to this module
+# protocol error, with no code from here; with one, the method of the
+# connection's Extras (conn.extras.method) is set only here, so the paths
+# that come back to this module
 # (handle_connect's AUTH before CONNACK, its handle_auth once connected) find
 # it already loaded.
 #
 # start() runs the method's first step on the CONNECT's Authentication Data:
 # it succeeds at once (the CONNECT goes on, CONNACK carries the method's
 # final data), fails (CONNACK 0x87), or continues: the CONNECT waits in the
-# Exchange while AUTH packets go back and forth (continue_connect).
+# connection's Extras while AUTH packets go back and forth (continue_connect).
 
 from common.broker import handle_connect
-from common.broker.connection import Exchange
 from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS, ScramSha256
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
@@ -31,7 +31,8 @@ def methods(scram_users):
 def start(broker, conn, pkt, now, method):
     """A CONNECT (`pkt`) that names `method`: its first step."""
     status, out, state = method.start(prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
-    conn.auth = exchange = Exchange(method)
+    exchange = conn.extra()
+    exchange.method = method
     if status == CONTINUE:
         exchange.state = state
         exchange.pending = pkt
@@ -45,7 +46,7 @@ def start(broker, conn, pkt, now, method):
 
 
 def _send_auth(broker, conn, reason, data):
-    props = [(C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name)]
+    props = [(C.PROP_AUTHENTICATION_METHOD, conn.extras.method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
     broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
@@ -53,7 +54,7 @@ def _send_auth(broker, conn, reason, data):
 
 def _auth_step(broker, conn, pkt):
     """Run one step of the exchange; the method's (status, out_data)."""
-    exchange = conn.auth
+    exchange = conn.extras  # (an exchange goes on: its method is set)
     method = exchange.method
     if prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None) != method.name:
         raise ProtocolError("AUTH with another authentication method")  # [MQTT-4.12.0-5]
@@ -78,13 +79,14 @@ def continue_connect(broker, conn, pkt, now):
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
     elif status == SUCCESS:
-        connect = conn.auth.pending
-        conn.auth.pending = None
+        exchange = conn.extras
+        connect = exchange.pending
+        exchange.pending = None
         handle_connect.accept(broker, conn, connect, now, out or b"")
     else:
-        conn.auth.pending = None
+        conn.extras.pending = None
         handle_connect.refuse(
-            broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.auth.method.name
+            broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.extras.method.name
         )
 
 

@@ -62,7 +62,7 @@ def refuse(broker, conn, reason, now, why):
 def handle_connect(broker, conn, pkt, now):
     """A packet on a connection whose CONNECT is not yet accepted."""
     if pkt.ptype == C.AUTH and conn.connect_pending():
-        from common.broker import enhanced_auth  # (loaded: conn.auth is set only there)
+        from common.broker import enhanced_auth  # (loaded: an exchange's method is set only there)
 
         enhanced_auth.continue_connect(broker, conn, pkt, now)
         return
@@ -81,11 +81,13 @@ def accept(broker, conn, pkt, now, auth_out):
     conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
     if level == C.LEVEL_5:
         # Before any refusal: its Reason String must fit [MQTT-3.1.2-25].
-        conn.max_packet_out = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
+        limit = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
+        if limit:
+            conn.extra().max_packet_out = limit
     if level == C.LEVEL_31 and not s.allow_mqtt31:
         refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false")  # [MQTT-3.1.2-2]
         return
-    if conn.refuse_reason:
+    if conn.extras is not None and conn.extras.refuse_reason:
         # Accepted beyond max_connections only to say so.
         reason = C.RC_SERVER_BUSY if level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
         refuse(broker, conn, reason, now, "over max_connections %d" % s.max_connections)
@@ -207,7 +209,6 @@ def accept(broker, conn, pkt, now, auth_out):
     conn.keep_alive = keep_alive
     conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
     conn.state = CONNECTED
-    conn.will_on_close = True
     if will is not None:
         session.will = will
     broker.listener.session_saved(session)
@@ -215,11 +216,15 @@ def accept(broker, conn, pkt, now, auth_out):
     ack_props = None
     if v5:
         conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
-        conn.alias_max_out = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
-        conn.problem_info = prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) == 1
+        alias_max = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
+        if alias_max:
+            conn.extra().alias_max_out = alias_max
+        if prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) != 1:
+            conn.extra().problem_info = False
         ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
-        if conn.auth is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, conn.auth.method.name))
+        extras = conn.extras
+        if extras is not None and extras.method is not None:
+            ack_props.append((C.PROP_AUTHENTICATION_METHOD, extras.method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
@@ -344,8 +349,10 @@ def _publish_will(broker, session, now):
 # ----------------------------------------------------- end of a connection
 
 
-def detach(broker, conn, now):
-    """The connection ends (any reason): decide the will and the session."""
+def detach(broker, conn, now, publish_will=True):
+    """The connection ends (any reason): decide the will and the session.
+    `publish_will` False: it ends without its will (a normal DISCONNECT,
+    Broker.close's callers)."""
     session = conn.session
     if session is None or session.conn is not conn:
         conn.session = None
@@ -354,7 +361,7 @@ def detach(broker, conn, now):
     conn.session = None
     if _has_shared(session):
         handle_publish.hand_over_shared(broker, session, now)
-    if conn.state == CONNECTED and conn.will_on_close and session.will is not None:
+    if conn.state == CONNECTED and publish_will and session.will is not None:
         delay = session.will[1]
         if delay == 0 or session.expiry_interval == 0:
             _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
@@ -439,18 +446,18 @@ def handle_disconnect(broker, conn, pkt, now):
                 expiry = broker.settings.max_session_expiry
             session.expiry_interval = expiry
         # 0x04 "Disconnect with Will Message" keeps the will [MQTT-3.14.4-3].
-        conn.will_on_close = pkt.reason == C.RC_DISCONNECT_WITH_WILL
+        keep_will = pkt.reason == C.RC_DISCONNECT_WITH_WILL
     else:
-        conn.will_on_close = False  # [MQTT-3.14.4-3]
+        keep_will = False  # [MQTT-3.14.4-3]
     broker.log(20, "%s disconnected (DISCONNECT 0x%02x)", (session.client_id, pkt.reason))
-    broker.close(conn, now)
+    broker.close(conn, now, keep_will)
 
 
 def handle_auth(broker, conn, pkt, now):
     """AUTH once connected: re-authentication (enhanced_auth.py)."""
-    if conn.auth is None:
+    if conn.extras is None or conn.extras.method is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")
-    from common.broker import enhanced_auth  # (loaded: conn.auth is set only there)
+    from common.broker import enhanced_auth  # (loaded: an exchange's method is set only there)
 
     enhanced_auth.reauthenticate(broker, conn, pkt, now)

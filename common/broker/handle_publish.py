@@ -212,10 +212,11 @@ def _denied(broker, conn, topic, now):
 def _resolve_alias(broker, conn, topic, alias):
     if alias > broker.settings.topic_alias_maximum:
         raise MqttError(C.RC_TOPIC_ALIAS_INVALID, "topic alias above the maximum")  # [MQTT-3.3.2-9]
-    aliases = conn.aliases_in
+    extras = conn.extras
+    aliases = None if extras is None else extras.aliases_in
     if topic:
         if aliases is None:
-            aliases = conn.aliases_in = {}
+            aliases = conn.extra().aliases_in = {}
         aliases[alias] = topic  # [MQTT-3.3.2-12] (re)define the alias
         return topic
     known = aliases.get(alias) if aliases is not None else None
@@ -227,9 +228,11 @@ def _resolve_alias(broker, conn, topic, alias):
 def send_ack(broker, conn, ptype, packet_id, reason, text=None):
     """PUBACK/PUBREC/PUBREL/PUBCOMP; `text` is a v5 Reason String, sent only
     when the client did not turn off Request Problem Information [MQTT-3.1.2-29]."""
-    if conn.level == C.LEVEL_5 and (reason or (text is not None and conn.problem_info)):
+    if text is not None and conn.extras is not None and not conn.extras.problem_info:
+        text = None
+    if conn.level == C.LEVEL_5 and (reason or text is not None):
         pkt = PubAck(ptype, packet_id, reason, None)
-        if text is not None and conn.problem_info:
+        if text is not None:
             # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
             broker.write(conn, broker.with_reason_string(conn, pkt, text))
         else:
@@ -654,7 +657,9 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
     items = msg.props
     if items is not None and not isinstance(items, bytearray):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
-    if not (msg.expiry or sub_ids or conn.alias_max_out):
+    extras = conn.extras
+    alias_max = 0 if extras is None else extras.alias_max_out
+    if not (msg.expiry or sub_ids or alias_max):
         data = msg.wire5
         if data is not None and (data[0] >> 1) & 3 == qos:
             return _write_shared(broker, conn, data, qos, retain, dup, pid)
@@ -668,8 +673,8 @@ def _send(broker, conn, msg, qos, retain, sub_ids, pid, dup, now):
         if left < 0:
             left = 0  # [MQTT-3.3.2-6] the interval less the time spent waiting
     alias = 0
-    if conn.alias_max_out:
-        alias = _alias_out(conn, topic)
+    if alias_max:
+        alias = _alias_out(extras, topic)
         if alias < 0:
             alias = -alias
             topic = ""  # the client knows the alias: the topic is left out
@@ -702,7 +707,8 @@ def _write_publish(broker, conn, data, qos):
     """Write one PUBLISH: the buffer it landed in (Broker.write), or False
     beyond the client's Maximum Packet Size."""
     st = broker.stats
-    if conn.max_packet_out and len(data) > conn.max_packet_out:
+    extras = conn.extras
+    if extras is not None and extras.max_packet_out and len(data) > extras.max_packet_out:
         st.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
     out = broker.write(conn, data)
@@ -711,7 +717,7 @@ def _write_publish(broker, conn, data, qos):
     return out
 
 
-def _alias_out(conn, topic):
+def _alias_out(extras, topic):
     """Outbound topic alias: 0 for none, a new alias (sent with the topic),
     or minus a known one (sent without the topic).
 
@@ -719,13 +725,13 @@ def _alias_out(conn, topic):
     carry only the alias. Aliases are never reassigned once the client's
     Topic Alias Maximum is used up [MQTT-3.3.2-8] [MQTT-3.3.2-10].
     """
-    aliases = conn.aliases_out
+    aliases = extras.aliases_out
     if aliases is None:
-        aliases = conn.aliases_out = {}
+        aliases = extras.aliases_out = {}
     alias = aliases.get(topic)
     if alias is not None:
         return -alias
-    if len(aliases) < conn.alias_max_out:
+    if len(aliases) < extras.alias_max_out:
         alias = len(aliases) + 1
         aliases[topic] = alias
         return alias

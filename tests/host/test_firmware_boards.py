@@ -85,8 +85,9 @@ def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path:
     image at each board's heap: after 200 clients came and went (what their
     churn leaves: grown tables, the warm topic cache, fragmentation), filled
     to the board file's limits, at least
-    30 % of the heap is free, and a PUBLISH of max_packet_size still goes
-    through (a heap fragmented into small holes would refuse its block)."""
+    30 % of the heap is free, a PUBLISH of max_packet_size still goes
+    through (a heap fragmented into small holes would refuse its block), and
+    an idle client stays within its budget."""
     boards = sorted(BOARD_HEAPS)
     cmd = [sys.executable, "-m", "tools.ram_serve", "--micropython", unix32(), "--frozen", "--churn", "200"]
     for board in boards:
@@ -103,3 +104,6 @@ def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path:
         assert r["clients"] == limits["max_connections"], r
         assert r["largest_publish"] == limits["max_packet_size"], r
         assert r["churn"] == 200, r
+        # An idle client, its socket and poller entry included, costs at most
+        # 800 B on the 32-bit firmware (docs/boards.md; 970 B with a task each).
+        assert 0 < r["per_client"] <= 800, r

@@ -69,7 +69,7 @@ def test_ram_serve_fills_the_board_to_its_limits_and_writes_the_table(tmp_path: 
     text = doc.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "stale" not in text
     assert "64-bit" in text and f"`{dist / 'unix'}`" in text
-    assert f"| idle client (socket, task, core objects) | {r['per_client']:,} B |" in text
+    assert f"| idle client (socket, poller entry, core objects) | {r['per_client']:,} B |" in text
     assert f"| **free at the limits** | **{r['free']:,} B ({r['free_pct']} %)** |" in text
 
 
@@ -80,7 +80,7 @@ def test_the_boards_doc_holds_a_table_the_tool_wrote() -> None:
     assert 0 <= i < j
     block = doc[i:j]
     assert "Measured by `python -m tools.ram_serve` on MicroPython" in block
-    for row in ("heap (-X heapsize)", "idle client (socket, task, core objects)", "**free at the limits**"):
+    for row in ("heap (-X heapsize)", "idle client (socket, poller entry, core objects)", "**free at the limits**"):
         assert f"| {row} |" in block
 
 
