@@ -131,7 +131,9 @@ class UpyBrokerProcess(BrokerProcess):
         assert self.proc is not None
         if self.proc.poll() is None:
             if self.collects_often:
-                time.sleep(0.3)  # the collections of the last traffic end first (see __init__)
+                # The collections of the last traffic end first (see __init__),
+                # the closes that linger (close_linger, 2 s) included.
+                time.sleep(2.5)
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout)
