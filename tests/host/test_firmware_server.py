@@ -234,7 +234,7 @@ def test_esp32_settings_serve_at_twice_the_heap_plus_the_frozen_code(tmp_path: P
     (docs/boards.md)."""
     heap = f"{int(ESP32_HEAP[:-1]) + 195}K"
     with UpyBrokerProcess(tmp_path, board="esp32", heap=heap) as b:
-        assert "4 clients + 1 for refusals" in b.log_text()
+        assert "5 clients + 1 for refusals" in b.log_text()
         c = Paho(b.port, "fw-esp32").connect()
         try:
             c.subscribe("esp/t", 2)
