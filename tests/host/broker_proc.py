@@ -8,7 +8,8 @@ runs never collide) and the helper reads the real port from the server's
 "listening on" log line. The log goes to a file (`broker.log_path`), not a
 pipe, so a chatty server can never block on a full pipe; `log_text()` reads
 it. `stop()` sends SIGTERM and returns the exit code; the context manager
-kills the process if it is still running.
+kills the process if it is still running. The server leads a process group
+of its own (tools/procgroup.py): stopped or killed, nothing it started stays.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tools import procgroup
 from tools.bench import mqtt as raw
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -188,7 +190,7 @@ class BrokerProcess:
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log_path.open("wb") as logf:
-            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
+            self.proc = procgroup.spawn(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
         proc = self.proc
 
         def listening() -> re.Match[str] | None:
@@ -204,22 +206,17 @@ class BrokerProcess:
         self.host, self.port = m.group(1), int(m.group(2))
         return self
 
-    def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM, wait; the exit code (the process is killed on timeout)."""
+    def stop(self, timeout: float = 15.0, sig: int = signal.SIGTERM) -> int:
+        """`sig`, wait; the exit code (the process is killed on timeout)."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(f"broker ignored SIGTERM for {timeout} s:\n{self.log_text()}") from None
+        if not procgroup.stop(self.proc, timeout, sig):
+            raise RuntimeError(f"broker ignored {signal.Signals(sig).name} for {timeout} s:\n{self.log_text()}")
         return self.proc.returncode
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        """SIGKILL, to the server and anything it started."""
+        if self.proc is not None:
+            procgroup.kill(self.proc)
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

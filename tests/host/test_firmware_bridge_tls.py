@@ -22,18 +22,12 @@ import pytest
 from tests.conftest import require
 from tests.host.bridge_edge import RULES, drain, paho
 from tests.host.broker_proc import Paho
-from tests.host.test_firmware_tls import TLS_HEAP, TLS_LIMITS, TLS_SERVER, BoardPki, start_error
+from tests.host.test_firmware_tls import NO_ROOM_MAIN, TLS_HEAP, TLS_LIMITS, TLS_SERVER, BoardPki, free_kb, start_error
 from tests.host.upy_broker_proc import UpyBrokerProcess, micropython
 from tools.bench.brokers import Mosquitto, free_port
 from tools.deploy import der_files
 
 pytestmark = pytest.mark.interop
-
-# A TLS listener and a TLS bridge: at TLS_HEAP (600K) the bridge's code leaves the
-# heap with room for the upstream and one 16 KB block only (299 KB free, scattered);
-# at 720K every slot has room too (700K did before the core grew by 3 KB of code
-# for the allocation-free message path).
-BOTH_HEAP = "720K"
 
 
 class UpstreamPki(BoardPki):
@@ -136,7 +130,7 @@ def test_both_ways_over_tls(
         return c.connect(15)
 
     with UpyBrokerProcess(
-        tmp_path / "board", heap=BOTH_HEAP if mutual else TLS_HEAP, limits=TLS_LIMITS, server=TLS_SERVER, device=device
+        tmp_path / "board", heap=TLS_HEAP, limits=TLS_LIMITS, server=TLS_SERVER, device=device
     ) as board:
         board.wait_log(r"TLS: 1 bridge upstream\(s\), about 28 KB each of the MicroPython heap")
         if mutual:
@@ -228,11 +222,12 @@ def test_start_up_refusals(tmp_path: Path, pki: UpstreamPki) -> None:
     for i, (keys, words) in enumerate(cases):
         line = start_error(tmp_path / str(i), {"bridge": [board_bridge(port, **keys)]})
         assert words in line, line
-    # A Pico W running the code from files (code from source): no 16 KB block for an upstream's mbedTLS buffers.
-    # 460K: probed 404K-492K on 2026-12-01; 420K once failed earlier in a make test run (a MemoryError before the room check).
+    # A board whose free heap is in pieces after start-up (tests/upy/tls_no_room.py): more than an
+    # upstream's 28 KB free, but no block for its 16 KB input buffer. Refused, saying so.
     device = {"bridge": [board_bridge(port, cafile=pki.der["cafile"])]}
-    line = start_error(tmp_path / "small", device, heap="460K")
+    line = start_error(tmp_path / "small", device, main=NO_ROOM_MAIN)
     assert (
         "bridge: a TLS upstream session needs about 28 KB (mbedTLS buffers and handshake; one block of 16 KB)" in line
     )
     assert "MicroPython heap, which has " in line and "room for 0 of the 1 TLS bridge(s)" in line, line
+    assert free_kb(line) > 28, line
