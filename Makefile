@@ -6,7 +6,7 @@
 #   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
 #   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
-#   make soak    soak tests: firmware heap under load, many kill -9 crash iterations
+#   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
