@@ -39,7 +39,7 @@ exit code is 1 if a storm client got a wrong answer, the bound is missed
 (`--bound-ms`, 100 by default, on the p99) or a descriptor leaked.
 
 tests/host/test_server_churn.py runs the same code, smaller, in `make test`
-(every check but the bound); tests/soak/test_bystander_latency.py holds
+(every check but the bound); tests/soak/test_timing_bounds.py holds
 the bound in `make soak`.
 """
 

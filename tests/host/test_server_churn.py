@@ -9,7 +9,7 @@ has its store (--data-dir, store_sync = always) and logs at info level, as a
 user runs it. Every storm client must get its right answer, and afterwards
 the broker holds exactly the sessions it should and no connection it should
 not. The bystander's latencies are printed; its bound (p99 under 100 ms in
-every phase) is a verdict of `make soak` (tests/soak/test_bystander_latency.py
+every phase) is a verdict of `make soak` (tests/soak/test_timing_bounds.py
 runs this same storm), not of `make test`: on a machine whose cores are busy
 with other work a p99 in milliseconds says how busy they are.
 

@@ -7,7 +7,7 @@ gigabyte and other clients waited seconds. Now the broker's RSS stays
 within a few MB of its baseline, the abuser is disconnected after
 replay_stall_timeout, and what it held comes back; a bystander's QoS 1
 round trips go on meanwhile (their p99 is printed here; its bound is a
-verdict of `make soak`: tests/soak/test_bystander_latency.py). A client
+verdict of `make soak`: tests/soak/test_timing_bounds.py). A client
 that reads gets every retained message.
 """
 
