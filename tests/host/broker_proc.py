@@ -21,11 +21,11 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cpython_host.compat import tomllib
 from tools import procgroup
 from tools.bench import mqtt as raw
 
