@@ -134,10 +134,10 @@ def test_mosquitto_clients_with_acl(secured: BrokerProcess) -> None:
     pub = mosquitto_tool("mosquitto_pub")
     sub = mosquitto_tool("mosquitto_sub")
     base = ["-h", "127.0.0.1", "-p", str(secured.port), "-V", "mqttv311"]
+    bob = ["-u", "bob", "-P", "builder", "-i", "ms-bob", "-t", "home/#", "-v", "-C", "2", "-W", "60", "-d"]
     # stdbuf -oL: its lines as they are printed, not when it exits (a pipe is block-buffered).
     listen = subprocess.Popen(
-        ["stdbuf", "-oL", sub, *base, "-u", "bob", "-P", "builder", "-i", "ms-bob", "-t", "home/#", "-v", "-C", "2"]
-        + ["-W", "60", "-d"],
+        ["stdbuf", "-oL", sub, *base, *bob],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
