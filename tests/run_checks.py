@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 import uuid
 from collections import Counter
@@ -69,8 +70,19 @@ def command_line(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:300]
 
 
+def stop_own_helpers() -> None:
+    """Stop what this process keeps running for itself until it exits: the
+    resource tracker of multiprocessing (started with the first process of a
+    spawn context, tools/churn.py's bystander), which is no test's leftover."""
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    stop = getattr(getattr(tracker, "_resource_tracker", None), "_stop", None)
+    if stop is not None:
+        stop()
+
+
 def end_leftovers(grace: float = LEAK_GRACE) -> list[str]:
     """Wait up to `grace` s for this run's processes to end; describe and kill those that did not."""
+    stop_own_helpers()
     deadline = time.monotonic() + grace
     while (left := marked_processes()) and time.monotonic() < deadline:
         time.sleep(0.1)
