@@ -97,7 +97,7 @@ def end_leftovers(grace: float = LEAK_GRACE) -> list[str]:
     return lines
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has stopped its workers (they carry the mark too)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not OWNS_MARK or os.environ.get("PYTEST_XDIST_WORKER"):
         return
