@@ -99,7 +99,7 @@ def end_leftovers(grace: float = LEAK_GRACE) -> list[str]:
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist has stopped its workers (they carry the mark too)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not OWNS_MARK or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not OWNS_MARK:  # (a pytest-xdist worker, a pytest run by a test: the run that set it checks)
         return
     _leftovers[:] = end_leftovers()
     if _leftovers:

@@ -606,12 +606,23 @@ class Publisher:
             return
 
 
-def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, bool, int]]:
-    """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully)."""
-    got: list[tuple[str, bytes, int, bool, int]] = []
+Drained = list[tuple[str, bytes, int, bool, int]]  # (topic, payload, qos, dup, packet id) of each PUBLISH
+
+
+def drain(
+    client: RawClient, quiet: float = 1.0, until: Callable[[Drained], bool] | None = None, patience: float = 60.0
+) -> Drained:
+    """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully).
+
+    `until(got)`, asked after each PUBLISH: what must have come (e.g.
+    `arrived(...)`); until it says so, a pause of up to `patience` s is waited
+    out (a loaded machine can hold a broker's delivery back for seconds), so
+    that what is missing then has not come, rather than not come yet."""
+    got: Drained = []
+    done = until is None or until(got)
     while True:
         try:
-            pkt = client.read_packet(timeout=quiet)
+            pkt = client.read_packet(timeout=quiet if done else patience)
         except TimeoutError:
             return got
         if pkt is None:
@@ -620,9 +631,25 @@ def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, 
         if first >> 4 == 3:
             topic, payload, qos, _retain, dup, pid = parse_publish(first, body)
             got.append((topic, payload, qos, dup, pid))
+            done = done or until is None or until(got)
             if qos == 1:
                 client.send(puback_packet(pid))
             elif qos == 2:
                 client.send(pubrec_packet(pid))
         elif first == 0x62:  # PUBREL
             client.send(pubcomp_packet(int.from_bytes(body[:2], "big")))
+
+
+def arrived(expected: dict[str, set[int]]) -> Callable[[Drained], bool]:
+    """drain's `until`: True once each number of `expected` (topic -> numbers,
+    the payloads as integers) has come; looks at the newest PUBLISH only."""
+    missing = {topic: set(numbers) for topic, numbers in expected.items()}
+
+    def until(got: Drained) -> bool:
+        if got:
+            topic, payload = got[-1][0], got[-1][1]
+            if topic in missing:
+                missing[topic].discard(int(payload))
+        return not any(missing.values())
+
+    return until
