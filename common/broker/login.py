@@ -137,6 +137,12 @@ def grant(broker, conn, client_id):
     """Give the connection the ACL rules of its user and client id."""
     acl = broker.acl
     conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
+    if conn.acl is not None and conn.acl.refused is not None:
+        broker.log(
+            30,
+            "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
+            (client_id, _user_text(conn.user)),
+        )
 
 
 def set_security(broker, users, acl, allow_anonymous, now):

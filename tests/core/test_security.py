@@ -6,7 +6,7 @@ import unittest
 
 from common.broker import login
 from common.broker import secured as secured_login
-from common.broker.acl import Acl, filters_overlap
+from common.broker.acl import Acl, filters_overlap, substitute
 from common.broker.broker import printable
 from common.broker.settings import ConfigError
 from common.broker.users import Users, format_hash
@@ -218,6 +218,39 @@ class TestAclChecks(unittest.TestCase):
             self.assertFalse(c.can_read("home/kitchen"), cid)
             self.assertFalse(c.can_write("devices/d1/x"), cid)
         self.assertFalse(self.acl.for_client("a+b", "d1").can_write("devices/d1/x"))
+
+    def test_pattern_substitution_is_one_pass(self):
+        # A user named "%c" once got "devices/%c/#" from "devices/%u/#" and
+        # then the client id put into THAT: bob's topics, or every device's.
+        acl = Acl.parse("pattern readwrite devices/%u/#", "acl")
+        for cid in ("bob", "+", "x%u"):
+            c = acl.for_client("%c", cid)
+            self.assertIsNone(c.refused, cid)
+            self.assertFalse(c.can_read("devices/bob/x"), cid)
+            self.assertFalse(c.may_subscribe("devices/+/#"), cid)
+            self.assertTrue(c.can_write("devices/%c/x"), cid)  # its own, literal level
+        both = Acl.parse("pattern read %c/%u/#", "acl").for_client("%u", "%c")
+        self.assertEqual([r[1] for r in both.rules], ["%c/%u/#"])
+        self.assertEqual(substitute("a/%u%c/%x/%", "u1", "c1"), "a/u1c1/%x/%")
+
+    def test_identities_that_would_widen_a_pattern_get_no_rules(self):
+        acl = Acl.parse("user alice\ntopic read home/#\npattern read %c/#\npattern write users/%u/out", "acl")
+        self.assertTrue(acl.for_client("alice", "d1").can_read("d1/x"))
+        for user, cid in (("alice", "+"), ("alice", "#"), ("alice", "a/b"), ("alice", "$SYS"), ("a/b", "d1"), ("a#", "d1"), ("", "d1")):
+            c = acl.for_client(user, cid)
+            self.assertEqual(c.refused, (user, cid))
+            self.assertEqual(c.rules, [])  # its own topic rules too (every check denies)
+            self.assertFalse(c.can_read("home/x"))
+        # "$" widens only where it starts the filter.
+        self.assertIsNone(Acl.parse("pattern read d/%c", "acl").for_client(None, "$x").refused)
+
+    def test_a_widening_identity_is_logged_and_denied_over_the_broker(self):
+        h = secured(acl="pattern readwrite devices/%c/#\n", allow=True)
+        lines = logged(h)
+        c = h.client(level=5)
+        self.assertEqual(c.connect("dev+1").reason, C.RC_SUCCESS)
+        self.assertIn("client id dev+1 (user (anonymous)): no ACL rules", "\n".join(lines))
+        self.assertEqual(c.subscribe("devices/x/#").reasons, [C.RC_NOT_AUTHORIZED])
 
     def test_no_patterns_shares_one_object_per_user(self):
         a = Acl.parse("user alice\ntopic read a", "acl")
