@@ -1,0 +1,77 @@
+"""The attacks of issue 24's outside run, over real sockets against the real
+host broker, each a class of bug fixed at its root (docs/security.md):
+
+1. an identity put into an ACL pattern cannot widen it (user "%c", client
+   id "+", a certificate CN "%c");
+2. a will is a publish by its owner, judged when it is sent;
+3. a failed password check costs the same whatever line it meets;
+4. client text echoed in reason strings and log lines is bounded;
+5. client text is escaped at the logging boundary (a WebSocket subprotocol);
+6. the HTTP API: only administrators act; others see what their ACL reads;
+7. the HTTP listener stays reachable under slowloris.
+
+The core's side of each rule is in tests/core (both interpreters).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.host.broker_proc import BrokerProcess, RawClient, parse_publish, wait_until
+from tests.host.test_server_security import siskin_passwd
+from tests.host.test_server_tls import Pki, TlsRawClient, tls_client
+from tools.bench import mqtt as raw
+
+# ---------------------------------------------------------------------------
+# 1. ACL patterns
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    pki = Pki(tmp_path_factory.mktemp("pki"))
+    pki.percent_c = pki.leaf("percent-c", pki.ca.issue_cert(common_name="%c"))  # type: ignore[attr-defined]
+    return pki
+
+
+def test_an_identity_put_into_a_pattern_cannot_widen_it(tmp_path: Path, pki: Pki) -> None:
+    passwd = tmp_path / "passwd"
+    siskin_passwd(passwd, "%c", "pw", "-c")
+    siskin_passwd(passwd, "bob", "builder")
+    (tmp_path / "acl").write_text("pattern readwrite devices/%u/#\n")
+    mutual = pki.listener(cafile=pki.ca_file, require_certificate=True, use_identity_as_username=True)
+    security = {"password_file": "passwd", "acl_file": "acl", "allow_anonymous": False}
+    with BrokerProcess(tmp_path, listeners=[{"port": 0}, mutual], security=security) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        bob = RawClient(b.port)
+        assert bob.connect("bobs-phone", username="bob", password=b"builder") == b"\x00\x00"
+        assert bob.subscribe("devices/bob/#", 1) == 1
+        def password(client_id: str) -> Any:
+            c = RawClient(b.port)
+            assert c.connect(client_id, username="%c", password=b"pw") == b"\x00\x00"
+            return c
+
+        def certificate(client_id: str) -> Any:
+            c = TlsRawClient(tls_client(b.ports()[1], pki.client_context(pki.percent_c)))  # type: ignore[attr-defined]
+            assert c.connect(client_id) == b"\x00\x00"
+            return c
+
+        for login, client_id in ((password, "bob"), (password, "+"), (certificate, "bob"), (certificate, "+")):
+            mallory = login(client_id)
+            # [MQTT-3.9.3-2] (3.1.1) 0x80: the filter is not granted.
+            assert mallory.subscribe("devices/bob/#", 1, packet_id=1) == 0x80, client_id
+            assert mallory.subscribe("devices/+/#", 1, packet_id=2) == 0x80, client_id
+            assert mallory.subscribe("devices/%c/#", 1, packet_id=3) == 1, client_id  # its own literal level
+            mallory.send(raw.publish("devices/bob/cmd", b"open", 1, 7))
+            assert mallory.read_packet() == (0x40, b"\x00\x07")  # acknowledged, dropped [MQTT-3.3.5-2]
+            mallory.close()
+        bob.send(raw.publish("devices/bob/mark", b"end", 1, 9))
+        got = []
+        while not got or got[-1][0] != "devices/bob/mark":
+            pkt = bob.read_packet()
+            assert pkt is not None
+            if pkt[0] >> 4 == 3:
+                got.append(parse_publish(*pkt)[:2])
+        assert got == [("devices/bob/mark", b"end")], got
+        assert "Traceback" not in b.log_text()
