@@ -194,7 +194,7 @@ def accept(broker, conn, pkt, now, auth_out):
             return
         session.user = conn.user
     else:
-        _cancel_will(broker, session)
+        cancel_will(broker, session)
         if conn.acl is not None:
             # Its owner or the rules may have changed since it was made.
             from common.broker import secured  # (loaded with the rules: login.set_security)
@@ -328,7 +328,7 @@ def _new_will(broker, pkt):
     return msg, delay, expiry
 
 
-def _cancel_will(broker, session):
+def cancel_will(broker, session):
     if session.will is not None:
         broker.routing.messages.drop(session.will[0])
         session.will = None
@@ -342,7 +342,10 @@ def _publish_will(broker, session, now):
     if will is None:
         return
     msg = will[0]
-    handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
+    # A will is a publish by its owner, judged by the rules in force now.
+    acl = broker.acl
+    if acl is None or not handle_publish.write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will"):
+        handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
     broker.routing.messages.drop(msg)
 
 
@@ -370,7 +373,7 @@ def detach(broker, conn, now, publish_will=True):
                 delay = session.expiry_interval
             session.will_at = now + delay
     elif session.will is not None and session.will_at == 0:
-        _cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
+        cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
     if session.expiry_interval == 0:
         destroy_session(broker, session, now)
         return
@@ -385,7 +388,7 @@ def destroy_session(broker, session, now):
         if session.will_at:
             _publish_will(broker, session, now)  # the session ends before the delay
         else:
-            _cancel_will(broker, session)
+            cancel_will(broker, session)
     if _has_shared(session):
         handle_publish.hand_over_shared(broker, session, now)
     handle_subscribe.remove_all(broker, session, now)

@@ -37,7 +37,9 @@
 #
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
-# they no longer allow; an offline session is re-checked when its user
+# they no longer allow; a held will (of a live client, or waiting out its
+# v5 delay) its owner may no longer publish is discarded, counted as a
+# refused PUBLISH; a will is judged again when it is sent. An offline session is re-checked when its user
 # resumes it (only its owner may: owner_refusal), and what it had
 # queued or in flight is sent only where the new rules let its client read.
 # Connected clients keep their login until they reconnect.
@@ -162,6 +164,8 @@ def set_security(broker, users, acl, allow_anonymous, now):
         conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
         if conn.acl is not None:
             secured.recheck(broker, conn, session, now)
+    if acl is not None:
+        secured.recheck_wills(broker, acl, now)
 
 
 def describe(broker):

@@ -458,6 +458,61 @@ class TestAccessControl(unittest.TestCase):
         c, ack = alice(h, 5, will=("home/kitchen", b"w", 0, False))
         self.assertEqual(ack.reason, C.RC_SUCCESS)
 
+    # A will is a publish by its owner: judged when it is sent, with the
+    # answer, counter and log line of a live PUBLISH; a reload discards the
+    # held wills its new rules refuse.
+    WILL_ACL = "user alice\ntopic write alerts/#\nuser bob\ntopic read alerts/#\n"
+    NO_WILL_ACL = "user bob\ntopic read alerts/#\n"
+
+    def will_watched(self, will_props=None, expiry=0):
+        h = secured(acl=self.WILL_ACL, allow=True)
+        lines = logged(h)
+        watcher = h.client(5, peer=REMOTE)
+        watcher.connect("watch", username="bob", password=b"hunter2")
+        watcher.subscribe("alerts/#")
+        props = [(C.PROP_SESSION_EXPIRY_INTERVAL, expiry)] if expiry else None
+        c = h.client(5, peer=REMOTE)
+        ack = c.connect("dev", username="alice", password=b"secret", will=("alerts/w", b"gone", 0, False, will_props), props=props)
+        self.assertEqual(ack.reason, C.RC_SUCCESS)
+        return h, lines, watcher, c
+
+    def test_a_will_still_allowed_is_sent(self):
+        h, _lines, watcher, c = self.will_watched()
+        login.set_security(h.broker, h.broker.users, Acl.parse(self.WILL_ACL, "acl"), True, h.now)
+        c.drop()
+        self.assertEqual([p.topic for p in watcher.take()], ["alerts/w"])
+        self.assertEqual(h.broker.stats.denied_publish, 0)
+
+    def test_a_reload_discards_a_will_its_owner_may_no_longer_publish(self):
+        for delayed in (False, True):
+            if delayed:  # v5: waiting out its Will Delay Interval when the rules change
+                h, lines, watcher, c = self.will_watched([(C.PROP_WILL_DELAY_INTERVAL, 5)], expiry=60)
+                c.drop()
+                self.assertTrue(h.broker.sessions.find("dev").will_at)
+            else:
+                h, lines, watcher, c = self.will_watched()
+            login.set_security(h.broker, h.broker.users, Acl.parse(self.NO_WILL_ACL, "acl"), True, h.now)
+            self.assertIsNone(h.broker.sessions.find("dev").will, delayed)
+            self.assertEqual(h.broker.stats.denied_publish, 1)
+            self.assertIn("dev: will to alerts/w refused by the ACL (user alice; 1 refused so far)", lines)
+            c.drop()
+            h.advance(10)
+            self.assertEqual([p.topic for p in watcher.take()], [], delayed)
+            self.assertEqual(h.broker.stats.denied_publish, 1)  # counted once
+
+    def test_a_will_is_judged_by_the_rules_in_force_when_it_is_sent(self):
+        for delayed in (False, True):
+            h, lines, watcher, c = self.will_watched([(C.PROP_WILL_DELAY_INTERVAL, 5)] if delayed else None, 60)
+            # New rules installed without a reload's re-check (as a restored
+            # session would meet them): the send itself refuses the will.
+            h.broker.acl = Acl.parse(self.NO_WILL_ACL, "acl")
+            c.drop()
+            h.advance(10)
+            self.assertEqual([p.topic for p in watcher.take()], [], delayed)
+            self.assertEqual(h.broker.stats.denied_publish, 1)
+            self.assertIn("dev: will to alerts/w refused by the ACL (user alice; 1 refused so far)", lines)
+            self.assertEqual(h.held()["messages"], 0)  # its message is freed
+
     def test_will_topic_validated_like_a_publish(self):
         # No ACL: the will topic gets the answer the same live PUBLISH gets.
         # 3.1.1: [MQTT-3.1.4-1] (3.1.1) a wildcard [MQTT-3.3.2-2] (3.1.1) or

@@ -15,11 +15,13 @@ The core's side of each rule is in tests/core (both interpreters).
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.host.broker_proc import BrokerProcess, RawClient, parse_publish, wait_until
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient, parse_publish, wait_until
 from tests.host.test_server_security import siskin_passwd
 from tests.host.test_server_tls import Pki, TlsRawClient, tls_client
 from tools.bench import mqtt as raw
@@ -75,3 +77,73 @@ def test_an_identity_put_into_a_pattern_cannot_widen_it(tmp_path: Path, pki: Pki
                 got.append(parse_publish(*pkt)[:2])
         assert got == [("devices/bob/mark", b"end")], got
         assert "Traceback" not in b.log_text()
+
+
+# ---------------------------------------------------------------------------
+# 2. Wills
+
+
+WILL_ACL = """\
+user alice
+topic write alerts/#
+user bob
+topic readwrite alerts/#
+topic read $SYS/broker/messages/denied/publish
+topic read $SYS/broker/uptime
+"""
+
+
+def test_a_will_is_judged_by_the_rules_in_force_when_it_is_sent(tmp_path: Path) -> None:
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    passwd = tmp_path / "passwd"
+    siskin_passwd(passwd, "alice", "wonderland", "-c")
+    siskin_passwd(passwd, "bob", "builder")
+    acl = tmp_path / "acl"
+    acl.write_text(WILL_ACL)
+    security = {"password_file": "passwd", "acl_file": "acl", "allow_anonymous": False}
+    with BrokerProcess(tmp_path, limits={"sys_interval": 1}, security=security) as b:
+        bob = Paho(b.port, "bob", username="bob", password="builder").connect()
+        bob.subscribe("alerts/#", 1)
+        bob.subscribe("$SYS/broker/messages/denied/publish", 0)
+        bob.subscribe("$SYS/broker/uptime", 0)
+        # A 3.1.1 will, and a v5 will with a Will Delay Interval (killed
+        # before the reload: its will is waiting out the delay).
+        plain = RawClient(b.port)
+        assert plain.connect("plain", will=("alerts/w", b"plain", 1, False), username="alice", password=b"wonderland") == b"\x00\x00"
+        delayed = Paho(b.port, "delayed", username="alice", password="wonderland", protocol=5)
+        will_props = Properties(PacketTypes.WILLMESSAGE)
+        will_props.WillDelayInterval = 1
+        delayed.client.will_set("alerts/w", b"delayed", 1, properties=will_props)
+        connect_props = Properties(PacketTypes.CONNECT)
+        connect_props.SessionExpiryInterval = 60
+        delayed.client.connect("127.0.0.1", b.port, properties=connect_props)
+        delayed.client.loop_start()
+        assert delayed.connected.wait(5) and delayed.connack_rc == 0
+        delayed.client.loop_stop()
+        delayed.client.socket().close()  # no DISCONNECT: the will is due after its delay
+        b.wait_log(r"delayed disconnected without DISCONNECT")
+        acl.write_text(WILL_ACL.replace("user alice\ntopic write alerts/#\n", ""))
+        b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        b.wait_log(r"SIGHUP: security reloaded")
+        plain.close()  # the socket dies: its will is not the client's to send any more
+        b.wait_log(r"plain disconnected without DISCONNECT")
+        # Counted as refused PUBLISHes, in $SYS; then wait out the delay (the uptime moves on).
+        seen: dict[str, bytes] = {}
+
+        def sys_value(topic: str) -> bytes | None:
+            while not bob.messages.empty():
+                msg = bob.messages.get()
+                seen[msg.topic] = msg.payload
+                assert msg.topic != "alerts/w", msg.payload  # no will, ever
+            return seen.get(topic)
+
+        wait_until(lambda: sys_value("$SYS/broker/messages/denied/publish") == b"2", 10, lambda: str(seen))
+        start = int(wait_until(lambda: sys_value("$SYS/broker/uptime"), 5, "uptime"))
+        wait_until(lambda: int(sys_value("$SYS/broker/uptime") or 0) >= start + 3, 10, lambda: str(seen))
+        bob.publish("alerts/mark", b"end", qos=1)
+        wait_until(lambda: sys_value("alerts/mark") or (bob.messages.empty() and None), 5, "the marker")
+        assert [t for t in seen if t.startswith("alerts/")] == ["alerts/mark"], seen
+        assert "will to alerts/w refused by the ACL (user alice" in b.log_text()
+        bob.close()
