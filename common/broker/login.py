@@ -63,11 +63,12 @@ def anonymous_allowed(broker, peer):
 
 
 def _anonymous_why(broker, peer):
+    # (format, args) pairs: our words, not cut as client text would be (broker.words).
     if broker.allow_anonymous is False:
-        return "anonymous client refused: allow_anonymous is false"
+        return "anonymous client refused: allow_anonymous is false", ()
     if broker.users is not None:
-        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)"
-    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)"
+        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)", ()
+    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)", ()
 
 
 def source_address(peer):
@@ -97,15 +98,12 @@ def login(broker, conn, pkt, now):
         wait = check_password(broker, address, pkt.username, pkt.password, now)
         if wait:
             broker.stats.login_failed += 1
-            why = "%s (user %s, client id %s, from %s" % (
-                BAD_LOGIN,
-                pkt.username,
-                pkt.client_id,
-                peer[0] if peer is not None else "-",
-            )
+            held = ""
             if wait > 0:
-                why += ": %d failed logins, no password checked for %d s" % (broker.login_failures[address][0], wait)
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, why + ")"
+                held = (": %d failed logins, no password checked for %d s", (broker.login_failures[address][0], wait))
+            # (format, args): the client's text is cut and escaped (broker.words).
+            why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
+            return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
         conn.user = pkt.username
     if conn.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)

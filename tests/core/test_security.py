@@ -7,12 +7,13 @@ import unittest
 from common.broker import login
 from common.broker import secured as secured_login
 from common.broker.acl import Acl, filters_overlap, substitute
-from common.broker.broker import printable
+from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable, words
 from common.broker.settings import ConfigError
 from common.broker.users import Users, format_hash
 from common.crypto.auth_scram import make_credentials
 from common.crypto.pbkdf2 import has_hash, pbkdf2_hmac, pbkdf2_pure, same_bytes
 from common.mqtt import consts as C
+from common.mqtt.packets import Disconnect
 from tests.core.harness import Harness, heap_per_packet
 from tests.core.test_auth_scram import SALT, exchange
 
@@ -293,6 +294,38 @@ class TestLogin(unittest.TestCase):
             self.assertTrue(c.closed)
             answers.append(prop_reason(ack).replace(user, "USER"))
         self.assertEqual(answers[0], answers[1])
+
+    def test_a_huge_user_name_is_answered_and_bounded(self):
+        # A 65,535-byte user name (and client id) with a wrong password once
+        # made a Reason String too long to encode: no CONNACK, a traceback;
+        # at 3.1.1 the refusal logged the whole name. [MQTT-3.2.2-7] (5.0)
+        huge = "u" * 65535
+        for level, code in ((5, C.RC_BAD_USER_NAME_OR_PASSWORD), (4, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD)):
+            h = secured()
+            lines = logged(h)
+            c = h.client(level, peer=REMOTE)
+            ack = c.connect("c" * 65535, username=huge, password=b"nope")
+            self.assertEqual(ack.reason, code, level)
+            self.assertTrue(c.closed)
+            cut = "u" * CLIENT_TEXT_MAX + "\u2026(+%d bytes)" % (65535 - CLIENT_TEXT_MAX)
+            self.assertEqual(len(lines), 1, lines)
+            self.assertIn("(user %s, client id %s, from 192.0.2.7:50432)" % (cut, cut.replace("u", "c")), lines[0])
+            self.assertLess(len(lines[0]), 2 * CLIENT_TEXT_MAX + 200)
+            if level == 5:
+                self.assertEqual(prop_reason(ack), lines[0][lines[0].index(": ") + 2 : lines[0].index("; sent")])
+
+    def test_client_text_is_cut_and_escaped_in_words(self):
+        self.assertEqual(clip("abc"), "abc")
+        self.assertEqual(clip("\u00e9" * 130), "\u00e9" * 128 + "\u2026(+4 bytes)")
+        self.assertEqual(words("a\x1b[2K"), "a\\x1b[2K")
+        self.assertEqual(words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))), "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>")
+        # The encoder never meets a Reason String it cannot encode.
+        h = secured()
+        c = h.client(5, peer=REMOTE)
+        c.connect("c", username="alice", password=b"secret")
+        conn = h.broker.connections.by_id[c.cid]
+        data = h.broker.with_reason_string(conn, Disconnect(0x98, None), "x" * 70000)
+        self.assertLess(len(data), REASON_STRING_MAX + 40)
 
     def test_anonymous_decision(self):
         cases = (

@@ -49,6 +49,7 @@ def test_an_identity_put_into_a_pattern_cannot_widen_it(tmp_path: Path, pki: Pki
         bob = RawClient(b.port)
         assert bob.connect("bobs-phone", username="bob", password=b"builder") == b"\x00\x00"
         assert bob.subscribe("devices/bob/#", 1) == 1
+
         def password(client_id: str) -> Any:
             c = RawClient(b.port)
             assert c.connect(client_id, username="%c", password=b"pw") == b"\x00\x00"
@@ -111,7 +112,10 @@ def test_a_will_is_judged_by_the_rules_in_force_when_it_is_sent(tmp_path: Path) 
         # A 3.1.1 will, and a v5 will with a Will Delay Interval (killed
         # before the reload: its will is waiting out the delay).
         plain = RawClient(b.port)
-        assert plain.connect("plain", will=("alerts/w", b"plain", 1, False), username="alice", password=b"wonderland") == b"\x00\x00"
+        assert (
+            plain.connect("plain", will=("alerts/w", b"plain", 1, False), username="alice", password=b"wonderland")
+            == b"\x00\x00"
+        )
         delayed = Paho(b.port, "delayed", username="alice", password="wonderland", protocol=5)
         will_props = Properties(PacketTypes.WILLMESSAGE)
         will_props.WillDelayInterval = 1
@@ -147,3 +151,39 @@ def test_a_will_is_judged_by_the_rules_in_force_when_it_is_sent(tmp_path: Path) 
         assert [t for t in seen if t.startswith("alerts/")] == ["alerts/mark"], seen
         assert "will to alerts/w refused by the ACL (user alice" in b.log_text()
         bob.close()
+
+
+# ---------------------------------------------------------------------------
+# 4. Client text echoed in reason strings and log lines is bounded
+
+
+def connect_v5(client_id: str, username: str, password: bytes) -> bytes:
+    """A v5 CONNECT, written out by hand: clean start, user name and password, no properties."""
+    body = raw.mqtt_str("MQTT") + bytes([5, 0xC2]) + (0).to_bytes(2, "big") + b"\x00"
+    body += raw.mqtt_str(client_id) + raw.mqtt_str(username) + len(password).to_bytes(2, "big") + password
+    return b"\x10" + raw.vbi(len(body)) + body
+
+
+def test_a_huge_user_name_gets_its_connack_and_a_bounded_log_line(tmp_path: Path) -> None:
+    siskin_passwd(tmp_path / "passwd", "alice", "wonderland", "-c")
+    with BrokerProcess(tmp_path, security={"password_file": "passwd"}) as b:
+        huge = "m" * 65535
+        v5 = RawClient(b.port)
+        v5.send(connect_v5("c5", huge, b"wrong"))
+        pkt = v5.read_packet()
+        assert pkt is not None, "closed without a CONNACK"
+        assert (pkt[0], pkt[1][1]) == (0x20, 0x86)  # [MQTT-3.2.2-7] (5.0) Bad User Name or Password
+        assert v5.closed_within(5)
+        v3 = RawClient(b.port)
+        assert v3.connect("c4", username=huge, password=b"wrong") == b"\x00\x04"
+        assert v3.closed_within(5)
+        lines = [
+            line
+            for line in b.wait_log(r"(?s)refused CONNECT.*refused CONNECT") and b.log_text().splitlines()
+            if "refused CONNECT" in line
+        ]
+        assert len(lines) == 2, lines
+        for line in lines:
+            assert "m" * 128 + "\u2026(+65407 bytes)" in line, line[:300]
+            assert len(line) < 600, len(line)
+        assert "Traceback" not in b.log_text()
