@@ -55,6 +55,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from common.broker import admin, secured
 from common.broker.broker import VERSION, Broker
+from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
 from cpython_host.metrics import registry, store_size
@@ -346,7 +347,7 @@ class WebServer:
                 if wait > 0
                 else ""
             )
-            log.warning("HTTP: login failed for user %r from %s%s", user, peer, held)
+            log.warning("HTTP: login failed for user %r from %s%s", clip(user), peer, held)
             raise HttpError(401, "bad user name or password", challenge)
 
     # ------------------------------------------------------------ the API

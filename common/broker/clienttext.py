@@ -7,7 +7,8 @@
 # one line, and a terminal escape stays text). Broker.log formats every log
 # line with it, handle_connect.refuse every refusal; the host's logging
 # filter (cpython_host/logtext.py) applies clip and printable to every
-# argument of the host's own log lines.
+# argument of the host's own log lines; a shell's sink (the host's filter,
+# the firmware's Log) escapes the control characters of every whole line.
 
 # Client text echoed in a log line or a Reason String is cut after this
 # many characters.
@@ -17,24 +18,28 @@ CLIENT_TEXT_MAX = 128
 REASON_STRING_MAX = 1024
 
 
-def needs_escape(text):
+def needs_escape(text, backslash=True):
+    """Whether printable() changes `text` (without `backslash`: whether it
+    holds a control character)."""
     for ch in text:
         o = ord(ch)
-        if o < 0x20 or 0x7F <= o <= 0x9F or o == 0x5C or o == 0x2028 or o == 0x2029:
+        if o < 0x20 or 0x7F <= o <= 0x9F or o == 0x2028 or o == 0x2029 or (o == 0x5C and backslash):
             return True
     return False
 
 
-def printable(text):
+def printable(text, backslash=True):
     """`text` with control characters (C0, DEL, C1, U+2028/9) and the
     backslash written as escapes (\\n, \\x1b, \\u2028, \\\\): one log line stays
-    one line, and an escape in the text cannot pass for one we wrote."""
-    if not needs_escape(text):
+    one line, and an escape in the text cannot pass for one we wrote.
+    Without `backslash`, backslashes stay: for a whole line at a shell's
+    sink, whose arguments words() escaped already."""
+    if not needs_escape(text, backslash):
         return text
     out = []
     for ch in text:
         o = ord(ch)
-        if o == 0x5C:
+        if o == 0x5C and backslash:
             out.append("\\\\")
         elif o == 0x0A:
             out.append("\\n")

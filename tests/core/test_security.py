@@ -318,6 +318,8 @@ class TestLogin(unittest.TestCase):
         self.assertEqual(clip("abc"), "abc")
         self.assertEqual(clip("\u00e9" * 130), "\u00e9" * 128 + "\u2026(+4 bytes)")
         self.assertEqual(words("a\x1b[2K"), "a\\x1b[2K")
+        # A shell's sink: a whole line's control characters, its escapes kept.
+        self.assertEqual(printable("a\\x1b \x1b\u2028", False), "a\\x1b \\x1b\\u2028")
         self.assertEqual(words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))), "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>")
         # The encoder never meets a Reason String it cannot encode.
         h = secured()

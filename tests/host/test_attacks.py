@@ -16,6 +16,7 @@ The core's side of each rule is in tests/core (both interpreters).
 from __future__ import annotations
 
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,36 @@ def test_a_huge_user_name_gets_its_connack_and_a_bounded_log_line(tmp_path: Path
             assert "m" * 128 + "\u2026(+65407 bytes)" in line, line[:300]
             assert len(line) < 600, len(line)
         assert "Traceback" not in b.log_text()
+
+
+# ---------------------------------------------------------------------------
+# 5. Client text is escaped at the logging boundary
+
+
+def test_a_terminal_escape_in_a_websocket_handshake_reaches_the_log_escaped(tmp_path: Path) -> None:
+    ws = {"protocol": "websockets", "port": 0}
+    with BrokerProcess(tmp_path, listeners=[{"port": 0}, ws]) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+
+        def upgrade(subprotocols: bytes) -> bytes:
+            request = (
+                b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                b"Sec-WebSocket-Protocol: " + subprotocols + b"\r\n\r\n"
+            )
+            with socket.create_connection(("127.0.0.1", b.ports()[1]), timeout=5) as s:
+                s.sendall(request)
+                return s.recv(65536)
+
+        answer = upgrade(b"x\x1b[1A\x1b[2K\x08\x7fforged, " + b"y" * 300)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        line = b.wait_log(r"WebSocket upgrade refused: .*offered: .*").group()
+        assert "offered: x\\x1b[1A\\x1b[2K\\x08\\x7fforged, yyy" in line, line
+        assert "y" * 100 + "\u2026(+" in line and len(line) < 500, line  # the offer is cut, too
+        # Bytes wsproto cannot read as ASCII: an answer, not a traceback.
+        assert upgrade("mqtt\u2028\x9b".encode()).startswith(b"HTTP/1.1 400 ")
+        b.wait_log(r"WebSocket upgrade refused: .*not ASCII")
+        raw_log = b.log_path.read_bytes()
+        for byte in (b"\x1b", b"\x08", b"\x7f", b"\xc2\x9b", b"\xe2\x80\xa8"):
+            assert byte not in raw_log, byte
+        assert b"Traceback" not in raw_log
