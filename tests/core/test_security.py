@@ -7,7 +7,8 @@ import unittest
 from common.broker import login
 from common.broker import secured as secured_login
 from common.broker.acl import Acl, filters_overlap, substitute
-from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable, words
+from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable
+from common.broker.clienttext import words as client_words
 from common.broker.settings import ConfigError
 from common.broker.users import Users, format_hash
 from common.crypto.auth_scram import make_credentials
@@ -317,10 +318,10 @@ class TestLogin(unittest.TestCase):
     def test_client_text_is_cut_and_escaped_in_words(self):
         self.assertEqual(clip("abc"), "abc")
         self.assertEqual(clip("\u00e9" * 130), "\u00e9" * 128 + "\u2026(+4 bytes)")
-        self.assertEqual(words("a\x1b[2K"), "a\\x1b[2K")
+        self.assertEqual(client_words("a\x1b[2K"), "a\\x1b[2K")
         # A shell's sink: a whole line's control characters, its escapes kept.
         self.assertEqual(printable("a\\x1b \x1b\u2028", False), "a\\x1b \\x1b\\u2028")
-        self.assertEqual(words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))), "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>")
+        self.assertEqual(client_words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))), "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>")
         # The encoder never meets a Reason String it cannot encode.
         h = secured()
         c = h.client(5, peer=REMOTE)
