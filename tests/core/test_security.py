@@ -101,6 +101,41 @@ class TestPasswordFile(unittest.TestCase):
         self.assertTrue(users.check("alice", b"secret"))
         self.assertFalse(users.check("alice", b"secreT"))
 
+    def test_every_check_costs_the_same_in_a_file_of_mixed_costs(self):
+        # Once an unknown user cost the first line's rounds and a known one
+        # its own: in a file mixing costs, the time told who exists. Counted
+        # through the hook every PBKDF2 call goes through (users.kdf).
+        salt = b"salt-of-dave"
+        lines = [
+            user_line("alice", "secret"),  # ITER rounds of SHA-256
+            "bob:" + format_hash(3, salt, pbkdf2_hmac("sha256", b"pw", salt, 3)),  # cheap
+            "carol:" + format_hash(7, salt, pbkdf2_hmac("sha256", b"pw", salt, 7, 64)),  # 2 blocks: 14 rounds
+        ]
+        if has_hash("sha512"):
+            lines.append(MOSQUITTO_LINE.replace("alice:", "mosq:", 1))  # 101 rounds of SHA-512
+        users = Users.parse("\n".join(lines), "pw")
+        work = []
+
+        def counted(name, password, salt, iterations, dklen):
+            size = 32 if name == "sha256" else 64
+            work.append((name, iterations * max(1, (dklen + size - 1) // size)))
+            return pbkdf2_hmac(name, password, salt, iterations, dklen)
+
+        users.kdf = counted
+        spent = {}
+        for user in ("alice", "bob", "carol", "mosq", "mallory", None):
+            for password in (b"pw", b"secret", None):
+                del work[:]
+                users.check(user, password)
+                total = {}
+                for name, n in work:
+                    total[name] = total.get(name, 0) + n
+                spent[(user, password)] = (len(work), sorted(total.items()))
+        want = [("sha256", ITER + 1)] + ([("sha512", 102)] if has_hash("sha512") else [])
+        for key, cost in spent.items():
+            self.assertEqual(cost, (2 * len(want), want), key)
+        self.assertTrue(users.check("bob", b"pw") and users.check("carol", b"pw") and users.check("alice", b"secret"))
+
     def test_malformed_lines_name_file_line_and_reason(self):
         cases = (
             ("alice", "pw:1: wants USER:HASH"),

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import signal
 import socket
+import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.host.broker_proc import BrokerProcess, Paho, RawClient, parse_publish, wait_until
-from tests.host.test_server_security import siskin_passwd
+from common.broker.users import Users
+from common.crypto.pbkdf2 import pbkdf2_hmac
+from tests.host.broker_proc import REPO_ROOT, BrokerProcess, Paho, RawClient, parse_publish, wait_until
+from tests.host.test_server_security import mosquitto_tool, siskin_passwd
 from tests.host.test_server_tls import Pki, TlsRawClient, tls_client
 from tools.bench import mqtt as raw
 
@@ -221,3 +227,47 @@ def test_a_terminal_escape_in_a_websocket_handshake_reaches_the_log_escaped(tmp_
         for byte in (b"\x1b", b"\x08", b"\x7f", b"\xc2\x9b", b"\xe2\x80\xa8"):
             assert byte not in raw_log, byte
         assert b"Traceback" not in raw_log
+
+
+# ---------------------------------------------------------------------------
+# 3. A failed password check costs the same whatever line it meets
+
+
+def test_a_failed_login_costs_the_same_whatever_line_it_meets(tmp_path: Path) -> None:
+    """A file of `siskin passwd` (PBKDF2-SHA256, 10,000 rounds) and mosquitto_passwd
+    ($7$: PBKDF2-SHA512, 101 rounds) lines: an unknown user once cost 10,000 rounds and
+    a wrong password for the $7$ user 101. The work is counted through the hook every
+    PBKDF2 call takes; the times are compared loosely (interleaved, medians within 2x)."""
+    passwd = tmp_path / "passwd"
+    subprocess.run(
+        [sys.executable, "-m", "cpython_host", "passwd", "--stdin", "-c", str(passwd), "alice"],
+        cwd=REPO_ROOT,
+        input="wonderland\n",
+        text=True,
+        check=True,
+        timeout=20,
+    )
+    subprocess.run([mosquitto_tool("mosquitto_passwd"), "-b", str(passwd), "bob", "builder"], check=True, timeout=20)
+    text = passwd.read_text()
+    assert "$pbkdf2-sha256$10000$" in text and "$7$101$" in text
+    users = Users.parse(text, str(passwd))
+    work: list[tuple[str, int]] = []
+
+    def counted(name: str, password: bytes, salt: bytes, iterations: int, dklen: int) -> bytes:
+        work.append((name, iterations))
+        return pbkdf2_hmac(name, password, salt, iterations, dklen)
+
+    users.kdf = counted
+    for user in ("alice", "bob", "mallory"):
+        del work[:]
+        assert not users.check(user, b"wrong")
+        assert sorted(work) == [("sha256", 1), ("sha256", 10000), ("sha512", 1), ("sha512", 101)], (user, work)
+    users.kdf = pbkdf2_hmac
+    times: dict[str, list[float]] = {"alice": [], "bob": [], "mallory": []}
+    for _ in range(15):
+        for user, spent in times.items():
+            started = time.perf_counter()
+            users.check(user, b"wrong")
+            spent.append(time.perf_counter() - started)
+    medians = {user: statistics.median(spent) for user, spent in times.items()}
+    assert max(medians.values()) < 2 * min(medians.values()), medians
