@@ -22,6 +22,11 @@ Routes:
   POST /api/drop-session      {"client_id": ...}: disconnect and end its session
   POST /api/clear-retained    {"filter": ...}: clear the retained messages it matches
 
+Who may do what (Viewer): without a login (loopback, auth "auto") every
+request is the administrator's; with one, the users of [http] admins are,
+and any other user sees the counts, its own clients and sessions and the
+retained topics its ACL lets it read, and is refused every action (403).
+
 Protection: the listener answers without a login only when it listens on
 loopback addresses and auth is "auto"; otherwise every request needs HTTP
 basic auth of an MQTT user (the [security] password file, checked by the
@@ -141,7 +146,8 @@ class WebServer:
         self.name = address(self.server.sockets[0].getsockname())
         self.sampler = asyncio.get_running_loop().create_task(self.sample())
         if self.auth:
-            guard = "HTTP basic auth of the MQTT users"
+            admins = ", ".join(self.config.admins) or "none: users see their own and act on nothing; set [http] admins"
+            guard = f"HTTP basic auth of the MQTT users; administrators: {admins}"
         else:
             guard = "loopback only, no login"
         log.info(
@@ -293,7 +299,7 @@ class WebServer:
         target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
         path = target.path
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
-        self.check_access(headers, peer)
+        viewer = Viewer(self.broker, self.check_access(headers, peer), self.config.admins)
         if method not in ("GET", "POST"):
             raise HttpError(405, f"method {method} not allowed", [("allow", "GET, POST")])
         if path.startswith("/api/") and method == "POST":
@@ -305,6 +311,8 @@ class WebServer:
                 raise HttpError(400, "the body is not JSON") from None
             if not isinstance(args, dict):
                 raise HttpError(400, "the body must be a JSON object")
+            if not viewer.admin:
+                raise HttpError(403, f"user {clip(viewer.user or '')!r} is not an administrator ([http] admins): it may look, not act")
             return 200, "application/json", _json(self.action(path, args)), []
         if method == "POST":
             raise HttpError(405, f"POST is only for /api/ actions, not {path}", [("allow", "GET")])
@@ -312,21 +320,22 @@ class WebServer:
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics), []
         if path.startswith("/api/"):
             query = urllib.parse.parse_qs(target.query)
-            return 200, "application/json", _json(self.read(path, query)), []
+            return 200, "application/json", _json(self.read(path, query, viewer)), []
         name = "index.html" if path == "/" else path[1:]
         file = self.static.get(name)
         if file is None or "/" in name:
             raise HttpError(404, f"no such page: {path}")
         return 200, STATIC_TYPES[file.suffix], file.read_bytes(), []
 
-    def check_access(self, headers: dict[str, str], peer: str) -> None:
-        """Refuse (HttpError) a request the listener must not serve; `peer`: its source address."""
+    def check_access(self, headers: dict[str, str], peer: str) -> str | None:
+        """The user who logged in (None: no login asked); HttpError for a
+        request the listener must not serve. `peer`: its source address."""
         if not self.auth:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if not loopback_name(name.strip("[]")):
-                raise HttpError(403, f"Host {host!r} is not a loopback name: this listener serves this machine only")
-            return
+                raise HttpError(403, f"Host {clip(host)!r} is not a loopback name: this listener serves this machine only")
+            return None
         challenge = [("www-authenticate", 'Basic realm="siskin", charset="UTF-8"')]
         given = headers.get("authorization", "")
         scheme, _, encoded = given.partition(" ")
@@ -349,24 +358,26 @@ class WebServer:
             )
             log.warning("HTTP: login failed for user %r from %s%s", clip(user), peer, held)
             raise HttpError(401, "bad user name or password", challenge)
+        return user
 
     # ------------------------------------------------------------ the API
 
-    def read(self, path: str, query: dict[str, list[str]]) -> Any:
+    def read(self, path: str, query: dict[str, list[str]], viewer: Viewer) -> Any:
         broker = self.broker
         if path == "/api/status":
-            return self.status()
+            return self.status(viewer)
         if path == "/api/clients":
-            return {"clients": admin.clients(broker)}
+            return {"clients": [c for c in admin.clients(broker) if viewer.owns(c["user"])]}
         if path == "/api/sessions":
-            return {"sessions": admin.sessions(broker)}
+            return {"sessions": [s for s in admin.sessions(broker) if viewer.owns(s["user"])]}
         if path == "/api/retained":
             flt = query.get("filter", ["#"])[0]
             try:
                 found = admin.retained(broker, flt, self.now())
             except ValueError as e:
                 raise HttpError(400, str(e)) from None
-            return {"filter": flt, "retained": [{"topic": t, "bytes": n, "qos": q} for t, n, q in found]}
+            shown = [{"topic": t, "bytes": n, "qos": q} for t, n, q in found if viewer.reads(t)]
+            return {"filter": flt, "retained": shown}
         if path == "/api/store":
             return self.store()
         raise HttpError(404, f"no such API: GET {path}")
@@ -408,14 +419,15 @@ class WebServer:
             "store_sync": self.broker.settings.store_sync,
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self, viewer: Viewer) -> dict[str, Any]:
         broker = self.broker
         snap = broker.snapshot()
-        clients = admin.clients(broker)
+        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"])]
         subscriptions = []
         for session in admin.sessions(broker):
-            for flt in session["subscriptions"]:
-                subscriptions.append({"client_id": session["client_id"], "filter": flt})
+            if viewer.owns(session["user"]):
+                for flt in session["subscriptions"]:
+                    subscriptions.append({"client_id": session["client_id"], "filter": flt})
         queued, size, inflight = admin.queues(broker)
         started = snap["started"]
         return {
@@ -435,7 +447,28 @@ class WebServer:
             "store": self.store(),
             "sample_seconds": self.config.sample_interval,
             "throughput": list(self.samples),
+            "user": viewer.user,
+            "admin": viewer.admin,
         }
+
+
+class Viewer:
+    """Who asks. An administrator (every request where no login is asked;
+    else a user named in [http] admins) sees everything and may act. Any
+    other user sees the counts, its own clients and sessions, and the
+    retained topics the ACL lets it read (all of them without an ACL, as
+    over MQTT), and may act on nothing (403)."""
+
+    def __init__(self, broker: Broker, user: str | None, admins: list[str]) -> None:
+        self.user = user
+        self.admin = user is None or user in admins
+        self.rules = None if self.admin or broker.acl is None else broker.acl.for_client(user, None)
+
+    def owns(self, user: str | None) -> bool:
+        return self.admin or user == self.user
+
+    def reads(self, topic: str) -> bool:
+        return self.rules is None or bool(self.rules.can_read(topic))
 
 
 def _json(value: Any) -> bytes:

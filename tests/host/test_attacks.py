@@ -15,6 +15,7 @@ The core's side of each rule is in tests/core (both interpreters).
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import statistics
@@ -271,3 +272,57 @@ def test_a_failed_login_costs_the_same_whatever_line_it_meets(tmp_path: Path) ->
             spent.append(time.perf_counter() - started)
     medians = {user: statistics.median(spent) for user, spent in times.items()}
     assert max(medians.values()) < 2 * min(medians.values()), medians
+
+
+# ---------------------------------------------------------------------------
+# 6. The HTTP API: administrators act; other users see their own
+
+
+def test_only_administrators_act_and_others_see_what_their_acl_reads(tmp_path: Path) -> None:
+    from tests.host.test_web import ctl, get, post
+
+    passwd = tmp_path / "passwd"
+    siskin_passwd(passwd, "alice", "wonderland", "-c")
+    siskin_passwd(passwd, "bob", "builder")
+    (tmp_path / "acl").write_text("user alice\ntopic readwrite #\nuser bob\ntopic readwrite home/+\n")
+    security = {"password_file": "passwd", "acl_file": "acl", "allow_anonymous": False}
+    http = {"port": 0, "auth": "basic", "admins": ["alice"]}
+    with BrokerProcess(tmp_path, security=security, http=http) as b:
+        url = b.http_url()
+        alice_c = RawClient(b.port)
+        assert alice_c.connect("alices", username="alice", password=b"wonderland") == b"\x00\x00"
+        bob_c = RawClient(b.port)
+        assert bob_c.connect("bobs", username="bob", password=b"builder") == b"\x00\x00"
+        for topic in ("secret/plans", "home/kitchen"):
+            alice_c.send(raw.publish(topic, b"x", 1, 1, retain=True))
+            assert alice_c.read_packet() == (0x40, b"\x00\x01")
+        bob = ("bob", "builder")
+        alice = ("alice", "wonderland")
+
+        def listed(path: str, key: str, who: tuple[str, str]) -> list[str]:
+            status, body = get(url + path, auth=who)
+            assert status == 200, body
+            return sorted(row.get("topic") or row["client_id"] for row in json.loads(body)[key])
+
+        # bob (not an administrator) sees its own and what its ACL reads ...
+        assert listed("/api/retained", "retained", bob) == ["home/kitchen"]
+        assert listed("/api/clients", "clients", bob) == ["bobs"]
+        assert listed("/api/sessions", "sessions", bob) == ["bobs"]
+        status = json.loads(get(url + "/api/status", auth=bob)[1])
+        assert (status["user"], status["admin"], [c["client_id"] for c in status["clients"]]) == ("bob", False, ["bobs"])
+        # ... and may change nothing (403), through the API or siskin ctl.
+        for path, body in (("kick", {"client_id": "alices"}), ("drop-session", {"client_id": "alices"}), ("clear-retained", {"filter": "#"})):
+            code, answer = post(url + "/api/" + path, body, auth=bob)
+            assert code == 403 and b"not an administrator" in answer, (path, code, answer)
+        run = ctl("--url", url, "--user", "bob", "kick", "alices", env={"SISKIN_CTL_PASSWORD": "builder"})
+        assert run.returncode == 1 and "403" in run.stderr and "not an administrator" in run.stderr, run
+        run = ctl("--url", url, "--user", "bob", "whoami", env={"SISKIN_CTL_PASSWORD": "builder"})
+        assert run.returncode == 0 and "bob: not an administrator" in run.stdout, run
+        assert listed("/api/retained", "retained", alice) == ["home/kitchen", "secret/plans"]
+        assert listed("/api/clients", "clients", alice) == ["alices", "bobs"]
+        # alice, an administrator, may.
+        code, answer = post(url + "/api/clear-retained", {"filter": "secret/#"}, auth=alice)
+        assert (code, answer["cleared"]) == (200, 1)
+        code, answer = post(url + "/api/kick", {"client_id": "bobs"}, auth=alice)
+        assert code == 200 and bob_c.closed_within(5)
+        assert listed("/api/clients", "clients", alice) == ["alices"]
