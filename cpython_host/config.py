@@ -96,7 +96,7 @@ SECURITY = (
 )
 # [http] (docs/monitoring.md): on when the table is present.
 HTTP_AUTH = ("auto", "basic")
-HTTP = (
+HTTP: tuple[tuple[Any, ...], ...] = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on (loopback: no login needed with auth = "auto")
     ("port", 9883, K_INT, 0, 65535),  # TCP port (0 = any free port, logged at start)
     ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); HTTPS on

@@ -51,12 +51,14 @@ import logging
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from common.broker import admin, secured
 from common.broker.broker import VERSION, Broker
@@ -75,8 +77,11 @@ STATIC_TYPES = {
     ".css": "text/css; charset=utf-8",
 }
 MAX_REQUEST = 16384  # bytes of request head + body
-REQUEST_TIMEOUT = 10.0  # s for a TLS handshake, for a whole request to arrive, and for its answer to leave
+REQUEST_TIMEOUT = 10.0  # s for a whole request to arrive, and for its answer to leave
 MAX_OPEN = 32  # connections at once; more are closed at once (a flood must not take the broker's sockets)
+MAX_PER_ADDRESS = 8  # connections at once from one source address (a browser opens about 6)
+RESERVED = 4  # slots beyond MAX_OPEN that only this machine's own 127.0.0.1 and ::1 may take
+LOCAL_PEERS = ("127.0.0.1", "::1")
 MAX_LISTED = 1000  # entries of a list in /api/status (the full lists: /api/clients, /api/sessions)
 SAMPLES = 120  # throughput ring: samples kept, one every [http] sample_interval s
 
@@ -118,8 +123,10 @@ class WebServer:
         self.sampler: asyncio.Task[None] | None = None
         self.static = {p.name: p for p in STATIC.iterdir() if p.suffix in STATIC_TYPES}
         self.open = 0  # connections being served
-        self.refused = 0  # connections closed at once beyond MAX_OPEN
+        self.by_address: dict[str, int] = {}  # source address -> its connections being served
+        self.refused = 0  # connections closed at once: over MAX_OPEN or MAX_PER_ADDRESS
         self.refusal_log_at = 0.0  # monotonic s: the next such refusal logged
+        self.metrics.register(HttpCollector(self))
 
     def now(self) -> int:
         self.driver.clock()
@@ -137,7 +144,7 @@ class WebServer:
                 cfg.host,
                 cfg.port,
                 ssl=self.context,
-                ssl_handshake_timeout=REQUEST_TIMEOUT if self.context else None,
+                ssl_handshake_timeout=cfg.head_timeout if self.context else None,
                 ssl_shutdown_timeout=1.0 if self.context else None,
             )
         except OSError as e:
@@ -211,25 +218,40 @@ class WebServer:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if self.open >= MAX_OPEN:
+        source = peer[0] if peer else ""
+        why = self.over_limit(source)
+        if why:
             self.refused += 1
             writer.transport.abort()
             now = time.monotonic()
             if now >= self.refusal_log_at:
                 self.refusal_log_at = now + 10
-                log.warning(
-                    "HTTP connection from %s refused: %d open already (%d refused so far)",
-                    address(peer),
-                    MAX_OPEN,
-                    self.refused,
-                )
+                log.warning("HTTP connection from %s refused: %s (%d refused so far)", address(peer), why, self.refused)
             return
         self.open += 1
+        self.by_address[source] = self.by_address.get(source, 0) + 1
         try:
             await self.answer(reader, writer, peer)
         finally:
             self.open -= 1
+            left = self.by_address.pop(source) - 1
+            if left:
+                self.by_address[source] = left
             writer.close()
+
+    def over_limit(self, source: str) -> str:
+        """Why a new connection from `source` is refused at once ("": it is not).
+
+        Slow clients cannot hold the listener: each address holds at most
+        MAX_PER_ADDRESS connections, each must send its head within
+        head_timeout, and beyond MAX_OPEN only this machine (127.0.0.1,
+        ::1: siskin ctl, a browser on the box) gets RESERVED more."""
+        if self.by_address.get(source, 0) >= MAX_PER_ADDRESS:
+            return f"{MAX_PER_ADDRESS} open from that address already"
+        cap = MAX_OPEN + RESERVED if source in LOCAL_PEERS else MAX_OPEN
+        if self.open >= cap:
+            return f"{self.open} open already (at most {MAX_OPEN}, and {RESERVED} more from this machine)"
+        return ""
 
     async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
         """Read one request, write its answer."""
@@ -270,13 +292,21 @@ class WebServer:
             pass
 
     async def read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:
+        """The request and its body; TimeoutError if its head (request line
+        and headers) is not all here within head_timeout, however steadily
+        its bytes trickle in."""
         request = None
         body = b""
         received = 0
+        loop = asyncio.get_running_loop()
+        head_due = loop.time() + self.config.head_timeout
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await reader.read(4096)
+                if request is None:
+                    data = await asyncio.wait_for(reader.read(4096), max(head_due - loop.time(), 0))
+                else:
+                    data = await reader.read(4096)
                 received += len(data)
                 if received > MAX_REQUEST:
                     if request is None:
@@ -450,6 +480,21 @@ class WebServer:
             "user": viewer.user,
             "admin": viewer.admin,
         }
+
+
+class HttpCollector(Collector):
+    """The listener's own figures for /metrics."""
+
+    def __init__(self, web: WebServer) -> None:
+        self.web = web
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("siskin_http_connections", "HTTP connections being served now", value=self.web.open)
+        yield CounterMetricFamily(
+            "siskin_http_refused",
+            "HTTP connections closed at once: over 32 open, or over 8 from one address",
+            value=self.web.refused,
+        )
 
 
 class Viewer:

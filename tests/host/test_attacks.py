@@ -326,3 +326,90 @@ def test_only_administrators_act_and_others_see_what_their_acl_reads(tmp_path: P
         code, answer = post(url + "/api/kick", {"client_id": "bobs"}, auth=alice)
         assert code == 200 and bob_c.closed_within(5)
         assert listed("/api/clients", "clients", alice) == ["alices"]
+
+
+# ---------------------------------------------------------------------------
+# 7. The HTTP listener under slowloris
+
+SLOW_HEAD = b"GET /api/status HTTP/1.1\r\nHost: localhost\r\n"  # never finished
+
+
+def from_address(port: int, source: str) -> socket.socket:
+    """A connection to the loopback listener from the loopback address `source` (127.0.0.x)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((source, 0))
+    s.settimeout(5)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def served(port: int, source: str) -> bytes:
+    with from_address(port, source) as s:
+        s.sendall(SLOW_HEAD + b"\r\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def closed_at_once(port: int, source: str) -> bool:
+    """True if the listener closes a new connection before it sends anything (a
+    held slow one would wait out head_timeout, far beyond the 5 s recv timeout)."""
+    with from_address(port, source) as s:
+        try:
+            return s.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def http_figures(url: str) -> tuple[int, int]:
+    from tests.host.test_web import scrape
+
+    samples = scrape(url)
+    return int(samples[("siskin_http_connections", ())]), int(samples[("siskin_http_refused_total", ())])
+
+
+def test_slow_clients_cannot_hold_the_http_listener(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, http={"port": 0, "head_timeout": 30}) as b:
+        url = b.http_url()
+        port = int(url.rsplit(":", 1)[1])
+        held = [from_address(port, "127.0.0.2") for _ in range(8)]
+        for s in held:
+            s.sendall(SLOW_HEAD)
+        # (the scrape itself is one more connection, from 127.0.0.1)
+        wait_until(lambda: http_figures(url) == (9, 0), 10, lambda: str(http_figures(url)))
+        assert closed_at_once(port, "127.0.0.2")  # its ninth
+        assert served(port, "127.0.0.3") == b"HTTP/1.1 200 OK"  # another address is served
+        for source in ("127.0.0.3", "127.0.0.4", "127.0.0.5"):
+            for _ in range(8):
+                held.append(from_address(port, source))
+                held[-1].sendall(SLOW_HEAD)
+        wait_until(lambda: http_figures(url) == (33, 1), 10, lambda: str(http_figures(url)))
+        assert closed_at_once(port, "127.0.0.6")  # 32 open: full for every other address ...
+        assert served(port, "127.0.0.1") == b"HTTP/1.1 200 OK"  # ... but this machine's own
+        assert http_figures(url) == (33, 2)
+        for s in held:
+            s.close()
+        b.wait_log(r"HTTP connection from 127\.0\.0\.2:\d+ refused: 8 open from that address already")
+
+
+def test_a_request_head_must_arrive_within_head_timeout(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, http={"port": 0, "head_timeout": 0.5}) as b:
+        port = int(b.http_url().rsplit(":", 1)[1])
+        with from_address(port, "127.0.0.2") as s:
+            # A byte every 0.1 s: never idle, but the head never ends.
+            started = time.monotonic()
+            answer = b""
+            for byte in SLOW_HEAD * 20:
+                try:
+                    s.sendall(bytes([byte]))
+                    s.settimeout(0.1)
+                    answer += s.recv(65536)
+                except TimeoutError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                if answer.endswith(b"\n\n") or b"request timeout" in answer:
+                    break
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+            assert time.monotonic() - started < 9  # well before the whole request's 10 s
