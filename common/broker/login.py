@@ -39,9 +39,10 @@
 # every connected client gets its rules again and loses the subscriptions
 # they no longer allow; a held will (of a live client, or waiting out its
 # v5 delay) its owner may no longer publish is discarded, counted as a
-# refused PUBLISH; a will is judged again when it is sent. An offline session is re-checked when its user
-# resumes it (only its owner may: owner_refusal), and what it had
-# queued or in flight is sent only where the new rules let its client read.
+# refused PUBLISH (a will is judged again when it is sent). An offline
+# session is re-checked when its user resumes it (only its owner may:
+# owner_refusal), and what it had queued or in flight is sent only where
+# the new rules let its client read.
 # Connected clients keep their login until they reconnect.
 #
 # What only a broker with a password file or an ACL runs (the password check
