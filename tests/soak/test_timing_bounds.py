@@ -1,12 +1,13 @@
 """Soak: timing bounds as verdicts: a bystander's latency while others storm
-the host broker, and the keep-alive's precision on both shells.
+the host broker, the keep-alive's precision on both shells, and a failed
+password check costing the same whatever line it meets.
 
 Run by `make soak` (marker `soak`), on a machine whose cores are not busy
 with other work: there a bound in milliseconds says something about the
 broker. `make test` runs the same code and checks everything else it must
 leave (tests/host/test_server_churn.py, test_server_replay.py,
-test_driver_shells.py); there these times are figures, or bounds a second
-wide.
+test_driver_shells.py, test_attacks.py); there these times are figures, or
+bounds a second wide.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host import test_driver_shells, test_server_churn, test_server_replay
+from tests.host import test_attacks, test_driver_shells, test_server_churn, test_server_replay
 from tools import churn
 
 pytestmark = pytest.mark.soak
@@ -43,3 +44,8 @@ def test_keep_alive_is_precise(tmp_path: Path, shell: str) -> None:
     # [MQTT-3.1.2-24] a keep-alive 1 client closed 1.5 s after its last byte, at most LATE late.
     at_least, about = test_driver_shells.SHELLS[shell](tmp_path)
     assert at_least >= 1.45 and about < 1.5 + test_driver_shells.LATE, (at_least, about)
+
+
+def test_a_failed_login_takes_the_same_time_whatever_line_it_meets(tmp_path: Path) -> None:
+    medians = test_attacks.failed_check_medians(test_attacks.mixed_cost_users(tmp_path))
+    assert max(medians.values()) < 2 * min(medians.values()), medians
