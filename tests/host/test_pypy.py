@@ -4,10 +4,8 @@ Every module of common/, cpython_host/ and tools/ imports under make's PyPy
 venv: this is what fails when new code uses a 3.10+ feature the interpreter
 evaluates at import (an `X | Y` annotation without `from __future__ import
 annotations`, tomllib, a 3.11 name imported from the standard library) —
-ruff's py39 target catches the syntax, mypy's 3.10 target the 3.11 names.
-And no host module names the builtin TimeoutError: before 3.11,
-asyncio.wait_for raises asyncio.TimeoutError, which is not one (on PyPy a
-bridge's task died of it).
+ruff's py39 target catches the syntax, mypy's 3.10 target the 3.11 names,
+python39_hazards() two run-time uses an import does not reach.
 The integration tests that use the broker_runtime fixture or RUNTIMES
 (tests/host/conftest.py) run the real broker on PyPy for the rest.
 """
@@ -80,10 +78,33 @@ def test_on_pypy_the_broker_says_it_runs_on_asyncio_and_why(tmp_path: Path) -> N
     assert "uvloop does not run on PyPy; or use --event-loop asyncio" in demanded.stderr
 
 
-def test_the_host_catches_asyncio_timeout_error_by_its_asyncio_name() -> None:
-    named = []
-    for path in sorted((REPO_ROOT / "cpython_host").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Name) and node.id == "TimeoutError":
-                named.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
-    assert named == [], f"write asyncio.TimeoutError (socket.timeout for a socket's) at {', '.join(named)}"
+def python39_hazards(path: Path) -> list[str]:
+    """What a module does at run time that Python 3.9 does not take, and an
+    import does not reach: `X | Y` as a type in isinstance()/issubclass()
+    (3.10), and the builtin TimeoutError for asyncio's (before 3.11,
+    asyncio.wait_for raises asyncio.TimeoutError, which is not one: on PyPy
+    a bridge's task died of it)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name) and node.id == "TimeoutError" and path.relative_to(REPO_ROOT).parts[0] == "cpython_host":
+            found.append(f"{node.lineno}: TimeoutError (write asyncio.TimeoutError, or socket.timeout for a socket's)")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+            and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr) for n in ast.walk(node.args[1]))
+        ):
+            found.append(f"{node.lineno}: {node.func.id}() with X | Y (write a tuple)")
+    return found
+
+
+def test_no_python_3_10_types_at_run_time_in_the_host() -> None:
+    hazards = [
+        f"{path.relative_to(REPO_ROOT)}:{hazard}"
+        for root in ("common", "cpython_host", "tools")
+        for path in sorted((REPO_ROOT / root).rglob("*.py"))
+        if "node_modules" not in path.parts
+        for hazard in python39_hazards(path)
+    ]
+    assert hazards == [], "\n".join(hazards)
