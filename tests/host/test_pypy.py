@@ -5,7 +5,7 @@ venv: this is what fails when new code uses a 3.10+ feature the interpreter
 evaluates at import (an `X | Y` annotation without `from __future__ import
 annotations`, tomllib, a 3.11 name imported from the standard library) —
 ruff's py39 target catches the syntax, mypy's 3.10 target the 3.11 names,
-python39_hazards() two run-time uses an import does not reach.
+python39_hazards() the run-time uses an import does not reach.
 The integration tests that use the broker_runtime fixture or RUNTIMES
 (tests/host/conftest.py) run the real broker on PyPy for the rest.
 """
@@ -78,10 +78,15 @@ def test_on_pypy_the_broker_says_it_runs_on_asyncio_and_why(tmp_path: Path) -> N
     assert "uvloop does not run on PyPy; or use --event-loop asyncio" in demanded.stderr
 
 
+# Python 3.10 calls that mypy's 3.10 target cannot see as new.
+NEWER_KEYWORDS = {("zip", "strict"), ("dataclass", "slots"), ("dataclass", "kw_only"), ("dataclass", "match_args")}
+NEWER_CALLS = {"bit_count", "pairwise", "aiter", "anext", "aclosing"}
+
+
 def python39_hazards(path: Path) -> list[str]:
     """What a module does at run time that Python 3.9 does not take, and an
-    import does not reach: `X | Y` as a type in isinstance()/issubclass()
-    (3.10), and the builtin TimeoutError for asyncio's (before 3.11,
+    import does not reach: `X | Y` as a type in isinstance()/issubclass(),
+    the 3.10 calls above, and the builtin TimeoutError for asyncio's (before 3.11,
     asyncio.wait_for raises asyncio.TimeoutError, which is not one: on PyPy
     a bridge's task died of it)."""
     found = []
@@ -96,6 +101,13 @@ def python39_hazards(path: Path) -> list[str]:
             and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr) for n in ast.walk(node.args[1]))
         ):
             found.append(f"{node.lineno}: {node.func.id}() with X | Y (write a tuple)")
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            for kw in node.keywords:
+                if (name, kw.arg) in NEWER_KEYWORDS:
+                    found.append(f"{node.lineno}: {name}({kw.arg}=) (3.10)")
+            if name in NEWER_CALLS:
+                found.append(f"{node.lineno}: {name}() (3.10)")
     return found
 
 
