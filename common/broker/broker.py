@@ -18,11 +18,13 @@
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.broker import handle_connect, handle_publish, handle_subscribe, replay
+from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.broker.listener import StateListener
+from common.broker.route import REASON_MASK, route
 from common.broker.routing import Routing
 from common.broker.session import Sessions
+from common.broker.topic_cache import TopicCache
 from common.broker.topics import parse_shared
 from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
@@ -34,7 +36,6 @@ from common.mqtt.packets import (
     Pingresp,
     PubAck,
     Publish,
-    TopicCache,
     connect_level,
     decode_packet,
     decode_packet_into,
@@ -151,11 +152,11 @@ HANDLERS = (
     _unexpected,  # 0 reserved (the codec refuses it)
     _unexpected,  # 1 CONNECT: a second one is a protocol error [MQTT-3.1.0-2]
     _unexpected,  # 2 CONNACK
-    _unexpected,  # 3 PUBLISH: handle_publish.handle_publish, called with its frame
-    handle_publish.handle_puback,  # 4
-    handle_publish.handle_pubrec,  # 5
+    _unexpected,  # 3 PUBLISH: handle_publish.handle_publish, called with its frame offset
+    outbox.handle_puback,  # 4
+    outbox.handle_pubrec,  # 5
     handle_publish.handle_pubrel,  # 6
-    handle_publish.handle_pubcomp,  # 7
+    outbox.handle_pubcomp,  # 7
     handle_subscribe.handle_subscribe,  # 8
     _unexpected,  # 9 SUBACK
     handle_subscribe.handle_unsubscribe,  # 10
@@ -329,8 +330,8 @@ class Broker:
                 if ptype == C.PUBLISH:
                     pkt = self.inbound
                     buf = reader.buf
-                    at = decode_packet_into(pkt, first, buf, reader.start, reader.stop, conn.level, self.topics)
-                    handle_publish.handle_publish(self, conn, pkt, now, buf, reader.start, at, reader.stop)
+                    pkt.payload_at = decode_packet_into(pkt, first, buf, reader.start, reader.stop, conn.level, self.topics)
+                    handle_publish.handle_publish(self, conn, pkt, now)
                 elif C.PUBACK <= ptype <= C.PUBCOMP:
                     pkt = self.inbound_ack
                     decode_packet_into(pkt, first, reader.buf, reader.start, reader.stop, conn.level, None)
@@ -594,8 +595,8 @@ class Broker:
         self.sync_store()
 
     def publish(self, topic, payload, qos, retain, now):
-        """Publish a message from the broker itself ($SYS, bridge)."""
-        return handle_publish.route(self, None, topic, payload, qos, retain, None, 0, now)
+        """Publish a message from the broker itself ($SYS, bridge); a v5 reason code."""
+        return route(self, None, Publish(topic, None, qos, retain), payload, 0, now) & REASON_MASK
 
     # ------------------------------------------------------ used by handlers
 

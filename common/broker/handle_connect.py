@@ -14,8 +14,10 @@
 # DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
-from common.broker import handle_publish, handle_subscribe, login
+from common.broker import handle_subscribe, login, outbox
 from common.broker.connection import CONNECTED
+from common.broker.handle_publish import forwarded
+from common.broker.route import route
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
@@ -241,7 +243,7 @@ def accept(broker, conn, pkt, now, auth_out):
     if session_present:
         # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the
         # queue (a new session has neither).
-        handle_publish.resume(broker, conn, session, now)
+        outbox.resume(broker, conn, session, now)
 
 
 def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
@@ -319,7 +321,7 @@ def _new_will(broker, pkt):
             elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                 expiry = value
                 taken += 1
-        fwd = handle_publish.forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
+        fwd = forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
     messages = broker.routing.messages
     msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
     if msg is None:
@@ -342,7 +344,7 @@ def _publish_will(broker, session, now):
     if will is None:
         return
     msg = will[0]
-    handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
+    route(broker, None, msg, msg.payload, will[2], now)
     broker.routing.messages.drop(msg)
 
 
@@ -360,7 +362,7 @@ def detach(broker, conn, now, publish_will=True):
     session.conn = None
     conn.session = None
     if _has_shared(session):
-        handle_publish.hand_over_shared(broker, session, now)
+        outbox.hand_over_shared(broker, session, now)
     if conn.state == CONNECTED and publish_will and session.will is not None:
         delay = session.will[1]
         if delay == 0 or session.expiry_interval == 0:
@@ -387,9 +389,9 @@ def destroy_session(broker, session, now):
         else:
             _cancel_will(broker, session)
     if _has_shared(session):
-        handle_publish.hand_over_shared(broker, session, now)
+        outbox.hand_over_shared(broker, session, now)
     handle_subscribe.remove_all(broker, session, now)
-    handle_publish.release_session_messages(broker, session)
+    outbox.release_session_messages(broker, session)
     broker.sessions.release(session)
 
 

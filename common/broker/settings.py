@@ -78,7 +78,7 @@ LIMITS = (
     ("max_queued_messages", 1000000, K_INT, 0, None),  # per session
     ("max_queued_bytes", 67108864, K_INT, 0, None),  # topic + payload bytes queued per session
     # all sessions' queues together: topic + payload + 512 B per queued copy
-    # (handle_publish.QUEUED_COST, about the RAM a queued message costs)
+    # (outbox.QUEUED_COST, about the RAM a queued message costs)
     ("max_queued_total_bytes", 134217728, K_INT, 0, None),
     # what a full queue does (docs/limits.md): refuse the publish (v5 0x97,
     # 3.1.1 not acknowledged, so nothing acknowledged is lost), drop the new

@@ -5,15 +5,17 @@
 # one run, so a board's heap does not keep code it never runs again.
 # The records are those described in persist.py; the state comes back
 # through the public methods of the broker's parts, as the handlers use
-# them (broker.sessions.create, broker.add_subscription,
-# routing.retained.store, routing.messages.new, routing.deliveries.new), in
-# order: messages, sessions, subscriptions, then each session's inflight
-# window and queue in their original order, then the retained messages.
+# them (broker.sessions.create and Session.restored, broker.add_subscription,
+# routing.retained.store, routing.messages.new, routing.deliveries.new, and
+# outbox.restore_inflight / restore_queued, which alone fill a session's
+# window and queue), in order: messages, sessions, subscriptions, then each
+# session's inflight window and queue in their original order, then the
+# retained messages.
 
-from common.broker.delivery import QUEUED, RELEASED
-from common.broker.handle_publish import QUEUED_COST
-from common.broker.pools import Ring
+from common.broker import outbox
+from common.broker.delivery import QUEUED, RELEASED, SHARED
 from common.broker.session import NEVER, OWNER_UNKNOWN
+from common.mqtt.consts import PUBLISH_RETAIN
 from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSION, NS_SUB
 from common.store.store import u64be
 
@@ -185,13 +187,7 @@ def _restore_session(persist, broker, client_id, rec, now, counts):
         counts["dropped"] += 1
         persist.store.delete(NS_SESSION, client_id.encode())
         return
-    session.level = level
-    session.expiry_interval = expiry
-    session.expires_at = expires_at
-    session.next_packet_id = next_pid
-    session.qos2_in = set(qos2_in) if qos2_in else ()
-    session.user = rec[6] if len(rec) > 6 else OWNER_UNKNOWN
-    session.stored = True
+    session.restored(level, expiry, expires_at, next_pid, qos2_in, rec[6] if len(rec) > 6 else OWNER_UNKNOWN)
     counts["sessions"] += 1
 
 
@@ -222,8 +218,11 @@ def _restore_deliveries(persist, broker, by_mid):
         queued = []
         for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
             group = routing.group(share) if share is not None else None
-            tag = (group, sub_ids) if group is not None else sub_ids
-            d = routing.deliveries.new(msg, qos, retain, tag, group is not None)
+            bits = qos | (PUBLISH_RETAIN if retain else 0)
+            if group is not None:
+                d = routing.deliveries.new(msg, bits | SHARED, (group, sub_ids))
+            else:
+                d = routing.deliveries.new(msg, bits, sub_ids)
             d.seq = seq
             if state == QUEUED:
                 queued.append(d)
@@ -231,14 +230,5 @@ def _restore_deliveries(persist, broker, by_mid):
             d.set_sent(packet_id)
             if state == RELEASED:
                 d.set_released()
-            session.inflight.append(d)
-        queue = session.queue
-        if len(queued) > queue.cap:
-            # max_queued_messages was lowered since they were stored:
-            # keep them all (they were acknowledged), in a ring that fits.
-            queue = session.queue = Ring(len(queued), len(queued))
-        for d in queued:
-            queue.push(d)
-            size = d.msg.size()
-            session.queued_bytes += size
-            routing.queued_total += size + QUEUED_COST
+            outbox.restore_inflight(session, d)
+        outbox.restore_queued(broker, session, queued)

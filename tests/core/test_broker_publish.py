@@ -3,7 +3,7 @@
 
 import unittest
 
-from common.broker.handle_publish import QUEUED_COST
+from common.broker.outbox import QUEUED_COST
 from common.broker.routing import THROTTLE_COUNT
 from common.broker.sys_topics import sys_values
 from common.mqtt import consts as C

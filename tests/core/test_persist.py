@@ -5,7 +5,7 @@
 
 import unittest
 
-from common.broker.handle_publish import QUEUED_COST
+from common.broker.outbox import QUEUED_COST
 from common.crypto.aesgcm import AesGcm
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck, Publish, encode_packet

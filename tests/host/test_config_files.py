@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from common.broker.handle_publish import QUEUED_COST
+from common.broker.outbox import QUEUED_COST
 from common.broker.settings import LIMITS, LIMITS_DOC, Settings
 from common.store.kvlog import SECTOR_HEADER_SIZE
 from cpython_host.config import load_config
