@@ -13,7 +13,7 @@
 # sent and counted.
 
 from common.mqtt import consts as C
-from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts, encode_publish_props
+from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts, encode_publish_props, publish_first_byte
 from common.mqtt.properties import encode_property_items
 
 # An ack's four bytes, patched in the output (send_ack).
@@ -84,12 +84,7 @@ def _write_shared(broker, conn, data, bits):
     if not out:
         return False
     n = len(out) - len(data)
-    first = 0x30 | qos << 1
-    if bits & C.PUBLISH_DUP:
-        first |= 0x08
-    if bits & C.PUBLISH_RETAIN:
-        first |= 0x01
-    out[n] = first
+    out[n] = publish_first_byte(bits)
     if qos:
         i = n + 2
         while out[i - 1] & 0x80:  # past the Remaining Length

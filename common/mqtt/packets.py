@@ -88,32 +88,37 @@ class Packet:
 
 
 class Connect(Packet):
+    """A CONNECT: its four fixed fields positionally, the others (a will, a
+    user name and password, properties, the protocol name) by keyword; what
+    is not given keeps its default, a class attribute below."""
+
     ptype = C.CONNECT
     FIELDS = (
         "level", "clean_start", "keep_alive", "client_id", "will_topic",
         "will_payload", "will_qos", "will_retain", "will_props", "username",
         "password", "props", "proto_name",
     )
+    will_topic = None  # None: no will
+    will_payload = None
+    will_qos = 0
+    will_retain = False
+    will_props = None
+    username = None  # None: flag clear
+    password = None  # bytes, None: flag clear
+    props = None
+    proto_name = None  # None: the one of `level` ("MQIsdp" for 3, "MQTT")
 
-    def __init__(self, level=4, clean_start=True, keep_alive=0, client_id="",
-                 will_topic=None, will_payload=None, will_qos=0, will_retain=False,
-                 will_props=None, username=None, password=None, props=None,
-                 proto_name=None):
+    def __init__(self, level=4, clean_start=True, keep_alive=0, client_id="", **fields):
         self.level = level
         self.clean_start = clean_start
         self.keep_alive = keep_alive
         self.client_id = client_id
-        self.will_topic = will_topic  # None: no will
-        self.will_payload = will_payload
-        self.will_qos = will_qos
-        self.will_retain = will_retain
-        self.will_props = will_props
-        self.username = username  # None: flag clear
-        self.password = password  # bytes, None: flag clear
-        self.props = props
-        if proto_name is None:
-            proto_name = "MQIsdp" if level == 3 else "MQTT"
-        self.proto_name = proto_name
+        for name in fields:
+            if name not in Connect.FIELDS:
+                raise TypeError("Connect has no field %s" % name)
+            setattr(self, name, fields[name])
+        if self.proto_name is None:
+            self.proto_name = "MQIsdp" if level == 3 else "MQTT"
 
 
 class Connack(Packet):
@@ -575,7 +580,8 @@ def encode_publish(p, level):
     return encode_publish_parts(p.topic, p.payload, bits, level, encode_property_items(p.props) if level == C.LEVEL_5 else None)
 
 
-def _publish_first_byte(bits):
+def publish_first_byte(bits):
+    """A PUBLISH's first byte for its `bits` (consts.PUBLISH_*)."""
     first = 0x30 | (bits & C.PUBLISH_QOS_MASK) << 1
     if bits & C.PUBLISH_DUP:
         first |= 0x08
@@ -591,7 +597,7 @@ def encode_publish_parts(topic, payload, bits, level, items):
     (``encode_property_items``, None for none: Property Length 0)."""
     if items and level == C.LEVEL_5:
         return encode_publish_props(topic, payload, bits, items, -1, None, 0)
-    first = _publish_first_byte(bits)
+    first = publish_first_byte(bits)
     qos = bits & C.PUBLISH_QOS_MASK
     packet_id = bits >> C.PUBLISH_PID_SHIFT
     topic = utf8_bytes(topic)
@@ -664,7 +670,7 @@ def encode_publish_props(topic, payload, bits, items, expiry, sub_ids, alias):
             psize += 1 + vbi_size(sub_id)
     if alias:
         psize += 3
-    buf, off = new_packet_buffer(_publish_first_byte(bits), size + vbi_size(psize) + psize)
+    buf, off = new_packet_buffer(publish_first_byte(bits), size + vbi_size(psize) + psize)
     off = write_prefixed(buf, off, topic)
     if qos:
         off = write_u16(buf, off, bits >> C.PUBLISH_PID_SHIFT)

@@ -7,8 +7,8 @@
 # through the public methods of the broker's parts, as the handlers use
 # them (broker.sessions.create and Session.restored, broker.add_subscription,
 # routing.retained.store, routing.messages.new, routing.deliveries.new, and
-# outbox.restore_inflight / restore_queued, which alone fill a session's
-# window and queue), in order: messages, sessions, subscriptions, then each
+# outbox.restore_deliveries, which alone fills a session's window and
+# queue), in order: messages, sessions, subscriptions, then each
 # session's inflight window and queue in their original order, then the
 # retained messages.
 
@@ -215,7 +215,7 @@ def _restore_deliveries(persist, broker, by_mid):
     for client_id, items in per_session.items():
         session = broker.sessions.find(client_id)
         items.sort(key=lambda item: item[0])
-        queued = []
+        deliveries = []
         for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
             group = routing.group(share) if share is not None else None
             bits = qos | (PUBLISH_RETAIN if retain else 0)
@@ -224,11 +224,9 @@ def _restore_deliveries(persist, broker, by_mid):
             else:
                 d = routing.deliveries.new(msg, bits, sub_ids)
             d.seq = seq
-            if state == QUEUED:
-                queued.append(d)
-                continue
-            d.set_sent(packet_id)
-            if state == RELEASED:
-                d.set_released()
-            outbox.restore_inflight(session, d)
-        outbox.restore_queued(broker, session, queued)
+            if state != QUEUED:
+                d.set_sent(packet_id)
+                if state == RELEASED:
+                    d.set_released()
+            deliveries.append(d)
+        outbox.restore_deliveries(broker, session, deliveries)

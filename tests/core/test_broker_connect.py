@@ -37,6 +37,37 @@ class TestConnect(unittest.TestCase):
         c.connect("a")
         self.assertTrue(c.closed)
 
+    def test_dispatch_table(self):
+        # One entry per packet type: a client's packets have a handler and
+        # the connection states they are legal in; a server's have neither.
+        from common.broker.broker import DECODE, HANDLE, LEGAL_IN
+        from common.broker.connection import CLOSING, CONNECTED, FREE, NEW
+
+        self.assertEqual((len(DECODE), len(HANDLE), len(LEGAL_IN)), (16, 16, 4))
+        client_to_server = (C.CONNECT, C.PUBLISH, C.PUBACK, C.PUBREC, C.PUBREL, C.PUBCOMP, C.SUBSCRIBE, C.UNSUBSCRIBE, C.PINGREQ, C.DISCONNECT, C.AUTH)
+        for ptype in range(16):
+            name = C.PACKET_NAMES[ptype]
+            self.assertTrue(callable(DECODE[ptype]))
+            self.assertEqual(HANDLE[ptype] is not None, ptype in client_to_server, name)
+            # before CONNACK only CONNECT, and AUTH for its exchange [MQTT-3.1.0-1];
+            # after it anything a client sends but a second CONNECT [MQTT-3.1.0-2]
+            self.assertEqual(LEGAL_IN[NEW] >> ptype & 1, 1 if ptype in (C.CONNECT, C.AUTH) else 0, name)
+            self.assertEqual(LEGAL_IN[CONNECTED] >> ptype & 1, 1 if ptype in client_to_server and ptype != C.CONNECT else 0, name)
+        self.assertEqual((LEGAL_IN[FREE], LEGAL_IN[CLOSING]), (0, 0))  # no input is read then
+
+    def test_a_server_packet_from_a_client_closes_it(self):
+        # 3.1.1 has no code for it: closed; no other client is touched.
+        h = Harness()
+        other = h.client()
+        other.connect("other")
+        for raw in (b"\x20\x02\x00\x00", b"\x90\x03\x00\x01\x00", b"\xd0\x00"):  # CONNACK, SUBACK, PINGRESP
+            c = h.client()
+            c.connect("bad")
+            c.send_raw(raw)
+            self.assertTrue(c.closed)
+        other.ping()
+        self.assertFalse(other.closed)
+
     def test_unsupported_level_gets_connack_0x01(self):
         # [MQTT-3.1.2-2]
         h = Harness()

@@ -361,8 +361,9 @@ class TestConnect(unittest.TestCase):
         self.assertIsNone(got.username)
 
     def test_connect_with_everything_round_trips(self):
-        pkt = Connect(5, False, 65535, "id", "w", b"", 2, True, [(0x18, 0), (0x26, ("a", "b")), (0x26, ("a", "c"))],
-                      "", b"", [(0x11, 0xFFFFFFFF), (0x26, ("x", "")), (0x22, 0)])
+        pkt = Connect(5, False, 65535, "id", will_topic="w", will_payload=b"", will_qos=2, will_retain=True,
+                      will_props=[(0x18, 0), (0x26, ("a", "b")), (0x26, ("a", "c"))], username="", password=b"",
+                      props=[(0x11, 0xFFFFFFFF), (0x26, ("x", "")), (0x22, 0)])
         self.assertEqual(decode(encode_packet(pkt, 5), 5), pkt)
 
     def test_connack_rules(self):
