@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.broker.broker import VERSION
+from common import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
 

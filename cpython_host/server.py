@@ -76,7 +76,8 @@ import ssl
 import time
 from typing import Any
 
-from common.broker.broker import VERSION, Broker
+from common import VERSION
+from common.broker.broker import Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker

@@ -53,8 +53,9 @@ from typing import Any
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from common import VERSION
 from common.broker import admin, secured
-from common.broker.broker import VERSION, Broker
+from common.broker.broker import Broker
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
 from cpython_host.metrics import registry, store_size

@@ -49,8 +49,6 @@ from common.mqtt.packets import (
     encode_packet,
 )
 
-VERSION = "0.1.0"
-
 # Connections accepted beyond max_connections only to send a polite refusal.
 REFUSAL_SLOTS = 4
 

@@ -18,6 +18,7 @@ from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.mqtt.consts import PUBLISH_RETAIN
 from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSION, NS_SUB
 from common.store.store import u64be
+from common.store.store_open import read_items
 
 
 def _from_be(b):
@@ -111,7 +112,7 @@ def restore(persist, broker, now, wall):
     counts = {"sessions": 0, "subscriptions": 0, "messages": 0, "retained": 0, "dropped": 0}
 
     by_mid = {}
-    for key, rec in store.items(NS_MESSAGE):
+    for key, rec in read_items(store, NS_MESSAGE):
         if _usable(store, NS_MESSAGE, key, rec, _SHAPE_MESSAGE) is None:
             continue
         mid = _from_be(key)
@@ -126,12 +127,12 @@ def restore(persist, broker, now, wall):
         if mid >= persist.next_mid:
             persist.next_mid = mid + 1
 
-    for key, rec in store.items(NS_SESSION):
+    for key, rec in read_items(store, NS_SESSION):
         if _usable(store, NS_SESSION, key, rec, _SHAPE_SESSION) is None:
             continue
         _restore_session(persist, broker, key.decode(), rec, now, counts)
 
-    for key, rec in store.items(NS_SUB):
+    for key, rec in read_items(store, NS_SUB):
         if _usable(store, NS_SUB, key, rec, _SHAPE_SUB) is None:
             continue
         client_id, flt = key.split(b"\0", 1)
@@ -158,7 +159,7 @@ def restore(persist, broker, now, wall):
             counts["messages"] += 1
 
     retained = broker.routing.retained
-    for key, rec in store.items(NS_RETAINED):
+    for key, rec in read_items(store, NS_RETAINED):
         if _usable(store, NS_RETAINED, key, rec, _SHAPE_RETAINED) is None:
             continue
         payload, qos, props, expiry_wall = rec[:4]
@@ -195,7 +196,7 @@ def _restore_deliveries(persist, broker, by_mid):
     store = persist.store
     routing = broker.routing
     per_session = {}
-    for key, rec in store.items(NS_DELIVERY):
+    for key, rec in read_items(store, NS_DELIVERY):
         if _usable(store, NS_DELIVERY, key, rec, _SHAPE_DELIVERY) is None:
             continue
         client_id, seq = key.split(b"\0", 1)

@@ -4,13 +4,14 @@
 
 import unittest
 
-from common.broker.settings import Settings
+from common.broker.settings import new_settings
 from common.compat import TICKS_MASK
 from common.driver import MAX_SLEEP_MS, Driver
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.packets import Connect, Disconnect, Pingreq, PubAck, Publish, Subscribe, decode_packet, encode_packet
 from common.store.store import Store
+from common.store.store_open import open_records
 from common.store.storeboot import new_broker
 from tests.core.memkv import MemKV
 
@@ -69,7 +70,7 @@ class Handle:
 class DriverTest(unittest.TestCase):
     def make(self, start=0, store=None, **overrides):
         self.clock = Clock(start)
-        self.broker = new_broker(Settings(overrides), lambda n: bytes(n), store)
+        self.broker = new_broker(new_settings(overrides), lambda n: bytes(n), store)
         self.driver = Driver(self.broker, self.clock.read, 2, 5)
 
     def at(self, ms):
@@ -389,7 +390,7 @@ class DriverTest(unittest.TestCase):
 
     def test_batch_sync_every_store_sync_ms(self):
         store = Store(MemKV())
-        store.open()
+        open_records(store)
         self.make(store=store, store_sync="batch", store_sync_ms=100)
         cid, _h = self.open("away", clean=False)
         self.send(cid, Subscribe(1, [("q", 1)], None))
