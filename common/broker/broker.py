@@ -68,6 +68,15 @@ TOPIC_CACHE_COST = 256
 OUT_CHUNK_MIN = 512
 
 
+def keep_alive_deadline(ms, keep_alive):
+    """The tick from which a client last heard at tick `ms` is closed: one
+    and a half times its keep-alive [MQTT-3.1.2-24] (5.0 [MQTT-3.1.2-22])
+    after the END of millisecond `ms`. Its input came at some time within
+    that millisecond and its CONNACK went out after it, so from the end on,
+    no client measures less than 1.5 x keep-alive, however its clock rounds."""
+    return ticks_deadline(ms, keep_alive * 1500 + 1)
+
+
 def needs_escape(text):
     for ch in text:
         o = ord(ch)
@@ -423,10 +432,9 @@ class Broker:
             )
             return
         if conn.state == CONNECTED and conn.keep_alive:
-            # [MQTT-3.1.2-24] one and a half times the keep-alive.
             if ms is None:
                 ms = (now * 1000) & TICKS_MASK
-            conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
+            conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
             if was_new:
                 self._due(conn.deadline)  # may come before the connect timeout
 
@@ -489,7 +497,7 @@ class Broker:
             elif conn.state == CONNECTED:
                 if conn.cid in self.throttled or conn.cid in self.replaying:
                     # Not read by our choice: its silence is ours, not its own.
-                    conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
+                    conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
                     due = ticks_sooner(due, conn.deadline)
                     continue
                 self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))

@@ -168,6 +168,35 @@ class TestKeepAlive(unittest.TestCase):
         h.advance(2)
         self.assertTrue(c.closed)
 
+    def test_no_client_measures_less_than_one_and_a_half_keepalive(self):
+        # 3.1.1 [MQTT-3.1.2-24], 5.0 [MQTT-3.1.2-22]. The broker's clock is
+        # whole milliseconds: input read at tick T came at some time in
+        # [T, T+1), and the client's clock started at the CONNACK, as late
+        # as T+1. So the close must not come before tick T+1 + 3,000 for
+        # keep-alive 2 (deadline T + 3,000 closed at 2,999.x ms after such a
+        # CONNACK). Driven tick by tick, the clock passed in; near the wrap of
+        # the 30-bit ticks too.
+        from common.compat import TICKS_MASK
+
+        for connect_ms in (1000, 1999, TICKS_MASK - 1500):
+            h = Harness()
+            broker = h.broker
+            now = 5
+            cid = broker.connection_made(now, connect_ms)
+            broker.data_received(cid, encode_packet(Connect(4, True, 2, "ka"), 4), now, connect_ms)
+            self.assertEqual(bytes(broker.take_output(cid)), b"\x20\x02\x00\x00")  # the CONNACK
+            broker.next_dirty()
+            closed_at = None
+            for step in range(2900, 3100):
+                ms = (connect_ms + step) & TICKS_MASK
+                broker.tick(now + step // 1000, ms)
+                if broker.is_closing(cid):
+                    closed_at = step
+                    break
+            self.assertIsNotNone(closed_at)
+            self.assertGreaterEqual(closed_at - 1, 3000, connect_ms)  # measured from the CONNACK's latest
+            self.assertLessEqual(closed_at, 3001)  # and no later than that
+
     def test_any_packet_resets_keepalive(self):
         h = Harness()
         c = h.client()

@@ -129,15 +129,16 @@ class DriverTest(unittest.TestCase):
 
     def test_keep_alive_closes_at_one_and_a_half_times_to_the_ms(self):
         # Across the wrap of the 30-bit ticks, as MicroPython's ticks_ms wraps.
-        # [MQTT-3.1.2-24]
+        # [MQTT-3.1.2-24]: 1,500 ms from the end of the millisecond the
+        # CONNECT came in (broker.keep_alive_deadline).
         self.start = TICKS_MASK - 700
         self.make(self.start)
         _cid, h = self.open("ka", level=5, keep_alive=1)
         self.assertEqual(self.at(0), MAX_SLEEP_MS)  # nothing sooner: a capped sleep
-        self.assertEqual(self.at(1000), 500)  # the shell sleeps to the deadline
-        self.assertEqual(self.at(1499), 1)
+        self.assertEqual(self.at(1000), 501)  # the shell sleeps to the deadline
+        self.assertEqual(self.at(1500), 1)
         self.assertEqual((h.types(), h.events), ([], []))
-        self.at(1500)
+        self.at(1501)
         pkt = h.inbox.pop()
         self.assertEqual((pkt.ptype, pkt.reason), (C.DISCONNECT, C.RC_KEEP_ALIVE_TIMEOUT))
         # A silent peer has nothing to drain: closed at once, no linger.
@@ -148,10 +149,10 @@ class DriverTest(unittest.TestCase):
         self.clock.ms = 2000
         self.send(cid, Pingreq())
         self.assertEqual(h.types(), [C.PINGRESP])
-        self.assertEqual(self.at(2999), 1)  # the old deadline: only a scan
-        self.assertEqual(self.at(4999), 1)
+        self.assertEqual(self.at(3000), 1)  # the old deadline: only a scan
+        self.assertEqual(self.at(5000), 1)
         self.assertEqual(h.events, [])
-        self.at(5000)
+        self.at(5001)
         self.assertEqual(h.events, ["close"])
 
     def test_a_publisher_outrunning_an_online_subscriber_is_throttled_not_thinned(self):
