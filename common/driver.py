@@ -106,6 +106,7 @@ _CLOSED = const(-1)
 _HELD_OUTPUT = const(1)
 _HELD_THROTTLE = const(2)
 _HELD_REPLAY = const(4)
+HELD_INPUT = const(8)  # common/turns.py: input of its own waits for its turn
 
 
 class Driver:
@@ -121,7 +122,7 @@ class Driver:
         self.linger = []  # cid -> _OPEN, _CLOSED or the linger deadline (ms ticks)
         # cid -> why its reading is paused: _HELD_OUTPUT (its write buffer is
         # full) | _HELD_THROTTLE (the broker throttles it as a publisher) |
-        # _HELD_REPLAY (a retained replay is pending for it).
+        # _HELD_REPLAY (a retained replay is pending for it) | HELD_INPUT.
         self.held = []
         self.throttled = []  # the cids paused here for the broker's throttle
         self.replaying = []  # the cids paused here for a pending replay
@@ -227,9 +228,9 @@ class Driver:
         if handle is None or self.linger[cid]:
             return
         self.broker.set_paused(cid, paused)
-        self._hold(cid, _HELD_OUTPUT, paused)
+        self.hold(cid, _HELD_OUTPUT, paused)
 
-    def _hold(self, cid, why, on):
+    def hold(self, cid, why, on):
         """Pause reading `cid` while any reason holds it."""
         held = self.held[cid]
         now_held = held | why if on else held & ~why
@@ -247,7 +248,7 @@ class Driver:
         for cid in wanted:
             if cid not in mine and self.handles[cid] is not None and not self.linger[cid]:
                 mine.append(cid)
-                self._hold(cid, why, True)
+                self.hold(cid, why, True)
         i = 0
         while i < len(mine):
             cid = mine[i]
@@ -256,7 +257,7 @@ class Driver:
                 continue
             del mine[i]
             if self.handles[cid] is not None and not self.linger[cid]:
-                self._hold(cid, why, False)
+                self.hold(cid, why, False)
                 self.data_received(cid, b"")
 
     def close(self, cid):

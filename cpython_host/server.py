@@ -11,31 +11,16 @@ per-read task), which is also the driver's handle for that connection:
 write / half_close / close / abort / pending / pause_reading are transport
 calls.
 
-Flush coalescing (the one decision kept here, because it is about asyncio's
-loop): output produced during a loop turn, from any number of inputs, goes
-out in ONE transport.write per connection at the end of the turn
-(call_soon); after an input that was the turn's last callback on asyncio's
-own loop, the flush runs at once instead (see flush_after_input).
-
-Turns (the other one): a loop turn handles at most INPUT_PER_TURN inputs
-as they are read, and as many from a queue of inputs put off. A storm of
-connections (2,000 clients connecting, or leaving, at once) is read in a
-few loop turns of up to a thousand sockets each; handled on the spot, that
-batch of CONNECTs (session, CONNACK, log line) or DISCONNECTs would hold
-every other client's input back for all of it. So a new connection's first
-input (its CONNECT) waits in the queue whenever any input waits there, and
-input beyond the turn's allowance joins it: each turn then costs at most
-two allowances, and a
-client that was not part of the storm is answered within a turn or two
-(tests/host/test_server_churn.py, tools/churn.py). Two queues: input from a
-connection whose previous input was handled at once goes before input from
-one that waited last time too (a new connection, a storm's member, a
-client sending more than its share), so a bystander put off once is not
-queued behind the whole storm. Input of one connection is handled in the
-order it came; its socket is not read while it has input waiting. With
-nothing queued, a CONNECT is handled as it is read, like any input within
-the allowance: a client reconnecting alone (or a takeover storm of a few
-clients) does not pay a loop turn per connection.
+Turns: fairness between connections is the core's (common/turns.py): every
+read goes through turns.input(), which handles it at once or puts it off;
+the shell flushes when it says so and runs turns.end_turn() at the end of
+the loop turn (call_soon) when `turns.due`. A connection's input is
+flushed as soon as it is handled (a store sync pending waits for the turn's
+end, shared by its inputs); libuv reads a readable socket up to 32 times in
+one go, so waiting for the end of the turn would let a firehose publisher
+pile megabytes into the subscribers' output before a write could report
+backpressure (tests/host/test_server_backpressure.py). No private field of
+the event loop is read.
 
 Timer: one TimerHandle, re-armed to the delay driver.tick() returns.
 
@@ -66,7 +51,6 @@ front, to the same driver.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import os
@@ -82,6 +66,7 @@ from common.broker.broker import Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
+from common.turns import Turns
 from cpython_host import sdnotify
 from cpython_host.config import HostConfig, Listener, loopback_name
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
@@ -104,12 +89,6 @@ def rss_bytes() -> int | None:
         return None
 
 
-# Inputs handled as they are read, and from the queue, per loop turn (see
-# Turns above): 64 CONNECTs cost a few ms; fewer would cost a storm more
-# loop turns (a poll each), more would let it hold others back longer.
-INPUT_PER_TURN = 64
-
-
 def ticks_ms() -> int:
     """The host's millisecond clock for the driver (it masks and wraps it)."""
     return int(time.monotonic() * 1000)
@@ -128,17 +107,11 @@ class ClientProtocol(asyncio.Protocol):
 
     __slots__ = (
         "accepted",
-        "admitted",
         "cid",
-        "eof",
-        "held",
         "listening",
-        "paused",
         "peer",
         "server",
         "transport",
-        "waited",
-        "waiting",
     )
 
     def __init__(self, server: BrokerServer, listening: Listening, accepted: int | None = None) -> None:
@@ -148,12 +121,6 @@ class ClientProtocol(asyncio.Protocol):
         self.transport: Any = None
         self.cid = -1
         self.peer = "?"  # its address as text (for the log and the core), set at connection_made
-        self.admitted = False  # its first input was handled (at once or from the queue: see Turns)
-        self.waiting: bytes | None = None  # input put off, in the server's queue
-        self.paused = False  # not read while input waits (more came meanwhile)
-        self.held = False  # not read by the driver's choice (pause_reading)
-        self.eof = False  # the peer's EOF came after input still waiting
-        self.waited = True  # its last input was put off (a new one counts as such)
 
     # -------------------------------------------------------------- asyncio
 
@@ -196,41 +163,25 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.cid >= 0:
             server = self.server
-            if self.waiting is not None or server.spent >= INPUT_PER_TURN or not (self.admitted or server.idle()):
-                server.put_off(self, data)
-                return
-            self.admitted = True
-            server.spent += 1
-            self.waited = False
-            if server.spent == INPUT_PER_TURN:
-                server.schedule_turn()  # the allowance is used up: renewed after this turn
-            server.driver.data_received(self.cid, data)
-            server.flush_after_input()
+            turns = server.turns
+            if turns.input(self.cid, data):
+                server.flush()
+            if turns.due:
+                server.schedule_turn()
 
     def eof_received(self) -> bool:
         # The peer closed its sending side: whatever the core still has for
         # it goes out first, then asyncio closes the transport (False).
         if self.cid >= 0:
-            if self.waiting is not None:
+            turns = self.server.turns
+            if turns.waits(self.cid):
                 if self.listening.context is None:
-                    self.eof = True  # closed after that input, in its turn (next_turn)
+                    turns.close_after(self.cid)  # closed after that input, in its turn
                     return True
-                self.take_waiting()  # TLS closes now whatever this returns: its input first
+                turns.run_now(self.cid)  # TLS closes now whatever this returns: its input first
             if self.server.driver.wants_flush():
                 self.server.flush()
         return False
-
-    def take_waiting(self) -> None:
-        """Hand the input put off to the driver now (its turn, or its end)."""
-        data = self.waiting
-        self.admitted = True
-        if data is not None:
-            self.waiting = None
-            if self.paused:
-                self.paused = False
-                if not self.held and not self.transport.is_closing():
-                    self.transport.resume_reading()
-            self.server.driver.data_received(self.cid, data)
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
@@ -245,10 +196,11 @@ class ClientProtocol(asyncio.Protocol):
         cid = self.cid
         if cid < 0:
             return
-        self.take_waiting()
-        self.cid = -1
         server = self.server
+        server.turns.run_now(cid)  # what it sent before it went is not lost
+        self.cid = -1
         server.driver.connection_lost(cid)
+        server.turns.forget(cid)
         if server.debug:
             log.debug("connection #%d from %s closed%s", cid, self.peer, f" ({exc})" if exc else "")
         if server.driver.wants_flush():
@@ -283,13 +235,10 @@ class ClientProtocol(asyncio.Protocol):
         return int(self.transport.get_write_buffer_size())
 
     def pause_reading(self) -> None:
-        self.held = True
         self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self.held = False
-        if not self.paused:
-            self.transport.resume_reading()
+        self.transport.resume_reading()
 
 
 IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN"}
@@ -368,13 +317,9 @@ class BrokerServer:
         self.all_closed = asyncio.Event()
         self.flush_scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
-        # asyncio's queue of callbacks still to run in this loop turn (a
-        # deque in BaseEventLoop); None for loops that do not expose it.
-        self.ready: Any = None
         self.debug = log.isEnabledFor(logging.DEBUG)
-        # The store syncs (fsync) before output leaves (store_sync = always).
-        listener = driver.broker.listener
-        self.syncing = listener if listener.durable and driver.broker.settings.store_sync == "always" else None
+        self.turns = Turns(driver)  # fairness between connections (common/turns.py)
+        self.turn_scheduled = False
         self.listening = [Listening(lst, contexts.get(i)) for i, lst in enumerate(config.listeners())]
         self.handshakes: set[asyncio.Task[None]] = set()
         # Seconds a TLS handshake may take: the connect timeout, which the
@@ -386,13 +331,6 @@ class BrokerServer:
         self.tls_shutdown_timeout = max(config.close_linger, 0.1)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
-        # Inputs handled this turn as they were read, and the connections
-        # whose input was put off, in order: those that did not wait last
-        # time, then those that did (see Turns).
-        self.spent = 0
-        self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
-        self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
-        self.turn_scheduled = False
         self.bridges: list[Any] = []  # cpython_host/bridge.py BridgeRunner, one per [[bridge]]
 
     # -------------------------------------------------------------- output
@@ -401,39 +339,6 @@ class BrokerServer:
         if not self.flush_scheduled:
             self.flush_scheduled = True
             self.call_soon(self.flush)
-
-    def flush_after_input(self) -> None:
-        """End of a data_received: flush now if it was the loop turn's last callback.
-
-        asyncio's loop runs the callbacks of one select() from its `_ready`
-        deque; when that is empty, nothing else runs before the next select(),
-        so flushing now writes exactly what a call_soon flush would, one loop
-        iteration (a select() and a callback) sooner: about a tenth of the
-        cost of a PUBLISH -> PUBACK round trip. Otherwise (more input in this
-        turn) the flush waits for the end of the turn, so output from many
-        inputs still goes out in one write per connection.
-
-        On loops that hide their queue (uvloop), every input is flushed at
-        once: libuv reads a readable socket up to 32 times in one go, so
-        waiting for the end of the turn would let a firehose publisher pile
-        megabytes into the subscribers' output lists before any write could
-        report backpressure (pause_writing): tests/host/test_server_backpressure.py
-        fails that way. uvloop's writes are cheap enough to pay per input.
-
-        Input that changed the store (a persistent session connecting or
-        leaving, a stored message) waits for the end of the turn either way:
-        its flush costs an fsync, which one flush per turn shares between all
-        of the turn's inputs (a storm of persistent sessions leaving at once
-        would otherwise fsync once per client).
-        """
-        ready = self.ready
-        syncing = self.syncing
-        if syncing is not None and syncing.pending():
-            self.schedule_flush()
-        elif ready is None or (not ready and not self.flush_scheduled):
-            self.flush()
-        else:
-            self.schedule_flush()
 
     def flush(self) -> None:
         self.flush_scheduled = False
@@ -444,50 +349,16 @@ class BrokerServer:
 
     # ---------------------------------------------------------------- turns
 
-    def put_off(self, proto: ClientProtocol, data: bytes) -> None:
-        """Queue input for a later turn (a first input, or over the allowance)."""
-        if proto.waiting is not None:
-            # More input before its turn came: kept after the rest, and the
-            # socket is not read until then.
-            proto.waiting += data
-            if not proto.paused:
-                proto.paused = True
-                proto.transport.pause_reading()
-            return
-        proto.waiting = data
-        (self.put_off_queue if proto.waited else self.put_off_first).append(proto)
-        proto.waited = True
-        self.schedule_turn()
-
-    def idle(self) -> bool:
-        """No input waits: a new connection's first input (its CONNECT) may go at once."""
-        return not self.put_off_first and not self.put_off_queue
-
     def schedule_turn(self) -> None:
         if not self.turn_scheduled:
             self.turn_scheduled = True
             self.call_soon(self.next_turn)
 
     def next_turn(self) -> None:
-        # After the input read in this loop turn: a new allowance for the
-        # next turn's, and up to INPUT_PER_TURN of the queue now; then again
-        # next turn while the queue lasts.
-        self.spent = 0
-        n = INPUT_PER_TURN
-        ended = []
-        for queue in (self.put_off_first, self.put_off_queue):
-            while queue and n:
-                proto = queue.popleft()
-                if proto.waiting is not None:  # (None: lost or ended meanwhile, handled then)
-                    proto.take_waiting()
-                    n -= 1
-                    if proto.eof:
-                        ended.append(proto)
-        self.flush()  # one flush (and store sync) for them all
-        for proto in ended:
-            proto.transport.close()  # as asyncio would have after eof_received
+        # After the input read in this loop turn (common/turns.py): the input
+        # put off, one flush; again next turn while input waits.
         self.turn_scheduled = False
-        if self.put_off_first or self.put_off_queue:
+        if self.turns.end_turn():
             self.schedule_turn()
 
     def call_soon(self, callback: Any) -> None:
@@ -585,9 +456,6 @@ class BrokerServer:
         """Open every listener; OSError naming the one that failed (those opened are closed)."""
         loop = asyncio.get_running_loop()
         self.loop = loop
-        ready = getattr(loop, "_ready", None)
-        if isinstance(ready, collections.deque):
-            self.ready = ready
         backlog = self.config.backlog
         for listening in self.listening:
             cfg = listening.config

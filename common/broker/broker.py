@@ -187,7 +187,6 @@ def _pingreq(broker, conn, pkt, now):
 def _not_legal(broker, conn, pkt, now):
     # A packet in a state where LEGAL_IN does not allow it (above).
     if conn.state == NEW:
-        broker.log(30, "closing #%d: %s before CONNECT; closed without CONNACK", (conn.cid, C.PACKET_NAMES[pkt.ptype]))
         broker.close(conn, now, publish_will=False)
         return
     raise ProtocolError("%s not allowed from a client" % C.PACKET_NAMES[pkt.ptype])

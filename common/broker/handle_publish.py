@@ -15,7 +15,7 @@
 
 from common.broker.egress import send_ack
 from common.broker.outbox import BACKLOG
-from common.broker.route import FULL_SESSION_HIT, FULL_TOTAL_HIT, REASON_MASK, refused_for, route, route_frame
+from common.broker.route import REASON_MASK, refusal_text, route, route_frame
 from common.broker.topics import over_limits
 from common.compat import const
 from common.mqtt import consts as C
@@ -130,7 +130,7 @@ def handle_publish(broker, conn, pkt, now):
             broker.throttle(conn, now)
         reason = outcome & REASON_MASK
         if reason == C.RC_QUOTA_EXCEEDED:
-            text = _refused(broker, session, pkt, outcome, len(topic) + end - pkt.payload_at)
+            text = refusal_text(broker, session.client_id, pkt, outcome, len(topic) + end - pkt.payload_at)
             if qos and conn.level != C.LEVEL_5:
                 # 3.1.1 has no code to refuse it: a transient error closes
                 # the connection, never an ack for a message not kept
@@ -149,21 +149,6 @@ def handle_publish(broker, conn, pkt, now):
         elif late is not None and pid in late:
             late.remove(pid)  # not kept: nothing to wait for
         send_ack(broker, conn, C.PUBREC, pid, reason, text)
-
-
-def _refused(broker, session, pkt, outcome, size):
-    """The reason string of a PUBLISH route() refused (Quota exceeded)."""
-    s = broker.settings
-    if outcome & FULL_TOTAL_HIT:
-        return "all queues full (max_queued_total_bytes %d)" % s.max_queued_total_bytes
-    if outcome & FULL_SESSION_HIT:
-        who = refused_for(broker, session.client_id, pkt, size)
-        return "queue of subscriber %s full (max_queued_messages %d, max_queued_bytes %d)" % (
-            who,
-            s.max_queued_messages,
-            s.max_queued_bytes,
-        )
-    return "message store full (max_messages %d)" % s.max_messages
 
 
 def forwarded(props, taken, other):

@@ -184,13 +184,22 @@ def _done(routing, matches):
         del matches[:]
 
 
-def refused_for(broker, origin, pub, size):
-    """The client id of the subscriber whose full queue made route() refuse
-    (FULL_SESSION_HIT), for the publisher's reason string; None if it is
-    gone since. (Asked again: refusals are rare, and route() keeps no
-    side results.)"""
-    routing = broker.routing
-    matches = broker.topics.matches(pub.topic, routing.trie, routing.matches)
-    full = full_subscriber(broker, matches, origin, pub.qos, size)
-    _done(routing, matches)
-    return None if full is None else full.client_id
+def refusal_text(broker, origin, pub, outcome, size):
+    """The publisher's reason string for a Quota exceeded of route()'s
+    (`size`: the message's topic and payload). The subscriber whose queue
+    was full is looked up again: refusals are rare, and route() keeps no
+    side results."""
+    s = broker.settings
+    if outcome & FULL_TOTAL_HIT:
+        return "all queues full (max_queued_total_bytes %d)" % s.max_queued_total_bytes
+    if outcome & FULL_SESSION_HIT:
+        routing = broker.routing
+        matches = broker.topics.matches(pub.topic, routing.trie, routing.matches)
+        full = full_subscriber(broker, matches, origin, pub.qos, size)
+        _done(routing, matches)
+        return "queue of subscriber %s full (max_queued_messages %d, max_queued_bytes %d)" % (
+            None if full is None else full.client_id,
+            s.max_queued_messages,
+            s.max_queued_bytes,
+        )
+    return "message store full (max_messages %d)" % s.max_messages

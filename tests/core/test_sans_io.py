@@ -241,6 +241,7 @@ LAYERS = {
     "store": 3,  # records, backends, the persistence listener
     "bridge": 3,  # store-and-forward to an upstream broker
     "driver": 4,  # what both shells would otherwise repeat
+    "turns": 5,  # fairness between connections, for a shell that reads many at once
 }
 
 
