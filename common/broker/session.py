@@ -129,6 +129,15 @@ class Session:
         if self.queue is None or self.queue.cap != cap:
             self.queue = Ring(cap, initial)
 
+    def drop_will(self, messages):
+        """Discard its will (a normal DISCONNECT, a new connection, rules
+        that no longer let its owner publish it): the held message goes back
+        to `messages` (the MessagePool)."""
+        if self.will is not None:
+            messages.drop(self.will[0])
+            self.will = None
+        self.will_at = 0
+
     def restored(self, level, expiry_interval, expires_at, next_packet_id, qos2_in, user):
         """Its state as the store kept it (common/store/restore.py)."""
         self.level = level
