@@ -16,13 +16,14 @@
 #   asyncio.core._task_queue    push(task): wake a task whose wait is over
 #   asyncio.core.IOQueue        the class of ours extends it
 #
-# Those of MicroPython 1.28 (the boards' images) and 1.29 (the tests). What
-# the running asyncio lacks, missing() names; install() refuses to run
-# without any of it (RuntimeError naming them), rather than serving on a
-# poller that never wakes. tests/host/test_firmware_poller.py runs both on
-# the venv's MicroPython. (The 32-bit wasm port, where the firmware is only
-# measured, has an asyncio of its own without them: nothing is installed
-# there.)
+# Those of MicroPython 1.28 (the boards' images) and 1.29 (the tests).
+# tests/host/test_firmware_poller.py lists them and fails, naming them,
+# if the asyncio the firmware runs on (the venv's MicroPython) lacks any,
+# and if any other module of the firmware uses asyncio's internals. There
+# is no fallback: on an asyncio without IOQueue, install() stops the
+# start with an AttributeError rather than serve on a poller that never
+# wakes. (The 32-bit wasm port, where the firmware is only measured, has an
+# asyncio of its own without them: nothing is installed there.)
 #
 # The slots' poller. A client socket stays in asyncio's own poller from
 # the accept to the close (watch/unwatch, not once per read as
@@ -35,22 +36,6 @@
 
 import asyncio
 import select
-
-# What of asyncio.core this module uses (one string: a board keeps less).
-NEEDED = "_io_queue.poller _io_queue.map _io_queue.queue_read _io_queue.queue_write _io_queue._dequeue _task_queue.push IOQueue.wait_io_event"
-
-
-def missing(core):
-    """The names of NEEDED that the asyncio core module `core` lacks ([]: none)."""
-    out = []
-    for path in NEEDED.split():
-        obj = core
-        for part in path.split("."):
-            if not hasattr(obj, part):
-                out.append(path)
-                break
-            obj = getattr(obj, part)
-    return out
 
 
 def readable(sock):
@@ -76,11 +61,7 @@ def install(slots, read):
     """Put the slots' poller in place of asyncio's I/O queue (once per
     process): `slots`, objects with `sock`, `polled` (watched) and `ready`;
     `read(slot)` reads a slot the poll found readable."""
-    core = asyncio.core
-    lacking = missing(core)
-    if lacking:
-        # Not the asyncio the firmware is built for (docs/boards.md).
-        raise RuntimeError("firmware/poller.py: asyncio lacks " + ", ".join(lacking))
+    core = asyncio.core  # (an asyncio without IOQueue stops here: AttributeError)
     io = core._io_queue
     if getattr(io, "slots", None) is not None:
         io.slots = slots  # installed by an earlier server in this process

@@ -9,7 +9,7 @@
 # connections' output buffers; next_dirty() names the connections that have
 # output or must be closed. The per-message packets (PUBLISH, its acks) are
 # decoded into reused objects, a PUBLISH's topic through a cache of warm
-# topic names (topic_cache.py) and its payload left in the frame until
+# topic names (route.TopicCache) and its payload left in the frame until
 # something keeps it: routing a warm QoS 0 message allocates nothing.
 # Packet handling is split by family and job:
 #   handle_connect   CONNECT (a sequence of named checks), DISCONNECT, AUTH,
@@ -29,10 +29,9 @@ from common.broker import handle_connect, handle_publish, handle_subscribe, outb
 from common.broker.clienttext import REASON_STRING_MAX, clip, words
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.broker.listener import StateListener
-from common.broker.route import REASON_MASK, route
+from common.broker.route import REASON_MASK, TopicCache, route
 from common.broker.routing import Routing
 from common.broker.session import Sessions
-from common.broker.topic_cache import TopicCache
 from common.broker.topics import parse_shared
 from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
@@ -149,14 +148,6 @@ def _decode_ack(broker, first, reader, level):
 
 def _pingreq(broker, conn, pkt, now):
     broker.write(conn, PINGRESP_BYTES)
-
-
-def _not_legal(broker, conn, pkt, now):
-    # A packet in a state where LEGAL_IN does not allow it (above).
-    if conn.state == NEW:
-        broker.close(conn, now, publish_will=False)
-        return
-    raise ProtocolError("%s not allowed from a client" % C.PACKET_NAMES[pkt.ptype])
 
 
 PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
@@ -368,8 +359,10 @@ class Broker:
                 pkt = DECODE[ptype](self, first, reader, conn.level)
                 if LEGAL_IN[conn.state] >> ptype & 1:
                     HANDLE[ptype](self, conn, pkt, now)
+                elif conn.state == NEW:
+                    self.close(conn, now, publish_will=False)  # not legal before CONNACK (above)
                 else:
-                    _not_legal(self, conn, pkt, now)
+                    raise ProtocolError("%s not allowed from a client" % C.PACKET_NAMES[ptype])
                 if self.throttled and cid in self.throttled:
                     break  # the rest waits in the reader until it is released
             reader.keep()  # the shell may read into `data`'s buffer again

@@ -1,5 +1,6 @@
 # What goes out to one connection for the delivery engine: a PUBLISH
-# encoded for that client, a frame forwarded as it came, an ack.
+# encoded for that client, an ack. (A 3.1.1 QoS 0 frame forwarded as it
+# came is route._forward's: nothing to encode.)
 #
 # Theory of operation. Every copy is appended to the client's output buffer
 # (Broker.write). The copies of a message at one QoS (that of its first
@@ -108,18 +109,6 @@ def _write_publish(broker, conn, data, qos):
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
     return out
-
-
-def send_frame(broker, conn, topic, frame):
-    """Forward a whole QoS 0 3.1.1 PUBLISH `frame` to a 3.1.1 client as it
-    came (route.route_frame), unless its ACL forbids the topic (counted)."""
-    if conn.acl is not None and not conn.acl.can_read(topic):
-        broker.stats.denied_delivery += 1
-        return
-    broker.write(conn, frame)
-    st = broker.stats
-    st.messages_sent += 1
-    st.sent_by_qos[0] += 1
 
 
 def _alias_out(extras, topic):

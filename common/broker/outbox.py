@@ -22,7 +22,7 @@
 # (route asks full_subscriber() before it keeps a client's QoS 1/2 message
 # at all, so the publisher is told). Every drop is counted and logged.
 
-from common.broker.delivery import QUEUED, RELEASED, SENT, SHARED
+from common.broker.delivery import RELEASED, SENT, SHARED
 from common.broker.egress import send_ack, send_publish
 from common.compat import const
 from common.mqtt import consts as C
@@ -453,25 +453,18 @@ def release_session_messages(broker, session):
     session.qos2_in = ()
 
 
-def restore_deliveries(broker, session, deliveries):
-    """The store's restore: the session's deliveries in their original
-    order, those sent (SENT, RELEASED) into its window, the rest queued."""
-    queued = 0
-    for d in deliveries:
-        if d.state() == QUEUED:
-            queued += 1
-        else:
-            session.inflight.append(d)
-    queue = session.queue
-    if queued > queue.cap:
+def restore_deliveries(broker, session, inflight, queued):
+    """The store's restore: a session's deliveries sent (SENT, RELEASED)
+    and queued, each list in its original order."""
+    session.inflight = inflight
+    n = len(queued)
+    if n > session.queue.cap:
         # max_queued_messages was lowered since they were stored: keep
         # them all (they were acknowledged), in a ring that fits.
-        session.setup_queue(queued, queued)
-        queue = session.queue
+        session.setup_queue(n, n)
     routing = broker.routing
-    for d in deliveries:
-        if d.state() == QUEUED:
-            queue.push(d)
-            size = d.msg.size()
-            session.queued_bytes += size
-            routing.queued_total += size + QUEUED_COST
+    for d in queued:
+        session.queue.push(d)
+        size = d.msg.size()
+        session.queued_bytes += size
+        routing.queued_total += size + QUEUED_COST

@@ -339,7 +339,7 @@ def decode_publish_into(pkt, first, buf, start, end, level, topics):
     """Fill the Publish `pkt` from a PUBLISH body but its payload: the offset
     where the payload starts in `buf` is returned (it ends at `end`).
 
-    `topics`, the broker's TopicCache (common/broker/topic_cache.py) or
+    `topics`, the broker's TopicCache (common/broker/route.py) or
     None: a topic name found there comes out as the str decoded and checked
     when it was first seen, with no new object; a new one is offered to it.
     """

@@ -216,7 +216,8 @@ def _restore_deliveries(persist, broker, by_mid):
     for client_id, items in per_session.items():
         session = broker.sessions.find(client_id)
         items.sort(key=lambda item: item[0])
-        deliveries = []
+        inflight = []
+        queued = []
         for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
             group = routing.group(share) if share is not None else None
             bits = qos | (PUBLISH_RETAIN if retain else 0)
@@ -225,9 +226,11 @@ def _restore_deliveries(persist, broker, by_mid):
             else:
                 d = routing.deliveries.new(msg, bits, sub_ids)
             d.seq = seq
-            if state != QUEUED:
-                d.set_sent(packet_id)
-                if state == RELEASED:
-                    d.set_released()
-            deliveries.append(d)
-        outbox.restore_deliveries(broker, session, deliveries)
+            if state == QUEUED:
+                queued.append(d)
+                continue
+            d.set_sent(packet_id)
+            if state == RELEASED:
+                d.set_released()
+            inflight.append(d)
+        outbox.restore_deliveries(broker, session, inflight, queued)
