@@ -32,10 +32,14 @@
 #
 # The shell calls, in the driver:
 #     connection_made(handle, peer, accepted) -> cid (-1: abort it at once)
-#     data_received(cid, data)  then flush() when it likes (the host
-#                               coalesces a loop turn's input into one flush);
+#     data_received(cid, data)  then flush() when it likes (the host hands
+#                               its reads to common/turns.py, which calls
+#                               it and says when to flush);
 #                               flush() -> True: call it again on the next
 #                               turn of the loop (a retained replay goes on)
+#     wants_flush()             whether flush() has anything to do
+#     hold(cid, why, on)        pause reading cid while a reason of the
+#                               shell's holds it (turns.py: HELD_INPUT)
 #     set_paused(cid, paused)   its write buffer crossed a water mark
 #     connection_lost(cid)      the socket is gone
 #     tls_failed()              a TLS handshake failed (counted; the shell logs why)
@@ -77,9 +81,10 @@
 # - $SYS: published every sys_interval seconds (common/broker/sys_topics.py).
 #
 # Clock. The shell gives a function returning millisecond ticks
-# (time.ticks_ms on MicroPython, which wraps); they are masked to 30 bits and
-# compared with compat.ticks_diff. The whole seconds the broker's MQTT timers
-# use are counted from them here, starting at 1.
+# (time.ticks_ms on MicroPython, which wraps), which the driver calls at each
+# entry point (the broker never reads a clock); they are masked to 30 bits
+# and compared with compat.ticks_diff. The whole seconds the broker's MQTT
+# timers use are counted from them here (`now`), starting at 1.
 #
 # Deadlines. tick() returns the ms until the earliest of: the broker's next
 # connection deadline (keep-alive, connect timeout: conn_due), its next
