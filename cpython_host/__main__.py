@@ -469,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"siskin: --event-loop uvloop: {_no_uvloop()}; or use --event-loop asyncio", file=sys.stderr)
         return 2
     from common.store.store import StoreError
-    from cpython_host.server import make_broker, make_driver, serve, tls_contexts
+    from cpython_host.listeners import tls_contexts
+    from cpython_host.serve import make_broker, make_driver, serve
     from cpython_host.storage import open_store
 
     try:

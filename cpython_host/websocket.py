@@ -67,7 +67,8 @@ from common.broker.clienttext import clip
 from cpython_host.server import ClientProtocol
 
 if TYPE_CHECKING:
-    from cpython_host.server import BrokerServer, Listening
+    from cpython_host.listeners import Listening
+    from cpython_host.server import BrokerServer
 
 log = logging.getLogger("siskin.host")
 
