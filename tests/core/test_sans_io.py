@@ -351,6 +351,23 @@ def import_cycles(sources):
     return cycles
 
 
+def with_probes(probes, check):
+    """check([(module name, path)]) while the probe modules exist:
+    {"part/_name": source} under common/ (removed after)."""
+    root = _repo_root()
+    made = []
+    try:
+        for rel in sorted(probes):
+            path = root + "/common/" + rel + ".py"
+            with open(path, "w") as f:
+                f.write(probes[rel])
+            made.append(("common." + rel.replace("/", "."), path))
+        return check(made)
+    finally:
+        for _name, path in made:
+            os.remove(path)
+
+
 class TestLayers(unittest.TestCase):
     def test_imports_point_down(self):
         self.assertEqual(layer_violations(common_sources()), [])
@@ -364,14 +381,8 @@ class TestLayers(unittest.TestCase):
 
     def test_check_catches_an_upward_import(self):
         # The check itself: a broker module importing the store is refused.
-        root = _repo_root()
-        probe = root + "/common/broker/_layer_probe.py"
-        try:
-            with open(probe, "w") as f:
-                f.write("from common.store.store import Store\nfrom common import compat, driver\n")
-            bad = layer_violations([("common.broker._layer_probe", probe)])
-        finally:
-            os.remove(probe)
+        text = "from common.store.store import Store\nfrom common import compat, driver\n"
+        bad = with_probes({"broker/_layer_probe": text}, layer_violations)
         self.assertEqual(len(bad), 2, bad)
         self.assertIn("imports common.store.store", bad[0])
         self.assertIn("imports common.driver", bad[1])
@@ -387,18 +398,11 @@ class TestNoCycles(unittest.TestCase):
     def test_check_catches_a_cycle(self):
         # The check itself: two probes that import each other, one of them
         # inside a function, as start-up halves used to.
-        root = _repo_root()
-        a = root + "/common/store/_cycle_probe_a.py"
-        b = root + "/common/store/_cycle_probe_b.py"
-        try:
-            with open(a, "w") as f:
-                f.write("from common.store import _cycle_probe_b\n")
-            with open(b, "w") as f:
-                f.write("def later():\n    from common.store._cycle_probe_a import x\n")
-            cycles = import_cycles(common_sources())
-        finally:
-            os.remove(a)
-            os.remove(b)
+        probes = {
+            "store/_cycle_probe_a": "from common.store import _cycle_probe_b\n",
+            "store/_cycle_probe_b": "def later():\n    from common.store._cycle_probe_a import x\n",
+        }
+        cycles = with_probes(probes, lambda _probes: import_cycles(common_sources()))
         self.assertEqual(cycles, [["common.store._cycle_probe_a", "common.store._cycle_probe_b"]])
 
     def test_graph_resolves_every_import_form(self):
@@ -451,14 +455,8 @@ class TestSmallFunctions(unittest.TestCase):
         self.assertEqual(over, [])
 
     def test_check_counts_parameters(self):
-        root = _repo_root()
-        probe = root + "/common/broker/_params_probe.py"
-        try:
-            with open(probe, "w") as f:
-                f.write("def wide(a, b, c, d, e, f, g, h):\n    pass\n\n\nclass K:\n    def m(self, a, b, c, d, e, f, g):\n        pass\n")
-            over = functions_over(MAX_PARAMETERS, [("common.broker._params_probe", probe)])
-        finally:
-            os.remove(probe)
+        text = "def wide(a, b, c, d, e, f, g, h):\n    pass\n\n\nclass K:\n    def m(self, a, b, c, d, e, f, g):\n        pass\n"
+        over = with_probes({"broker/_params_probe": text}, lambda probes: functions_over(MAX_PARAMETERS, probes))
         self.assertEqual(over, [("common/broker/_params_probe.py", "wide", 8)])
 
 
