@@ -115,7 +115,7 @@ class Connect(Packet):
         self.client_id = client_id
         for name in fields:
             if name not in Connect.FIELDS:
-                raise TypeError("Connect has no field %s" % name)
+                raise TypeError(name)  # not a field of CONNECT
             setattr(self, name, fields[name])
         if self.proto_name is None:
             self.proto_name = "MQIsdp" if level == 3 else "MQTT"

@@ -360,6 +360,13 @@ class TestConnect(unittest.TestCase):
         self.assertEqual(got, pkt)
         self.assertIsNone(got.username)
 
+    def test_connect_takes_its_other_fields_by_keyword_only(self):
+        pkt = Connect(5, False, 30, "id", will_topic="w", username="u")
+        self.assertEqual((pkt.will_topic, pkt.will_qos, pkt.username, pkt.password, pkt.proto_name), ("w", 0, "u", None, "MQTT"))
+        self.assertEqual(Connect(3).proto_name, "MQIsdp")
+        with self.assertRaises(TypeError):
+            Connect(4, True, 0, "c", wil_topic="x")  # a typo is refused, not carried
+
     def test_connect_with_everything_round_trips(self):
         pkt = Connect(5, False, 65535, "id", will_topic="w", will_payload=b"", will_qos=2, will_retain=True,
                       will_props=[(0x18, 0), (0x26, ("a", "b")), (0x26, ("a", "c"))], username="", password=b"",
