@@ -136,7 +136,7 @@ async def listeners_closed(listening: list[Listening]) -> None:
         if lst.server is not None:
             try:
                 await asyncio.wait_for(lst.server.wait_closed(), 1.0)
-            except TimeoutError:  # pragma: no cover - every connection is closed by now
+            except asyncio.TimeoutError:  # pragma: no cover - every connection is closed by now
                 pass
 
 

@@ -289,7 +289,7 @@ class BrokerServer:
             self.all_closed.clear()
             try:
                 await asyncio.wait_for(self.all_closed.wait(), wait_ms / 1000)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 driver.abort_all()
                 await asyncio.sleep(0)
         if self.timer is not None:

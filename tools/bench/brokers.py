@@ -1,7 +1,8 @@
 """Start and stop the brokers under test on free loopback ports.
 
 - Siskin: `<python> -m cpython_host --port P --config <tmp.toml>` (no
-  --data-dir: persistence off), limits raised so the bench never hits them.
+  --data-dir: persistence off), limits raised so the bench never hits them;
+  on CPython (.venv) or PyPy (.venv-pypy, make's PyPy venv).
 - Mosquitto: /usr/sbin/mosquitto -c <tmp.conf> with `listener P 127.0.0.1`,
   `allow_anonymous true`, `persistence false` and the same queue/inflight
   limits as Siskin's.
@@ -171,17 +172,17 @@ class Siskin(BrokerProc):
             text=True,
         )
         version, _, python = r.stdout.strip().partition(" ")
-        return f"siskin {version} (Python {python}, {self.event_loop()})"
+        return f"siskin {version} ({python}, {self.event_loop()})"
 
 
 # The version of the checkout a Siskin runs from; one from before Core v3
 # (an A/B comparison, --siskin-root) kept it in common/broker/broker.py.
-VERSION_CODE = """import sys
+VERSION_CODE = """import platform
 try:
     from common import VERSION
 except ImportError:
     from common.broker.broker import VERSION
-print(VERSION, sys.version.split()[0])
+print(VERSION, platform.python_implementation(), platform.python_version())
 """
 
 
@@ -189,6 +190,12 @@ def siskin_python() -> str:
     """The test venv's interpreter (it has uvloop), else this one."""
     venv = REPO_ROOT / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
+
+
+def pypy_python() -> str | None:
+    """make's PyPy venv interpreter (make bench makes it where pypy3 is installed), or None."""
+    venv = REPO_ROOT / ".venv-pypy" / "bin" / "python"
+    return str(venv) if venv.exists() else None
 
 
 def has_uvloop(python: str) -> bool:
