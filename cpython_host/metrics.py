@@ -58,6 +58,16 @@ COUNTERS = (
         "websocket_refused",
     ),
     (
+        "siskin_takeovers_denied_total",
+        "CONNECTs refused: their client id's session belongs to another user",
+        "denied_takeover",
+    ),
+    (
+        "siskin_tls_failures_total",
+        "TLS handshakes that failed or stalled, and certificates without a usable identity",
+        "tls_failed",
+    ),
+    (
         "siskin_out_of_memory_closes_total",
         "Clients closed because handling their packet ran out of heap (MemoryError; boards above all)",
         "closed_out_of_memory",

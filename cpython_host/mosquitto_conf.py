@@ -62,7 +62,7 @@ _UNITS = {"h": 3600, "d": 86400, "w": 604800, "m": 2592000, "y": 31536000}
 # Options Siskin has nothing to set for, and why that is the same behaviour.
 NOTED = {
     "pid_file": "Siskin writes no pid file; systemd tracks the process (contrib/systemd/siskin.service)",
-    "user": "Siskin does not switch users; the systemd unit runs it as its own user (DynamicUser)",
+    "user": "Siskin does not switch users; the systemd unit runs it as the user siskin (User=siskin)",
     "log_timestamp": "Siskin's log lines always carry a time stamp (the journal adds its own)",
     "log_timestamp_format": "Siskin's log lines carry an ISO-like time stamp; the format is fixed",
     "connection_messages": "Siskin always logs connects, disconnects and refusals at level info",

@@ -82,6 +82,7 @@ from common.store.store import Store
 from common.store.storeboot import new_broker
 from cpython_host import sdnotify
 from cpython_host.config import HostConfig, Listener, loopback_name
+from cpython_host.hints import explain_listen_failure
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
@@ -599,6 +600,7 @@ class BrokerServer:
             except OSError as e:
                 self.close_listeners()
                 e.filename = f"{cfg.host}:{cfg.port}"
+                explain_listen_failure(e, cfg.port)
                 raise
             listening.name = address(names[0])
             listening.local = all(loopback_name(name[0]) for name in names)

@@ -21,6 +21,7 @@ from common.broker.broker import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
 from cpython_host.cli import summary
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
+from cpython_host.hints import cannot_write
 
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
@@ -139,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="TOML config file with [limits], [server], [[listener]], [log] and [security] tables "
-        "(e.g. boards/linux.toml)",
+        help="TOML config file with [limits], [server], [[listener]], [log], [security], [http] "
+        "(status page, /metrics, siskin ctl) and [[bridge]] (upstream brokers) tables; "
+        "boards/linux.toml explains each key",
     )
     p.add_argument(
         "--mosquitto-conf",
@@ -246,7 +248,34 @@ def _key_text(args: argparse.Namespace) -> str | None:
     return os.environ.get("SISKIN_STORE_KEY") or None
 
 
+# Mosquitto's own options, which its users type out of habit: what Siskin calls them.
+MOSQUITTO_OPTIONS = {
+    "-c": "a mosquitto.conf is read as it is with --mosquitto-conf FILE (Siskin's own TOML: --config FILE)",
+    "--config-file": "a mosquitto.conf is read as it is with --mosquitto-conf FILE (Siskin's own TOML: --config FILE)",
+    "-p": "the port is --port N",
+    "-v": "more logging is --log-level debug",
+    "--verbose": "more logging is --log-level debug",
+    "-d": "Siskin does not fork into the background: run it as a service (contrib/systemd/siskin.service)",
+    "--daemon": "Siskin does not fork into the background: run it as a service (contrib/systemd/siskin.service)",
+}
+
+
+def mosquitto_habit(argv: Sequence[str]) -> str | None:
+    """The hint for a Mosquitto option on the command line, or None."""
+    for arg in argv:
+        if arg == "--":
+            break
+        hint = MOSQUITTO_OPTIONS.get(arg.split("=", 1)[0])
+        if hint is not None:
+            return f"siskin: {arg} is Mosquitto's option: {hint} (siskin --help lists Siskin's)"
+    return None
+
+
 def main(argv: Sequence[str]) -> int:
+    habit = mosquitto_habit(argv)
+    if habit is not None:
+        print(habit, file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.mosquitto_conf is not None and args.config is not None:
@@ -297,7 +326,11 @@ def main(argv: Sequence[str]) -> int:
             print(f"siskin: store in {data_dir}: {e}", file=sys.stderr)
             return 2
         except OSError as e:
-            print(f"siskin: store in {data_dir}: {e.strerror or e} ({e.filename or data_dir})", file=sys.stderr)
+            hint = cannot_write(e, data_dir)
+            print(
+                f"siskin: store in {data_dir}: {e.strerror or e} ({e.filename or data_dir}){'; ' + hint if hint else ''}",
+                file=sys.stderr,
+            )
             return 2
     elif args.wipe_store or args.store_key_file:
         print("siskin: --wipe-store and --store-key-file need --data-dir", file=sys.stderr)

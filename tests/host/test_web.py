@@ -417,3 +417,31 @@ def test_linux_toml_documents_every_http_key() -> None:
     assert "\n# [http]\n" in text
     missing = [key for key, *_ in HTTP if f"\n# {key} = " not in text]
     assert not missing, f"boards/linux.toml does not show and explain [http] {missing}"
+
+
+def test_metrics_carry_every_sys_counter() -> None:
+    """docs/host.md and docs/monitoring.md say /metrics has every $SYS counter: each Stats
+    counter, set to a value of its own, shows up in a sample (the two message counts as the
+    sum of their per-QoS samples)."""
+    from common.broker.sys_topics import STATS_COUNTERS
+    from cpython_host.config import load_config
+    from cpython_host.metrics import BrokerCollector
+    from cpython_host.server import make_broker
+
+    broker = make_broker(load_config(None))
+    stats = broker.stats
+    wanted = {}
+    for i, name in enumerate(STATS_COUNTERS):
+        wanted[name] = 1000 + 7 * i
+        setattr(stats, name, wanted[name])
+    stats.received_by_qos[:] = [wanted["messages_received"] - 3, 1, 2]
+    stats.sent_by_qos[:] = [wanted["messages_sent"] - 3, 2, 1]
+    samples: dict[str, list[float]] = {}
+    for family in BrokerCollector(broker, None, lambda: 0).collect():
+        for s in family.samples:
+            samples.setdefault(s.name, []).append(s.value)
+    values = {v for vs in samples.values() for v in vs}
+    for name in ("messages_received", "messages_sent"):
+        assert sum(samples[f"siskin_{name}_total"]) == wanted.pop(name)
+    missing = sorted(name for name, value in wanted.items() if value not in values)
+    assert missing == [], f"$SYS counters without a /metrics sample: {missing}"
