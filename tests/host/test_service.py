@@ -177,13 +177,13 @@ def test_wheel_installs_the_siskin_command(tmp_path: Path, notify_socket: socket
         shutil.copy(REPO_ROOT / name, src / name)
     (src / "cpython_host" / "web" / "sub").mkdir(parents=True, exist_ok=True)
     (src / "cpython_host" / "web" / "sub" / "probe.css").write_text("/* probe */\n")
-    before = {p for p in src.rglob("*")}
+    before = set(src.rglob("*"))
     built = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(src)],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    assert {p for p in src.rglob("*")} == before  # nothing left in the tree (no siskin.egg-info/, build/)
+    assert set(src.rglob("*")) == before  # nothing left in the tree (no siskin.egg-info/, build/)
     (wheel,) = (tmp_path / "dist").glob("siskin-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
