@@ -68,10 +68,15 @@ def add_connection_options(p: argparse.ArgumentParser, after_command: bool) -> N
         return argparse.SUPPRESS if after_command else value
 
     p.add_argument(
-        "--url", default=default(None), help=f"the broker's HTTP listener (default: --config's [http], else {DEFAULT_URL})"
+        "--url",
+        default=default(None),
+        help=f"the broker's HTTP listener (default: --config's [http], else {DEFAULT_URL})",
     )
     p.add_argument(
-        "--config", metavar="FILE", default=default(None), help="the broker's config file: its [http] table gives the URL"
+        "--config",
+        metavar="FILE",
+        default=default(None),
+        help="the broker's config file: its [http] table gives the URL",
     )
     p.add_argument("--user", default=default(None), help="MQTT user name for HTTP basic auth (needed off loopback)")
     p.add_argument(
@@ -84,9 +89,7 @@ def add_connection_options(p: argparse.ArgumentParser, after_command: bool) -> N
         "--cafile", metavar="FILE", default=default(None), help="CA certificate(s) to verify an HTTPS listener with"
     )
     p.add_argument("--json", action="store_true", default=default(False), help="print the API's JSON answer as it is")
-    p.add_argument(
-        "--timeout", type=float, default=default(10.0), help="seconds to wait for the broker (default 10)"
-    )
+    p.add_argument("--timeout", type=float, default=default(10.0), help="seconds to wait for the broker (default 10)")
 
 
 class Api:

@@ -59,9 +59,7 @@ def test_pipx_install_as_written_leaves_the_tree_clean(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO_ROOT / name, tree / name)
     before = files_of(tree)
-    proc = subprocess.run(
-        [pipx, *words[4:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = subprocess.run([pipx, *words[4:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert files_of(tree) == before  # no siskin.egg-info/, no build/
     siskin = tmp_path / "bin" / "siskin"
