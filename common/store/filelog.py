@@ -40,6 +40,12 @@
 # .compact is removed at the next open); after it, the complete new one.
 # Tombstones are not copied: the new file holds nothing older they could hide.
 #
+# Monitor (optional, the shell's): monitor.progress("scan", bytes read, file
+# size) as the open reads the log (at its start, every SCAN_STEP bytes and at
+# its end), monitor.compacting(file size, live records) before a compaction
+# and monitor.compacted(size before, size after, live records) after it, so
+# the shell can say what long work is going on and how long it took.
+#
 # Durability: sync() flushes and syncs the file; what was put before it
 # survives a power cut, what came after may be lost, whole records only.
 #
@@ -77,6 +83,7 @@ COMPACT_SUFFIX = ".compact"
 CORRUPT_SUFFIX = ".corrupt"
 DAMAGED_SUFFIX = ".damaged"
 _SMALL = const(512)  # records up to this size are encoded in one buffer, one write
+SCAN_STEP = const(1 << 20)  # bytes of log read between two progress reports of the open
 
 
 def _dirname(path):
@@ -105,11 +112,13 @@ def _presize(index, n):
 class FileLog:
     """The persistent-store backend interface over an append-only file."""
 
-    def __init__(self, fs, path, compact_min=65536, compact_ratio=2, max_bytes=0, keys=0, room=0):
+    def __init__(self, fs, path, compact_min=65536, compact_ratio=2, max_bytes=0, keys=0, room=0, monitor=None):
         """`keys`: room made in the RAM index for this many keys at once (a
         board: see _presize); 0 = it grows as keys come. `room`: zeros kept
-        written ahead of the log (the host: see Room above); 0 = none."""
+        written ahead of the log (the host: see Room above); 0 = none.
+        `monitor`: see Monitor above; None = none."""
         self.fs = fs
+        self.monitor = monitor
         self.path = path
         self.compact_min = compact_min
         self.compact_ratio = compact_ratio
@@ -160,15 +169,20 @@ class FileLog:
             return
         self._append(key, b"", True)
 
-    def items(self, prefix=b""):
+    def keys(self, prefix=b""):
+        """The keys starting with `prefix`, in file order (reading their values
+        in this order is sequential on the medium)."""
         found = []
         for key in self._index:
             if key.startswith(prefix):
                 found.append(key)
-        # Read in file order: sequential on the medium.
-        found.sort(key=lambda k: self._index[k][0])
+        index = self._index
+        found.sort(key=lambda k: index[k][0])
+        return found
+
+    def items(self, prefix=b""):
         out = []
-        for key in found:
+        for key in self.keys(prefix):
             value = self.get(key)
             if value is not None:
                 out.append((key, value))
@@ -294,6 +308,10 @@ class FileLog:
     def _rewrite(self):
         """Compaction: live records to path.compact, sync, rename over the log."""
         fs = self.fs
+        monitor = self.monitor
+        before = self.file_size
+        if monitor is not None:
+            monitor.compacting(before, len(self._index))
         tmp = self.path + COMPACT_SUFFIX
         keys = list(self._index)
         keys.sort(key=lambda k: self._index[k][0])
@@ -334,3 +352,5 @@ class FileLog:
         self._unsynced = False
         self._rf_stale = True
         self._open_append(pos + self.room)
+        if monitor is not None:
+            monitor.compacted(before, pos, len(new_index))

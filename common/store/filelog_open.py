@@ -14,6 +14,7 @@ from common.store.filelog import (
     DAMAGED_SUFFIX,
     FILE_HEADER_SIZE,
     FILE_MAGIC,
+    SCAN_STEP,
     _dirname,
 )
 from common.store.kvrecord import (
@@ -62,7 +63,12 @@ def open_log(log):
             good = -1
         else:
             damaged = []
+            monitor = log.monitor
+            if monitor is not None:
+                monitor.progress("scan", 0, size)
             good = _scan(log, f, size, damaged)
+            if monitor is not None:
+                monitor.progress("scan", size, size)
             if damaged:
                 _set_aside(log, f, damaged)
             if good < size:
@@ -177,7 +183,12 @@ def _scan(log, f, size, damaged):
     """
     off = FILE_HEADER_SIZE
     index = log._index
+    monitor = log.monitor
+    report = SCAN_STEP
     while off < size:
+        if off >= report and monitor is not None:
+            monitor.progress("scan", off, size)
+            report = off + SCAN_STEP
         status, rsize, key, flags = _record_at(f, off, size)
         if status != _OK:
             # Trust a bad record's length only if a valid record (or the

@@ -304,7 +304,8 @@ def main(argv: Sequence[str]) -> int:
         return 2
     from common.store.store import StoreError
     from cpython_host.server import make_broker, make_driver, serve, tls_contexts
-    from cpython_host.storage import open_store
+    from cpython_host.storage import LOG_NAME, give_back_heap, open_store
+    from cpython_host.store_monitor import StoreMonitor
 
     try:
         contexts = tls_contexts(cfg)
@@ -321,7 +322,8 @@ def main(argv: Sequence[str]) -> int:
     if args.data_dir is not None:
         data_dir = os.path.abspath(args.data_dir)
         try:
-            store = open_store(data_dir, _key_text(args), args.wipe_store, _store_log)
+            monitor = StoreMonitor(os.path.join(data_dir, LOG_NAME))
+            store = open_store(data_dir, _key_text(args), args.wipe_store, _store_log, monitor)
         except StoreError as e:
             print(f"siskin: store in {data_dir}: {e}", file=sys.stderr)
             return 2
@@ -344,6 +346,8 @@ def main(argv: Sequence[str]) -> int:
     driver.set_security(*security)
     if store is not None:
         driver.restore(int(time.time()))
+        give_back_heap()
+        monitor.starting = False  # serving from here: READY=1 and the listeners' STATUS=
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(serve(cfg, driver, data_dir, contexts))

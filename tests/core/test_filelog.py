@@ -127,6 +127,52 @@ class TestFileLogBasics(unittest.TestCase):
         self.assertEqual(kv3.skipped, 0)
         self.assertEqual(kv3.get(b"d"), b"four")
 
+    def test_monitor_hears_the_scan_and_each_compaction(self):
+        # The shell says what long work goes on (cpython_host/store_monitor.py):
+        # the open's reading of the log, in bytes, at its start, every
+        # SCAN_STEP bytes and at its end; each compaction before and after.
+        from common.store import filelog_open
+
+        # A step of 4 KiB instead of 1 MiB: the log fits a MicroPython heap.
+        step = filelog_open.SCAN_STEP
+        filelog_open.SCAN_STEP = SCAN_STEP = 4096
+        self.addCleanup(setattr, filelog_open, "SCAN_STEP", step)
+        value = b"v" * 100
+        count = 3 * SCAN_STEP // (OVERHEAD + 4 + len(value)) + 10
+        writer = FileLog(self.fs, PATH, compact_min=1 << 30)  # a log three times its live bytes
+        for i in range(count):
+            writer.put(b"k%03d" % (i % 40), value)
+        writer.close()
+        calls = []
+
+        class Monitor:
+            def progress(self, phase, done, total):
+                calls.append((phase, done, total))
+
+            def compacting(self, size, records):
+                calls.append(("compacting", size, records))
+
+            def compacted(self, before, after, records):
+                calls.append(("compacted", before, after, records))
+
+        kv = FileLog(self.fs, PATH, monitor=Monitor())
+        size = kv.file_size
+        self.assertTrue(size > 3 * SCAN_STEP)
+        scan = [c for c in calls if c[0] == "scan"]
+        self.assertEqual(scan[0], ("scan", 0, size))
+        self.assertEqual(scan[-1], ("scan", size, size))
+        self.assertTrue(all(total == size for _phase, _done, total in scan))
+        done = [d for _phase, d, _total in scan[1:-1]]  # every SCAN_STEP bytes, at a record's start
+        self.assertTrue(len(done) >= 2 and done[0] >= SCAN_STEP and done[-1] < size)
+        for i in range(1, len(done)):
+            self.assertTrue(SCAN_STEP <= done[i] - done[i - 1] < SCAN_STEP + OVERHEAD + 4 + len(value))
+        del calls[:]
+        kv.compact_min = 0
+        kv.put(b"k000", value)  # the log is over twice its live bytes: compacted now
+        live = len(kv)
+        self.assertEqual(calls[0], ("compacting", size + OVERHEAD + 4 + len(value), live))
+        self.assertEqual(calls[1], ("compacted", size + OVERHEAD + 4 + len(value), kv.file_size, live))
+
     def test_leftover_compact_file_removed(self):
         self.kv.put(b"a", b"1")
         self.kv.sync()
