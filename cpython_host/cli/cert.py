@@ -28,8 +28,9 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Union
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]  # (PyPy's 3.9: no X | Y at run time)
 
 DEFAULT_DAYS = 825
 
@@ -108,7 +109,7 @@ def make(names: Sequence[str], addresses: Sequence[Address], days: int) -> tuple
 
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0] if names else str(addresses[0]))])
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
     alt: list[x509.GeneralName] = [x509.DNSName(n) for n in names]
     alt += [x509.IPAddress(a) for a in addresses]
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())

@@ -44,6 +44,12 @@ commands:
   retained [FILTER]            retained messages matching FILTER (default "#"; "$SYS/#" for the broker's)
   clear-retained FILTER        clear the retained messages matching FILTER
   store                        the store's size on disk and its syncs
+  whoami                       the user you log in as, and whether it is an administrator
+
+Only administrators ([http] admins; anyone on loopback without a login) may
+kick, drop-session or clear-retained; another user is refused (403) and
+sees only its own clients and sessions and the retained topics its ACL
+lets it read.
 
 The broker must run with an [http] table (docs/monitoring.md). Off loopback
 it asks for an MQTT user's name and password (HTTP basic auth over HTTPS).
@@ -156,8 +162,8 @@ def field(name: str) -> Callable[[dict[str, Any]], str]:
 def table(rows: list[dict[str, Any]], columns: Sequence[Column]) -> str:
     cells = [[cell(row) for _, cell in columns] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, (h, _) in enumerate(columns)]
-    lines = ["  ".join(h.ljust(w) for (h, _), w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines = ["  ".join(h.ljust(w) for (h, _), w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -239,6 +245,19 @@ def store(api: Api, args: argparse.Namespace) -> tuple[Any, str]:
     )
 
 
+def whoami(api: Api, args: argparse.Namespace) -> tuple[Any, str]:
+    status = api.get("/api/status")
+    answer = {"user": status["user"], "admin": status["admin"]}
+    if answer["user"] is None:
+        return answer, "no login asked (loopback): administrator"
+    if answer["admin"]:
+        return answer, f"{answer['user']}: administrator ([http] admins)"
+    return answer, (
+        f"{answer['user']}: not an administrator: sees its own clients and sessions and the retained "
+        "topics its ACL reads; may not act"
+    )
+
+
 def client_id_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("client_id", metavar="CLIENT_ID")
 
@@ -263,6 +282,7 @@ COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], object], Run
     ),
     ("clear-retained", "clear retained messages", lambda p: p.add_argument("filter", metavar="FILTER"), clear_retained),
     ("store", "the store's size", no_arguments, store),
+    ("whoami", "the user you log in as, and whether it may act", no_arguments, whoami),
 )
 
 
