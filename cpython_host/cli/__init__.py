@@ -16,6 +16,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ("ctl", "ctl", "COMMAND", "look at and act on a running broker (clients, kick, ...)"),
     ("cert", "cert", "[-o DIR] [--name NAME] [--ip ADDR]", "a self-signed TLS certificate for this gateway"),
     ("convert-mosquitto-conf", "convert_mosquitto_conf", "FILE [-o OUT]", "a mosquitto.conf as Siskin TOML"),
+    ("import-mosquitto-db", "import_mosquitto_db", "FILE --data-dir DIR", "Mosquitto's mosquitto.db into a store"),
     ("scram-user", "scram_user", "NAME", "print a [limits] scram_users line (v5 SCRAM-SHA-256)"),
     ("store-key", "store_key", "", "print a fresh AES-256 store key (keep it secret)"),
 )
