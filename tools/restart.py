@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, drain, wait_until
+from tests.host.broker_proc import BrokerProcess, Publisher, RawClient, drain, offline_subscriber, wait_until
 
 TOPIC = "restart"
 SUB_ID = "restart-sub"
@@ -36,11 +36,7 @@ RESTORE_LINES = re.compile(r"siskin\.(store|core|host): .*(restor|compact|store|
 
 def fill(broker: BrokerProcess, count: int) -> None:
     """An offline persistent subscriber with `count` QoS 1 messages queued for it."""
-    sub = RawClient(broker.port)
-    assert sub.connect(SUB_ID, clean=False)[1] == 0
-    assert sub.subscribe(TOPIC + "/#", 1) == 1
-    sub.send(DISCONNECT)
-    broker.wait_log(SUB_ID + " disconnected")
+    offline_subscriber(broker, SUB_ID, TOPIC + "/#")
     pub = Publisher(broker.port, "restart-pub")
     flood = threading.Thread(target=pub.flood, args=(count, threading.Event(), 1, TOPIC), daemon=True)
     flood.start()

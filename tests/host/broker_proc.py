@@ -609,6 +609,16 @@ class Publisher:
             return
 
 
+def offline_subscriber(broker: BrokerProcess, client_id: str, topic_filter: str, qos: int = 1) -> None:
+    """A persistent subscriber (3.1.1 clean session 0) to `topic_filter`, then gone:
+    what is published to it from here on queues for it."""
+    sub = RawClient(broker.port)
+    assert sub.connect(client_id, clean=False)[1] == 0
+    assert sub.subscribe(topic_filter, qos) == qos
+    sub.send(DISCONNECT)
+    broker.wait_log(client_id + " disconnected")
+
+
 def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, bool, int]]:
     """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully)."""
     got: list[tuple[str, bytes, int, bool, int]] = []

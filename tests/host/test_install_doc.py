@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,6 +22,7 @@ import pytest
 from common.broker.broker import VERSION
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import BrokerProcess, RawClient
+from tests.host.test_service import source_copy
 
 INSTALL = (REPO_ROOT / "docs" / "install.md").read_text()
 README = (REPO_ROOT / "README.md").read_text()
@@ -52,12 +52,7 @@ def test_pipx_install_as_written_leaves_the_tree_clean(tmp_path: Path) -> None:
         name, value = word.split("=", 1)
         env[name] = str(moved[value])
     # "git clone <siskin repository> siskin": the files a clone has that the install reads.
-    tree = tmp_path / "siskin"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("common", "cpython_host"):
-        shutil.copytree(REPO_ROOT / name, tree / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO_ROOT / name, tree / name)
+    tree = source_copy(tmp_path / "siskin")
     before = files_of(tree)
     proc = subprocess.run([pipx, *words[4:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -155,18 +155,23 @@ def test_unit_file_verifies(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
 
 
+def source_copy(dest: Path) -> Path:
+    """What a wheel (or pipx) is made of, copied to `dest`: the two packages, pyproject.toml, README.md."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("common", "cpython_host"):
+        shutil.copytree(REPO_ROOT / name, dest / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, dest / name)
+    return dest
+
+
 def test_wheel_installs_the_siskin_command(tmp_path: Path, notify_socket: socket.socket) -> None:
     """python -m build makes a wheel (what pipx installs); in a fresh venv it
     gives the `siskin` command with every module, data file and dependency."""
     require("build", importlib.util.find_spec("build"), "pip install build==1.6.1 (make test does)")
     # A copy of what the wheel is made of, so the build leaves nothing in the tree;
     # plus a probe under cpython_host/web/, whose files must come along.
-    src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("common", "cpython_host"):
-        shutil.copytree(REPO_ROOT / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO_ROOT / name, src / name)
+    src = source_copy(tmp_path / "src")
     (src / "cpython_host" / "web" / "sub").mkdir(parents=True, exist_ok=True)
     (src / "cpython_host" / "web" / "sub" / "probe.css").write_text("/* probe */\n")
     before = set(src.rglob("*"))
