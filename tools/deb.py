@@ -249,6 +249,7 @@ def stage(root: Path) -> None:
     put(root, "usr/bin/siskin", LAUNCHER.encode(), 0o755)
     unit = (ROOT / "contrib/systemd/siskin.service").read_text()
     unit = unit.replace("/usr/local/bin/siskin", "/usr/bin/siskin")
+    unit = unit.replace("Description=Siskin MQTT broker\n", "Description=Siskin MQTT broker\nDocumentation=man:siskin(1)\n")
     unit = unit.replace("# pipx installed into /usr/local/bin (docs/install.md)", "# The Debian package's command")
     put(root, "lib/systemd/system/siskin.service", unit.encode())
     put(root, "etc/siskin/siskin.toml", (ROOT / "boards/rpi.toml").read_bytes())
