@@ -79,7 +79,7 @@ def test_lintian_passes(deb: Path) -> None:
     """No error and no warning (the informational tags are printed for the record)."""
     lintian = tool("lintian")
     proc = subprocess.run(
-        [lintian, "--allow-root", "--info", "--pedantic", str(deb)], capture_output=True, text=True, timeout=300
+        [lintian, "--allow-root", "--display-info", "--pedantic", str(deb)], capture_output=True, text=True, timeout=300
     )
     print(proc.stdout + proc.stderr)
     tags = [line for line in proc.stdout.splitlines() if line[:2] in ("E:", "W:")]
