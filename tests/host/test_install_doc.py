@@ -33,6 +33,12 @@ def blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
 
 
+def block_with(text: str, lang: str, words: str) -> str:
+    """The one code block of `text` that holds `words`."""
+    (block,) = [b for b in blocks(text, lang) if words in b]
+    return block
+
+
 def files_of(tree: Path) -> set[str]:
     return {p.relative_to(tree).as_posix() for p in tree.rglob("*")}
 
@@ -42,7 +48,7 @@ def test_pipx_install_as_written_leaves_the_tree_clean(tmp_path: Path) -> None:
     pipx = tool_path("pipx")
     require("pipx", pipx, "apt-get install pipx")
     assert pipx is not None
-    (line,) = [ln for ln in blocks(INSTALL, "sh")[0].splitlines() if "pipx install ./siskin" in ln]
+    (line,) = [ln for ln in block_with(INSTALL, "sh", "pipx install").splitlines() if "pipx install ./siskin" in ln]
     words = line.split("#")[0].split()
     # sudo PIPX_HOME=/opt/pipx PIPX_BIN_DIR=/usr/local/bin pipx install ./siskin
     assert words[0] == "sudo" and words[3:] == ["pipx", "install", "./siskin"], line
@@ -66,7 +72,8 @@ def test_config_as_written_serves_the_users(tmp_path: Path) -> None:
     """Step 2: rpi.toml copied, its listener opened to the network as the doc says, the
     doc's [security] table appended, a user made with `siskin passwd`: the broker starts
     and lets that user in, and nobody else (it used to refuse the file twice)."""
-    listener, security = blocks(INSTALL, "toml")[:2]
+    listener = block_with(INSTALL, "toml", "[[listener]]")
+    security = block_with(INSTALL, "toml", "[security]")
     assert "the `host` of its `[[listener]]` table" in INSTALL
     text = (REPO_ROOT / "boards" / "rpi.toml").read_text()
     assert text.count('host = "127.0.0.1"') == 1
@@ -75,7 +82,7 @@ def test_config_as_written_serves_the_users(tmp_path: Path) -> None:
     text += "\n" + security
     b = BrokerProcess(tmp_path)
     b.config_path.write_text(text)
-    (passwd_line,) = [ln for ln in blocks(INSTALL, "sh")[1].splitlines() if "siskin passwd -c" in ln]
+    (passwd_line,) = [ln for ln in block_with(INSTALL, "sh", "useradd").splitlines() if "siskin passwd -c" in ln]
     assert passwd_line.split("#")[0].split() == ["sudo", "siskin", "passwd", "-c", "/etc/siskin/passwd", "alice"]
     made = subprocess.run(
         [sys.executable, "-m", "cpython_host", "passwd", "--stdin", "-c", str(tmp_path / "passwd"), "alice"],
@@ -94,7 +101,7 @@ def test_config_as_written_serves_the_users(tmp_path: Path) -> None:
 
 def test_readme_service_block_has_every_step() -> None:
     """`systemctl enable --now` as written needs the user and the config file first."""
-    (block,) = [b for b in blocks(README, "sh") if "systemctl enable --now siskin" in b]
+    block = block_with(README, "sh", "systemctl enable --now siskin")
     steps = [
         "pipx install ./siskin",
         "useradd --system",
