@@ -180,13 +180,6 @@ class FileLog:
         found.sort(key=lambda k: index[k][0])
         return found
 
-    def items(self, prefix=b""):
-        out = []
-        for key in self.keys(prefix):
-            value = self.get(key)
-            if value is not None:
-                out.append((key, value))
-        return out
 
     def sync(self):
         if self._unsynced and self._af is not None:

@@ -101,7 +101,7 @@ _IOCTL_BLOCK_ERASE = const(6)
 class KVLog:
     """The persistent-store backend interface over a raw flash block device.
 
-    get / put / delete / keys / items / sync / close / len, with counters user_bytes,
+    get / put / delete / keys / sync / close / len, with counters user_bytes,
     device_bytes, skipped (damaged records found), erases, compactions.
     """
 
@@ -181,13 +181,6 @@ class KVLog:
         """The keys starting with `prefix` (a new list)."""
         return [key for key in self._index if key.startswith(prefix)]
 
-    def items(self, prefix=b""):
-        out = []
-        for key in self.keys(prefix):
-            value = self.get(key)
-            if value is not None:
-                out.append((key, value))
-        return out
 
     def sync(self):
         # Every put/delete is on flash when it returns (writeblocks is

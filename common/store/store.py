@@ -4,7 +4,7 @@
 # (None, bool, int, str, bytes and lists of them) under a namespace byte and
 # a key. This module packs them, seals them and hands the bytes to a backend
 # (filelog.py on files, kvlog.py on raw flash) through its small interface:
-# get, put, delete, keys(prefix), items(prefix), sync, close, len.
+# get, put, delete, keys(prefix), sync, close, len.
 #
 # Every record value starts with its schema version and flags:
 #

@@ -21,12 +21,12 @@ def open_records(store, wipe):
             store.log(level, text)
     backend.notes = []  # said once; a board's heap need not keep the text
     if wipe:
-        for key, _value in backend.items(b""):
+        for key in backend.keys(b""):
             backend.delete(key)
     meta = backend.get(S.META_KEY)
     encrypted = bool(store.keys)
     if meta is None:
-        if backend.items(b""):
+        if len(backend):
             raise S.StoreError(
                 "the store has records but no meta record: it is not a Siskin store or it is damaged; "
                 "move it aside or start with --wipe-store to discard it"

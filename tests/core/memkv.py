@@ -1,5 +1,5 @@
 # An in-memory store backend for the persistence tests: the interface of
-# common/store/filelog.py and common/store/kvlog.py (get, put, delete, keys, items, sync,
+# common/store/filelog.py and common/store/kvlog.py (get, put, delete, keys, sync,
 # close, len), with a power cut that keeps exactly what was synced.
 
 
@@ -26,10 +26,6 @@ class MemKV:
     def keys(self, prefix=b""):
         n = len(prefix)
         return [k for k in self.data if k[:n] == prefix]
-
-    def items(self, prefix=b""):
-        n = len(prefix)
-        return [(k, v) for k, v in self.data.items() if k[:n] == prefix]
 
     def __len__(self):
         return len(self.data)

@@ -9,7 +9,7 @@ import unittest
 from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
 from common.store.kvrecord import OVERHEAD, StoreFull
 from tests.core.flashsim import PowerCut, XorShift
-from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
+from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete, items
 from tests.core.memfs import MemFS
 from tests.core.test_kvlog import churn, value_for
 
@@ -102,7 +102,7 @@ class TestFileLogBasics(unittest.TestCase):
         kv.sync()
         self.fs.names[PATH].data.extend(bytes(40))  # length grew, data never came
         kv2 = FileLog(self.fs, PATH)
-        self.assertEqual(kv2.items(), [(b"a", b"kept")])
+        self.assertEqual(items(kv2), [(b"a", b"kept")])
         kv2.put(b"b", b"next")
         kv2.sync()
         self.assertEqual(FileLog(self.fs, PATH).get(b"b"), b"next")
@@ -203,7 +203,7 @@ class TestFileLogBasics(unittest.TestCase):
                 self.assertEqual(kv.get(k), model[k])
             kv.sync()
             kv = FileLog(self.fs, "/data/churn.log", compact_min=2048)
-            self.assertEqual(dict(kv.items()), model)
+            self.assertEqual(dict(items(kv)), model)
         self.assertLess(self.fs.size("/data/churn.log"), 2 * (FILE_HEADER_SIZE + kv.live_bytes) + 2048)
 
     def test_store_full_with_max_bytes(self):
@@ -240,7 +240,7 @@ class TestFileLogBasics(unittest.TestCase):
             % (kv.user_bytes, kv.device_bytes, wa, kv.compactions)
         )
         self.assertLess(wa, 1.5)
-        self.assertEqual(dict(FileLog(self.fs, "/data/wa.log").items()), model)
+        self.assertEqual(dict(items(FileLog(self.fs, "/data/wa.log"))), model)
 
 
 class TestFileLogRoom(unittest.TestCase):
@@ -260,14 +260,14 @@ class TestFileLogRoom(unittest.TestCase):
         kv.delete(b"a")
         kv.sync()
         kv2 = FileLog(self.fs, PATH, room=100)
-        self.assertEqual(kv2.items(), [(b"b", b"2" * 50)])
+        self.assertEqual(items(kv2), [(b"b", b"2" * 50)])
         self.assertEqual((kv2.torn, kv2.skipped, kv2.notes, kv2.compactions), (0, 0, [], 0))
         self.assertEqual(kv2.file_size, kv.file_size)  # appends go on where the log ended
         kv2.put(b"c", b"3")
         kv2.sync()
         # Without room, the zeros are dropped by a rewrite, silently.
         kv3 = FileLog(self.fs, PATH)
-        self.assertEqual(sorted(kv3.items()), [(b"b", b"2" * 50), (b"c", b"3")])
+        self.assertEqual(sorted(items(kv3)), [(b"b", b"2" * 50), (b"c", b"3")])
         self.assertEqual((kv3.torn, kv3.notes), (0, []))
         self.assertEqual(self.fs.size(PATH), kv3.file_size)
 
@@ -282,7 +282,7 @@ class TestFileLogRoom(unittest.TestCase):
         for i in range(start + 9, kv.file_size):  # a prefix written, then the old zeros
             data[i] = 0
         kv2 = FileLog(self.fs, PATH, room=200)
-        self.assertEqual(kv2.items(), [(b"a", b"kept")])
+        self.assertEqual(items(kv2), [(b"a", b"kept")])
         self.assertEqual(kv2.torn, 9)
         self.assertEqual(len(kv2.notes), 1)
         self.assertEqual(self.fs.size(PATH), start + 200)  # rewritten, with its room

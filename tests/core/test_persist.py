@@ -13,6 +13,7 @@ from common.store.store import Store, StoreError, pack
 from common.store.store_open import unpack
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.harness import Harness
+from tests.core.kv_contract import items
 from tests.core.memkv import MemKV
 
 KEY1 = bytes(range(32))
@@ -38,7 +39,7 @@ def restart(backend, now=2000, wall=1700001000, keys=None, key_id=0, **settings)
 
 
 def keys_of(backend, ns):
-    return sorted(k for k, _v in backend.items(ns))
+    return sorted(k for k, _v in items(backend, ns))
 
 
 class TestRecordCodec(unittest.TestCase):
@@ -728,7 +729,7 @@ class TestEncryptedStore(unittest.TestCase):
 
     def test_records_are_sealed_and_restore(self):
         kv = self.seeded()
-        for key, value in kv.items(b""):
+        for key, value in items(kv, b""):
             self.assertEqual(value.find(b"payload-in-clear?"), -1)
             if key != b"V":
                 self.assertEqual(value[1], 1)  # flags: encrypted
@@ -755,7 +756,7 @@ class TestEncryptedStore(unittest.TestCase):
 
     def test_tampered_record_skipped_not_fatal(self):
         kv = self.seeded()
-        for key, value in kv.items(b"M"):
+        for key, value in items(kv, b"M"):
             bad = bytearray(value)
             bad[-20] ^= 0x04  # a ciphertext bit; the record's own CRC is the backend's business
             kv.put(key, bytes(bad))
@@ -782,9 +783,9 @@ class TestEncryptedStore(unittest.TestCase):
             for i in range(5):
                 store.put(b"X", b"%d" % i, [boot, i])
             store.sync()
-            for _key, value in kv.items(b"X"):
+            for _key, value in items(kv, b"X"):
                 seen.add(bytes(value[3:15]))
-            for key, _value in kv.items(b"X"):
+            for key, _value in items(kv, b"X"):
                 kv.delete(key)
         self.assertEqual(len(seen), 15)
 

@@ -18,6 +18,7 @@ from common.store.persist import NS_RETAINED, NS_SESSION
 from common.store.store import Store
 from tests.core.flashsim import FlashSim, XorShift
 from tests.core.harness import Harness
+from tests.core.kv_contract import items
 from tests.core.memfs import MemFS
 
 PATH = "/data/siskin.log"
@@ -250,7 +251,7 @@ class TestKVLogDamage(Damage, unittest.TestCase):
         raise AssertionError("no record is followed by another in its sector")
 
     def kept(self, kv):
-        return b"".join(v for k, v in kv.items(DAMAGED_PREFIX))
+        return b"".join(v for k, v in items(kv, DAMAGED_PREFIX))
 
     def test_unreadable_partition_is_said_at_error_level(self):
         rng = XorShift(9)
