@@ -22,7 +22,6 @@ import argparse
 import datetime
 import grp
 import ipaddress
-import itertools
 import os
 import socket
 import sys
@@ -62,9 +61,9 @@ def interface_addresses() -> list[Address]:
         # fib_trie lists each local IPv4 address as "|-- ADDR" followed by "/32 host LOCAL".
         with open("/proc/net/fib_trie") as f:
             lines = f.read().splitlines()
-        for before, line in itertools.pairwise(lines):
-            if line.strip() == "/32 host LOCAL":
-                found.add(ipaddress.ip_address(before.split()[-1]))
+        for i in range(1, len(lines)):  # (no itertools.pairwise on PyPy's 3.9)
+            if lines[i].strip() == "/32 host LOCAL":
+                found.add(ipaddress.ip_address(lines[i - 1].split()[-1]))
     except (OSError, ValueError):
         pass
     try:
