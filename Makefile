@@ -13,6 +13,7 @@
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
 #   make test-boards  the firmware tests at the boards' real heaps (needs make firmware BOARD=unix32)
+#   make deb     dist/siskin_<version>_all.deb, the Debian package (make test-deb: dpkg into a Debian root)
 #
 # Needs: Python >= 3.11 with venv (Debian: python3-venv), PyPy >= 7.3
 # (Debian: pypy3 pypy3-venv; without it the PyPy leg is left out, or fails
@@ -56,7 +57,7 @@ PYPY_STAMP := $(PYPY_VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench firmware test-boards clean distclean
+.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench firmware test-boards deb test-deb clean distclean
 
 help:
 	@sed -n '3,16p' Makefile | sed 's/^# \{0,1\}//'
@@ -234,6 +235,21 @@ MICROPY_UNIX32 ?= dist/unix32/micropython
 test-boards: setup
 	@[ -x "$(MICROPY_UNIX32)" ] || { echo "make test-boards: no $(MICROPY_UNIX32): make firmware BOARD=unix32 MICROPY_DIR=... first" >&2; exit 2; }
 	MICROPY_UNIX32=$(abspath $(MICROPY_UNIX32)) $(PYTEST) tests/host/test_firmware_boards.py -m boards $(PYTEST_ARGS)
+
+# The Debian package (tools/deb.py: dpkg-deb over the tree's files, Debian's
+# python3-* packages as its dependencies); make test checks it with lintian
+# and runs it from its files on Debian's python3 (tests/host/test_deb.py).
+deb: venv
+	$(PY) -m tools.deb
+
+# The package installed by apt/dpkg (maintainer scripts and all) into a
+# Debian 12 root that debootstrap makes once (a few minutes, as root) and
+# keeps in DEB_ROOT; not part of make test.
+DEB_ROOT ?= .cache/deb-root
+test-deb: setup
+	@[ -x $(DEB_ROOT)/usr/bin/python3 ] || { mkdir -p $(dir $(DEB_ROOT)) && \
+	  debootstrap --variant=minbase --include=python3,adduser,init-system-helpers bookworm $(DEB_ROOT) http://deb.debian.org/debian; }
+	SISKIN_DEB_ROOT=$(abspath $(DEB_ROOT)) $(PYTEST) tests/host/test_deb.py -m deb $(PYTEST_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache .fuzz dist build *.egg-info

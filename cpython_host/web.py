@@ -66,6 +66,7 @@ from common.broker.broker import Broker
 from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
+from cpython_host.hints import explain_listen_failure
 from cpython_host.listeners import address
 from cpython_host.metrics import registry, store_size
 
@@ -150,6 +151,7 @@ class WebServer:
             )
         except OSError as e:
             e.filename = f"{cfg.host}:{cfg.port} ([http])"
+            explain_listen_failure(e, cfg.port)
             raise
         self.name = address(self.server.sockets[0].getsockname())
         self.sampler = asyncio.get_running_loop().create_task(self.sample())

@@ -22,7 +22,7 @@
 # (route asks full_subscriber() before it keeps a client's QoS 1/2 message
 # at all, so the publisher is told). Every drop is counted and logged.
 
-from common.broker.delivery import RELEASED, SENT, SHARED
+from common.broker.delivery import QUEUED, RELEASED, SENT, SHARED
 from common.broker.egress import send_ack, send_publish
 from common.compat import const
 from common.mqtt import consts as C
@@ -453,18 +453,23 @@ def release_session_messages(broker, session):
     session.qos2_in = ()
 
 
-def restore_deliveries(broker, session, inflight, queued):
-    """The store's restore: a session's deliveries sent (SENT, RELEASED)
-    and queued, each list in its original order."""
-    session.inflight = inflight
-    n = len(queued)
-    if n > session.queue.cap:
+def restore_delivery(broker, session, d):
+    """The store's restore: one of a session's deliveries, each in its
+    original order: a sent one (SENT, RELEASED) to the inflight window, a
+    QUEUED one to the queue."""
+    if d.state() != QUEUED:
+        session.inflight.append(d)
+        return
+    queue = session.queue
+    if not queue.push(d):
         # max_queued_messages was lowered since they were stored: keep
-        # them all (they were acknowledged), in a ring that fits.
-        session.setup_queue(n, n)
-    routing = broker.routing
-    for d in queued:
-        session.queue.push(d)
-        size = d.msg.size()
-        session.queued_bytes += size
-        routing.queued_total += size + QUEUED_COST
+        # them all (they were acknowledged), in a ring twice as wide.
+        items = queue.clear()
+        items.append(d)
+        cap = 2 * queue.cap or 1
+        session.setup_queue(cap, cap)
+        for item in items:
+            session.queue.push(item)
+    size = d.msg.size()
+    session.queued_bytes += size
+    broker.routing.queued_total += size + QUEUED_COST

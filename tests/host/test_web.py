@@ -172,9 +172,14 @@ def test_ctl_end_to_end(broker: BrokerProcess, clients: list[Paho]) -> None:
     url = broker.http_url()
     victim = Paho(broker.port, "victim", expiry=3600)
     victim.subscribe("v/#", 1)
-    listed = ctl("--url", url, "clients")
+    # The options may follow the command; the table is for people: MQTT version, no None/True.
+    listed = ctl("clients", "--url", url)
     assert listed.returncode == 0, listed.stderr
-    assert "victim" in listed.stdout
+    header, *rows = listed.stdout.splitlines()
+    assert [h for h in header.split("  ") if h][:3] == ["client id", "address", "MQTT"]
+    (row,) = [r.split() for r in rows if r.startswith("victim ")]
+    assert row[2:5] == ["5.0", "60", "s"] and row[5] == "-"  # version, keep-alive, no user
+    assert "None" not in listed.stdout and "True" not in listed.stdout
     kicked = ctl("--url", url, "kick", "victim")
     assert kicked.returncode == 0 and "victim: disconnected" in kicked.stdout, kicked.stderr
     assert victim.disconnects.get(timeout=5).value == 0x98  # administrative action
@@ -189,6 +194,9 @@ def test_ctl_end_to_end(broker: BrokerProcess, clients: list[Paho]) -> None:
     sessions = json.loads(ctl("--url", url, "--json", "sessions").stdout)["sessions"]
     (mine,) = [s for s in sessions if s["client_id"] == "victim"]
     assert not mine["connected"] and mine["queued"] == 1 and mine["subscriptions"] == ["v/#"]
+    shown = ctl("sessions", "--url", url).stdout
+    (row,) = [r.split() for r in shown.splitlines() if r.startswith("victim ")]
+    assert row[1:3] == ["no", "yes"] and row[-1] == "v/#"  # not connected, persistent
     dropped = ctl("--url", url, "drop-session", "victim")
     assert dropped.returncode == 0 and "session dropped" in dropped.stdout
     assert "victim" not in ctl("--url", url, "sessions").stdout
@@ -440,3 +448,4 @@ def test_linux_toml_documents_every_http_key() -> None:
     assert "\n# [http]\n" in text
     missing = [key for key, *_ in HTTP if f"\n# {key} = " not in text]
     assert not missing, f"boards/linux.toml does not show and explain [http] {missing}"
+
