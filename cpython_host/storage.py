@@ -29,6 +29,23 @@ ROOM = 1 << 20
 COMPACT_MIN = 4 << 20
 
 
+class MonitoredFileLog(FileLog):
+    """The host's FileLog: its monitor (cpython_host/store_monitor.py) hears
+    of each compaction, before (file size, live records) and after (size
+    before and after, live records), to log what it did and how long it
+    took. (Here rather than in common/store/filelog.py: a board has no
+    monitor, and keeps no code for one.)"""
+
+    def rewrite(self) -> None:
+        monitor = self.monitor
+        before = self.file_size
+        if monitor is not None:
+            monitor.compacting(before, len(self.index))
+        super().rewrite()
+        if monitor is not None:
+            monitor.compacted(before, self.file_size, len(self.index))
+
+
 def open_store(
     data_dir: str,
     key_text: str | None = None,
@@ -51,7 +68,7 @@ def open_store(
                 "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
             ) from None
         make_aead = crypto.make_aead
-    backend = FileLog(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
+    backend = MonitoredFileLog(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
     backend.monitor = monitor  # before the open's scan, which it hears of
     open_log(backend)
     store: Store = open_backend(backend, keys, make_aead, log, wipe, monitor)

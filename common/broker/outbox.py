@@ -461,15 +461,11 @@ def restore_delivery(broker, session, d):
         session.inflight.append(d)
         return
     queue = session.queue
-    if not queue.push(d):
+    if queue.count >= queue.cap:
         # max_queued_messages was lowered since they were stored: keep
-        # them all (they were acknowledged), in a ring twice as wide.
-        items = queue.clear()
-        items.append(d)
-        cap = 2 * queue.cap or 1
-        session.setup_queue(cap, cap)
-        for item in items:
-            session.queue.push(item)
+        # them all (they were acknowledged), past the queue's cap.
+        queue.cap = 2 * queue.cap or 1
+    queue.push(d)
     size = d.msg.size()
     session.queued_bytes += size
     broker.routing.queued_total += size + QUEUED_COST

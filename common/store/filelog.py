@@ -40,11 +40,12 @@
 # .compact is removed at the next open); after it, the complete new one.
 # Tombstones are not copied: the new file holds nothing older they could hide.
 #
-# Monitor (optional, the shell's): monitor.progress("scan", bytes read, file
-# size) as the open reads the log (at its start, every SCAN_STEP bytes and at
-# its end), monitor.compacting(file size, live records) before a compaction
-# and monitor.compacted(size before, size after, live records) after it, so
-# the shell can say what long work is going on and how long it took.
+# Monitor (optional, the shell's, set before open_log): monitor.progress(
+# "scan", bytes read, file size) as the open reads the log (at its start,
+# every SCAN_STEP bytes and at its end), so the shell can say what long work
+# is going on. (The host hears of each compaction too, through a subclass
+# of its own that wraps rewrite(): cpython_host/storage.py; a board has no
+# monitor, and keeps no code for one.)
 #
 # Durability: sync() flushes and syncs the file; what was put before it
 # survives a power cut, what came after may be lost, whole records only.
@@ -298,13 +299,8 @@ class FileLog:
     def rewrite(self):
         """Compaction: live records to path.compact, sync, rename over the log."""
         fs = self.fs
-        monitor = self.monitor
-        before = self.file_size
-        if monitor is not None:
-            monitor.compacting(before, len(self.index))
         tmp = self.path + COMPACT_SUFFIX
-        keys = list(self.index)
-        keys.sort(key=lambda k: self.index[k][0])
+        keys = self.keys()  # in file order
         out = fs.open(tmp, "wb")
         new_index = {}
         pos = FILE_HEADER_SIZE
@@ -342,5 +338,3 @@ class FileLog:
         self._unsynced = False
         self._rf_stale = True
         self.open_append(pos + self.room)
-        if monitor is not None:
-            monitor.compacted(before, pos, len(new_index))

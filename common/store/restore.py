@@ -22,7 +22,7 @@
 # in key order, which is each session's sequence order (client id \0
 # sequence, big-endian), so each goes straight to its session's window or
 # queue. Messages with the same topic share one str, as live routing's
-# TopicCache makes them (up to SHARED_TOPICS topics).
+# TopicCache makes them (up to _SHARED_TOPICS topics).
 
 from common.broker import outbox
 from common.broker.delivery import QUEUED, RELEASED, SHARED
@@ -33,7 +33,7 @@ from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSIO
 from common.store.store import u64be
 from common.store.store_open import read_items
 
-SHARED_TOPICS = const(1024)  # distinct topic strs the restore shares between messages
+_SHARED_TOPICS = const(1024)  # distinct topic strs the restore shares between messages
 
 
 def _from_be(b):
@@ -140,7 +140,7 @@ def restore(persist, broker, now, wall):
         shared = topics.get(topic)
         if shared is not None:
             topic = shared
-        elif len(topics) < SHARED_TOPICS:
+        elif len(topics) < _SHARED_TOPICS:
             topics[topic] = topic
         msg = messages.new(topic, payload, qos, retain, _props_in(props), _core(persist, expiry_wall, now, 0))
         if msg is None:

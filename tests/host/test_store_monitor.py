@@ -20,7 +20,11 @@ import pytest
 
 import common.store.store as S
 from common.mqtt import consts as C
-from cpython_host.storage import LOG_NAME, open_store
+from common.store.filelog import FILE_HEADER_SIZE
+from common.store.filelog_open import open_log
+from common.store.kvrecord import OVERHEAD
+from cpython_host.posix_fs import PosixFS
+from cpython_host.storage import LOG_NAME, MonitoredFileLog, open_store
 from cpython_host.store_monitor import EXTEND_USEC, StoreMonitor
 from tests.core.harness import Harness
 from tests.host.test_service import fields, ready_then_port, start, stop
@@ -115,6 +119,39 @@ def test_compaction_is_logged_with_sizes_and_time(caplog: pytest.LogCaptureFixtu
     assert [r.getMessage() for r in caplog.records] == [
         "store: compacted /var/lib/siskin/siskin.log: 41.9 MB -> 20.9 MB (200,003 live records) in 2.50 s"
     ]
+
+
+def test_the_hosts_log_tells_its_monitor_of_each_compaction(tmp_path: Path) -> None:
+    """cpython_host/storage.py's FileLog: before a compaction (file size, live
+    records) and after it (size before and after, live records); the core's
+    FileLog keeps no code for it (a board has no monitor)."""
+    calls: list[tuple[object, ...]] = []
+
+    class Monitor:
+        def progress(self, phase: str, done: int, total: int) -> None:
+            pass
+
+        def compacting(self, size: int, records: int) -> None:
+            calls.append(("compacting", size, records))
+
+        def compacted(self, before: int, after: int, records: int) -> None:
+            calls.append(("compacted", before, after, records))
+
+    path = str(tmp_path / LOG_NAME)
+    log = MonitoredFileLog(PosixFS(), path, compact_min=1 << 30)  # no compaction while it fills
+    log.monitor = Monitor()
+    open_log(log)
+    value = b"v" * 100
+    for i in range(400):
+        log.put(b"k%02d" % (i % 40), value)
+    assert calls == []
+    log.compact_min = 0
+    size = log.file_size + OVERHEAD + 3 + len(value)
+    log.put(b"k00", value)  # the log is over twice its live bytes: compacted now
+    assert log.compactions == 1
+    assert log.file_size == FILE_HEADER_SIZE + 40 * (OVERHEAD + 3 + len(value)) < size
+    assert calls == [("compacting", size, 40), ("compacted", size, log.file_size, 40)]
+    log.close()
 
 
 def test_the_broker_says_it_restores_before_ready(tmp_path: Path, notify_socket: socket.socket) -> None:
