@@ -391,7 +391,7 @@ class BrokerServer:
         self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
         self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
         self.turn_scheduled = False
-        self.bridges: list[Any] = []  # cpython_host/bridge.py BridgeRunner, one per [[bridge]]
+        self.bridges: list[Any] = []  # common/bridge/runner.py Runner, one per [[bridge]] (cpython_host/bridge.py)
 
     # -------------------------------------------------------------- output
 
@@ -627,8 +627,11 @@ class BrokerServer:
         log.info("shutting down (%s): closing the listeners and %d connection(s)", reason, driver.open)
         started = time.monotonic()
         self.close_listeners()
-        for runner in self.bridges:
-            await runner.stop()
+        if self.bridges:
+            from cpython_host.bridge import stop_bridge
+
+            for runner in self.bridges:
+                await stop_bridge(runner)
         for task in list(self.handshakes):
             task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers

@@ -509,11 +509,13 @@ def deliver(broker, session, msg, qos, retain, tag, shared, now):
         conn is not None
         and (queue.count >= routing.high_count or session.queued_bytes >= routing.high_bytes)
         and session.client_id != routing.origin
+        and session.client_id not in routing.unthrottled
     ):
         # An online subscriber falls behind: slow the publisher down
         # (handle_publish throttles it) before its queue overflows; not a
         # publisher subscribed to itself: throttled, it would stop reading
-        # the very acks that drain its queue.
+        # the very acks that drain its queue; nor for a bridge's session (its
+        # queue is the uplink's buffer: only its budget and queue_full apply).
         routing.backlog = True
 
 

@@ -49,6 +49,10 @@ class Routing:
         # The client id route() delivers for: its own session's backlog
         # never throttles it (it could then not read the acks that drain it).
         self.origin = None
+        # Client ids whose backlog never throttles a publisher: the bridges'
+        # local sessions (common/bridge/runner.py), whose queue is the
+        # uplink's buffer, bounded by its own budget and queue_full.
+        self.unthrottled = []
         # The high-water mark: half of the queue limits, capped.
         count = settings.max_queued_messages // 2
         self.high_count = count if count < THROTTLE_COUNT else THROTTLE_COUNT
