@@ -60,12 +60,11 @@ class Upstream(asyncio.Protocol):
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None  # an asyncio.Transport (uvloop's is not a subclass)
         self.task: asyncio.Task[None] | None = None  # the connect under way
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         if self.closed:
             transport.abort()

@@ -9,8 +9,9 @@ ConfigError (one line: the table, the key, what to do) otherwise.
 """
 
 from common.bridge.profiles import PROFILES, profile_named
-from common.bridge.rules import IN, OUT, Rule, RuleError, overlap
+from common.bridge.rules import BOTH, HASH, IN, OUT, Rule, placeholder
 from common.broker.settings import K_BOOL, K_CHOICE, K_INT, K_LIST, K_NUMBER, K_STR, ConfigError, check, defaults
+from common.broker.topics import validate_topic_filter, validate_topic_name
 
 # [[bridge]]: one upstream. Times are seconds.
 BRIDGE = (
@@ -196,10 +197,10 @@ def _parse_rule(at, rule, b, profile):
                 raise ConfigError("%s: %s may not hold wildcards." % (at, key))
         r["local"] = r["local_prefix"] + r["pattern"]
         r["remote"] = r["remote_prefix"] + r["pattern"]
-    try:
-        made = Rule(r["direction"], r["local"], r["remote"], r["qos"], r["retain"])
-    except RuleError as e:
-        raise ConfigError("%s: %s." % (at, e)) from None
+    made = Rule(r["direction"], r["local"], r["remote"], r["qos"], r["retain"])
+    why = check_rule(made)
+    if why is not None:
+        raise ConfigError("%s: %s." % (at, why))
     remote = r["remote"]
     if profile.bad_chars:
         for c in profile.bad_chars:
@@ -234,7 +235,7 @@ def _no_echo(at, b):
     for i, a in enumerate(rules, 1):
         if not a.direction & OUT:
             continue
-        image = a.remote_image()
+        image = remote_image(a)
         for j, c in enumerate(rules, 1):
             if not c.direction & IN:
                 continue
@@ -250,3 +251,93 @@ def _no_echo(at, b):
                     'give "out" and "in" rules separate remote topics.'
                     % (at, what, "profile " + b.profile if b.profile != "mqtt" else "bridge_bit = false")
                 )
+
+
+def check_rule(rule):
+    """Why `rule` (a Rule) cannot be used, None when it can (rules.py's theory)."""
+    d = rule.direction
+    why = None
+    if d & OUT:
+        why = _check_side(rule.local, rule.remote, d == BOTH)
+    if why is None and d & IN:
+        why = _check_side(rule.remote, rule.local, d == BOTH)
+    return why
+
+
+def _wildcards(levels):
+    """The wildcards of a filter's levels, in order ("+" / "#")."""
+    return [lv for lv in levels if lv == "+" or lv == HASH]
+
+
+def _check_side(flt, tpl, both):
+    """The side messages come from (`flt`) and the one they go to (`tpl`)."""
+    if validate_topic_filter(flt):
+        return "%r is not a valid topic filter" % flt
+    caps = _wildcards(flt.split("/"))
+    tpl_levels = tpl.split("/")
+    if validate_topic_filter(tpl) == 0 and _wildcards(tpl_levels):
+        # A filter on the other side too: its wildcards in order.
+        if _wildcards(tpl_levels) != caps:
+            return "%r and %r do not have the same wildcards in the same order; use {n} to place what %r matched" % (
+                flt,
+                tpl,
+                flt,
+            )
+        return None
+    if both:
+        return 'a "both" rule maps each way: both sides are filters with the same wildcards (%r, %r)' % (flt, tpl)
+    probe = []
+    for lv in tpl_levels:
+        n = placeholder(lv)
+        if n:
+            if n > len(caps):
+                return "%r names {%d} but %r has %d wildcard(s)" % (tpl, n, flt, len(caps))
+            probe.append("x")
+            continue
+        if "{" in lv:
+            for i in range(len(caps)):
+                if caps[i] == HASH and "{%d}" % (i + 1) in lv:
+                    return "{%d} (the levels a '#' matched) must be a whole level in %r" % (i + 1, tpl)
+                lv = lv.replace("{%d}" % (i + 1), "x")
+            if "{" in lv or "}" in lv:
+                return "%r: a placeholder is {n}, n from 1 to %d" % (tpl, len(caps))
+        probe.append(lv)
+    if validate_topic_name("/".join(probe)):
+        return "%r does not make a valid topic name (no + or # on this side: {n})" % tpl
+    return None
+
+
+def remote_image(rule):
+    """A filter for every topic an "out" rule can send up (the loop check)."""
+    out = []
+    local_caps = _wildcards(rule.local_levels)
+    for lv in rule.remote_levels:
+        if lv == "+" or lv == HASH:
+            out.append(lv)
+            if lv == HASH:
+                break
+            continue
+        n = placeholder(lv)
+        if n and local_caps[n - 1] == HASH:
+            out.append(HASH)
+            break
+        out.append("+" if "{" in lv else lv)
+    return "/".join(out)
+
+
+def overlap(a, b):
+    """Whether some topic matches both filters `a` and `b`."""
+    x = a.split("/")
+    y = b.split("/")
+    n = min(len(x), len(y))
+    for k in range(n):
+        p = x[k]
+        q = y[k]
+        if p == HASH or q == HASH:
+            return True
+        if p != q and p != "+" and q != "+":
+            return False
+    if len(x) == len(y):
+        return True
+    longer = x if len(x) > len(y) else y
+    return len(longer) == n + 1 and longer[n] == HASH  # "a/#" matches "a"

@@ -70,22 +70,28 @@ class Pair:
         local connection as the bridge asks (as cpython_host/bridge.py does)."""
         b = self.bridge
         for _ in range(20):
-            if b.sync_local() and self.local is None:
-                self.local = Wire(self.edge, b.local)
-                session = self.edge.broker.sessions.find(b.local.client_id)
-                if session is None:
-                    b.local_open(0)
-                else:
-                    b.local_open(0, list(session.subs), list(session.qos2_in))
+            self.sync_local()
             if self.local is not None:
                 self.local.settle()
-                if self.local.closed:  # the broker closed it (after our DISCONNECT)
-                    b.local_closed()
-                    self.local = None
+                self.sync_local()
             if self.up is not None:
                 self.up.settle()
             if not b.local.out and (self.up is None or not b.up.out) and not (b.sync_local() and self.local is None):
                 return
+
+    def sync_local(self):
+        """Open the local connection when the bridge asks; note its end."""
+        b = self.bridge
+        if self.local is not None and self.local.closed:  # the broker closed it (after our DISCONNECT)
+            b.local_closed()
+            self.local = None
+        if b.sync_local() and self.local is None:
+            self.local = Wire(self.edge, b.local)
+            session = self.edge.broker.sessions.find(b.local.client_id)
+            if session is None:
+                b.local_open(0)
+            else:
+                b.local_open(0, list(session.subs), list(session.qos2_in))
 
     def consumer(self, flt, qos=2):
         c = self.cloud.client(4)
@@ -334,7 +340,7 @@ class TestReconnect(unittest.TestCase):
 
 class TestSettings(unittest.TestCase):
     def test_filters_overlap(self):
-        from common.bridge.rules import overlap as _overlap
+        from common.bridge.settings import overlap as _overlap
 
         for a, b, want in (
             ("a/b", "a/b", True),
