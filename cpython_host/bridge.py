@@ -18,7 +18,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
-from common.bridge.runner import Runner
+from common.bridge.runner import Runner, retire_orphans, retire_session
 from common.compat import TICKS_MASK, ticks_diff
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def client_context(b: Any) -> ssl.SSLContext | None:
 
 
 def ms() -> int:
-    return int(time.monotonic() * 1000) & TICKS_MASK
+    return int(time.monotonic() * 1000) & int(TICKS_MASK)
 
 
 def _why(e: BaseException) -> str:
@@ -67,7 +67,7 @@ class Upstream(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         if self.closed:
-            transport.abort()
+            self.transport.abort()
         else:
             self.runner.up_opened(self)
 
@@ -151,26 +151,131 @@ class HostRuntime:
             conn.task = None
 
 
-def start_bridge(server: BrokerServer, settings: Any) -> Runner:
-    """A Runner for one [[bridge]], its task started."""
-    runner = Runner(settings, server.driver, HostRuntime(server, settings), _log, os.urandom)
-    _start_task(runner)
-    s = settings
-    log.info(
-        "bridge %s: to %s (%s, MQTT %s, %d rule(s))",
-        s.name,
-        ", ".join(s.addresses),
-        s.profile,
-        "5" if s.protocol == 5 else "3.1.1",
-        len(s.topics),
-    )
-    return runner
+class Bridges:
+    """The running bridges of a host broker: started from the config, changed
+    at run time (`siskin ctl bridge ...` through web.py, SIGHUP's reload)."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.runners: list[Runner] = []
+
+    def __iter__(self) -> Any:
+        return iter(list(self.runners))
+
+    def __len__(self) -> int:
+        return len(self.runners)
+
+    def start(self, bridges: list[Any]) -> None:
+        """At start: the configured bridges; the sessions of removed ones end (their queues dead-lettered)."""
+        driver = self.server.driver
+        driver.clock()
+        retire_orphans(driver.broker, [b.name for b in bridges], driver.now, _log)
+        for b in bridges:
+            self.add(b)
+
+    def find(self, name: str) -> Runner | None:
+        for r in self.runners:
+            if r.name == name:
+                return r
+        return None
+
+    def add(self, settings: Any) -> Runner:
+        """Start a bridge; ValueError if one has that name."""
+        if self.find(settings.name) is not None:
+            raise ValueError(f"a bridge named {settings.name!r} runs already")
+        runner = Runner(settings, self.server.driver, HostRuntime(self.server, settings), _log, os.urandom)
+        _start_task(runner)
+        self.runners.append(runner)
+        s = settings
+        log.info(
+            "bridge %s: to %s (%s, MQTT %s, %d rule(s))",
+            s.name,
+            ", ".join(s.addresses),
+            s.profile,
+            "5" if s.protocol == 5 else "3.1.1",
+            len(s.topics),
+        )
+        return runner
+
+    def remove(self, name: str) -> int:
+        """Stop and remove a bridge: its session ends, its queue dead-lettered;
+        the count. KeyError if there is none."""
+        runner = self.find(name)
+        if runner is None:
+            raise KeyError(name)
+        self.runners.remove(runner)
+        self.server.driver.clock()
+        n: int = runner.retire()
+        _cancel(runner)
+        return n
+
+    def replace(self, settings: Any) -> Runner:
+        """A bridge whose settings changed: the new one takes over its local
+        session (and queue: nothing queued is lost) and its counters."""
+        old = self.find(settings.name)
+        assert old is not None
+        self.runners.remove(old)
+        old.restart_with()
+        _cancel(old)
+        if (old.settings.local_client_id or "") != (settings.local_client_id or ""):
+            # A new local session: the old one's queue would wait for no one.
+            self.server.driver.clock()
+            retire_session(
+                self.server.driver.broker, old.bridge.local.client_id, self.server.driver.now, _log, old.name
+            )
+        runner = self.add(settings)
+        for key in ("sent", "received", "dead_lettered", "dropped", "faults", "restarts"):
+            setattr(runner.bridge, key, getattr(old.bridge, key))
+        return runner
+
+    def reload(self, bridges: list[Any]) -> str:
+        """SIGHUP: the config file's [[bridge]] tables; what changed, in words."""
+        wanted = {b.name: b for b in bridges}
+        added: list[str] = []
+        changed: list[str] = []
+        removed: list[str] = []
+        dead = 0
+        for runner in list(self.runners):
+            if runner.name not in wanted:
+                dead += self.remove(runner.name)
+                removed.append(runner.name)
+        for name in sorted(wanted):
+            b = wanted[name]
+            found = self.find(name)
+            if found is None:
+                self.add(b)
+                added.append(name)
+            elif not found.settings.same_as(b):
+                self.replace(b)
+                changed.append(name)
+        if not (added or changed or removed):
+            return ""
+        parts = [f"{what} {', '.join(names)}" for what, names in (("added", added), ("changed", changed),
+                                                                  ("removed", removed)) if names]  # fmt: skip
+        if removed:
+            parts.append(f"{dead} queued message(s) of the removed dead-lettered")
+        return "bridges: " + "; ".join(parts)
+
+    async def stop(self) -> None:
+        """At shutdown: DISCONNECT upstream, the tasks ended (the driver closes the local connections)."""
+        for runner in list(self.runners):
+            runner.stop()
+            task = runner.task
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def _start_task(runner: Runner) -> None:
     task = asyncio.get_running_loop().create_task(runner.run())
     runner.task = task
     task.add_done_callback(lambda t: _task_ended(runner, t))
+
+
+def _cancel(runner: Runner) -> None:
+    if runner.task is not None:
+        runner.task.cancel()
 
 
 def _task_ended(runner: Runner, task: asyncio.Task[None]) -> None:
@@ -180,17 +285,3 @@ def _task_ended(runner: Runner, task: asyncio.Task[None]) -> None:
     log.error("bridge %s: its task ended (%s); started again", runner.name, why)
     runner.restart("its task ended: " + why)
     _start_task(runner)
-
-
-def start_bridges(server: BrokerServer, bridges: list[Any]) -> list[Runner]:
-    return [start_bridge(server, b) for b in bridges]
-
-
-async def stop_bridge(runner: Runner) -> None:
-    """DISCONNECT upstream, the task ended (the driver closes the local connection at shutdown)."""
-    runner.stop()
-    task = runner.task
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

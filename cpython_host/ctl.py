@@ -38,6 +38,13 @@ commands:
   retained [FILTER]            retained messages matching FILTER (default "#"; "$SYS/#" for the broker's)
   clear-retained FILTER        clear the retained messages matching FILTER
   store                        the store's size on disk and its syncs
+  bridge list                  every bridge: state, address, queue, oldest message, in flight,
+                               send rate, time since the last ack, counters
+  bridge add FILE [NAME]       start the [[bridge]] of a TOML file (NAME: which one, if it has
+                               several); not written to the config file (SIGHUP reloads that)
+  bridge remove NAME           stop it and end its session: its queue is dead-lettered (counted)
+  bridge pause NAME            no upstream connection until resume; messages queue meanwhile
+  bridge resume NAME
 
 The broker must run with an [http] table (docs/monitoring.md). Off loopback
 it asks for an MQTT user's name and password (HTTP basic auth over HTTPS).
@@ -47,6 +54,7 @@ examples:
   siskin ctl --config /etc/siskin/siskin.toml sessions
   SISKIN_CTL_PASSWORD=... siskin ctl --url https://gw:9883 --user admin --cafile ca.pem kick sensor-7
   siskin ctl clear-retained 'sensors/old/#'
+  siskin ctl bridge add /etc/siskin/siskin.toml cloud
 
 exit status: 0 done, 1 the broker refused or could not be reached, 2 bad command line.
 """
@@ -78,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("retained", help="list retained messages").add_argument("filter", nargs="?", default="#")
     sub.add_parser("clear-retained", help="clear retained messages").add_argument("filter")
     sub.add_parser("store", help="the store's size")
+    bridge = sub.add_parser("bridge", help="list, add, remove, pause or resume bridges").add_subparsers(
+        dest="bridge_command", required=True, metavar="ACTION"
+    )
+    bridge.add_parser("list", help="every bridge and its health")
+    add = bridge.add_parser("add", help="start the [[bridge]] of a TOML file")
+    add.add_argument("file", help="a TOML file with [[bridge]] tables (the broker's config file will do)")
+    add.add_argument("name", nargs="?", help="which bridge of the file (needed if it has several)")
+    for action in ("remove", "pause", "resume"):
+        bridge.add_parser(action, help=f"{action} a bridge").add_argument("name")
     return p
 
 
@@ -164,6 +181,8 @@ def run(args: argparse.Namespace, url: str) -> int:
     elif command == "clear-retained":
         answer = request(args, url, "POST", "/api/clear-retained", {"filter": args.filter})
         text = f"{answer['cleared']} retained message(s) matching {answer['filter']} cleared"
+    elif command == "bridge":
+        answer, text = bridge_command(args, url)
     else:  # store
         answer = request(args, url, "GET", "/api/store")
         if not answer["enabled"]:
@@ -172,3 +191,48 @@ def run(args: argparse.Namespace, url: str) -> int:
             text = f"{answer['path']}: {answer['size_bytes']} bytes, {answer['syncs']} syncs (store_sync = {answer['store_sync']})"
     print(json.dumps(answer, indent=1, sort_keys=True) if args.json else text)
     return 0
+
+
+BRIDGE_COLUMNS = (
+    "name", "state", "address", "queued", "oldest_queued_age", "inflight", "inflight_max", "send_rate",
+    "last_ack_age", "sent", "dead_lettered", "retried", "faults", "last_error",
+)  # fmt: skip
+
+
+def bridge_command(args: argparse.Namespace, url: str) -> tuple[Any, str]:
+    """`siskin ctl bridge ...`: (the API's answer, the text to print)."""
+    action = args.bridge_command
+    if action == "list":
+        answer = request(args, url, "GET", "/api/bridges")
+        rows = [{k: ("-" if b[k] in ("", -1) else b[k]) for k in BRIDGE_COLUMNS} for b in answer["bridges"]]
+        return answer, table(rows, BRIDGE_COLUMNS) if rows else "no bridges"
+    if action == "add":
+        answer = request(args, url, "POST", "/api/bridge/add", {"bridge": bridge_table(args.file, args.name)})
+        return answer, f"bridge {answer['name']}: {answer['result']}"
+    answer = request(args, url, "POST", f"/api/bridge/{action}", {"name": args.name})
+    text = f"bridge {answer['name']}: {answer['result']}"
+    if action == "remove":
+        text += f", {answer['dead_lettered']} queued message(s) dead-lettered"
+    return answer, text
+
+
+def bridge_table(path: str, name: str | None) -> dict[str, Any]:
+    """The [[bridge]] table `name` of TOML file `path` (the only one if no name); SystemExit otherwise."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            tables = tomllib.load(f).get("bridge", [])
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SystemExit(f"siskin ctl: {path}: {e}") from None
+    if not isinstance(tables, list) or not tables:
+        raise SystemExit(f"siskin ctl: {path} has no [[bridge]] table")
+    if name is None:
+        if len(tables) > 1:
+            names = ", ".join(str(t.get("name")) for t in tables if isinstance(t, dict))
+            raise SystemExit(f"siskin ctl: {path} has {len(tables)} bridges ({names}): name the one to add")
+        return dict(tables[0])
+    for t in tables:
+        if isinstance(t, dict) and t.get("name") == name:
+            return dict(t)
+    raise SystemExit(f"siskin ctl: {path} has no [[bridge]] named {name!r}")

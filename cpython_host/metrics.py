@@ -117,7 +117,7 @@ class BrokerCollector(Collector):
         broker: Broker,
         store_path: str | None,
         clock: Callable[[], int],
-        bridges: Callable[[], list[Any]] = list,
+        bridges: Callable[[], Any] = list,
     ) -> None:
         self.broker = broker
         self.store_path = store_path  # the store's log file, or None without --data-dir
@@ -214,7 +214,7 @@ def store_size(path: str | None) -> int | None:
 
 
 def registry(
-    broker: Broker, store_path: str | None, clock: Callable[[], int], bridges: Callable[[], list[Any]] = list
+    broker: Broker, store_path: str | None, clock: Callable[[], int], bridges: Callable[[], Any] = list
 ) -> CollectorRegistry:
     """A registry with the broker's metrics, the bridges' (`bridges()`: the
     running BridgeRunners), the process' and the store's sync time (when

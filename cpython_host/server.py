@@ -391,7 +391,7 @@ class BrokerServer:
         self.put_off_first: collections.deque[ClientProtocol] = collections.deque()
         self.put_off_queue: collections.deque[ClientProtocol] = collections.deque()
         self.turn_scheduled = False
-        self.bridges: list[Any] = []  # common/bridge/runner.py Runner, one per [[bridge]] (cpython_host/bridge.py)
+        self.bridges: Any = ()  # cpython_host/bridge.py Bridges: a Runner per [[bridge]] (common/bridge/runner.py)
 
     # -------------------------------------------------------------- output
 
@@ -606,10 +606,10 @@ class BrokerServer:
             for sock in listening.sockets:
                 listening.accepting.append(loop.create_task(self._accept(listening, sock)))
         self._on_timer()  # starts the uptime clock and the first $SYS
-        if self.config.bridges:
-            from cpython_host.bridge import start_bridges
+        from cpython_host.bridge import Bridges  # (its code: the bridge's runner and client)
 
-            self.bridges = start_bridges(self, self.config.bridges)
+        self.bridges = Bridges(self)
+        self.bridges.start(self.config.bridges)
 
     def close_listeners(self) -> None:
         for listening in self.listening:
@@ -628,10 +628,7 @@ class BrokerServer:
         started = time.monotonic()
         self.close_listeners()
         if self.bridges:
-            from cpython_host.bridge import stop_bridge
-
-            for runner in self.bridges:
-                await stop_bridge(runner)
+            await self.bridges.stop()
         for task in list(self.handshakes):
             task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
@@ -726,6 +723,9 @@ def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
             server.debug = log.isEnabledFor(logging.DEBUG)
         else:
             parts.append(f"log level {level} (unchanged{', set by --log-level' if config.log_level_flag else ''})")
+        bridges = server.bridges.reload(fresh.bridges)
+        if bridges:
+            parts.append(bridges)
     log.info("SIGHUP: reloaded %s", "; ".join(parts) if parts else "nothing (see the errors above)")
 
 

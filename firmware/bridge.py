@@ -92,6 +92,8 @@ class Upstream:
         self.closed = False
         self.handshaking = rt.context is not None  # until the first byte through TLS
         self.draining = False
+        self.drainer = None  # the task draining what the socket did not take at once
+        self.task = None  # the task of run()
 
     async def run(self, address):
         """Connect, then read until the stream ends or close()."""
@@ -170,7 +172,7 @@ class Upstream:
             return why_failed(e, self.rt.context is not None, self.handshaking)
         if stream.out_buf and not self.draining:
             self.draining = True
-            asyncio.create_task(self._drain())
+            self.drainer = asyncio.create_task(self._drain())
         return None
 
     async def _drain(self):
@@ -238,7 +240,7 @@ class BoardRuntime:
 
     def open(self, address, runner):
         conn = Upstream(self, runner)
-        asyncio.create_task(conn.run(address))
+        conn.task = asyncio.create_task(conn.run(address))
         return conn
 
 

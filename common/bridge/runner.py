@@ -216,7 +216,7 @@ class Runner:
             buf = io.StringIO()
             print_exception(e, buf)
             self.log(40, "bridge %s: %s" % (self.name, buf.getvalue().rstrip()))
-        except Exception:  # noqa: S110 (the traceback is a courtesy: never a second fault)
+        except Exception:  # (the traceback is a courtesy: never a second fault)
             pass
 
     def restart(self, why):
@@ -228,7 +228,7 @@ class Runner:
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # noqa: S110 (a runtime that cannot close: the connection is dropped)
+            except Exception:  # (a runtime that cannot close: the connection is dropped)
                 pass
         try:
             self.link.drop()
@@ -284,12 +284,32 @@ class Runner:
             self.conn = None
             try:
                 conn.close()
-            except Exception:  # noqa: S110 (stopping anyway)
+            except Exception:  # (stopping anyway)
                 pass
         routing = self.driver.broker.routing
         if self.bridge.local.client_id in routing.unthrottled:
             routing.unthrottled.remove(self.bridge.local.client_id)
         self.runtime.wake()
+
+    def restart_with(self):
+        """Before a new Runner takes over this bridge (its settings changed):
+        stopped, its local connection ended; the local session and its queue
+        stay for the new one."""
+        self.stop()
+        self.link.drop()
+
+    def retire(self):
+        """A bridge removed at run time: stopped, its local session ended and
+        what it held dead-lettered (counted, logged), its $SYS topics cleared.
+        The number of messages dead-lettered."""
+        self.stop()
+        self.link.drop()
+        broker = self.driver.broker
+        n = retire_session(broker, self.bridge.local.client_id, self.driver.now, self.log, self.name)
+        for topic, _ in self.bridge.sys_values(0, 0, self.runtime.now()):
+            broker.publish(topic, b"", 0, True, self.driver.now)  # (an empty retained message clears it)
+        self.runtime.flush()
+        return n
 
     def _disconnect(self):
         up = self.bridge.up
@@ -328,3 +348,40 @@ class Runner:
             "last_error": b.last_error,
         }
 
+
+
+def retire_session(broker, client_id, now, log, name):
+    """End the local session of bridge `name` (removed): its queue is
+    dead-lettered, counted and logged, as a removed rule's is. The count."""
+    from common.broker.delivery import RELEASED
+    from common.broker.handle_connect import destroy_session
+
+    session = broker.sessions.find(client_id)
+    if session is None:
+        return 0
+    n = session.queue.count
+    for d in session.inflight:
+        if d.state() != RELEASED:  # (a released one was delivered)
+            n += 1
+    destroy_session(broker, session, now)
+    log(
+        30 if n else 20,
+        "bridge %s removed: its session %s ended, %d queued message(s) dead-lettered" % (name, client_id, n),
+    )
+    return n
+
+
+def retire_orphans(broker, names, now, log):
+    """At start: the local sessions of bridges no longer configured (their
+    owner is "bridge:<name>", `names` the configured ones) end, their queues
+    dead-lettered; else they would go on collecting messages for no one.
+    The number of messages dead-lettered."""
+    orphans = []
+    for client_id in sorted(broker.sessions.by_client_id):
+        user = broker.sessions.by_client_id[client_id].user
+        if isinstance(user, str) and user.startswith("bridge:") and user[7:] not in names:
+            orphans.append((client_id, user[7:]))
+    n = 0
+    for client_id, name in orphans:
+        n += retire_session(broker, client_id, now, log, name)
+    return n

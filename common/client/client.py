@@ -406,7 +406,7 @@ class Client:
             self._done(m)
             if self.hold_release:
                 self.handler.on_completed(m.token)
-        elif (t == C.PUBREC and m.qos == 2 or t == C.PUBACK and m.qos == 1) and m.state == SENT:
+        elif ((t == C.PUBREC and m.qos == 2) or (t == C.PUBACK and m.qos == 1)) and m.state == SENT:
             if reason >= 0x80:  # 4.3.3: a refused QoS 2 flow ends at its PUBREC
                 self._done(m)
                 if self._retry(m, reason, ms):

@@ -151,7 +151,7 @@ class TestQos2Upward(unittest.TestCase):
         self.assertEqual(p.bridge.sent, 1)
 
     def test_qos1_is_at_least_once_through_a_power_cut(self):
-        for cut in range(0, 40):
+        for cut in range(40):
             backend = MemKV()
             p = Pair(edge=Harness(store=open_store(backend)), window=4, max_inflight=4)
             p.connect_up()

@@ -10,8 +10,7 @@ import unittest
 from common.bridge.runner import Runner
 from common.broker.settings import Settings
 from common.driver import Driver
-from common.mqtt import consts as C
-from common.mqtt.packets import Connect, Publish, Subscribe, encode_packet
+from common.mqtt.packets import Connect, Publish, encode_packet
 from common.store.storeboot import new_broker
 from tests.core.harness import Harness
 from tests.core.test_bridge import bridge_settings, payloads
@@ -223,7 +222,7 @@ class TestSupervisor(unittest.TestCase):
 
     def test_the_same_fault_again_is_counted_not_logged_again(self):
         e = Edge()
-        for n in range(3):
+        for _ in range(3):
             e.rt.ms += 10000
             e.turn()
             conn = e.rt.conns[-1]
