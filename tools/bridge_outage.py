@@ -95,7 +95,10 @@ class SteadyPublisher:
 
     def _client(self, port: int) -> Paho:
         p = Paho(port, "outage-publisher")
-        p.client.max_inflight_messages_set(65535)
+        # In flight: within the edge's max_inflight_in (64 QoS 2 awaiting
+        # PUBREL: a 3.1.1 publisher beyond it is disconnected, and paho
+        # then resends its QoS 2 as new messages: duplicates of its own).
+        p.client.max_inflight_messages_set(32)
         p.client.max_queued_messages_set(0)
         gen = self.gen
         p.client.on_publish = lambda c, u, mid, rc, props: self._on_publish(gen, mid, rc)

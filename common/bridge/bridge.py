@@ -221,6 +221,7 @@ class Bridge:
         self.renew_at = 0  # ticks: reconnect then with new credentials (a SAS token), 0 never
         self.renewing = False
         self.paused = False  # by the operator (runner.pause): no connection upstream
+        self.stopping = False  # the runner stops (shutdown, removal)
         self.state_changed = True  # $SYS is due
         # figures for $SYS
         self.sent = 0  # messages the upstream acknowledged (QoS 0: written)
@@ -272,7 +273,8 @@ class Bridge:
 
     def _local_failed(self, why):
         self.local_lost = why
-        self.log(40, "bridge %s: local session ended: %s" % (self.name, why))
+        # (At shutdown the broker's DISCONNECT 0x8B is expected: no error.)
+        self.log(20 if self.stopping else 40, "bridge %s: local session ended: %s" % (self.name, why))
 
     def _local_connected(self, present):
         self.local_ready = True

@@ -278,6 +278,7 @@ class Runner:
         the task ends at its next turn."""
         self.stopping = True
         self.link.stopping = True
+        self.bridge.stopping = True
         if self.conn is not None:
             self._disconnect()
             conn = self.conn

@@ -9,6 +9,7 @@ Against a real Mosquitto (tests/host/test_bridge_mosquitto.py's fixture).
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,6 @@ def test_link_health_in_sys_metrics_and_the_api(tmp_path: Path, mosquitto: Mosqu
         assert m[("siskin_bridge_inflight_max", (("bridge", "cloud"),))] > 0
         assert ("siskin_bridge_oldest_queued_age_seconds", (("bridge", "cloud"),)) in m
         assert m[("siskin_bridge_stalled", (("bridge", "cloud"),))] == 0
+        # A clean shutdown: the broker's DISCONNECT 0x8B to the bridge's session is no error.
+        assert siskin.stop() == 0
+        assert not re.search(r"\bERROR\b", siskin.log_text()), siskin.log_text()
