@@ -438,6 +438,7 @@ class Bridge:
     def up_failed(self, why, ms):
         """A connection attempt failed, or the stream ended: retry later."""
         was = self.reached
+        renewing = self.renewing
         self.reached = False
         self.renewing = False
         self.up.connection_lost()
@@ -446,7 +447,7 @@ class Bridge:
         if was:
             self.failures = 0
             # (a renewal is routine: not a warning)
-            level, word = (20, "ended") if self.renewing else (30, "lost")
+            level, word = (20, "ended") if renewing else (30, "lost")
             self.log(level, "bridge %s: connection to %s %s: %s" % (self.name, self.address, word, why))
         else:
             self.log(30, "bridge %s: cannot connect to %s: %s" % (self.name, self.address, why))
