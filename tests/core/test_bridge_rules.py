@@ -12,7 +12,7 @@ from common.bridge.rules import Rule
 from common.bridge.settings import parse_bridges
 from common.broker.settings import ConfigError
 from common.client.client import CONNECTED
-from tests.core.test_bridge import Pair, payloads, publish_acked
+from tests.core.test_bridge import Pair, publish_acked
 
 OK = {"name": "c", "addresses": ["h:1883"]}
 
