@@ -476,6 +476,7 @@ class WebServer:
             "clients": clients[:MAX_LISTED],
             "subscriptions": subscriptions[:MAX_LISTED],
             "store": self.store(),
+            "bridges": [runner.status() for runner in self.bridges()],
             "sample_seconds": self.config.sample_interval,
             "throughput": list(self.samples),
         }

@@ -8,9 +8,11 @@ Against a real Mosquitto (tests/host/test_bridge_mosquitto.py's fixture).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,9 @@ def test_link_health_in_sys_metrics_and_the_api(tmp_path: Path, mosquitto: Mosqu
         assert m[("siskin_bridge_inflight_max", (("bridge", "cloud"),))] > 0
         assert ("siskin_bridge_oldest_queued_age_seconds", (("bridge", "cloud"),)) in m
         assert m[("siskin_bridge_stalled", (("bridge", "cloud"),))] == 0
+        # ... and on the status page (the API it polls).
+        page = json.loads(urllib.request.urlopen(siskin.http_url() + "/api/status", timeout=10).read())
+        assert [(b["name"], b["state"]) for b in page["bridges"]] == [("cloud", "connected")]
         # A clean shutdown: the broker's DISCONNECT 0x8B to the bridge's session is no error.
         assert siskin.stop() == 0
         assert not re.search(r"\bERROR\b", siskin.log_text()), siskin.log_text()
