@@ -45,6 +45,12 @@ commands:
   bridge remove NAME           stop it and end its session: its queue is dead-lettered (counted)
   bridge pause NAME            no upstream connection until resume; messages queue meanwhile
   bridge resume NAME
+  whoami                       the user you log in as, and whether it is an administrator
+
+Only administrators ([http] admins; anyone on loopback without a login) may
+kick, drop-session, clear-retained or act on a bridge; another user is refused (403) and
+sees only its own clients and sessions and the retained topics its ACL
+lets it read.
 
 The broker must run with an [http] table (docs/monitoring.md). Off loopback
 it asks for an MQTT user's name and password (HTTP basic auth over HTTPS).
@@ -95,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("name", nargs="?", help="which bridge of the file (needed if it has several)")
     for action in ("remove", "pause", "resume"):
         bridge.add_parser(action, help=f"{action} a bridge").add_argument("name")
+    sub.add_parser("whoami", help="the user you log in as, and whether it may act")
     return p
 
 
@@ -127,8 +134,8 @@ def request(args: argparse.Namespace, url: str, method: str, path: str, body: An
 def table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     cells = [[str(row[c]) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -183,6 +190,15 @@ def run(args: argparse.Namespace, url: str) -> int:
         text = f"{answer['cleared']} retained message(s) matching {answer['filter']} cleared"
     elif command == "bridge":
         answer, text = bridge_command(args, url)
+    elif command == "whoami":
+        answer = request(args, url, "GET", "/api/status")
+        answer = {"user": answer["user"], "admin": answer["admin"]}
+        if answer["user"] is None:
+            text = "no login asked (loopback): administrator"
+        elif answer["admin"]:
+            text = f"{answer['user']}: administrator ([http] admins)"
+        else:
+            text = f"{answer['user']}: not an administrator: sees its own clients and sessions and the retained topics its ACL reads; may not act"
     else:  # store
         answer = request(args, url, "GET", "/api/store")
         if not answer["enabled"]:
@@ -218,7 +234,7 @@ def bridge_command(args: argparse.Namespace, url: str) -> tuple[Any, str]:
 
 def bridge_table(path: str, name: str | None) -> dict[str, Any]:
     """The [[bridge]] table `name` of TOML file `path` (the only one if no name); SystemExit otherwise."""
-    import tomllib
+    from cpython_host.compat import tomllib
 
     try:
         with open(path, "rb") as f:
