@@ -79,8 +79,10 @@ class Upstream(asyncio.Protocol):
 
     def write(self, data: bytes) -> str | None:
         t = self.transport
-        if t is None or t.is_closing():
-            return "the connection is closed"
+        if t is None:
+            return "not connected"
+        if t.is_closing():
+            return None  # (connection_lost follows, with the reason)
         try:
             t.write(data)
         except (OSError, RuntimeError) as e:  # uvloop: RuntimeError on a transport it has closed

@@ -323,6 +323,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         publisher.thread.join()
         expected = settle_acks(publisher, args)
         drained = settle_arrivals(consumer, expected, args.settle)
+        if args.keep:
+            # Each acknowledged message: when it was sent (s since the outage began, wall clock) and its wait.
+            with (workdir / "waits.txt").open("w") as f:
+                for t, wait in sorted(publisher.acked().values()):
+                    f.write(f"{t - away:.3f} {time.time() - time.monotonic() + t:.3f} {wait:.4f}\n")
         return figures(publisher, consumer, expected, (first_of_outage, last_of_outage), (away, back, drained),
                        down_windows, edge)  # fmt: skip
     finally:
@@ -440,6 +445,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-timeout", type=float, default=5.0, help="the bridge's stall_timeout (default 5 s)")
     p.add_argument("--bad-every", type=int, default=0, help="every Nth message to a topic with a '.' (default none)")
     p.add_argument("--runs", type=int, default=1, help="runs of the case (default 1)")
+    p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (the brokers' logs, the edge's store)")
     p.add_argument(
         "--baseline", action="store_true", help="no bridge, no outage: the same publisher's PUBACK waits, to compare"
     )
@@ -474,7 +480,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     failed = False
     for run in range(1, args.runs + 1):
-        with tempfile.TemporaryDirectory(prefix="bridge-outage-") as tmp:
+        with contextlib.ExitStack() as stack:
+            if args.keep:
+                tmp = str(Path(args.keep) / f"run{run}")
+                Path(tmp).mkdir(parents=True, exist_ok=True)
+            else:
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bridge-outage-"))
             result = baseline(args, Path(tmp)) if args.baseline else measure(args, Path(tmp))
         print(f"run {run}: " + ", ".join(f"{k} {v}" for k, v in result.items()), flush=True)
         if not args.baseline:
