@@ -1,4 +1,4 @@
-"""A bridge's local connection through the driver: what both shells share.
+"""A bridge's local connection through the driver (the Runner's, runner.py).
 
 Theory of operation
 -------------------
@@ -9,18 +9,18 @@ between the Bridge (bridge.py) and the driver (common/driver.py, handed in:
 this module imports neither the driver nor a shell):
 
 - what the driver writes to the handle goes into the bridge's local client
-  at once (this runs inside the driver's flush), and the shell is asked to
-  `pump()` soon (its `wake` callable): never re-entering the driver;
+  at once (this runs inside the driver's flush), and the runner is asked
+  to `pump()` soon (its `wake` callable): never re-entering the driver;
 - `pump()` opens or ends the local connection as the bridge wants
   (Bridge.sync_local), feeds the local client's output into
-  driver.data_received, returns the upstream client's output for the shell
-  to write, and publishes $SYS/broker/bridge/<name>/... at a state change;
+  driver.data_received, returns the upstream client's output for the
+  runner to write, and publishes $SYS/broker/bridge/<name>/... at a state
+  change;
 - a local connection the broker ended (a takeover of its client id ...) is
-  opened again one second later, not at once (two could take turns).
-
-The shells run two loops per bridge: one connects and reads the upstream
-stream (Bridge.next_address, up_open, up.data_received, up_failed), the
-other waits for `wake` or the next deadline (Bridge.tick) and pumps.
+  opened again one second later, not at once (two could take turns);
+- `sample()` notes how many messages have arrived in the local session so
+  far (Arrivals), so that the age of the oldest one still waiting can be
+  told without a timestamp per message.
 """
 
 from common.broker.delivery import RELEASED
