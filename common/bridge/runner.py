@@ -180,15 +180,19 @@ class Runner:
 
     def drop(self, why):
         """Close the upstream connection (it failed, or the bridge wants it gone)."""
+        self._let_go()
+        self.bridge.up_failed(why, self.runtime.now())
+
+    def _let_go(self):
+        """Close the upstream connection and forget it (its late events are ignored)."""
         conn = self.conn
         self.conn = None
         self.opened = False
         if conn is not None:
             try:
                 conn.close()
-            except Exception as e:
-                self.fault("closing the upstream", e)
-        self.bridge.up_failed(why, self.runtime.now())
+            except Exception as e:  # a runtime that cannot close: the connection is dropped all the same
+                self.log(30, "bridge %s: closing the upstream connection failed: %s" % (self.name, _describe(e)))
 
     # ------------------------------------------------------------ supervisor
 
@@ -222,14 +226,7 @@ class Runner:
     def restart(self, why):
         """A fresh Bridge (counters carried over) after closing both connections."""
         old = self.bridge
-        conn = self.conn
-        self.conn = None
-        self.opened = False
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # (a runtime that cannot close: the connection is dropped)
-                pass
+        self._let_go()
         try:
             self.link.drop()
         except Exception as e:
@@ -281,12 +278,7 @@ class Runner:
         self.bridge.stopping = True
         if self.conn is not None:
             self._disconnect()
-            conn = self.conn
-            self.conn = None
-            try:
-                conn.close()
-            except Exception:  # (stopping anyway)
-                pass
+            self._let_go()
         routing = self.driver.broker.routing
         if self.bridge.local.client_id in routing.unthrottled:
             routing.unthrottled.remove(self.bridge.local.client_id)

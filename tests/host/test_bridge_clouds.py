@@ -24,11 +24,12 @@ import pytest
 from tests.conftest import require, tool_path
 from tests.host.bridge_edge import edge, paho
 from tests.host.broker_proc import Paho, wait_until
+from tests.host.test_bridge_mosquitto import mosquitto
 from tests.host.test_server_tls import Pki, pki
 from tools.bench.brokers import Mosquitto, free_port
 
 pytestmark = pytest.mark.interop
-__all__ = ["pki"]  # the fixture
+__all__ = ["mosquitto", "pki"]  # the fixtures
 
 AWS_ALPN = "x-amzn-mqtt-ca"
 DEVICE_KEY = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
@@ -92,15 +93,6 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.close()
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto", Mosquitto.available(), "apt-get install mosquitto")
-    m = Mosquitto(tmp_path)
-    m.start()
-    yield m
-    m.stop()
 
 
 @pytest.fixture

@@ -17,24 +17,18 @@ from typing import Any
 import pytest
 
 from tests.conftest import require
-from tests.host.bridge_edge import RULES, edge, paho
+from tests.host.bridge_edge import edge, paho
 from tests.host.broker_proc import Paho, wait_until
+from tests.host.test_bridge_mosquitto import mosquitto
+from tests.host.test_firmware_bridge_tls import board_bridge
 from tools import bridge_outage
 from tools.bench.brokers import Mosquitto
 from tools.link_proxy import LinkProxy
 
 pytestmark = pytest.mark.interop
+__all__ = ["mosquitto"]  # the fixture
 
 QOS2_UP = [{"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge1/", "qos": 2}]
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto", Mosquitto.available(), "apt-get install mosquitto")
-    m = Mosquitto(tmp_path)
-    m.start()
-    yield m
-    m.stop()
 
 
 @pytest.fixture
@@ -160,16 +154,7 @@ def test_firmware_link_resets_nothing_lost(
     # The same runner on the board (firmware/bridge.py's runtime).
     from tests.host.upy_broker_proc import UpyBrokerProcess
 
-    bridge = {
-        "name": "cloud",
-        "addresses": [f"127.0.0.1:{link.port}"],
-        "client_id": "edge-upy",
-        "keepalive": 2,
-        "connect_timeout": 2.0,
-        "backoff_min": 0.2,
-        "backoff_max": 1.0,
-        "topic": RULES,
-    }
+    bridge = board_bridge(link.port)
     cloud_sub = paho(mosquitto.port, clients, "consumer", clean=False)
     cloud_sub.subscribe("edge1/#", 2)
     with UpyBrokerProcess(tmp_path / "board", heap="600K", device={"bridge": [bridge]}) as board:
