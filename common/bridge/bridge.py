@@ -218,6 +218,7 @@ class Bridge:
         self.settled = set()
         self.up_gen = 0
         self.stalled = False
+        self.stalled_at = 0  # ticks the stall was seen
         self.renew_at = 0  # ticks: reconnect then with new credentials (a SAS token), 0 never
         self.renewing = False
         self.paused = False  # by the operator (runner.pause): no connection upstream
@@ -546,12 +547,19 @@ class Bridge:
         if stalled != self.stalled:
             self.stalled = stalled
             if stalled:
+                self.stalled_at = ms
                 self.log(
                     30,
                     "bridge %s: %s stalled: no answer for %d s (%d message(s) in flight); dropped after %d s"
                     % (self.name, self.address, ticks_diff(ms, up.waited_since) // 1000, len(up.inflight),
                        up.ka_ms // 1000),
                 )  # fmt: skip
+            elif up.state == CONNECTED:
+                self.log(
+                    20,
+                    "bridge %s: %s answers again (stalled for %d s)"
+                    % (self.name, self.address, ticks_diff(ms, self.stalled_at) // 1000),
+                )
             self._state()
         return due
 

@@ -285,6 +285,10 @@ class TestSilentUpstream(unittest.TestCase):
         values = dict(b.sys_values(0, 0, ms + 2000))
         self.assertEqual(values["$SYS/broker/bridge/cloud/state"], "stalled")
         self.assertEqual(values["$SYS/broker/bridge/cloud/inflight"], "1")
+        p.up.settle()  # the upstream answers
+        b.tick(ms + 3000)
+        self.assertEqual(b.state_name(), "connected")
+        self.assertIn("answers again (stalled for 1 s)", p.logged[-1])
 
 
 if __name__ == "__main__":
