@@ -167,14 +167,14 @@ class _UpSide:
 
 
 class Bridge:
-    def __init__(self, settings, log, entropy, rules=None):
-        """`settings`: a BridgeSettings (settings.py); `log(level, text)`;
-        `entropy(n)`: n random bytes; `rules`: the Rules (default: the settings')."""
+    def __init__(self, settings, log, entropy):
+        """`settings`: a BridgeSettings (settings.py, checked); `log(level,
+        text)`; `entropy(n)`: n random bytes."""
         s = settings
         self.settings = s
         self.name = s.name
         self.addresses = s.addresses  # ["host:port", ...] tried in order
-        self.rules = rules if rules is not None else rules_of(s)
+        self.rules = rules_of(s)
         self.log = log
         self.entropy = entropy
         self.profile = profile_named(s.profile)
