@@ -43,6 +43,7 @@ import itertools
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,23 +59,57 @@ CASES = ("stop", "cut", "stall", "node-kill")
 
 
 class Consumer:
-    """A persistent paho client on the upstream recording (arrival time, number) per message."""
+    """A persistent paho client on the upstream in a process of its own (so
+    the replay it receives takes no time from the publisher's thread, whose
+    PUBACK waits are measured), writing "arrival time, number" per message
+    to a file: time.monotonic() is the machine's clock, the same in both."""
 
-    def __init__(self, port: int, qos: int) -> None:
-        self.paho = Paho(port, "outage-consumer", clean=False)
-        self.qos = qos
-        self.arrivals: list[tuple[float, int]] = []
-        self.lock = threading.Lock()
-        self.paho.client.on_message = self._on_message
-        self.paho.client.reconnect_delay_set(1, 2)
+    def __init__(self, port: int, qos: int, workdir: Path) -> None:
+        self.path = workdir / "arrivals.txt"
+        self.path.write_text("")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.bridge_outage", "--consumer", f"{port}:{qos}:{self.path}"],
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"subscribed":
+            raise RuntimeError("the consumer did not subscribe upstream")
 
-    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
-        with self.lock:
-            self.arrivals.append((time.monotonic(), int(msg.payload)))
+    def arrivals(self) -> list[tuple[float, int]]:
+        out = []
+        for line in self.path.read_text().splitlines():
+            t, _, n = line.partition(" ")
+            if n:
+                out.append((float(t), int(n)))
+        return out
 
     def numbers(self) -> list[int]:
-        with self.lock:
-            return [n for _, n in self.arrivals]
+        return [n for _, n in self.arrivals()]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def consume(spec: str) -> int:
+    """The consumer's process (--consumer PORT:QOS:FILE): subscribe, write each arrival, until SIGTERM."""
+    port, qos, path = spec.split(":", 2)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # (for sigwait, in every thread)
+    with open(path, "a", buffering=1) as out:
+
+        def arrived(client: Any, userdata: Any, msg: Any) -> None:
+            out.write(f"{time.monotonic():.4f} {int(msg.payload)}\n")
+
+        paho = Paho(int(port), "outage-consumer", clean=False)
+        paho.client.on_message = arrived
+        paho.client.reconnect_delay_set(1, 2)
+        paho.connect(15)
+        paho.subscribe("edge/#", int(qos))
+        print("subscribed", flush=True)
+        signal.sigwait({signal.SIGTERM})
+        paho.close()
+    return 0
 
 
 class SteadyPublisher:
@@ -293,9 +328,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     try:
         edge.start()
         edge.wait_log("bridge cloud: connected to", 60)
-        consumer = Consumer(upstream.consumer_port(), args.qos)
-        consumer.paho.connect(15)
-        consumer.paho.subscribe("edge/#", args.qos)
+        consumer = Consumer(upstream.consumer_port(), args.qos, workdir)
         publisher = SteadyPublisher(edge.port, args.rate, args.qos, args.bad_every)
         publisher.paho.connect()
         publisher.thread.start()
@@ -331,10 +364,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         return figures(publisher, consumer, expected, (first_of_outage, last_of_outage), (away, back, drained),
                        down_windows, edge)  # fmt: skip
     finally:
-        for c in (consumer, publisher):
-            if c is not None:
-                with contextlib.suppress(Exception):
-                    c.paho.close()
+        if consumer is not None:
+            consumer.close()
+        if publisher is not None:
+            with contextlib.suppress(Exception):
+                publisher.paho.close()
         edge.kill()
         upstream.close()
 
@@ -359,8 +393,8 @@ def settle_arrivals(consumer: Consumer, expected: set[int], settle: float) -> fl
             seen = len(numbers)
             quiet_since = time.monotonic()
         time.sleep(0.2)
-    with consumer.lock:
-        return consumer.arrivals[-1][0] if consumer.arrivals else time.monotonic()
+    arrivals = consumer.arrivals()
+    return arrivals[-1][0] if arrivals else time.monotonic()
 
 
 def figures(
@@ -373,8 +407,7 @@ def figures(
     edge: BrokerProcess,
 ) -> dict[str, Any]:
     away, back, drained = times
-    with consumer.lock:
-        arrivals = list(consumer.arrivals)
+    arrivals = consumer.arrivals()
     numbers = [n for _, n in arrivals]
     distinct = set(numbers)
     firsts: list[int] = []
@@ -445,6 +478,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-timeout", type=float, default=5.0, help="the bridge's stall_timeout (default 5 s)")
     p.add_argument("--bad-every", type=int, default=0, help="every Nth message to a topic with a '.' (default none)")
     p.add_argument("--runs", type=int, default=1, help="runs of the case (default 1)")
+    p.add_argument("--consumer", metavar="PORT:QOS:FILE", help=argparse.SUPPRESS)  # (its own process)
     p.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (the brokers' logs, the edge's store)")
     p.add_argument(
         "--baseline", action="store_true", help="no bridge, no outage: the same publisher's PUBACK waits, to compare"
@@ -461,6 +495,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    if args.consumer:
+        return consume(args.consumer)
     if args.rate * (args.before + args.outage + args.after) >= 65000:
         p.error("rate x duration must stay below 65,000 messages (paho's message ids must not wrap)")
     if args.upstream == "nats" and args.qos == 2:
