@@ -48,7 +48,7 @@ def ms() -> int:
 
 
 def _why(e: BaseException) -> str:
-    if isinstance(e, TimeoutError):
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
         return "timed out"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
@@ -128,7 +128,7 @@ class HostRuntime:
             await asyncio.sleep(0)
             return
         wait = 1.0 if not due else min(max(0, ticks_diff(due, ms())) / 1000, 1.0)
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(woken.wait(), wait)
         woken.clear()
 
