@@ -48,7 +48,7 @@ def ms() -> int:
 
 
 def _why(e: BaseException) -> str:
-    if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+    if isinstance(e, asyncio.TimeoutError):
         return "timed out"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror
