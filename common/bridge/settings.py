@@ -176,7 +176,7 @@ def _check_profile(at, b, profile):
                 from common.crypto.auth_scram import unb64
 
                 unb64(b.device_key)
-            except ValueError:
+            except Exception:  # (binascii.Error; the wasm port's pure-Python binascii raises Exception)
                 raise ConfigError("%s: device_key is not base64 (copy the device's primary key)." % at) from None
 
 
