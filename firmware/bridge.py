@@ -33,6 +33,7 @@ from errno import EINPROGRESS
 
 from common.bridge.runner import Runner
 from common.compat import TICKS_MASK, ticks_diff
+from firmware import poller
 
 # Seconds from 1970 to this port's epoch (2000 on boards that count from there).
 EPOCH_OFFSET = 946684800 if time.gmtime(0)[0] == 2000 else 0
@@ -54,11 +55,6 @@ def with_contexts(bridges):
             ctx = upstream_context(b)
         out.append((b, ctx))
     return out
-
-
-def _writable(sock):
-    # An awaitable: park the current task until `sock` is writable (its connect done).
-    yield asyncio.core._io_queue.queue_write(sock)
 
 
 def _close(sock):
@@ -120,7 +116,7 @@ class Upstream:
             except OSError as e:
                 if e.errno != EINPROGRESS:
                     raise
-            await asyncio.wait_for_ms(_writable(raw), rt.timeout_ms)
+            await asyncio.wait_for_ms(poller.writable(raw), rt.timeout_ms)
             if self.closed:
                 return None
             # TLS: the handshake runs in the first writes and reads (theory above).

@@ -8,7 +8,7 @@
 import unittest
 
 from common.bridge.runner import Runner
-from common.broker.settings import Settings
+from common.broker.settings import new_settings
 from common.driver import Driver
 from common.mqtt.packets import Connect, Publish, encode_packet
 from common.store.storeboot import new_broker
@@ -107,7 +107,7 @@ class Edge:
 
     def __init__(self, **table):
         self.cloud = Harness()
-        self.broker = new_broker(Settings({"sys_interval": 1}), lambda n: bytes(n), None)
+        self.broker = new_broker(new_settings({"sys_interval": 1}), lambda n: bytes(n), None)
         self.rt = Runtime(self.cloud)
         self.driver = Driver(self.broker, self.rt.now, 1, 2)
         self.logged = []

@@ -3,7 +3,6 @@ tampering, schema refusal and --wipe-store, through the real CLI."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +16,9 @@ from tests.host.broker_proc import (
     puback_packet,
     publish_packet,
     run_cli,
+    wait_until,
 )
+from tests.host.test_web import scrape
 
 KEY = "11" * 32
 OTHER_KEY = "22" * 32
@@ -164,9 +165,12 @@ def test_store_options_need_a_data_dir(tmp_path: Path) -> None:
 
 def test_batch_sync_makes_acknowledged_messages_durable_within_the_window(tmp_path: Path) -> None:
     # store_sync = batch: the ack leaves before the sync; the shell's timer
-    # syncs every store_sync_ms, so after that window a kill -9 loses nothing.
+    # syncs every store_sync_ms, so once that timer has run a kill -9 loses
+    # nothing. Waited for, not slept for: a sync counted (siskin_store_syncs_total)
+    # after a count read once the ack came is a sync after the message was
+    # stored. A second message makes sure there is one more to make.
     limits = {"store_sync": "batch", "store_sync_ms": 50}
-    with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
+    with BrokerProcess(tmp_path, limits=limits, log_level="info", http={"port": 0}) as b:
         sub = RawClient(b.port)
         sub.connect("keeper", clean=False)
         assert sub.subscribe("q/#", 1) == 1
@@ -176,7 +180,10 @@ def test_batch_sync_makes_acknowledged_messages_durable_within_the_window(tmp_pa
         pub.send(publish_packet("q/1", SECRET, qos=1, packet_id=1))
         assert pub.read_packet()[0] == 0x40
         b.wait_log(r"store_sync = batch")
-        time.sleep(0.5)  # ten windows
+        syncs = scrape(b.http_url())[("siskin_store_syncs_total", ())]
+        pub.send(publish_packet("q/2", b"later", qos=1, packet_id=2))
+        assert pub.read_packet()[0] == 0x40
+        wait_until(lambda: scrape(b.http_url())[("siskin_store_syncs_total", ())] > syncs, 10, "no store sync")
         b.kill()
     with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
         sub = RawClient(b.port)
@@ -190,19 +197,21 @@ def test_damaged_store_loses_only_the_damaged_records_and_says_so(tmp_path: Path
     # flipped byte in a record's header used to stop the scan (every later
     # record dropped, "0 damaged records skipped"), and values of the wrong
     # shape ended the start with a traceback.
-    from common.store.filelog import DAMAGED_SUFFIX, FileLog
+    from common.store.filelog import DAMAGED_SUFFIX
+    from common.store.filelog_open import open_file_log
     from common.store.store import Store
+    from common.store.store_open import open_records
     from cpython_host.posix_fs import PosixFS
 
     kept = [(f"r/{i}", b"kept-%d" % i, True) for i in range(20)]
     seed_store(tmp_path, messages=kept + [(f"q/{i}", b"queued-%d" % i, False) for i in range(30)])
     path = str(tmp_path / "data" / "siskin.log")
-    store = Store(FileLog(PosixFS(), path))
-    store.open()
+    store = Store(open_file_log(PosixFS(), path))
+    open_records(store)
     store.put(b"S", b"bad-session", [4, 60])  # valid checksums, wrong shapes
     store.put(b"R", b"r/bad", [b"payload"])
     store.close()
-    off = FileLog(PosixFS(), path)._index[b"Rr/0"][0]
+    off = open_file_log(PosixFS(), path).index[b"Rr/0"][0]
     data = bytearray(Path(path).read_bytes())
     size = len(data)
     data[off + 3] ^= 0x01  # the key length's high byte
