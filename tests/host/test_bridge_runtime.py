@@ -131,7 +131,7 @@ def test_a_removed_bridges_queue_is_dead_lettered_at_start(
         finally:
             os.kill(mosquitto.pid, signal.SIGCONT)
     write_config(siskin.config_path, {"sys_interval": 0})  # the bridge is gone from the config
-    with siskin.start():
+    with siskin:
         siskin.wait_log(r"bridge cloud removed: its session siskin-bridge-cloud ended, 4 queued message\(s\) dead-lettered")
 
 
