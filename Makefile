@@ -8,7 +8,7 @@
 #                PYTHON=pypy3: on PyPy, from .venv-pypy)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
 #   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
-#   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations
+#   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations, bridge outages
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
@@ -186,14 +186,20 @@ fuzz: setup
 # SISKIN_SOAK_SECONDS: length of the firmware soak (default 180);
 # SISKIN_CRASH_ITERATIONS: kill -9 iterations of the persistence crash test;
 # CRASHLOSS_RUNS: kill -9 runs of tools/crashloss.py (acknowledged QoS 1
-# messages lost for an offline subscriber) with each host settings file.
+# messages lost for an offline subscriber) with each host settings file;
+# BRIDGE_OUTAGE_RUNS: runs of each 60 s bridge outage of tools/bridge_outage.py
+# (upstream stopped, link cut, NATS node killed; Siskin kill -9 during each).
 SISKIN_CRASH_ITERATIONS ?= 100
 CRASHLOSS_RUNS ?= 40
+BRIDGE_OUTAGE_RUNS ?= 5
 soak: setup
 	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
 	SISKIN_CRASH_ITERATIONS=$(SISKIN_CRASH_ITERATIONS) $(PYTEST) tests/host/test_persist_crash.py -s --timeout=0 $(PYTEST_ARGS)
 	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS)
 	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS) --config boards/linux.toml
+	$(PY) -m tools.bridge_outage --case stop --kill9 --qos 2 --runs $(BRIDGE_OUTAGE_RUNS)
+	$(PY) -m tools.bridge_outage --case cut --kill9 --qos 2 --runs $(BRIDGE_OUTAGE_RUNS)
+	$(PY) -m tools.bridge_outage --upstream nats --case node-kill --kill9 --qos 1 --runs $(BRIDGE_OUTAGE_RUNS)
 
 # Siskin (.venv, on asyncio's loop and on uvloop; .venv-pypy, on PyPy) side by side with Mosquitto
 # (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt and py-spy go into a

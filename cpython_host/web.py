@@ -21,6 +21,11 @@ Routes:
   POST /api/kick              {"client_id": ...}: disconnect (v5: DISCONNECT 0x98)
   POST /api/drop-session      {"client_id": ...}: disconnect and end its session
   POST /api/clear-retained    {"filter": ...}: clear the retained messages it matches
+  GET  /api/bridges           every bridge: state, queue, health, counters (common/bridge/runner.py)
+  POST /api/bridge/add        {"bridge": {...}}: start a bridge (a [[bridge]] table as JSON)
+  POST /api/bridge/remove     {"name": ...}: stop it; its queue is dead-lettered (the count)
+  POST /api/bridge/pause      {"name": ...}: no upstream connection until resume (the queue waits)
+  POST /api/bridge/resume     {"name": ...}
 
 Who may do what (Viewer): without a login (loopback, auth "auto") every
 request is the administrator's; with one, the users of [http] admins are,
@@ -105,13 +110,14 @@ class WebServer:
         driver: Driver,
         flush: Any,
         data_dir: str | None,
-        bridges: Callable[[], list[Any]] = list,
+        bridges: Callable[[], Any] = list,
     ) -> None:
         self.config = config
         self.driver = driver
         self.broker: Broker = driver.broker
         self.flush = flush  # the server's schedule_flush: an action's output goes out
         self.store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
+        self.bridges = bridges  # the host's Bridges (cpython_host/bridge.py), now
         self.metrics = registry(self.broker, self.store_path, self.now, bridges)
         self.context: ssl.SSLContext | None = None
         if config.tls:
@@ -413,6 +419,8 @@ class WebServer:
             return {"filter": flt, "retained": shown}
         if path == "/api/store":
             return self.store()
+        if path == "/api/bridges":
+            return {"bridges": self.bridge_status(viewer)}
         raise HttpError(404, f"no such API: GET {path}")
 
     def action(self, path: str, args: dict[str, Any]) -> Any:
@@ -441,7 +449,48 @@ class WebServer:
                 raise HttpError(400, str(e)) from None
             self.flush()
             return {"filter": flt, "cleared": cleared}
+        if path.startswith("/api/bridge/"):
+            return self.bridge_action(path[len("/api/bridge/") :], args)
         raise HttpError(404, f"no such API: POST {path}")
+
+    def bridge_status(self, viewer: Viewer) -> list[dict[str, Any]]:
+        """Each bridge's figures; an administrator's only (the upstreams are
+        the site's, not a user's)."""
+        return [runner.status() for runner in self.bridges()] if viewer.admin else []
+
+    def bridge_action(self, verb: str, args: dict[str, Any]) -> Any:
+        """add / remove / pause / resume a bridge (cpython_host/bridge.py Bridges)."""
+        from common.bridge.settings import parse_bridge
+        from common.broker.settings import ConfigError as CoreConfigError
+
+        bridges = self.bridges()
+        if verb == "add":
+            table = args.get("bridge")
+            if not isinstance(table, dict):
+                raise HttpError(400, 'wants {"bridge": {...}}: a [[bridge]] table with its "topic" rules, as JSON')
+            try:
+                settings = parse_bridge("the API's bridge", table)
+                bridges.add(settings)
+            except (CoreConfigError, ValueError) as e:
+                raise HttpError(400, str(e)) from None
+            return {"name": settings.name, "result": "started (not written to the config file)"}
+        name = args.get("name")
+        if not isinstance(name, str):
+            raise HttpError(400, 'wants {"name": "..."} (a bridge\'s name)')
+        runner = bridges.find(name) if bridges else None
+        if runner is None:
+            raise HttpError(404, f"no bridge named {name!r}")
+        if verb == "remove":
+            n = bridges.remove(name)
+            self.flush()
+            return {"name": name, "result": "removed", "dead_lettered": n}
+        if verb == "pause":
+            runner.pause()
+            return {"name": name, "result": "paused"}
+        if verb == "resume":
+            runner.resume()
+            return {"name": name, "result": "resumed"}
+        raise HttpError(404, f"no such API: POST /api/bridge/{verb}")
 
     def store(self) -> dict[str, Any]:
         return {
@@ -478,6 +527,7 @@ class WebServer:
             "clients": clients[:MAX_LISTED],
             "subscriptions": subscriptions[:MAX_LISTED],
             "store": self.store(),
+            "bridges": self.bridge_status(viewer),
             "sample_seconds": self.config.sample_interval,
             "throughput": list(self.samples),
             "user": viewer.user,

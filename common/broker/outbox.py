@@ -99,6 +99,8 @@ def deliver(broker, session, msg, bits, tag, now):
     routing.queued_total += size + QUEUED_COST
     broker.listener.delivery_added(session, d)
     if conn is not None and (queue.count >= routing.high_count or session.queued_bytes >= routing.high_bytes):
+        if session.client_id in routing.unthrottled:
+            return 0  # a bridge's session: its queue is the uplink's buffer (only its budget applies)
         return BACKLOG  # an online subscriber falls behind (route throttles the publisher)
     return 0
 

@@ -44,10 +44,17 @@ commands:
   retained [FILTER]            retained messages matching FILTER (default "#"; "$SYS/#" for the broker's)
   clear-retained FILTER        clear the retained messages matching FILTER
   store                        the store's size on disk and its syncs
+  bridge list                  every bridge: state, address, queue, oldest message, in flight,
+                               send rate, time since the last ack, counters
+  bridge add FILE [NAME]       start the [[bridge]] of a TOML file (NAME: which one, if it has
+                               several); not written to the config file (SIGHUP reloads that)
+  bridge remove NAME           stop it and end its session: its queue is dead-lettered (counted)
+  bridge pause NAME            no upstream connection until resume; messages queue meanwhile
+  bridge resume NAME
   whoami                       the user you log in as, and whether it is an administrator
 
 Only administrators ([http] admins; anyone on loopback without a login) may
-kick, drop-session or clear-retained; another user is refused (403) and
+kick, drop-session, clear-retained or act on a bridge; another user is refused (403) and
 sees only its own clients and sessions and the retained topics its ACL
 lets it read.
 
@@ -60,6 +67,7 @@ examples:
   siskin ctl sessions --config /etc/siskin/siskin.toml
   SISKIN_CTL_PASSWORD=... siskin ctl kick sensor-7 --url https://gw:9883 --user admin --cafile ca.pem
   siskin ctl clear-retained 'sensors/old/#'
+  siskin ctl bridge add /etc/siskin/siskin.toml cloud
   siskin ctl clients --json                       the API's answer as it is
 
 exit status: 0 done, 1 the broker refused or could not be reached, 2 bad command line.
@@ -258,6 +266,69 @@ def whoami(api: Api, args: argparse.Namespace) -> tuple[Any, str]:
     )
 
 
+def bridge_field(name: str) -> Callable[[dict[str, Any]], str]:
+    """A bridge's figure; -1 (never, none yet) shown as "-"."""
+    return lambda row: "-" if row[name] == -1 else shown(row[name])
+
+
+BRIDGE_COLUMNS: tuple[Column, ...] = tuple(
+    (name.replace("_", " "), bridge_field(name))
+    for name in (
+        "name", "state", "address", "queued", "oldest_queued_age", "inflight", "inflight_max", "send_rate",
+        "last_ack_age", "sent", "dead_lettered", "retried", "faults", "last_error",
+    )
+)  # fmt: skip
+
+
+def bridge(api: Api, args: argparse.Namespace) -> tuple[Any, str]:
+    """`siskin ctl bridge list|add|remove|pause|resume`."""
+    action = args.bridge_command
+    if action == "list":
+        answer = api.get("/api/bridges")
+        rows = answer["bridges"]
+        return answer, table(rows, BRIDGE_COLUMNS) if rows else "no bridges"
+    if action == "add":
+        answer = api.post("/api/bridge/add", {"bridge": bridge_table(args.file, args.name)})
+        return answer, f"bridge {answer['name']}: {answer['result']}"
+    answer = api.post(f"/api/bridge/{action}", {"name": args.name})
+    text = f"bridge {answer['name']}: {answer['result']}"
+    if action == "remove":
+        text += f", {answer['dead_lettered']} queued message(s) dead-lettered"
+    return answer, text
+
+
+def bridge_table(path: str, name: str | None) -> dict[str, Any]:
+    """The [[bridge]] table `name` of TOML file `path` (the only one if no name); SystemExit otherwise."""
+    from cpython_host.compat import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            tables = tomllib.load(f).get("bridge", [])
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SystemExit(f"siskin ctl: {path}: {e}") from None
+    if not isinstance(tables, list) or not tables:
+        raise SystemExit(f"siskin ctl: {path} has no [[bridge]] table")
+    if name is None:
+        if len(tables) > 1:
+            names = ", ".join(str(t.get("name")) for t in tables if isinstance(t, dict))
+            raise SystemExit(f"siskin ctl: {path} has {len(tables)} bridges ({names}): name the one to add")
+        return dict(tables[0])
+    for t in tables:
+        if isinstance(t, dict) and t.get("name") == name:
+            return dict(t)
+    raise SystemExit(f"siskin ctl: {path} has no [[bridge]] named {name!r}")
+
+
+def bridge_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="bridge_command", required=True, metavar="ACTION")
+    command_parser(actions, "list", "every bridge and its health")
+    add = command_parser(actions, "add", "start the [[bridge]] of a TOML file")
+    add.add_argument("file", help="a TOML file with [[bridge]] tables (the broker's config file will do)")
+    add.add_argument("name", nargs="?", help="which bridge of the file (needed if it has several)")
+    for action in ("remove", "pause", "resume"):
+        command_parser(actions, action, f"{action} a bridge").add_argument("name")
+
+
 def client_id_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("client_id", metavar="CLIENT_ID")
 
@@ -282,6 +353,7 @@ COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], object], Run
     ),
     ("clear-retained", "clear retained messages", lambda p: p.add_argument("filter", metavar="FILTER"), clear_retained),
     ("store", "the store's size", no_arguments, store),
+    ("bridge", "list, add, remove, pause or resume bridges", bridge_arguments, bridge),
     ("whoami", "the user you log in as, and whether it may act", no_arguments, whoami),
 )
 

@@ -60,12 +60,15 @@ config file (TOML; boards/linux.toml is a commented example of every key):
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous
   [http]    host, port, certfile, keyfile, auth = "auto" | "basic", sample_interval
-  [[bridge]]  one table per upstream broker (Mosquitto, a NATS cluster, ...):
-            name, addresses, client_id, credentials, TLS, protocol, profile
-            "mqtt" | "nats", with [[bridge.topic]] rules: pattern, direction
-            "out" | "in" | "both", local_prefix, remote_prefix, qos, retain.
-            Outbound messages wait on disk while the upstream is away
-            (docs/bridge.md); state in $SYS/broker/bridge/<name>/.
+  [[bridge]]  one table per upstream broker (Mosquitto, a NATS cluster, AWS
+            IoT, Azure IoT Hub, ...): name, addresses, client_id, credentials,
+            TLS, protocol, profile "mqtt" | "nats" | "aws" | "azure" | "hosted",
+            with [[bridge.topic]] rules: direction "out" | "in" | "both",
+            local + remote ("sensors/+/t" -> "site1/{1}/t") or pattern with
+            local_prefix + remote_prefix, qos, retain. Outbound messages wait
+            on disk while the upstream is away, never slowing a publisher
+            (docs/bridge.md); state in $SYS/broker/bridge/<name>/ and
+            `siskin ctl bridge list`; SIGHUP reloads the tables.
 
 TLS (docs/security.md): plain MQTT on loopback and TLS for the network, e.g.
   [[listener]]

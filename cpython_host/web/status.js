@@ -71,6 +71,12 @@ async function poll() {
       [c.keep_alive, true], [c.inflight, true], [c.queued, true], [c.subscriptions, true],
     ]);
     fill("subscriptions", s.subscriptions, (r) => [[r.client_id], [r.filter]]);
+    const none = (v) => (v === -1 || v === "" ? "–" : v);
+    fill("bridges", s.bridges, (b) => [
+      [b.name], [b.state], [none(b.address)], [b.queued, true], [none(b.oldest_queued_age), true],
+      [b.inflight + " / " + b.inflight_max, true], [b.send_rate, true], [none(b.last_ack_age), true],
+      [b.dead_lettered, true], [none(b.last_error)],
+    ]);
     text("span", s.sample_seconds * 2 + " minutes");  // 120 samples
     // Who is looking: an administrator sees every client; another user its own.
     text("viewer", s.user === null ? "" : s.admin ? "logged in as " + s.user + " (administrator)" :
