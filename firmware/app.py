@@ -1,6 +1,6 @@
-# The firmware: start-up (firmware/startup.py: config -> watchdog -> Wi-Fi ->
-# store -> broker -> network shell), then serve; a fatal error is logged and
-# the board restarted.
+# The firmware: start-up (firmware/startup.py: config -> store -> broker ->
+# network shell; then firmware/netup.py: watchdog -> Wi-Fi), then serve; a
+# fatal error is logged and the board restarted.
 #
 #   on a board:     main.py calls run() (config /siskin.json)
 #   on unix:        micropython firmware/main.py --config path.json [--port N]
@@ -37,6 +37,7 @@ STARTUP_ONLY = (
     "common.store.filelog_open",
     "common.store.store_open",
     "common.broker.settings",
+    "siskin_boards",
 )
 
 
@@ -45,7 +46,7 @@ def build(argv, root):
     from firmware.startup import start
 
     try:
-        server, log = start(argv, root)
+        server, log, cfg = start(argv, root)
     finally:
         for name in STARTUP_ONLY:
             unload(name)
@@ -57,15 +58,23 @@ def build(argv, root):
 
         slots = len(server.slots) if server.tls is not None else 0
         check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
+    # Nothing can stop the start from here on: the watchdog, then the network.
+    from firmware.netup import bring_up
+
+    try:
+        server.on_tick = bring_up(cfg, log)
+    finally:
+        unload("firmware.netup")
     return server, log
 
 
 def _stop(log, why):
     """A start-up failure that every reset would repeat: say why and stay at
     the REPL so the file can be fixed (mpremote, docs/boards.md); exit 2 on
-    the unix port."""
+    the unix port. (On a board sys.exit would soft-reboot into main.py
+    again: a loop.) The watchdog is not running yet (firmware/netup.py)."""
     log.log(40, why)
-    if board.has_network():
+    if board.is_board():
         return 2
     sys.exit(2)
 
@@ -73,6 +82,15 @@ def _stop(log, why):
 def run(argv=None, root=""):
     """Run the broker until interrupted; restart the board on a fatal error."""
     log = Log("info")
+    if not board.has_sockets():
+        # A board without a network stack (a plain Pico): nothing to listen
+        # on. Serial-only: say so and leave the REPL to the user, no loop.
+        log.log(
+            30,
+            "serial-only: %s has no network stack (no socket module), so the broker does not start;"
+            " the REPL is yours (docs/boards.md)" % board.machine_name(),
+        )
+        return 2
     try:
         server, log = build(sys.argv[1:] if argv is None else argv, root)
     except ConfigError as e:
