@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # board -> mpy-cross architecture (None: plain bytecode) and the settings files it gets.
 BOARDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    "esp32": ("xtensawin", ("esp32.json",)),
+    "esp32": ("xtensawin", ("esp32.json", "esp32_psram.json")),
     "rp2040_picow": ("armv6m", ("rp2040_picow.json",)),
     "unix": (None, ("esp32.json", "rp2040_picow.json")),
 }

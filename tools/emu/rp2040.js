@@ -16,8 +16,9 @@
 //   to JavaScript (BKPT #n; BX LR): erase sets 0xFF, program ANDs the bytes
 //   in (NOR flash only clears bits), the XIP and cache routines do nothing
 //   (rp2040js reads the flash array directly: there is no cache to flush).
-//   GCC 12 makes the ROM 183 B bigger than the chip's 16 KB, so the ROM
-//   array here is 32 KB and the stubs sit at its end.
+//   GCC 12 makes the ROM 183 B bigger than the chip's 16 KB (so it is
+//   linked for 32 KB, padded), hence a 64 KB ROM here, the stubs at its
+//   end (the table's pointers are 16-bit).
 // - Boot: like rp2040js's own demos, execution starts at the flash's boot2
 //   (0x10000000) with the ROM's initial stack: the ROM's own path reads
 //   boot2 over SSI commands rp2040js does not answer.
@@ -36,7 +37,7 @@ const { RP2040, USBCDC } = require('rp2040js');
 
 const FLASH_BASE = 0x10000000;
 const FLASH_BYTES = 2 * 1024 * 1024; // the Pico's W25Q16 (2 MB)
-const ROM_BYTES = 32 * 1024;
+const ROM_BYTES = 64 * 1024;
 const CYCLE_NANOS = 1e9 / 125e6; // rp2040js counts instructions at 125 MHz
 
 // rom_table_code(c1, c2) of pico-sdk: c1 | c2 << 8.
