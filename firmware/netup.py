@@ -31,6 +31,10 @@ def bring_up(cfg, log):
     if not has_network():
         log.log(20, "no network module on this port: serving on the host's network")
         return feed
+    if cfg["host"].startswith("127.") and not cfg["bridge"]:
+        # Serving the board's own clients only, no uplink: nothing needs Wi-Fi.
+        log.log(20, "Wi-Fi: not brought up (listening on loopback %s only, no bridge)" % cfg["host"])
+        return feed
     delay = 1000
     while bring_up_network(cfg, log, feed) is None:
         log.log(40, "Wi-Fi: no interface is up, nothing to serve on; trying again in %d s" % (delay // 1000))
