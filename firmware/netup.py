@@ -132,7 +132,9 @@ def start_access_point(cfg, log):
             ap.config(essid=cfg["ap_ssid"], security=0)
         ip = _address(ap)
     if ip is None:
-        log.log(40, "Wi-Fi: the access point %r did not come up (interface down or without an address)" % cfg["ap_ssid"])
+        log.log(
+            40, "Wi-Fi: the access point %r did not come up (interface down or without an address)" % cfg["ap_ssid"]
+        )
         ap.active(False)
         return None
     log.log(30, "Wi-Fi: access point %r up, address %s (provisioning mode)" % (cfg["ap_ssid"], ip))

@@ -25,7 +25,9 @@ starts, with what to install or set.
   (asyncio, ssl) plus Siskin, mbedTLS on, libffi and btree off (their 32-bit
   libraries are not needed). Result: dist/unix32/micropython, which runs the
   firmware with a board's heap (`-X heapsize=`) and is what `make test-boards`
-  and `tools/ram_budget.py --port unix32` use.
+  and `tools/ram_budget.py --port unix --micropython dist/unix32/micropython` use
+  (that build has Siskin frozen in: `ram_budget`'s "code" row needs a plain
+  32-bit build without FROZEN_MANIFEST).
 - esp32 needs ESP-IDF: docs/boards.md has the recipe (untested on hardware).
 """
 

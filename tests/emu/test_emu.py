@@ -76,7 +76,7 @@ def test_configured_boot_listens_and_reports_its_heap(tmp_path: Path) -> None:
 def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
     files = {
         **config(),
-        "main.py": (REPO_ROOT / "tools" / "emu" / "selftest.py").read_bytes(),
+        "main.py": (REPO_ROOT / "tests" / "upy" / "emu_selftest.py").read_bytes(),
         "harness.py": (REPO_ROOT / "tests" / "core" / "harness.py").read_bytes(),
     }
     with board(tmp_path, PICOW_UF2, "RPI_PICO_W", files) as b:
@@ -88,7 +88,9 @@ def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
         b.expect(r"SELFTEST ok", ms=30_000)
         # machine.reset() (the watchdog's reset), then the firmware boots from
         # the same flash and restores what the self-test left in the store.
-        restored = b.expect(r"restored (\d+) sessions, (\d+) subscriptions, (\d+) queued messages, (\d+) retained", ms=20_000)
+        restored = b.expect(
+            r"restored (\d+) sessions, (\d+) subscriptions, (\d+) queued messages, (\d+) retained", ms=20_000
+        )
         assert b.resets == 1, b.status()
         sessions, subs, _queued, retained = (int(n) for n in re.findall(r"\d+", restored.splitlines()[-1])[:4])
         assert sessions >= 1 and subs >= 1 and retained >= 1, restored

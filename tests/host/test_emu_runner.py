@@ -25,9 +25,7 @@ def test_runner_unit_tests_pass() -> None:
     require("node", node, "apt-get install nodejs")
     require("rp2040js", RP2040JS.is_file(), "npm ci at the repository root (make test does)")
     assert node is not None
-    proc = subprocess.run(
-        [node, "--test", "tools/emu/"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
-    )
+    proc = subprocess.run([node, "--test", "tools/emu/"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "# pass 6" in proc.stdout and "# fail 0" in proc.stdout, proc.stdout
 
