@@ -17,6 +17,7 @@ from typing import Any
 
 from common.broker.broker import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
+from cpython_host.compat import run
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
 
 DESCRIPTION = """\
@@ -185,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "uvloop", "asyncio"),
         default="auto",
         help="auto (default): uvloop when it is installed (about 1.3 x the connection rate of asyncio's "
-        "own loop, docs/benchmarks.md), else asyncio's; uvloop: fail if it is missing",
+        "own loop, docs/benchmarks.md), else asyncio's (always on PyPy, where uvloop does not run); "
+        "uvloop: fail if it is missing",
     )
     p.add_argument("--version", action="version", version=f"siskin {version()}")
     return p
@@ -281,6 +283,13 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
+
+
+def _no_uvloop() -> str:
+    """Why there is no uvloop, and what to do about it."""
+    if sys.implementation.name == "pypy":  # its C extension API is CPython's; PyPy's JIT is the speed-up there
+        return "uvloop does not run on PyPy"
+    return "uvloop is not installed (pip install uvloop: about 1.3 x the connection rate)"
 
 
 def scram_user(argv: Sequence[str]) -> int:
@@ -455,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         factory = _loop_factory(args.event_loop)
     except ImportError:
-        print("siskin: --event-loop uvloop: uvloop is not installed (pip install uvloop)", file=sys.stderr)
+        print(f"siskin: --event-loop uvloop: {_no_uvloop()}; or use --event-loop asyncio", file=sys.stderr)
         return 2
     from common.store.store import StoreError
     from cpython_host.server import make_broker, make_driver, serve, tls_contexts
@@ -467,6 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level)
+    if factory is None and args.event_loop == "auto":
+        logging.getLogger("siskin.host").info("event loop: asyncio's own: %s", _no_uvloop())
     store = None
     data_dir = None
     if args.data_dir is None and cfg.data_dir:
@@ -496,8 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if store is not None:
         driver.restore(int(time.time()))
     try:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(serve(cfg, driver, data_dir, contexts))
+        return run(serve(cfg, driver, data_dir, contexts), factory)
     finally:
         if store is not None:
             store.close()

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from common.broker.settings import (
     defaults,
 )
 from common.broker.settings_hint import did_you_mean
+from cpython_host.compat import tomllib
 
 __all__ = ["LISTENER", "SECURITY", "SERVER", "ConfigError", "HostConfig", "Listener", "load_config", "load_security"]
 

@@ -110,8 +110,8 @@ def request(args: argparse.Namespace, url: str, method: str, path: str, body: An
 def table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     cells = [[str(row[c]) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -73,6 +73,7 @@ import os
 import signal
 import socket
 import ssl
+import sys
 import time
 from typing import Any
 
@@ -541,13 +542,19 @@ class BrokerServer:
     async def _handshake(self, listening: Listening, conn: socket.socket, peer: str, accepted: int) -> None:
         assert self.loop is not None and listening.context is not None
         try:
-            await self.loop.connect_accepted_socket(
-                lambda: listening.client(self, listening, accepted),
-                conn,
-                ssl=listening.context,
-                ssl_handshake_timeout=self.handshake_timeout,
-                ssl_shutdown_timeout=self.tls_shutdown_timeout,
-            )
+            protocol = functools.partial(listening.client, self, listening, accepted)
+            if sys.version_info >= (3, 11):
+                await self.loop.connect_accepted_socket(
+                    protocol,
+                    conn,
+                    ssl=listening.context,
+                    ssl_handshake_timeout=self.handshake_timeout,
+                    ssl_shutdown_timeout=self.tls_shutdown_timeout,
+                )
+            else:  # PyPy 3.9: asyncio has no TLS shutdown timeout before 3.11
+                await self.loop.connect_accepted_socket(
+                    protocol, conn, ssl=listening.context, ssl_handshake_timeout=self.handshake_timeout
+                )
         except Exception as e:  # the socket is closed
             why = handshake_failure(e, self.handshake_timeout)
             log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)

@@ -187,7 +187,7 @@ class WebServer:
             counts = (snap["messages_received"], snap["messages_sent"], snap["bytes_received"], snap["bytes_sent"])
             if last is not None:
                 dt = max(now - last[0], 1e-3)
-                rates = [(a - b) / dt for a, b in zip(counts, last[1], strict=True)]
+                rates = [(a - b) / dt for a, b in zip(counts, last[1])]
                 self.samples.append(
                     {
                         "t": round(now, 3),

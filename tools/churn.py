@@ -59,6 +59,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cpython_host import compat
 from tools.bench import mqtt
 from tools.bench.brokers import REPO_ROOT, BrokerProc, Mosquitto, siskin_python
 
@@ -497,8 +498,7 @@ def run(
         phases.append(("after", t, time.monotonic()))
 
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(storms())
+        compat.run(storms(), loop_factory)
     finally:
         samples, _sent = by.stop()
     interval_s = interval_ms / 1000

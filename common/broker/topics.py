@@ -168,7 +168,7 @@ def validate_topic_filter(flt: str, max_levels: int = 0, max_length: int = 0) ->
     return 0
 
 
-def parse_shared(flt: str) -> tuple[str | None, str | None]:
+def parse_shared(flt: str) -> "tuple[str | None, str | None]":
     """Split "$share/<share name>/<filter>"; see the header for the three results."""
     if not flt.startswith(SHARE_PREFIX):
         return None, flt

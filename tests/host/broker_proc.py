@@ -20,11 +20,11 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cpython_host.compat import tomllib
 from tools.bench import mqtt as raw
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
