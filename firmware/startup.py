@@ -38,8 +38,15 @@ def start(argv, root):
     from common.store.store import StoreError
     from common.store.storeboot import new_broker
     from firmware.board import machine_name
-    from firmware.boardcfg import board_path, builtin_board, detect_board, load_board, load_device
-    from firmware.boardcfg import load_security, load_tls
+    from firmware.boardcfg import (
+        board_path,
+        builtin_board,
+        detect_board,
+        load_board,
+        load_device,
+        load_security,
+        load_tls,
+    )
     from firmware.storage import index_keys, open_store
 
     args = parse_args(argv)

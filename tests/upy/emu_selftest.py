@@ -17,11 +17,12 @@ import gc
 import json
 import os
 
+from harness import Harness
+
 from common.mqtt import consts as C
 from firmware import storage
 from firmware.boardcfg import builtin_board, load_board
 from firmware.shell import Log
-from harness import Harness
 
 BOARD = "rp2040_picow"
 
