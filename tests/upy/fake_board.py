@@ -10,6 +10,13 @@
 #
 #   micropython tests/upy/fake_board.py --config siskin.json --port N
 #
+# The dead radio answers as the CYW43 driver does (MicroPython's
+# network_cyw43.c, cyw43-driver): every call that starts the chip prints
+# "[FAKE CYW43] Failed to start CYW43" (the tests count them): active(True),
+# config() on an active interface (down and up: twice), disconnect() and
+# active(False); active() answers MicroPython's own flag, not the chip's
+# state, and connect() raises EPERM.
+#
 # Stand-ins go into sys.modules before the firmware imports them; the unix
 # port's own `machine` has neither WDT nor reset, so the firmware still takes
 # the unix port's stop (exit 2) and reset (exit 1).
@@ -36,19 +43,31 @@ class FakeMachine:
 class FakeWLAN:
     def __init__(self, which):
         self.which = which
-        self.up = False
+        self.up = False  # the interface is up in the driver
+        self.flag = False  # what active() answers (MicroPython's own flag)
+
+    def _start_chip(self):
+        if SPEC["radio"] != "dead":
+            return True
+        print("[FAKE CYW43] Failed to start CYW43")
+        return False
 
     def active(self, on=None):
         if on is None:
-            return self.up
-        if SPEC["radio"] == "dead" and on:
-            print("[FAKE CYW43] Failed to start CYW43")
+            return self.flag
+        if on:
+            self.up = self._start_chip()
+        elif not self.up:
+            self._start_chip()  # (leaving talks to the chip, which starts it)
         else:
-            self.up = bool(on)
+            self.up = False
+        self.flag = bool(on)
         return None
 
     def config(self, **kw):
-        pass
+        if self.flag:
+            self.active(False)
+            self.active(True)
 
     def ifconfig(self):
         return ("192.168.4.1" if self.up else "0.0.0.0", "255.255.255.0", "0.0.0.0", "0.0.0.0")
@@ -57,16 +76,24 @@ class FakeWLAN:
         return False
 
     def connect(self, ssid, password):
-        pass
+        if not self.up:
+            raise OSError(1)  # EPERM, as the CYW43 driver answers
 
     def disconnect(self):
-        pass
+        if not self.up:
+            self._start_chip()
+
+
+def wlan(which, interfaces={}):  # noqa: B006 (one object per interface, as in MicroPython)
+    if which not in interfaces:
+        interfaces[which] = FakeWLAN(which)
+    return interfaces[which]
 
 
 class FakeNetwork:
     STA_IF = 0
     AP_IF = 1
-    WLAN = FakeWLAN
+    WLAN = wlan
 
     @staticmethod
     def hostname(name):

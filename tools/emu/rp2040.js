@@ -24,9 +24,25 @@
 //   boot2 over SSI commands rp2040js does not answer.
 // - A reset (the watchdog, machine.reset()) is a new RP2040 with the same
 //   flash array and a fresh clock; emulated time keeps counting across it.
-// - The console is USB CDC (rp2040js's host side): input waits in a queue
-//   of ours and enters the 512-byte FIFO of rp2040js as it empties (beyond
-//   512 bytes rp2040js drops it).
+// - The console is USB CDC (rp2040js's host side, which enumerates the
+//   device), but the OUT transfers (host to board) are ours: rp2040js's
+//   host answers every buffer the firmware arms at once, 10 us later, with
+//   whatever its 512-byte FIFO holds, so an idle board took an empty
+//   transfer's interrupt every 10 us (the CPU never slept: an idle second
+//   cost as much as a busy one) and input beyond 512 bytes was dropped.
+//   Here an armed buffer waits, as on a real bus, until there is input.
+// - The PIO blocks run on emulated time too: rp2040js steps them from
+//   Node's event loop (setTimeout, 1000 steps a turn), which a runner that
+//   executes the core synchronously never reaches until its command ends,
+//   so a PIO transfer took as long as the command (the Pico W's CYW43 driver
+//   waits on one: its failed start took 0.35 s or 5 s as the commands fell)
+//   and no two runs were alike. Here a running PIO takes one step per core
+//   cycle, in the same loop (rp2040js models no clock divider; a state
+//   machine stalled on a FIFO is not stepped, the FIFO's other side wakes
+//   it), and only its enabled state machines execute: rp2040js's step runs all four, so a
+//   disabled one that the firmware was setting up ran meanwhile and took
+//   the words meant for its X and Y registers (the CYW43 driver's second
+//   start never finished its first transfer).
 //
 // Everything runs on emulated time: nothing depends on the wall clock, so
 // a run is the same on a loaded machine.
@@ -98,6 +114,24 @@ function patchBootrom(rom) {
   return new Uint32Array(bytes.buffer);
 }
 
+// rp2040js's WaitType of a state machine stalled on a FIFO (rxFIFO, txFIFO,
+// Out): the FIFO's other side resumes it (writeFIFO/readFIFO call checkWait).
+const FIFO_WAITS = [false, false, true, true, false, true];
+
+/** Whether a PIO block has a state machine to step: enabled and not stalled
+ * on a FIFO (a stalled one costs nothing until the core or DMA serves it). */
+function pioBusy(pio) {
+  if (pio.stopped) return false;
+  for (const m of pio.machines) if (m.enabled && !(m.waiting && FIFO_WAITS[m.waitType])) return true;
+  return false;
+}
+
+/** One clock of a PIO block: an instruction of each enabled state machine. */
+function stepPio(pio) {
+  for (const machine of pio.machines) if (machine.enabled) machine.step();
+  pio.checkChangedPins();
+}
+
 class QuietLogger {
   constructor() {
     this.warnings = 0;
@@ -118,7 +152,7 @@ class Board {
     this.rom = patchBootrom(rom);
     this.flash = new Uint8Array(FLASH_BYTES).fill(0xff);
     this.output = []; // console bytes, in chunks
-    this.input = []; // console bytes not yet in rp2040js's FIFO
+    this.input = []; // console bytes the firmware has not taken yet
     this.resets = []; // {t_ms, why}
     this.flashOps = { erase: 0, program: 0 };
     this.nanosBefore = 0; // emulated time of the boots before this one
@@ -148,9 +182,17 @@ class Board {
       watchdog.timer.enable = false;
       this.pendingReset = 'watchdog';
     };
+    for (const pio of mcu.pio) pio.run = () => {}; // stepped by slice() instead
     this.mcu = mcu;
     this.cdc = new USBCDC(mcu.usbCtrl);
     this.cdc.onSerialData = (buffer) => this.output.push(Buffer.from(buffer));
+    this.armedRead = 0; // the size of the OUT buffer the firmware armed (0: none)
+    mcu.usbCtrl.onEndpointRead = (endpoint, size) => {
+      if (endpoint === this.cdc.outEndpoint) {
+        this.armedRead = size;
+        this.feedConsole();
+      }
+    };
     mcu.core.reset(); // SP and PC from the ROM's vectors
     mcu.core.PC = FLASH_BASE; // then straight to boot2 (see the header)
   }
@@ -182,6 +224,15 @@ class Board {
   /** Queue bytes for the console. */
   send(bytes) {
     this.input.push(...bytes);
+    this.feedConsole();
+  }
+
+  /** Complete the armed OUT transfer with queued input, if both are there. */
+  feedConsole() {
+    if (!this.armedRead || !this.input.length) return;
+    const chunk = Uint8Array.from(this.input.splice(0, this.armedRead));
+    this.armedRead = 0;
+    this.mcu.usbCtrl.endpointReadDone(this.cdc.outEndpoint, chunk);
   }
 
   takeOutput() {
@@ -192,7 +243,6 @@ class Board {
 
   /** Run until `stop()` answers true (checked every slice) or `untilNanos`; false on the time limit. */
   run(untilNanos, stop) {
-    const fifo = () => this.cdc.txFIFO;
     for (;;) {
       if (stop && stop()) return true;
       if (this.nanos >= untilNanos) return false;
@@ -201,20 +251,28 @@ class Board {
         this.pendingReset = null;
         this.boot();
       }
-      while (this.input.length && this.cdc.initialized && !fifo().full) fifo().push(this.input.shift());
       this.slice(Math.min(untilNanos - this.nanos, 1e6)); // at most 1 ms of emulated time per slice
     }
   }
 
   slice(nanos) {
     const { mcu, clock } = this;
+    const [pio0, pio1] = mcu.pio;
     const end = clock.nanos + nanos;
     while (clock.nanos < end && !this.pendingReset) {
-      if (mcu.core.waiting) {
+      const pioRunning = pioBusy(pio0) || pioBusy(pio1);
+      if (mcu.core.waiting && !pioRunning) {
         const next = clock.nanosToNextAlarm;
         clock.tick(next > 0 && clock.nanos + next <= end ? next : end - clock.nanos);
-      } else {
-        clock.tick(mcu.core.executeInstruction() * CYCLE_NANOS);
+        continue;
+      }
+      const cycles = mcu.core.waiting ? 1 : mcu.core.executeInstruction();
+      clock.tick(cycles * CYCLE_NANOS);
+      if (pioRunning) {
+        for (let i = 0; i < cycles; i++) {
+          if (pioBusy(pio0)) stepPio(pio0);
+          if (pioBusy(pio1)) stepPio(pio1);
+        }
       }
     }
   }
