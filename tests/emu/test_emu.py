@@ -34,6 +34,7 @@ BOOTROM = Path(os.environ.get("PICO_BOOTROM", "")) if os.environ.get("PICO_BOOTR
 WATCHDOG_MS = 8000  # the device config's default watchdog_ms
 CONFIGURED = {"host": "127.0.0.1", "server": {"heap_report": 1}}
 HEAP_LINE = r"heap t=\d+ free=(\d+) alloc=(\d+)"
+RESTORED = r"restored (\d+) sessions, (\d+) subscriptions, (\d+) queued messages, (\d+) retained"
 
 
 def board(tmp_path: Path, uf2: Path, layout: str, files: dict[str, bytes] | None = None) -> EmuBoard:
@@ -94,12 +95,14 @@ def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
         b.expect(r"SELFTEST ok", ms=30_000)
         # machine.reset() (the watchdog's reset), then the firmware boots from
         # the same flash and restores what the self-test left in the store.
-        restored = b.expect(
-            r"restored (\d+) sessions, (\d+) subscriptions, (\d+) queued messages, (\d+) retained", ms=20_000
-        )
+        restored = b.expect(RESTORED, ms=20_000)
         assert b.resets == 1, b.status()
-        sessions, subs, _queued, retained = (int(n) for n in re.findall(r"\d+", restored.splitlines()[-1])[:4])
-        assert sessions >= 1 and subs >= 1 and retained >= 1, restored
+        counts = [int(n) for n in re.search(RESTORED, restored).groups()]  # type: ignore[union-attr]
+        # The keeper's session and its queued QoS 1 message, the fill's
+        # sessions, every subscription and retained message the limits let in.
+        limits = json.loads((REPO_ROOT / "boards" / "rp2040_picow.json").read_text())["limits"]
+        expected = [1 + limits["max_connections"], limits["max_subscriptions"], 1, limits["max_retained"]]
+        assert counts == expected, restored
         b.expect(r"listening on 127\.0\.0\.1:1883", ms=10_000)
         flash = tmp_path / "flash.bin"
         b.save_flash(flash)
