@@ -25,6 +25,7 @@ import pytest
 from tests.conftest import REPO_ROOT, require
 from tools.emu.board import EmuBoard
 from tools.emu.fsimage import LAYOUTS, read_fs_files
+from tools.emu.heap import HEAP_LINE, config_files, selftest_files
 
 pytestmark = pytest.mark.emu
 
@@ -32,8 +33,6 @@ PICOW_UF2 = Path(os.environ.get("EMU_PICOW_UF2", REPO_ROOT / "dist" / "rp2040_pi
 PICO_UF2 = Path(os.environ.get("EMU_PICO_UF2", REPO_ROOT / "dist" / "rp2040_pico" / "siskin-0.1.0.uf2"))
 BOOTROM = Path(os.environ.get("PICO_BOOTROM", "")) if os.environ.get("PICO_BOOTROM") else None
 WATCHDOG_MS = 8000  # the device config's default watchdog_ms
-CONFIGURED = {"host": "127.0.0.1", "server": {"heap_report": 1}}
-HEAP_LINE = r"heap t=\d+ free=(\d+) alloc=(\d+)"
 RESTORED = r"restored (\d+) sessions, (\d+) subscriptions, (\d+) queued messages, (\d+) retained"
 
 
@@ -42,10 +41,6 @@ def board(tmp_path: Path, uf2: Path, layout: str, files: dict[str, bytes] | None
     require(f"the image {uf2} (make firmware)", uf2.is_file())
     assert BOOTROM is not None
     return EmuBoard(uf2, BOOTROM, LAYOUTS[layout], files=files, workdir=tmp_path)
-
-
-def config(**extra: object) -> dict[str, bytes]:
-    return {"siskin.json": json.dumps({**CONFIGURED, **extra}).encode()}
 
 
 def test_fresh_flash_first_boot_uses_the_built_in_defaults_and_claims_no_address(tmp_path: Path) -> None:
@@ -60,7 +55,7 @@ def test_fresh_flash_first_boot_uses_the_built_in_defaults_and_claims_no_address
         # rp2040js has no CYW43: every start of the radio fails. The board
         # keeps trying, the watchdog fed, through three of its periods.
         for pause in (1, 2, 4, 8, 16, 32):
-            attempt = b.expect(r"trying again in %d s" % pause, ms=3 * WATCHDOG_MS)
+            attempt = b.expect(rf"trying again in {pause} s", ms=3 * WATCHDOG_MS)
             assert attempt.count("Failed to start CYW43") == 1, attempt
             assert "access point 'siskin-setup' did not come up" in attempt, attempt
         assert b.t_ms > 3 * WATCHDOG_MS, b.t_ms
@@ -71,7 +66,7 @@ def test_fresh_flash_first_boot_uses_the_built_in_defaults_and_claims_no_address
 
 
 def test_configured_boot_listens_and_reports_its_heap(tmp_path: Path) -> None:
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", config()) as b:
+    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", config_files()) as b:
         b.expect(r"Wi-Fi: not brought up \(listening on loopback", ms=10_000)
         b.expect(r"listening on 127\.0\.0\.1:1883", ms=5000)
         free, alloc = (int(g) for g in re.search(HEAP_LINE, b.expect(HEAP_LINE, ms=3000)).groups())  # type: ignore[union-attr]
@@ -81,12 +76,7 @@ def test_configured_boot_listens_and_reports_its_heap(tmp_path: Path) -> None:
 
 
 def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
-    files = {
-        **config(),
-        "main.py": (REPO_ROOT / "tests" / "upy" / "emu_selftest.py").read_bytes(),
-        "harness.py": (REPO_ROOT / "tests" / "core" / "harness.py").read_bytes(),
-    }
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", files) as b:
+    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", selftest_files()) as b:
         start = b.expect(r"SELFTEST heap start free=(\d+) alloc=(\d+)", ms=60_000)
         assert "Traceback" not in start, start
         b.expect(r"SELFTEST delivered 100 retained 1", ms=120_000)
@@ -113,7 +103,7 @@ def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
 def test_a_stop_at_start_up_stays_stopped_through_three_watchdog_periods(tmp_path: Path) -> None:
     # Before: the watchdog (watchdog_ms 8000) started first and reset the
     # stopped board 8 s later, into the same stop: a reset loop.
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", config(storage="/no-such-dir/siskin.store")) as b:
+    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", config_files(storage="/no-such-dir/siskin.store")) as b:
         b.expect(r"cannot be opened", ms=10_000)
         b.expect(r">>> ", ms=2000)
         b.run(3 * WATCHDOG_MS + 1000)

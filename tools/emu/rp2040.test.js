@@ -128,3 +128,37 @@ test('a .uf2 lands at its target addresses; a block without the magic is refused
   image[0] = 0;
   assert.throws(() => loadUf2(image, flash), /no UF2 magic/);
 });
+
+test('an armed console read waits for input, then takes what fits; the rest waits for the next one', () => {
+  const board = new Board(syntheticRom(FLASH_TRAPS));
+  board.boot();
+  const usb = board.mcu.usbCtrl;
+  board.cdc.outEndpoint = 2; // (what enumeration would find)
+  const done = [];
+  usb.endpointReadDone = (endpoint, buffer) => done.push([endpoint, Buffer.from(buffer).toString()]);
+  usb.onEndpointRead(2, 4);
+  assert.deepStrictEqual(done, [], 'no empty transfer: the firmware sleeps until there is input');
+  board.send(Buffer.from('print(1)'));
+  assert.deepStrictEqual(done, [[2, 'prin']]);
+  usb.onEndpointRead(2, 64);
+  assert.deepStrictEqual(done, [[2, 'prin'], [2, 't(1)']], 'beyond one buffer nothing is lost');
+  usb.onEndpointRead(2, 64);
+  assert.strictEqual(done.length, 2);
+});
+
+test('a PIO runs on emulated time, one step per core cycle, and only its enabled state machines', () => {
+  const board = new Board(syntheticRom(FLASH_TRAPS));
+  board.boot();
+  const PIO0 = 0x50200000;
+  const [CTRL, INSTR_MEM0, SM0_INSTR, SM1_INSTR] = [0x000, 0x048, 0x0d8, 0x0f0];
+  board.mcu.writeUint32(PIO0 + INSTR_MEM0, 0x0040); // 0: jmp x-- 0
+  board.mcu.writeUint32(PIO0 + SM0_INSTR, 0xe03f); // set x, 31
+  board.mcu.writeUint32(PIO0 + SM1_INSTR, 0xe03f);
+  const [sm0, sm1] = board.mcu.pio[0].machines;
+  board.mcu.writeUint32(PIO0 + CTRL, 1); // SM0 enabled, SM1 not
+  assert.strictEqual(sm0.x, 31, 'nothing runs outside emulated time');
+  board.mcu.core.PC = 0x300; // b . (two cycles a turn)
+  board.run(board.nanos + 16 * 8); // 16 cycles at 125 MHz
+  assert.strictEqual(sm0.x, 31 - 16);
+  assert.strictEqual(sm1.x, 31, 'a disabled state machine does not execute');
+});
