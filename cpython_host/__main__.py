@@ -17,6 +17,7 @@ from typing import Any
 
 from common.broker.broker import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
+from cpython_host import logtext
 from cpython_host.compat import run
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
 
@@ -269,6 +270,7 @@ def setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logtext.install()  # every argument of every line is escaped and bounded
 
 
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

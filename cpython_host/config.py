@@ -96,13 +96,15 @@ SECURITY = (
 )
 # [http] (docs/monitoring.md): on when the table is present.
 HTTP_AUTH = ("auto", "basic")
-HTTP = (
+HTTP: tuple[tuple[Any, ...], ...] = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on (loopback: no login needed with auth = "auto")
     ("port", 9883, K_INT, 0, 65535),  # TCP port (0 = any free port, logged at start)
     ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); HTTPS on
     ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
     ("auth", "auto", K_CHOICE, HTTP_AUTH, None),  # "auto": basic auth unless loopback-only; "basic": always
     ("sample_interval", 5, K_INT, 1, 3600),  # s between the status page's throughput samples (it keeps 120)
+    ("admins", [], K_LIST, None, None),  # users who may act (kick, drop, clear); others see only their own
+    ("head_timeout", 5.0, K_NUMBER, 0.1, 60),  # s for a request's head to arrive (slowloris), then 408
 )
 TABLES = ("limits", "server", "listener", "log", "security", "http", "bridge")
 
@@ -200,6 +202,8 @@ class HttpConfig:
     keyfile: str
     auth: str
     sample_interval: int
+    admins: list[str]
+    head_timeout: float
 
     def __init__(self, where: str, values: dict[str, Any]) -> None:
         self.where = where
@@ -237,6 +241,11 @@ def _http(where: str, body: Any, base: Path, security: dict[str, Any]) -> HttpCo
         raise ConfigError(f"{where}: certfile is set but keyfile is not; add the path of its private key (PEM).")
     if http.keyfile and not http.certfile:
         raise ConfigError(f"{where}: keyfile is set but certfile is not; HTTPS needs both.")
+    if http.admins and not http.require_auth:
+        raise ConfigError(
+            f"{where}: admins is set but this listener asks no login (loopback with auth = \"auto\"): "
+            'every request from this machine acts as an administrator; set auth = "basic", or remove admins.'
+        )
     if http.require_auth:
         why = 'auth = "basic"' if http.auth == "basic" else f"host {http.host!r} is not loopback-only"
         if security.get("password_file") is None:

@@ -38,6 +38,12 @@ commands:
   retained [FILTER]            retained messages matching FILTER (default "#"; "$SYS/#" for the broker's)
   clear-retained FILTER        clear the retained messages matching FILTER
   store                        the store's size on disk and its syncs
+  whoami                       the user you log in as, and whether it is an administrator
+
+Only administrators ([http] admins; anyone on loopback without a login) may
+kick, drop-session or clear-retained; another user is refused (403) and
+sees only its own clients and sessions and the retained topics its ACL
+lets it read.
 
 The broker must run with an [http] table (docs/monitoring.md). Off loopback
 it asks for an MQTT user's name and password (HTTP basic auth over HTTPS).
@@ -78,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("retained", help="list retained messages").add_argument("filter", nargs="?", default="#")
     sub.add_parser("clear-retained", help="clear retained messages").add_argument("filter")
     sub.add_parser("store", help="the store's size")
+    sub.add_parser("whoami", help="the user you log in as, and whether it may act")
     return p
 
 
@@ -164,6 +171,15 @@ def run(args: argparse.Namespace, url: str) -> int:
     elif command == "clear-retained":
         answer = request(args, url, "POST", "/api/clear-retained", {"filter": args.filter})
         text = f"{answer['cleared']} retained message(s) matching {answer['filter']} cleared"
+    elif command == "whoami":
+        answer = request(args, url, "GET", "/api/status")
+        answer = {"user": answer["user"], "admin": answer["admin"]}
+        if answer["user"] is None:
+            text = "no login asked (loopback): administrator"
+        elif answer["admin"]:
+            text = f"{answer['user']}: administrator ([http] admins)"
+        else:
+            text = f"{answer['user']}: not an administrator: sees its own clients and sessions and the retained topics its ACL reads; may not act"
     else:  # store
         answer = request(args, url, "GET", "/api/store")
         if not answer["enabled"]:

@@ -26,55 +26,113 @@ from prometheus_client.registry import Collector
 
 from common.broker import admin
 from common.broker.broker import VERSION, Broker
-from common.broker.sys_topics import DROP_COUNTERS
+from common.broker.sys_topics import DROP_COUNTERS, SYS_FIGURES
 
 # Store syncs take from tens of microseconds (page cache) to a second (an SD card).
 SYNC_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
-# (metric name, help, snapshot key) of the plain counters.
-COUNTERS = (
-    ("siskin_connections_total", "Network connections accepted", "connections_total"),
-    (
+COUNTER = "counter"
+GAUGE = "gauge"
+BY_QOS = ("qos", None)  # a family of three samples, from the keys KEY_qos0 .. KEY_qos2
+
+# The /metrics family of each $SYS figure. $SYS and /metrics are generated
+# from one table, common/broker/sys_topics.SYS_FIGURES (topic, snapshot
+# key); this maps its keys to Prometheus names: key -> (family, type, help,
+# label), label None or (label name, value). A figure missing here is still
+# served, under a name made from its $SYS topic (generic), and
+# tests/host/test_server_sys.py fails until it is named here.
+FAMILIES = {
+    "connected": ("siskin_clients_connected", GAUGE, "MQTT clients connected now", None),
+    "sessions": (
+        "siskin_sessions",
+        GAUGE,
+        "Sessions held: connected clients plus persistent sessions whose client is away",
+        None,
+    ),
+    "clients_maximum": ("siskin_clients_connected_max", GAUGE, "Most clients connected at once since start", None),
+    "refused_connections": (
         "siskin_connections_refused_total",
+        COUNTER,
         "Connections closed at once: far beyond max_connections",
-        "refused_connections",
+        None,
     ),
-    (
-        "siskin_login_failures_total",
-        "Logins refused for a bad user name or password (MQTT CONNECT, HTTP basic auth)",
-        "login_failed",
+    "connections_total": ("siskin_connections_total", COUNTER, "Network connections accepted", None),
+    "messages_received": ("siskin_messages_received", COUNTER, "PUBLISH packets received from clients, by QoS", BY_QOS),
+    "messages_sent": ("siskin_messages_sent", COUNTER, "PUBLISH packets written to clients, by QoS", BY_QOS),
+    **{
+        key: (
+            "siskin_messages_dropped",
+            COUNTER,
+            "Messages not delivered or not kept, by cause (docs/limits.md)",
+            ("cause", cause),
+        )
+        for cause, key in DROP_COUNTERS
+    },
+    "refused_queue_full": (
+        "siskin_messages_refused",
+        COUNTER,
+        "QoS 1/2 PUBLISHes refused because queues were full",
+        ("cause", "queue_full"),
     ),
-    ("siskin_messages_expired_total", "Messages whose v5 Message Expiry came before delivery", "expired"),
-    ("siskin_received_bytes_total", "Bytes read from MQTT clients", "bytes_received"),
-    ("siskin_sent_bytes_total", "Bytes written to MQTT clients", "bytes_sent"),
-    (
+    "refused_queue_total": (
+        "siskin_messages_refused",
+        COUNTER,
+        "QoS 1/2 PUBLISHes refused because queues were full",
+        ("cause", "queue_total"),
+    ),
+    "closed_replay_stalled": (
         "siskin_replay_stalled_closes_total",
+        COUNTER,
         "Clients closed because a retained replay's output did not drain (replay_stall_timeout)",
-        "closed_replay_stalled",
+        None,
     ),
-    (
+    "expired": ("siskin_messages_expired_total", COUNTER, "Messages whose v5 Message Expiry came before delivery", None),
+    "denied_publish": ("siskin_acl_denied", COUNTER, "What the ACL refused", ("what", "publish")),
+    "denied_delivery": ("siskin_acl_denied", COUNTER, "What the ACL refused", ("what", "delivery")),
+    "denied_subscribe": ("siskin_acl_denied", COUNTER, "What the ACL refused", ("what", "subscribe")),
+    "login_failed": (
+        "siskin_login_failures_total",
+        COUNTER,
+        "Logins refused for a bad user name or password (MQTT CONNECT, HTTP basic auth)",
+        None,
+    ),
+    "denied_takeover": (
+        "siskin_takeovers_denied_total",
+        COUNTER,
+        "CONNECTs refused: their client id's session belongs to another user",
+        None,
+    ),
+    "tls_failed": (
+        "siskin_tls_failed_total",
+        COUNTER,
+        "TLS connections refused before MQTT: a failed or stalled handshake, or a refused certificate identity",
+        None,
+    ),
+    "websocket_refused": (
         "siskin_websocket_refused_total",
+        COUNTER,
         "WebSocket upgrades refused (HTTP 4xx) and WebSocket connections closed for bad frames",
-        "websocket_refused",
+        None,
     ),
-    (
+    "closed_out_of_memory": (
         "siskin_out_of_memory_closes_total",
+        COUNTER,
         "Clients closed because handling their packet ran out of heap (MemoryError; boards above all)",
-        "closed_out_of_memory",
+        None,
     ),
-)
+    "bytes_received": ("siskin_received_bytes_total", COUNTER, "Bytes read from MQTT clients", None),
+    "bytes_sent": ("siskin_sent_bytes_total", COUNTER, "Bytes written to MQTT clients", None),
+    "subscriptions": ("siskin_subscriptions", GAUGE, "Subscriptions of all sessions", None),
+    "retained": (
+        "siskin_retained_messages",
+        GAUGE,
+        "Retained messages kept (the broker's own $SYS ones included)",
+        None,
+    ),
+}
 
-# (label value, snapshot key) of the labelled families.
-REFUSED = (("queue_full", "refused_queue_full"), ("queue_total", "refused_queue_total"))
-DENIED = (("publish", "denied_publish"), ("subscribe", "denied_subscribe"), ("delivery", "denied_delivery"))
-
-# (metric name, help, snapshot key) of the gauges.
+# Gauges of /metrics only: (metric name, help, snapshot key).
 GAUGES = (
-    ("siskin_clients_connected", "MQTT clients connected now", "connected"),
-    ("siskin_clients_connected_max", "Most clients connected at once since start", "clients_maximum"),
-    ("siskin_sessions", "Sessions held: connected clients plus persistent sessions whose client is away", "sessions"),
-    ("siskin_subscriptions", "Subscriptions of all sessions", "subscriptions"),
-    ("siskin_retained_messages", "Retained messages kept (the broker's own $SYS ones included)", "retained"),
     ("siskin_message_slabs", "Messages held in memory (queued, in flight or retained; each kept once)", "messages"),
     (
         "siskin_queued_budget_bytes",
@@ -82,6 +140,34 @@ GAUGES = (
         "queued_total",
     ),
 )
+
+
+def generic(suffix: str) -> tuple[str, str, str, None]:
+    """The family of a $SYS figure FAMILIES does not name."""
+    name = "siskin_sys_" + "".join(ch if ch.isalnum() else "_" for ch in suffix)
+    return name, GAUGE, f"$SYS/broker/{suffix}", None
+
+
+def sys_families(snap: dict[str, Any]) -> list[Metric]:
+    """A family for every figure of sys_topics.SYS_FIGURES, from `snap` (broker.snapshot())."""
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+    for suffix, key in SYS_FIGURES:
+        name, kind, text, label = FAMILIES.get(key) or generic(suffix)
+        family = families.get(name)
+        if family is None:
+            labels = [label[0]] if label else None
+            if kind == COUNTER:
+                family = families[name] = CounterMetricFamily(name, text, labels=labels)
+            else:
+                family = families[name] = GaugeMetricFamily(name, text, labels=labels)
+        if label is None:
+            family.add_metric([], snap[key])
+        elif label[1] is None:
+            for qos in range(3):
+                family.add_metric([str(qos)], snap[f"{key}_qos{qos}"])
+        else:
+            family.add_metric([label[1]], snap[key])
+    return list(families.values())
 
 
 # (metric name, help, Bridge attribute) of the bridges' counters, labelled by bridge.
@@ -116,31 +202,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "siskin_uptime_seconds", "Seconds since the broker started", value=self.clock() - (started or self.clock())
         )
-        for name, text, key in COUNTERS:
-            yield CounterMetricFamily(name, text, value=snap[key])
-        for direction, verb in (("received", "received from clients"), ("sent", "written to clients")):
-            family = CounterMetricFamily(
-                f"siskin_messages_{direction}", f"PUBLISH packets {verb}, by QoS", labels=["qos"]
-            )
-            for qos in range(3):
-                family.add_metric([str(qos)], snap[f"messages_{direction}_qos{qos}"])
-            yield family
-        family = CounterMetricFamily(
-            "siskin_messages_dropped", "Messages not delivered or not kept, by cause (docs/limits.md)", labels=["cause"]
-        )
-        for cause, key in DROP_COUNTERS:
-            family.add_metric([cause], snap[key])
-        yield family
-        family = CounterMetricFamily(
-            "siskin_messages_refused", "QoS 1/2 PUBLISHes refused because queues were full", labels=["cause"]
-        )
-        for cause, key in REFUSED:
-            family.add_metric([cause], snap[key])
-        yield family
-        family = CounterMetricFamily("siskin_acl_denied", "What the ACL refused", labels=["what"])
-        for what, key in DENIED:
-            family.add_metric([what], snap[key])
-        yield family
+        yield from sys_families(snap)
         for name, text, key in GAUGES:
             yield GaugeMetricFamily(name, text, value=snap[key])
         queued, size, inflight = admin.queues(broker)

@@ -22,6 +22,11 @@ Routes:
   POST /api/drop-session      {"client_id": ...}: disconnect and end its session
   POST /api/clear-retained    {"filter": ...}: clear the retained messages it matches
 
+Who may do what (Viewer): without a login (loopback, auth "auto") every
+request is the administrator's; with one, the users of [http] admins are,
+and any other user sees the counts, its own clients and sessions and the
+retained topics its ACL lets it read, and is refused every action (403).
+
 Protection: the listener answers without a login only when it listens on
 loopback addresses and auth is "auto"; otherwise every request needs HTTP
 basic auth of an MQTT user (the [security] password file, checked by the
@@ -46,15 +51,18 @@ import logging
 import ssl
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from common.broker import admin, secured
 from common.broker.broker import VERSION, Broker
+from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
 from cpython_host.metrics import registry, store_size
@@ -69,8 +77,11 @@ STATIC_TYPES = {
     ".css": "text/css; charset=utf-8",
 }
 MAX_REQUEST = 16384  # bytes of request head + body
-REQUEST_TIMEOUT = 10.0  # s for a TLS handshake, for a whole request to arrive, and for its answer to leave
+REQUEST_TIMEOUT = 10.0  # s for a whole request to arrive, and for its answer to leave
 MAX_OPEN = 32  # connections at once; more are closed at once (a flood must not take the broker's sockets)
+MAX_PER_ADDRESS = 8  # connections at once from one source address (a browser opens about 6)
+RESERVED = 4  # slots beyond MAX_OPEN that only this machine's own 127.0.0.1 and ::1 may take
+LOCAL_PEERS = ("127.0.0.1", "::1")
 MAX_LISTED = 1000  # entries of a list in /api/status (the full lists: /api/clients, /api/sessions)
 SAMPLES = 120  # throughput ring: samples kept, one every [http] sample_interval s
 
@@ -112,8 +123,10 @@ class WebServer:
         self.sampler: asyncio.Task[None] | None = None
         self.static = {p.name: p for p in STATIC.iterdir() if p.suffix in STATIC_TYPES}
         self.open = 0  # connections being served
-        self.refused = 0  # connections closed at once beyond MAX_OPEN
+        self.by_address: dict[str, int] = {}  # source address -> its connections being served
+        self.refused = 0  # connections closed at once: over MAX_OPEN or MAX_PER_ADDRESS
         self.refusal_log_at = 0.0  # monotonic s: the next such refusal logged
+        self.metrics.register(HttpCollector(self))
 
     def now(self) -> int:
         self.driver.clock()
@@ -131,7 +144,7 @@ class WebServer:
                 cfg.host,
                 cfg.port,
                 ssl=self.context,
-                ssl_handshake_timeout=REQUEST_TIMEOUT if self.context else None,
+                ssl_handshake_timeout=cfg.head_timeout if self.context else None,
                 ssl_shutdown_timeout=1.0 if self.context else None,
             )
         except OSError as e:
@@ -140,7 +153,8 @@ class WebServer:
         self.name = address(self.server.sockets[0].getsockname())
         self.sampler = asyncio.get_running_loop().create_task(self.sample())
         if self.auth:
-            guard = "HTTP basic auth of the MQTT users"
+            admins = ", ".join(self.config.admins) or "none: users see their own and act on nothing; set [http] admins"
+            guard = f"HTTP basic auth of the MQTT users; administrators: {admins}"
         else:
             guard = "loopback only, no login"
         log.info(
@@ -175,7 +189,7 @@ class WebServer:
             self.server.close()
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 1.0)
-            except TimeoutError:  # pragma: no cover - a request still being answered
+            except asyncio.TimeoutError:  # pragma: no cover - a request still being answered
                 pass
 
     async def sample(self) -> None:
@@ -204,25 +218,40 @@ class WebServer:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if self.open >= MAX_OPEN:
+        source = peer[0] if peer else ""
+        why = self.over_limit(source)
+        if why:
             self.refused += 1
             writer.transport.abort()
             now = time.monotonic()
             if now >= self.refusal_log_at:
                 self.refusal_log_at = now + 10
-                log.warning(
-                    "HTTP connection from %s refused: %d open already (%d refused so far)",
-                    address(peer),
-                    MAX_OPEN,
-                    self.refused,
-                )
+                log.warning("HTTP connection from %s refused: %s (%d refused so far)", address(peer), why, self.refused)
             return
         self.open += 1
+        self.by_address[source] = self.by_address.get(source, 0) + 1
         try:
             await self.answer(reader, writer, peer)
         finally:
             self.open -= 1
+            left = self.by_address.pop(source) - 1
+            if left:
+                self.by_address[source] = left
             writer.close()
+
+    def over_limit(self, source: str) -> str:
+        """Why a new connection from `source` is refused at once ("": it is not).
+
+        Slow clients cannot hold the listener: each address holds at most
+        MAX_PER_ADDRESS connections, each must send its head within
+        head_timeout, and beyond MAX_OPEN only this machine (127.0.0.1,
+        ::1: siskin ctl, a browser on the box) gets RESERVED more."""
+        if self.by_address.get(source, 0) >= MAX_PER_ADDRESS:
+            return f"{MAX_PER_ADDRESS} open from that address already"
+        cap = MAX_OPEN + RESERVED if source in LOCAL_PEERS else MAX_OPEN
+        if self.open >= cap:
+            return f"{self.open} open already (at most {MAX_OPEN}, and {RESERVED} more from this machine)"
+        return ""
 
     async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
         """Read one request, write its answer."""
@@ -238,7 +267,7 @@ class WebServer:
                     (e.text + "\n").encode(),
                     e.headers,
                 )
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 status, ctype, data, headers = 408, "text/plain; charset=utf-8", b"request timeout\n", []
             except h11.RemoteProtocolError as e:
                 code = e.error_status_hint
@@ -259,17 +288,25 @@ class WebServer:
                 out += conn.send(h11.EndOfMessage()) or b""
                 writer.write(out)
                 await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
-        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError, TimeoutError):
+        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError, asyncio.TimeoutError):
             pass
 
     async def read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:
+        """The request and its body; TimeoutError if its head (request line
+        and headers) is not all here within head_timeout, however steadily
+        its bytes trickle in."""
         request = None
         body = b""
         received = 0
+        loop = asyncio.get_running_loop()
+        head_due = loop.time() + self.config.head_timeout
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await reader.read(4096)
+                if request is None:
+                    data = await asyncio.wait_for(reader.read(4096), max(head_due - loop.time(), 0))
+                else:
+                    data = await reader.read(4096)
                 received += len(data)
                 if received > MAX_REQUEST:
                     if request is None:
@@ -292,7 +329,7 @@ class WebServer:
         target = urllib.parse.urlsplit(request.target.decode("ascii", "replace"))
         path = target.path
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
-        self.check_access(headers, peer)
+        viewer = Viewer(self.broker, self.check_access(headers, peer), self.config.admins)
         if method not in ("GET", "POST"):
             raise HttpError(405, f"method {method} not allowed", [("allow", "GET, POST")])
         if path.startswith("/api/") and method == "POST":
@@ -304,6 +341,8 @@ class WebServer:
                 raise HttpError(400, "the body is not JSON") from None
             if not isinstance(args, dict):
                 raise HttpError(400, "the body must be a JSON object")
+            if not viewer.admin:
+                raise HttpError(403, f"user {clip(viewer.user or '')!r} is not an administrator ([http] admins): it may look, not act")
             return 200, "application/json", _json(self.action(path, args)), []
         if method == "POST":
             raise HttpError(405, f"POST is only for /api/ actions, not {path}", [("allow", "GET")])
@@ -311,21 +350,22 @@ class WebServer:
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics), []
         if path.startswith("/api/"):
             query = urllib.parse.parse_qs(target.query)
-            return 200, "application/json", _json(self.read(path, query)), []
+            return 200, "application/json", _json(self.read(path, query, viewer)), []
         name = "index.html" if path == "/" else path[1:]
         file = self.static.get(name)
         if file is None or "/" in name:
             raise HttpError(404, f"no such page: {path}")
         return 200, STATIC_TYPES[file.suffix], file.read_bytes(), []
 
-    def check_access(self, headers: dict[str, str], peer: str) -> None:
-        """Refuse (HttpError) a request the listener must not serve; `peer`: its source address."""
+    def check_access(self, headers: dict[str, str], peer: str) -> str | None:
+        """The user who logged in (None: no login asked); HttpError for a
+        request the listener must not serve. `peer`: its source address."""
         if not self.auth:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if not loopback_name(name.strip("[]")):
-                raise HttpError(403, f"Host {host!r} is not a loopback name: this listener serves this machine only")
-            return
+                raise HttpError(403, f"Host {clip(host)!r} is not a loopback name: this listener serves this machine only")
+            return None
         challenge = [("www-authenticate", 'Basic realm="siskin", charset="UTF-8"')]
         given = headers.get("authorization", "")
         scheme, _, encoded = given.partition(" ")
@@ -346,26 +386,28 @@ class WebServer:
                 if wait > 0
                 else ""
             )
-            log.warning("HTTP: login failed for user %r from %s%s", user, peer, held)
+            log.warning("HTTP: login failed for user %r from %s%s", clip(user), peer, held)
             raise HttpError(401, "bad user name or password", challenge)
+        return user
 
     # ------------------------------------------------------------ the API
 
-    def read(self, path: str, query: dict[str, list[str]]) -> Any:
+    def read(self, path: str, query: dict[str, list[str]], viewer: Viewer) -> Any:
         broker = self.broker
         if path == "/api/status":
-            return self.status()
+            return self.status(viewer)
         if path == "/api/clients":
-            return {"clients": admin.clients(broker)}
+            return {"clients": [c for c in admin.clients(broker) if viewer.owns(c["user"])]}
         if path == "/api/sessions":
-            return {"sessions": admin.sessions(broker)}
+            return {"sessions": [s for s in admin.sessions(broker) if viewer.owns(s["user"])]}
         if path == "/api/retained":
             flt = query.get("filter", ["#"])[0]
             try:
                 found = admin.retained(broker, flt, self.now())
             except ValueError as e:
                 raise HttpError(400, str(e)) from None
-            return {"filter": flt, "retained": [{"topic": t, "bytes": n, "qos": q} for t, n, q in found]}
+            shown = [{"topic": t, "bytes": n, "qos": q} for t, n, q in found if viewer.reads(t)]
+            return {"filter": flt, "retained": shown}
         if path == "/api/store":
             return self.store()
         raise HttpError(404, f"no such API: GET {path}")
@@ -407,14 +449,15 @@ class WebServer:
             "store_sync": self.broker.settings.store_sync,
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self, viewer: Viewer) -> dict[str, Any]:
         broker = self.broker
         snap = broker.snapshot()
-        clients = admin.clients(broker)
+        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"])]
         subscriptions = []
         for session in admin.sessions(broker):
-            for flt in session["subscriptions"]:
-                subscriptions.append({"client_id": session["client_id"], "filter": flt})
+            if viewer.owns(session["user"]):
+                for flt in session["subscriptions"]:
+                    subscriptions.append({"client_id": session["client_id"], "filter": flt})
         queued, size, inflight = admin.queues(broker)
         started = snap["started"]
         return {
@@ -434,7 +477,43 @@ class WebServer:
             "store": self.store(),
             "sample_seconds": self.config.sample_interval,
             "throughput": list(self.samples),
+            "user": viewer.user,
+            "admin": viewer.admin,
         }
+
+
+class HttpCollector(Collector):
+    """The listener's own figures for /metrics."""
+
+    def __init__(self, web: WebServer) -> None:
+        self.web = web
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("siskin_http_connections", "HTTP connections being served now", value=self.web.open)
+        yield CounterMetricFamily(
+            "siskin_http_refused",
+            "HTTP connections closed at once: over 32 open, or over 8 from one address",
+            value=self.web.refused,
+        )
+
+
+class Viewer:
+    """Who asks. An administrator (every request where no login is asked;
+    else a user named in [http] admins) sees everything and may act. Any
+    other user sees the counts, its own clients and sessions, and the
+    retained topics the ACL lets it read (all of them without an ACL, as
+    over MQTT), and may act on nothing (403)."""
+
+    def __init__(self, broker: Broker, user: str | None, admins: list[str]) -> None:
+        self.user = user
+        self.admin = user is None or user in admins
+        self.rules = None if self.admin or broker.acl is None else broker.acl.for_client(user, None)
+
+    def owns(self, user: str | None) -> bool:
+        return self.admin or user == self.user
+
+    def reads(self, topic: str) -> bool:
+        return self.rules is None or bool(self.rules.can_read(topic))
 
 
 def _json(value: Any) -> bytes:

@@ -63,6 +63,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from common.broker.clienttext import clip
 from cpython_host.server import ClientProtocol
 
 if TYPE_CHECKING:
@@ -221,6 +222,10 @@ class WebSocketClient(ClientProtocol):
             extra = list(answer.headers) if isinstance(answer, RejectConnection) else []
             self.refuse(status, f"not a WebSocket upgrade: {e}", extra)
             return b""
+        except UnicodeDecodeError:
+            # (wsproto reads the WebSocket headers as ASCII)
+            self.refuse(400, "a WebSocket header (Sec-WebSocket-Protocol, -Extensions) is not ASCII")
+            return b""
         if request is None:  # pragma: no cover - h11 has the whole head
             self.refuse(400, "no HTTP request in the head")
             return b""
@@ -241,16 +246,16 @@ class WebSocketClient(ClientProtocol):
         cfg = self.listening.config
         path = request.target.split("?", 1)[0]
         if cfg.path and path != cfg.path:
-            return 404, f"path {path!r}: this listener serves {cfg.path!r}"
+            return 404, f"path {clip(path)!r}: this listener serves {cfg.path!r}"
         if cfg.origins:
             origin = next((v.decode("latin-1") for k, v in request.extra_headers if k == b"origin"), None)
             # No Origin header: not a browser, which is what origins guards against.
             if origin is not None and origin not in cfg.origins:
-                return 403, f"Origin {origin!r} is not in this listener's origins"
+                return 403, f"Origin {clip(origin)!r} is not in this listener's origins"
         if SUBPROTOCOL not in request.subprotocols:
             # [MQTT-6.0.0-3] the client offers "mqtt"; without it the server
             # cannot select it [MQTT-6.0.0-4].
-            offered = ", ".join(request.subprotocols) or "none"
+            offered = clip(", ".join(request.subprotocols)) or "none"
             return 400, f'the WebSocket subprotocol "mqtt" was not offered (offered: {offered})'
         return None
 

@@ -78,6 +78,7 @@ import gc
 import select
 import time
 
+from common.broker.clienttext import printable
 from common.broker.settings import LOG_LEVELS
 from common.driver import Driver
 
@@ -91,7 +92,9 @@ class Log:
     def log(self, level, text):
         if level >= self.level:
             name = "DEBUG" if level < 20 else "INFO" if level < 30 else "WARNING" if level < 40 else "ERROR"
-            print("%s siskin: %s" % (name, text))
+            # The sink: no control character of any line reaches the
+            # terminal raw (the core's lines are escaped already: clienttext).
+            print("%s siskin: %s" % (name, printable(text, False)))
 
 
 def _readable(sock):

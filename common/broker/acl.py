@@ -18,10 +18,14 @@
 #
 # At CONNECT the broker asks for_client(user, client_id) for the rules of
 # one client (a ClientAcl, shared by every connection of a user when no
-# pattern applies). A pattern is applied only when its %u / %c value holds
-# no "+", "#" or "/": such a name could widen the pattern into other
-# clients' topics ("devices/+/#"), so a client whose name would be
-# substituted unsafely gets no rules at all (every check denies).
+# pattern applies). substitute() puts the user name and client id into a
+# pattern in ONE pass: what it puts in is never scanned again, so a user
+# named "%c" gets the literal level "%c", never another client's id. It
+# refuses a value that would widen the pattern: one that is empty or holds
+# "+", "#" or "/" (a wildcard, or a level boundary: "devices/+/#"), or
+# that starts with "$" where it starts the filter ("$SYS/#" from
+# "%c/#"). A client with such a name gets no rules at all (every check
+# denies; ClientAcl.refused names the identity for the log).
 #
 # Checks, each exact on the topic grammar of common/broker/topics.py:
 #   can_write(topic)      PUBLISH and the will at CONNECT
@@ -46,7 +50,8 @@ WRITE = const(2)
 DENY = const(4)
 
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": DENY}
-_UNSAFE = "+#/"
+# Characters an identity put into a pattern must not hold (substitute()).
+WIDENING = "+#/"
 
 
 def _matches(levels, topic):
@@ -98,10 +103,13 @@ def filters_overlap(a, b):
 
 
 class ClientAcl:
-    """The rules of one client: (bits, filter, levels) each."""
+    """The rules of one client: (bits, filter, levels) each. `refused`:
+    (user, client id) when a pattern refused them (then there are no
+    rules), else None."""
 
-    def __init__(self, rules):
+    def __init__(self, rules, refused=None):
         self.rules = rules
+        self.refused = refused
 
     def _allows(self, bit, topic):
         allowed = False
@@ -226,7 +234,7 @@ class Acl:
     def _add(self, word, bits, flt, rules, at):
         if word == "pattern":
             # Checked as a filter with stand-in names for %u and %c.
-            _rule(bits, flt.replace("%u", "u").replace("%c", "c"), at)
+            _rule(bits, substitute(flt, "u", "c"), at)
             self.patterns.append((bits, flt))
         else:
             rules.append(_rule(bits, flt, at))
@@ -241,22 +249,45 @@ class Acl:
             return shared
         rules = list(base)
         for bits, pattern in self.patterns:
-            if "%u" in pattern:
-                if user is None:
-                    continue  # (Mosquitto: a pattern with %u skips anonymous clients)
-                if _unsafe(user):
-                    return ClientAcl([])
-            if "%c" in pattern and _unsafe(client_id):
-                return ClientAcl([])
-            flt = pattern.replace("%u", user or "").replace("%c", client_id)
+            if (user is None and "%u" in pattern) or (client_id is None and "%c" in pattern):
+                # (Mosquitto: a pattern with %u skips anonymous clients; an
+                # HTTP login (cpython_host/web.py) has no client id.)
+                continue
+            flt = substitute(pattern, user, client_id)
+            if flt is None:
+                return ClientAcl([], (user, client_id))
             rules.append((bits, flt, tuple(flt.split("/"))))
         return ClientAcl(rules)
 
 
-def _unsafe(name):
-    if not name:
+def _widens(value, first):
+    """Whether `value`, put into a pattern (at its very start when `first`),
+    could match more than its own one level."""
+    if not value or (first and value[0] == "$"):
         return True
-    for ch in _UNSAFE:
-        if ch in name:
+    for ch in WIDENING:
+        if ch in value:
             return True
     return False
+
+
+def substitute(pattern, user, client_id):
+    """`pattern` with each %u (user) and %c (client id) replaced, in one
+    pass; None if a value put in would widen it (_widens)."""
+    out = []
+    copied = 0  # pattern[:copied] is in `out`
+    at = pattern.find("%")
+    while 0 <= at < len(pattern) - 1:
+        code = pattern[at + 1]
+        if code == "u" or code == "c":
+            value = user if code == "u" else client_id
+            if _widens(value, at == 0):
+                return None
+            out.append(pattern[copied:at])
+            out.append(value)
+            copied = at + 2
+            at = pattern.find("%", copied)
+        else:
+            at = pattern.find("%", at + 1)
+    out.append(pattern[copied:])
+    return "".join(out)

@@ -53,6 +53,7 @@ def sessions(broker):
         out.append(
             {
                 "client_id": client_id,
+                "user": session.user or None,  # (None: anonymous, or restored without its owner)
                 "connected": session.conn is not None,
                 "persistent": session.expiry_interval != 0,
                 "expires_at": session.expires_at,

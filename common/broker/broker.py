@@ -19,6 +19,7 @@
 # only; no input from the network can raise out of data_received().
 
 from common.broker import handle_connect, handle_publish, handle_subscribe, replay
+from common.broker.clienttext import REASON_STRING_MAX, clip, words
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.broker.listener import StateListener
 from common.broker.routing import Routing
@@ -60,40 +61,6 @@ TOPIC_CACHE_COST = 256
 
 # Broker.out_chunk at least (bytes).
 OUT_CHUNK_MIN = 512
-
-
-def needs_escape(text):
-    for ch in text:
-        o = ord(ch)
-        if o < 0x20 or 0x7F <= o <= 0x9F or o == 0x5C or o == 0x2028 or o == 0x2029:
-            return True
-    return False
-
-
-def printable(text):
-    """`text` with control characters (C0, DEL, C1, U+2028/9) and the
-    backslash written as escapes (\\n, \\x1b, \\u2028, \\\\): one log line stays
-    one line, and an escape in the text cannot pass for one we wrote."""
-    if not needs_escape(text):
-        return text
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if o == 0x5C:
-            out.append("\\\\")
-        elif o == 0x0A:
-            out.append("\\n")
-        elif o == 0x0D:
-            out.append("\\r")
-        elif o == 0x09:
-            out.append("\\t")
-        elif o < 0x20 or 0x7F <= o <= 0x9F:
-            out.append("\\x%02x" % o)
-        elif o == 0x2028 or o == 0x2029:
-            out.append("\\u%04x" % o)
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 class Stats:
@@ -245,14 +212,12 @@ class Broker:
         self.log_level = level
 
     def log(self, level, fmt, args):
-        # Every text argument is made printable: client ids, user names and
-        # topics come from the network, and none may forge a log line.
+        # The core's logging boundary: `fmt` is ours, every argument is data
+        # (words()): client ids, user names and topics come from the network,
+        # so each is cut to CLIENT_TEXT_MAX characters and escaped, and none
+        # may forge, hide or flood a log line.
         if self.logger is not None and level >= self.log_level:
-            for a in args:
-                if isinstance(a, str) and needs_escape(a):
-                    args = tuple([printable(x) if isinstance(x, str) else x for x in args])
-                    break
-            self.logger(level, fmt % args)
+            self.logger(level, words((fmt, args)))
 
     def client_name(self, conn):
         session = conn.session
@@ -672,9 +637,11 @@ class Broker:
 
     def with_reason_string(self, conn, pkt, text):
         """The v5 `pkt` encoded with `text` as its Reason String, left out
-        beyond the client's Maximum Packet Size [MQTT-3.1.2-25] [MQTT-3.14.2-3]."""
+        beyond the client's Maximum Packet Size [MQTT-3.1.2-25] [MQTT-3.14.2-3].
+        A text longer than REASON_STRING_MAX characters is cut (clip): a
+        Reason String never makes the packet fail to encode."""
         if text:
-            pkt.props = [(C.PROP_REASON_STRING, text)]
+            pkt.props = [(C.PROP_REASON_STRING, clip(text, REASON_STRING_MAX))]
             data = encode_packet(pkt, C.LEVEL_5)
             extras = conn.extras
             if extras is None or not extras.max_packet_out or len(data) <= extras.max_packet_out:

@@ -15,6 +15,7 @@
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
 from common.broker import handle_publish, handle_subscribe, login
+from common.broker.clienttext import words
 from common.broker.connection import CONNECTED
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
@@ -45,9 +46,10 @@ def send_connack(broker, conn, session_present, reason, props=None):
 
 def refuse(broker, conn, reason, now, why):
     """Refuse the CONNECT with `reason`; `why` names the rule or limit and its
-    value, for the log and the v5 Reason String."""
+    value, for the log and the v5 Reason String: a str, or (format, args)
+    with the client's text in args (both cut and escaped: broker.words)."""
     if conn.level == C.LEVEL_5:
-        broker.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), why))
+        broker.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
         sent = "reason"
     else:
         reason = send_connack(broker, conn, False, reason)
@@ -98,7 +100,7 @@ def accept(broker, conn, pkt, now, auth_out):
     if method_name is not None and auth_out is None:
         method = broker.auth_methods.get(method_name)
         if method is None:
-            refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, "authentication method %r not configured" % method_name)
+            refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, ("authentication method '%s' not configured", (method_name,)))
             return
         # (Loaded with the methods by the Broker: no import from the network.)
         from common.broker import enhanced_auth
@@ -194,7 +196,7 @@ def accept(broker, conn, pkt, now, auth_out):
             return
         session.user = conn.user
     else:
-        _cancel_will(broker, session)
+        cancel_will(broker, session)
         if conn.acl is not None:
             # Its owner or the rules may have changed since it was made.
             from common.broker import secured  # (loaded with the rules: login.set_security)
@@ -294,7 +296,7 @@ def _check_will(broker, conn, pkt):
         return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
     if conn.acl is not None and not conn.acl.can_write(pkt.will_topic):
         broker.stats.denied_publish += 1
-        return C.RC_NOT_AUTHORIZED, "the ACL does not let user %s write the will topic %s" % (conn.user, pkt.will_topic)
+        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (conn.user, pkt.will_topic))
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
             return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
@@ -328,7 +330,7 @@ def _new_will(broker, pkt):
     return msg, delay, expiry
 
 
-def _cancel_will(broker, session):
+def cancel_will(broker, session):
     if session.will is not None:
         broker.routing.messages.drop(session.will[0])
         session.will = None
@@ -342,7 +344,10 @@ def _publish_will(broker, session, now):
     if will is None:
         return
     msg = will[0]
-    handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
+    # A will is a publish by its owner, judged by the rules in force now.
+    acl = broker.acl
+    if acl is None or not handle_publish.write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will"):
+        handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
     broker.routing.messages.drop(msg)
 
 
@@ -370,7 +375,7 @@ def detach(broker, conn, now, publish_will=True):
                 delay = session.expiry_interval
             session.will_at = now + delay
     elif session.will is not None and session.will_at == 0:
-        _cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
+        cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
     if session.expiry_interval == 0:
         destroy_session(broker, session, now)
         return
@@ -385,7 +390,7 @@ def destroy_session(broker, session, now):
         if session.will_at:
             _publish_will(broker, session, now)  # the session ends before the delay
         else:
-            _cancel_will(broker, session)
+            cancel_will(broker, session)
     if _has_shared(session):
         handle_publish.hand_over_shared(broker, session, now)
     handle_subscribe.remove_all(broker, session, now)

@@ -122,12 +122,11 @@ def handle_publish(broker, conn, pkt, now, frame, start, at, end):
     if topic.startswith("$SYS"):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
         text = "only the broker publishes under $SYS/"
-    elif conn.acl is not None and not conn.acl.can_write(topic):
+    elif conn.acl is not None and write_denied(broker, conn.acl, session, conn.user, topic, now):
         # v5: PUBACK/PUBREC 0x87; 3.1.1 has no code for it: acknowledged
         # (the reason is not encoded at that level) and dropped, counted.
         reason = C.RC_NOT_AUTHORIZED
         text = "the ACL does not let this client write to this topic"
-        _denied(broker, conn, topic, now)
     elif pkt.retain and qos and conn.level == C.LEVEL_5 and not broker.routing.retained.fits(topic, take_bytes(frame, at, end)):
         # A v5 publisher can be told its retained message would not be kept:
         # refused whole rather than routed and silently not retained.
@@ -200,13 +199,19 @@ def forwarded(props, taken, other):
     return rest or None
 
 
-def _denied(broker, conn, topic, now):
-    """Count a PUBLISH the ACL refused; log at most one line a second."""
+def write_denied(broker, acl, session, user, topic, now, what="PUBLISH"):
+    """Whether the rules `acl` refuse `user`'s publish to `topic` from
+    `session`: a live PUBLISH, or its will when it is sent (the same answer,
+    counter and log line). A refusal is counted; at most one line a second
+    is logged."""
+    if acl.can_write(topic):
+        return False
     st = broker.stats
     st.denied_publish += 1
     if now >= broker.denied_log_at:
         broker.denied_log_at = now + 1
-        broker.log(30, "%s: PUBLISH to %s refused by the ACL (user %s; %d refused so far)", (conn.session.client_id, topic, conn.user, st.denied_publish))
+        broker.log(30, "%s: %s to %s refused by the ACL (user %s; %d refused so far)", (session.client_id, what, topic, user, st.denied_publish))
+    return True
 
 
 def _resolve_alias(broker, conn, topic, alias):

@@ -37,9 +37,12 @@
 #
 # set_security() installs new users and rules (start, SIGHUP on the host):
 # every connected client gets its rules again and loses the subscriptions
-# they no longer allow; an offline session is re-checked when its user
-# resumes it (only its owner may: owner_refusal), and what it had
-# queued or in flight is sent only where the new rules let its client read.
+# they no longer allow; a held will (of a live client, or waiting out its
+# v5 delay) its owner may no longer publish is discarded, counted as a
+# refused PUBLISH (a will is judged again when it is sent). An offline
+# session is re-checked when its user resumes it (only its owner may:
+# owner_refusal), and what it had queued or in flight is sent only where
+# the new rules let its client read.
 # Connected clients keep their login until they reconnect.
 #
 # What only a broker with a password file or an ACL runs (the password check
@@ -61,11 +64,12 @@ def anonymous_allowed(broker, peer):
 
 
 def _anonymous_why(broker, peer):
+    # (format, args) pairs: our words, not cut as client text would be (broker.words).
     if broker.allow_anonymous is False:
-        return "anonymous client refused: allow_anonymous is false"
+        return "anonymous client refused: allow_anonymous is false", ()
     if broker.users is not None:
-        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)"
-    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)"
+        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)", ()
+    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)", ()
 
 
 def source_address(peer):
@@ -95,15 +99,12 @@ def login(broker, conn, pkt, now):
         wait = check_password(broker, address, pkt.username, pkt.password, now)
         if wait:
             broker.stats.login_failed += 1
-            why = "%s (user %s, client id %s, from %s" % (
-                BAD_LOGIN,
-                pkt.username,
-                pkt.client_id,
-                peer[0] if peer is not None else "-",
-            )
+            held = ""
             if wait > 0:
-                why += ": %d failed logins, no password checked for %d s" % (broker.login_failures[address][0], wait)
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, why + ")"
+                held = (": %d failed logins, no password checked for %d s", (broker.login_failures[address][0], wait))
+            # (format, args): the client's text is cut and escaped (broker.words).
+            why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
+            return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
         conn.user = pkt.username
     if conn.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
@@ -137,6 +138,12 @@ def grant(broker, conn, client_id):
     """Give the connection the ACL rules of its user and client id."""
     acl = broker.acl
     conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
+    if conn.acl is not None and conn.acl.refused is not None:
+        broker.log(
+            30,
+            "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
+            (client_id, _user_text(conn.user)),
+        )
 
 
 def set_security(broker, users, acl, allow_anonymous, now):
@@ -156,6 +163,8 @@ def set_security(broker, users, acl, allow_anonymous, now):
         conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
         if conn.acl is not None:
             secured.recheck(broker, conn, session, now)
+    if acl is not None:
+        secured.recheck_wills(broker, acl, now)
 
 
 def describe(broker):

@@ -5,7 +5,7 @@
 # loads it; a broker without either (a board's default) never does.
 # login.py's theory of operation describes the rules.
 
-from common.broker import handle_subscribe
+from common.broker import handle_connect, handle_publish, handle_subscribe
 
 PENALTY_MAX_S = 60
 PENALTY_ADDRESSES = 256
@@ -79,3 +79,19 @@ def drop_unreadable_inflight(broker, conn, session):
             broker.stats.denied_delivery += 1
         else:
             i += 1
+
+
+def recheck_wills(broker, acl, now):
+    """After new rules (`acl`, set): discard every held will, of a live
+    client or waiting out its delay, that its owner may no longer publish:
+    counted and logged as the PUBLISH would be (handle_publish.write_denied).
+    A will kept here is judged again when it is sent."""
+    refused = []
+    for session in broker.sessions.by_client_id.values():
+        will = session.will
+        if will is not None:
+            rules = session.conn.acl if session.conn is not None else acl.for_client(session.user, session.client_id)
+            if handle_publish.write_denied(broker, rules, session, session.user, will[0].topic, now, "will"):
+                refused.append(session)
+    for session in refused:
+        handle_connect.cancel_will(broker, session)

@@ -85,8 +85,19 @@ DROP_COUNTERS = (
     ("retained", "dropped_retained"),  # the retained store was full: not kept
 )
 
-# (topic suffix, snapshot key) after the drop counters.
-_TAIL = (
+# THE table of the public figures: (topic suffix under $SYS/broker/, snapshot
+# key), in publishing order. $SYS is published from it (sys_values) and the
+# host's /metrics is generated from it (cpython_host/metrics.py), so neither
+# can show a figure the other lacks.
+SYS_FIGURES = (
+    ("clients/connected", "connected"),
+    ("clients/total", "sessions"),
+    ("clients/maximum", "clients_maximum"),
+    ("clients/refused", "refused_connections"),
+    ("connections/total", "connections_total"),
+    ("messages/received", "messages_received"),
+    ("messages/sent", "messages_sent"),
+) + tuple([("messages/dropped/" + name, key) for name, key in DROP_COUNTERS]) + (
     ("messages/refused/queue_full", "refused_queue_full"),
     ("clients/closed/replay_stalled", "closed_replay_stalled"),
     ("messages/refused/queue_total", "refused_queue_total"),
@@ -107,7 +118,8 @@ _TAIL = (
 
 
 def sys_values(snap, now, heap=None):
-    """(topic suffix, text value) for every $SYS topic, in a stable order.
+    """(topic suffix, text value) for every $SYS topic, in a stable order:
+    the version, the uptime, the sum of the drops, then SYS_FIGURES.
 
     `snap` is a broker.snapshot(); `heap` the shell's heap figure or None.
     """
@@ -118,18 +130,9 @@ def sys_values(snap, now, heap=None):
     values = [
         ("version", "siskin " + VERSION),
         ("uptime", str(now - (started if started is not None else now))),
-        ("clients/connected", str(snap["connected"])),
-        ("clients/total", str(snap["sessions"])),
-        ("clients/maximum", str(snap["clients_maximum"])),
-        ("clients/refused", str(snap["refused_connections"])),
-        ("connections/total", str(snap["connections_total"])),
-        ("messages/received", str(snap["messages_received"])),
-        ("messages/sent", str(snap["messages_sent"])),
         ("messages/dropped", str(dropped)),
     ]
-    for name, key in DROP_COUNTERS:
-        values.append(("messages/dropped/" + name, str(snap[key])))
-    for suffix, key in _TAIL:
+    for suffix, key in SYS_FIGURES:
         values.append((suffix, str(snap[key])))
     if heap is not None:
         values.append(("heap/current", str(heap)))

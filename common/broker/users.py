@@ -14,13 +14,19 @@
 # scheme, a user twice, SHA-512 on a port without it: MicroPython's hashlib
 # has only SHA-256), so a typo never silently locks a user out or lets one in.
 #
-# check(user, password) does the same work whatever the answer: an unknown
-# user's password is hashed against a dummy entry made like the file's first
-# line, and the hashes are compared in constant time, so neither the answer
-# nor the time tells a client whether a user exists.
+# check(user, password) does the same work whatever the answer and whatever
+# line it meets, so neither the answer nor the time tells a client whether
+# a user exists, nor which kind of line is his. A file may mix costs (its
+# own 10,000 rounds of SHA-256 and a mosquitto_passwd line of 101 rounds of
+# SHA-512): its `plan` holds, for each hash of the file, the most rounds
+# (iterations x blocks of the key) any of its lines costs, and every check
+# runs, for each hash in turn, two PBKDF2 calls that add up to that many
+# rounds plus one: the user's own line and the rest as padding, or (an
+# unknown user, another hash) the whole cost against a stand-in salt and
+# one more round. The hashes are compared in constant time.
 
 from common.broker.settings import ConfigError, content_lines
-from common.crypto.pbkdf2 import has_hash, pbkdf2_hmac, same_bytes
+from common.crypto.pbkdf2 import HASHES, has_hash, pbkdf2_hmac, same_bytes
 
 # scheme word -> hash name
 SCHEMES = {"pbkdf2-sha256": "sha256", "pbkdf2-sha512": "sha512", "7": "sha512"}
@@ -75,12 +81,20 @@ def format_hash(iterations, salt, digest, scheme=DEFAULT_SCHEME):
     return "$%s$%d$%s$%s" % (scheme, iterations, b64(salt), b64(digest))
 
 
+def rounds(entry):
+    """PBKDF2 rounds one check of `entry` (hash name, iterations, salt,
+    hash) costs: iterations for each block of its key."""
+    size = HASHES[entry[0]][1]
+    return entry[1] * ((len(entry[3]) + size - 1) // size)
+
+
 class Users:
     """The users of a password file: parse(text, where), then check()."""
 
     def __init__(self):
         self.by_name = {}  # user -> (hash name, iterations, salt, hash)
-        self.dummy = None  # an unknown user is checked against this
+        self.plan = []  # (hash name, rounds, stand-in salt), sorted: every check's work
+        self.kdf = pbkdf2_hmac  # (the tests count the rounds through it)
 
     def __len__(self):
         return len(self.by_name)
@@ -102,17 +116,27 @@ class Users:
                 raise ConfigError("%s:%d: user %r is already on line %d" % (where, number, name, seen[name]))
             seen[name] = number
             users.by_name[name] = entry
-            if users.dummy is None:
-                users.dummy = entry
+        most = {}  # hash name -> the costliest entry of it
+        for entry in users.by_name.values():
+            top = most.get(entry[0])
+            if top is None or rounds(entry) > rounds(top):
+                most[entry[0]] = entry
+        users.plan = sorted([(h, rounds(e), e[2]) for h, e in most.items()])
         return users
 
     def check(self, name, password):
-        """True when `password` (bytes) is `name`'s; the same work either way."""
+        """True when `password` (bytes) is `name`'s; the same work whatever
+        the answer and whatever line it meets (the plan)."""
         entry = self.by_name.get(name) if name is not None else None
-        known = entry is not None
-        if not known:
-            entry = self.dummy
-            if entry is None:
-                return False
-        digest = pbkdf2_hmac(entry[0], password or b"", entry[2], entry[1], len(entry[3]))
-        return same_bytes(digest, entry[3]) and known
+        password = password or b""
+        kdf = self.kdf
+        ok = False
+        for hash_name, most, salt in self.plan:
+            if entry is not None and entry[0] == hash_name:
+                ok = same_bytes(kdf(hash_name, password, entry[2], entry[1], len(entry[3])), entry[3])
+                pad = most - rounds(entry) + 1
+            else:
+                kdf(hash_name, password, salt, most, 0)
+                pad = 1
+            kdf(hash_name, password, salt, pad, 0)
+        return ok

@@ -72,6 +72,9 @@ async function poll() {
     ]);
     fill("subscriptions", s.subscriptions, (r) => [[r.client_id], [r.filter]]);
     text("span", s.sample_seconds * 2 + " minutes");  // 120 samples
+    // Who is looking: an administrator sees every client; another user its own.
+    text("viewer", s.user === null ? "" : s.admin ? "logged in as " + s.user + " (administrator)" :
+      "logged in as " + s.user + ": your own clients and subscriptions only; actions need an administrator ([http] admins)");
     chart(s.throughput);
     state.className = "";
     state.textContent = "up " + s.uptime + " s; " + s.messages_received + " messages received, " +

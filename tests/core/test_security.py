@@ -6,13 +6,15 @@ import unittest
 
 from common.broker import login
 from common.broker import secured as secured_login
-from common.broker.acl import Acl, filters_overlap
-from common.broker.broker import printable
+from common.broker.acl import Acl, filters_overlap, substitute
+from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable
+from common.broker.clienttext import words as client_words
 from common.broker.settings import ConfigError
 from common.broker.users import Users, format_hash
 from common.crypto.auth_scram import make_credentials
 from common.crypto.pbkdf2 import has_hash, pbkdf2_hmac, pbkdf2_pure, same_bytes
 from common.mqtt import consts as C
+from common.mqtt.packets import Disconnect
 from tests.core.harness import Harness, heap_per_packet
 from tests.core.test_auth_scram import SALT, exchange
 
@@ -98,6 +100,41 @@ class TestPasswordFile(unittest.TestCase):
         users = Users.parse(MOSQUITTO_LINE + "\n", "pw")
         self.assertTrue(users.check("alice", b"secret"))
         self.assertFalse(users.check("alice", b"secreT"))
+
+    def test_every_check_costs_the_same_in_a_file_of_mixed_costs(self):
+        # Once an unknown user cost the first line's rounds and a known one
+        # its own: in a file mixing costs, the time told who exists. Counted
+        # through the hook every PBKDF2 call goes through (users.kdf).
+        salt = b"salt-of-dave"
+        lines = [
+            user_line("alice", "secret"),  # ITER rounds of SHA-256
+            "bob:" + format_hash(3, salt, pbkdf2_hmac("sha256", b"pw", salt, 3)),  # cheap
+            "carol:" + format_hash(7, salt, pbkdf2_hmac("sha256", b"pw", salt, 7, 64)),  # 2 blocks: 14 rounds
+        ]
+        if has_hash("sha512"):
+            lines.append(MOSQUITTO_LINE.replace("alice:", "mosq:", 1))  # 101 rounds of SHA-512
+        users = Users.parse("\n".join(lines), "pw")
+        work = []
+
+        def counted(name, password, salt, iterations, dklen):
+            size = 32 if name == "sha256" else 64
+            work.append((name, iterations * max(1, (dklen + size - 1) // size)))
+            return pbkdf2_hmac(name, password, salt, iterations, dklen)
+
+        users.kdf = counted
+        spent = {}
+        for user in ("alice", "bob", "carol", "mosq", "mallory", None):
+            for password in (b"pw", b"secret", None):
+                del work[:]
+                users.check(user, password)
+                total = {}
+                for name, n in work:
+                    total[name] = total.get(name, 0) + n
+                spent[(user, password)] = (len(work), sorted(total.items()))
+        want = [("sha256", ITER + 1)] + ([("sha512", 102)] if has_hash("sha512") else [])
+        for key, cost in spent.items():
+            self.assertEqual(cost, (2 * len(want), want), key)
+        self.assertTrue(users.check("bob", b"pw") and users.check("carol", b"pw") and users.check("alice", b"secret"))
 
     def test_malformed_lines_name_file_line_and_reason(self):
         cases = (
@@ -219,6 +256,39 @@ class TestAclChecks(unittest.TestCase):
             self.assertFalse(c.can_write("devices/d1/x"), cid)
         self.assertFalse(self.acl.for_client("a+b", "d1").can_write("devices/d1/x"))
 
+    def test_pattern_substitution_is_one_pass(self):
+        # A user named "%c" once got "devices/%c/#" from "devices/%u/#" and
+        # then the client id put into THAT: bob's topics, or every device's.
+        acl = Acl.parse("pattern readwrite devices/%u/#", "acl")
+        for cid in ("bob", "+", "x%u"):
+            c = acl.for_client("%c", cid)
+            self.assertIsNone(c.refused, cid)
+            self.assertFalse(c.can_read("devices/bob/x"), cid)
+            self.assertFalse(c.may_subscribe("devices/+/#"), cid)
+            self.assertTrue(c.can_write("devices/%c/x"), cid)  # its own, literal level
+        both = Acl.parse("pattern read %c/%u/#", "acl").for_client("%u", "%c")
+        self.assertEqual([r[1] for r in both.rules], ["%c/%u/#"])
+        self.assertEqual(substitute("a/%u%c/%x/%", "u1", "c1"), "a/u1c1/%x/%")
+
+    def test_identities_that_would_widen_a_pattern_get_no_rules(self):
+        acl = Acl.parse("user alice\ntopic read home/#\npattern read %c/#\npattern write users/%u/out", "acl")
+        self.assertTrue(acl.for_client("alice", "d1").can_read("d1/x"))
+        for user, cid in (("alice", "+"), ("alice", "#"), ("alice", "a/b"), ("alice", "$SYS"), ("a/b", "d1"), ("a#", "d1"), ("", "d1")):
+            c = acl.for_client(user, cid)
+            self.assertEqual(c.refused, (user, cid))
+            self.assertEqual(c.rules, [])  # its own topic rules too (every check denies)
+            self.assertFalse(c.can_read("home/x"))
+        # "$" widens only where it starts the filter.
+        self.assertIsNone(Acl.parse("pattern read d/%c", "acl").for_client(None, "$x").refused)
+
+    def test_a_widening_identity_is_logged_and_denied_over_the_broker(self):
+        h = secured(acl="pattern readwrite devices/%c/#\n", allow=True)
+        lines = logged(h)
+        c = h.client(level=5)
+        self.assertEqual(c.connect("dev+1").reason, C.RC_SUCCESS)
+        self.assertIn("client id dev+1 (user (anonymous)): no ACL rules", "\n".join(lines))
+        self.assertEqual(c.subscribe("devices/x/#").reasons, [C.RC_NOT_AUTHORIZED])
+
     def test_no_patterns_shares_one_object_per_user(self):
         a = Acl.parse("user alice\ntopic read a", "acl")
         self.assertIs(a.for_client("alice", "x"), a.for_client("alice", "y"))
@@ -260,6 +330,40 @@ class TestLogin(unittest.TestCase):
             self.assertTrue(c.closed)
             answers.append(prop_reason(ack).replace(user, "USER"))
         self.assertEqual(answers[0], answers[1])
+
+    def test_a_huge_user_name_is_answered_and_bounded(self):
+        # A 65,535-byte user name (and client id) with a wrong password once
+        # made a Reason String too long to encode: no CONNACK, a traceback;
+        # at 3.1.1 the refusal logged the whole name. [MQTT-3.2.2-7] (5.0)
+        huge = "u" * 65535
+        for level, code in ((5, C.RC_BAD_USER_NAME_OR_PASSWORD), (4, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD)):
+            h = secured()
+            lines = logged(h)
+            c = h.client(level, peer=REMOTE)
+            ack = c.connect("c" * 65535, username=huge, password=b"nope")
+            self.assertEqual(ack.reason, code, level)
+            self.assertTrue(c.closed)
+            cut = "u" * CLIENT_TEXT_MAX + "\u2026(+%d bytes)" % (65535 - CLIENT_TEXT_MAX)
+            self.assertEqual(len(lines), 1, lines)
+            self.assertIn("(user %s, client id %s, from 192.0.2.7:50432)" % (cut, cut.replace("u", "c")), lines[0])
+            self.assertLess(len(lines[0]), 2 * CLIENT_TEXT_MAX + 200)
+            if level == 5:
+                self.assertEqual(prop_reason(ack), lines[0][lines[0].index(": ") + 2 : lines[0].index("; sent")])
+
+    def test_client_text_is_cut_and_escaped_in_words(self):
+        self.assertEqual(clip("abc"), "abc")
+        self.assertEqual(clip("\u00e9" * 130), "\u00e9" * 128 + "\u2026(+4 bytes)")
+        self.assertEqual(client_words("a\x1b[2K"), "a\\x1b[2K")
+        # A shell's sink: a whole line's control characters, its escapes kept.
+        self.assertEqual(printable("a\\x1b \x1b\u2028", False), "a\\x1b \\x1b\\u2028")
+        self.assertEqual(client_words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))), "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>")
+        # The encoder never meets a Reason String it cannot encode.
+        h = secured()
+        c = h.client(5, peer=REMOTE)
+        c.connect("c", username="alice", password=b"secret")
+        conn = h.broker.connections.by_id[c.cid]
+        data = h.broker.with_reason_string(conn, Disconnect(0x98, None), "x" * 70000)
+        self.assertLess(len(data), REASON_STRING_MAX + 40)
 
     def test_anonymous_decision(self):
         cases = (
@@ -424,6 +528,61 @@ class TestAccessControl(unittest.TestCase):
         self.assertEqual(ack.reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
         c, ack = alice(h, 5, will=("home/kitchen", b"w", 0, False))
         self.assertEqual(ack.reason, C.RC_SUCCESS)
+
+    # A will is a publish by its owner: judged when it is sent, with the
+    # answer, counter and log line of a live PUBLISH; a reload discards the
+    # held wills its new rules refuse.
+    WILL_ACL = "user alice\ntopic write alerts/#\nuser bob\ntopic read alerts/#\n"
+    NO_WILL_ACL = "user bob\ntopic read alerts/#\n"
+
+    def will_watched(self, will_props=None, expiry=0):
+        h = secured(acl=self.WILL_ACL, allow=True)
+        lines = logged(h)
+        watcher = h.client(5, peer=REMOTE)
+        watcher.connect("watch", username="bob", password=b"hunter2")
+        watcher.subscribe("alerts/#")
+        props = [(C.PROP_SESSION_EXPIRY_INTERVAL, expiry)] if expiry else None
+        c = h.client(5, peer=REMOTE)
+        ack = c.connect("dev", username="alice", password=b"secret", will=("alerts/w", b"gone", 0, False, will_props), props=props)
+        self.assertEqual(ack.reason, C.RC_SUCCESS)
+        return h, lines, watcher, c
+
+    def test_a_will_still_allowed_is_sent(self):
+        h, _lines, watcher, c = self.will_watched()
+        login.set_security(h.broker, h.broker.users, Acl.parse(self.WILL_ACL, "acl"), True, h.now)
+        c.drop()
+        self.assertEqual([p.topic for p in watcher.take()], ["alerts/w"])
+        self.assertEqual(h.broker.stats.denied_publish, 0)
+
+    def test_a_reload_discards_a_will_its_owner_may_no_longer_publish(self):
+        for delayed in (False, True):
+            if delayed:  # v5: waiting out its Will Delay Interval when the rules change
+                h, lines, watcher, c = self.will_watched([(C.PROP_WILL_DELAY_INTERVAL, 5)], expiry=60)
+                c.drop()
+                self.assertTrue(h.broker.sessions.find("dev").will_at)
+            else:
+                h, lines, watcher, c = self.will_watched()
+            login.set_security(h.broker, h.broker.users, Acl.parse(self.NO_WILL_ACL, "acl"), True, h.now)
+            self.assertIsNone(h.broker.sessions.find("dev").will, delayed)
+            self.assertEqual(h.broker.stats.denied_publish, 1)
+            self.assertIn("dev: will to alerts/w refused by the ACL (user alice; 1 refused so far)", lines)
+            c.drop()
+            h.advance(10)
+            self.assertEqual([p.topic for p in watcher.take()], [], delayed)
+            self.assertEqual(h.broker.stats.denied_publish, 1)  # counted once
+
+    def test_a_will_is_judged_by_the_rules_in_force_when_it_is_sent(self):
+        for delayed in (False, True):
+            h, lines, watcher, c = self.will_watched([(C.PROP_WILL_DELAY_INTERVAL, 5)] if delayed else None, 60)
+            # New rules installed without a reload's re-check (as a restored
+            # session would meet them): the send itself refuses the will.
+            h.broker.acl = Acl.parse(self.NO_WILL_ACL, "acl")
+            c.drop()
+            h.advance(10)
+            self.assertEqual([p.topic for p in watcher.take()], [], delayed)
+            self.assertEqual(h.broker.stats.denied_publish, 1)
+            self.assertIn("dev: will to alerts/w refused by the ACL (user alice; 1 refused so far)", lines)
+            self.assertEqual(h.held()["messages"], 0)  # its message is freed
 
     def test_will_topic_validated_like_a_publish(self):
         # No ACL: the will topic gets the answer the same live PUBLISH gets.

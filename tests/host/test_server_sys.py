@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from common.broker.sys_topics import SYS_FIGURES
 from tests.host.broker_proc import BrokerProcess, Paho, RawClient
 
 pytestmark = pytest.mark.interop
@@ -114,3 +115,37 @@ def test_sys_not_matched_by_hash(tmp_path: Path) -> None:
             pkt = c.read_packet(timeout=1.5)
             pytest.fail(f"got a message on '#': {pkt!r}")
         c.close()
+
+
+def test_every_sys_figure_has_its_metrics_family(tmp_path: Path) -> None:
+    """$SYS and /metrics come from one table (sys_topics.SYS_FIGURES): each
+    figure published under $SYS/broker/ is served by /metrics under its own
+    name (FAMILIES), with the value $SYS shows for the counters that stand
+    still meanwhile (tls_failed and denied_takeover were once missing)."""
+    from cpython_host.metrics import FAMILIES
+    from tests.host.test_web import scrape
+
+    unnamed = [suffix for suffix, key in SYS_FIGURES if key not in FAMILIES]
+    assert not unnamed, f"$SYS figures without a /metrics name (cpython_host/metrics.py FAMILIES): {unnamed}"
+    with BrokerProcess(tmp_path, limits={"sys_interval": 1}, http={"port": 0}) as b:
+        url = b.http_url()
+        sub = Paho(b.port, "sys-sub").connect()
+        try:
+            sub.subscribe("$SYS/broker/#", 0)
+            values = collect_until(sub, lambda v: all(suffix in v for suffix, _ in SYS_FIGURES))
+            samples = scrape(url)
+        finally:
+            sub.close()
+    for suffix, key in SYS_FIGURES:
+        name, kind, _help, label = FAMILIES[key]
+        name = name.removesuffix("_total") + ("_total" if kind == "counter" else "")
+        if label is None:
+            keys = [(name, ())]
+        elif label[1] is None:
+            keys = [(name, (("qos", str(q)),)) for q in range(3)]
+        else:
+            keys = [(name, ((label[0], label[1]),))]
+        for k in keys:
+            assert k in samples, (suffix, k)
+        if key in ("tls_failed", "denied_takeover", "login_failed", "refused_connections"):
+            assert samples[keys[0]] == float(values[suffix]), (suffix, samples[keys[0]], values[suffix])

@@ -1,7 +1,8 @@
 """Start and stop the brokers under test on free loopback ports.
 
 - Siskin: `<python> -m cpython_host --port P --config <tmp.toml>` (no
-  --data-dir: persistence off), limits raised so the bench never hits them.
+  --data-dir: persistence off), limits raised so the bench never hits them;
+  on CPython (.venv) or PyPy (.venv-pypy, make's PyPy venv).
 - Mosquitto: /usr/sbin/mosquitto -c <tmp.conf> with `listener P 127.0.0.1`,
   `allow_anonymous true`, `persistence false` and the same queue/inflight
   limits as Siskin's.
@@ -9,19 +10,23 @@
 
 Every broker logs at warning level or less (per-connection info lines cost
 the same I/O in all of them) and publishes $SYS every 10 s, as by default.
+
+Each broker leads a process group of its own (tools/procgroup.py): stop()
+ends it with whatever it started (strace's tracee: scenarios_durable.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tools import procgroup
 
 from . import mqtt
 
@@ -82,9 +87,7 @@ class BrokerProc:
         self.port = free_port()
         cmd = self.command()
         with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+            self.proc = procgroup.spawn(cmd, cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -102,15 +105,9 @@ class BrokerProc:
             return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        p = self.proc
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
+        """SIGTERM to the broker (`pid`), then its group ends: SIGKILL after `timeout` s."""
+        if self.proc is not None:
+            procgroup.stop(self.proc, timeout, pid=self.pid)
 
     def log_tail(self, size: int = 2000) -> str:
         try:
@@ -165,19 +162,32 @@ class Siskin(BrokerProc):
 
     def version(self) -> str:
         r = subprocess.run(
-            [self.python, "-c", "import sys; from common.broker.broker import VERSION; print(VERSION, sys.version.split()[0])"],
+            [
+                self.python,
+                "-c",
+                (
+                    "import platform; from common.broker.broker import VERSION; "
+                    "print(VERSION, platform.python_implementation(), platform.python_version())"
+                ),
+            ],
             cwd=self.cwd,
             capture_output=True,
             text=True,
         )
         version, _, python = r.stdout.strip().partition(" ")
-        return f"siskin {version} (Python {python}, {self.event_loop()})"
+        return f"siskin {version} ({python}, {self.event_loop()})"
 
 
 def siskin_python() -> str:
     """The test venv's interpreter (it has uvloop), else this one."""
     venv = REPO_ROOT / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
+
+
+def pypy_python() -> str | None:
+    """make's PyPy venv interpreter (make bench makes it where pypy3 is installed), or None."""
+    venv = REPO_ROOT / ".venv-pypy" / "bin" / "python"
+    return str(venv) if venv.exists() else None
 
 
 def has_uvloop(python: str) -> bool:
