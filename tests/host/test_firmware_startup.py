@@ -38,6 +38,17 @@ def launch(workdir: Path, spec: dict[str, object], device: dict[str, object]) ->
     return proc, log
 
 
+def log_until(workdir: Path, spec: dict[str, object], device: dict[str, object], mark: str, timeout: float = 30) -> str:
+    """The fake board's log once `mark` is in it (or the firmware has exited), the firmware stopped."""
+    proc, log = launch(workdir, spec, device)
+    try:
+        wait_until(lambda: mark in log.read_text() or proc.poll() is not None, timeout, log.read_text)
+    finally:
+        proc.kill()
+        proc.wait()
+    return log.read_text()
+
+
 def test_a_stop_at_start_up_never_starts_the_watchdog(tmp_path: Path) -> None:
     proc, log = launch(tmp_path, {"wdt": True}, {"storage": str(tmp_path / "missing-dir" / "siskin.store")})
     assert proc.wait(30) == 2
@@ -49,24 +60,12 @@ def test_a_stop_at_start_up_never_starts_the_watchdog(tmp_path: Path) -> None:
 
 
 def test_the_watchdog_starts_once_nothing_can_stop_the_start(tmp_path: Path) -> None:
-    proc, log = launch(tmp_path, {"wdt": True}, {})
-    try:
-        wait_until(lambda: "listening on" in log.read_text(), 30, lambda: log.read_text())
-    finally:
-        proc.kill()
-        proc.wait()
-    text = log.read_text()
+    text = log_until(tmp_path, {"wdt": True}, {}, "listening on")
     assert text.index("FAKE WDT started 8000") < text.index("listening on"), text
 
 
 def test_a_radio_that_does_not_start_is_reported_and_tried_again_without_an_address(tmp_path: Path) -> None:
-    proc, log = launch(tmp_path, {"wdt": True, "radio": "dead"}, {"host": "0.0.0.0"})
-    try:
-        wait_until(lambda: "trying again in 2 s" in log.read_text() or proc.poll() is not None, 60, log.read_text)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = log.read_text()
+    text = log_until(tmp_path, {"wdt": True, "radio": "dead"}, {"host": "0.0.0.0"}, "trying again in 2 s", timeout=60)
     assert "trying again in 1 s" in text and "trying again in 2 s" in text, text
     assert "access point 'siskin-setup' did not come up" in text, text
     # One start of the radio per attempt. Before: four (active(True), then
@@ -82,39 +81,21 @@ def test_a_radio_that_does_not_start_is_reported_and_tried_again_without_an_addr
 
 
 def test_a_radio_that_starts_serves_on_the_access_point(tmp_path: Path) -> None:
-    proc, log = launch(tmp_path, {"wdt": True, "radio": "ok"}, {"host": "0.0.0.0"})
-    try:
-        wait_until(lambda: "listening on 0.0.0.0:" in log.read_text() or proc.poll() is not None, 30, log.read_text)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = log.read_text()
+    text = log_until(tmp_path, {"wdt": True, "radio": "ok"}, {"host": "0.0.0.0"}, "listening on 0.0.0.0:")
     assert "access point 'siskin-setup' up, address 192.168.4.1" in text, text
     assert "listening on 0.0.0.0:" in text, text
 
 
 def test_a_loopback_listener_without_a_bridge_does_not_wait_for_wi_fi(tmp_path: Path) -> None:
-    proc, log = launch(tmp_path, {"wdt": True, "radio": "dead"}, {"host": "127.0.0.1"})
-    try:
-        # (The shell's line, "listening on HOST:PORT"; the Wi-Fi line says "listening on loopback".)
-        wait_until(lambda: "listening on 127.0.0.1:" in log.read_text() or proc.poll() is not None, 30, log.read_text)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = log.read_text()
+    # (The shell's line, "listening on HOST:PORT"; the Wi-Fi line says "listening on loopback".)
+    text = log_until(tmp_path, {"wdt": True, "radio": "dead"}, {"host": "127.0.0.1"}, "listening on 127.0.0.1:")
     assert "Wi-Fi: not brought up (listening on loopback 127.0.0.1 only" in text, text
     assert "CYW43" not in text and "listening on 127.0.0.1:" in text, text
 
 
 def test_a_station_whose_radio_does_not_start_is_not_waited_for(tmp_path: Path) -> None:
     device = {"host": "0.0.0.0", "wifi_ssid": "home", "wifi_password": "secret", "wifi_attempts": 2}
-    proc, log = launch(tmp_path, {"wdt": True, "radio": "dead"}, device)
-    try:
-        wait_until(lambda: "trying again in 1 s" in log.read_text() or proc.poll() is not None, 60, log.read_text)
-    finally:
-        proc.kill()
-        proc.wait()
-    text = log.read_text()
+    text = log_until(tmp_path, {"wdt": True, "radio": "dead"}, device, "trying again in 1 s", timeout=60)
     first = text[: text.index("trying again in 1 s")]
     # The driver refuses the join (EPERM): no join is under way, so no
     # wifi_timeout wait and no disconnect() (which would start the radio).
