@@ -27,7 +27,9 @@ from tools.emu.board import EmuBoard
 from tools.emu.fsimage import LAYOUTS, read_fs_files
 from tools.emu.heap import HEAP_LINE, config_files, selftest_files
 
-pytestmark = pytest.mark.emu
+# Every bound below is in emulated time; the wall clock only guards against a
+# hang (a busy board runs at what Node gets of a loaded machine: minutes).
+pytestmark = [pytest.mark.emu, pytest.mark.timeout(3600)]
 
 PICOW_UF2 = Path(os.environ.get("EMU_PICOW_UF2", REPO_ROOT / "dist" / "rp2040_picow" / "siskin-0.1.0.uf2"))
 PICO_UF2 = Path(os.environ.get("EMU_PICO_UF2", REPO_ROOT / "dist" / "rp2040_pico" / "siskin-0.1.0.uf2"))
