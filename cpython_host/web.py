@@ -60,13 +60,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from common import VERSION
 from common.broker import admin, secured
-from common.broker.broker import VERSION, Broker
+from common.broker.broker import Broker
 from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
+from cpython_host.listeners import address
 from cpython_host.metrics import registry, store_size
-from cpython_host.server import address
 
 log = logging.getLogger("siskin.http")
 

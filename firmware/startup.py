@@ -1,5 +1,5 @@
 # The firmware's start-up, run once by firmware/app.py build() and unloaded
-# after it (app.py STARTUP_ONLY: none of this code stays in a board's heap):
+# after it (firmware/startup_only.py: none of this code stays in a board's heap):
 # config -> store -> broker -> network shell, and the start-up log lines.
 # Everything here may stop the start at the REPL (firmware/app.py _stop);
 # the watchdog and the network come after it (firmware/netup.py), so a stop
@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from common.broker.broker import VERSION
+from common import VERSION
 from common.broker.limits import ConfigError
 from firmware.shell import Log, Server, make_driver
 
