@@ -16,7 +16,15 @@ import sys
 
 # The broker's modules first, from the top level: they import one another
 # several levels deep, each level of a nested import takes C stack, and the
-# 32-bit unix port (40 KB of it) ran out when they came in under the shell's.
+# 32-bit unix port (40 KB of it) ran out when they came in under the shell's,
+# and again under broker's own chain (broker -> handle_connect ->
+# handle_subscribe -> outbox -> egress -> packets): its deepest links first.
+from common.mqtt import packets  # noqa: F401
+
+# isort: split
+from common.broker import egress  # noqa: F401
+
+# isort: split
 from common.broker import broker  # noqa: F401
 from common.broker.limits import ConfigError
 from common.compat import unload
