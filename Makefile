@@ -14,6 +14,7 @@
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
 #   make test-boards  the firmware tests at the boards' real heaps (needs make firmware BOARD=unix32)
 #   make deb     dist/siskin_<version>_all.deb, the Debian package (make test-deb: dpkg into a Debian root)
+#   make test-emu PICO_BOOTROM=...  the real .uf2 images in an emulated RP2040 (docs/boards.md)
 #
 # Needs: Python >= 3.11 with venv (Debian: python3-venv), PyPy >= 7.3
 # (Debian: pypy3 pypy3-venv; without it the PyPy leg is left out, or fails
@@ -62,10 +63,10 @@ PYPY_STAMP := $(PYPY_VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench firmware test-boards deb test-deb clean distclean
+.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench firmware test-boards deb test-deb test-emu clean distclean
 
 help:
-	@sed -n '3,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,18p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------
 # set-up
@@ -227,16 +228,18 @@ bench: venv pypy-venv
 # PICO_SDK_PATH: another pico-sdk (default: MICROPY_DIR/lib/pico-sdk);
 # PICOTOOL_DIR: a picotool install prefix, built from source (rp2040_picow).
 # Build output goes to build/<board>/. Only the Python standard library is needed.
+# FIRMWARE_BUILD: where MicroPython's build runs (default build/ here).
 BOARD ?=
 MICROPY_DIR ?=
 PICO_SDK_PATH ?=
 PICOTOOL_DIR ?=
 FIRMWARE_JOBS ?= 2
+FIRMWARE_BUILD ?=
 firmware:
-	@[ -n "$(BOARD)" ] || { echo "make firmware: set BOARD=rp2040_picow or BOARD=unix32 (ESP32: docs/boards.md)" >&2; exit 2; }
+	@[ -n "$(BOARD)" ] || { echo "make firmware: set BOARD=rp2040_picow, rp2040_pico or unix32 (ESP32: docs/boards.md)" >&2; exit 2; }
 	$(PYTHON) -m tools.build --image --board $(BOARD) --jobs $(FIRMWARE_JOBS) \
 	  $(if $(MICROPY_DIR),--micropython $(MICROPY_DIR)) $(if $(PICO_SDK_PATH),--pico-sdk $(PICO_SDK_PATH)) \
-	  $(if $(PICOTOOL_DIR),--picotool $(PICOTOOL_DIR))
+	  $(if $(PICOTOOL_DIR),--picotool $(PICOTOOL_DIR)) $(if $(FIRMWARE_BUILD),--build-dir $(FIRMWARE_BUILD))
 
 # The firmware tests under the 32-bit unix MicroPython of `make firmware
 # BOARD=unix32`, with the boards' real heaps and Siskin's code frozen, as in
@@ -261,6 +264,19 @@ test-deb: setup
 	@[ -x $(DEB_ROOT)/usr/bin/python3 ] || { mkdir -p $(dir $(DEB_ROOT)) && \
 	  debootstrap --variant=minbase --include=python3,adduser,init-system-helpers bookworm $(DEB_ROOT) http://deb.debian.org/debian; }
 	SISKIN_DEB_ROOT=$(abspath $(DEB_ROOT)) $(PYTEST) tests/host/test_deb.py -m deb $(PYTEST_ARGS)
+
+# The Pico W and plain Pico images of `make firmware` booted in rp2040js
+# (tests/emu/; docs/boards.md "The images in an emulated RP2040"): needs
+# PICO_BOOTROM, a bootrom.bin built from raspberrypi/pico-bootrom. Not part
+# of `make test` (CI cannot fetch the sources); the runner's own tests are.
+PICO_BOOTROM ?=
+EMU_PICOW_UF2 ?= dist/rp2040_picow/siskin-0.1.0.uf2
+EMU_PICO_UF2 ?= dist/rp2040_pico/siskin-0.1.0.uf2
+test-emu: setup
+	@[ -f "$(PICO_BOOTROM)" ] || { echo "make test-emu: set PICO_BOOTROM to a bootrom.bin built from raspberrypi/pico-bootrom (docs/boards.md)" >&2; exit 2; }
+	@for f in $(EMU_PICOW_UF2) $(EMU_PICO_UF2); do [ -f "$$f" ] || { echo "make test-emu: no $$f: make firmware BOARD=rp2040_picow / rp2040_pico first" >&2; exit 2; }; done
+	PICO_BOOTROM=$(abspath $(PICO_BOOTROM)) EMU_PICOW_UF2=$(abspath $(EMU_PICOW_UF2)) EMU_PICO_UF2=$(abspath $(EMU_PICO_UF2)) \
+	  SISKIN_REQUIRE_ALL=1 $(PYTEST) tests/emu -m emu -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache .fuzz dist build *.egg-info
