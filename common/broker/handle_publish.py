@@ -76,6 +76,9 @@ def handle_publish(broker, conn, pkt, now, frame, start, at, end):
     st = broker.stats
     st.messages_received += 1
     st.received_by_qos[qos] += 1
+    by_client = st.by_client
+    if by_client is not None:
+        by_client.received[conn.cid] += 1
     fwd = None
     expiry = 0
     if conn.level == C.LEVEL_5:
@@ -409,6 +412,7 @@ def _forward(broker, origin, topic, matches, frame):
     stamp = _next_stamp(routing)  # several filters of one session: one copy [MQTT-3.3.5-1]
     bound = broker.settings.max_out_buffer
     st = broker.stats
+    by_client = st.by_client
     for entry in matches:
         sess = entry.session
         if sess.route_stamp == stamp or (entry.no_local and sess.client_id == origin):
@@ -424,6 +428,8 @@ def _forward(broker, origin, topic, matches, frame):
         broker.write(conn, frame)
         st.messages_sent += 1
         st.sent_by_qos[0] += 1
+        if by_client is not None:
+            by_client.sent[conn.cid] += 1
     _done(routing, matches)
     return True
 
@@ -719,6 +725,9 @@ def _write_publish(broker, conn, data, qos):
     out = broker.write(conn, data)
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
+    by_client = st.by_client
+    if by_client is not None:
+        by_client.sent[conn.cid] += 1
     return out
 
 
