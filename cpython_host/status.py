@@ -53,7 +53,9 @@ def size_text(n: int) -> str:
 
 
 def _queues(s: Any) -> str:
-    return f"max_queued_messages {s.max_queued_messages:,}, max_queued_bytes {size_text(s.max_queued_bytes)} per session"
+    return (
+        f"max_queued_messages {s.max_queued_messages:,}, max_queued_bytes {size_text(s.max_queued_bytes)} per session"
+    )
 
 
 # Every $SYS counter of a message dropped or refused, a client refused or
@@ -186,6 +188,10 @@ class Status:
         self.tls = tls  # (what, file) of the certificates in use, now
         self.http_refused = http_refused
         self.figures = install(self.broker)  # the core counts per client from now on
+        driver.clock()
+        # Wall time - the core's seconds: fixed once, so that a time the
+        # core holds (an expiry) shows the same at every poll.
+        self.offset = time.time() - driver.now
         self.certificates = CertificateFiles()
         self.samples: collections.deque[dict[str, float]] = collections.deque(maxlen=SAMPLES)
         # (wall time, drop counts) at each sample: the page's window of recent drops.
@@ -252,8 +258,7 @@ class Status:
 
     def wall(self, t: int) -> float:
         """The wall time of the core's time `t` (whole seconds)."""
-        self.driver.clock()
-        return time.time() - (self.driver.now - t)
+        return self.offset + t
 
     def store(self) -> dict[str, Any]:
         backend = store_backend(self.broker)

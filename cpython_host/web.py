@@ -61,7 +61,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from common.broker import admin, secured
-from common.broker.broker import VERSION, Broker
+from common.broker.broker import Broker
 from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name

@@ -267,11 +267,13 @@ class Chart {
       return span;
     }));
     this.tip.hidden = false;
+    // Beside the cursor, inside the chart (the side with room).
+    const fig = this.tip.parentElement.getBoundingClientRect();
     const box = this.svg.getBoundingClientRect();
-    const px = x * box.width / W + this.svg.offsetLeft;
-    const left = px + 12 + this.tip.offsetWidth > this.svg.offsetLeft + box.width ? px - 12 - this.tip.offsetWidth : px + 12;
-    this.tip.style.left = left + "px";
-    this.tip.style.top = this.svg.offsetTop + 8 + "px";
+    const px = box.left - fig.left + x * box.width / W;
+    const width = this.tip.offsetWidth;
+    this.tip.style.left = (px + 12 + width > box.right - fig.left ? px - 12 - width : px + 12) + "px";
+    this.tip.style.top = box.top - fig.top + 8 + "px";
   }
 }
 
@@ -286,7 +288,11 @@ function drawCharts(s) {
         (v) => size(v) + "/s", byteStep),
     ];
   }
-  for (const chart of charts) chart.draw(s.throughput, s.sample_seconds * 120);
+  // The ring's span (120 samples), or 30 samples' while it fills, so that
+  // a broker just started does not draw a sliver at the right edge.
+  const samples = Math.min(120, Math.max(30, s.throughput.length));
+  for (const chart of charts) chart.draw(s.throughput, s.sample_seconds * samples);
+  text("span", duration(s.sample_seconds * samples));
 }
 
 // ------------------------------------------------------------------ sections
@@ -418,7 +424,6 @@ function render(s) {
   text("retained_sys", "(+" + count(s.retained_sys) + " $SYS)");
   text("queued", count(s.queued));
   text("queued_bytes", "(" + size(s.queued_bytes) + ")");
-  text("span", duration(s.sample_seconds * 120));
   text("viewer", s.user === null ? "" : s.admin ? "logged in as " + s.user + " (administrator)" :
     "logged in as " + s.user + ": your own clients and sessions only; actions need an administrator ([http] admins)");
   attention(s);
