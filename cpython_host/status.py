@@ -145,22 +145,17 @@ def bridge_figures(runner: Any) -> dict[str, Any]:
 def tls_files(server: Any) -> list[tuple[str, str]]:
     """(what, file) of each certificate and CA file in use: the TLS listeners',
     the HTTP listener's, the bridges'. `server`: the host's BrokerServer."""
+    users = [(f"listener {lst.name}", "", "client CA", lst.config) for lst in server.listening]
+    users += [(f"bridge {r.settings.name}", ": client certificate", "upstream CA", r.settings) for r in server.bridges]
     out = []
-    for lst in server.listening:
-        cfg = lst.config
+    for what, cert, ca, cfg in users:
         if cfg.certfile:
-            out.append((f"listener {lst.name}", cfg.certfile))
+            out.append((what + cert, cfg.certfile))
         if cfg.cafile:
-            out.append((f"listener {lst.name}: client CA", cfg.cafile))
+            out.append((f"{what}: {ca}", cfg.cafile))
     http = server.config.http
     if http is not None and http.certfile:
         out.append(("HTTP listener", http.certfile))
-    for runner in server.bridges:
-        b = runner.settings
-        if b.certfile:
-            out.append((f"bridge {b.name}: client certificate", b.certfile))
-        if b.cafile:
-            out.append((f"bridge {b.name}: upstream CA", b.cafile))
     return out
 
 
