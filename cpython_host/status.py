@@ -226,16 +226,17 @@ class Status:
             self.sync_rate = round(rates[4], 2)
         self.last = (now, counts)
         self.marks.append((now, self.drop_counts(snap)))
+        readings: dict[str, tuple[float, int, int]] = {}  # (bridges removed since are forgotten)
+        per_second: dict[str, tuple[float, float]] = {}
         for runner in self.bridges():
-            core = runner.core
-            before = self.bridge_last.get(core.name)
+            b = bridge_figures(runner)
+            name = b["name"]
+            before = self.bridge_last.get(name)
             if before is not None:
                 dt = max(now - before[0], 1e-3)
-                self.bridge_rates[core.name] = (
-                    round((core.sent - before[1]) / dt, 2),
-                    round((core.received - before[2]) / dt, 2),
-                )
-            self.bridge_last[core.name] = (now, core.sent, core.received)
+                per_second[name] = (round((b["sent"] - before[1]) / dt, 2), round((b["received"] - before[2]) / dt, 2))
+            readings[name] = (now, b["sent"], b["received"])
+        self.bridge_last, self.bridge_rates = readings, per_second
         compactions = self.compaction_count()
         if compactions != self.compactions:
             self.compactions = compactions
