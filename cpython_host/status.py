@@ -113,6 +113,15 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("closed_out_of_memory", "clients closed: their packet found no memory", lambda s: "the heap"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")
+# Each bridge's: (figure, what happened, the rule that decided), as "bridge NAME figure".
+BRIDGE_DROPS = (
+    (
+        "dead_lettered",
+        "messages the bridge will never deliver: counted, logged, skipped",
+        "the upstream refused them (v5 PUBACK/PUBREC >= 0x80, its Maximum Packet Size, a topic it cannot take), or no rule routes them any more",
+    ),
+    ("dropped", "QoS 0 messages going up while the upstream was away", "QoS 0 is not queued for an absent upstream"),
+)  # fmt: skip
 
 
 def bridge_figures(runner: Any) -> dict[str, Any]:
@@ -242,10 +251,18 @@ class Status:
             self.compactions = compactions
             self.last_compaction = now
 
+    def drop_rows(self, snap: dict[str, int]) -> list[tuple[str, str, str, int]]:
+        """(key, what happened, the limit, count since start) of every drop counter: $SYS's, this listener's, the bridges'."""
+        settings = self.broker.settings
+        rows = [(key, what, limit(settings), snap[key]) for key, what, limit in DROPS]
+        rows.append((*HTTP_REFUSED, self.http_refused()))
+        for runner in self.bridges():
+            b = bridge_figures(runner)
+            rows += [(f"bridge {b['name']} {key}", what, limit, b[key]) for key, what, limit in BRIDGE_DROPS]
+        return rows
+
     def drop_counts(self, snap: dict[str, int]) -> dict[str, int]:
-        counts = {key: snap[key] for key, _, _ in DROPS}
-        counts[HTTP_REFUSED[0]] = self.http_refused()
-        return counts
+        return {key: count for key, _, _, count in self.drop_rows(snap)}
 
     def compaction_count(self) -> int:
         return int(getattr(store_backend(self.broker), "compactions", 0))
@@ -272,14 +289,10 @@ class Status:
 
     def drops(self, snap: dict[str, int]) -> list[dict[str, Any]]:
         """Each drop counter: since start, and since the oldest sample (`recent`)."""
-        counts = self.drop_counts(snap)
-        then = self.marks[0][1] if self.marks else counts
-        settings = self.broker.settings
-        rows = [(key, what, limit(settings)) for key, what, limit in DROPS]
-        rows.append(HTTP_REFUSED)
+        then = self.marks[0][1] if self.marks else {}
         return [
-            {"key": key, "what": what, "limit": limit, "count": counts[key], "recent": counts[key] - then[key]}
-            for key, what, limit in rows
+            {"key": key, "what": what, "limit": limit, "count": count, "recent": count - then.get(key, 0)}
+            for key, what, limit, count in self.drop_rows(snap)
         ]
 
     def offline(self, viewer: Any) -> list[dict[str, Any]]:

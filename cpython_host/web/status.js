@@ -308,9 +308,10 @@ function attention(s) {
     items.push(["bridge:" + b.name, b.state === "connecting" || b.state === "paused" ? "warn" : "bad", line]);
   }
   const window = s.drops_since === null ? null : duration(s.time - s.drops_since);
+  const within = window === null ? " since the broker started" : " in the last " + window;
   for (const d of s.drops) {
     if (d.recent > 0) {
-      items.push(["drop:" + d.key, "warn", count(d.recent) + " in the last " + window + ": " + d.what + " (" + d.key + "; limit: " + d.limit + ")"]);
+      items.push(["drop:" + d.key, "warn", count(d.recent) + within + ": " + d.what + " (" + d.key + "; limit: " + d.limit + ")"]);
     }
   }
   for (const c of s.certificates || []) {
@@ -322,7 +323,7 @@ function attention(s) {
   }
   if (!items.length) {
     items.push(["ok", "ok", "Nothing needs attention: " + (s.bridges.length ? "every uplink is connected, " : "") +
-      "nothing dropped or refused" + (window ? " in the last " + window : "") +
+      "nothing dropped or refused" + within +
       (s.certificates && s.certificates.length ? ", no certificate expires within " + EXPIRY_WARN_DAYS + " days" : "") + "."]);
   }
   const list = document.querySelector("#attention ul");

@@ -506,6 +506,12 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
         assert not shown(driver, "#drops tr[data-key=login_failed]")  # a counter at zero: behind "show all"
         driver.execute_script("document.getElementById('drops-all').click()")
         assert shown(driver, "#drops tr[data-key=login_failed]")
+        drops = table(driver, "drops")  # each bridge's own: dead letters, QoS 0 dropped while away
+        assert (
+            drops["bridge cloud dead_lettered"][2] == "0"
+            and "upstream refused" in drops["bridge cloud dead_lettered"][4]
+        )
+        assert drops["bridge backup dropped"][2] == "0" and "absent upstream" in drops["bridge backup dropped"][4]
 
         # The uplink goes away (Mosquitto stopped: its sockets stay silent):
         # the page says so and counts what waits; back, it drains.
