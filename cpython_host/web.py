@@ -83,6 +83,7 @@ MAX_OPEN = 32  # connections at once; more are closed at once (a flood must not 
 MAX_PER_ADDRESS = 8  # connections at once from one source address (a browser opens about 6)
 RESERVED = 4  # slots beyond MAX_OPEN that only this machine's own 127.0.0.1 and ::1 may take
 LOCAL_PEERS = ("127.0.0.1", "::1")
+CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'none'; base-uri 'none'"
 
 
 class HttpError(Exception):
@@ -267,6 +268,10 @@ class WebServer:
                     ("connection", "close"),
                     ("cache-control", "no-store"),
                     ("x-content-type-options", "nosniff"),
+                    # The page loads only its own files, and no other site may
+                    # frame it (its buttons act: no clicks borrowed by a page on top).
+                    ("content-security-policy", CSP),
+                    ("x-frame-options", "DENY"),
                     *headers,
                 ]
                 out = conn.send(h11.Response(status_code=status, headers=head, reason=http.HTTPStatus(status).phrase))

@@ -214,6 +214,14 @@ def test_ctl_end_to_end(broker: BrokerProcess, clients: list[Paho]) -> None:
     assert unreachable.returncode == 1 and "cannot reach http://127.0.0.1:0" in unreachable.stderr
 
 
+def test_page_may_not_be_framed(broker: BrokerProcess) -> None:
+    """The status page has buttons that act: no other site may frame it (clickjacking), and it loads only its own files."""
+    with urllib.request.urlopen(broker.http_url() + "/", timeout=10) as response:
+        assert response.headers["X-Frame-Options"] == "DENY"
+        policy = response.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in policy and "default-src 'self'" in policy
+
+
 def test_bad_requests(broker: BrokerProcess) -> None:
     url = broker.http_url()
     assert get(url + "/nothing-here")[0] == 404
