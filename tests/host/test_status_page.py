@@ -163,7 +163,7 @@ class Gateway:
 
     def page(self, user: tuple[str, str]) -> Any:
         """A Chromium showing the page, logged in as `user` (basic auth from the URL, as typed in the address bar)."""
-        driver = start_chromium("--window-size=1280,1700")
+        driver = start_chromium("--window-size=1360,1700", "--hide-scrollbars")
         driver.get(self.url.replace("://", f"://{user[0]}:{user[1]}@") + "/")
         wait_until(lambda: driver.execute_script("return document.body.dataset.polls"), 20, lambda: body(driver))
         return driver
@@ -491,7 +491,7 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
         # The README's picture (`make screenshot`): the whole page, the tooltip showing.
         if os.environ.get("SISKIN_WRITE_SCREENSHOT"):
             height = driver.execute_script("return document.documentElement.scrollHeight")
-            driver.set_window_size(1280, height + 140)  # (the window's frame: headless Chromium keeps ~140 px of it)
+            driver.set_window_size(1360, height + 140)  # (the window's frame: headless Chromium keeps ~140 px of it)
             wait_page(
                 driver, lambda: driver.execute_script("return !document.querySelector('#chart-bytes .tip').hidden")
             )
