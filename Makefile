@@ -1,7 +1,9 @@
 # Siskin — every command of the repository.
 #
-#   make test    set up everything (venv, pinned deps, npm dev deps), run all tests
-#   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data)
+#   make test    set up everything (venvs, pinned deps, npm dev deps), run all tests
+#                (and the PyPy leg: chosen integration tests with their brokers on pypy3)
+#   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data;
+#                PYTHON=pypy3: on PyPy, from .venv-pypy)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
 #   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
 #   make soak    soak tests: firmware heap under load, many kill -9 crash iterations
@@ -11,9 +13,10 @@
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
 #   make test-boards  the firmware tests at the boards' real heaps (needs make firmware BOARD=unix32)
 #
-# Needs: Python >= 3.11 with venv (Debian: python3-venv), and for the
-# Node-based tests Node.js >= 20 with npm. .ci/run installs the system
-# packages on a fresh Debian machine.
+# Needs: Python >= 3.11 with venv (Debian: python3-venv), PyPy >= 7.3
+# (Debian: pypy3 pypy3-venv; without it the PyPy leg is left out, or fails
+# under SISKIN_REQUIRE_ALL=1), and for the Node-based tests Node.js >= 20
+# with npm. .ci/run installs the system packages on a fresh Debian machine.
 #
 # Set-up is keyed on content: the venv is (re)provisioned when pyproject.toml
 # changes, node_modules when package.json/package-lock.json change, so a
@@ -25,8 +28,19 @@ SHELL := bash
 MAKEFLAGS += --no-print-directory
 
 PYTHON ?= python3
+# A PyPy (make run PYTHON=pypy3) gets a venv of its own.
+ifneq ($(findstring pypy,$(notdir $(PYTHON))),)
+VENV ?= .venv-pypy
+else
 VENV ?= .venv
+endif
 PY := $(VENV)/bin/python
+# The PyPy leg of make test: the integration tests with the broker_runtime
+# fixture or a RUNTIMES broker (tests/host/conftest.py) run their brokers on
+# this PyPy too, from its own venv (the tests themselves stay on CPython).
+PYPY ?= pypy3
+PYPY_VENV ?= .venv-pypy
+HAVE_PYPY := $(shell command -v $(PYPY) >/dev/null 2>&1 && echo yes)
 PYTEST_ARGS ?=
 # -bb: comparing bytes with str (or int) or str()-ing bytes raises instead of
 # quietly being False (CONVENTIONS: pytest under python -bb, as wsproto).
@@ -36,39 +50,63 @@ PYTEST := $(PY) $(PYFLAGS) -m pytest
 hash = $(shell cat $(1) 2>/dev/null | sha1sum | cut -c1-12)
 
 PIP_STAMP := $(VENV)/.siskin-deps-$(call hash,pyproject.toml)
+PYPY_STAMP := $(PYPY_VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test setup venv npm run lint fuzz soak bench screenshot firmware test-boards clean distclean
+.PHONY: help test setup venv pypy-venv npm run lint fuzz soak bench screenshot firmware test-boards clean distclean
 
 help:
-	@sed -n '3,13p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,14p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------
 # set-up
 
-setup: venv npm
+setup: venv pypy-venv npm
 
 venv: $(PIP_STAMP)
 
-# The stamps' names carry a hash of the files they stand for, so they need no
-# timestamp prerequisites (a fresh checkout's mtimes mean nothing).
-$(PIP_STAMP):
-	@if ! $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
-	  echo "make: need Python >= 3.11 as '$(PYTHON)' (found: $$($(PYTHON) --version 2>&1 || echo none)); set PYTHON=..." >&2; exit 1; fi
-	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
-	  echo "make: creating $(VENV) with $$($(PYTHON) --version)"; \
-	  rm -rf $(VENV); \
-	  $(PYTHON) -m venv $(VENV) || { echo "make: '$(PYTHON) -m venv' failed; on Debian/Ubuntu: apt-get install python3-venv" >&2; rm -rf $(VENV); exit 1; }; \
+# A venv $(2) made by interpreter $(1) with what tools/requirements.py reads
+# from pyproject.toml: the host's dependencies and the extras $(3). (The
+# project itself is not installed: the tests run from the tree, with the
+# repository root on sys.path.) Made anew when $(1) is another interpreter
+# (implementation and version) than the venv's.
+PYID := import sys; print(sys.implementation.name, *sys.version_info[:2])
+define make_venv
+	@if ! $(1) -c 'import sys; sys.exit(sys.version_info < ((3, 9) if sys.implementation.name == "pypy" else (3, 11)))' 2>/dev/null; then \
+	  echo "make: need CPython >= 3.11 or PyPy >= 7.3 as '$(1)' (found: $$($(1) --version 2>&1 || echo none)); set PYTHON=..." >&2; exit 1; fi
+	@if [ "$$($(1) -c '$(PYID)')" != "$$($(2)/bin/python -c '$(PYID)' 2>/dev/null)" ]; then \
+	  echo "make: creating $(2) with $$($(1) --version | tr '\n' ' ')"; \
+	  rm -rf $(2); \
+	  $(1) -m venv $(2) || { echo "make: '$(1) -m venv' failed; on Debian/Ubuntu: apt-get install python3-venv (pypy3-venv for pypy3)" >&2; rm -rf $(2); exit 1; }; \
 	fi
-	@# The host's own dependencies and the pinned test and lint ones come from
-	@# pyproject.toml, the one place they are listed. (The project itself is
-	@# not installed: the tests run from the tree, with the repository root on
-	@# sys.path.)
-	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; d = p["optional-dependencies"]; print("\n".join(p["dependencies"] + d["test"] + d["lint"]))' > $(VENV)/requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
-	@rm -f $(VENV)/.siskin-deps-*
-	@touch $@
+	$(2)/bin/python tools/requirements.py $(3) > $(2)/requirements.txt
+	$(2)/bin/python -m pip install --quiet --disable-pip-version-check -r $(2)/requirements.txt
+	@rm -f $(2)/.siskin-deps-*
+	@touch $(2)/.siskin-deps-$(call hash,pyproject.toml)
+endef
+
+# The stamps' names carry a hash of the files they stand for, so they need no
+# timestamp prerequisites (a fresh checkout's mtimes mean nothing). A PyPy
+# as PYTHON (make run PYTHON=pypy3) needs only the pypy extra.
+$(PIP_STAMP):
+	$(call make_venv,$(PYTHON),$(VENV),$(if $(findstring pypy,$(notdir $(PYTHON))),pypy,test lint))
+
+# Without pypy3 the PyPy leg is left out (.ci/run installs it and sets
+# SISKIN_REQUIRE_ALL=1, which makes a missing pypy3 a failure).
+ifeq ($(HAVE_PYPY),yes)
+pypy-venv: $(PYPY_STAMP)
+else
+pypy-venv:
+	@if [ -n "$${SISKIN_REQUIRE_ALL:-}" ] && [ "$${SISKIN_REQUIRE_ALL}" != 0 ]; then \
+	  echo "make: $(PYPY) not found (apt-get install pypy3 pypy3-venv) and SISKIN_REQUIRE_ALL=1 forbids leaving the PyPy leg out" >&2; exit 1; fi
+	@echo "make: $(PYPY) not found (apt-get install pypy3 pypy3-venv): the PyPy leg of make test is left out" >&2
+endif
+
+ifneq ($(PYPY_STAMP),$(PIP_STAMP))
+$(PYPY_STAMP):
+	$(call make_venv,$(PYPY),$(PYPY_VENV),pypy)
+endif
 
 npm: $(NPM_STAMP)
 
@@ -88,9 +126,10 @@ endif
 # commands
 
 # pytest exits 5 when it collected no tests: that is a failure too.
+# SISKIN_PYPY: the PyPy leg's interpreter (tests/host/conftest.py).
 test: setup
 	@echo "$(PYTEST) $(PYTEST_ARGS)"
-	@$(PYTEST) $(PYTEST_ARGS) || { rc=$$?; \
+	@SISKIN_PYPY=$(abspath $(PYPY_VENV))/bin/python $(PYTEST) $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): failing" >&2; fi; exit $$rc; }
 
 # The README's picture of the status page: the Chromium test writes it only
@@ -137,7 +176,7 @@ soak: setup
 	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS)
 	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS) --config boards/linux.toml
 
-# Siskin (.venv, on asyncio's loop and on uvloop) side by side with Mosquitto
+# Siskin (.venv, on asyncio's loop and on uvloop; .venv-pypy, on PyPy) side by side with Mosquitto
 # (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt and py-spy go into a
 # separate .venv-bench so that their dependencies never touch the pinned test
 # venv. BENCH_ARGS=--full: the full run of docs/benchmarks.md.
@@ -145,7 +184,7 @@ BENCH_VENV ?= .venv-bench
 BENCH_PKGS := amqtt==0.12.1 py-spy==0.4.3
 BENCH_STAMP := $(BENCH_VENV)/.siskin-bench-$(shell echo '$(BENCH_PKGS)' | sha1sum | cut -c1-12)
 BENCH_ARGS ?=
-bench: venv
+bench: venv pypy-venv
 	@if [ ! -f $(BENCH_STAMP) ]; then \
 	  echo "make bench: creating $(BENCH_VENV) with $(BENCH_PKGS)"; \
 	  rm -rf $(BENCH_VENV); \

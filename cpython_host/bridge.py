@@ -94,7 +94,7 @@ class BridgeRunner:
                 link.publish_sys()
             wait = 1.0 if not due else min(max(0, ticks_diff(due, ms())) / 1000, 1.0)
             self.woken.clear()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.woken.wait(), wait)
 
     async def connecting(self) -> None:
@@ -118,7 +118,7 @@ class BridgeRunner:
                 ),
                 self.settings.connect_timeout,
             )
-        except (OSError, TimeoutError, ssl.SSLError) as e:
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
             core.up_failed(_why(e), ms())
             self.woken.set()
             return
@@ -160,7 +160,7 @@ class BridgeRunner:
 
 
 def _why(e: BaseException) -> str:
-    if isinstance(e, TimeoutError):
+    if isinstance(e, asyncio.TimeoutError):
         return "timed out"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror

@@ -29,9 +29,9 @@ LOG_ARG_MAX = 1024
 
 
 def _data(arg: object) -> object:
-    if isinstance(arg, bool | int | float) or arg is None:
+    if isinstance(arg, (bool, int, float)) or arg is None:
         return arg
-    text = arg.decode("latin-1") if isinstance(arg, bytes | bytearray) else str(arg)
+    text = arg.decode("latin-1") if isinstance(arg, (bytes, bytearray)) else str(arg)
     return printable(clip(text, LOG_ARG_MAX))
 
 

@@ -643,7 +643,7 @@ class BrokerServer:
             self.all_closed.clear()
             try:
                 await asyncio.wait_for(self.all_closed.wait(), wait_ms / 1000)
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 driver.abort_all()
                 await asyncio.sleep(0)
         if self.timer is not None:
@@ -652,7 +652,7 @@ class BrokerServer:
             if listening.server is not None:
                 try:
                     await asyncio.wait_for(listening.server.wait_closed(), 1.0)
-                except TimeoutError:  # pragma: no cover - every connection is closed by now
+                except asyncio.TimeoutError:  # pragma: no cover - every connection is closed by now
                     pass
         log.info("shutdown complete in %.2f s", time.monotonic() - started)
 

@@ -192,7 +192,7 @@ class WebServer:
             self.server.close()
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 1.0)
-            except TimeoutError:  # pragma: no cover - a request still being answered
+            except asyncio.TimeoutError:  # pragma: no cover - a request still being answered
                 pass
 
     async def sample(self) -> None:
@@ -254,7 +254,7 @@ class WebServer:
                     (e.text + "\n").encode(),
                     e.headers,
                 )
-            except TimeoutError:
+            except asyncio.TimeoutError:
                 status, ctype, data, headers = 408, "text/plain; charset=utf-8", b"request timeout\n", []
             except h11.RemoteProtocolError as e:
                 code = e.error_status_hint
@@ -279,7 +279,7 @@ class WebServer:
                 out += conn.send(h11.EndOfMessage()) or b""
                 writer.write(out)
                 await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT)
-        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError, TimeoutError):
+        except (ConnectionError, ssl.SSLError, h11.LocalProtocolError, asyncio.TimeoutError):
             pass
 
     async def read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:

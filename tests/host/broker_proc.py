@@ -31,6 +31,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 _LISTENING = re.compile(r"listening on ([0-9.]+):(\d+)")
 
+# The interpreter a BrokerProcess runs the host broker on when none is
+# given: this one, or SISKIN_BROKER_PYTHON's (the broker_runtime fixture sets
+# it to PyPy's for the tests of the PyPy leg; a developer can set it for any
+# test run).
+BROKER_PYTHON = "SISKIN_BROKER_PYTHON"
+
 T = TypeVar("T")
 
 
@@ -150,13 +156,16 @@ class BrokerProcess:
         base: str | None = None,
         http: dict[str, Any] | None = None,
         bridges: list[dict[str, Any]] | None = None,
+        python: str | None = None,
     ) -> None:
         """`listeners`: [[listener]] tables; the first one's address is --host 127.0.0.1 --port 0.
         `base`: a shipped settings file the config starts from (None: the
         built-in defaults); `limits`, `server` and `listeners` are set over it.
-        `http`: the [http] table (then http_url() is the HTTP listener's URL)."""
+        `http`: the [http] table (then http_url() is the HTTP listener's URL).
+        `python`: the interpreter the broker runs on (default: BROKER_PYTHON's, else this one)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.python = python or os.environ.get(BROKER_PYTHON) or sys.executable
         self.config_path = write_config(
             self.workdir / "siskin.toml", limits, server, listeners, security, base, http, bridges
         )
@@ -171,7 +180,7 @@ class BrokerProcess:
 
     def start(self, timeout: float = 15.0) -> BrokerProcess:
         cmd = [
-            sys.executable,
+            self.python,
             "-m",
             "cpython_host",
             "--host",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import REPO_ROOT, require
+from tests.host.conftest import pypy_python
 from tools.bench import brokers, scenarios_durable
 
 SCENARIOS = {
@@ -37,7 +38,7 @@ SCENARIOS = {
 }
 
 
-def run_smoke(names: list[str], json_path: Path, only: str = "") -> subprocess.CompletedProcess[str]:
+def run_smoke(names: list[str], json_path: Path, only: str = "", *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -51,6 +52,7 @@ def run_smoke(names: list[str], json_path: Path, only: str = "") -> subprocess.C
             "--json",
             str(json_path),
             *(["--only", only] if only else []),
+            *extra,
         ],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -138,3 +140,18 @@ def test_bench_smoke_durable(tmp_path: Path) -> None:
             # store_sync = always: at least one fsync per sync, at most one per message and record
             assert 0 < r["fsyncs_per_msg"] <= 5, r
     assert "### Durable sessions" in proc.stdout and "| durable_v3_qos1 | siskin-store |" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_bench_smoke_pypy(tmp_path: Path) -> None:
+    """The siskin-pypy column: Siskin on PyPy, in a table of its own, with its RSS at start."""
+    out = tmp_path / "bench.jsonl"
+    proc = run_smoke(["siskin-pypy"], out, "idle,fanin_qos1", "--pypy-python", pypy_python())
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted((r["broker"], r["scenario"]) for r in results) == [("siskin-pypy", "fanin_qos1"), ("siskin-pypy", "idle")]
+    for r in results:
+        check_result(r)
+    assert "- siskin-pypy: siskin " in proc.stdout and "(PyPy 3." in proc.stdout, proc.stdout[-2000:]
+    assert "### Siskin on PyPy" in proc.stdout and "### Siskin on CPython" not in proc.stdout, proc.stdout[-2000:]
+    rss = next(r for r in results if r["scenario"] == "idle")["rss_before"]
+    assert rss > 0 and f"| broker RSS at start (bytes) | {rss:,} |" in proc.stdout, proc.stdout[-2000:]

@@ -100,6 +100,8 @@ def test_upstream_stopped_then_back_nothing_lost(tmp_path: Path, mosquitto: Mosq
         assert got == [b"%d" % i for i in range(n)]  # in order, none lost
 
 
+# The PyPy leg too: the broker on CPython and on PyPy (tests/host/conftest.py).
+@pytest.mark.usefixtures("broker_runtime")
 def test_kill_9_during_the_outage(tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]) -> None:
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("edge1/#", 1)
@@ -279,6 +281,8 @@ def secured(tmp_path: Path, pki: Pki) -> Iterator[Secured]:
     s.mosquitto.stop()
 
 
+# The PyPy leg too: the broker on CPython and on PyPy (tests/host/conftest.py).
+@pytest.mark.usefixtures("broker_runtime")
 def test_tls_upstream_with_a_client_certificate(
     tmp_path: Path, secured: Secured, pki: Pki, clients: list[Paho]
 ) -> None:

@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from tests.host.broker_proc import (
     DISCONNECT,
     BrokerProcess,
@@ -71,6 +73,8 @@ def test_plain_store_survives_restart(tmp_path: Path) -> None:
     assert SECRET in (tmp_path / "data" / "siskin.log").read_bytes()
 
 
+# The PyPy leg too: the broker on CPython and on PyPy (tests/host/conftest.py).
+@pytest.mark.usefixtures("broker_runtime")
 def test_encrypted_store_hides_payloads_and_survives_restart(tmp_path: Path) -> None:
     key = ("--store-key-file", write_key(tmp_path / "k", KEY))
     seed_store(tmp_path, key)

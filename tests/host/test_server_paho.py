@@ -16,16 +16,18 @@ from tests.host.broker_proc import (
     puback_packet,
     publish_packet,
 )
+from tests.host.conftest import RUNTIMES, runtime_args
 
 pytestmark = pytest.mark.interop
 
 
-# Every test runs on both event loops the host supports (--event-loop).
-@pytest.fixture(scope="module", params=["uvloop", "asyncio"])
+# Every test runs on each runtime the host supports: CPython on both event
+# loops (--event-loop), PyPy.
+@pytest.fixture(scope="module", params=RUNTIMES)
 def broker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
-    loop = ("--event-loop", request.param)
-    with BrokerProcess(tmp_path_factory.mktemp("paho"), limits={"sys_interval": 0}, extra_args=loop) as b:
-        b.wait_log(f"event loop: {request.param}")
+    args = runtime_args(request.param)
+    with BrokerProcess(tmp_path_factory.mktemp("paho"), limits={"sys_interval": 0}, **args) as b:
+        b.wait_log(f"event loop: {args['extra_args'][1]}")
         yield b
         assert b.alive(), b.log_text()
         assert "Traceback" not in b.log_text(), b.log_text()  # no core error was contained

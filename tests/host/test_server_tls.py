@@ -34,6 +34,7 @@ from tests.host.broker_proc import (
     wait_until,
     write_config,
 )
+from tests.host.conftest import RUNTIMES, runtime_args
 
 pytestmark = pytest.mark.interop
 
@@ -94,10 +95,10 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 PLAIN, SERVER_AUTH, MUTUAL, MUTUAL_EMAIL, SERVER_EXPIRED, TLS13 = range(6)
 
 
-@pytest.fixture(scope="module", params=["uvloop", "asyncio"])
+@pytest.fixture(scope="module", params=RUNTIMES)
 def broker(request: pytest.FixtureRequest, pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One broker, six listeners: plain; TLS; mutual TLS (CN); mutual TLS (email SAN); an expired
-    server certificate; TLS 1.3 only. On both event loops."""
+    server certificate; TLS 1.3 only. On CPython's two event loops and on PyPy."""
     b = BrokerProcess(
         tmp_path_factory.mktemp(f"tls-{request.param}"),
         limits={"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 0},
@@ -111,7 +112,7 @@ def broker(request: pytest.FixtureRequest, pki: Pki, tmp_path_factory: pytest.Te
             pki.listener(pki.server_expired),
             pki.listener(tls_version="tlsv1.3"),
         ],
-        extra_args=("--event-loop", request.param),
+        **runtime_args(request.param),
     )
     with b:
         wait_until(lambda: len(b.ports()) == 6, 5, b.log_text)

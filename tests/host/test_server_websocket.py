@@ -57,6 +57,7 @@ from tests.host.broker_proc import (
     vbi,
     wait_until,
 )
+from tests.host.conftest import RUNTIMES, runtime_args
 
 pytestmark = pytest.mark.interop
 
@@ -96,14 +97,15 @@ def ws_listeners(certs: Certs) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture(scope="module", params=["uvloop", "asyncio"])
+@pytest.fixture(scope="module", params=RUNTIMES)
 def broker(request: pytest.FixtureRequest, certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One broker: plain TCP; ws:// on /mqtt; wss:// on /mqtt; ws:// on any path with an Origin list. Both loops."""
+    """One broker: plain TCP; ws:// on /mqtt; wss:// on /mqtt; ws:// on any path with an Origin list.
+    On CPython's two event loops and on PyPy."""
     b = BrokerProcess(
         tmp_path_factory.mktemp(f"ws-{request.param}"),
         limits={"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 0, "max_packet_size": MAX_PACKET},
         listeners=ws_listeners(certs),
-        extra_args=("--event-loop", request.param),
+        **runtime_args(request.param),
     )
     with b:
         wait_until(lambda: len(b.ports()) == 4, 5, b.log_text)

@@ -123,6 +123,7 @@ FIGURES: list[Figure] = [
     ("publish→delivery p50", "latency", ("roundtrip_us", "p50"), "µs", False, "≤ 1.5", ""),
     ("publish→delivery p90", "latency", ("roundtrip_us", "p90"), "µs", False, "", ""),
     ("publish→delivery p99", "latency", ("roundtrip_us", "p99"), "µs", False, "", ""),
+    ("broker RSS at start", "idle", ("rss_before",), "bytes", False, "", ""),
     ("idle RSS per connection", "idle", ("rss_per_conn",), "bytes", False, "≤ 4096 B", ""),
     ("connect rate", "idle", ("connect_per_s",), "conn/s", True, "≥ 1.0", ""),
     ("takeover storm, connections handled", "takeover", ("handled",), "conn", True, "≥ 0.5", ""),
@@ -173,7 +174,7 @@ def verdict(ratio: float | None, target: str, siskin: float | None) -> str:
 def table(medians: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> str:
     """The markdown table: medians per broker, Siskin's ratios, the issue's targets.
 
-    Every Siskin variant ("siskin": asyncio; "siskin-uvloop") gets its ratios
+    Every Siskin variant ("siskin": asyncio; "siskin-uvloop"; "siskin-pypy") gets its ratios
     to every peer; a target cell says met / NOT met for each variant.
     """
     ours = [n for n in names if n.startswith("siskin")]
@@ -243,12 +244,14 @@ def compare(args: argparse.Namespace) -> int:
         profile["duration"] = args.duration
     nofile = raise_nofile()
     wanted = args.brokers.split(",")
+    pypy = args.pypy_python or brokers.pypy_python()
     classes: dict[str, Callable[[Path], brokers.BrokerProc]] = {
         "siskin": lambda wd: brokers.Siskin(wd, args.siskin_python, args.siskin_root, "siskin", "asyncio"),
         "siskin-uvloop": lambda wd: brokers.Siskin(wd, args.siskin_python, args.siskin_root, "siskin-uvloop", "uvloop"),
+        "siskin-pypy": lambda wd: brokers.Siskin(wd, pypy, args.siskin_root, "siskin-pypy", "asyncio"),
         "mosquitto": brokers.Mosquitto,
         "amqtt": brokers.Amqtt,
-        **scenarios_durable.broker_classes(args.siskin_python, args.siskin_root),
+        **scenarios_durable.broker_classes(args.siskin_python, args.siskin_root, pypy),
     }
     names = []
     for n in wanted:
@@ -257,6 +260,9 @@ def compare(args: argparse.Namespace) -> int:
             continue
         if n.startswith("siskin-uvloop") and not brokers.has_uvloop(args.siskin_python or brokers.siskin_python()):
             print("bench: no uvloop in .venv (make setup installs it): skipping siskin-uvloop", file=sys.stderr)
+            continue
+        if n.startswith("siskin-pypy") and pypy is None:
+            print("bench: no .venv-pypy (make bench makes it where pypy3 is installed): skipping " + n, file=sys.stderr)
             continue
         if n == "amqtt" and not brokers.Amqtt.available():
             print("bench: amqtt not found (make bench installs it into .venv-bench): skipping it", file=sys.stderr)
@@ -322,7 +328,15 @@ def compare(args: argparse.Namespace) -> int:
     print(f"- busiest load-generator process: {gen:.2f} CPU (1.00 = a full core)")
     print(f"- wall time: {time.monotonic() - started:.0f} s")
     print()
-    print(table(medians, names))
+    # One table per runtime: the CPython variants, then PyPy's, each beside the peers.
+    peers = [n for n in names if not n.startswith("siskin")]
+    for runtime in ("CPython", "PyPy"):
+        ours = [n for n in names if n.startswith("siskin") and ("pypy" in n) == (runtime == "PyPy")]
+        if ours:
+            print()
+            print(f"### Siskin on {runtime}")
+            print()
+            print(table(medians, ours + peers))
     durable = scenarios_durable.report(medians, names)
     if durable:
         print()
@@ -385,15 +399,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0, help="override the publishing time per scenario (s)")
     p.add_argument(
         "--brokers",
-        default="siskin,siskin-uvloop,mosquitto,amqtt,siskin-uvloop-store,mosquitto-persist",
-        help="comma-separated (default: siskin,siskin-uvloop,mosquitto,amqtt,siskin-uvloop-store,mosquitto-persist; "
+        default="siskin,siskin-uvloop,siskin-pypy,mosquitto,amqtt,siskin-uvloop-store,mosquitto-persist",
+        help="comma-separated (default: siskin,siskin-uvloop,siskin-pypy,mosquitto,amqtt,siskin-uvloop-store,"
+        "mosquitto-persist; "
         "siskin runs with --event-loop asyncio, siskin-uvloop with --event-loop uvloop, the default of make run; "
-        "siskin-store, siskin-uvloop-store and mosquitto-persist run with persistence on, the durable scenarios only: "
+        "siskin-pypy on PyPy (make's .venv-pypy; asyncio's loop); "
+        "siskin-store, siskin-uvloop-store, siskin-pypy-store and mosquitto-persist run with persistence on, "
+        "the durable scenarios only: "
         "tools/bench/scenarios_durable.py)",
     )
     p.add_argument("--only", default="", help="comma-separated scenarios (idle,fanin,fanout,latency,retained,durable, ...)")
     p.add_argument("--json", metavar="FILE", help="also append every result line to FILE")
     p.add_argument("--siskin-python", metavar="EXE", help="interpreter for Siskin (default .venv/bin/python)")
+    p.add_argument("--pypy-python", metavar="EXE", help="interpreter for siskin-pypy (default .venv-pypy/bin/python)")
     p.add_argument("--siskin-root", metavar="DIR", help="run Siskin from another checkout (A/B comparisons)")
     sub = p.add_subparsers(dest="cmd")
     r = sub.add_parser("run", help="one scenario against a running broker; prints one JSON line")

@@ -1,7 +1,8 @@
 """Start and stop the brokers under test on free loopback ports.
 
 - Siskin: `<python> -m cpython_host --port P --config <tmp.toml>` (no
-  --data-dir: persistence off), limits raised so the bench never hits them.
+  --data-dir: persistence off), limits raised so the bench never hits them;
+  on CPython (.venv) or PyPy (.venv-pypy, make's PyPy venv).
 - Mosquitto: /usr/sbin/mosquitto -c <tmp.conf> with `listener P 127.0.0.1`,
   `allow_anonymous true`, `persistence false` and the same queue/inflight
   limits as Siskin's.
@@ -165,19 +166,32 @@ class Siskin(BrokerProc):
 
     def version(self) -> str:
         r = subprocess.run(
-            [self.python, "-c", "import sys; from common.broker.broker import VERSION; print(VERSION, sys.version.split()[0])"],
+            [
+                self.python,
+                "-c",
+                (
+                    "import platform; from common.broker.broker import VERSION; "
+                    "print(VERSION, platform.python_implementation(), platform.python_version())"
+                ),
+            ],
             cwd=self.cwd,
             capture_output=True,
             text=True,
         )
         version, _, python = r.stdout.strip().partition(" ")
-        return f"siskin {version} (Python {python}, {self.event_loop()})"
+        return f"siskin {version} ({python}, {self.event_loop()})"
 
 
 def siskin_python() -> str:
     """The test venv's interpreter (it has uvloop), else this one."""
     venv = REPO_ROOT / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
+
+
+def pypy_python() -> str | None:
+    """make's PyPy venv interpreter (make bench makes it where pypy3 is installed), or None."""
+    venv = REPO_ROOT / ".venv-pypy" / "bin" / "python"
+    return str(venv) if venv.exists() else None
 
 
 def has_uvloop(python: str) -> bool:

@@ -11,9 +11,11 @@ Every message then belongs to a persistent session, so a broker with a store
 must make it durable before it acknowledges the publisher. The same scenario
 runs against:
 
-    siskin, siskin-uvloop          no --data-dir: nothing stored
+    siskin, siskin-uvloop,         no --data-dir: nothing stored
+    siskin-pypy
     siskin-store,                  --data-dir in the bench's work dir,
-    siskin-uvloop-store            [limits] store_sync = "always"
+    siskin-uvloop-store,           [limits] store_sync = "always"
+    siskin-pypy-store
     mosquitto                      persistence false
     mosquitto-persist              persistence true, persistence_location in
                                    the work dir. Mosquitto only snapshots its
@@ -59,7 +61,12 @@ STEPS = {
 }
 
 # A broker with persistence on -> the same broker without it.
-STORED = {"siskin-store": "siskin", "siskin-uvloop-store": "siskin-uvloop", "mosquitto-persist": "mosquitto"}
+STORED = {
+    "siskin-store": "siskin",
+    "siskin-uvloop-store": "siskin-uvloop",
+    "siskin-pypy-store": "siskin-pypy",
+    "mosquitto-persist": "mosquitto",
+}
 
 # broker pid -> the strace output that counts its fsyncs
 _FSYNC_LOGS: dict[int, Path] = {}
@@ -265,11 +272,12 @@ class MosquittoPersist(Traced, brokers.Mosquitto):
         return _traced([*cmd[:-1], str(conf)], self.fsync_log)
 
 
-def broker_classes(python: str | None, root: str | None) -> dict[str, Any]:
-    """name -> factory(workdir), for tools/bench/__main__.py's classes."""
+def broker_classes(python: str | None, root: str | None, pypy: str | None) -> dict[str, Any]:
+    """name -> factory(workdir), for tools/bench/__main__.py's classes (`pypy`: PyPy's interpreter)."""
     return {
         "siskin-store": lambda wd: SiskinStore(wd, python, root, "siskin-store", "asyncio"),
         "siskin-uvloop-store": lambda wd: SiskinStore(wd, python, root, "siskin-uvloop-store", "uvloop"),
+        "siskin-pypy-store": lambda wd: SiskinStore(wd, pypy, root, "siskin-pypy-store", "asyncio"),
         "mosquitto-persist": MosquittoPersist,
     }
 

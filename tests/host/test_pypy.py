@@ -1,0 +1,122 @@
+"""The host on PyPy (Python 3.9, Debian's pypy3) from the same tree as on CPython.
+
+Every module of common/, cpython_host/ and tools/ imports under make's PyPy
+venv: this is what fails when new code uses a 3.10+ feature the interpreter
+evaluates at import (an `X | Y` annotation without `from __future__ import
+annotations`, tomllib, a 3.11 name imported from the standard library) —
+ruff's py39 target catches the syntax, mypy's 3.10 target the 3.11 names,
+python39_hazards() the run-time uses an import does not reach.
+The integration tests that use the broker_runtime fixture or RUNTIMES
+(tests/host/conftest.py) run the real broker on PyPy for the rest.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+from tests.host.broker_proc import BrokerProcess
+from tests.host.conftest import pypy_python
+
+# MicroPython scripts among them (they import what only MicroPython has).
+MICROPYTHON_ONLY = {"tools.bench.upy_heap"}
+
+IMPORT_ALL = """
+import importlib, json, pathlib, sys, traceback
+failed = {}
+names = []
+for root in ("common", "cpython_host", "tools"):
+    for path in sorted(pathlib.Path(root).rglob("*.py")):
+        if "node_modules" in path.parts:
+            continue
+        parts = path.with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name in sys.argv[1:]:
+            continue
+        names.append(name)
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            failed[name] = traceback.format_exc(limit=-3)
+print(json.dumps({"implementation": sys.implementation.name, "imported": names, "failed": failed}))
+"""
+
+
+def test_every_host_module_imports_on_pypy() -> None:
+    proc = subprocess.run(
+        [pypy_python(), "-c", IMPORT_ALL, *sorted(MICROPYTHON_ONLY)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["implementation"] == "pypy"
+    assert report["failed"] == {}, "\n".join(f"{n}:\n{tb}" for n, tb in report["failed"].items())
+    # It did walk the tree: the modules the broker runs are among them.
+    assert {"cpython_host.server", "common.broker.broker", "common.driver", "tools.bench.brokers"} <= set(
+        report["imported"]
+    )
+
+
+def test_on_pypy_the_broker_says_it_runs_on_asyncio_and_why(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, log_level="info", python=pypy_python()) as b:
+        b.wait_log(r"event loop: asyncio's own: uvloop does not run on PyPy")
+        b.wait_log(r"listening on .*event loop: asyncio")
+    demanded = subprocess.run(
+        [pypy_python(), "-m", "cpython_host", "--port", "0", "--event-loop", "uvloop"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert demanded.returncode == 2
+    assert "uvloop does not run on PyPy; or use --event-loop asyncio" in demanded.stderr
+
+
+# Python 3.10 calls that mypy's 3.10 target cannot see as new.
+NEWER_KEYWORDS = {("zip", "strict"), ("dataclass", "slots"), ("dataclass", "kw_only"), ("dataclass", "match_args")}
+NEWER_CALLS = {"bit_count", "pairwise", "aiter", "anext", "aclosing"}
+
+
+def python39_hazards(path: Path) -> list[str]:
+    """What a module does at run time that Python 3.9 does not take, and an
+    import does not reach: `X | Y` as a type in isinstance()/issubclass(),
+    the 3.10 calls above, and the builtin TimeoutError for asyncio's (before 3.11,
+    asyncio.wait_for raises asyncio.TimeoutError, which is not one: on PyPy
+    a bridge's task died of it)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name) and node.id == "TimeoutError" and path.relative_to(REPO_ROOT).parts[0] == "cpython_host":
+            found.append(f"{node.lineno}: TimeoutError (write asyncio.TimeoutError, or socket.timeout for a socket's)")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+            and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr) for n in ast.walk(node.args[1]))
+        ):
+            found.append(f"{node.lineno}: {node.func.id}() with X | Y (write a tuple)")
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            for kw in node.keywords:
+                if (name, kw.arg) in NEWER_KEYWORDS:
+                    found.append(f"{node.lineno}: {name}({kw.arg}=) (3.10)")
+            if name in NEWER_CALLS:
+                found.append(f"{node.lineno}: {name}() (3.10)")
+    return found
+
+
+def test_no_python_3_10_types_at_run_time_in_the_host() -> None:
+    hazards = [
+        f"{path.relative_to(REPO_ROOT)}:{hazard}"
+        for root in ("common", "cpython_host", "tools")
+        for path in sorted((REPO_ROOT / root).rglob("*.py"))
+        if "node_modules" not in path.parts
+        for hazard in python39_hazards(path)
+    ]
+    assert hazards == [], "\n".join(hazards)
