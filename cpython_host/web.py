@@ -49,6 +49,7 @@ import http
 import json
 import logging
 import ssl
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -141,15 +142,13 @@ class WebServer:
     async def start(self) -> None:
         """Listen; OSError (filename = the address) if it cannot."""
         cfg = self.config
+        tls: dict[str, Any] = {}
+        if self.context is not None:
+            tls = {"ssl": self.context, "ssl_handshake_timeout": cfg.head_timeout}
+            if sys.version_info >= (3, 11):  # (PyPy 3.9: asyncio has no TLS shutdown timeout before 3.11)
+                tls["ssl_shutdown_timeout"] = 1.0
         try:
-            self.server = await asyncio.start_server(
-                self.serve,
-                cfg.host,
-                cfg.port,
-                ssl=self.context,
-                ssl_handshake_timeout=cfg.head_timeout if self.context else None,
-                ssl_shutdown_timeout=1.0 if self.context else None,
-            )
+            self.server = await asyncio.start_server(self.serve, cfg.host, cfg.port, **tls)
         except OSError as e:
             e.filename = f"{cfg.host}:{cfg.port} ([http])"
             raise

@@ -359,6 +359,34 @@ def test_basic_auth_over_https(tmp_path: Path) -> None:
         assert b.stop() == 0
 
 
+@pytest.mark.usefixtures("broker_runtime")
+def test_https_listener_and_status_on_each_runtime(tmp_path: Path, clients: list[Any]) -> None:
+    """The HTTPS listener starts and the status API counts on CPython and on
+    PyPy 3.9 (whose asyncio takes no TLS shutdown timeout)."""
+    import ssl
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "web.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "web.key"))
+    http = {
+        "port": 0,
+        "sample_interval": 1,
+        "certfile": str(tmp_path / "web.crt"),
+        "keyfile": str(tmp_path / "web.key"),
+    }
+    with BrokerProcess(tmp_path / "b", limits={"sys_interval": 0}, http=http) as b:
+        context = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+        pub = Mqtt(b.port, "rt-pub").connect()
+        clients.append(pub)
+        pub.publish("rt/x", b"1", 1)
+        status, body = get(b.http_url() + "/api/status", context=context)
+        assert status == 200
+        (mine,) = [c for c in json.loads(body)["clients"] if c["client_id"] == "rt-pub"]
+        assert mine["messages_in"] == 1
+        assert b.stop() == 0
+
+
 def test_config_refusals(tmp_path: Path) -> None:
     """No listener that would serve the API to the network without a login, or take passwords in the clear."""
     siskin_passwd(tmp_path / "passwd", "admin", "s3cret")
