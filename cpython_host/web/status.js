@@ -304,7 +304,7 @@ function attention(s) {
     let line = "Bridge " + b.name + " is " + (STATES[b.state] || b.state);
     if (b.last_error) line += " (" + b.last_error + ")";
     line += ": " + count(b.queued) + " message(s) waiting";
-    if (b.oldest_queued_age !== null && b.queued) line += ", the oldest for " + duration(b.oldest_queued_age);
+    if (age(b.oldest_queued_age) !== null && b.queued) line += ", the oldest for " + duration(b.oldest_queued_age);
     items.push(["bridge:" + b.name, b.state === "connecting" || b.state === "paused" ? "warn" : "bad", line]);
   }
   const window = s.drops_since === null ? null : duration(s.time - s.drops_since);
@@ -337,16 +337,21 @@ function attention(s) {
   }));
 }
 
+// A bridge's age figure: null (not measured) and -1 (none: nothing waits, no ack yet) show as "–".
+const age = (s) => (s === null || s === undefined || s < 0 ? null : s);
+
 function bridges(s) {
   fill("bridges", s.bridges, (b) => b.name, (b) => [
     b.name,
     { text: STATES[b.state] || b.state, cls: "state " + (STATES[b.state] || b.state) },
     b.address || (b.addresses.length ? "tries " + b.addresses.join(", ") : null),
     { text: count(b.queued) + " (" + size(b.queued_bytes) + ")", cls: "num" },
-    { text: b.oldest_queued_age === null ? "–" : b.queued ? duration(b.oldest_queued_age) : "–", cls: "num" },
+    { text: age(b.oldest_queued_age) === null || !b.queued ? "–" : duration(b.oldest_queued_age), cls: "num" },
     { text: number(b.sent_rate), cls: "num", title: count(b.sent) + " sent since start" },
     { text: number(b.received_rate), cls: "num", title: count(b.received) + " received since start" },
-    { text: b.state === "connected" ? count(b.inflight) + " of " + count(b.inflight_max) : "–", cls: "num" },
+    { text: b.inflight_max ? count(b.inflight) + " of " + count(b.inflight_max) : "–", cls: "num",
+      title: "messages sent up, not yet acknowledged, of the upstream's window" },
+    { text: age(b.last_ack_age) === null ? "–" : duration(b.last_ack_age) + " ago", cls: "num" },
     num(b.dead_lettered),
     num(b.dropped),
     { text: b.last_error || "–", cls: "error" },

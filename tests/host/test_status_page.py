@@ -362,7 +362,7 @@ def test_user_sees_their_own_and_no_buttons(gateway: Gateway) -> None:
         assert not shown(driver, "#certificates")
         # The bridges' state and queues, as /metrics shows them; not their addresses or errors.
         bridges = wait_page(driver, lambda: (b := table(driver, "bridges")) and b["cloud"][1] == "connected" and b)
-        assert bridges["cloud"][2] == NONE and bridges["cloud"][10] == NONE
+        assert bridges["cloud"][2] == NONE and bridges["cloud"][11] == NONE
         # An action sent anyway, from the page itself: 403.
         status = driver.execute_script(
             "return fetch(BASE + 'api/kick', {method: 'POST', headers: {'Content-Type': 'application/json'},"
@@ -417,7 +417,7 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
         assert bridges["cloud"][3].startswith("0 ")
         assert bridges["backup"][1] in ("down", "connecting"), bridges
         backup = next(b for b in g.api("/api/status")["bridges"] if b["name"] == "backup")
-        assert backup["last_error"] and bridges["backup"][10] != NONE
+        assert backup["last_error"] and bridges["backup"][11] != NONE
         assert any(
             line.startswith("Bridge backup is ") and "2 message(s) waiting" in line for line in attention(driver)
         )
@@ -529,7 +529,7 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
                     and b
                 ),
             )
-            assert down["cloud"][1] in ("down", "connecting") and down["cloud"][10] != NONE
+            assert down["cloud"][1] in ("down", "connecting") and down["cloud"][11] != NONE
             assert any(
                 line.startswith("Bridge cloud is ") and "4 message(s) waiting" in line for line in attention(driver)
             )
