@@ -2,11 +2,13 @@
 #
 #   make test    set up everything (venvs, pinned deps, npm dev deps), run all tests
 #                (and the PyPy leg: chosen integration tests with their brokers on pypy3)
+#   make deps    install the system packages the tests need (mosquitto, nats-server, chromium, node...; sudo)
+#   make test-repeat N=5 [LOAD=1]  make test N times on a fresh clone of HEAD (LOAD=1: beside stress-ng --cpu 2)
 #   make run     start the host broker on 127.0.0.1:1883 (linux board settings, ./data;
 #                PYTHON=pypy3: on PyPy, from .venv-pypy)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
 #   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
-#   make soak    soak tests: firmware heap under load, many kill -9 crash iterations
+#   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
 #   make screenshot  docs/status-page.png anew, from the status page's Chromium test
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
@@ -16,7 +18,8 @@
 # Needs: Python >= 3.11 with venv (Debian: python3-venv), PyPy >= 7.3
 # (Debian: pypy3 pypy3-venv; without it the PyPy leg is left out, or fails
 # under SISKIN_REQUIRE_ALL=1), and for the Node-based tests Node.js >= 20
-# with npm. .ci/run installs the system packages on a fresh Debian machine.
+# with npm. `make deps` (.ci/install-deps, as .ci/run does) installs the
+# system packages on a fresh Debian machine.
 #
 # Set-up is keyed on content: the venv is (re)provisioned when pyproject.toml
 # changes, node_modules when package.json/package-lock.json change, so a
@@ -54,10 +57,10 @@ PYPY_STAMP := $(PYPY_VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test setup venv pypy-venv npm run lint fuzz soak bench screenshot firmware test-boards clean distclean
+.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench screenshot firmware test-boards clean distclean
 
 help:
-	@sed -n '3,14p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,17p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------
 # set-up
@@ -131,6 +134,22 @@ test: setup
 	@echo "$(PYTEST) $(PYTEST_ARGS)"
 	@SISKIN_PYPY=$(abspath $(PYPY_VENV))/bin/python $(PYTEST) $(PYTEST_ARGS) || { rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): failing" >&2; fi; exit $$rc; }
+
+# The system packages (apt-get; asks sudo for root when not root). Without
+# them the tests that need them skip, and the run ends by naming them.
+deps:
+	bash .ci/install-deps
+
+# A newcomer's `make test`, N times: a fresh clone of HEAD in a temporary
+# directory, `make setup` once, then `make test` N times in a row, with
+# LOAD=1 beside `stress-ng --cpu 2` (installed through .ci/install-deps if
+# missing). A table of each run's counts, time and processes left; logs in
+# build/test-repeat-<time>/. tools/test_repeat.py.
+N ?= 5
+LOAD ?=
+test-repeat:
+	$(PYTHON) -m tools.test_repeat --runs $(N) $(if $(filter-out 0,$(LOAD)),--load) \
+	  $(if $(PYTEST_ARGS),--pytest-args '$(PYTEST_ARGS)')
 
 # The README's picture of the status page: the Chromium test writes it only
 # when asked (SISKIN_WRITE_SCREENSHOT=1), so an ordinary test run leaves docs/ alone.

@@ -13,6 +13,9 @@
   tests/core, which the MicroPython runs must all pass.
 - Hypothesis profile: no deadline (CI machines are slow and shared);
   SISKIN_FUZZ_EXAMPLES=N sets max_examples (`make fuzz`).
+- At the end (tests/run_checks.py): a run fails if a process it started is
+  still running, and the tests skipped for a missing component are counted
+  per component, with the command that installs them (`make deps`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+# The end-of-run hooks; importing them also marks this run's processes (SISKIN_TEST_RUN).
+from tests.run_checks import pytest_sessionfinish, pytest_unconfigure  # noqa: E402, F401
 
 REQUIRE_ALL = os.environ.get("SISKIN_REQUIRE_ALL", "") not in ("", "0")
 

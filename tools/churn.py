@@ -38,7 +38,9 @@ before and after (a leaked connection keeps its socket). The
 exit code is 1 if a storm client got a wrong answer, the bound is missed
 (`--bound-ms`, 100 by default, on the p99) or a descriptor leaked.
 
-tests/host/test_server_churn.py runs the same code, smaller, in CI.
+tests/host/test_server_churn.py runs the same code, smaller, in `make test`
+(every check but the bound); tests/soak/test_timing_bounds.py holds
+the bound in `make soak`.
 """
 
 from __future__ import annotations
@@ -520,8 +522,9 @@ def client_loop() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def failures(res: dict[str, Any], bound_ms: float) -> list[str]:
-    """What in a run's figures breaks the promise (empty: none)."""
+def failures(res: dict[str, Any], bound_ms: float | None) -> list[str]:
+    """What in a run's figures breaks the promise (empty: none); the bystander's
+    p99 is held to `bound_ms` unless None (a figure then, not a verdict)."""
     out = []
     fds0 = res["fds_before"]
     for storm in ("connect", "takeover"):
@@ -533,7 +536,7 @@ def failures(res: dict[str, Any], bound_ms: float) -> list[str]:
             out.append(f"{storm}: TCP errors {r['tcp_errors']}")
         if r["fds_after"] > fds0:
             out.append(f"{storm}: broker holds {r['fds_after'] - fds0} more descriptors than before")
-    for phase, lat in res["bystander_ms"].items():
+    for phase, lat in res["bystander_ms"].items() if bound_ms is not None else ():
         if lat["p99"] is None or lat["p99"] >= bound_ms:
             out.append(f"{phase}: bystander p99 {lat['p99']} ms, bound {bound_ms} ms")
     if "takeover" in res and not res["takeover"]["session_kept"]:

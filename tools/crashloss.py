@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, drain
+from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, arrived, drain
 
 TOPIC = "crash"
 SUB_ID = "crash-sub"
@@ -99,7 +99,7 @@ def run_once(workdir: Path, rng: random.Random, count: int, config: str | None =
         sub = RawClient(broker.port)
         connack = sub.connect(SUB_ID, clean=False)
         assert connack == b"\x01\x00", f"the persistent session was lost: CONNACK {connack!r}"
-        got = drain(sub)
+        got = drain(sub, until=arrived({f"{TOPIC}/1": got_acks}))
         peak = max(peak, broker.rss())
         sub.send(DISCONNECT)
         sub.close()

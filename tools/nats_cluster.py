@@ -52,6 +52,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools import procgroup
 from tools.bench.brokers import free_port
 from tools.bench.mqtt import DISCONNECT, connect
 
@@ -129,7 +130,7 @@ class NatsNode:
 
     def launch(self) -> None:
         with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(
+            self.proc = procgroup.spawn(
                 [self.binary, "-c", str(self.config_path)],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
@@ -145,21 +146,13 @@ class NatsNode:
 
     def kill(self) -> None:
         """kill -9: no goodbye to the cluster, no flush of the store."""
-        if self.alive():
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.wait(10)
+        if self.proc is not None:
+            procgroup.kill(self.proc)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (a clean shutdown); SIGKILL if it takes longer than `timeout`."""
-        if not self.alive():
-            return
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.proc is not None:
+            procgroup.stop(self.proc, timeout)
 
     def meta_leader(self) -> str | None:
         """The JetStream meta leader this node knows of (its /jsz), or None."""

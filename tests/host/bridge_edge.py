@@ -1,15 +1,17 @@
 """What the bridge's host tests share (tests/host/test_bridge_*.py): an edge
-Siskin with one [[bridge]], paho clients closed at the end, and the
-distinct payloads a consumer got."""
+Siskin with one [[bridge]], paho clients closed at the end, the distinct
+payloads a consumer got, and the check that a refused upstream is retried
+with back-off."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.host.broker_proc import BrokerProcess, Paho
+from tests.host.broker_proc import BrokerProcess, Paho, wait_until
 
 RULES = [
     {"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge1/", "qos": 2},
@@ -59,3 +61,19 @@ def drain(sub: Paho, n: int, timeout: float = 20.0, earlier: tuple[bytes, ...] =
         if payload not in earlier:
             got.setdefault(payload)
     return list(got)
+
+
+def retried_with_back_off(attempts: Callable[[], int], more: int = 4, timeout: float = 60.0) -> None:
+    """A refused upstream is retried, `more` times at least (waited for, however
+    busy the machine), and with back-off: no more attempts than the back-off
+    of these tests allows in the time they took (backoff_min 0.2 s doubling
+    to backoff_max 1 s, half of each delay random: three short ones, then at
+    most one per 0.5 s; a tight loop makes hundreds). `attempts()` counts
+    the attempts logged so far. The time is taken around the two counts, so
+    a slow machine only lowers the count against it, never raises it."""
+    started = time.monotonic()
+    before = attempts()
+    wait_until(lambda: attempts() >= before + more, timeout, f"fewer than {more} attempts after {before}")
+    made = attempts() - before
+    took = time.monotonic() - started
+    assert made <= 3 + took / 0.5, f"{made} attempts in {took:.2f} s: not backing off"

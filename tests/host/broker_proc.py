@@ -8,7 +8,8 @@ runs never collide) and the helper reads the real port from the server's
 "listening on" log line. The log goes to a file (`broker.log_path`), not a
 pipe, so a chatty server can never block on a full pipe; `log_text()` reads
 it. `stop()` sends SIGTERM and returns the exit code; the context manager
-kills the process if it is still running.
+kills the process if it is still running. The server leads a process group
+of its own (tools/procgroup.py): stopped or killed, nothing it started stays.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cpython_host.compat import tomllib
+from tools import procgroup
 from tools.bench import mqtt as raw
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -197,7 +199,7 @@ class BrokerProcess:
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with self.log_path.open("wb") as logf:
-            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
+            self.proc = procgroup.spawn(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
         proc = self.proc
 
         def listening() -> re.Match[str] | None:
@@ -213,22 +215,17 @@ class BrokerProcess:
         self.host, self.port = m.group(1), int(m.group(2))
         return self
 
-    def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM, wait; the exit code (the process is killed on timeout)."""
+    def stop(self, timeout: float = 15.0, sig: int = signal.SIGTERM) -> int:
+        """`sig`, wait; the exit code (the process is killed on timeout)."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(f"broker ignored SIGTERM for {timeout} s:\n{self.log_text()}") from None
+        if not procgroup.stop(self.proc, timeout, sig):
+            raise RuntimeError(f"broker ignored {signal.Signals(sig).name} for {timeout} s:\n{self.log_text()}")
         return self.proc.returncode
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        """SIGKILL, to the server and anything it started."""
+        if self.proc is not None:
+            procgroup.kill(self.proc)
 
     def __enter__(self) -> BrokerProcess:
         return self.start()
@@ -618,12 +615,23 @@ class Publisher:
             return
 
 
-def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, bool, int]]:
-    """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully)."""
-    got: list[tuple[str, bytes, int, bool, int]] = []
+Drained = list[tuple[str, bytes, int, bool, int]]  # (topic, payload, qos, dup, packet id) of each PUBLISH
+
+
+def drain(
+    client: RawClient, quiet: float = 1.0, until: Callable[[Drained], bool] | None = None, patience: float = 60.0
+) -> Drained:
+    """Every PUBLISH until `quiet` s pass without one; acknowledges each (QoS 2 fully).
+
+    `until(got)`, asked after each PUBLISH: what must have come (e.g.
+    `arrived(...)`); until it says so, a pause of up to `patience` s is waited
+    out (a loaded machine can hold a broker's delivery back for seconds), so
+    that what is missing then has not come, rather than not come yet."""
+    got: Drained = []
+    done = until is None or until(got)
     while True:
         try:
-            pkt = client.read_packet(timeout=quiet)
+            pkt = client.read_packet(timeout=quiet if done else patience)
         except TimeoutError:
             return got
         if pkt is None:
@@ -632,9 +640,25 @@ def drain(client: RawClient, quiet: float = 1.0) -> list[tuple[str, bytes, int, 
         if first >> 4 == 3:
             topic, payload, qos, _retain, dup, pid = parse_publish(first, body)
             got.append((topic, payload, qos, dup, pid))
+            done = done or until is None or until(got)
             if qos == 1:
                 client.send(puback_packet(pid))
             elif qos == 2:
                 client.send(pubrec_packet(pid))
         elif first == 0x62:  # PUBREL
             client.send(pubcomp_packet(int.from_bytes(body[:2], "big")))
+
+
+def arrived(expected: dict[str, set[int]]) -> Callable[[Drained], bool]:
+    """drain's `until`: True once each number of `expected` (topic -> numbers,
+    the payloads as integers) has come; looks at the newest PUBLISH only."""
+    missing = {topic: set(numbers) for topic, numbers in expected.items()}
+
+    def until(got: Drained) -> bool:
+        if got:
+            topic, payload = got[-1][0], got[-1][1]
+            if topic in missing:
+                missing[topic].discard(int(payload))
+        return not any(missing.values())
+
+    return until

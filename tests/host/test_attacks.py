@@ -238,20 +238,10 @@ def test_a_failed_login_costs_the_same_whatever_line_it_meets(tmp_path: Path) ->
     """A file of `siskin passwd` (PBKDF2-SHA256, 10,000 rounds) and mosquitto_passwd
     ($7$: PBKDF2-SHA512, 101 rounds) lines: an unknown user once cost 10,000 rounds and
     a wrong password for the $7$ user 101. The work is counted through the hook every
-    PBKDF2 call takes; the times are compared loosely (interleaved, medians within 2x)."""
-    passwd = tmp_path / "passwd"
-    subprocess.run(
-        [sys.executable, "-m", "cpython_host", "passwd", "--stdin", "-c", str(passwd), "alice"],
-        cwd=REPO_ROOT,
-        input="wonderland\n",
-        text=True,
-        check=True,
-        timeout=20,
-    )
-    subprocess.run([mosquitto_tool("mosquitto_passwd"), "-b", str(passwd), "bob", "builder"], check=True, timeout=20)
-    text = passwd.read_text()
-    assert "$pbkdf2-sha256$10000$" in text and "$7$101$" in text
-    users = Users.parse(text, str(passwd))
+    PBKDF2 call takes. The times are printed here; compared (interleaved, medians
+    within 2x), they are a verdict of `make soak` (tests/soak/test_timing_bounds.py):
+    on a machine whose cores are busy with other work, times say how busy they are."""
+    users = mixed_cost_users(tmp_path)
     work: list[tuple[str, int]] = []
 
     def counted(name: str, password: bytes, salt: bytes, iterations: int, dklen: int) -> bytes:
@@ -264,14 +254,35 @@ def test_a_failed_login_costs_the_same_whatever_line_it_meets(tmp_path: Path) ->
         assert not users.check(user, b"wrong")
         assert sorted(work) == [("sha256", 1), ("sha256", 10000), ("sha512", 1), ("sha512", 101)], (user, work)
     users.kdf = pbkdf2_hmac
+    print("median time of a failed check (s):", failed_check_medians(users))
+
+
+def mixed_cost_users(tmp_path: Path) -> Users:
+    """alice in `siskin passwd`'s form, bob in mosquitto_passwd's, one file."""
+    passwd = tmp_path / "passwd"
+    subprocess.run(
+        [sys.executable, "-m", "cpython_host", "passwd", "--stdin", "-c", str(passwd), "alice"],
+        cwd=REPO_ROOT,
+        input="wonderland\n",
+        text=True,
+        check=True,
+        timeout=20,
+    )
+    subprocess.run([mosquitto_tool("mosquitto_passwd"), "-b", str(passwd), "bob", "builder"], check=True, timeout=20)
+    text = passwd.read_text()
+    assert "$pbkdf2-sha256$10000$" in text and "$7$101$" in text
+    return Users.parse(text, str(passwd))
+
+
+def failed_check_medians(users: Users) -> dict[str, float]:
+    """The median time of 15 failed checks for each user (alice, bob, one unknown), interleaved."""
     times: dict[str, list[float]] = {"alice": [], "bob": [], "mallory": []}
     for _ in range(15):
         for user, spent in times.items():
             started = time.perf_counter()
             users.check(user, b"wrong")
             spent.append(time.perf_counter() - started)
-    medians = {user: statistics.median(spent) for user, spent in times.items()}
-    assert max(medians.values()) < 2 * min(medians.values()), medians
+    return {user: statistics.median(spent) for user, spent in times.items()}
 
 
 # ---------------------------------------------------------------------------

@@ -20,35 +20,52 @@ from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
 
 pytestmark = pytest.mark.interop
 
-# The server's timer wakes at the deadline; this is its lateness under a
-# loaded test machine, far below the old whole-second clock's (up to 1.9 s).
+# The server's timer wakes at the deadline: a keep-alive 1 client is closed
+# 1.5 s after its last byte. Here that is checked as far as a busy machine
+# lets a verdict go: not before (timed from before the CONNECT left, so the
+# test's own delays can only lengthen what it sees), and not a second after.
+# The precision (at most LATE late, where the old whole-second clock was up to
+# 1.9 s late) is a verdict of `make soak` (tests/soak/test_timing_bounds.py).
 LATE = 0.25
+NOT_LATER_THAN = 1.0
 
 
-def silence_until_closed(port: int) -> float:
-    """Seconds from a keep-alive 1 client's last byte to the server's close."""
+def silence_until_closed(port: int) -> tuple[float, float]:
+    """Seconds to the server's close of a keep-alive 1 client: from before its
+    CONNECT was sent (at least what the server waited), and from its CONNACK
+    (about what the server waited)."""
     c = RawClient(port)
     try:
+        before_connect = time.monotonic()
         assert c.connect("ka-1", keep_alive=1) == b"\x00\x00"
         silent_since = time.monotonic()  # the CONNACK came: the server has all we sent
         assert c.closed_within(5), "keep-alive did not expire"
-        return time.monotonic() - silent_since
+        closed = time.monotonic()
+        return closed - before_connect, closed - silent_since
     finally:
         c.close()
 
 
-def test_host_keep_alive_1_closes_within_one_and_a_half_seconds(tmp_path: Path) -> None:
+def host_keep_alive(tmp_path: Path) -> tuple[float, float]:
     with BrokerProcess(tmp_path) as b:
-        waited = silence_until_closed(b.port)
-    # [MQTT-3.1.2-24] closed once 1.5 x the keep-alive passed without a packet.
-    assert 1.45 <= waited < 1.5 + LATE, waited
+        return silence_until_closed(b.port)
 
 
-def test_firmware_keep_alive_1_closes_within_one_and_a_half_seconds(tmp_path: Path) -> None:
+def firmware_keep_alive(tmp_path: Path) -> tuple[float, float]:
     with UpyBrokerProcess(tmp_path, heap=PICOW_HEAP) as b:
-        waited = silence_until_closed(b.port)
+        return silence_until_closed(b.port)
+
+
+SHELLS = {"host": host_keep_alive, "firmware": firmware_keep_alive}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_keep_alive_1_closes_after_one_and_a_half_seconds(tmp_path: Path, shell: str) -> None:
+    at_least, about = SHELLS[shell](tmp_path)
     # [MQTT-3.1.2-24] closed once 1.5 x the keep-alive passed without a packet.
-    assert 1.45 <= waited < 1.5 + LATE, waited
+    assert at_least >= 1.45, at_least  # (1.45: the clocks' millisecond rounding)
+    assert about < 1.5 + NOT_LATER_THAN, about
+    print(f"{shell}: keep-alive 1 closed {about - 1.5:+.3f} s after 1.5 s")
 
 
 def wait_for(what: Callable[[], bool], timeout: float, say: str) -> None:

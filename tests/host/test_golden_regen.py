@@ -8,12 +8,9 @@
   re-creates paho's bytes.
 """
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from common.mqtt.codec import FrameReader
 from common.mqtt.consts import (
@@ -36,32 +33,21 @@ from common.mqtt.packets import (
     decode_packet,
     encode_packet,
 )
+from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[2]
 GEN = ROOT / "tools" / "golden" / "gen.js"
 FIXTURE = ROOT / "tests" / "fixtures" / "golden.json"
 
 
-def require_all():
-    return os.environ.get("SISKIN_REQUIRE_ALL") == "1"
-
-
-def missing(reason):
-    if require_all():
-        pytest.fail(reason + " (SISKIN_REQUIRE_ALL=1)")
-    pytest.skip(reason)
-
-
 def node_with_mqtt_packet():
     node = shutil.which("node")
-    if node is None:
-        missing("node is not installed")
+    require("node", node, "apt-get install nodejs")
     probe = subprocess.run(
         [node, "-e", "require.resolve('mqtt-packet')"], cwd=GEN.parent,
         capture_output=True, text=True, timeout=60,
     )
-    if probe.returncode != 0:
-        missing("mqtt-packet is not installed (make npm installs it from the root package.json)")
+    require("mqtt-packet (npm)", probe.returncode == 0, "make npm installs it from the root package.json")
     return node
 
 

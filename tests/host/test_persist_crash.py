@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, drain
+from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, arrived, drain
 
 ITERATIONS = int(os.environ.get("SISKIN_CRASH_ITERATIONS", "6"))
 # With the broker on PyPy (the PyPy leg of make test): the same storms, fewer
@@ -64,7 +64,7 @@ def storm_and_kill(workdir: Path, rng: random.Random) -> int:
         sub = RawClient(broker.port)
         connack = sub.connect("storm-sub", clean=False)
         assert connack == b"\x01\x00", "persistent session lost across kill -9"
-        got = drain(sub)
+        got = drain(sub, until=arrived({f"storm/{qos}": acked[qos] for qos in (1, 2)}))
         other = RawClient(broker.port)
         assert other.connect("bystander", clean=False) == b"\x01\x00"
         stray = drain(other, quiet=0.3)

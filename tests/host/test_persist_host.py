@@ -3,7 +3,6 @@ tampering, schema refusal and --wipe-store, through the real CLI."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +16,9 @@ from tests.host.broker_proc import (
     puback_packet,
     publish_packet,
     run_cli,
+    wait_until,
 )
+from tests.host.test_web import scrape
 
 KEY = "11" * 32
 OTHER_KEY = "22" * 32
@@ -164,9 +165,12 @@ def test_store_options_need_a_data_dir(tmp_path: Path) -> None:
 
 def test_batch_sync_makes_acknowledged_messages_durable_within_the_window(tmp_path: Path) -> None:
     # store_sync = batch: the ack leaves before the sync; the shell's timer
-    # syncs every store_sync_ms, so after that window a kill -9 loses nothing.
+    # syncs every store_sync_ms, so once that timer has run a kill -9 loses
+    # nothing. Waited for, not slept for: a sync counted (siskin_store_syncs_total)
+    # after a count read once the ack came is a sync after the message was
+    # stored. A second message makes sure there is one more to make.
     limits = {"store_sync": "batch", "store_sync_ms": 50}
-    with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
+    with BrokerProcess(tmp_path, limits=limits, log_level="info", http={"port": 0}) as b:
         sub = RawClient(b.port)
         sub.connect("keeper", clean=False)
         assert sub.subscribe("q/#", 1) == 1
@@ -176,7 +180,10 @@ def test_batch_sync_makes_acknowledged_messages_durable_within_the_window(tmp_pa
         pub.send(publish_packet("q/1", SECRET, qos=1, packet_id=1))
         assert pub.read_packet()[0] == 0x40
         b.wait_log(r"store_sync = batch")
-        time.sleep(0.5)  # ten windows
+        syncs = scrape(b.http_url())[("siskin_store_syncs_total", ())]
+        pub.send(publish_packet("q/2", b"later", qos=1, packet_id=2))
+        assert pub.read_packet()[0] == 0x40
+        wait_until(lambda: scrape(b.http_url())[("siskin_store_syncs_total", ())] > syncs, 10, "no store sync")
         b.kill()
     with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
         sub = RawClient(b.port)

@@ -6,9 +6,12 @@ with persistent sessions connect at once and then leave at once (a
 gateway's sensors coming back after a restart), and then 300 connections,
 8 opening at a time, take one client id over from each other. The broker
 has its store (--data-dir, store_sync = always) and logs at info level, as a
-user runs it. Every storm client must get its right answer, the bystander's
-p99 must stay under 100 ms in every phase, and afterwards the broker holds
-exactly the sessions it should and no connection it should not.
+user runs it. Every storm client must get its right answer, and afterwards
+the broker holds exactly the sessions it should and no connection it should
+not. The bystander's latencies are printed; its bound (p99 under 100 ms in
+every phase) is a verdict of `make soak` (tests/soak/test_timing_bounds.py
+runs this same storm), not of `make test`: on a machine whose cores are busy
+with other work a p99 in milliseconds says how busy they are.
 
 Before the host server took turns with storms (cpython_host/server.py,
 "Turns"), every connection's input was handled as it was read, and under
@@ -22,6 +25,7 @@ the figures.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,10 +36,16 @@ pytestmark = [pytest.mark.interop]
 
 CONNECTS = 800  # under the built-in max_connections (1000): all accepted
 TAKEOVERS = 300
-BOUND_MS = 100.0
 
 
-def test_churn_leaves_bystander_alone(tmp_path: Path) -> None:
+def test_churn_storms_are_answered_and_leave_nothing_behind(tmp_path: Path) -> None:
+    # storms() checks that each takeover CONNECT resumed the session the previous one left
+    # [MQTT-3.1.2-4] [MQTT-3.1.4-3] and closed its connection, v5 with DISCONNECT 0x8E [MQTT-3.1.4-2].
+    print(storms(tmp_path)[1])
+
+
+def storms(tmp_path: Path) -> tuple[dict[str, Any], str]:
+    """Both storms with a bystander; every check but the bystander's bound. The figures."""
     with BrokerProcess(tmp_path, limits={"sys_interval": 1}, log_level="info") as b:
         res = churn.run(
             b.port,
@@ -50,16 +60,16 @@ def test_churn_leaves_bystander_alone(tmp_path: Path) -> None:
             loop_factory=churn.client_loop(),
         )
         figures = churn.report("siskin, built-in defaults, --data-dir", res)
-        assert churn.failures(res, BOUND_MS) == [], figures
+        assert churn.failures(res, None) == [], figures
 
         # Every storm client got its right answer (failures() checked the
         # codes; here the counts).
         assert res["connect"]["answers"] == {"v3 0x00": CONNECTS // 2, "v5 0x00": CONNECTS // 2}, figures
         taken = res["takeover"]
         assert taken["connack"] == {"0x00": TAKEOVERS}, figures
-        # Each CONNECT resumed the session the previous one left [MQTT-3.1.2-4] [MQTT-3.1.4-3] ...
+        # Each CONNECT resumed the session the previous one left ...
         assert taken["session_present"] == TAKEOVERS - 1, figures
-        # ... and every v5 connection but perhaps the last was closed with DISCONNECT 0x8E [MQTT-3.1.4-2].
+        # ... and every v5 connection but perhaps the last was closed with DISCONNECT 0x8E.
         assert taken["v5_disconnect_0x8e"] in (TAKEOVERS // 2 - 1, TAKEOVERS // 2), figures
         assert taken["session_kept"], figures
 
@@ -81,3 +91,4 @@ def test_churn_leaves_bystander_alone(tmp_path: Path) -> None:
 
         wait_until(settled, 10, lambda: f"$SYS/broker/clients/ {seen}, want {want}\n{figures}")
         watcher.close()
+    return res, figures

@@ -4,9 +4,11 @@
 `#` in one burst and never reads. Before the replay was paced, every copy
 was encoded into that client's output at once: the broker grew by about a
 gigabyte and other clients waited seconds. Now the broker's RSS stays
-within a few MB of its baseline, a bystander's QoS 1 round trips keep their
-latency, the abuser is disconnected after replay_stall_timeout, and what it
-held comes back. A client that reads gets every retained message.
+within a few MB of its baseline, the abuser is disconnected after
+replay_stall_timeout, and what it held comes back; a bystander's QoS 1
+round trips go on meanwhile (their p99 is printed here; its bound is a
+verdict of `make soak`: tests/soak/test_timing_bounds.py). A client
+that reads gets every retained message.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ STALL = 3  # replay_stall_timeout of the abuse test (s)
 # The abuser costs max_out_buffer (256 KiB) + the transport's buffer (64 KiB);
 # allocator slack and Python's own growth on top. Unpaced, it was ~1 GiB.
 RSS_BOUND = 24 * 1024 * 1024
-P99_BOUND = 0.100  # s, a QoS 1 round trip of the bystander
+P99_BOUND = 0.100  # s, a QoS 1 round trip of the bystander (make soak)
 
 
 def store_retained(port: int) -> None:
@@ -69,14 +71,20 @@ def p99(samples: list[float]) -> float:
     return s[min(len(s) - 1, int(0.99 * len(s)))]
 
 
-def test_fifty_subscribes_that_never_read_cost_bounded_memory_and_no_latency(tmp_path: Path) -> None:
+def test_fifty_subscribes_that_never_read_cost_bounded_memory(tmp_path: Path) -> None:
+    during, after = abuse(tmp_path)
+    print(f"bystander QoS 1 p99: {p99(during) * 1000:.1f} ms during the abuse, {p99(after) * 1000:.1f} ms after")
+
+
+def abuse(tmp_path: Path) -> tuple[list[float], list[float]]:
+    """The abuse, checked but for the bystander's latency: its round trips
+    (s) during the abuse and after the abuser left."""
     limits = {"replay_stall_timeout": STALL, "sys_interval": 1}
     with BrokerProcess(tmp_path, limits=limits, log_level="info") as b:
         store_retained(b.port)
         by = bystander(b.port)
         monitor = Paho(b.port, "monitor").connect()
         monitor.subscribe("$SYS/broker/clients/closed/replay_stalled", 0)
-        time.sleep(0.3)
         sampler = RssPeak(b.pid)
         baseline = sampler.before
         try:
@@ -84,11 +92,7 @@ def test_fifty_subscribes_that_never_read_cost_bounded_memory_and_no_latency(tmp
             abuser.connect("abuser")
             abuser.send(b"".join(subscribe_packet(i + 1, "#", 0) for i in range(SUBSCRIBES)))
             # ... and never reads. Meanwhile the bystander's round trips.
-            samples = round_trips(by, 2.0)
-            assert p99(samples) < P99_BOUND, (
-                f"bystander QoS 1 p99 {p99(samples) * 1000:.1f} ms during the abuse "
-                f"(max {max(samples) * 1000:.1f} ms, {len(samples)} round trips)"
-            )
+            during = round_trips(by, 2.0)
             growth = sampler.peak - baseline
             assert growth < RSS_BOUND, f"broker RSS grew by {growth / 1e6:.1f} MB for a client that never reads"
             # Disconnected for its stalled replay, counted and logged with the limit.
@@ -100,13 +104,14 @@ def test_fifty_subscribes_that_never_read_cost_bounded_memory_and_no_latency(tmp
             assert counted
             # What it held comes back; the bystander still runs as before.
             sampler.stop()
-            after = rss(b.pid)
-            assert after - baseline < RSS_BOUND, f"RSS {after / 1e6:.1f} MB after the abuser left"
-            assert p99(round_trips(by, 0.5)) < P99_BOUND
+            after_rss = rss(b.pid)
+            assert after_rss - baseline < RSS_BOUND, f"RSS {after_rss / 1e6:.1f} MB after the abuser left"
+            after = round_trips(by, 0.5)
         finally:
             sampler.stop()
             by.close()
             monitor.close()
+    return during, after
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])

@@ -134,14 +134,18 @@ def test_mosquitto_clients_with_acl(secured: BrokerProcess) -> None:
     pub = mosquitto_tool("mosquitto_pub")
     sub = mosquitto_tool("mosquitto_sub")
     base = ["-h", "127.0.0.1", "-p", str(secured.port), "-V", "mqttv311"]
+    bob = ["-u", "bob", "-P", "builder", "-i", "ms-bob", "-t", "home/#", "-v", "-C", "2", "-W", "60", "-d"]
+    # stdbuf -oL: its lines as they are printed, not when it exits (a pipe is block-buffered).
     listen = subprocess.Popen(
-        [sub, *base, "-u", "bob", "-P", "builder", "-i", "ms-bob", "-t", "home/#", "-v", "-C", "2", "-W", "10"],
+        ["stdbuf", "-oL", sub, *base, *bob],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    secured.wait_log(r"ms-bob connected")
-    time.sleep(0.2)
+    # Its debug lines (-d) say when the SUBACK came: from then on it gets what is published.
+    assert listen.stdout is not None
+    while "received SUBACK" not in (line := listen.stdout.readline()):
+        assert line, "mosquitto_sub ended before its SUBACK"
     alice = [*base, "-u", "alice", "-P", "wonderland"]
     # [MQTT-3.3.5-2] (3.1.1) an unauthorised PUBLISH is acknowledged (QoS 1) and not delivered.
     for topic, text in (
@@ -155,8 +159,9 @@ def test_mosquitto_clients_with_acl(secured: BrokerProcess) -> None:
             [pub, *who, "-q", "1", "-t", topic, "-m", text], capture_output=True, text=True, timeout=10
         )
         assert run.returncode == 0, run.stderr
-    out, err = listen.communicate(timeout=15)
-    assert out.splitlines() == ["home/kitchen kettle", "home/secret X"], err
+    out, err = listen.communicate(timeout=70)
+    messages = [line for line in out.splitlines() if not line.startswith(("Client ms-bob ", "Subscribed "))]
+    assert messages == ["home/kitchen kettle", "home/secret X"], out + err
     # A subscription the ACL refuses: SUBACK 0x80, which mosquitto_sub reports.
     run = subprocess.run([sub, *alice, "-t", "#", "-E"], capture_output=True, text=True, timeout=10)
     assert "denied" in (run.stdout + run.stderr).lower(), run
@@ -179,9 +184,13 @@ def test_paho_v5_reason_codes(secured: BrokerProcess) -> None:
     topics = set()
     while len(topics) < 2:
         topics.add(c.messages.get(timeout=5).topic)
-    time.sleep(1.5)  # a $SYS round: only uptime of all $SYS topics comes
-    while not c.messages.empty():
-        topics.add(c.messages.get().topic)
+    # Two more uptimes: a whole $SYS round (sys_interval 1) went out between
+    # them, and of all its topics only uptime came.
+    uptimes = 0
+    while uptimes < 2:
+        topic = c.messages.get(timeout=10).topic
+        topics.add(topic)
+        uptimes += topic == "$SYS/broker/uptime"
     assert topics == {"$SYS/broker/uptime", "devices/dev1/state"}, topics
     c.client.disconnect()
     c.client.loop_stop()

@@ -31,6 +31,7 @@ from typing import Any
 
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import BrokerProcess, wait_until
+from tools import procgroup
 
 # The heaps the tests cap the unix port at: twice the board's (64-bit objects).
 # Pico W: 2 x its 210 KB (the image with Siskin frozen in, which its board file
@@ -110,7 +111,7 @@ class UpyBrokerProcess(BrokerProcess):
             cmd = [exe, "-X", f"heapsize={self.heap}", *script, "--config", str(self.config_path)]
             cmd += ["--port", str(self.port)]
             with self.log_path.open("wb") as logf:
-                self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+                self.proc = procgroup.spawn(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
             try:
                 wait_until(
                     lambda: "listening on" in self.log_text() or not self.alive(),
@@ -126,21 +127,14 @@ class UpyBrokerProcess(BrokerProcess):
                 break
         raise RuntimeError(f"firmware exited with {self.proc.returncode} at start:\n{self.log_text()}")
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def stop(self, timeout: float = 15.0, sig: int = signal.SIGINT) -> int:
         """SIGINT (a graceful stop), wait; the exit code."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            if self.collects_often:
-                # The collections of the last traffic end first (see __init__),
-                # the closes that linger (close_linger, 2 s) included.
-                time.sleep(2.5)
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise RuntimeError(f"firmware ignored SIGINT for {timeout} s:\n{self.log_text()}") from None
-        return self.proc.returncode
+        if self.alive() and self.collects_often:
+            # The collections of the last traffic end first (see __init__),
+            # the closes that linger (close_linger, 2 s) included.
+            time.sleep(2.5)
+        return super().stop(timeout, sig)
 
     def __enter__(self) -> UpyBrokerProcess:
         return self.start()

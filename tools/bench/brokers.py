@@ -10,19 +10,23 @@
 
 Every broker logs at warning level or less (per-connection info lines cost
 the same I/O in all of them) and publishes $SYS every 10 s, as by default.
+
+Each broker leads a process group of its own (tools/procgroup.py): stop()
+ends it with whatever it started (strace's tracee: scenarios_durable.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tools import procgroup
 
 from . import mqtt
 
@@ -83,9 +87,7 @@ class BrokerProc:
         self.port = free_port()
         cmd = self.command()
         with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
+            self.proc = procgroup.spawn(cmd, cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -103,15 +105,9 @@ class BrokerProc:
             return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        p = self.proc
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
+        """SIGTERM to the broker (`pid`), then its group ends: SIGKILL after `timeout` s."""
+        if self.proc is not None:
+            procgroup.stop(self.proc, timeout, pid=self.pid)
 
     def log_tail(self, size: int = 2000) -> str:
         try:
