@@ -165,7 +165,7 @@ class Gateway:
         """A Chromium showing the page, logged in as `user` (basic auth from the URL, as typed in the address bar)."""
         driver = start_chromium("--window-size=1360,1700", "--hide-scrollbars")
         driver.get(self.url.replace("://", f"://{user[0]}:{user[1]}@") + "/")
-        wait_until(lambda: driver.execute_script("return document.body.dataset.polls"), 20, lambda: body(driver))
+        wait_until(lambda: driver.execute_script("return document.body.dataset.polls"), 60, lambda: body(driver))
         return driver
 
 
@@ -245,7 +245,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                 not sessions["logger"]["connected"] and backup is not None and backup["subscriptions"] == ["alerts/#"]
             )
 
-        wait_until(ready, 20, lambda: broker.log_text())
+        wait_until(ready, 60, lambda: broker.log_text())
         yield g
     finally:
         if meters is not None:
@@ -290,7 +290,7 @@ def shown(driver: Any, selector: str) -> bool:
     )
 
 
-def wait_page(driver: Any, condition: Callable[[], Any], timeout: float = 20) -> Any:
+def wait_page(driver: Any, condition: Callable[[], Any], timeout: float = 60) -> Any:
     return wait_until(condition, timeout, lambda: body(driver))
 
 
@@ -517,7 +517,7 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
         # the page says so and counts what waits; back, it drains.
         os.kill(g.mosquitto.pid, signal.SIGSTOP)
         try:
-            g.broker.wait_log(r"bridge cloud: connection to \S+ lost", 15)
+            g.broker.wait_log(r"bridge cloud: connection to \S+ lost", 30)
             for i in range(4):
                 dev["sensor-2"].publish("up/site/power", b"%d W (outage)" % i, 1)
             down = wait_page(
