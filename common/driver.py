@@ -32,10 +32,14 @@
 #
 # The shell calls, in the driver:
 #     connection_made(handle, peer, accepted) -> cid (-1: abort it at once)
-#     data_received(cid, data)  then flush() when it likes (the host
-#                               coalesces a loop turn's input into one flush);
+#     data_received(cid, data)  then flush() when it likes (the host hands
+#                               its reads to common/turns.py, which calls
+#                               it and says when to flush);
 #                               flush() -> True: call it again on the next
 #                               turn of the loop (a retained replay goes on)
+#     wants_flush()             whether flush() has anything to do
+#     hold(cid, why, on)        pause reading cid while a reason of the
+#                               shell's holds it (turns.py: HELD_INPUT)
 #     set_paused(cid, paused)   its write buffer crossed a water mark
 #     connection_lost(cid)      the socket is gone
 #     tls_failed()              a TLS handshake failed (counted; the shell logs why)
@@ -77,9 +81,10 @@
 # - $SYS: published every sys_interval seconds (common/broker/sys_topics.py).
 #
 # Clock. The shell gives a function returning millisecond ticks
-# (time.ticks_ms on MicroPython, which wraps); they are masked to 30 bits and
-# compared with compat.ticks_diff. The whole seconds the broker's MQTT timers
-# use are counted from them here, starting at 1.
+# (time.ticks_ms on MicroPython, which wraps), which the driver calls at each
+# entry point (the broker never reads a clock); they are masked to 30 bits
+# and compared with compat.ticks_diff. The whole seconds the broker's MQTT
+# timers use are counted from them here (`now`), starting at 1.
 #
 # Deadlines. tick() returns the ms until the earliest of: the broker's next
 # connection deadline (keep-alive, connect timeout: conn_due), its next
@@ -106,6 +111,7 @@ _CLOSED = const(-1)
 _HELD_OUTPUT = const(1)
 _HELD_THROTTLE = const(2)
 _HELD_REPLAY = const(4)
+HELD_INPUT = const(8)  # common/turns.py: input of its own waits for its turn
 
 
 class Driver:
@@ -121,7 +127,7 @@ class Driver:
         self.linger = []  # cid -> _OPEN, _CLOSED or the linger deadline (ms ticks)
         # cid -> why its reading is paused: _HELD_OUTPUT (its write buffer is
         # full) | _HELD_THROTTLE (the broker throttles it as a publisher) |
-        # _HELD_REPLAY (a retained replay is pending for it).
+        # _HELD_REPLAY (a retained replay is pending for it) | HELD_INPUT.
         self.held = []
         self.throttled = []  # the cids paused here for the broker's throttle
         self.replaying = []  # the cids paused here for a pending replay
@@ -227,9 +233,9 @@ class Driver:
         if handle is None or self.linger[cid]:
             return
         self.broker.set_paused(cid, paused)
-        self._hold(cid, _HELD_OUTPUT, paused)
+        self.hold(cid, _HELD_OUTPUT, paused)
 
-    def _hold(self, cid, why, on):
+    def hold(self, cid, why, on):
         """Pause reading `cid` while any reason holds it."""
         held = self.held[cid]
         now_held = held | why if on else held & ~why
@@ -247,7 +253,7 @@ class Driver:
         for cid in wanted:
             if cid not in mine and self.handles[cid] is not None and not self.linger[cid]:
                 mine.append(cid)
-                self._hold(cid, why, True)
+                self.hold(cid, why, True)
         i = 0
         while i < len(mine):
             cid = mine[i]
@@ -256,7 +262,7 @@ class Driver:
                 continue
             del mine[i]
             if self.handles[cid] is not None and not self.linger[cid]:
-                self._hold(cid, why, False)
+                self.hold(cid, why, False)
                 self.data_received(cid, b"")
 
     def close(self, cid):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.broker.broker import VERSION
+from common import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
 from cpython_host import logtext
 from cpython_host.compat import run
@@ -469,7 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"siskin: --event-loop uvloop: {_no_uvloop()}; or use --event-loop asyncio", file=sys.stderr)
         return 2
     from common.store.store import StoreError
-    from cpython_host.server import make_broker, make_driver, serve, tls_contexts
+    from cpython_host.listeners import tls_contexts
+    from cpython_host.serve import make_broker, make_driver, serve
     from cpython_host.storage import open_store
 
     try:

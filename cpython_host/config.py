@@ -46,9 +46,9 @@ from common.broker.settings import (
     K_STR,
     LOG_LEVEL_NAMES,
     ConfigError,
-    Settings,
     check,
     defaults,
+    new_settings,
 )
 from common.broker.settings_hint import did_you_mean
 from cpython_host.compat import tomllib
@@ -279,7 +279,7 @@ class HostConfig:
         self.reader: Callable[[str], dict[str, Any]] | None = None  # how to read it, when not TOML
         self.security: dict[str, Any] = {}  # [security] as written (keys not set are absent)
         self.limits: dict[str, Any] = {}
-        self.settings = Settings()
+        self.settings = new_settings()
         self.log_level = "info"
         self.log_level_flag: str | None = None  # --log-level: beats [log] level, at start and on SIGHUP
         self.apply(defaults(SERVER))
@@ -348,7 +348,7 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         elif not isinstance(body, dict):
             raise ConfigError(f"{path}: {table} must be a table ([{table}]), not a value.")
     cfg.limits = dict(doc.get("limits", {}))
-    cfg.settings = Settings(cfg.limits, f"{path}: [limits]")
+    cfg.settings = new_settings(cfg.limits, f"{path}: [limits]")
     cfg.apply(check(f"{path}: [server]", doc.get("server", {}), SERVER))
     if "listener" in doc:
         for name in ("host", "port"):

@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from common import VERSION
 from common.broker import admin
-from common.broker.broker import VERSION, Broker
+from common.broker.broker import Broker
 from common.broker.sys_topics import DROP_COUNTERS, SYS_FIGURES
 
 # Store syncs take from tens of microseconds (page cache) to a second (an SD card).

@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common import VERSION
 from common.broker import admin
-from common.broker.broker import VERSION, Broker
+from common.broker.broker import Broker
 from common.broker.session import NEVER
 from common.driver import Driver
 from cpython_host.certinfo import CertificateFiles

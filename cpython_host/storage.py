@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from common.store.filelog import FileLog
+from common.store.filelog_open import open_file_log
 from common.store.keytext import parse_keys
 from common.store.store import Store, StoreError
 from common.store.storeboot import open_store as open_backend
@@ -48,6 +48,6 @@ def open_store(
                 "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
             ) from None
         make_aead = crypto.make_aead
-    backend = FileLog(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
+    backend = open_file_log(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
     store: Store = open_backend(backend, keys, make_aead, log, wipe)
     return store

@@ -66,8 +66,8 @@ from common.broker.broker import Broker
 from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
+from cpython_host.listeners import address
 from cpython_host.metrics import registry
-from cpython_host.server import address
 from cpython_host.status import Status
 
 log = logging.getLogger("siskin.http")

@@ -67,7 +67,8 @@ from common.broker.clienttext import clip
 from cpython_host.server import ClientProtocol
 
 if TYPE_CHECKING:
-    from cpython_host.server import BrokerServer, Listening
+    from cpython_host.listeners import Listening
+    from cpython_host.server import BrokerServer
 
 log = logging.getLogger("siskin.host")
 
@@ -182,8 +183,9 @@ class WebSocketClient(ClientProtocol):
     def end(self) -> None:
         """Hand the close to the driver (Driver.close) after any input still waiting."""
         cid = self.cid
-        self.take_waiting()
-        if self.cid == cid and cid >= 0:  # (take_waiting ran the core, which may have closed it)
+        if cid >= 0:
+            self.server.turns.run_now(cid)
+        if self.cid == cid and cid >= 0:  # (run_now ran the core, which may have closed it)
             self.server.driver.close(cid)
         self.phase = _ENDED
         self.server.schedule_flush()

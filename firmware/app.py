@@ -23,28 +23,17 @@ from common.compat import unload
 from firmware import board
 from firmware.shell import Log
 
-# Modules that run only in build(): imported there and unloaded after it,
-# so that their code does not stay in a board's heap (docs/boards.md): the
-# start-up itself (firmware/startup.py, with the Wi-Fi and the watchdog),
-# the config readers, the store's openers (the log's scan too), and the
-# config schema and its checks (common/broker/settings.py; the broker reads
-# the small Settings object of common/broker/limits.py).
-STARTUP_ONLY = (
-    "firmware.startup",
-    "firmware.boardcfg",
-    "firmware.storage",
-    "common.store.storeboot",
-    "common.store.filelog_open",
-    "common.store.store_open",
-    "common.broker.settings",
-)
-
 
 def build(argv, root):
-    """(server, log) ready to run, from the command line and config."""
-    from firmware.startup import start
+    """(server, log) ready to run, from the command line and config.
+
+    What runs only to start (firmware/startup_only.py) is unloaded after it,
+    so that its code does not stay in a board's heap (docs/boards.md)."""
+    from firmware.startup_only import STARTUP_ONLY
 
     try:
+        from firmware.startup import start
+
         server, log = start(argv, root)
     finally:
         for name in STARTUP_ONLY:

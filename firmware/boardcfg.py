@@ -29,9 +29,10 @@ from common.broker.settings import (
     LIMITS_DOC,
     LOG_LEVEL_NAMES,
     ConfigError,
-    Settings,
     check,
     defaults,
+    new_settings,
+    update_settings,
 )
 
 # The shell's knobs, in the schema form of common/broker/settings.py. Sizes in
@@ -123,9 +124,9 @@ def _strip_comments(obj):
 def load_board(path, limits=None, server=None):
     """(Settings, server options) from a board file plus optional overrides."""
     data = check(path, _strip_comments(read_json(path)), BOARD, _DEVICE_DOC)
-    settings = Settings(_strip_comments(data.get("limits", {})), path + ": limits")
+    settings = new_settings(_strip_comments(data.get("limits", {})), path + ": limits")
     if limits:
-        settings.update(_strip_comments(limits), path + ": limits overridden by the device config")
+        update_settings(settings, _strip_comments(limits), path + ": limits overridden by the device config")
     opts = defaults(SERVER)
     opts.update(check(path + ": server", _strip_comments(data.get("server", {})), SERVER))
     if server:

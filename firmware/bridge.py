@@ -35,6 +35,7 @@ from common.bridge.link import Link
 from common.bridge.settings import make_bridge
 from common.client.client import CONNECTED
 from common.compat import TICKS_MASK, ticks_diff
+from firmware import poller
 
 
 def ticks():
@@ -53,11 +54,6 @@ def with_contexts(bridges):
             ctx = upstream_context(b)
         out.append((b, ctx))
     return out
-
-
-def _writable(sock):
-    # An awaitable: park the current task until `sock` is writable (its connect done).
-    yield asyncio.core._io_queue.queue_write(sock)
 
 
 def _close(sock):
@@ -145,7 +141,7 @@ class BridgeRunner:
             except OSError as e:
                 if e.errno != EINPROGRESS:
                     raise
-            await asyncio.wait_for_ms(_writable(raw), int(self.settings.connect_timeout * 1000))
+            await asyncio.wait_for_ms(poller.writable(raw), int(self.settings.connect_timeout * 1000))
             # TLS: the handshake runs in the first writes and reads (theory above).
             sock = raw if ctx is None else ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False)
         except (OSError, ValueError, MemoryError, asyncio.TimeoutError) as e:  # noqa: UP041 (asyncio's own class)

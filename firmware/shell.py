@@ -25,11 +25,11 @@
 #
 # Reading. A connection has no task: its socket sits in asyncio's own poller
 # from the accept to the close (registered once, not at every wait as
-# Stream.readinto does), and the server's I/O queue (Clients, a subclass of
-# asyncio's IOQueue put in place of asyncio.core._io_queue) notes which
-# slots the poll found readable and has each of them read right after the
-# poll, inside the event loop (Server.read: read what the socket has into
-# the slot's preallocated buffer, hand it to driver.data_received(), flush).
+# Stream.readinto does), and the slots' poller (firmware/poller.py, put in
+# place of asyncio's I/O queue) notes which slots the poll found readable
+# and has each of them read right after the poll, inside the event loop
+# (Server.read_slot: read what the socket has into the slot's preallocated
+# buffer, hand it to driver.data_received(), flush).
 # So a connection costs its socket and its entry in the poller, without a
 # Task, a Stream, a coroutine frame, nor asyncio's per-wait entry (a list,
 # the key id(sock), re-registered at every read; measured per client:
@@ -67,20 +67,18 @@
 # feed) and collects garbage, so the heap is laid out again every second
 # rather than when it is exhausted.
 #
-# Internals used: asyncio.core._io_queue.queue_read (the same call
-# Stream.read and the stock Server use) to wait for the listener to be
-# readable (MicroPython has no public awaitable accept); asyncio.core.IOQueue,
-# its `poller`, `map` and wait_io_event, and asyncio.core._task_queue.push
-# (what wait_io_event does for a waiting task): see Clients.
+# Internals of MicroPython's asyncio: none here. What the shell needs of
+# them (the slots' poller, an awaitable accept) is firmware/poller.py's,
+# which refuses to start on an asyncio that lacks them.
 
 import asyncio
 import gc
-import select
 import time
 
 from common.broker.clienttext import printable
 from common.broker.settings import LOG_LEVELS
 from common.driver import Driver
+from firmware import poller
 
 
 class Log:
@@ -95,11 +93,6 @@ class Log:
             # The sink: no control character of any line reaches the
             # terminal raw (the core's lines are escaped already: clienttext).
             print("%s siskin: %s" % (name, printable(text, False)))
-
-
-def _readable(sock):
-    # An awaitable: park the current task until `sock` is readable.
-    yield asyncio.core._io_queue.queue_read(sock)
 
 
 # --------------------------------------------------------------------- slots
@@ -191,62 +184,12 @@ class Slot:
         twice in one poller)."""
         want = self.sock is not None and not self.paused and not self.blocked
         if want != self.polled:
-            poller = asyncio.core._io_queue.poller
             if want:
-                poller.register(self.sock, select.POLLIN)
+                poller.watch(self.sock)
             else:
-                poller.unregister(self.sock)
+                poller.unwatch(self.sock)
                 self.ready = False
             self.polled = want
-
-
-class Clients(getattr(asyncio.core, "IOQueue", object)):  # (none on the wasm port, where the firmware is only measured)
-    """asyncio's I/O queue, with the client sockets in its poller for good.
-
-    Installed in place of asyncio.core._io_queue (Server.start), with the
-    poller and waits of the one it replaces (`poller`, `map`) and the
-    server's `slots`. A socket the poll names that a
-    slot listens on is noted on the slot; every other one is asyncio's,
-    handled as asyncio.core.IOQueue.wait_io_event does. The slots read after
-    the poll's iteration, in slot order: a read may close or pause another
-    slot (a session taken over), which must not change the poller under
-    the iteration.
-    """
-
-    def wait_io_event(self, dt):
-        slots = self.slots
-        for s, ev in self.poller.ipoll(dt):
-            for slot in slots:
-                if slot.sock is s and slot.polled:
-                    slot.ready = True
-                    break
-            else:
-                # asyncio's own wait (the listener, a drain, a bridge).
-                sm = self.map[id(s)]
-                if ev & ~select.POLLOUT and sm[0] is not None:
-                    asyncio.core._task_queue.push(sm[0])
-                    sm[0] = None
-                if ev & ~select.POLLIN and sm[1] is not None:
-                    asyncio.core._task_queue.push(sm[1])
-                    sm[1] = None
-                if sm[0] is None and sm[1] is None:
-                    self._dequeue(s)
-                elif sm[0] is None:
-                    self.poller.modify(s, select.POLLOUT)
-                else:
-                    self.poller.modify(s, select.POLLIN)
-        for slot in slots:
-            if slot.ready:
-                # Read what the socket has (the end of the connection frees
-                # the slot).
-                slot.ready = False
-                sock = slot.sock
-                server = slot.server
-                try:
-                    server.read(slot, sock)
-                except Exception as e:  # a bug: contained to this connection
-                    server.log.log(40, "connection #%d: %r; closed" % (slot.cid, e))
-                    server.finish(slot, sock)
 
 
 def peer_address(addr):
@@ -306,13 +249,7 @@ class Server:
         s.listen(self.opts["backlog"])
         s.setblocking(False)
         self.lsock = s
-        io = asyncio.core._io_queue
-        if not isinstance(io, Clients):
-            clients = Clients()  # (its own poller and map are dropped at once)
-            clients.poller = io.poller
-            clients.map = io.map
-            clients.slots = self.slots
-            asyncio.core._io_queue = clients
+        poller.install(self.slots, self.read_slot)
         threshold = self.opts["gc_threshold"]
         if threshold:
             # Collected only when the heap is full, the long-lived objects
@@ -379,7 +316,7 @@ class Server:
     async def _accept_loop(self):
         lsock = self.lsock
         while True:
-            await _readable(lsock)
+            await poller.readable(lsock)
             try:
                 sock, addr = lsock.accept()
             except OSError:
@@ -422,6 +359,15 @@ class Server:
         self.log.log(10, "connection #%d opened (slot %d)" % (cid, slot.index))
 
     # ------------------------------------------------------------ reading
+
+    def read_slot(self, slot):
+        """Read a slot the poll found readable (the slots' poller calls it)."""
+        sock = slot.sock
+        try:
+            self.read(slot, sock)
+        except Exception as e:  # a bug: contained to this connection
+            self.log.log(40, "connection #%d: %r; closed" % (slot.cid, e))
+            self.finish(slot, sock)
 
     def read(self, slot, sock):
         """Read what `sock` has into the slot and run it; False once the

@@ -1,5 +1,5 @@
 # The firmware's start-up, run once by firmware/app.py build() and unloaded
-# after it (app.py STARTUP_ONLY: none of this code stays in a board's heap):
+# after it (firmware/startup_only.py: none of this code stays in a board's heap):
 # config -> watchdog -> Wi-Fi -> store -> broker -> network shell, and the
 # start-up log lines.
 #
@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from common.broker.broker import VERSION
+from common import VERSION
 from common.broker.limits import ConfigError
 from firmware.board import has_network
 from firmware.shell import Log, Server, make_driver

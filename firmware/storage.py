@@ -61,10 +61,10 @@ def _backend(cfg, keys):
         if not found:
             raise ValueError("no flash partition labelled %r (storage in the device config)" % where[10:])
         return KVLog(found[0])
-    from common.store.filelog import FileLog
+    from common.store.filelog_open import open_file_log
     from firmware.littlefs_fs import LittleFS
 
-    return FileLog(LittleFS(), where, compact_min=16384, keys=keys)
+    return open_file_log(LittleFS(), where, compact_min=16384, keys=keys)
 
 
 def index_keys(settings):

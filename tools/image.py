@@ -158,7 +158,7 @@ def elf_symbols(elf: Path) -> dict[str, int]:
 
 
 def build_rp2(root: Path, pico_sdk: str | None, picotool: str | None, out_root: Path, jobs: int) -> Path:
-    from common.broker.broker import VERSION
+    from common import VERSION
 
     image = IMAGES["rp2040_picow"]
     config = picotool_config_dir(picotool)

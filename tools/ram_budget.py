@@ -23,7 +23,7 @@ JSON object (the last line of its output) with, in bytes:
                   default configuration loads: SCRAM, HKDF, AES-GCM, the
                   raw-flash log and the bridge are imported only when
                   configured, and start-up-only modules are unloaded
-                  (firmware/app.py STARTUP_ONLY)
+                  (firmware/startup_only.py)
   shell_slot      one preallocated connection slot of firmware/shell.py
                   (read buffer of `read_buffer` bytes + bookkeeping)
   baseline        Broker(board settings) right after start-up: with prealloc
@@ -153,7 +153,7 @@ def _entropy(n: int) -> bytes:
 
 def _settings(board: str, **overrides: "Any") -> "tuple[Any, dict[str, Any]]":
     settings, server = _module("firmware.boardcfg").load_board(board)
-    settings.update(overrides)
+    _module("common.broker.settings").update_settings(settings, overrides)
     return settings, server
 
 
@@ -374,9 +374,8 @@ def _step_stored_setup() -> int:
     except OSError:
         pass
     Store = _module("common.store.store").Store
-    FileLog = _module("common.store.filelog").FileLog
+    open_file_log = _module("common.store.filelog_open").open_file_log
     LittleFS = _module("firmware.littlefs_fs").LittleFS
-    Broker = _module("common.broker.broker").Broker
     big, _ = _settings(
         STATE["board"],
         prealloc=False,
@@ -387,10 +386,9 @@ def _step_stored_setup() -> int:
         max_retained_bytes=1 << 20,
         match_cache_bytes=0,
     )
-    store = Store(FileLog(LittleFS(), STORE_PATH, compact_min=1 << 20))
-    store.open()
-    Persist = _module("common.store.persist").Persist
-    broker = Broker(big, _entropy, Persist(store))
+    store = Store(open_file_log(LittleFS(), STORE_PATH, compact_min=1 << 20))
+    _module("common.store.store_open").open_records(store)
+    broker = _module("common.store.storeboot").new_broker(big, _entropy, store)
     broker.restore(1, 1)
     d = Driver(broker)
     c0 = d.connect("warm-up-00")

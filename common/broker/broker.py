@@ -3,25 +3,33 @@
 # Theory of operation. The shell owns sockets and the clock; common/driver.py
 # sits between the two. It tells the broker about each accepted connection,
 # each chunk of received bytes and each lost connection, and calls tick() when
-# the next deadline (conn_due, session_due) comes. The broker frames and decodes the bytes, dispatches each packet
-# through HANDLERS (one entry per packet type), and leaves its answers in the
+# the next deadline (conn_due, session_due) comes. The broker frames the
+# bytes and decodes and dispatches each packet as the row of its type in
+# PACKETS says (decoder, handler, legal connection states), and leaves its answers in the
 # connections' output buffers; next_dirty() names the connections that have
 # output or must be closed. The per-message packets (PUBLISH, its acks) are
 # decoded into reused objects, a PUBLISH's topic through a cache of warm
-# topic names and its payload left in the frame until something keeps it
-# (handle_publish): routing a warm QoS 0 message allocates nothing. Packet handling is split by family:
-#   handle_connect   CONNECT, DISCONNECT, sessions, wills, takeover
-#   handle_publish   PUBLISH in both directions, acks, routing, retained
+# topic names (route.TopicCache) and its payload left in the frame until
+# something keeps it: routing a warm QoS 0 message allocates nothing.
+# Packet handling is split by family and job:
+#   handle_connect   CONNECT (a sequence of named checks), DISCONNECT, AUTH,
+#                    sessions, wills, takeover
+#   handle_publish   an inbound PUBLISH and PUBREL: checks, QoS 2, answer
+#   route            who gets a message (the subscription trie, folding)
+#   outbox           a session's queue and window: deliver, pump, resume,
+#                    the queue_full policy, the client's PUBACK/PUBREC/PUBCOMP
+#   egress           a PUBLISH encoded for one connection, a frame, an ack
 #   handle_subscribe SUBSCRIBE, UNSUBSCRIBE; the retained replay a SUBSCRIBE
 #                    starts goes out at the pace of the client's output (replay)
 # Errors raised while decoding or handling a packet carry their reason code
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.broker import handle_connect, handle_publish, handle_subscribe, replay
+from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay
 from common.broker.clienttext import REASON_STRING_MAX, clip, words
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
 from common.broker.listener import StateListener
+from common.broker.route import REASON_MASK, TopicCache, route
 from common.broker.routing import Routing
 from common.broker.session import Sessions
 from common.broker.topics import parse_shared
@@ -35,14 +43,11 @@ from common.mqtt.packets import (
     Pingresp,
     PubAck,
     Publish,
-    TopicCache,
     connect_level,
     decode_packet,
     decode_packet_into,
     encode_packet,
 )
-
-VERSION = "0.1.0"
 
 # Connections accepted beyond max_connections only to send a polite refusal.
 REFUSAL_SLOTS = 4
@@ -61,6 +66,15 @@ TOPIC_CACHE_COST = 256
 
 # Broker.out_chunk at least (bytes).
 OUT_CHUNK_MIN = 512
+
+
+def keep_alive_deadline(ms, keep_alive):
+    """The tick from which a client last heard at tick `ms` is closed: one
+    and a half times its keep-alive [MQTT-3.1.2-24] (5.0 [MQTT-3.1.2-22])
+    after the END of millisecond `ms`. Its input came at some time within
+    that millisecond and its CONNACK went out after it, so from the end on,
+    no client measures less than 1.5 x keep-alive, however its clock rounds."""
+    return ticks_deadline(ms, keep_alive * 1500 + 1)
 
 
 class Stats:
@@ -107,36 +121,91 @@ class Stats:
         self.by_client = None
 
 
+# ------------------------------------------------------------ dispatch
+# Each packet a client sends is decoded by DECODE[type] and handled by
+# HANDLE[type] if LEGAL_IN[state] has its type's bit (the table of packet
+# type -> decoder, handler, the connection states it is legal in, kept as
+# columns: on a board a tuple per row would cost 300 B more). The
+# per-message packets (PUBLISH, its acks) are decoded into reused objects;
+# any other into a new one. A packet not legal in the connection's state:
+# before CONNACK the connection is closed without an answer (the first
+# packet must be CONNECT [MQTT-3.1.0-1]), after it that is a protocol error
+# (a second CONNECT [MQTT-3.1.0-2], a packet only a server sends).
+
+
+def _decode(broker, first, reader, level):
+    return decode_packet(first, reader.buf, reader.start, reader.stop, level)
+
+
+def _decode_publish(broker, first, reader, level):
+    # Its payload stays in the frame (handle_publish copies it out only if
+    # something keeps it), and its topic name comes from the cache of warm
+    # names: routing a warm QoS 0 message allocates nothing.
+    pkt = broker.inbound
+    pkt.payload_at = decode_packet_into(pkt, first, reader.buf, reader.start, reader.stop, level, broker.topics)
+    return pkt
+
+
+def _decode_ack(broker, first, reader, level):
+    pkt = broker.inbound_ack
+    decode_packet_into(pkt, first, reader.buf, reader.start, reader.stop, level, None)
+    return pkt
+
+
 def _pingreq(broker, conn, pkt, now):
     broker.write(conn, PINGRESP_BYTES)
 
 
-def _unexpected(broker, conn, pkt, now):
-    # A server-to-client packet, or AUTH without an authentication method.
-    raise ProtocolError("packet type %d not allowed from a client" % pkt.ptype)
-
-
 PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
 
-# Dispatch table indexed by packet type: the handler of a packet a client may
-# send once connected. CONNECT is handled before this table is consulted.
-HANDLERS = (
-    _unexpected,  # 0 reserved (the codec refuses it)
-    _unexpected,  # 1 CONNECT: a second one is a protocol error [MQTT-3.1.0-2]
-    _unexpected,  # 2 CONNACK
-    _unexpected,  # 3 PUBLISH: handle_publish.handle_publish, called with its frame
-    handle_publish.handle_puback,  # 4
-    handle_publish.handle_pubrec,  # 5
-    handle_publish.handle_pubrel,  # 6
-    handle_publish.handle_pubcomp,  # 7
-    handle_subscribe.handle_subscribe,  # 8
-    _unexpected,  # 9 SUBACK
-    handle_subscribe.handle_unsubscribe,  # 10
-    _unexpected,  # 11 UNSUBACK
-    _pingreq,  # 12
-    _unexpected,  # 13 PINGRESP
-    handle_connect.handle_disconnect,  # 14
-    handle_connect.handle_auth,  # 15
+# Packet type -> how it is decoded (type 0 is refused by the codec).
+DECODE = (
+    _decode,  # 0 reserved
+    _decode,  # 1 CONNECT
+    _decode,  # 2 CONNACK
+    _decode_publish,  # 3 PUBLISH
+    _decode_ack,  # 4 PUBACK
+    _decode_ack,  # 5 PUBREC
+    _decode_ack,  # 6 PUBREL
+    _decode_ack,  # 7 PUBCOMP
+    _decode,  # 8 SUBSCRIBE
+    _decode,  # 9 SUBACK
+    _decode,  # 10 UNSUBSCRIBE
+    _decode,  # 11 UNSUBACK
+    _decode,  # 12 PINGREQ
+    _decode,  # 13 PINGRESP
+    _decode,  # 14 DISCONNECT
+    _decode,  # 15 AUTH
+)
+
+# Packet type -> its handler; None for the packets only a server sends.
+HANDLE = (
+    None,  # 0 reserved
+    handle_connect.handle_connect,  # 1 CONNECT
+    None,  # 2 CONNACK
+    handle_publish.handle_publish,  # 3 PUBLISH
+    outbox.handle_puback,  # 4 PUBACK
+    outbox.handle_pubrec,  # 5 PUBREC
+    handle_publish.handle_pubrel,  # 6 PUBREL
+    outbox.handle_pubcomp,  # 7 PUBCOMP
+    handle_subscribe.handle_subscribe,  # 8 SUBSCRIBE
+    None,  # 9 SUBACK
+    handle_subscribe.handle_unsubscribe,  # 10 UNSUBSCRIBE
+    None,  # 11 UNSUBACK
+    _pingreq,  # 12 PINGREQ
+    None,  # 13 PINGRESP
+    handle_connect.handle_disconnect,  # 14 DISCONNECT
+    handle_connect.handle_auth,  # 15 AUTH
+)
+
+# Connection state -> the packet types legal in it, as bits (1 << type):
+# before CONNACK only CONNECT, and AUTH for its exchange; after it every
+# packet a client sends but CONNECT.
+LEGAL_IN = (
+    0,  # FREE
+    1 << C.CONNECT | 1 << C.AUTH,  # NEW
+    1 << C.PUBLISH | 0xF << C.PUBACK | 1 << C.SUBSCRIBE | 1 << C.UNSUBSCRIBE | 1 << C.PINGREQ | 3 << C.DISCONNECT,  # CONNECTED
+    0,  # CLOSING
 )
 
 
@@ -293,22 +362,13 @@ class Broker:
                 if first < 0:
                     break
                 ptype = first >> 4
-                if conn.state == NEW:
-                    pkt = decode_packet(first, reader.buf, reader.start, reader.stop, conn.level)
-                    handle_connect.handle_connect(self, conn, pkt, now)
-                    continue
-                if ptype == C.PUBLISH:
-                    pkt = self.inbound
-                    buf = reader.buf
-                    at = decode_packet_into(pkt, first, buf, reader.start, reader.stop, conn.level, self.topics)
-                    handle_publish.handle_publish(self, conn, pkt, now, buf, reader.start, at, reader.stop)
-                elif C.PUBACK <= ptype <= C.PUBCOMP:
-                    pkt = self.inbound_ack
-                    decode_packet_into(pkt, first, reader.buf, reader.start, reader.stop, conn.level, None)
-                    HANDLERS[ptype](self, conn, pkt, now)
+                pkt = DECODE[ptype](self, first, reader, conn.level)
+                if LEGAL_IN[conn.state] >> ptype & 1:
+                    HANDLE[ptype](self, conn, pkt, now)
+                elif conn.state == NEW:
+                    self.close(conn, now, publish_will=False)  # not legal before CONNACK (above)
                 else:
-                    pkt = decode_packet(first, reader.buf, reader.start, reader.stop, conn.level)
-                    HANDLERS[ptype](self, conn, pkt, now)
+                    raise ProtocolError("%s not allowed from a client" % C.PACKET_NAMES[ptype])
                 if self.throttled and cid in self.throttled:
                     break  # the rest waits in the reader until it is released
             reader.keep()  # the shell may read into `data`'s buffer again
@@ -335,10 +395,9 @@ class Broker:
             )
             return
         if conn.state == CONNECTED and conn.keep_alive:
-            # [MQTT-3.1.2-24] one and a half times the keep-alive.
             if ms is None:
                 ms = (now * 1000) & TICKS_MASK
-            conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
+            conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
             if was_new:
                 self._due(conn.deadline)  # may come before the connect timeout
 
@@ -401,7 +460,7 @@ class Broker:
             elif conn.state == CONNECTED:
                 if conn.cid in self.throttled or conn.cid in self.replaying:
                     # Not read by our choice: its silence is ours, not its own.
-                    conn.deadline = ticks_deadline(ms, conn.keep_alive * 1500)
+                    conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
                     due = ticks_sooner(due, conn.deadline)
                     continue
                 self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
@@ -565,8 +624,8 @@ class Broker:
         self.sync_store()
 
     def publish(self, topic, payload, qos, retain, now):
-        """Publish a message from the broker itself ($SYS, bridge)."""
-        return handle_publish.route(self, None, topic, payload, qos, retain, None, 0, now)
+        """Publish a message from the broker itself ($SYS, bridge); a v5 reason code."""
+        return route(self, None, Publish(topic, None, qos, retain), payload, 0, now) & REASON_MASK
 
     # ------------------------------------------------------ used by handlers
 

@@ -15,21 +15,25 @@
 # the subscription identifiers and the shared group share one slot (`tag`).
 #
 #   msg   the pooled Message (holding one ref), None once RELEASED
-#   bits  QOS_MASK | RETAIN | state << _STATE_SHIFT | SHARED | packet_id << PID_SHIFT
+#   bits  the PUBLISH's QoS, retain flag and packet id as the encoders read
+#         them (consts.PUBLISH_*), with the state in bits 3-4 and SHARED:
+#         the state SENT is the PUBLISH_DUP bit, so the bits of a delivery
+#         already sent are those of its resend [MQTT-3.3.1-1]
 #   tag   without SHARED: the v5 Subscription Identifiers (list) or None;
 #         with SHARED: the picked member's Subscription.share, a tuple
 #         (SharedGroup, identifiers or None) made once per subscription
 #   seq   the store's sequence number of its record, 0 = not stored
 
-from common.compat import const
+# Only common/broker/outbox.py reads and writes a Delivery besides this
+# module (egress.py reads the PUBLISH bits it is handed).
 
-# `bits` layout
-QOS_MASK = const(3)
-RETAIN = const(4)
+from common.compat import const
+from common.mqtt.consts import PUBLISH_PID_SHIFT, PUBLISH_QOS_MASK, PUBLISH_RETAIN
+
+# `bits` layout beyond the PUBLISH's (QoS 0-1, retain 2, packet id from 6)
 _STATE_SHIFT = const(3)
 _STATE_MASK = const(3 << _STATE_SHIFT)
 SHARED = const(32)
-PID_SHIFT = const(6)
 
 # Delivery states (the values are the store's record states, docs/persistence.md)
 QUEUED = const(0)  # routed, not sent
@@ -45,16 +49,16 @@ class Delivery:
         self.seq = 0
 
     def qos(self):
-        return self.bits & QOS_MASK
+        return self.bits & PUBLISH_QOS_MASK
 
     def retain(self):
-        return self.bits & RETAIN != 0
+        return self.bits & PUBLISH_RETAIN != 0
 
     def state(self):
         return (self.bits & _STATE_MASK) >> _STATE_SHIFT
 
     def packet_id(self):
-        return self.bits >> PID_SHIFT
+        return self.bits >> PUBLISH_PID_SHIFT
 
     def shared_group(self):
         """The SharedGroup this delivery was picked for, or None."""
@@ -66,7 +70,7 @@ class Delivery:
 
     def set_sent(self, packet_id):
         self.bits = (
-            (self.bits & ~(_STATE_MASK | (0xFFFF << PID_SHIFT))) | (SENT << _STATE_SHIFT) | (packet_id << PID_SHIFT)
+            (self.bits & ~(_STATE_MASK | (0xFFFF << PUBLISH_PID_SHIFT))) | (SENT << _STATE_SHIFT) | (packet_id << PUBLISH_PID_SHIFT)
         )
 
     def set_released(self):
@@ -95,7 +99,7 @@ class DeliveryPool:
         self.head = None
         self.in_use = 0  # handed out by new(), not yet released (the fuzz tests' leak check)
 
-    def new(self, msg, qos, retain, tag, shared):
+    def new(self, msg, bits, tag):
         d = self.head
         if d is None:
             d = Delivery()
@@ -106,7 +110,7 @@ class DeliveryPool:
         if msg is not None:  # (None: a RELEASED delivery being restored)
             self.messages.hold(msg)
         d.msg = msg
-        d.bits = qos | (RETAIN if retain else 0) | (SHARED if shared else 0)
+        d.bits = bits  # QoS | PUBLISH_RETAIN | SHARED
         d.tag = tag
         d.seq = 0
         return d

@@ -14,8 +14,10 @@
 # it succeeds at once (the CONNECT goes on, CONNACK carries the method's
 # final data), fails (CONNACK 0x87), or continues: the CONNECT waits in the
 # connection's Extras while AUTH packets go back and forth (continue_connect).
+# Both answer handle_connect, which accepts or refuses the CONNECT: None
+# while the exchange goes on (an AUTH was sent), else (True, the method's
+# final data) or (False, why).
 
-from common.broker import handle_connect
 from common.crypto.auth_scram import CONTINUE, FAIL, SUCCESS, ScramSha256
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
@@ -28,8 +30,8 @@ def methods(scram_users):
     return {method.name: method}
 
 
-def start(broker, conn, pkt, now, method):
-    """A CONNECT (`pkt`) that names `method`: its first step."""
+def start(broker, conn, pkt, method):
+    """A CONNECT (`pkt`) that names `method`: its first step (see above)."""
     status, out, state = method.start(prop_get(pkt.props, C.PROP_AUTHENTICATION_DATA, b""), broker.entropy)
     exchange = conn.extra()
     exchange.method = method
@@ -37,12 +39,11 @@ def start(broker, conn, pkt, now, method):
         exchange.state = state
         exchange.pending = pkt
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
-        return
+        return None
     if status != SUCCESS:
-        handle_connect.refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % method.name)
-        return
+        return False, "%s authentication failed" % method.name
     conn.user = state  # the user the method proved at once
-    handle_connect.accept(broker, conn, pkt, now, out or b"")
+    return True, out or b""
 
 
 def _send_auth(broker, conn, reason, data):
@@ -73,21 +74,18 @@ def _auth_step(broker, conn, pkt):
     return status, out
 
 
-def continue_connect(broker, conn, pkt, now):
-    """An AUTH while the CONNECT waits for the exchange to end."""
+def continue_connect(broker, conn, pkt):
+    """An AUTH while the CONNECT waits for the exchange to end (see above);
+    the CONNECT no longer waits once it is over."""
     status, out = _auth_step(broker, conn, pkt)
     if status == CONTINUE:
         _send_auth(broker, conn, C.RC_CONTINUE_AUTHENTICATION, out)
-    elif status == SUCCESS:
-        exchange = conn.extras
-        connect = exchange.pending
-        exchange.pending = None
-        handle_connect.accept(broker, conn, connect, now, out or b"")
-    else:
-        conn.extras.pending = None
-        handle_connect.refuse(
-            broker, conn, C.RC_NOT_AUTHORIZED, now, "%s authentication failed" % conn.extras.method.name
-        )
+        return None
+    exchange = conn.extras
+    exchange.pending = None
+    if status == SUCCESS:
+        return True, out or b""
+    return False, "%s authentication failed" % exchange.method.name
 
 
 def reauthenticate(broker, conn, pkt, now):

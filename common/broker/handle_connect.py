@@ -14,9 +14,11 @@
 # DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
 # time). run_session_timers() publishes delayed wills and expires orphans.
 
-from common.broker import handle_publish, handle_subscribe, login
+from common.broker import handle_subscribe, login, outbox
 from common.broker.clienttext import words
-from common.broker.connection import CONNECTED
+from common.broker.connection import CONNECTED, NEW
+from common.broker.handle_publish import forwarded, write_denied
+from common.broker.route import route
 from common.broker.session import NEVER
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
@@ -62,23 +64,143 @@ def refuse(broker, conn, reason, now, why):
 
 
 def handle_connect(broker, conn, pkt, now):
-    """A packet on a connection whose CONNECT is not yet accepted."""
-    if pkt.ptype == C.AUTH and conn.connect_pending():
-        from common.broker import enhanced_auth  # (loaded: an exchange's method is set only there)
-
-        enhanced_auth.continue_connect(broker, conn, pkt, now)
-        return
-    if pkt.ptype != C.CONNECT or conn.connect_pending():
-        # [MQTT-3.1.0-1] the first packet must be CONNECT.
+    """A CONNECT (the dispatch table lets one through only before CONNACK)."""
+    if conn.connect_pending():
+        # A CONNECT while the first waits for its AUTH exchange [MQTT-3.1.0-1].
         broker.close(conn, now, publish_will=False)
         return
     accept(broker, conn, pkt, now, None)
 
 
+# A step's answer that stops the CONNECT without a refusal: it waits for
+# its AUTH exchange (or was answered by it).
+_WAIT = (0, None)
+
+
+def _check_level(broker, conn, pkt, now):
+    if pkt.level == C.LEVEL_31 and not broker.settings.allow_mqtt31:
+        return C.RC_UNSUPPORTED_PROTOCOL_VERSION, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false"  # [MQTT-3.1.2-2]
+    return None
+
+
+def _check_capacity(broker, conn, pkt, now):
+    if conn.extras is not None and conn.extras.refuse_reason:
+        # Accepted beyond max_connections only to say so.
+        reason = C.RC_SERVER_BUSY if conn.level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
+        return reason, "over max_connections %d" % broker.settings.max_connections
+    return None
+
+
+def _check_auth_method(broker, conn, pkt, now):
+    # v5 enhanced authentication (4.12): a method that is not configured is
+    # refused; a configured one runs its exchange first (enhanced_auth.py),
+    # and the CONNECT comes back here once it succeeded (the method set).
+    if conn.level != C.LEVEL_5 or (conn.extras is not None and conn.extras.method is not None):
+        return None
+    name = prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None)
+    if name is None:
+        return None
+    method = broker.auth_methods.get(name)
+    if method is None:
+        return C.RC_BAD_AUTHENTICATION_METHOD, ("authentication method '%s' not configured", (name,))
+    # (Loaded with the methods by the Broker: no import from the network.)
+    from common.broker import enhanced_auth
+
+    _exchanged(broker, conn, pkt, now, enhanced_auth.start(broker, conn, pkt, method))
+    return _WAIT
+
+
+def _check_login(broker, conn, pkt, now):
+    # Who the client is, and whether it may connect (login.py): 3.1.1
+    # CONNACK 0x04 / v5 0x86 for a bad user name or password, 0x05 / 0x87
+    # for a client that is not allowed in.
+    return login.login(broker, conn, pkt, now) or None
+
+
+def _check_client_id(broker, conn, pkt, now):
+    # [MQTT-3.1.3-*]. An empty one is given an id of the broker's here, so
+    # that the steps after this one (the ACL's rules) see the id it will have.
+    client_id = pkt.client_id
+    if not client_id:
+        if conn.level != C.LEVEL_5 and not pkt.clean_start:
+            return C.RC_CLIENT_IDENTIFIER_NOT_VALID, "empty client id without clean session"  # [MQTT-3.1.3-8]
+        pkt.client_id = _generate_client_id(broker)  # [MQTT-3.1.3-6]
+        if conn.level == C.LEVEL_5:
+            conn.extra().assigned_id = True  # told in CONNACK (Assigned Client Identifier)
+        return None
+    limit = broker.settings.max_client_id_length
+    if len(client_id) > limit:
+        why = "client id of %d characters over max_client_id_length %d" % (len(client_id), limit)
+        return C.RC_CLIENT_IDENTIFIER_NOT_VALID, why  # [MQTT-3.1.3-9]
+    return None
+
+
+def _check_keep_alive(broker, conn, pkt, now):
+    # The keep-alive cap: v5 is told the server's value (CONNACK); 3.1.1 has
+    # no way to be told, so it is refused as mosquitto does.
+    cap = broker.settings.max_keepalive
+    keep_alive = pkt.keep_alive
+    if conn.level != C.LEVEL_5 and cap and (keep_alive == 0 or keep_alive > cap):
+        return C.RC_CLIENT_IDENTIFIER_NOT_VALID, "keep-alive %d s outside max_keepalive %d s (0 = none)" % (keep_alive, cap)
+    return None
+
+
+def _check_owner(broker, conn, pkt, now):
+    # Another user's session (live or kept) is not this client's to take.
+    session = broker.sessions.find(pkt.client_id)
+    if session is not None:
+        why = login.owner_refusal(broker, conn, session, pkt.client_id)
+        if why is not None:
+            return C.RC_NOT_AUTHORIZED, why
+    # Its ACL rules, before the will is judged by them; a resumed session's
+    # subscriptions are re-checked at the accept.
+    login.grant(broker, conn, pkt.client_id)
+    return None
+
+
+def _check_will(broker, conn, pkt, now):
+    """The CONNECT refusal for its will and its words, or None; the codec
+    checked the rest of the topic (not empty, no wildcard, no U+0000), as it
+    does a PUBLISH's, and the checks here are handle_publish's: the will is
+    refused exactly as the same live PUBLISH would be."""
+    if pkt.will_topic is None:
+        return None
+    s = broker.settings
+    if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
+        why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
+        return C.RC_TOPIC_NAME_INVALID, why
+    if pkt.will_topic.startswith("$SYS"):
+        return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
+    if conn.acl is not None and not conn.acl.can_write(pkt.will_topic):
+        broker.stats.denied_publish += 1
+        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (conn.user, pkt.will_topic))
+    if pkt.level == C.LEVEL_5:
+        if pkt.will_qos > s.maximum_qos:
+            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
+        if pkt.will_retain and not s.retain_available:
+            return C.RC_RETAIN_NOT_SUPPORTED, "will retain with retain_available false"  # [MQTT-3.2.2-13]
+    return None
+
+
+# The checks of a CONNECT, in this order (that of the spec's statements,
+# and each needs what the ones before it found: the user for the owner,
+# the client id and rules for the will). Each answers None (go on),
+# (reason, why) for refuse(), or _WAIT.
+CONNECT_CHECKS = (
+    _check_level,
+    _check_capacity,
+    _check_auth_method,
+    _check_login,
+    _check_client_id,
+    _check_keep_alive,
+    _check_owner,
+    _check_will,
+)
+
+
 def accept(broker, conn, pkt, now, auth_out):
     """Check and accept a CONNECT; `auth_out` (bytes) is set once enhanced
     authentication succeeded (enhanced_auth.py), else None."""
-    s = broker.settings
     level = pkt.level
     conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
     if level == C.LEVEL_5:
@@ -86,81 +208,18 @@ def accept(broker, conn, pkt, now, auth_out):
         limit = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
         if limit:
             conn.extra().max_packet_out = limit
-    if level == C.LEVEL_31 and not s.allow_mqtt31:
-        refuse(broker, conn, C.RC_UNSUPPORTED_PROTOCOL_VERSION, now, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false")  # [MQTT-3.1.2-2]
-        return
-    if conn.extras is not None and conn.extras.refuse_reason:
-        # Accepted beyond max_connections only to say so.
-        reason = C.RC_SERVER_BUSY if level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
-        refuse(broker, conn, reason, now, "over max_connections %d" % s.max_connections)
-        return
+    for check in CONNECT_CHECKS:
+        refusal = check(broker, conn, pkt, now)
+        if refusal is not None:
+            if refusal[0]:
+                refuse(broker, conn, refusal[0], now, refusal[1])
+            return
+    s = broker.settings
     v5 = level == C.LEVEL_5
-    props = pkt.props
-    method_name = prop_get(props, C.PROP_AUTHENTICATION_METHOD, None) if v5 else None
-    if method_name is not None and auth_out is None:
-        method = broker.auth_methods.get(method_name)
-        if method is None:
-            refuse(broker, conn, C.RC_BAD_AUTHENTICATION_METHOD, now, ("authentication method '%s' not configured", (method_name,)))
-            return
-        # (Loaded with the methods by the Broker: no import from the network.)
-        from common.broker import enhanced_auth
 
-        enhanced_auth.start(broker, conn, pkt, now, method)
-        return
-
-    # Who the client is, and whether it may connect (login.py): 3.1.1
-    # CONNACK 0x04 / v5 0x86 for a bad user name or password, 0x05 / 0x87
-    # for a client that is not allowed in.
-    refusal = login.login(broker, conn, pkt, now)
-    if refusal:
-        refuse(broker, conn, refusal[0], now, refusal[1])
-        return
-
-    # Client identifier [MQTT-3.1.3-*].
-    client_id = pkt.client_id
-    assigned = None
-    if not client_id:
-        if not v5 and not pkt.clean_start:
-            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now, "empty client id without clean session")  # [MQTT-3.1.3-8]
-            return
-        client_id = assigned = _generate_client_id(broker)  # [MQTT-3.1.3-6]
-    elif len(client_id) > s.max_client_id_length:
-        why = "client id of %d characters over max_client_id_length %d" % (len(client_id), s.max_client_id_length)
-        refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now, why)  # [MQTT-3.1.3-9]
-        return
-
-    # Keep-alive cap: v5 is told the server's value; 3.1.1 has no way to be
-    # told, so it is refused as mosquitto does.
-    keep_alive = pkt.keep_alive
-    server_keep_alive = None
-    if s.max_keepalive and (keep_alive == 0 or keep_alive > s.max_keepalive):
-        if not v5:
-            why = "keep-alive %d s outside max_keepalive %d s (0 = none)" % (keep_alive, s.max_keepalive)
-            refuse(broker, conn, C.RC_CLIENT_IDENTIFIER_NOT_VALID, now, why)
-            return
-        keep_alive = server_keep_alive = s.max_keepalive
-
-    # Another user's session (live or kept) is not this client's to take.
-    sessions = broker.sessions
-    session = sessions.find(client_id)
-    if session is not None:
-        why = login.owner_refusal(broker, conn, session, client_id)
-        if why is not None:
-            refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, why)
-            return
-
-    # Its ACL rules, before the will is judged by them; a resumed session's
-    # subscriptions are re-checked below.
-    login.grant(broker, conn, client_id)
-
-    # The will is refused exactly as the same live PUBLISH would be, and
-    # kept (a message slab held) before CONNACK acknowledges it.
+    # The will is kept (a message slab held) before CONNACK acknowledges it.
     will = None
     if pkt.will_topic is not None:
-        reason, why = _check_will(broker, conn, pkt)
-        if reason:
-            refuse(broker, conn, reason, now, why)
-            return
         will = _new_will(broker, pkt)
         if will is None:
             broker.stats.dropped_no_slab += 1
@@ -168,9 +227,17 @@ def accept(broker, conn, pkt, now, auth_out):
             refuse(broker, conn, C.RC_QUOTA_EXCEEDED if v5 else C.RC_SERVER_UNAVAILABLE, now, why)
             return
 
+    client_id = pkt.client_id
+    extras = conn.extras
+    assigned = client_id if extras is not None and extras.assigned_id else None
+    keep_alive = pkt.keep_alive
+    server_keep_alive = None
+    if s.max_keepalive and (keep_alive == 0 or keep_alive > s.max_keepalive):
+        keep_alive = server_keep_alive = s.max_keepalive  # v5 (3.1.1 was refused)
+
     # Session expiry.
     if v5:
-        expiry = prop_get(props, C.PROP_SESSION_EXPIRY_INTERVAL, 0)
+        expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, 0)
         if expiry > s.max_session_expiry:
             expiry = s.max_session_expiry
     elif pkt.clean_start:
@@ -179,6 +246,8 @@ def accept(broker, conn, pkt, now, auth_out):
         expiry = s.persistent_session_expiry or NEVER
 
     # Takeover and session resumption.
+    sessions = broker.sessions
+    session = sessions.find(client_id)
     took_over = session is not None and session.conn is not None
     if took_over:
         broker.fail(session.conn, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
@@ -196,7 +265,7 @@ def accept(broker, conn, pkt, now, auth_out):
             return
         session.user = conn.user
     else:
-        cancel_will(broker, session)
+        session.drop_will(broker.routing.messages)
         if conn.acl is not None:
             # Its owner or the rules may have changed since it was made.
             from common.broker import secured  # (loaded with the rules: login.set_security)
@@ -220,6 +289,7 @@ def accept(broker, conn, pkt, now, auth_out):
 
     ack_props = None
     if v5:
+        props = pkt.props
         conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
         alias_max = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
         if alias_max:
@@ -246,7 +316,19 @@ def accept(broker, conn, pkt, now, auth_out):
     if session_present:
         # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the
         # queue (a new session has neither).
-        handle_publish.resume(broker, conn, session, now)
+        outbox.resume(broker, conn, session, now)
+
+
+def _exchanged(broker, conn, connect, now, done):
+    """A step of the AUTH exchange of a waiting CONNECT came back
+    (enhanced_auth.py): None, it goes on; (True, data), accepted with the
+    method's final data; (False, why), refused."""
+    if done is None:
+        return
+    if done[0]:
+        accept(broker, conn, connect, now, done[1])
+    else:
+        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, done[1])
 
 
 def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
@@ -287,27 +369,6 @@ def _generate_client_id(broker):
             return client_id
 
 
-def _check_will(broker, conn, pkt):
-    """The CONNECT refusal for its will and its words, or (0, None); the codec
-    checked the rest of the topic (not empty, no wildcard, no U+0000), as it
-    does a PUBLISH's, and the checks here are handle_publish's."""
-    s = broker.settings
-    if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
-        why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
-        return C.RC_TOPIC_NAME_INVALID, why
-    if pkt.will_topic.startswith("$SYS"):
-        return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
-    if conn.acl is not None and not conn.acl.can_write(pkt.will_topic):
-        broker.stats.denied_publish += 1
-        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (conn.user, pkt.will_topic))
-    if pkt.level == C.LEVEL_5:
-        if pkt.will_qos > s.maximum_qos:
-            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
-        if pkt.will_retain and not s.retain_available:
-            return C.RC_RETAIN_NOT_SUPPORTED, "will retain with retain_available false"  # [MQTT-3.2.2-13]
-    return 0, None
-
-
 def _new_will(broker, pkt):
     """(held Message, delay, expiry) for the CONNECT's will; None if the
     message pool has no room for it."""
@@ -324,20 +385,13 @@ def _new_will(broker, pkt):
             elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
                 expiry = value
                 taken += 1
-        fwd = handle_publish.forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
+        fwd = forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
     messages = broker.routing.messages
     msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
     if msg is None:
         return None
     messages.hold(msg)
     return msg, delay, expiry
-
-
-def cancel_will(broker, session):
-    if session.will is not None:
-        broker.routing.messages.drop(session.will[0])
-        session.will = None
-    session.will_at = 0
 
 
 def _publish_will(broker, session, now):
@@ -349,8 +403,8 @@ def _publish_will(broker, session, now):
     msg = will[0]
     # A will is a publish by its owner, judged by the rules in force now.
     acl = broker.acl
-    if acl is None or not handle_publish.write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will"):
-        handle_publish.route(broker, None, msg.topic, msg.payload, msg.qos, msg.retain, msg.props, will[2], now)
+    if acl is None or not write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will"):
+        route(broker, None, msg, msg.payload, will[2], now)
     broker.routing.messages.drop(msg)
 
 
@@ -371,7 +425,7 @@ def detach(broker, conn, now, publish_will=True):
     if by_client is not None:
         by_client.detached(session.client_id)
     if _has_shared(session):
-        handle_publish.hand_over_shared(broker, session, now)
+        outbox.hand_over_shared(broker, session, now)
     if conn.state == CONNECTED and publish_will and session.will is not None:
         delay = session.will[1]
         if delay == 0 or session.expiry_interval == 0:
@@ -381,7 +435,7 @@ def detach(broker, conn, now, publish_will=True):
                 delay = session.expiry_interval
             session.will_at = now + delay
     elif session.will is not None and session.will_at == 0:
-        cancel_will(broker, session)  # [MQTT-3.1.2-10] normal DISCONNECT
+        session.drop_will(broker.routing.messages)  # [MQTT-3.1.2-10] normal DISCONNECT
     if session.expiry_interval == 0:
         destroy_session(broker, session, now)
         return
@@ -396,11 +450,11 @@ def destroy_session(broker, session, now):
         if session.will_at:
             _publish_will(broker, session, now)  # the session ends before the delay
         else:
-            cancel_will(broker, session)
+            session.drop_will(broker.routing.messages)
     if _has_shared(session):
-        handle_publish.hand_over_shared(broker, session, now)
+        outbox.hand_over_shared(broker, session, now)
     handle_subscribe.remove_all(broker, session, now)
-    handle_publish.release_session_messages(broker, session)
+    outbox.release_session_messages(broker, session)
     broker.sessions.release(session)
 
 
@@ -465,7 +519,17 @@ def handle_disconnect(broker, conn, pkt, now):
 
 
 def handle_auth(broker, conn, pkt, now):
-    """AUTH once connected: re-authentication (enhanced_auth.py)."""
+    """AUTH: the exchange of a CONNECT that waits for it, or re-authentication
+    once connected (enhanced_auth.py)."""
+    if conn.state == NEW:
+        if not conn.connect_pending():
+            broker.close(conn, now, publish_will=False)  # [MQTT-3.1.0-1] the first packet must be CONNECT
+            return
+        from common.broker import enhanced_auth  # (loaded: an exchange's method is set only there)
+
+        connect = conn.extras.pending
+        _exchanged(broker, conn, connect, now, enhanced_auth.continue_connect(broker, conn, pkt))
+        return
     if conn.extras is None or conn.extras.method is None:
         # No Authentication Method in CONNECT: AUTH is a protocol error [MQTT-4.12.0-1].
         raise ProtocolError("AUTH without an authentication method")

@@ -9,7 +9,7 @@
 # the retain flag set [MQTT-3.3.1-8], as v5 Retain Handling allows, at the
 # pace the client reads them (common/broker/replay.py).
 
-from common.broker import handle_publish, replay
+from common.broker import outbox, replay
 from common.broker.topics import filter_covers, parse_shared, validate_topic_filter
 from common.mqtt import consts as C
 from common.mqtt.errors import MqttError, ProtocolError
@@ -110,7 +110,7 @@ def remove(broker, sub, now):
     broker.routing.remove(sub)
     if sub.share is not None:
         # Its undelivered copies go to the group's other members.
-        handle_publish.hand_over_shared(broker, session, now, sub.share[0])
+        outbox.hand_over_shared(broker, session, now, sub.share[0])
     broker.sessions.sub_pool.release(sub)
 
 

@@ -75,7 +75,7 @@ class Message:
         self.refs = 0
         # Encoded once per message, fan-out copies bytes, not work: its
         # first 3.1.1 and v5 copies (later copies at the same QoS are
-        # patched in the client's output: handle_publish._write_shared);
+        # patched in the client's output: egress._write_shared);
         # dropped after routing if the message is kept.
         self.wire4 = None
         self.wire5 = None

@@ -26,13 +26,13 @@
 # nothing but itself: the connection's end, a takeover or the removal of a
 # subscription ends it.
 #
-# QoS 1/2 copies go through handle_publish.deliver() like routed ones: the
+# QoS 1/2 copies go through outbox.deliver() like routed ones: the
 # inflight window, then the session's queue under its limits (queue_full).
 #
 # A replay that has not moved for replay_stall_timeout seconds (its client
 # reads nothing) ends its connection: v5 DISCONNECT 0x97, 3.1.1 close.
 
-from common.broker import handle_publish
+from common.broker.outbox import deliver
 from common.mqtt import consts as C
 
 
@@ -98,7 +98,7 @@ def advance(broker, replay, now):
         msg = retained.current(item, now)
         if msg is not None:
             qos = msg.qos if msg.qos < sub.qos else sub.qos
-            handle_publish.deliver(broker, session, msg, qos, True, ids, False, now)
+            deliver(broker, session, msg, qos | C.PUBLISH_RETAIN, ids, now)
     if i > replay.next:
         replay.moved = now
     replay.next = i

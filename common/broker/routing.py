@@ -3,9 +3,9 @@
 # It owns the subscription trie (normal subscriptions, and one SharedGroup
 # per `$share/{name}/{filter}` in place of its members), the retained store,
 # the message pool, the delivery pool and the scratch lists routing reuses
-# so that routing a message allocates no list. handle_publish.route() walks
-# it for each message; handle_subscribe adds and removes subscriptions
-# through add() and remove().
+# so that routing a message allocates no list. route.route() walks it for
+# each message; handle_subscribe adds and removes subscriptions through
+# add() and remove().
 
 from common.broker.delivery import DeliveryPool
 from common.broker.pools import MessagePool
@@ -35,30 +35,28 @@ class Routing:
         self.retained = Retained(settings, self.messages, stats, listener)
         # Scratch reused by route(): the trie's matches (for a topic the
         # broker's TopicCache does not hold), and the stamp that marks a
-        # session touched by the current message.
+        # session touched by the current message (next_stamp).
         self.matches = []
         self.stamp = 0
-        # The client id whose full queue made route() refuse a message
-        # (queue_full = refuse), for the publisher's reason string.
-        self.refused_for = None
-        # Whether it is max_queued_total_bytes that made route() refuse.
-        self.refused_total = False
-        # Set by deliver() when an online subscriber's queue passed its
-        # high-water mark during this route(): the publisher is throttled.
-        self.backlog = False
-        # The client id route() delivers for: its own session's backlog
-        # never throttles it (it could then not read the acks that drain it).
-        self.origin = None
         # The high-water mark: half of the queue limits, capped.
         count = settings.max_queued_messages // 2
         self.high_count = count if count < THROTTLE_COUNT else THROTTLE_COUNT
         size = settings.max_queued_bytes // 2
         self.high_bytes = size if size < THROTTLE_BYTES else THROTTLE_BYTES
         # Bytes of all sessions' queues, as max_queued_total_bytes counts
-        # them (handle_publish.QUEUED_COST), and when the next warning
+        # them (outbox.QUEUED_COST), and when the next warning
         # about that budget may be logged (s).
         self.queued_total = 0
         self.total_log_at = 0
+
+    def next_stamp(self):
+        """A new value for Session.route_stamp: the sessions marked with it
+        are those the current routing step has seen."""
+        stamp = self.stamp + 1
+        if stamp >= 0x3FFFFFFF:  # stay a small int on 32-bit ports
+            stamp = 1
+        self.stamp = stamp
+        return stamp
 
     def add(self, sub, share_name):
         """Put a new subscription (filter set) in the trie, or in its shared group."""

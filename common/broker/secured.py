@@ -5,7 +5,7 @@
 # loads it; a broker without either (a board's default) never does.
 # login.py's theory of operation describes the rules.
 
-from common.broker import handle_connect, handle_publish, handle_subscribe
+from common.broker import handle_publish, handle_subscribe, outbox
 
 PENALTY_MAX_S = 60
 PENALTY_ADDRESSES = 256
@@ -67,15 +67,13 @@ def drop_unreadable_inflight(broker, conn, session):
     """At resume, before the resend: the sent, unacknowledged messages its
     new client may not read are completed here (counted), rather than left
     in the window for an ack that cannot come. Later ones are filtered when
-    sent (handle_publish._send)."""
+    sent (egress.send_publish)."""
     inflight = session.inflight
     i = 0
     while i < len(inflight):
         d = inflight[i]
         if d.msg is not None and not conn.acl.can_read(d.msg.topic):
-            inflight.pop(i)  # (resume() sets held_back afresh)
-            broker.listener.delivery_done(session, d)
-            broker.routing.deliveries.release(d)
+            outbox.drop_inflight(broker, session, i)
             broker.stats.denied_delivery += 1
         else:
             i += 1
@@ -94,4 +92,4 @@ def recheck_wills(broker, acl, now):
             if handle_publish.write_denied(broker, rules, session, session.user, will[0].topic, now, "will"):
                 refused.append(session)
     for session in refused:
-        handle_connect.cancel_will(broker, session)
+        session.drop_will(broker.routing.messages)

@@ -6,7 +6,8 @@
 # persist it (the persistence listener walks these fields) and a restore can
 # rebuild it; the live Connection it is attached to is a separate object.
 #
-# Outbound delivery state (common/broker/delivery.py):
+# Outbound delivery state (common/broker/delivery.py), changed only by
+# common/broker/outbox.py:
 #   queue     Ring of QUEUED Deliveries: routed, not yet sent, in order
 #   inflight  list of SENT / RELEASED Deliveries in send order: not yet
 #             acknowledged
@@ -14,9 +15,7 @@
 # so a message routed while the client was away waits behind them
 # [MQTT-4.4.0-1] [MQTT-4.6.0-1].
 
-from common.broker.delivery import PID_SHIFT
 from common.broker.pools import Ring, SlotPool
-from common.mqtt.consts import U16_MAX
 
 NEVER = 0xFFFFFFFF  # v5 Session Expiry Interval meaning "does not expire"
 OWNER_UNKNOWN = False  # Session.user of a session restored without its owner: the first user to resume it owns it
@@ -120,7 +119,7 @@ class Session:
         # Scratch used by routing to fold several matching subscriptions of
         # this session into one delivery (no per-message dict).
         self.route_stamp = 0
-        self.route_fold = 0  # the highest granted QoS | retain (handle_publish.route)
+        self.route_fold = 0  # the highest granted QoS | PUBLISH_RETAIN (route.py)
         self.route_ids = None
         if self.queue is not None:
             self.queue.head = 0
@@ -130,29 +129,24 @@ class Session:
         if self.queue is None or self.queue.cap != cap:
             self.queue = Ring(cap, initial)
 
-    def allocate_packet_id(self):
-        """A packet id not used by an unacknowledged outbound message."""
-        pid = self.next_packet_id
-        inflight = self.inflight
-        # (Delivery.packet_id() inlined, and for/else rather than a flag:
-        # this scans the window per QoS 1/2 PUBLISH, the top of the QoS 1
-        # fan-in profile's bookkeeping.)
-        for _ in range(U16_MAX):
-            for d in inflight:
-                if d.bits >> PID_SHIFT == pid:
-                    break
-            else:
-                self.next_packet_id = pid + 1 if pid < U16_MAX else 1
-                return pid
-            pid = pid + 1 if pid < U16_MAX else 1
-        return 0
+    def drop_will(self, messages):
+        """Discard its will (a normal DISCONNECT, a new connection, rules
+        that no longer let its owner publish it): the held message goes back
+        to `messages` (the MessagePool)."""
+        if self.will is not None:
+            messages.drop(self.will[0])
+            self.will = None
+        self.will_at = 0
 
-    def find_inflight(self, packet_id):
-        inflight = self.inflight
-        for i in range(len(inflight)):
-            if inflight[i].bits >> PID_SHIFT == packet_id:
-                return i
-        return -1
+    def restored(self, level, expiry_interval, expires_at, next_packet_id, qos2_in, user):
+        """Its state as the store kept it (common/store/restore.py)."""
+        self.level = level
+        self.expiry_interval = expiry_interval
+        self.expires_at = expires_at
+        self.next_packet_id = next_packet_id
+        self.qos2_in = set(qos2_in) if qos2_in else ()
+        self.user = user
+        self.stored = True
 
 
 class SharedGroup:

@@ -10,8 +10,8 @@
 # strings. `check(where, obj, schema, listed_in)` takes a dict read from a
 # file (TOML on the host, JSON on a board), refuses an unknown key (with a
 # "did you mean" for a typo), a wrong type or an out-of-range value, and
-# returns the checked values. The words of a refusal live in settings_hint.py,
-# imported only when a file is refused. Every refusal is a ConfigError whose text names
+# returns the checked values. The "did you mean" of a mistyped key lives in
+# settings_hint.py, imported only when a file is refused. Every refusal is a ConfigError whose text names
 # the file and table (`where`), the key, the bad value and what it wants:
 #
 #     site.toml: [limits]: max_inflight = 0: wants an integer 1..65535; fix the value.
@@ -23,13 +23,14 @@
 # limit is reached; boards/linux.toml explains every key at more length.
 #
 # Start-up only: nothing here runs per packet, and a board unloads this
-# module once started (firmware/app.py STARTUP_ONLY); the broker reads its
-# limits from a small Settings object (limits.py, re-exported here). The
+# module once started (firmware/startup_only.py); the broker reads
+# its limits from a small Settings object (limits.py) that new_settings
+# fills. The
 # "why" of each key is a comment, not a string, so it costs no RAM even
 # while the module is loaded.
 
 from common.broker.limits import ConfigError as ConfigError  # (re-exported: the API of this module)
-from common.broker.limits import Settings as Settings
+from common.broker.limits import Settings
 from common.broker.topics import validate_topic_filter
 from common.mqtt.consts import U16_MAX, U32_MAX
 
@@ -78,7 +79,7 @@ LIMITS = (
     ("max_queued_messages", 1000000, K_INT, 0, None),  # per session
     ("max_queued_bytes", 67108864, K_INT, 0, None),  # topic + payload bytes queued per session
     # all sessions' queues together: topic + payload + 512 B per queued copy
-    # (handle_publish.QUEUED_COST, about the RAM a queued message costs)
+    # (outbox.QUEUED_COST, about the RAM a queued message costs)
     ("max_queued_total_bytes", 134217728, K_INT, 0, None),
     # what a full queue does (docs/limits.md): refuse the publish (v5 0x97,
     # 3.1.1 not acknowledged, so nothing acknowledged is lost), drop the new
@@ -171,11 +172,48 @@ def check(where, obj, schema, listed_in=""):
         value = obj[name]
         kind, lo, hi = entry[2], entry[3], entry[4]
         if not _valid(value, kind, lo, hi):
-            from common.broker.settings_hint import wants  # the error path only
-
             raise ConfigError("%s: %s = %r: wants %s; fix the value." % (where, name, value, wants(kind, lo, hi)))
         out[name] = list(value) if isinstance(value, list) else value
     return out
+
+
+def wants(kind, lo, hi):
+    """What a key of `kind` (bounded by lo, hi) accepts, in words."""
+    if kind == K_INT or kind == K_NUMBER:
+        what = "an integer" if kind == K_INT else "a number"
+        if hi is None:
+            return "%s >= %d" % (what, lo)
+        return "%s %d..%d" % (what, lo, hi)
+    if kind == K_BOOL:
+        return "true or false"
+    if kind == K_STR:
+        return "a string"
+    if kind == K_CHOICE:
+        return "one of " + ", ".join(lo)
+    if kind == K_LIST:
+        return 'a list of strings, e.g. ["a", "b"]'
+    if kind == K_FILTERS:
+        return 'a list of strings that are valid topic filters, e.g. ["a/#", "+/b"]'
+    return "a table ({...} in JSON, [name] in TOML)"
+
+
+def new_settings(overrides=None, where="settings"):
+    """The broker's limits (limits.Settings): every key of LIMITS at its
+    default, then `overrides` (update_settings)."""
+    settings = Settings()
+    values = defaults(LIMITS)
+    for name in values:
+        setattr(settings, name, values[name])
+    if overrides:
+        update_settings(settings, overrides, where)
+    return settings
+
+
+def update_settings(settings, overrides, where="settings"):
+    """Apply a dict of overrides; raise ConfigError (a ValueError) naming a bad key or value."""
+    values = check(where, overrides, LIMITS, LIMITS_DOC)
+    for name in values:
+        setattr(settings, name, values[name])
 
 
 def defaults(schema):

@@ -1,10 +1,8 @@
-# The words of a configuration refusal (common/broker/settings.py `check`):
-# what a key wants, and the known key closest to a mistyped one.
+# The known key closest to a mistyped one, for a configuration refusal
+# (common/broker/settings.py `check`; the shells' own tables too).
 #
 # Error path only: settings.py imports this module when it refuses a file,
 # so a board whose config is right never loads it into its heap.
-
-from common.broker.settings import K_BOOL, K_CHOICE, K_FILTERS, K_INT, K_LIST, K_NUMBER, K_STR
 
 
 def _distance(a, b):
@@ -33,23 +31,3 @@ def did_you_mean(name, choices):
         if d < best_d:
             best, best_d = choice, d
     return "; did you mean %r?" % best if best is not None else ""
-
-
-def wants(kind, lo, hi):
-    """What a key of `kind` (bounded by lo, hi) accepts, in words."""
-    if kind == K_INT or kind == K_NUMBER:
-        what = "an integer" if kind == K_INT else "a number"
-        if hi is None:
-            return "%s >= %d" % (what, lo)
-        return "%s %d..%d" % (what, lo, hi)
-    if kind == K_BOOL:
-        return "true or false"
-    if kind == K_STR:
-        return "a string"
-    if kind == K_CHOICE:
-        return "one of " + ", ".join(lo)
-    if kind == K_LIST:
-        return 'a list of strings, e.g. ["a", "b"]'
-    if kind == K_FILTERS:
-        return 'a list of strings that are valid topic filters, e.g. ["a/#", "+/b"]'
-    return "a table ({...} in JSON, [name] in TOML)"

@@ -11,7 +11,7 @@
 # size, a board's allocated heap), when it gives one. snapshot() is here, not
 # in broker.py, so that a board without $SYS does not hold its code.
 
-from common.broker.broker import VERSION
+from common import VERSION
 from common.broker.connection import CONNECTED
 
 PREFIX = "$SYS/broker/"

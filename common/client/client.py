@@ -352,7 +352,7 @@ class Client:
         if not qos and token is None:
             if self.state != CONNECTED:
                 return False
-            self._write(encode_publish_parts(topic, payload, 0, retain, False, 0, self.level, items, -1, None, 0))
+            self._write(encode_publish_parts(topic, payload, C.PUBLISH_RETAIN if retain else 0, self.level, items))
             return True
         self.queue.append(Outgoing(topic, payload, qos, retain, items, token))
         return True
@@ -368,7 +368,7 @@ class Client:
             n += 1
             if not m.qos:
                 self._write(
-                    encode_publish_parts(m.topic, m.payload, 0, m.retain, False, 0, self.level, m.items, -1, None, 0),
+                    encode_publish_parts(m.topic, m.payload, C.PUBLISH_RETAIN if m.retain else 0, self.level, m.items),
                     ms,
                 )
                 self.handler.on_delivered(m.token, 0)
@@ -382,7 +382,8 @@ class Client:
             del queue[:n]
 
     def _send_publish(self, m, dup, ms):
-        data = encode_publish_parts(m.topic, m.payload, m.qos, m.retain, dup, m.pid, self.level, m.items, -1, None, 0)
+        bits = m.qos | m.pid << C.PUBLISH_PID_SHIFT | (C.PUBLISH_RETAIN if m.retain else 0) | (C.PUBLISH_DUP if dup else 0)
+        data = encode_publish_parts(m.topic, m.payload, bits, self.level, m.items)
         if self.server_max_packet and len(data) > self.server_max_packet:
             # [MQTT-3.2.2-15] the client must not send it: refused here, for good.
             self._done(m)

@@ -49,6 +49,16 @@ PACKET_NAMES = (
 # CONNACK's (3.2.2.1) are written where the codec reads and writes them
 # (packets.py), with the section they come from.
 
+# One PUBLISH's QoS, RETAIN and DUP flags and its packet identifier packed
+# into one small int (below 2**22), as the encoders read them
+# (packets.encode_publish_parts) and as the broker keeps them per delivery
+# (common/broker/delivery.py, whose own state and shared bits are 3-5: the
+# state SENT is the DUP bit, so a sent delivery's bits are those of its resend).
+PUBLISH_QOS_MASK = const(0x03)
+PUBLISH_RETAIN = const(0x04)
+PUBLISH_DUP = const(0x08)
+PUBLISH_PID_SHIFT = const(6)
+
 # Subscription options byte (3.8.3.1); in 3.1.1 only the QoS bits exist.
 SUBOPT_QOS_MASK = const(0x03)
 SUBOPT_NO_LOCAL = const(0x04)

@@ -88,32 +88,37 @@ class Packet:
 
 
 class Connect(Packet):
+    """A CONNECT: its four fixed fields positionally, the others (a will, a
+    user name and password, properties, the protocol name) by keyword; what
+    is not given keeps its default, a class attribute below."""
+
     ptype = C.CONNECT
     FIELDS = (
         "level", "clean_start", "keep_alive", "client_id", "will_topic",
         "will_payload", "will_qos", "will_retain", "will_props", "username",
         "password", "props", "proto_name",
     )
+    will_topic = None  # None: no will
+    will_payload = None
+    will_qos = 0
+    will_retain = False
+    will_props = None
+    username = None  # None: flag clear
+    password = None  # bytes, None: flag clear
+    props = None
+    proto_name = None  # None: the one of `level` ("MQIsdp" for 3, "MQTT")
 
-    def __init__(self, level=4, clean_start=True, keep_alive=0, client_id="",
-                 will_topic=None, will_payload=None, will_qos=0, will_retain=False,
-                 will_props=None, username=None, password=None, props=None,
-                 proto_name=None):
+    def __init__(self, level=4, clean_start=True, keep_alive=0, client_id="", **fields):
         self.level = level
         self.clean_start = clean_start
         self.keep_alive = keep_alive
         self.client_id = client_id
-        self.will_topic = will_topic  # None: no will
-        self.will_payload = will_payload
-        self.will_qos = will_qos
-        self.will_retain = will_retain
-        self.will_props = will_props
-        self.username = username  # None: flag clear
-        self.password = password  # bytes, None: flag clear
-        self.props = props
-        if proto_name is None:
-            proto_name = "MQIsdp" if level == 3 else "MQTT"
-        self.proto_name = proto_name
+        for name in fields:
+            if name not in Connect.FIELDS:
+                raise TypeError(name)  # not a field of CONNECT
+            setattr(self, name, fields[name])
+        if self.proto_name is None:
+            self.proto_name = "MQIsdp" if level == 3 else "MQTT"
 
 
 class Connack(Packet):
@@ -334,9 +339,9 @@ def decode_publish_into(pkt, first, buf, start, end, level, topics):
     """Fill the Publish `pkt` from a PUBLISH body but its payload: the offset
     where the payload starts in `buf` is returned (it ends at `end`).
 
-    `topics`, a TopicCache or None: a topic name found there comes out as
-    the str decoded and checked when it was first seen, with no new object
-    (``topics.entry`` is its entry, None for a topic not cached).
+    `topics`, the broker's TopicCache (common/broker/route.py) or
+    None: a topic name found there comes out as the str decoded and checked
+    when it was first seen, with no new object; a new one is offered to it.
     """
     qos = (first >> 1) & 3
     if qos == 3:
@@ -352,8 +357,10 @@ def decode_publish_into(pkt, first, buf, start, end, level, topics):
     if i > end:
         raise MalformedPacket("string runs past the end")
     tend = i
-    entry = topics.find(buf, a, i) if topics is not None and i > a else None
-    topic = entry[1] if entry is not None else decode_utf8(buf, a, i)
+    topic = topics.find(buf, a, i) if topics is not None and i > a else None
+    fresh = topic is None
+    if fresh:
+        topic = decode_utf8(buf, a, i)
     pid = 0
     if qos:
         if i + 2 > end:
@@ -371,12 +378,10 @@ def decode_publish_into(pkt, first, buf, start, end, level, topics):
         if prop_get(props, C.PROP_TOPIC_ALIAS) is None:
             # 3.3.2.1: a zero-length topic needs a Topic Alias (resolved by the broker)
             raise ProtocolError("empty topic name without a topic alias")
-    elif entry is None:
+    elif fresh:
         check_topic_name(topic)
         if topics is not None:
-            entry = topics.add(buf, a, tend, topic)
-    if topics is not None:
-        topics.entry = entry
+            topics.add(buf, a, tend, topic)
     pkt.topic = topic
     pkt.qos = qos
     pkt.retain = (first & 1) != 0
@@ -384,57 +389,6 @@ def decode_publish_into(pkt, first, buf, start, end, level, topics):
     pkt.packet_id = pid
     pkt.props = props
     return i
-
-
-class TopicCache:
-    """The topic names of the PUBLISHes seen lately, by a hash of their bytes.
-
-    A warm topic then costs a hash and a compare over its bytes, and no new
-    str (MicroPython allocates one per decode otherwise); its UTF-8 and
-    wildcard checks were done when it was added. Each entry is a list
-    ``[name bytes, topic str, match, generation]``: the last two are for the
-    broker (a match result and the subscription trie's generation it holds
-    for). `capacity` slots, one entry each, chosen by the hash (a newcomer
-    replaces only the entry in its slot); a topic gets an entry at its
-    second PUBLISH in a row for its slot, so that names seen once (a
-    retained message per device) take no room.
-    """
-
-    def __init__(self, capacity):
-        self.slots = [None] * capacity  # hash % capacity -> entry
-        self.seen = [-1] * capacity  # the hash last missed in each slot
-        self.hash = 0  # the hash find() computed last (add() files under it)
-        self.entry = None  # the entry of the topic decode_publish_into saw last
-
-    def find(self, buf, a, b):
-        """The entry of the topic name buf[a:b], or None."""
-        h = b - a
-        for k in range(a, b):
-            h = (h * 31 + buf[k]) & 0x3FFFFF  # small ints on every port
-        self.hash = h
-        entry = self.slots[h % len(self.slots)]
-        if entry is None:
-            return None
-        key = entry[0]
-        if len(key) != b - a:
-            return None
-        for c in key:
-            if c != buf[a]:
-                return None
-            a += 1
-        return entry
-
-    def add(self, buf, a, b, topic):
-        """The entry for the checked topic name buf[a:b] (after find()
-        missed it), or None: not at its first miss in its slot."""
-        h = self.hash
-        i = h % len(self.slots)
-        if self.seen[i] != h:
-            self.seen[i] = h
-            return None
-        entry = [take_bytes(buf, a, b), topic, None, 0]
-        self.slots[i] = entry
-        return entry
 
 
 def decode_puback(first, buf, start, end, level):
@@ -618,70 +572,96 @@ def encode_connack(p, level):
 
 
 def encode_publish(p, level):
-    items = None
-    if level == C.LEVEL_5:
-        items = encode_property_items(p.props)
-    return encode_publish_parts(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, level, items, -1, None, 0)
+    bits = p.qos | p.packet_id << C.PUBLISH_PID_SHIFT
+    if p.retain:
+        bits |= C.PUBLISH_RETAIN
+    if p.dup:
+        bits |= C.PUBLISH_DUP
+    return encode_publish_parts(p.topic, p.payload, bits, level, encode_property_items(p.props) if level == C.LEVEL_5 else None)
 
 
-def encode_publish_parts(topic, payload, qos, retain, dup, packet_id, level, items, expiry, sub_ids, alias):
-    """A PUBLISH from its fields, as the broker sends one per delivery.
-
-    v5 only: ``items`` are properties already encoded
-    (``encode_property_items``, None for none), written first, then the
-    per-delivery ones: Message Expiry Interval ``expiry`` (-1: none), a
-    Subscription Identifier for each of ``sub_ids`` (None: none), Topic
-    Alias ``alias`` (0: none). The same bytes as ``encode_publish`` of those
-    properties in that order; no Publish object, and the forwarded
-    properties are not encoded again for each subscriber.
-    """
-    first = 0x30 | (qos << 1)
-    if dup:
+def publish_first_byte(bits):
+    """A PUBLISH's first byte for its `bits` (consts.PUBLISH_*)."""
+    first = 0x30 | (bits & C.PUBLISH_QOS_MASK) << 1
+    if bits & C.PUBLISH_DUP:
         first |= 0x08
-    if retain:
+    if bits & C.PUBLISH_RETAIN:
         first |= 0x01
+    return first
+
+
+def encode_publish_parts(topic, payload, bits, level, items):
+    """A PUBLISH from its fields, as the broker sends one per delivery:
+    `bits` are its QoS, retain and DUP flags and packet id
+    (consts.PUBLISH_*); v5 only, `items` its properties already encoded
+    (``encode_property_items``, None for none: Property Length 0)."""
+    if items and level == C.LEVEL_5:
+        return encode_publish_props(topic, payload, bits, items, -1, None, 0)
+    first = publish_first_byte(bits)
+    qos = bits & C.PUBLISH_QOS_MASK
+    packet_id = bits >> C.PUBLISH_PID_SHIFT
     topic = utf8_bytes(topic)
     payload = payload or b""
     tlen = len(topic)
     size = 2 + tlen + len(payload)
     if qos:
         size += 2
-    if level != C.LEVEL_5 or not (items or sub_ids or alias or expiry >= 0):
-        # The per-message path, no properties: the generic steps below inlined
-        # (same two allocations, a third of the interpreted calls).
-        if level == C.LEVEL_5:
-            size += 1  # Property Length 0
-        if tlen > 65535:
-            raise ValueError("string or binary data longer than 65535 bytes")
-        if _JOIN_PARTS and size < 128:
-            if qos:
-                if level == C.LEVEL_5:
-                    mid = bytes((packet_id >> 8, packet_id & 0xFF, 0))
-                else:
-                    mid = bytes((packet_id >> 8, packet_id & 0xFF))
-            else:
-                mid = b"\x00" if level == C.LEVEL_5 else b""
-            return b"".join((bytes((first, size, tlen >> 8, tlen & 0xFF)), topic, mid, payload))
-        if size < 128:
-            buf = bytearray(2 + size)
-            buf[1] = size
-            off = 2
-        else:
-            buf, off = new_packet_buffer(first, size)
-        buf[0] = first
-        buf[off] = tlen >> 8
-        buf[off + 1] = tlen & 0xFF
-        off += 2
-        buf[off:off + tlen] = topic
-        off += tlen
+    # The per-message path: the generic steps of encode_publish_props
+    # inlined (same two allocations, a third of the interpreted calls).
+    if level == C.LEVEL_5:
+        size += 1  # Property Length 0
+    if tlen > 65535:
+        raise ValueError("string or binary data longer than 65535 bytes")
+    if _JOIN_PARTS and size < 128:
         if qos:
-            buf[off] = packet_id >> 8
-            buf[off + 1] = packet_id & 0xFF
-            off += 2
-        if level == C.LEVEL_5:
-            off += 1  # Property Length 0 (the buffer is zeroed)
-        buf[off:] = payload
-        return bytes(buf)
+            if level == C.LEVEL_5:
+                mid = bytes((packet_id >> 8, packet_id & 0xFF, 0))
+            else:
+                mid = bytes((packet_id >> 8, packet_id & 0xFF))
+        else:
+            mid = b"\x00" if level == C.LEVEL_5 else b""
+        return b"".join((bytes((first, size, tlen >> 8, tlen & 0xFF)), topic, mid, payload))
+    if size < 128:
+        buf = bytearray(2 + size)
+        buf[1] = size
+        off = 2
+    else:
+        buf, off = new_packet_buffer(first, size)
+    buf[0] = first
+    buf[off] = tlen >> 8
+    buf[off + 1] = tlen & 0xFF
+    off += 2
+    buf[off:off + tlen] = topic
+    off += tlen
+    if qos:
+        buf[off] = packet_id >> 8
+        buf[off + 1] = packet_id & 0xFF
+        off += 2
+    if level == C.LEVEL_5:
+        off += 1  # Property Length 0 (the buffer is zeroed)
+    buf[off:] = payload
+    return bytes(buf)
+
+
+def encode_publish_props(topic, payload, bits, items, expiry, sub_ids, alias):
+    """A v5 PUBLISH with properties, as the broker sends one per delivery.
+
+    ``items`` are properties already encoded (``encode_property_items``,
+    None for none), written first, then the per-delivery ones: Message
+    Expiry Interval ``expiry`` (-1: none), a Subscription Identifier for
+    each of ``sub_ids`` (None: none), Topic Alias ``alias`` (0: none). The
+    same bytes as ``encode_publish`` of those properties in that order; no
+    Publish object, and the forwarded properties are not encoded again for
+    each subscriber. `bits` as for encode_publish_parts.
+    """
+    if not (items or sub_ids or alias or expiry >= 0):
+        return encode_publish_parts(topic, payload, bits, C.LEVEL_5, None)
+    qos = bits & C.PUBLISH_QOS_MASK
+    topic = utf8_bytes(topic)
+    payload = payload or b""
+    size = 2 + len(topic) + len(payload)
+    if qos:
+        size += 2
     psize = len(items) if items else 0
     if expiry >= 0:
         psize += 5
@@ -690,10 +670,10 @@ def encode_publish_parts(topic, payload, qos, retain, dup, packet_id, level, ite
             psize += 1 + vbi_size(sub_id)
     if alias:
         psize += 3
-    buf, off = new_packet_buffer(first, size + vbi_size(psize) + psize)
+    buf, off = new_packet_buffer(publish_first_byte(bits), size + vbi_size(psize) + psize)
     off = write_prefixed(buf, off, topic)
     if qos:
-        off = write_u16(buf, off, packet_id)
+        off = write_u16(buf, off, bits >> C.PUBLISH_PID_SHIFT)
     off = write_vbi(buf, off, psize)
     if items:
         n = len(items)

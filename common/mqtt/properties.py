@@ -251,7 +251,7 @@ def encode_property_items(props):
 
     The form a broker keeps a message's forwarded properties in: encoded
     once, then copied into each PUBLISH next to the per-delivery properties
-    (``packets.encode_publish_parts``).
+    (``packets.encode_publish_props``).
     """
     if not props:
         return None

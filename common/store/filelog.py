@@ -79,7 +79,7 @@ DAMAGED_SUFFIX = ".damaged"
 _SMALL = const(512)  # records up to this size are encoded in one buffer, one write
 
 
-def _dirname(path):
+def dirname(path):
     i = path.rfind("/")
     if i < 0:
         return "."
@@ -124,22 +124,21 @@ class FileLog:
         self.compactions = 0
         self.live_bytes = 0  # bytes of live records (without the file header)
         self.file_size = 0
-        self._index = {}
+        self.index = {}
         self._af = None  # append handle
         self._rf = None  # read handle, reopened after appends
         self._rf_stale = True
         self._unsynced = False
         self._tail_dirty = False  # a write failed part way: rewrite first
         self._buf = bytearray(_SMALL)
-        _presize(self._index, keys)
-        from common.store.filelog_open import open_log  # (once: a board unloads it after start-up)
-
-        open_log(self)
+        _presize(self.index, keys)
+        # Not opened yet: filelog_open.open_log (open_file_log) scans the
+        # file, once, at start-up.
 
     # -- public interface ---------------------------------------------------
 
     def get(self, key):
-        loc = self._index.get(key)
+        loc = self.index.get(key)
         if loc is None:
             return None
         data = self._read_record(loc[0], loc[1])
@@ -155,18 +154,18 @@ class FileLog:
         self._append(key, value, False)
 
     def delete(self, key):
-        if key not in self._index:
+        if key not in self.index:
             self.user_bytes += len(key)
             return
         self._append(key, b"", True)
 
     def items(self, prefix=b""):
         found = []
-        for key in self._index:
+        for key in self.index:
             if key.startswith(prefix):
                 found.append(key)
         # Read in file order: sequential on the medium.
-        found.sort(key=lambda k: self._index[k][0])
+        found.sort(key=lambda k: self.index[k][0])
         out = []
         for key in found:
             value = self.get(key)
@@ -189,11 +188,11 @@ class FileLog:
             self._rf = None
 
     def __len__(self):
-        return len(self._index)
+        return len(self.index)
 
-    # -- open (the scan is filelog_open.py) ------------------------------------
+    # -- what open_log (filelog_open.py) uses too --------------------------------
 
-    def _open_append(self, size):
+    def open_append(self, size):
         """The append handle, at the end of the log; `size`: the file's."""
         if self.room:
             self._af = self.fs.open(self.path, "r+b")
@@ -202,7 +201,7 @@ class FileLog:
         else:
             self._af = self.fs.open(self.path, "ab")
 
-    def _zeros(self, f, n):
+    def zeros(self, f, n):
         """Write n zero bytes at f's position (room ahead of the log)."""
         if n <= 0:
             return
@@ -219,15 +218,15 @@ class FileLog:
         size = OVERHEAD + klen + vlen
         self.user_bytes += klen + vlen
         if self._tail_dirty:
-            self._rewrite()
+            self.rewrite()
         if self.max_bytes and self.file_size + size > self.max_bytes:
             # The old record of the key stays live until the new one is written.
             if not tombstone and FILE_HEADER_SIZE + self.live_bytes + size > self.max_bytes:
                 raise StoreFull("file store full")
-            self._rewrite()
+            self.rewrite()
             if self.file_size + size > self.max_bytes and not tombstone:
                 raise StoreFull("file store full")
-        old = self._index.get(key)
+        old = self.index.get(key)
         off = self.file_size
         af = self._af
         try:
@@ -235,7 +234,7 @@ class FileLog:
                 # Out of room: more zeros, then back to the end of the log.
                 af.seek(self.allocated)
                 grow = off + size + self.room - self.allocated
-                self._zeros(af, grow)
+                self.zeros(af, grow)
                 self.device_bytes += grow
                 self.allocated += grow
                 af.seek(off)
@@ -263,9 +262,9 @@ class FileLog:
         if old is not None:
             self.live_bytes -= old[1]
         if tombstone:
-            del self._index[key]
+            del self.index[key]
         else:
-            self._index[key] = (off, size)
+            self.index[key] = (off, size)
             self.live_bytes += size
         self._maybe_compact()
 
@@ -273,7 +272,7 @@ class FileLog:
         if self.file_size < self.compact_min:
             return
         if self.file_size >= self.compact_ratio * (FILE_HEADER_SIZE + self.live_bytes):
-            self._rewrite()
+            self.rewrite()
 
     def _read_record(self, off, size):
         if self._rf_stale or self._rf is None:
@@ -291,19 +290,19 @@ class FileLog:
             return None
         return data
 
-    def _rewrite(self):
+    def rewrite(self):
         """Compaction: live records to path.compact, sync, rename over the log."""
         fs = self.fs
         tmp = self.path + COMPACT_SUFFIX
-        keys = list(self._index)
-        keys.sort(key=lambda k: self._index[k][0])
+        keys = list(self.index)
+        keys.sort(key=lambda k: self.index[k][0])
         out = fs.open(tmp, "wb")
         new_index = {}
         pos = FILE_HEADER_SIZE
         try:
             out.write(FILE_MAGIC)
             for key in keys:
-                off, size = self._index[key]
+                off, size = self.index[key]
                 data = self._read_record(off, size)
                 if data is None:
                     continue
@@ -314,7 +313,7 @@ class FileLog:
                 out.write(data)
                 new_index[key] = (pos, size)
                 pos += size
-            self._zeros(out, self.room)
+            self.zeros(out, self.room)
             fs.sync(out)
         finally:
             out.close()
@@ -324,13 +323,13 @@ class FileLog:
         self._af = None
         self._rf = None
         fs.rename(tmp, self.path)
-        fs.sync_dir(_dirname(self.path))
+        fs.sync_dir(dirname(self.path))
         self.device_bytes += pos + self.room
         self.compactions += 1
-        self._index = new_index
+        self.index = new_index
         self.live_bytes = pos - FILE_HEADER_SIZE
         self.file_size = pos
         self._tail_dirty = False
         self._unsynced = False
         self._rf_stale = True
-        self._open_append(pos + self.room)
+        self.open_append(pos + self.room)

@@ -2,8 +2,9 @@
 # damaged stretch aside, drop a torn tail, rewrite the log after damage, or
 # start a new one. filelog.py's theory of operation describes what open
 # does; the code is here, apart, because it runs once: a board unloads it
-# after start-up (firmware/app.py STARTUP_ONLY), so its code does not stay
-# in the heap. FileLog.__init__ calls open_log(self).
+# after start-up (firmware/startup_only.py), so its code does not
+# stay in the heap. open_file_log makes and opens a FileLog; this module
+# uses its public side only (index, rewrite, open_append, zeros).
 
 import struct
 
@@ -14,7 +15,8 @@ from common.store.filelog import (
     DAMAGED_SUFFIX,
     FILE_HEADER_SIZE,
     FILE_MAGIC,
-    _dirname,
+    FileLog,
+    dirname,
 )
 from common.store.kvrecord import (
     CRC_SIZE,
@@ -39,8 +41,15 @@ _NOT = const(2)  # no record starts here
 _MAGIC_BYTE = bytes([MAGIC])
 
 
+def open_file_log(fs, path, compact_min=65536, compact_ratio=2, max_bytes=0, keys=0, room=0):
+    """A FileLog (its arguments) opened: ready for the Store."""
+    log = FileLog(fs, path, compact_min, compact_ratio, max_bytes, keys, room)
+    open_log(log)
+    return log
+
+
 def open_log(log):
-    """Open the FileLog `log` (its __init__): scan, set damage aside, rewrite if needed."""
+    """Open the FileLog `log`: scan, set damage aside, rewrite if needed."""
     fs = log.fs
     tmp = log.path + COMPACT_SUFFIX
     if fs.exists(tmp):
@@ -101,10 +110,10 @@ def open_log(log):
         )
     if good < end or log.skipped or (good < size and not log.room):
         log.file_size = good
-        log._rewrite()
+        log.rewrite()
     else:
         log.file_size = good
-        log._open_append(size)
+        log.open_append(size)
 
 
 def _data_end(f, start, size):
@@ -176,7 +185,7 @@ def _scan(log, f, size, damaged):
     Damaged stretches are appended to `damaged` as (start, end).
     """
     off = FILE_HEADER_SIZE
-    index = log._index
+    index = log.index
     while off < size:
         status, rsize, key, flags = _record_at(f, off, size)
         if status != _OK:
@@ -231,16 +240,16 @@ def _set_aside(log, f, damaged):
         fs.sync(out)
     finally:
         out.close()
-    fs.sync_dir(_dirname(log.path))
+    fs.sync_dir(dirname(log.path))
 
 
 def _create(log):
     f = log.fs.open(log.path, "wb")
     f.write(FILE_MAGIC)
-    log._zeros(f, log.room)
+    log.zeros(f, log.room)
     log.fs.sync(f)
     f.close()
-    log.fs.sync_dir(_dirname(log.path))
+    log.fs.sync_dir(dirname(log.path))
     log.device_bytes += FILE_HEADER_SIZE + log.room
     log.file_size = FILE_HEADER_SIZE
-    log._open_append(FILE_HEADER_SIZE + log.room)
+    log.open_append(FILE_HEADER_SIZE + log.room)

@@ -46,6 +46,9 @@ from common.mqtt.consts import PUBLISH
 from common.mqtt.properties import decode_property_items
 from common.store.store import u64be
 
+# The module of the restore (loaded by storeboot, dropped after its one run).
+RESTORE_MODULE = "common.store.restore"
+
 NS_SESSION = b"S"
 NS_SUB = b"U"
 NS_MESSAGE = b"M"
@@ -65,15 +68,15 @@ class Persist(StateListener):
 
     durable = True
 
-    def __init__(self, store):
+    def __init__(self, store, restorer):
+        """`restorer`: restore.restore (storeboot.new_broker hands it over,
+        loaded before the broker takes its pools: a board that runs sources
+        compiles it while the heap is still free); restore() runs it once."""
         self.store = store
+        self.restorer = restorer
         self.offset = 0  # wall seconds - core seconds
         self.next_mid = 1
         self.next_seq = 1
-        # restore()'s code (restore.py) is loaded here, before the broker
-        # takes its pools: a board that runs sources compiles it while the
-        # heap is still free. restore() drops it after its one run.
-        import common.store.restore  # noqa: F401
 
     def pending(self):
         return self.store.dirty
@@ -212,12 +215,12 @@ class Persist(StateListener):
 
     def restore(self, broker, now, wall):
         """Rebuild sessions, subscriptions, queues and retained messages; counts."""
-        # restore.py runs once: loaded by __init__ (again here if restore()
-        # runs twice) and dropped after (out of sys.modules and its
-        # package), so a board's heap does not keep code it never runs again.
-        from common.store import restore
-
+        # restore.py runs once: its function is dropped, and the module with
+        # it (out of sys.modules and its package), so a board's heap does
+        # not keep code it never runs again.
+        restorer = self.restorer
+        self.restorer = None
         try:
-            return restore.restore(self, broker, now, wall)
+            return restorer(self, broker, now, wall)
         finally:
-            unload(restore.__name__)
+            unload(RESTORE_MODULE)

@@ -5,17 +5,20 @@
 # one run, so a board's heap does not keep code it never runs again.
 # The records are those described in persist.py; the state comes back
 # through the public methods of the broker's parts, as the handlers use
-# them (broker.sessions.create, broker.add_subscription,
-# routing.retained.store, routing.messages.new, routing.deliveries.new), in
-# order: messages, sessions, subscriptions, then each session's inflight
-# window and queue in their original order, then the retained messages.
+# them (broker.sessions.create and Session.restored, broker.add_subscription,
+# routing.retained.store, routing.messages.new, routing.deliveries.new, and
+# outbox.restore_deliveries, which alone fills a session's window and
+# queue), in order: messages, sessions, subscriptions, then each
+# session's inflight window and queue in their original order, then the
+# retained messages.
 
-from common.broker.delivery import QUEUED, RELEASED
-from common.broker.handle_publish import QUEUED_COST
-from common.broker.pools import Ring
+from common.broker import outbox
+from common.broker.delivery import QUEUED, RELEASED, SHARED
 from common.broker.session import NEVER, OWNER_UNKNOWN
+from common.mqtt.consts import PUBLISH_RETAIN
 from common.store.persist import NS_DELIVERY, NS_MESSAGE, NS_RETAINED, NS_SESSION, NS_SUB
 from common.store.store import u64be
+from common.store.store_open import read_items
 
 
 def _from_be(b):
@@ -109,7 +112,7 @@ def restore(persist, broker, now, wall):
     counts = {"sessions": 0, "subscriptions": 0, "messages": 0, "retained": 0, "dropped": 0}
 
     by_mid = {}
-    for key, rec in store.items(NS_MESSAGE):
+    for key, rec in read_items(store, NS_MESSAGE):
         if _usable(store, NS_MESSAGE, key, rec, _SHAPE_MESSAGE) is None:
             continue
         mid = _from_be(key)
@@ -124,12 +127,12 @@ def restore(persist, broker, now, wall):
         if mid >= persist.next_mid:
             persist.next_mid = mid + 1
 
-    for key, rec in store.items(NS_SESSION):
+    for key, rec in read_items(store, NS_SESSION):
         if _usable(store, NS_SESSION, key, rec, _SHAPE_SESSION) is None:
             continue
         _restore_session(persist, broker, key.decode(), rec, now, counts)
 
-    for key, rec in store.items(NS_SUB):
+    for key, rec in read_items(store, NS_SUB):
         if _usable(store, NS_SUB, key, rec, _SHAPE_SUB) is None:
             continue
         client_id, flt = key.split(b"\0", 1)
@@ -156,7 +159,7 @@ def restore(persist, broker, now, wall):
             counts["messages"] += 1
 
     retained = broker.routing.retained
-    for key, rec in store.items(NS_RETAINED):
+    for key, rec in read_items(store, NS_RETAINED):
         if _usable(store, NS_RETAINED, key, rec, _SHAPE_RETAINED) is None:
             continue
         payload, qos, props, expiry_wall = rec[:4]
@@ -185,13 +188,7 @@ def _restore_session(persist, broker, client_id, rec, now, counts):
         counts["dropped"] += 1
         persist.store.delete(NS_SESSION, client_id.encode())
         return
-    session.level = level
-    session.expiry_interval = expiry
-    session.expires_at = expires_at
-    session.next_packet_id = next_pid
-    session.qos2_in = set(qos2_in) if qos2_in else ()
-    session.user = rec[6] if len(rec) > 6 else OWNER_UNKNOWN
-    session.stored = True
+    session.restored(level, expiry, expires_at, next_pid, qos2_in, rec[6] if len(rec) > 6 else OWNER_UNKNOWN)
     counts["sessions"] += 1
 
 
@@ -199,7 +196,7 @@ def _restore_deliveries(persist, broker, by_mid):
     store = persist.store
     routing = broker.routing
     per_session = {}
-    for key, rec in store.items(NS_DELIVERY):
+    for key, rec in read_items(store, NS_DELIVERY):
         if _usable(store, NS_DELIVERY, key, rec, _SHAPE_DELIVERY) is None:
             continue
         client_id, seq = key.split(b"\0", 1)
@@ -219,11 +216,15 @@ def _restore_deliveries(persist, broker, by_mid):
     for client_id, items in per_session.items():
         session = broker.sessions.find(client_id)
         items.sort(key=lambda item: item[0])
+        inflight = []
         queued = []
         for seq, msg, qos, retain, sub_ids, state, packet_id, share in items:
             group = routing.group(share) if share is not None else None
-            tag = (group, sub_ids) if group is not None else sub_ids
-            d = routing.deliveries.new(msg, qos, retain, tag, group is not None)
+            bits = qos | (PUBLISH_RETAIN if retain else 0)
+            if group is not None:
+                d = routing.deliveries.new(msg, bits | SHARED, (group, sub_ids))
+            else:
+                d = routing.deliveries.new(msg, bits, sub_ids)
             d.seq = seq
             if state == QUEUED:
                 queued.append(d)
@@ -231,14 +232,5 @@ def _restore_deliveries(persist, broker, by_mid):
             d.set_sent(packet_id)
             if state == RELEASED:
                 d.set_released()
-            session.inflight.append(d)
-        queue = session.queue
-        if len(queued) > queue.cap:
-            # max_queued_messages was lowered since they were stored:
-            # keep them all (they were acknowledged), in a ring that fits.
-            queue = session.queue = Ring(len(queued), len(queued))
-        for d in queued:
-            queue.push(d)
-            size = d.msg.size()
-            session.queued_bytes += size
-            routing.queued_total += size + QUEUED_COST
+            inflight.append(d)
+        outbox.restore_deliveries(broker, session, inflight, queued)

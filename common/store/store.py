@@ -145,15 +145,11 @@ class Store:
         if self.keys and key_id not in self.keys:
             raise StoreError("key id %d is not among the configured keys" % key_id)
 
-    # -- opening (the checks and the reading are store_open.py: start-up only)
+    # (Opening it and reading its records back are store_open.py's, at
+    # start-up only: open_records, read_items.)
 
-    def open(self, wipe=False):
-        """Check the meta record, bump the boot counter; StoreError if unusable."""
-        from common.store.store_open import open_records  # (once: a board unloads it after start-up)
-
-        open_records(self, wipe)
-
-    def _meta(self):
+    def meta_record(self):
+        """The meta record's value: magic, schema, boot counter, key state."""
         return MAGIC + bytes([SCHEMA]) + u64be(self.boot)[4:] + bytes([1 if self.keys else 0, self.key_id])
 
     # -- records
@@ -198,12 +194,6 @@ class Store:
                 "store: write failed (%d so far): %r; what is not stored is lost on a restart. "
                 "Free space or fix the disk." % (self.errors, err),
             )
-
-    def items(self, ns):
-        """[(key without ns, value)] of a namespace; damaged records are skipped and counted."""
-        from common.store.store_open import read_items  # (the restore: start-up)
-
-        return read_items(self, ns)
 
     def skip(self, full, why):
         """Count and log a record that cannot be used (`full`: namespace + key)."""

@@ -1,8 +1,9 @@
-# The reading side of the Store (store.py): open() checks the meta and
-# key-check records and bumps the boot counter; items() opens the records of
-# a namespace (authenticated, unpacked, migrated) for the restore. Both run
-# only at start-up: a board unloads this module after it (firmware/app.py
-# STARTUP_ONLY), so their code and their words do not stay in the heap.
+# The reading side of the Store (store.py): open_records() checks the meta
+# and key-check records and bumps the boot counter (storeboot.open_store);
+# read_items() opens the records of a namespace (authenticated, unpacked,
+# migrated) for the restore. Both run only at start-up: a board unloads this
+# module after it (firmware/startup_only.py), so their code and
+# their words do not stay in the heap. It uses the Store's public side only;
 # store.py's theory of operation describes the records.
 
 from common.compat import const
@@ -12,7 +13,7 @@ _NONCE_LEN = const(12)
 _TAG_LEN = const(16)
 
 
-def open_records(store, wipe):
+def open_records(store, wipe=False):
     """Check the meta record, bump the boot counter; StoreError if unusable."""
     backend = store.backend
     # What the backend found damaged when it opened (it has no log of its own).
@@ -37,7 +38,7 @@ def open_records(store, wipe):
     store.boot = (store.boot + 1) & 0xFFFFFFFF
     if store.boot == 0:
         raise S.StoreError("the boot counter wrapped: rotate the key (new key id) and start with --wipe-store")
-    backend.put(S.META_KEY, store._meta())
+    backend.put(S.META_KEY, store.meta_record())
     backend.sync()  # the new boot counter is durable before any nonce uses it
     if encrypted:
         if meta is None or _check_key(store) != store.key_id:

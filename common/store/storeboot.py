@@ -8,6 +8,7 @@
 from common.broker.broker import Broker
 from common.store.persist import Persist
 from common.store.store import Store
+from common.store.store_open import open_records
 
 
 def open_store(backend, keys=None, make_aead=None, log=None, wipe=False):
@@ -27,7 +28,7 @@ def open_store(backend, keys=None, make_aead=None, log=None, wipe=False):
                 key_id = kid
     store = Store(backend, aeads, key_id, log)
     try:
-        store.open(wipe)
+        open_records(store, wipe)
     except BaseException:
         backend.close()
         raise
@@ -36,5 +37,9 @@ def open_store(backend, keys=None, make_aead=None, log=None, wipe=False):
 
 def new_broker(settings, entropy, store=None):
     """The broker; with a `store`, its persistence listener writes to it
-    (then call Driver.restore before serving)."""
-    return Broker(settings, entropy, Persist(store) if store is not None else None)
+    (then call Driver.restore before serving: it runs restore.py once)."""
+    if store is None:
+        return Broker(settings, entropy, None)
+    from common.store.restore import restore  # (start-up only: dropped after its run)
+
+    return Broker(settings, entropy, Persist(store, restore))

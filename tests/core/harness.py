@@ -3,7 +3,7 @@
 # MicroPython. Clients encode with the codec and decode the broker's output
 # with the codec's client-side decoders, so every byte crosses the wire format.
 
-from common.broker.settings import Settings
+from common.broker.settings import new_settings
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.packets import (
@@ -99,7 +99,7 @@ class Harness:
         self.now = now
         self.counter = 0
         self.store = store
-        self.broker = new_broker(Settings(overrides), self.entropy, store)
+        self.broker = new_broker(new_settings(overrides), self.entropy, store)
         self.clients = {}
         self.restored = self.broker.restore(now, wall) if store is not None else None
 

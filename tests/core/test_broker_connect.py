@@ -37,6 +37,37 @@ class TestConnect(unittest.TestCase):
         c.connect("a")
         self.assertTrue(c.closed)
 
+    def test_dispatch_table(self):
+        # One entry per packet type: a client's packets have a handler and
+        # the connection states they are legal in; a server's have neither.
+        from common.broker.broker import DECODE, HANDLE, LEGAL_IN
+        from common.broker.connection import CLOSING, CONNECTED, FREE, NEW
+
+        self.assertEqual((len(DECODE), len(HANDLE), len(LEGAL_IN)), (16, 16, 4))
+        client_to_server = (C.CONNECT, C.PUBLISH, C.PUBACK, C.PUBREC, C.PUBREL, C.PUBCOMP, C.SUBSCRIBE, C.UNSUBSCRIBE, C.PINGREQ, C.DISCONNECT, C.AUTH)
+        for ptype in range(16):
+            name = C.PACKET_NAMES[ptype]
+            self.assertTrue(callable(DECODE[ptype]))
+            self.assertEqual(HANDLE[ptype] is not None, ptype in client_to_server, name)
+            # before CONNACK only CONNECT, and AUTH for its exchange [MQTT-3.1.0-1];
+            # after it anything a client sends but a second CONNECT [MQTT-3.1.0-2]
+            self.assertEqual(LEGAL_IN[NEW] >> ptype & 1, 1 if ptype in (C.CONNECT, C.AUTH) else 0, name)
+            self.assertEqual(LEGAL_IN[CONNECTED] >> ptype & 1, 1 if ptype in client_to_server and ptype != C.CONNECT else 0, name)
+        self.assertEqual((LEGAL_IN[FREE], LEGAL_IN[CLOSING]), (0, 0))  # no input is read then
+
+    def test_a_server_packet_from_a_client_closes_it(self):
+        # 3.1.1 has no code for it: closed; no other client is touched.
+        h = Harness()
+        other = h.client()
+        other.connect("other")
+        for raw in (b"\x20\x02\x00\x00", b"\x90\x03\x00\x01\x00", b"\xd0\x00"):  # CONNACK, SUBACK, PINGRESP
+            c = h.client()
+            c.connect("bad")
+            c.send_raw(raw)
+            self.assertTrue(c.closed)
+        other.ping()
+        self.assertFalse(other.closed)
+
     def test_unsupported_level_gets_connack_0x01(self):
         # [MQTT-3.1.2-2]
         h = Harness()
@@ -136,6 +167,35 @@ class TestKeepAlive(unittest.TestCase):
         self.assertFalse(c.closed)
         h.advance(2)
         self.assertTrue(c.closed)
+
+    def test_no_client_measures_less_than_one_and_a_half_keepalive(self):
+        # 3.1.1 [MQTT-3.1.2-24], 5.0 [MQTT-3.1.2-22]. The broker's clock is
+        # whole milliseconds: input read at tick T came at some time in
+        # [T, T+1), and the client's clock started at the CONNACK, as late
+        # as T+1. So the close must not come before tick T+1 + 3,000 for
+        # keep-alive 2 (deadline T + 3,000 closed at 2,999.x ms after such a
+        # CONNACK). Driven tick by tick, the clock passed in; near the wrap of
+        # the 30-bit ticks too.
+        from common.compat import TICKS_MASK
+
+        for connect_ms in (1000, 1999, TICKS_MASK - 1500):
+            h = Harness()
+            broker = h.broker
+            now = 5
+            cid = broker.connection_made(now, connect_ms)
+            broker.data_received(cid, encode_packet(Connect(4, True, 2, "ka"), 4), now, connect_ms)
+            self.assertEqual(bytes(broker.take_output(cid)), b"\x20\x02\x00\x00")  # the CONNACK
+            broker.next_dirty()
+            closed_at = None
+            for step in range(2900, 3100):
+                ms = (connect_ms + step) & TICKS_MASK
+                broker.tick(now + step // 1000, ms)
+                if broker.is_closing(cid):
+                    closed_at = step
+                    break
+            self.assertIsNotNone(closed_at)
+            self.assertGreaterEqual(closed_at - 1, 3000, connect_ms)  # measured from the CONNACK's latest
+            self.assertLessEqual(closed_at, 3001)  # and no later than that
 
     def test_any_packet_resets_keepalive(self):
         h = Harness()

@@ -3,7 +3,7 @@
 
 import unittest
 
-from common.broker.handle_publish import QUEUED_COST
+from common.broker.outbox import QUEUED_COST
 from common.broker.routing import THROTTLE_COUNT
 from common.broker.sys_topics import sys_values
 from common.mqtt import consts as C
@@ -757,22 +757,22 @@ class TestSubscribe(unittest.TestCase):
 
 class TestSettings(unittest.TestCase):
     def test_unknown_setting_named(self):
-        from common.broker.settings import Settings
+        from common.broker.settings import new_settings
 
         with self.assertRaises(ValueError) as ctx:
-            Settings({"max_conections": 5})
+            new_settings({"max_conections": 5})
         self.assertIn("max_conections", str(ctx.exception))
 
     def test_wrong_type_named(self):
-        from common.broker.settings import Settings
+        from common.broker.settings import new_settings
 
         with self.assertRaises(ValueError):
-            Settings({"max_inflight": "16"})
+            new_settings({"max_inflight": "16"})
         with self.assertRaises(ValueError):
-            Settings({"allow_mqtt31": 1})
+            new_settings({"allow_mqtt31": 1})
 
     def test_invalid_deny_filter_refused(self):
-        from common.broker.settings import Settings
+        from common.broker.settings import new_settings
 
         with self.assertRaises(ValueError):
-            Settings({"deny_subscribe": ["a/#/b"]})
+            new_settings({"deny_subscribe": ["a/#/b"]})

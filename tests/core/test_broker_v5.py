@@ -744,6 +744,16 @@ class TestOptionalCodeNotLoaded(unittest.TestCase):
             if attr is not None:
                 setattr(parent, leaf, attr)
 
+    def test_a_server_packet_from_a_client_is_a_protocol_error(self):
+        # The dispatch table has no state for it: DISCONNECT 0x82 naming it.
+        h = Harness()
+        c, _ = v5(h, client_id="p")
+        c.send_raw(b"\xd0\x00")  # PINGRESP
+        d = c.expect(C.DISCONNECT)
+        self.assertEqual(d.reason, C.RC_PROTOCOL_ERROR)
+        self.assertIn("PINGRESP", prop_get(d.props, C.PROP_REASON_STRING))
+        self.assertTrue(c.closed)
+
     def test_auth_packets_and_credentials_without_their_code(self):
         # The answers the spec gives, with none of the optional code loaded:
         # [MQTT-4.12.0-1] an unknown method: CONNACK 0x8C; AUTH without a method: 0x82.

@@ -7,6 +7,7 @@ assertNotEqual and fail.
 
 import unittest
 
+from common.mqtt import consts as C
 from common.mqtt.codec import (
     FrameReader,
     decode_bin,
@@ -55,6 +56,7 @@ from common.mqtt.packets import (
     decode_packet,
     encode_packet,
     encode_publish_parts,
+    encode_publish_props,
 )
 from common.mqtt.properties import (
     decode_properties,
@@ -358,9 +360,17 @@ class TestConnect(unittest.TestCase):
         self.assertEqual(got, pkt)
         self.assertIsNone(got.username)
 
+    def test_connect_takes_its_other_fields_by_keyword_only(self):
+        pkt = Connect(5, False, 30, "id", will_topic="w", username="u")
+        self.assertEqual((pkt.will_topic, pkt.will_qos, pkt.username, pkt.password, pkt.proto_name), ("w", 0, "u", None, "MQTT"))
+        self.assertEqual(Connect(3).proto_name, "MQIsdp")
+        with self.assertRaises(TypeError):
+            Connect(4, True, 0, "c", wil_topic="x")  # a typo is refused, not carried
+
     def test_connect_with_everything_round_trips(self):
-        pkt = Connect(5, False, 65535, "id", "w", b"", 2, True, [(0x18, 0), (0x26, ("a", "b")), (0x26, ("a", "c"))],
-                      "", b"", [(0x11, 0xFFFFFFFF), (0x26, ("x", "")), (0x22, 0)])
+        pkt = Connect(5, False, 65535, "id", will_topic="w", will_payload=b"", will_qos=2, will_retain=True,
+                      will_props=[(0x18, 0), (0x26, ("a", "b")), (0x26, ("a", "c"))], username="", password=b"",
+                      props=[(0x11, 0xFFFFFFFF), (0x26, ("x", "")), (0x22, 0)])
         self.assertEqual(decode(encode_packet(pkt, 5), 5), pkt)
 
     def test_connack_rules(self):
@@ -455,7 +465,7 @@ class TestProperties(unittest.TestCase):
             self.assertEqual(got.props, props)
 
     def test_encoded_items_and_per_delivery_properties(self):
-        # encode_publish_parts: properties encoded once (encode_property_items)
+        # encode_publish_props: properties encoded once (encode_property_items)
         # then each delivery's own, the same bytes as encode_publish of the
         # whole list in that order.
         fwd = [(0x26, ("k", "1")), (0x03, "text/\u00e9"), (0x09, b"\x00\xff"), (0x26, ("k", "2")), (0x01, 1)]
@@ -479,16 +489,19 @@ class TestProperties(unittest.TestCase):
                     whole.append((0x0B, sub_id))
                 if alias:
                     whole.append((0x23, alias))
+                bits = qos | C.PUBLISH_RETAIN | pid << C.PUBLISH_PID_SHIFT
+                dup = C.PUBLISH_DUP if qos else 0
                 for payload in (b"p", bytes(300)):
                     want = encode_packet(Publish(topic, payload, qos, True, qos > 0, pid, whole), 5)
-                    got = encode_publish_parts(
-                        topic, payload, qos, True, qos > 0, pid, 5, encode_property_items(props), expiry, sub_ids, alias
-                    )
+                    got = encode_publish_props(topic, payload, bits | dup, encode_property_items(props), expiry, sub_ids, alias)
                     self.assertEqual(got, want)
                     self.assertEqual(decode(got, 5).props or [], whole)
+                    if expiry < 0 and not sub_ids and not alias:
+                        # only the forwarded ones: the same through encode_publish_parts
+                        self.assertEqual(encode_publish_parts(topic, payload, bits | dup, 5, encode_property_items(props)), want)
                     # 3.1.1 leaves every property out
                     self.assertEqual(
-                        encode_publish_parts(topic, payload, qos, True, False, pid, 4, encode_property_items(props), expiry, sub_ids, alias),
+                        encode_publish_parts(topic, payload, bits, 4, encode_property_items(props)),
                         encode_packet(Publish(topic, payload, qos, True, False, pid, None), 4),
                     )
 

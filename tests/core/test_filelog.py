@@ -6,7 +6,8 @@ tests/host/test_filelog_posix.py runs it on real files."""
 
 import unittest
 
-from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
+from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE
+from common.store.filelog_open import open_file_log
 from common.store.kvrecord import OVERHEAD, StoreFull
 from tests.core.flashsim import PowerCut, XorShift
 from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
@@ -19,7 +20,7 @@ PATH = "/data/siskin.log"
 class TestFileLogBasics(unittest.TestCase):
     def setUp(self):
         self.fs = MemFS()
-        self.kv = FileLog(self.fs, PATH)
+        self.kv = open_file_log(self.fs, PATH)
 
     def test_put_get_overwrite_delete(self):
         check_put_get_overwrite_delete(self, self.kv)
@@ -38,8 +39,8 @@ class TestFileLogBasics(unittest.TestCase):
             self.skipTest("micropython.heap_lock: MicroPython only (tests/host/test_micropython.py)")
         keys = [b"k%03d" % i for i in range(100)]
         loc = (FILE_HEADER_SIZE, 20)
-        for kv, grows in ((FileLog(MemFS(), PATH, keys=100), False), (FileLog(MemFS(), PATH), True)):
-            index = kv._index
+        for kv, grows in ((open_file_log(MemFS(), PATH, keys=100), False), (open_file_log(MemFS(), PATH), True)):
+            index = kv.index
             heap_lock()
             try:
                 for key in keys:
@@ -50,7 +51,7 @@ class TestFileLogBasics(unittest.TestCase):
             finally:
                 heap_unlock()
             self.assertEqual(grew, grows)
-        kv = FileLog(MemFS(), PATH, keys=100)
+        kv = open_file_log(MemFS(), PATH, keys=100)
         self.assertEqual(len(kv), 0)  # the keys that made the room are gone
         check_put_get_overwrite_delete(self, kv)
 
@@ -62,13 +63,13 @@ class TestFileLogBasics(unittest.TestCase):
         kv.delete(b"z")
         kv.put(b"big", b"B" * 5000)  # beyond the one-buffer path
         kv.sync()
-        kv2 = FileLog(self.fs, PATH)
+        kv2 = open_file_log(self.fs, PATH)
         self.assertEqual(kv2.get(b"x"), b"new")
         self.assertIsNone(kv2.get(b"z"))
         self.assertEqual(kv2.get(b"big"), b"B" * 5000)
         self.assertEqual(kv2.skipped, 0)
         kv2.close()
-        self.assertEqual(FileLog(self.fs, PATH).get(b"x"), b"new")
+        self.assertEqual(open_file_log(self.fs, PATH).get(b"x"), b"new")
 
     def test_counters(self):
         kv = self.kv
@@ -85,14 +86,14 @@ class TestFileLogBasics(unittest.TestCase):
         kv.put(b"b", b"torn record")
         # Keep only part of the last record, as a power cut may.
         self.fs.truncate(PATH, size + 7)
-        kv2 = FileLog(self.fs, PATH)
+        kv2 = open_file_log(self.fs, PATH)
         self.assertEqual(kv2.skipped, 0)
         self.assertEqual(kv2.get(b"a"), b"kept")
         self.assertIsNone(kv2.get(b"b"))
         self.assertEqual(self.fs.size(PATH), size)  # rewritten without the tail
         kv2.put(b"c", b"after")
         kv2.sync()
-        kv3 = FileLog(self.fs, PATH)
+        kv3 = open_file_log(self.fs, PATH)
         self.assertEqual(kv3.get(b"c"), b"after")
         self.assertEqual(kv3.get(b"a"), b"kept")
 
@@ -101,11 +102,11 @@ class TestFileLogBasics(unittest.TestCase):
         kv.put(b"a", b"kept")
         kv.sync()
         self.fs.names[PATH].data.extend(bytes(40))  # length grew, data never came
-        kv2 = FileLog(self.fs, PATH)
+        kv2 = open_file_log(self.fs, PATH)
         self.assertEqual(kv2.items(), [(b"a", b"kept")])
         kv2.put(b"b", b"next")
         kv2.sync()
-        self.assertEqual(FileLog(self.fs, PATH).get(b"b"), b"next")
+        self.assertEqual(open_file_log(self.fs, PATH).get(b"b"), b"next")
 
     def test_damaged_record_in_the_middle_is_skipped(self):
         kv = self.kv
@@ -116,14 +117,14 @@ class TestFileLogBasics(unittest.TestCase):
         kv.put(b"c", b"three")
         kv.sync()
         self.fs.corrupt(PATH, start + OVERHEAD)  # inside b's value
-        kv2 = FileLog(self.fs, PATH)
+        kv2 = open_file_log(self.fs, PATH)
         self.assertEqual(kv2.skipped, 1)
         self.assertEqual(kv2.get(b"a"), b"one")
         self.assertIsNone(kv2.get(b"b"))
         self.assertEqual(kv2.get(b"c"), b"three")
         kv2.put(b"d", b"four")
         kv2.sync()
-        kv3 = FileLog(self.fs, PATH)
+        kv3 = open_file_log(self.fs, PATH)
         self.assertEqual(kv3.skipped, 0)
         self.assertEqual(kv3.get(b"d"), b"four")
 
@@ -133,7 +134,7 @@ class TestFileLogBasics(unittest.TestCase):
         f = self.fs.open(PATH + COMPACT_SUFFIX, "wb")
         f.write(b"half a compaction")
         f.close()
-        kv2 = FileLog(self.fs, PATH)
+        kv2 = open_file_log(self.fs, PATH)
         self.assertFalse(self.fs.exists(PATH + COMPACT_SUFFIX))
         self.assertEqual(kv2.get(b"a"), b"1")
 
@@ -141,27 +142,27 @@ class TestFileLogBasics(unittest.TestCase):
         f = self.fs.open("/data/other", "wb")
         f.write(b"this is not a siskin log at all")
         f.close()
-        kv = FileLog(self.fs, "/data/other")
+        kv = open_file_log(self.fs, "/data/other")
         self.assertEqual(kv.skipped, 1)
         self.assertTrue(self.fs.exists("/data/other" + CORRUPT_SUFFIX))
         kv.put(b"a", b"1")
         kv.sync()
-        self.assertEqual(FileLog(self.fs, "/data/other").get(b"a"), b"1")
+        self.assertEqual(open_file_log(self.fs, "/data/other").get(b"a"), b"1")
 
     def test_compaction_under_churn_keeps_every_live_key(self):
-        kv = FileLog(self.fs, "/data/churn.log", compact_min=2048)
+        kv = open_file_log(self.fs, "/data/churn.log", compact_min=2048)
         model = {}
         for round_ in range(3):
             churn(kv, model, 500, 20, 50, seed=round_ + 1)
             for k in model:
                 self.assertEqual(kv.get(k), model[k])
             kv.sync()
-            kv = FileLog(self.fs, "/data/churn.log", compact_min=2048)
+            kv = open_file_log(self.fs, "/data/churn.log", compact_min=2048)
             self.assertEqual(dict(kv.items()), model)
         self.assertLess(self.fs.size("/data/churn.log"), 2 * (FILE_HEADER_SIZE + kv.live_bytes) + 2048)
 
     def test_store_full_with_max_bytes(self):
-        kv = FileLog(self.fs, "/data/small.log", compact_min=512, max_bytes=2048)
+        kv = open_file_log(self.fs, "/data/small.log", compact_min=512, max_bytes=2048)
         value = b"v" * 100
         stored = []
         with self.assertRaises(StoreFull):
@@ -179,12 +180,12 @@ class TestFileLogBasics(unittest.TestCase):
         kv.put(b"new", value)
         kv.sync()
         self.assertLessEqual(self.fs.size("/data/small.log"), 2048)
-        kv2 = FileLog(self.fs, "/data/small.log", max_bytes=2048)
+        kv2 = open_file_log(self.fs, "/data/small.log", max_bytes=2048)
         self.assertEqual(kv2.get(b"new"), value)
         self.assertEqual(len(kv2), len(stored))
 
     def test_write_amplification(self):
-        kv = FileLog(self.fs, "/data/wa.log", compact_min=65536)
+        kv = open_file_log(self.fs, "/data/wa.log", compact_min=65536)
         model = {}
         churn(kv, model, 10000, 64, 100, seed=11, delete_every=10)
         kv.sync()
@@ -194,7 +195,7 @@ class TestFileLogBasics(unittest.TestCase):
             % (kv.user_bytes, kv.device_bytes, wa, kv.compactions)
         )
         self.assertLess(wa, 1.5)
-        self.assertEqual(dict(FileLog(self.fs, "/data/wa.log").items()), model)
+        self.assertEqual(dict(open_file_log(self.fs, "/data/wa.log").items()), model)
 
 
 class TestFileLogRoom(unittest.TestCase):
@@ -204,7 +205,7 @@ class TestFileLogRoom(unittest.TestCase):
         self.fs = MemFS()
 
     def test_room_is_kept_ahead_and_reopens_clean(self):
-        kv = FileLog(self.fs, PATH, room=100)
+        kv = open_file_log(self.fs, PATH, room=100)
         self.assertEqual(self.fs.size(PATH), FILE_HEADER_SIZE + 100)
         kv.put(b"a", b"1" * 50)
         self.assertEqual(self.fs.size(PATH), FILE_HEADER_SIZE + 100)  # written over the zeros
@@ -213,20 +214,20 @@ class TestFileLogRoom(unittest.TestCase):
         self.assertEqual(self.fs.size(PATH), end + 100)
         kv.delete(b"a")
         kv.sync()
-        kv2 = FileLog(self.fs, PATH, room=100)
+        kv2 = open_file_log(self.fs, PATH, room=100)
         self.assertEqual(kv2.items(), [(b"b", b"2" * 50)])
         self.assertEqual((kv2.torn, kv2.skipped, kv2.notes, kv2.compactions), (0, 0, [], 0))
         self.assertEqual(kv2.file_size, kv.file_size)  # appends go on where the log ended
         kv2.put(b"c", b"3")
         kv2.sync()
         # Without room, the zeros are dropped by a rewrite, silently.
-        kv3 = FileLog(self.fs, PATH)
+        kv3 = open_file_log(self.fs, PATH)
         self.assertEqual(sorted(kv3.items()), [(b"b", b"2" * 50), (b"c", b"3")])
         self.assertEqual((kv3.torn, kv3.notes), (0, []))
         self.assertEqual(self.fs.size(PATH), kv3.file_size)
 
     def test_torn_record_in_the_room_is_dropped(self):
-        kv = FileLog(self.fs, PATH, room=200)
+        kv = open_file_log(self.fs, PATH, room=200)
         kv.put(b"a", b"kept")
         kv.sync()
         start = kv.file_size
@@ -235,14 +236,14 @@ class TestFileLogRoom(unittest.TestCase):
         data = self.fs.names[PATH].data
         for i in range(start + 9, kv.file_size):  # a prefix written, then the old zeros
             data[i] = 0
-        kv2 = FileLog(self.fs, PATH, room=200)
+        kv2 = open_file_log(self.fs, PATH, room=200)
         self.assertEqual(kv2.items(), [(b"a", b"kept")])
         self.assertEqual(kv2.torn, 9)
         self.assertEqual(len(kv2.notes), 1)
         self.assertEqual(self.fs.size(PATH), start + 200)  # rewritten, with its room
         kv2.put(b"c", b"after")
         kv2.sync()
-        self.assertEqual(FileLog(self.fs, PATH, room=200).get(b"c"), b"after")
+        self.assertEqual(open_file_log(self.fs, PATH, room=200).get(b"c"), b"after")
 
 
 # -- power cut at every file-system operation ----------------------------------
@@ -269,7 +270,7 @@ def scenario_ops():
 
 
 def open_log(fs, room=0):
-    return FileLog(fs, PATH, compact_min=600, room=room)
+    return open_file_log(fs, PATH, compact_min=600, room=room)
 
 
 class Expect:

@@ -71,9 +71,10 @@ def expected_packet(fx):
     t = fx["ptype"]
     if t == CONNECT:
         return Connect(
-            f["level"], f["clean_start"], f["keep_alive"], f["client_id"], f["will_topic"],
-            opt_hex(f["will_payload"]), f["will_qos"], f["will_retain"], conv_props(f["will_props"]),
-            f["username"], opt_hex(f["password"]), conv_props(f["props"]), f["proto_name"])
+            f["level"], f["clean_start"], f["keep_alive"], f["client_id"], will_topic=f["will_topic"],
+            will_payload=opt_hex(f["will_payload"]), will_qos=f["will_qos"], will_retain=f["will_retain"],
+            will_props=conv_props(f["will_props"]), username=f["username"], password=opt_hex(f["password"]),
+            props=conv_props(f["props"]), proto_name=f["proto_name"])
     if t == 2:
         return Connack(f["session_present"], f["reason"], conv_props(f["props"]))
     if t == 3:

@@ -5,12 +5,12 @@
 
 import unittest
 
-from common.broker.handle_publish import QUEUED_COST
+from common.broker.outbox import QUEUED_COST
 from common.crypto.aesgcm import AesGcm
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck, Publish, encode_packet
 from common.store.store import Store, StoreError, pack
-from common.store.store_open import unpack
+from common.store.store_open import open_records, read_items, unpack
 from tests.core.ecb_helper import NO_AES, make_ecb
 from tests.core.harness import Harness
 from tests.core.memkv import MemKV
@@ -26,7 +26,7 @@ def aead(key):
 
 def open_store(backend, **kw):
     store = Store(backend, **kw)
-    store.open()
+    open_records(store)
     return store
 
 
@@ -120,7 +120,7 @@ class TestStoreOpen(unittest.TestCase):
         kv.put(b"V", bytes(meta))
         kv.put(b"Sx", b"junk")
         store = Store(kv)
-        store.open(wipe=True)
+        open_records(store, wipe=True)
         self.assertEqual(keys_of(kv, b"S"), [])
         self.assertEqual(store.boot, 1)
 
@@ -252,8 +252,8 @@ class TestRestart(unittest.TestCase):
         pub.publish("t/r", b"kept", retain=True, props=props)
         self.assertEqual(sub.expect(C.PUBLISH).props, props)  # encoded by this delivery
         store = open_store(kv.power_cut())
-        self.assertEqual([rec[4] for _k, rec in store.items(b"M")], [record])
-        self.assertEqual([rec[2] for _k, rec in store.items(b"R")], [record])
+        self.assertEqual([rec[4] for _k, rec in read_items(store, b"M")], [record])
+        self.assertEqual([rec[2] for _k, rec in read_items(store, b"R")], [record])
         # Records as an earlier version wrote them, by hand.
         store.put(b"R", b"t/old", [b"old", 0, [[3, "a/b"], [38, ["x", "y"]], [38, ["x", "z"]]], 0, "pub"])
         store.sync()

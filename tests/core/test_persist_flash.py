@@ -11,6 +11,7 @@ import unittest
 from common.mqtt import consts as C
 from common.store.kvlog import KVLog
 from common.store.store import Store
+from common.store.store_open import open_records
 from tests.core.flashsim import FlashSim, PowerCut
 from tests.core.harness import Harness
 
@@ -19,7 +20,7 @@ MESSAGES = 40  # QoS alternates 1, 2; enough to wrap the 6-sector log several ti
 
 def boot(flash):
     store = Store(KVLog(flash))
-    store.open()
+    open_records(store)
     return Harness(store=store, max_packet_size=2048)
 
 

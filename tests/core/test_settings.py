@@ -17,9 +17,10 @@ from common.broker.settings import (
     LOG_LEVEL_NAMES,
     LOG_LEVELS,
     ConfigError,
-    Settings,
     check,
     defaults,
+    new_settings,
+    update_settings,
 )
 from common.broker.settings_hint import did_you_mean
 
@@ -111,21 +112,21 @@ class TestLimits(unittest.TestCase):
 
     def test_settings_refuse_with_config_error(self):
         with self.assertRaises(ConfigError) as ctx:
-            Settings({"max_inflight": 0}, "rpi.toml: [limits]")
+            new_settings({"max_inflight": 0}, "rpi.toml: [limits]")
         self.assertEqual(
             str(ctx.exception), "rpi.toml: [limits]: max_inflight = 0: wants an integer 1..65535; fix the value."
         )
         self.assertTrue(isinstance(ctx.exception, ValueError))
         with self.assertRaises(ConfigError):
-            Settings({"store_sync": "sometimes"})
+            new_settings({"store_sync": "sometimes"})
         with self.assertRaises(ConfigError):
-            Settings({"maximum_qos": 3})
+            new_settings({"maximum_qos": 3})
         with self.assertRaises(ConfigError):
-            Settings({"max_packet_size": 15})
+            new_settings({"max_packet_size": 15})
 
     def test_update_keeps_earlier_overrides(self):
-        s = Settings({"max_inflight": 4})
-        s.update({"max_connections": 3})
+        s = new_settings({"max_inflight": 4})
+        update_settings(s, {"max_connections": 3})
         self.assertEqual((s.max_inflight, s.max_connections), (4, 3))
 
 

@@ -12,10 +12,12 @@
 
 import unittest
 
-from common.store.filelog import CORRUPT_SUFFIX, DAMAGED_SUFFIX, FILE_HEADER_SIZE, FileLog
+from common.store.filelog import CORRUPT_SUFFIX, DAMAGED_SUFFIX, FILE_HEADER_SIZE
+from common.store.filelog_open import open_file_log
 from common.store.kvlog import DAMAGED_PREFIX, KVLog
 from common.store.persist import NS_RETAINED, NS_SESSION
 from common.store.store import Store
+from common.store.store_open import open_records
 from tests.core.flashsim import FlashSim, XorShift
 from tests.core.harness import Harness
 from tests.core.memfs import MemFS
@@ -36,7 +38,7 @@ def opened(backend):
         logged.append((level, text))
 
     store = Store(backend, log=log)
-    store.open()
+    open_records(store)
     return store, logged
 
 
@@ -98,7 +100,7 @@ class Damage:
     def with_keeper(self):
         """A broker over a new store, with an offline persistent session "keeper"."""
         store = Store(self.new())
-        store.open()
+        open_records(store)
         h = Harness(store=store)
         keeper = h.client()
         keeper.connect("keeper", clean=False)
@@ -163,12 +165,12 @@ class TestFileLogDamage(Damage, unittest.TestCase):
         f.close()
 
     def new(self):
-        return FileLog(self.fs, self.path)
+        return open_file_log(self.fs, self.path)
 
     reopen = new
 
     def index(self):
-        return FileLog(self.fs, self.path)._index
+        return open_file_log(self.fs, self.path).index
 
     def read(self, pos, n):
         return self.file(self.path)[pos : pos + n]

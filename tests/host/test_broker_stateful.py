@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from common.broker.handle_publish import QUEUED_COST
+from common.broker.outbox import QUEUED_COST
 from common.broker.topics import parse_shared, topic_matches
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader

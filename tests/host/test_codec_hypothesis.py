@@ -148,12 +148,12 @@ def connect_packet(draw, level):
         props = [(pid, value) for pid, value in props if pid != 0x16]
     return Connect(
         level, draw(st.booleans()), draw(st.integers(0, 65535)), draw(mqtt_text),
-        draw(topic_name) if has_will else None,
-        draw(blob) if has_will else None,
-        draw(st.integers(0, 2)) if has_will else 0,
-        draw(st.booleans()) if has_will else False,
-        draw(props_for(WILL)) if has_will and level == 5 else None,
-        username, password, props,
+        will_topic=draw(topic_name) if has_will else None,
+        will_payload=draw(blob) if has_will else None,
+        will_qos=draw(st.integers(0, 2)) if has_will else 0,
+        will_retain=draw(st.booleans()) if has_will else False,
+        will_props=draw(props_for(WILL)) if has_will and level == 5 else None,
+        username=username, password=password, props=props,
     )
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from common.broker.handle_publish import QUEUED_COST
-from common.broker.settings import LIMITS, LIMITS_DOC, Settings
+from common.broker.outbox import QUEUED_COST
+from common.broker.settings import LIMITS, LIMITS_DOC, new_settings
 from common.store.kvlog import SECTOR_HEADER_SIZE
 from cpython_host.config import load_config
 from tests.host.broker_proc import REPO_ROOT, run_cli
@@ -162,7 +162,7 @@ def test_host_settings_bind_by_bytes_and_refuse(path: str | None) -> None:
 @pytest.mark.parametrize("path", BOARD_FILES)
 def test_board_settings_fit_their_store(path: str) -> None:
     limits = json.loads((REPO_ROOT / path).read_text())["limits"]
-    s = Settings(limits, path)
+    s = new_settings(limits, path)
     assert s.queue_full == "refuse"
     # The preallocated counts stay the binding limits in RAM ...
     assert s.max_queued_messages <= 64 and s.max_messages <= 128

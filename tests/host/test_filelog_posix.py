@@ -11,7 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common.store.filelog import COMPACT_SUFFIX, FILE_HEADER_SIZE, FileLog
+from common.store.filelog import COMPACT_SUFFIX, FILE_HEADER_SIZE
+from common.store.filelog_open import open_file_log
 from cpython_host.posix_fs import PosixFS
 from tests.conftest import REPO_ROOT
 from tests.core import test_store_damage
@@ -19,13 +20,13 @@ from tests.core import test_store_damage
 
 def test_put_sync_reopen(tmp_path: Path) -> None:
     path = str(tmp_path / "store.log")
-    kv = FileLog(PosixFS(), path)
+    kv = open_file_log(PosixFS(), path)
     kv.put(b"a", b"1")
     kv.put(b"b", b"x" * 10000)
     kv.delete(b"a")
     kv.put(b"c", b"3")
     kv.close()
-    kv2 = FileLog(PosixFS(), path)
+    kv2 = open_file_log(PosixFS(), path)
     assert sorted(kv2.items()) == [(b"b", b"x" * 10000), (b"c", b"3")]
     assert kv2.skipped == 0
     kv2.close()
@@ -33,7 +34,7 @@ def test_put_sync_reopen(tmp_path: Path) -> None:
 
 def test_compaction_renames_and_leaves_no_temp(tmp_path: Path) -> None:
     path = str(tmp_path / "store.log")
-    kv = FileLog(PosixFS(), path, compact_min=4096)
+    kv = open_file_log(PosixFS(), path, compact_min=4096)
     for i in range(2000):
         kv.put(b"k%d" % (i % 10), b"%d" % i * 20)
     kv.sync()
@@ -41,34 +42,34 @@ def test_compaction_renames_and_leaves_no_temp(tmp_path: Path) -> None:
     assert not os.path.exists(path + COMPACT_SUFFIX)
     assert os.path.getsize(path) < 4096 * 2
     kv.close()
-    kv2 = FileLog(PosixFS(), path)
+    kv2 = open_file_log(PosixFS(), path)
     assert kv2.get(b"k9") == b"1999" * 20
 
 
 def test_leftover_compact_and_torn_tail(tmp_path: Path) -> None:
     path = str(tmp_path / "store.log")
-    kv = FileLog(PosixFS(), path)
+    kv = open_file_log(PosixFS(), path)
     kv.put(b"a", b"kept")
     kv.close()
     size = os.path.getsize(path)
     with open(path, "ab") as f:
         f.write(b"\xa5\x00\x01\x00\x50\x00\x00\x00b")  # a record cut short
     Path(path + COMPACT_SUFFIX).write_bytes(b"SKVLOG1\n" + b"half")
-    kv2 = FileLog(PosixFS(), path)
+    kv2 = open_file_log(PosixFS(), path)
     assert not os.path.exists(path + COMPACT_SUFFIX)
     assert os.path.getsize(path) == size
     kv2.put(b"b", b"after")
     kv2.close()
-    assert sorted(FileLog(PosixFS(), path).items()) == [(b"a", b"kept"), (b"b", b"after")]
+    assert sorted(open_file_log(PosixFS(), path).items()) == [(b"a", b"kept"), (b"b", b"after")]
 
 
 WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
-from common.store.filelog import FileLog
+from common.store.filelog_open import open_file_log
 from cpython_host.posix_fs import PosixFS
 
-kv = FileLog(PosixFS(), sys.argv[1], compact_min=16384)
+kv = open_file_log(PosixFS(), sys.argv[1], compact_min=16384)
 i = 0
 while True:
     i += 1
@@ -100,7 +101,7 @@ def test_reopen_after_killed_writer(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         proc.stdout.close()
-        kv = FileLog(PosixFS(), path)
+        kv = open_file_log(PosixFS(), path)
         value = kv.get(b"counter")
         assert value is not None
         # Synced before the kill: at least that; never garbage.
@@ -110,7 +111,7 @@ def test_reopen_after_killed_writer(tmp_path: Path) -> None:
         assert os.path.getsize(path) >= FILE_HEADER_SIZE
         kv.put(b"after", b"ok")
         kv.close()
-        assert FileLog(PosixFS(), path).get(b"after") == b"ok"
+        assert open_file_log(PosixFS(), path).get(b"after") == b"ok"
 
 
 class TestPosixFileLogDamage(test_store_damage.TestFileLogDamage):

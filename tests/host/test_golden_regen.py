@@ -120,7 +120,7 @@ def test_paho_v311_packets_agree():
         c._send_pubrel(6)
 
     connect, pub2, pub0, sub, unsub, puback, pubrel = paho_bytes(mc.MQTTv311, actions)
-    check(connect, Connect(4, True, 60, "paho-1", "w", b"", 2, False, None, "u"), 4)
+    check(connect, Connect(4, True, 60, "paho-1", will_topic="w", will_payload=b"", will_qos=2, username="u"), 4)
     check(pub2, Publish("t", b"p", 2, False, True, 9), 4)
     check(pub0, Publish("a/b", b"\x00\xff", 0, True), 4)
     got = decode_one(sub, 4)
@@ -158,7 +158,7 @@ def test_paho_v5_packets_agree():
         c._send_disconnect(ReasonCode(PacketTypes.DISCONNECT, "Disconnect with will message"))
 
     connect, pub, sub, disc, disc_short = paho_bytes(mc.MQTTv5, actions)
-    check(connect, Connect(5, True, 30, "paho-1", "will/t", b"bye", 1, True, None, "u", b"pw"), 5)
+    check(connect, Connect(5, True, 30, "paho-1", will_topic="will/t", will_payload=b"bye", will_qos=1, will_retain=True, username="u", password=b"pw"), 5)
     got = decode_one(pub, 5)
     assert (got.topic, got.payload, got.qos, got.retain, got.packet_id) == ("x/y", b"hello", 1, True, 7)
     assert sorted(got.props) == sorted([

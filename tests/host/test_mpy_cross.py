@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from firmware.startup_only import STARTUP_ONLY
 from tests.conftest import REPO_ROOT, require, tool_path
 
 SOURCE_DIRS = ("common", "firmware")
@@ -95,7 +96,8 @@ def test_compiled_core_loads_in_micropython(tmp_path: Path) -> None:
 # needs, and the start-up-only modules firmware/app.py unloads
 # (docs/boards.md, "What the code takes").
 NOT_LOADED_BY_DEFAULT = (
-    "common.broker.settings",  # the config schema and checks (limits.py stays)
+    *STARTUP_ONLY,
+    "common.broker.settings_hint",  # a refused config's words only
     "common.broker.enhanced_auth",  # AUTH exchanges: scram_users only
     "common.crypto.auth_scram",
     "common.broker.users",  # users and ACL: their files only
@@ -104,18 +106,22 @@ NOT_LOADED_BY_DEFAULT = (
     "common.crypto.hkdf",  # a key file only
     "common.crypto.aesgcm",
     "common.store.kvlog",  # the raw-flash log: a partition only
-    "common.store.restore",
-    "common.store.storeboot",
-    "common.store.filelog_open",
-    "common.store.store_open",
+    "common.store.restore",  # dropped by the store after its one run
     "common.bridge.bridge",
     "common.mqtt.client_packets",  # what only a client (a bridge's) sends
-    "firmware.startup",  # (and the Wi-Fi and the watchdog with it)
-    "firmware.boardcfg",
-    "firmware.storage",
     "firmware.tls",
     "firmware.bridge",
 )
+
+
+def test_docs_name_every_start_up_only_module() -> None:
+    # docs/boards.md lists firmware/startup_only.py's modules between its
+    # startup_only markers: the same, in the same order.
+    text = (REPO_ROOT / "docs" / "boards.md").read_text()
+    begin = text.index("<!-- startup_only:begin")
+    block = text[text.index("-->", begin) + 3 : text.index("<!-- startup_only:end -->")]
+    want = ", ".join(f"`{name}`" for name in STARTUP_ONLY)
+    assert block.strip() == want, f"docs/boards.md's startup_only list should read:\n  {want}"
 
 
 def test_default_board_start_up_loads_only_what_it_needs(tmp_path: Path) -> None:

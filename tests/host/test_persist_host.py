@@ -197,19 +197,21 @@ def test_damaged_store_loses_only_the_damaged_records_and_says_so(tmp_path: Path
     # flipped byte in a record's header used to stop the scan (every later
     # record dropped, "0 damaged records skipped"), and values of the wrong
     # shape ended the start with a traceback.
-    from common.store.filelog import DAMAGED_SUFFIX, FileLog
+    from common.store.filelog import DAMAGED_SUFFIX
+    from common.store.filelog_open import open_file_log
     from common.store.store import Store
+    from common.store.store_open import open_records
     from cpython_host.posix_fs import PosixFS
 
     kept = [(f"r/{i}", b"kept-%d" % i, True) for i in range(20)]
     seed_store(tmp_path, messages=kept + [(f"q/{i}", b"queued-%d" % i, False) for i in range(30)])
     path = str(tmp_path / "data" / "siskin.log")
-    store = Store(FileLog(PosixFS(), path))
-    store.open()
+    store = Store(open_file_log(PosixFS(), path))
+    open_records(store)
     store.put(b"S", b"bad-session", [4, 60])  # valid checksums, wrong shapes
     store.put(b"R", b"r/bad", [b"payload"])
     store.close()
-    off = FileLog(PosixFS(), path)._index[b"Rr/0"][0]
+    off = open_file_log(PosixFS(), path).index[b"Rr/0"][0]
     data = bytearray(Path(path).read_bytes())
     size = len(data)
     data[off + 3] ^= 0x01  # the key length's high byte

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from common.broker.broker import VERSION
+from common import VERSION
 from cpython_host import sdnotify
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import RawClient, run_cli, wait_until

@@ -162,20 +162,24 @@ class Siskin(BrokerProc):
 
     def version(self) -> str:
         r = subprocess.run(
-            [
-                self.python,
-                "-c",
-                (
-                    "import platform; from common.broker.broker import VERSION; "
-                    "print(VERSION, platform.python_implementation(), platform.python_version())"
-                ),
-            ],
+            [self.python, "-c", VERSION_CODE],
             cwd=self.cwd,
             capture_output=True,
             text=True,
         )
         version, _, python = r.stdout.strip().partition(" ")
         return f"siskin {version} ({python}, {self.event_loop()})"
+
+
+# The version of the checkout a Siskin runs from; one from before Core v3
+# (an A/B comparison, --siskin-root) kept it in common/broker/broker.py.
+VERSION_CODE = """import platform
+try:
+    from common import VERSION
+except ImportError:
+    from common.broker.broker import VERSION
+print(VERSION, platform.python_implementation(), platform.python_version())
+"""
 
 
 def siskin_python() -> str:

@@ -35,7 +35,7 @@ import sys
 import time
 
 from common.broker.broker import Broker
-from common.broker.settings import Settings
+from common.broker.settings import new_settings
 
 try:
     import micropython
@@ -107,7 +107,7 @@ class Rig:
     """A broker, one publisher and `subs` subscribers, all connected."""
 
     def __init__(self, subs, qos, level, sub_id):
-        settings = Settings(
+        settings = new_settings(
             {
                 "prealloc": True,
                 "match_cache_bytes": 0,

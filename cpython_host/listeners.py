@@ -1,0 +1,254 @@
+"""The host's listeners: one per [[listener]] table, plain or TLS, MQTT over
+TCP or WebSockets; they hand each accepted socket to the server's protocol
+class (cpython_host/server.py).
+
+A plain listener is an asyncio server. A TLS one accepts in its own loop
+(sock_accept) and runs each handshake as a task, loop.connect_accepted_socket
+bounded by connect_timeout: so the shell sees a handshake fail (one log
+line; cpython_host/tls.py says why, where asyncio's own TLS servers drop it
+silently) and knows when the socket was accepted, which the driver uses to
+start the connect timeout there, so the handshake spends it too. The
+protocol then registers with the identity the client certificate proved.
+SIGHUP loads every TLS listener's files into a new SSLContext for the
+handshakes that follow (reload_certificates); established connections keep
+theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import socket
+import ssl
+import sys
+from typing import TYPE_CHECKING, Any
+
+from cpython_host.config import HostConfig, Listener, loopback_name
+from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
+
+if TYPE_CHECKING:
+    from cpython_host.server import BrokerServer, ClientProtocol
+
+log = logging.getLogger("siskin.host")
+
+
+def address(peername: Any) -> str:
+    """A socket's (host, port) as text for the log and the core ("192.0.2.7:50432", "[::1]:50432")."""
+    if not peername:
+        return "?"
+    host = peername[0]
+    return f"[{host}]:{peername[1]}" if ":" in host else f"{host}:{peername[1]}"
+
+
+IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN"}
+
+
+class Listening:
+    """One [[listener]] at run time: its asyncio server and, for TLS, the SSLContext handshakes use now."""
+
+    __slots__ = ("accepting", "client", "config", "context", "identity_field", "local", "name", "server", "sockets")
+
+    def __init__(self, config: Listener, context: ssl.SSLContext | None, client: type[ClientProtocol]) -> None:
+        self.config = config
+        self.context = context
+        self.client = client  # what each accepted socket gets (server.py: the protocol class)
+        # the certificate field that is the user name (use_identity_as_username), or None
+        self.identity_field = config.identity if config.use_identity_as_username else None
+        self.server: asyncio.Server | None = None  # a plain listener's
+        self.sockets: list[socket.socket] = []  # a TLS listener's, and their accept loops
+        self.accepting: list[asyncio.Task[None]] = []
+        self.local = True  # bound to loopback addresses only (set once bound)
+        self.name = f"{config.host}:{config.port}"  # the bound address once bound
+
+    def describe(self) -> str:
+        """What the start-up log says of it."""
+        cfg = self.config
+        kind = "plain MQTT"
+        if cfg.websockets:
+            from cpython_host.websocket import url
+
+            kind = f"MQTT over WebSocket at {url(self)}"
+        if self.context is not None:
+            tls = f"TLS ({'1.3' if cfg.tls_version == 'tlsv1.3' else '1.2'}+"
+            if cfg.require_certificate:
+                tls += f", mutual TLS: client certificate required, CA {cfg.cafile}"
+                if cfg.use_identity_as_username:
+                    tls += f"; its {IDENTITY_NAMES[cfg.identity]} is the user name"
+            elif cfg.cafile:
+                tls += f", client certificate optional (verified against {cfg.cafile} if sent)"
+            tls += ")"
+            kind = f"{kind} over {tls}" if cfg.websockets else f"MQTT over {tls}"
+        return kind + ("; loopback only" if self.local else "; reachable from the network")
+
+
+def certificate_identity(listening: Listening, transport: asyncio.BaseTransport, peer: str) -> str | None:
+    """The user name the verified client certificate gives; None (logged: refuse the connection) if it gives none."""
+    field = listening.identity_field
+    assert field is not None
+    identity = peer_identity(transport.get_extra_info("peercert"), field)
+    if identity is not None and usable_identity(identity):
+        return identity
+    log.warning(
+        "TLS client %s on %s refused: its certificate has %s %s to use as user name (use_identity_as_username)",
+        peer,
+        listening.name,
+        "no" if identity is None else "an unusable",
+        IDENTITY_NAMES[field],
+    )
+    return None
+
+
+async def open_listeners(server: BrokerServer) -> None:
+    """Open every listener of `server`; OSError naming the one that failed (those opened are closed)."""
+    loop = server.loop
+    assert loop is not None
+    backlog = server.config.backlog
+    for listening in server.listening:
+        cfg = listening.config
+        try:
+            if listening.context is None:
+                listening.server = await loop.create_server(
+                    functools.partial(listening.client, server, listening),
+                    cfg.host,
+                    cfg.port,
+                    backlog=backlog,
+                    reuse_address=True,
+                )
+                names = [sock.getsockname() for sock in listening.server.sockets]
+            else:
+                listening.sockets = bind(cfg.host, cfg.port, backlog)
+                names = [sock.getsockname() for sock in listening.sockets]
+        except OSError as e:
+            close_listeners(server.listening)
+            e.filename = f"{cfg.host}:{cfg.port}"
+            raise
+        listening.name = address(names[0])
+        listening.local = all(loopback_name(name[0]) for name in names)
+    for listening in server.listening:
+        for sock in listening.sockets:
+            listening.accepting.append(loop.create_task(_accept(server, listening, sock)))
+
+
+async def listeners_closed(listening: list[Listening]) -> None:
+    """Wait (a second at most) for the plain listeners' servers to close, after close_listeners."""
+    for lst in listening:
+        if lst.server is not None:
+            try:
+                await asyncio.wait_for(lst.server.wait_closed(), 1.0)
+            except asyncio.TimeoutError:  # pragma: no cover - every connection is closed by now
+                pass
+
+
+def close_listeners(listening: list[Listening]) -> None:
+    for lst in listening:
+        if lst.server is not None:
+            lst.server.close()
+        for task in lst.accepting:
+            task.cancel()
+        for sock in lst.sockets:
+            sock.close()
+        lst.accepting = []
+        lst.sockets = []
+
+
+async def _accept(server: BrokerServer, listening: Listening, sock: socket.socket) -> None:
+    """A TLS listener's accept loop: each socket's handshake runs as a task of its own."""
+    loop = server.loop
+    assert loop is not None
+    while True:
+        try:
+            conn, peername = await loop.sock_accept(sock)
+        except (ConnectionAbortedError, InterruptedError):
+            continue
+        except OSError as e:  # out of file descriptors: let some close
+            log.error("accept on %s failed: %s; retrying in 1 s", listening.name, e.strerror or e)
+            await asyncio.sleep(1)
+            continue
+        accepted = server.ticks_ms()
+        if len(server.handshakes) >= server.broker.settings.max_connections:
+            # Sockets that stall their handshake must not pile up beyond
+            # what the broker would hold as connections.
+            log.warning(
+                "refused TLS connection from %s: %d handshakes in progress (max_connections)",
+                address(peername),
+                len(server.handshakes),
+            )
+            conn.close()
+            continue
+        task = loop.create_task(_handshake(server, listening, conn, address(peername), accepted))
+        server.handshakes.add(task)
+        task.add_done_callback(server.handshakes.discard)
+
+
+async def _handshake(server: BrokerServer, listening: Listening, conn: socket.socket, peer: str, accepted: int) -> None:
+    assert server.loop is not None and listening.context is not None
+    # Seconds a TLS handshake may take: the connect timeout, which the
+    # handshake spends (asyncio wants a positive figure).
+    timeout = float(max(server.broker.settings.connect_timeout, 1))
+    try:
+        protocol = functools.partial(listening.client, server, listening, accepted)
+        if sys.version_info >= (3, 11):
+            await server.loop.connect_accepted_socket(
+                protocol,
+                conn,
+                ssl=listening.context,
+                ssl_handshake_timeout=timeout,
+                # A closing connection waits this long for the peer's
+                # close_notify (asyncio's default, 30 s, would let a silent
+                # peer hold its slot): the linger of a plain connection.
+                ssl_shutdown_timeout=max(server.config.close_linger, 0.1),
+            )
+        else:  # PyPy 3.9: asyncio has no TLS shutdown timeout before 3.11
+            await server.loop.connect_accepted_socket(
+                protocol, conn, ssl=listening.context, ssl_handshake_timeout=timeout
+            )
+    except Exception as e:  # the socket is closed
+        why = handshake_failure(e, timeout)
+        log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)
+        server.driver.tls_failed()
+
+
+def reload_certificates(listening_list: list[Listening]) -> int:
+    """SIGHUP: every TLS listener's files into a new SSLContext; a bad file keeps the old one.
+
+    The number of listeners whose certificate was reloaded."""
+    done = 0
+    for listening in listening_list:
+        if listening.context is None:
+            continue
+        cfg = listening.config
+        try:
+            listening.context = server_context(cfg)
+        except ValueError as e:  # ConfigError
+            log.error("%s; listener %s keeps its previous certificate", e, listening.name)
+            continue
+        log.info("listener %s: certificate reloaded from %s", listening.name, cfg.certfile)
+        done += 1
+    return done
+
+
+def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets for a TLS listener, as loop.create_server makes them (every address `host` names)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, sockaddr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(sockaddr)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def tls_contexts(config: HostConfig) -> dict[int, ssl.SSLContext]:
+    """The SSLContext of each TLS listener, by its index; ConfigError (a clear message) for a bad file."""
+    return {i: server_context(lst) for i, lst in enumerate(config.listeners()) if lst.tls}

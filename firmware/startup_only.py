@@ -1,0 +1,16 @@
+# The modules that run only while the firmware starts: firmware/app.py
+# build() unloads them after it (common.compat.unload), so that their code
+# does not stay in a board's heap (docs/boards.md, "What the code takes").
+# The one list: tests/host/test_mpy_cross.py checks that a default start-up
+# leaves none of them loaded and that docs/boards.md names them all.
+
+STARTUP_ONLY = (
+    "firmware.startup_only",  # this list
+    "firmware.startup",  # the start-up itself, with the Wi-Fi and the watchdog
+    "firmware.boardcfg",  # the config readers
+    "firmware.storage",  # the store's opener
+    "common.store.storeboot",
+    "common.store.store_open",  # the reading side of the store
+    "common.store.filelog_open",  # the log's scan
+    "common.broker.settings",  # the config schema and its checks (limits.py stays)
+)
