@@ -330,7 +330,7 @@ def value_of(text: str) -> float:
 
 def test_what_sys_counts_as_drops_is_on_the_page() -> None:
     """Every $SYS counter of a drop, refusal or closure has its row and its limit (cpython_host/status.py DROPS)."""
-    from common.broker.settings import Settings
+    from common.broker.settings import new_settings
     from cpython_host.status import DROPS, HTTP_REFUSED
 
     traffic = {
@@ -339,7 +339,7 @@ def test_what_sys_counts_as_drops_is_on_the_page() -> None:
     }  # fmt: skip
     counters = {key for _, key in SYS_FIGURES} - traffic
     assert counters == {key for key, _, _ in DROPS}
-    settings = Settings()
+    settings = new_settings()
     for key, what, limit in DROPS:
         assert what and limit(settings), key
     documented = (REPO_ROOT / "docs" / "monitoring.md").read_text()
