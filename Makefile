@@ -10,6 +10,7 @@
 #   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
 #   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations, bridge outages
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
+#   make screenshot  docs/status-page.png anew, from the status page's Chromium test
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
 #   make test-boards  the firmware tests at the boards' real heaps (needs make firmware BOARD=unix32)
@@ -63,10 +64,10 @@ PYPY_STAMP := $(PYPY_VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench firmware test-boards deb test-deb test-emu clean distclean
+.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench screenshot firmware test-boards deb test-deb test-emu clean distclean
 
 help:
-	@sed -n '3,18p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,19p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------
 # set-up
@@ -156,6 +157,11 @@ LOAD ?=
 test-repeat:
 	$(PYTHON) -m tools.test_repeat --runs $(N) $(if $(filter-out 0,$(LOAD)),--load) \
 	  $(if $(PYTEST_ARGS),--pytest-args '$(PYTEST_ARGS)')
+
+# The README's picture of the status page: the Chromium test writes it only
+# when asked (SISKIN_WRITE_SCREENSHOT=1), so an ordinary test run leaves docs/ alone.
+screenshot: setup
+	SISKIN_WRITE_SCREENSHOT=1 $(PYTEST) tests/host/test_status_page.py -k administrator
 
 # Ctrl-C (SIGINT) shuts it down gracefully; docs/host.md explains the options.
 run: venv
