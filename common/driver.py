@@ -36,7 +36,8 @@
 #                               its reads to common/turns.py, which calls
 #                               it and says when to flush);
 #                               flush() -> True: call it again on the next
-#                               turn of the loop (a retained replay goes on)
+#                               turn of the loop (a retained replay goes on);
+#                               flush(False): no store sync (turns.py)
 #     wants_flush()             whether flush() has anything to do
 #     hold(cid, why, on)        pause reading cid while a reason of the
 #                               shell's holds it (turns.py: HELD_INPUT)
@@ -51,7 +52,10 @@
 #
 # Rules kept here, once:
 # - Flush: each dirty connection's output goes out in one write; a closing
-#   one then half-closes.
+#   one then half-closes. With store_sync = always, in two rounds: first
+#   what may leave before the store's sync (QoS 0/1 PUBLISHes to
+#   subscribers), then the sync and what waited for it (every ack:
+#   Broker.next_dirty, docs/persistence.md).
 # - Close: half-close, then linger until the peer's EOF or `close_linger`
 #   seconds, then close, or abort if the output still has not drained.
 #   Closing a socket with unread input makes TCP send a reset, which can
@@ -305,8 +309,16 @@ class Driver:
         b = self.broker
         return bool(b.connections.ndirty or b.replaying or b.throttle_changed or b.replay_changed)
 
-    def flush(self):
+    def flush(self, sync=True):
         """Write each dirty connection's output once; start the closes.
+
+        With `store_sync = always`, output that waits for the store's sync
+        (Broker.next_dirty: every ack, all but QoS 0/1 PUBLISHes) goes in a
+        second round, after the sync; the first takes what may leave before
+        it, so a subscriber's deliveries are on their way while the store
+        syncs. `sync` False: no sync and no second round (what waits stays
+        for a later flush: common/turns.py's per-input flushes, whose sync
+        the loop turn's inputs share).
 
         True if a retained replay can go on: the shell calls flush() again
         on the next turn of its loop."""
@@ -319,9 +331,20 @@ class Driver:
                 self._follow(broker.throttled, self.throttled, _HELD_THROTTLE)
             if broker.take_replay_changes():
                 self._follow(broker.replaying, self.replaying, _HELD_REPLAY)
+        self._write_round(True)
+        if sync:
+            broker.sync_pending()  # (even with no ack to wait for it: one turn's changes at most unsynced)
+            if broker.sync_waiting:
+                self._write_round(False)
+        return broker.replays_waiting() if broker.replaying else False
+
+    def _write_round(self, early):
+        # One round of Broker.next_dirty: each connection's output in one
+        # write; then a closing one half-closes.
+        broker = self.broker
         handles = self.handles
         linger = self.linger
-        cid = broker.next_dirty()
+        cid = broker.next_dirty(early)
         while cid >= 0:
             data = broker.take_output(cid)
             handle = handles[cid]  # every cid the broker names came from connection_made
@@ -330,8 +353,7 @@ class Driver:
                     handle.write(data)  # may end in connection_lost: then not closing
                 if broker.is_closing(cid):
                     self._start_close(cid, handle, broker.is_silent(cid))
-            cid = broker.next_dirty()
-        return broker.replays_waiting() if broker.replaying else False
+            cid = broker.next_dirty(early)
 
     def _start_close(self, cid, handle, silent=False):
         deadline = ticks_deadline(self.clock(), self.linger_ms)

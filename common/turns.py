@@ -26,10 +26,11 @@
 # - A connection's input is handled in the order it came; while input of
 #   its own waits, more input is kept after it and its socket is not read
 #   (Driver.hold, HELD_INPUT).
-# - One flush and one store sync per turn: input handled at once is flushed
-#   at once (input() answers True), unless it changed a store that syncs
-#   before output leaves (store_sync = always): then its flush, and the
-#   sync, wait for end_turn(), which the turn's inputs share.
+# - One store sync per turn: input handled at once is flushed at once
+#   (input() answers True), unless it changed a store that syncs before
+#   acks leave (store_sync = always): then only what may leave before the
+#   sync goes at once (QoS 0/1 deliveries: Driver.flush(False)), and the
+#   rest, and the sync, wait for end_turn(), which the turn's inputs share.
 #
 # The firmware reads at most max_sockets sockets per poll (a handful) and
 # needs none of this: it calls Driver.data_received itself, and this
@@ -72,7 +73,8 @@ class Turns:
     def input(self, cid, data):
         """Bytes read from connection `cid`: handled now, or put off to a
         later turn. True: flush now (Driver.flush); False: nothing to
-        write, or its flush waits for end_turn(). Check `due` after it."""
+        write, or what may not leave yet waits for end_turn(). Check `due`
+        after it."""
         flags = self.flags.get(cid, _WAITED)
         if cid in self.waiting or self.spent >= self.per_turn or not (flags & _ADMITTED or self.idle()):
             self._put_off(cid, data, flags)
@@ -83,7 +85,10 @@ class Turns:
             self.due = True  # the allowance is used up: renewed after this turn
         self.driver.data_received(cid, data)
         if self.syncing is not None and self.syncing.pending():
-            self.due = True  # its flush costs a sync: one at the end of the turn
+            # What may leave before the store's sync (deliveries) goes now;
+            # its acks wait for the sync at the end of the turn.
+            self.driver.flush(False)
+            self.due = True
             return False
         return True
 

@@ -280,6 +280,12 @@ class Broker:
         # The most a connection's output buffer holds before a backlog goes
         # to separate objects (Connection.more): a quarter of max_out_buffer.
         self.out_chunk = s.max_out_buffer // 4 if s.max_out_buffer >= OUT_CHUNK_MIN * 4 else OUT_CHUNK_MIN
+        # store_sync = "always": cid -> where in its output (a byte count)
+        # the output that waits for the store's sync begins, -1 = none
+        # (write, take_output; "Deliveries before the sync" in
+        # docs/persistence.md); None: nothing ever waits.
+        self.sync_from = [] if self.listener.durable and s.store_sync == "always" else None
+        self.sync_waiting = 0  # how many of them are not -1
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -332,6 +338,10 @@ class Broker:
         if refuse:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
+        sync_from = self.sync_from
+        if sync_from is not None:
+            while len(sync_from) <= conn.cid:
+                sync_from.append(-1)  # (connection_lost sets a freed id's back to -1)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -417,6 +427,9 @@ class Broker:
             self._detach(conn, now)
         if cid in self.throttled:
             self.throttled.remove(cid)
+        if self.sync_from is not None and self.sync_from[cid] >= 0:
+            self.sync_from[cid] = -1  # (its output is dropped with it)
+            self.sync_waiting -= 1
         self.connections.release(conn)
 
     def tick(self, now, ms=None):
@@ -549,32 +562,56 @@ class Broker:
         """Make every stored change durable now (the store's fsync)."""
         self.listener.sync()
 
-    def next_dirty(self):
+    def next_dirty(self, early=False):
         """The next id of a connection with output to take or a close to
         perform; -1 at the end of the round (the next call starts another).
 
         A round names the connections dirty when it began, in order. With
-        `store_sync = always`, the store is synced as it begins: no output
-        (PUBACK, PUBREC, CONNACK...) leaves before what it acknowledges is
-        durable.
+        `store_sync = always`, output that acknowledges something (PUBACK,
+        PUBREC, PUBCOMP, CONNACK, SUBACK...: all but a QoS 0/1 PUBLISH)
+        and a close leave only when the store holds no change not yet
+        synced (take_output keeps them back till then): a round syncs the
+        store as it begins, unless `early` (the driver's round before the
+        sync: what may leave before it).
         """
         conns = self.connections
-        if not conns.next and conns.ndirty:
-            listener = self.listener
-            if listener.durable and self.settings.store_sync == "always" and listener.pending():
-                listener.sync()
+        if not conns.next and conns.ndirty and not early:
+            self.sync_pending()
         return conns.next_dirty()
+
+    def sync_pending(self):
+        """store_sync = always: sync the store if it has changes not yet synced."""
+        if self.sync_from is not None and self.listener.pending():
+            self.listener.sync()
 
     def take_output(self, cid):
         """The bytes waiting for connection `cid` (None if none or paused):
         a bytearray of the broker's, valid until the next take_output (it
-        is the spare that call swaps in); bytes after a backlog."""
+        is the spare that call swaps in); bytes after a backlog.
+
+        With `store_sync = always`, while the store has changes not yet
+        synced, only the output before the first packet that waits for the
+        sync (write) is taken; the connection is named again in the next
+        round for the rest."""
         conn = self.connections.by_id[cid]
-        out = conn.out
-        if not conn.out_bytes or (conn.paused and conn.state != CLOSING):
+        if conn.paused and conn.state != CLOSING:
             return None
+        sync_from = self.sync_from
+        if sync_from is not None:
+            at = sync_from[cid]
+            if at >= 0:
+                if self.listener.pending():
+                    return self._take_before_sync(conn, at)
+                sync_from[cid] = -1
+                self.sync_waiting -= 1
+        if not conn.out_bytes:
+            return None
+        return self._take_all(conn)
+
+    def _take_all(self, conn):
         self.stats.bytes_sent += conn.out_bytes
         conn.out_bytes = 0
+        out = conn.out
         more = conn.more
         if more is not None:
             # A backlog: joined (a slow reader's, not the per-message path).
@@ -589,8 +626,28 @@ class Broker:
         self.spare_out = out
         return out
 
+    def _take_before_sync(self, conn, at):
+        # Of the output, the first `at` bytes (QoS 0/1 PUBLISHes) go now;
+        # the rest waits for the sync, kept in order as the connection's
+        # output (held from its start), and the connection stays dirty.
+        self.connections.mark_dirty(conn)
+        if not at:
+            return None
+        n = conn.out_bytes
+        data = self._take_all(conn)
+        self.stats.bytes_sent -= n - at
+        self.sync_from[conn.cid] = 0  # (write() leaves it there)
+        self.write(conn, data[at:])  # (a copy: a client that publishes and receives)
+        if isinstance(data, bytes):
+            return data[:at]  # (a backlog joined)
+        data[at:] = b""
+        return data
+
     def is_closing(self, cid):
-        return self.connections.by_id[cid].state == CLOSING
+        """Closing, and nothing waits for the store's sync (take_output)."""
+        if self.connections.by_id[cid].state != CLOSING:
+            return False
+        return self.sync_from is None or self.sync_from[cid] < 0
 
     def is_silent(self, cid):
         """Closed because the peer fell silent (keep-alive, connect timeout).
@@ -644,10 +701,17 @@ class Broker:
         self.routing.add(sub, share_name)
         return sub
 
-    def write(self, conn, data):
+    def write(self, conn, data, early=False):
         """Append `data` to the connection's output; the buffer it landed in
-        (it ends with `data`: a caller may patch its copy there)."""
+        (it ends with `data`: a caller may patch its copy there).
+
+        `early`: a QoS 0/1 PUBLISH to a subscriber, which may leave before
+        the store's sync. Anything else written with store_sync = always
+        (an ack, a CONNACK, a QoS 2 PUBLISH...) waits for it, and so does
+        everything written after it to that connection (its order kept)."""
         n = len(data)
+        if not early and self.sync_from is not None:
+            self._wait_for_sync(conn)
         conn.out_bytes += n
         buf = conn.out
         if conn.more is None and len(buf) + n <= self.out_chunk:
@@ -662,6 +726,14 @@ class Broker:
             self.connections.mark_dirty(conn)
         return buf
 
+    def _wait_for_sync(self, conn):
+        # What is written to `conn` from here on (or its close) waits for
+        # the store's sync (store_sync = always): take_output.
+        sync_from = self.sync_from
+        if sync_from[conn.cid] < 0:
+            sync_from[conn.cid] = conn.out_bytes
+            self.sync_waiting += 1
+
     def close(self, conn, now, publish_will=True):
         """Start closing a connection: no more input, output flushed by the shell."""
         if conn.state == CLOSING or conn.state == FREE:
@@ -669,6 +741,8 @@ class Broker:
         self._detach(conn, now, publish_will)
         conn.state = CLOSING
         conn.deadline = 0
+        if self.sync_from is not None:
+            self._wait_for_sync(conn)  # (the session's end is kept before the close, as before an ack)
         self.connections.mark_dirty(conn)
 
     def fail(self, conn, reason, now, publish_will=True, text=None):

@@ -105,7 +105,7 @@ def _write_publish(broker, conn, data, qos):
     if extras is not None and extras.max_packet_out and len(data) > extras.max_packet_out:
         st.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
-    out = broker.write(conn, data)
+    out = broker.write(conn, data, qos != 2)  # QoS 0/1: may leave before the store's sync
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
     by_client = st.by_client
