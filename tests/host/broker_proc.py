@@ -625,6 +625,92 @@ def offline_subscriber(broker: BrokerProcess, client_id: str, topic_filter: str,
     broker.wait_log(client_id + " disconnected")
 
 
+class Receiver:
+    """A persistent subscriber (3.1.1 clean session 0, QoS 2 subscription) as
+    an application sees one, online while messages flow and across a
+    broker restart: each QoS 1 PUBLISH is delivered; a QoS 2 one is
+    delivered once per packet id, which it keeps until its PUBREL (the
+    receiver's side of [MQTT-4.3.3-9]: a PUBLISH with that id again is
+    acknowledged, not delivered), and those ids outlive a connection as its
+    session does. `delivered[qos]`: the message numbers (payloads) in the
+    order they were delivered; a QoS 2 number there twice is a duplicate
+    the broker caused. One reader thread per connection."""
+
+    def __init__(self, client_id: str, topic_filter: str) -> None:
+        self.client_id = client_id
+        self.topic_filter = topic_filter
+        self.delivered: dict[int, list[int]] = {1: [], 2: []}
+        self.awaiting: set[int] = set()  # QoS 2 ids acknowledged with PUBREC, no PUBREL yet
+        self.resent = 0  # QoS 2 PUBLISHes with an id still awaited: not delivered again
+        self.lock = threading.Lock()
+        self.client: RawClient | None = None
+        self.reader: threading.Thread | None = None
+
+    def attach(self, port: int, subscribe: bool) -> bytes:
+        """Connect (clean session 0) and start reading; the CONNACK body.
+        `subscribe`: the first connection (later ones resume the session)."""
+        client = RawClient(port)
+        connack = client.connect(self.client_id, clean=False)
+        if subscribe:
+            assert client.subscribe(self.topic_filter, 2) == 2
+        self.client = client
+        self.reader = threading.Thread(target=self._read, args=(client,), daemon=True)
+        self.reader.start()
+        return connack
+
+    def _read(self, client: RawClient) -> None:
+        try:
+            while True:
+                pkt = client.read_packet(timeout=60)
+                if pkt is None:
+                    return
+                first, body = pkt
+                if first >> 4 == 3:
+                    _topic, payload, qos, _retain, _dup, pid = parse_publish(first, body)
+                    with self.lock:
+                        if qos == 2 and pid in self.awaiting:
+                            self.resent += 1
+                        elif qos:
+                            self.delivered[qos].append(int(payload))
+                            if qos == 2:
+                                self.awaiting.add(pid)
+                    client.send(pubrec_packet(pid) if qos == 2 else puback_packet(pid))
+                elif first == 0x62:  # PUBREL
+                    pid = int.from_bytes(body[:2], "big")
+                    with self.lock:
+                        self.awaiting.discard(pid)
+                    client.send(pubcomp_packet(pid))
+        except OSError:
+            return
+
+    def wait_for(self, expected: dict[int, set[int]], patience: float = 60.0, quiet: float = 1.0) -> None:
+        """Until every number of `expected` (qos -> numbers) was delivered, or
+        `patience` s without progress; then until `quiet` s pass without a
+        delivery (what comes late, a duplicate, is counted too)."""
+        last = -1
+        stalled = time.monotonic()
+        while True:
+            with self.lock:
+                n = len(self.delivered[1]) + len(self.delivered[2])
+                done = all(expected[q] <= set(self.delivered[q]) for q in expected)
+            if n != last:
+                last = n
+                stalled = time.monotonic()
+            elif time.monotonic() - stalled > (quiet if done else patience):
+                return
+            time.sleep(0.02)
+
+    def detach(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.send(DISCONNECT)
+            except OSError:
+                pass
+            self.client.close()
+        if self.reader is not None:
+            self.reader.join(5)
+
+
 Drained = list[tuple[str, bytes, int, bool, int]]  # (topic, payload, qos, dup, packet id) of each PUBLISH
 
 
