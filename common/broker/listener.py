@@ -31,7 +31,8 @@ def _nothing3(self, a, b, c):
 class StateListener:
     """The listener interface, with every hook a no-op."""
 
-    # True when sync() has work to do: Broker.next_dirty asks pending() only then.
+    # True when sync() has work to do: Broker asks pending() only then (and
+    # then holds its acks back until it is synced: Broker.take_output).
     durable = False
 
     # session_saved(session): a session connected, disconnected or changed

@@ -6,10 +6,11 @@
 # persistent sessions (3.1.1 clean session 0, v5 Session Expiry > 0) and
 # retained messages are stored. A session carries a `stored` flag, set
 # here: while it is set, every change to the session's delivery state is
-# written by the hooks below (the hooks ignore other sessions), and the
-# shell's next take of output is preceded by a store sync
-# (Broker.next_dirty), so nothing is acknowledged to a publisher before it
-# is durable for every persistent session that must receive it. restore()
+# written by the hooks below (the hooks ignore other sessions), and no ack
+# leaves before a store sync (Broker.next_dirty, take_output; a QoS 0/1
+# delivery may: docs/persistence.md), so nothing is acknowledged to a
+# publisher before it is durable for every persistent session that must
+# receive it. restore()
 # rebuilds the broker through the public methods of its parts, as the
 # handlers do; no handler is imported. Its code runs once, at start-up: it
 # lives in restore.py, loaded with the Persist and dropped after restore().
