@@ -81,7 +81,8 @@
 #   keeps running.
 # - Shutdown: broker.shutdown (v5 clients hear DISCONNECT 0x8B), flush,
 #   close every connection as above, wait `shutdown_timeout`, abort the rest.
-# - store_sync = batch: the store is synced every store_sync_ms.
+# - store_sync = batch: the store is synced every store_sync_ms; always:
+#   before an ack leaves (flush), and at each tick() what no ack waited for.
 # - $SYS: published every sys_interval seconds (common/broker/sys_topics.py).
 #
 # Clock. The shell gives a function returning millisecond ticks
@@ -318,7 +319,10 @@ class Driver:
         it, so a subscriber's deliveries are on their way while the store
         syncs. `sync` False: no sync and no second round (what waits stays
         for a later flush: common/turns.py's per-input flushes, whose sync
-        the loop turn's inputs share).
+        the loop turn's inputs share). With no output waiting, nothing is
+        synced: a change no ack waits for (a delivery's progress, a QoS 0
+        message retained) is synced with the next ack's, or by tick()
+        within MAX_SLEEP_MS.
 
         True if a retained replay can go on: the shell calls flush() again
         on the next turn of its loop."""
@@ -332,10 +336,8 @@ class Driver:
             if broker.take_replay_changes():
                 self._follow(broker.replaying, self.replaying, _HELD_REPLAY)
         self._write_round(True)
-        if sync:
-            broker.sync_pending()  # (even with no ack to wait for it: one turn's changes at most unsynced)
-            if broker.sync_waiting:
-                self._write_round(False)
+        if sync and broker.sync_waiting:
+            self._write_round(False)
         return broker.replays_waiting() if broker.replaying else False
 
     def _write_round(self, early):
@@ -398,6 +400,7 @@ class Driver:
             if self.sync_at and ticks_diff(ms, self.sync_at) >= 0:
                 self.sync_at = ticks_deadline(ms, self.sync_ms)
                 broker.sync_store()
+            broker.sync_pending()  # store_sync = always: what no ack waited for (flush)
             if self.sys_at and now >= self.sys_at:
                 self.sys_at = now + self.sys_interval
                 self.publish_sys(broker, now, self.heap() if self.heap is not None else None)

@@ -87,8 +87,8 @@ class Turns:
         if self.syncing is not None and self.syncing.pending():
             # What may leave before the store's sync (deliveries) goes now;
             # its acks wait for the sync at the end of the turn.
-            self.driver.flush(False)
-            self.due = True
+            if self.driver.flush(False) or self.driver.broker.sync_waiting:
+                self.due = True
             return False
         return True
 

@@ -189,6 +189,22 @@ class TestDeliveriesBeforeTheSync(unittest.TestCase):
         self.assertGreater(sent[0][1], 0)
         self.assertEqual(hp.took(), [(C.PUBACK, 0)])
 
+    def test_a_subscribers_acks_cost_no_sync_the_tick_syncs_them(self):
+        # A change no ack waits for (a delivery done: its records deleted)
+        # is not worth a sync of its own: the next ack's, or the driver's
+        # tick within a second, makes it durable.
+        r = Rig()
+        sub, hs = r.join("sub", clean=False, sub="t/#")
+        pub, hp = r.join("pub")
+        r.turn(pub, publish("t/1", b"x", 1, 5))
+        d = r.broker.sessions.find("sub").inflight[0]
+        syncs = r.kv.syncs
+        r.turn(sub, encode_packet(PubAck(C.PUBACK, d.packet_id(), 0, None), 4))
+        self.assertEqual(r.kv.syncs, syncs)
+        self.assertGreater(r.kv.unsynced, 0)
+        r.driver.tick()
+        self.assertEqual((r.kv.syncs, r.kv.unsynced), (syncs + 1, 0))
+
     def test_a_power_cut_before_the_sync_loses_only_what_was_not_acknowledged(self):
         # The crash argument (docs/persistence.md): the subscriber has the
         # QoS 1 message, the store may not, and its publisher was never
