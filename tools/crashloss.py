@@ -39,7 +39,16 @@ import threading
 import time
 from pathlib import Path
 
-from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, Receiver, arrived, drain, offline_subscriber
+from tests.host.broker_proc import (
+    DISCONNECT,
+    BrokerProcess,
+    Publisher,
+    RawClient,
+    Receiver,
+    arrived,
+    drain,
+    offline_subscriber,
+)
 
 TOPIC = "crash"
 SUB_ID = "crash-sub"
@@ -185,7 +194,9 @@ def run_online(workdir: Path, rng: random.Random, count: int, config: str | None
 
 
 def main_online(args: argparse.Namespace, rng: random.Random, settings: str) -> int:
-    print(f"crashloss --online: {args.runs} runs, {args.min}..{args.max} QoS 1 + 2 messages each, {settings}, seed {args.seed}")
+    print(
+        f"crashloss --online: {args.runs} runs, {args.min}..{args.max} QoS 1 + 2 messages each, {settings}, seed {args.seed}"
+    )
     with tempfile.TemporaryDirectory(prefix="crashloss-") as tmp:
         base = Path(args.workdir) if args.workdir else Path(tmp)
         acked = {1: 0, 2: 0}

@@ -86,7 +86,7 @@ def connect_packet(client_id, level, clean):
 class TestDeliveriesBeforeTheSync(unittest.TestCase):
     def check_qos1(self, level):
         r = Rig()
-        sub, hs = r.join("sub", level, clean=False, sub="t/#")
+        _sub, hs = r.join("sub", level, clean=False, sub="t/#")
         pub, hp = r.join("pub", level)
         r.read(pub, publish("t/1", b"one", 1, 7, level))
         # In the turn: the delivery is out while its records are not durable,
@@ -112,13 +112,13 @@ class TestDeliveriesBeforeTheSync(unittest.TestCase):
         # Granted QoS 0: nothing is stored for the subscriber, so the
         # publisher's PUBACK has nothing to wait for either.
         r = Rig()
-        sub, hs = r.join("sub", clean=False, sub="t/#", qos=0)
+        _sub, hs = r.join("sub", clean=False, sub="t/#", qos=0)
         pub, hp = r.join("pub", clean=False)
         r.read(pub, publish("t/0", b"zero", 1, 3))
         self.assertEqual(hs.took(), [(C.PUBLISH, 0)])
         self.assertEqual(hp.took(), [(C.PUBACK, 0)])
         # With a QoS 1 subscriber too, the PUBACK waits; the QoS 0 copy does not.
-        sub1, hs1 = r.join("sub1", clean=False, sub="t/#", qos=1)
+        _sub1, hs1 = r.join("sub1", clean=False, sub="t/#", qos=1)
         r.read(pub, publish("t/0", b"zero", 1, 4))
         self.assertEqual([t for t, _u in hs.took()], [C.PUBLISH])
         self.assertEqual([t for t, _u in hs1.took()], [C.PUBLISH])
@@ -178,7 +178,7 @@ class TestDeliveriesBeforeTheSync(unittest.TestCase):
     def test_a_driver_flush_writes_deliveries_then_syncs_then_acks(self):
         # A shell without turns.py (the firmware): one flush, two rounds.
         r = Rig()
-        sub, hs = r.join("sub", clean=False, sub="t/#")
+        _sub, hs = r.join("sub", clean=False, sub="t/#")
         pub, hp = r.join("pub")
         r.driver.data_received(pub, publish("t/1", b"x", 1, 5))
         syncs = r.kv.syncs
@@ -194,8 +194,8 @@ class TestDeliveriesBeforeTheSync(unittest.TestCase):
         # is not worth a sync of its own: the next ack's, or the driver's
         # tick within a second, makes it durable.
         r = Rig()
-        sub, hs = r.join("sub", clean=False, sub="t/#")
-        pub, hp = r.join("pub")
+        sub, _hs = r.join("sub", clean=False, sub="t/#")
+        pub, _hp = r.join("pub")
         r.turn(pub, publish("t/1", b"x", 1, 5))
         d = r.broker.sessions.find("sub").inflight[0]
         syncs = r.kv.syncs
@@ -210,7 +210,7 @@ class TestDeliveriesBeforeTheSync(unittest.TestCase):
         # QoS 1 message, the store may not, and its publisher was never
         # acknowledged, so it sends it again; once acknowledged, it is kept.
         r = Rig()
-        sub, hs = r.join("sub", clean=False, sub="t/#")
+        _sub, hs = r.join("sub", clean=False, sub="t/#")
         pub, hp = r.join("pub", clean=False)
         r.read(pub, publish("t/1", b"early", 1, 4))
         self.assertEqual([t for t, _u in hs.took()], [C.PUBLISH])
