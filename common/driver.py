@@ -313,19 +313,18 @@ class Driver:
     def flush(self, sync=True):
         """Write each dirty connection's output once; start the closes.
 
-        With `store_sync = always`, output that waits for the store's sync
-        (Broker.next_dirty: every ack, all but QoS 0/1 PUBLISHes) goes in a
-        second round, after the sync; the first takes what may leave before
-        it, so a subscriber's deliveries are on their way while the store
-        syncs. `sync` False: no sync and no second round (what waits stays
-        for a later flush: common/turns.py's per-input flushes, whose sync
-        the loop turn's inputs share). With no output waiting, nothing is
-        synced: a change no ack waits for (a delivery's progress, a QoS 0
-        message retained) is synced with the next ack's, or by tick()
-        within MAX_SLEEP_MS.
-
         True if a retained replay can go on: the shell calls flush() again
         on the next turn of its loop."""
+        # With `store_sync = always`, output that waits for the store's sync
+        # (Broker.next_dirty: every ack, all but QoS 0/1 PUBLISHes) goes in a
+        # second round, after the sync; the first takes what may leave before
+        # it, so a subscriber's deliveries are on their way while the store
+        # syncs. `sync` False: no sync and no second round (what waits stays
+        # for a later flush: common/turns.py's per-input flushes, whose sync
+        # the loop turn's inputs share). With no output waiting, nothing is
+        # synced: a change no ack waits for (a delivery's progress, a QoS 0
+        # message retained) is synced with the next ack's, or by tick()
+        # within MAX_SLEEP_MS.
         broker = self.broker
         if broker.replaying:
             broker.run_replays(self.now)

@@ -564,35 +564,33 @@ class Broker:
 
     def next_dirty(self, early=False):
         """The next id of a connection with output to take or a close to
-        perform; -1 at the end of the round (the next call starts another).
-
-        A round names the connections dirty when it began, in order. With
-        `store_sync = always`, output that acknowledges something (PUBACK,
-        PUBREC, PUBCOMP, CONNACK, SUBACK...: all but a QoS 0/1 PUBLISH)
-        and a close leave only when the store holds no change not yet
-        synced (take_output keeps them back till then): a round syncs the
-        store as it begins, unless `early` (the driver's round before the
-        sync: what may leave before it).
-        """
+        perform; -1 at the end of the round (the next call starts another)."""
+        # A round names the connections dirty when it began, in order. With
+        # `store_sync = always`, output that acknowledges something (PUBACK,
+        # PUBREC, PUBCOMP, CONNACK, SUBACK...: all but a QoS 0/1 PUBLISH)
+        # and a close leave only when the store holds no change not yet
+        # synced (take_output keeps them back till then): a round syncs the
+        # store as it begins, unless `early` (the driver's round before the
+        # sync: what may leave before it). (Comments, not a docstring: a
+        # board that compiles this module from source parses docstrings.)
         conns = self.connections
         if not conns.next and conns.ndirty and not early:
             self.sync_pending()
         return conns.next_dirty()
 
     def sync_pending(self):
-        """store_sync = always: sync the store if it has changes not yet synced."""
+        # store_sync = always: sync the store if it has changes not yet synced.
         if self.sync_from is not None and self.listener.pending():
             self.listener.sync()
 
     def take_output(self, cid):
         """The bytes waiting for connection `cid` (None if none or paused):
         a bytearray of the broker's, valid until the next take_output (it
-        is the spare that call swaps in); bytes after a backlog.
-
-        With `store_sync = always`, while the store has changes not yet
-        synced, only the output before the first packet that waits for the
-        sync (write) is taken; the connection is named again in the next
-        round for the rest."""
+        is the spare that call swaps in); bytes after a backlog."""
+        # With `store_sync = always`, while the store has changes not yet
+        # synced, only the output before the first packet that waits for the
+        # sync (write) is taken; the connection is named again in the next
+        # round for the rest.
         conn = self.connections.by_id[cid]
         if conn.paused and conn.state != CLOSING:
             return None
@@ -644,7 +642,7 @@ class Broker:
         return data
 
     def is_closing(self, cid):
-        """Closing, and nothing waits for the store's sync (take_output)."""
+        # Closing, and nothing waits for the store's sync (take_output).
         if self.connections.by_id[cid].state != CLOSING:
             return False
         return self.sync_from is None or self.sync_from[cid] < 0
@@ -703,12 +701,11 @@ class Broker:
 
     def write(self, conn, data, early=False):
         """Append `data` to the connection's output; the buffer it landed in
-        (it ends with `data`: a caller may patch its copy there).
-
-        `early`: a QoS 0/1 PUBLISH to a subscriber, which may leave before
-        the store's sync. Anything else written with store_sync = always
-        (an ack, a CONNACK, a QoS 2 PUBLISH...) waits for it, and so does
-        everything written after it to that connection (its order kept)."""
+        (it ends with `data`: a caller may patch its copy there)."""
+        # `early`: a QoS 0/1 PUBLISH to a subscriber, which may leave before
+        # the store's sync. Anything else written with store_sync = always
+        # (an ack, a CONNACK, a QoS 2 PUBLISH...) waits for it, and so does
+        # everything written after it to that connection (its order kept).
         n = len(data)
         if not early and self.sync_from is not None:
             self._wait_for_sync(conn)
