@@ -509,6 +509,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     driver.set_security(*security)
     if store is not None:
         driver.restore(int(time.time()))
+    if cfg.warm_up:
+        from cpython_host.warmup import warm_up
+
+        warmed = warm_up(cfg.settings)
+        if warmed is not None:
+            logging.getLogger("siskin.host").info(
+                "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
+            )
     try:
         return run(serve(cfg, driver, data_dir, contexts), factory)
     finally:
