@@ -8,11 +8,14 @@
 #                PYTHON=pypy3: on PyPy, from .venv-pypy)
 #   make lint    ruff over the tree, mypy over the CPython host and tools
 #   make fuzz    the hypothesis tests with many more examples, the atheris broker target long
-#   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations
+#   make soak    soak tests: firmware heap under load, bystander latency bounds, many kill -9 crash iterations, bridge outages
 #   make bench   benchmarks against Mosquitto and amqtt (BENCH_ARGS=--full: the full run)
+#   make screenshot  docs/status-page.png anew, from the status page's Chromium test
 #   make clean   remove caches and build output  (make distclean: also .venv, node_modules)
 #   make firmware BOARD=rp2040_picow|unix32 MICROPY_DIR=...  a MicroPython image with Siskin frozen
 #   make test-boards  the firmware tests at the boards' real heaps (needs make firmware BOARD=unix32)
+#   make deb     dist/siskin_<version>_all.deb, the Debian package (make test-deb: dpkg into a Debian root)
+#   make test-emu PICO_BOOTROM=...  the real .uf2 images in an emulated RP2040 (docs/boards.md)
 #
 # Needs: Python >= 3.11 with venv (Debian: python3-venv), PyPy >= 7.3
 # (Debian: pypy3 pypy3-venv; without it the PyPy leg is left out, or fails
@@ -61,10 +64,10 @@ PYPY_STAMP := $(PYPY_VENV)/.siskin-deps-$(call hash,pyproject.toml)
 NPM_STAMP := node_modules/.siskin-npm-$(call hash,package.json package-lock.json)
 HAVE_NPM := $(shell command -v npm >/dev/null 2>&1 && echo yes)
 
-.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench firmware test-boards clean distclean
+.PHONY: help test deps test-repeat setup venv pypy-venv npm run lint fuzz soak bench screenshot firmware test-boards deb test-deb test-emu clean distclean
 
 help:
-	@sed -n '3,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,19p' Makefile | sed 's/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------
 # set-up
@@ -155,6 +158,11 @@ test-repeat:
 	$(PYTHON) -m tools.test_repeat --runs $(N) $(if $(filter-out 0,$(LOAD)),--load) \
 	  $(if $(PYTEST_ARGS),--pytest-args '$(PYTEST_ARGS)')
 
+# The README's picture of the status page: the Chromium test writes it only
+# when asked (SISKIN_WRITE_SCREENSHOT=1), so an ordinary test run leaves docs/ alone.
+screenshot: setup
+	SISKIN_WRITE_SCREENSHOT=1 $(PYTEST) tests/host/test_status_page.py -k administrator
+
 # Ctrl-C (SIGINT) shuts it down gracefully; docs/host.md explains the options.
 run: venv
 	$(PY) -m cpython_host --host 127.0.0.1 --port 1883 --config boards/linux.toml --data-dir ./data
@@ -185,14 +193,20 @@ fuzz: setup
 # SISKIN_SOAK_SECONDS: length of the firmware soak (default 180);
 # SISKIN_CRASH_ITERATIONS: kill -9 iterations of the persistence crash test;
 # CRASHLOSS_RUNS: kill -9 runs of tools/crashloss.py (acknowledged QoS 1
-# messages lost for an offline subscriber) with each host settings file.
+# messages lost for an offline subscriber) with each host settings file;
+# BRIDGE_OUTAGE_RUNS: runs of each 60 s bridge outage of tools/bridge_outage.py
+# (upstream stopped, link cut, NATS node killed; Siskin kill -9 during each).
 SISKIN_CRASH_ITERATIONS ?= 100
 CRASHLOSS_RUNS ?= 40
+BRIDGE_OUTAGE_RUNS ?= 5
 soak: setup
 	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
 	SISKIN_CRASH_ITERATIONS=$(SISKIN_CRASH_ITERATIONS) $(PYTEST) tests/host/test_persist_crash.py -s --timeout=0 $(PYTEST_ARGS)
 	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS)
 	$(PY) -m tools.crashloss --runs $(CRASHLOSS_RUNS) --config boards/linux.toml
+	$(PY) -m tools.bridge_outage --case stop --kill9 --qos 2 --runs $(BRIDGE_OUTAGE_RUNS)
+	$(PY) -m tools.bridge_outage --case cut --kill9 --qos 2 --runs $(BRIDGE_OUTAGE_RUNS)
+	$(PY) -m tools.bridge_outage --upstream nats --case node-kill --kill9 --qos 1 --runs $(BRIDGE_OUTAGE_RUNS)
 
 # Siskin (.venv, on asyncio's loop and on uvloop; .venv-pypy, on PyPy) side by side with Mosquitto
 # (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt and py-spy go into a
@@ -220,16 +234,18 @@ bench: venv pypy-venv
 # PICO_SDK_PATH: another pico-sdk (default: MICROPY_DIR/lib/pico-sdk);
 # PICOTOOL_DIR: a picotool install prefix, built from source (rp2040_picow).
 # Build output goes to build/<board>/. Only the Python standard library is needed.
+# FIRMWARE_BUILD: where MicroPython's build runs (default build/ here).
 BOARD ?=
 MICROPY_DIR ?=
 PICO_SDK_PATH ?=
 PICOTOOL_DIR ?=
 FIRMWARE_JOBS ?= 2
+FIRMWARE_BUILD ?=
 firmware:
-	@[ -n "$(BOARD)" ] || { echo "make firmware: set BOARD=rp2040_picow or BOARD=unix32 (ESP32: docs/boards.md)" >&2; exit 2; }
+	@[ -n "$(BOARD)" ] || { echo "make firmware: set BOARD=rp2040_picow, rp2040_pico or unix32 (ESP32: docs/boards.md)" >&2; exit 2; }
 	$(PYTHON) -m tools.build --image --board $(BOARD) --jobs $(FIRMWARE_JOBS) \
 	  $(if $(MICROPY_DIR),--micropython $(MICROPY_DIR)) $(if $(PICO_SDK_PATH),--pico-sdk $(PICO_SDK_PATH)) \
-	  $(if $(PICOTOOL_DIR),--picotool $(PICOTOOL_DIR))
+	  $(if $(PICOTOOL_DIR),--picotool $(PICOTOOL_DIR)) $(if $(FIRMWARE_BUILD),--build-dir $(FIRMWARE_BUILD))
 
 # The firmware tests under the 32-bit unix MicroPython of `make firmware
 # BOARD=unix32`, with the boards' real heaps and Siskin's code frozen, as in
@@ -239,6 +255,34 @@ MICROPY_UNIX32 ?= dist/unix32/micropython
 test-boards: setup
 	@[ -x "$(MICROPY_UNIX32)" ] || { echo "make test-boards: no $(MICROPY_UNIX32): make firmware BOARD=unix32 MICROPY_DIR=... first" >&2; exit 2; }
 	MICROPY_UNIX32=$(abspath $(MICROPY_UNIX32)) $(PYTEST) tests/host/test_firmware_boards.py -m boards $(PYTEST_ARGS)
+
+# The Debian package (tools/deb.py: dpkg-deb over the tree's files, Debian's
+# python3-* packages as its dependencies); make test checks it with lintian
+# and runs it from its files on Debian's python3 (tests/host/test_deb.py).
+deb: venv
+	$(PY) -m tools.deb
+
+# The package installed by apt/dpkg (maintainer scripts and all) into a
+# Debian 12 root that debootstrap makes once (a few minutes, as root) and
+# keeps in DEB_ROOT; not part of make test.
+DEB_ROOT ?= .cache/deb-root
+test-deb: setup
+	@[ -x $(DEB_ROOT)/usr/bin/python3 ] || { mkdir -p $(dir $(DEB_ROOT)) && \
+	  debootstrap --variant=minbase --include=python3,adduser,init-system-helpers bookworm $(DEB_ROOT) http://deb.debian.org/debian; }
+	SISKIN_DEB_ROOT=$(abspath $(DEB_ROOT)) $(PYTEST) tests/host/test_deb.py -m deb $(PYTEST_ARGS)
+
+# The Pico W and plain Pico images of `make firmware` booted in rp2040js
+# (tests/emu/; docs/boards.md "The images in an emulated RP2040"): needs
+# PICO_BOOTROM, a bootrom.bin built from raspberrypi/pico-bootrom. Not part
+# of `make test` (CI cannot fetch the sources); the runner's own tests are.
+PICO_BOOTROM ?=
+EMU_PICOW_UF2 ?= dist/rp2040_picow/siskin-0.1.0.uf2
+EMU_PICO_UF2 ?= dist/rp2040_pico/siskin-0.1.0.uf2
+test-emu: setup
+	@[ -f "$(PICO_BOOTROM)" ] || { echo "make test-emu: set PICO_BOOTROM to a bootrom.bin built from raspberrypi/pico-bootrom (docs/boards.md)" >&2; exit 2; }
+	@for f in $(EMU_PICOW_UF2) $(EMU_PICO_UF2); do [ -f "$$f" ] || { echo "make test-emu: no $$f: make firmware BOARD=rp2040_picow / rp2040_pico first" >&2; exit 2; }; done
+	PICO_BOOTROM=$(abspath $(PICO_BOOTROM)) EMU_PICOW_UF2=$(abspath $(EMU_PICOW_UF2)) EMU_PICO_UF2=$(abspath $(EMU_PICO_UF2)) \
+	  SISKIN_REQUIRE_ALL=1 $(PYTEST) tests/emu -m emu -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis .mypy_cache .ruff_cache .fuzz dist build *.egg-info

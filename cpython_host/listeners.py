@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from cpython_host import epoll_hub
 from cpython_host.config import HostConfig, Listener, loopback_name
+from cpython_host.hints import explain_listen_failure
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 if TYPE_CHECKING:
@@ -145,6 +146,7 @@ async def open_listeners(server: BrokerServer) -> None:
         except OSError as e:
             close_listeners(server.listening)
             e.filename = f"{cfg.host}:{cfg.port}"
+            explain_listen_failure(e, cfg.port)
             raise
         listening.name = address(names[0])
         listening.local = all(loopback_name(name[0]) for name in names)

@@ -171,13 +171,29 @@ def sys_families(snap: dict[str, Any]) -> list[Metric]:
     return list(families.values())
 
 
-# (metric name, help, Bridge attribute) of the bridges' counters, labelled by bridge.
+# (metric name, help, Runner.status() key) of the bridges' figures, labelled by bridge.
 BRIDGE_COUNTERS = (
     ("siskin_bridge_sent", "Messages the upstream acknowledged (QoS 0: written)", "sent"),
     ("siskin_bridge_received", "Messages from upstream stored here", "received"),
     ("siskin_bridge_dead_lettered", "Messages never to be delivered: counted, logged, skipped", "dead_lettered"),
     ("siskin_bridge_dropped", "QoS 0 messages going up while the upstream was away", "dropped"),
+    ("siskin_bridge_retried", "Messages the upstream refused for now (quota), sent again later", "retried"),
+    ("siskin_bridge_faults", "Faults the bridge's supervisor contained (each restarts the bridge)", "faults"),
 )
+BRIDGE_GAUGES = (
+    ("siskin_bridge_queued_messages", "Messages waiting to go up (queued here plus held by the bridge)", "queued"),
+    ("siskin_bridge_queued_bytes", "Topic + payload bytes waiting in the bridge's session here", "queued_bytes"),
+    (
+        "siskin_bridge_oldest_queued_age_seconds",
+        "Age of the oldest message waiting to go up (at least; -1 none)",
+        "oldest_queued_age",
+    ),
+    ("siskin_bridge_inflight_messages", "Messages sent up and not yet acknowledged", "inflight"),
+    ("siskin_bridge_inflight_max", "The upstream window: max_inflight or its Receive Maximum (0 not connected)",
+     "inflight_max"),
+    ("siskin_bridge_last_ack_age_seconds", "Seconds since the upstream's last ack (-1 none yet)", "last_ack_age"),
+    ("siskin_bridge_send_rate", "Messages acknowledged upstream per second (over the last sys_interval)", "send_rate"),
+)  # fmt: skip
 
 
 class BrokerCollector(Collector):
@@ -188,12 +204,12 @@ class BrokerCollector(Collector):
         broker: Broker,
         store_path: str | None,
         clock: Callable[[], int],
-        bridges: Callable[[], list[Any]] = list,
+        bridges: Callable[[], Any] = list,
     ) -> None:
         self.broker = broker
         self.store_path = store_path  # the store's log file, or None without --data-dir
         self.clock = clock  # the driver's whole seconds (uptime)
-        self.bridges = bridges  # the running cpython_host/bridge.py BridgeRunners, now
+        self.bridges = bridges  # the running bridges' Runners (common/bridge/runner.py), now
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
@@ -229,30 +245,24 @@ class BrokerCollector(Collector):
             return
         label = ["bridge"]
         connected = GaugeMetricFamily(
-            "siskin_bridge_connected", "1 while the bridge is connected to its upstream", labels=label
+            "siskin_bridge_connected", "1 while the bridge is connected to its upstream (stalled too)", labels=label
         )
-        queued = GaugeMetricFamily(
-            "siskin_bridge_queued_messages",
-            "Messages waiting to go up (queued here plus held by the bridge)",
-            labels=label,
+        stalled = GaugeMetricFamily(
+            "siskin_bridge_stalled", "1 while connected but an upstream ack is overdue (stall_timeout)", labels=label
         )
-        queued_bytes = GaugeMetricFamily(
-            "siskin_bridge_queued_bytes", "Topic + payload bytes waiting in the bridge's session here", labels=label
-        )
-        counters = [(CounterMetricFamily(name, text, labels=label), attr) for name, text, attr in BRIDGE_COUNTERS]
+        gauges = [(GaugeMetricFamily(name, text, labels=label), key) for name, text, key in BRIDGE_GAUGES]
+        counters = [(CounterMetricFamily(name, text, labels=label), key) for name, text, key in BRIDGE_COUNTERS]
         for runner in runners:
-            core = runner.core
-            name = [core.name]
-            count, size = runner.link.queued()
-            connected.add_metric(name, 1 if core.state_name() == "connected" else 0)
-            queued.add_metric(name, count + core.up.pending())
-            queued_bytes.add_metric(name, size)
-            for family, attr in counters:
-                family.add_metric(name, getattr(core, attr))
+            status = runner.status()
+            name = [status["name"]]
+            state = status["state"]
+            connected.add_metric(name, 1 if state in ("connected", "stalled") else 0)
+            stalled.add_metric(name, 1 if state == "stalled" else 0)
+            for family, key in gauges + counters:
+                family.add_metric(name, status[key])
         yield connected
-        yield queued
-        yield queued_bytes
-        for family, _ in counters:
+        yield stalled
+        for family, _ in gauges + counters:
             yield family
 
 
@@ -267,7 +277,7 @@ def store_size(path: str | None) -> int | None:
 
 
 def registry(
-    broker: Broker, store_path: str | None, clock: Callable[[], int], bridges: Callable[[], list[Any]] = list
+    broker: Broker, store_path: str | None, clock: Callable[[], int], bridges: Callable[[], Any] = list
 ) -> CollectorRegistry:
     """A registry with the broker's metrics, the bridges' (`bridges()`: the
     running BridgeRunners), the process' and the store's sync time (when

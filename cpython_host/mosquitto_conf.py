@@ -13,7 +13,8 @@ the first `listener` line describe Mosquitto's "default listener".
 `include_dir DIR` reads DIR/*.conf in sorted order at that point.
 
 `convert` turns that into the document load_config checks: a dict of the
-Siskin tables ([server], [[listener]], [limits], [security], [log]). Every
+Siskin tables ([server], [[listener]], [limits], [security], [log],
+[[bridge]]: `connection` sections, cpython_host/mosquitto_bridge.py). Every
 option is one of
 - converted (OPTIONS, LISTENER_OPTIONS): the Siskin key that does the same;
   where the meaning differs a little, a note says how;
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from common.broker.settings import ConfigError
+from cpython_host import mosquitto_bridge
 
 _BOOL = {"true": True, "false": False}
 # log_type -> how verbose Siskin's log must be to show it (the most verbose wins).
@@ -62,14 +64,14 @@ _UNITS = {"h": 3600, "d": 86400, "w": 604800, "m": 2592000, "y": 31536000}
 # Options Siskin has nothing to set for, and why that is the same behaviour.
 NOTED = {
     "pid_file": "Siskin writes no pid file; systemd tracks the process (contrib/systemd/siskin.service)",
-    "user": "Siskin does not switch users; the systemd unit runs it as its own user (DynamicUser)",
+    "user": "Siskin does not switch users; the systemd unit runs it as the user siskin (User=siskin)",
     "log_timestamp": "Siskin's log lines always carry a time stamp (the journal adds its own)",
     "log_timestamp_format": "Siskin's log lines carry an ISO-like time stamp; the format is fixed",
     "connection_messages": "Siskin always logs connects, disconnects and refusals at level info",
     "set_tcp_nodelay": "Siskin always sets TCP_NODELAY",
     "autosave_interval": "Siskin's store writes every change as it happens ([limits] store_sync), no periodic save",
     "autosave_on_changes": "Siskin's store writes every change as it happens ([limits] store_sync), no periodic save",
-    "persistence_file": "Siskin keeps its own file (DATA_DIR/siskin.log); Mosquitto's database is not read",
+    "persistence_file": "Siskin keeps its own file (DATA_DIR/siskin.log); siskin import-mosquitto-db reads Mosquitto's",
 }
 
 
@@ -98,6 +100,7 @@ class _Reader:
         self.persistence = False
         self.location: str | None = None
         self.where = ""
+        self.bridges: list[mosquitto_bridge.Bridge] = []  # `connection` sections, in order
 
     # ------------------------------------------------------------ messages
 
@@ -166,8 +169,15 @@ class _Reader:
 
     def option(self, option: str, args: list[str], base: Path) -> None:
         handler = self.HANDLERS.get(option)
+        bridge_option = mosquitto_bridge.OPTIONS.get(option)
         if handler is not None:
             handler(self, option, args, base)
+        elif option == "connection":
+            mosquitto_bridge.connection(self, option, args, base)
+        elif bridge_option is not None:
+            if not self.bridges:
+                raise self.bad(option, "a bridge option before the first `connection` line")
+            bridge_option(self, self.bridges[-1], option, args, base)
         elif option in LISTENER_OPTIONS:
             self.listener_option(option, args, base)
         elif option in OPTIONS:
@@ -343,6 +353,14 @@ class _Reader:
                 )
         elif self.location:
             self.out.notes.append(f"persistence_location {self.location}: persistence is off, so not used")
+        if self.persistence:
+            self.out.notes.append(
+                "Mosquitto's persistence file (mosquitto.db: retained messages, persistent sessions, their "
+                "subscriptions and queued messages) is not read by this conversion: "
+                "`siskin import-mosquitto-db FILE --data-dir DIR` brings it along (docs/install.md)"
+            )
+        if self.bridges:
+            doc["bridge"] = [b.finish(self) for b in self.bridges]
         if self.server:
             doc["server"] = self.server
         if self.limits:
@@ -357,8 +375,8 @@ class _Reader:
 def _unsupported_why(option: str) -> str:
     if option.startswith(("auth_opt_", "plugin_opt_")):
         return "Siskin loads no plugins"
-    if option.startswith("bridge_") or option in ("connection", "address", "addresses", "topic"):
-        return "bridges are not configured in mosquitto.conf form"
+    if option.startswith("bridge_"):
+        return "Siskin's [[bridge]] has no such setting"
     return "Siskin has no such setting"
 
 
@@ -545,4 +563,10 @@ def to_toml(conv: Conversion, source: str) -> str:
         out += [f"{k} = {_value(v)}" for k, v in lst.items()]
         if lst.get("host") == "":
             out[-len(lst)] += "  # every interface, IPv4 and IPv6 (as Mosquitto)"
+    for bridge in doc.get("bridge", ()):
+        out += ["", "[[bridge]]"]
+        out += [f"{k} = {_value(v)}" for k, v in bridge.items() if k != "topic"]
+        for rule in bridge["topic"]:
+            out += ["", "[[bridge.topic]]"]
+            out += [f"{k} = {_value(v)}" for k, v in rule.items()]
     return "\n".join(out) + "\n"

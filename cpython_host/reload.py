@@ -58,8 +58,8 @@ def set_log_level(level: str, driver: Driver | None = None) -> None:
 
 def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
     """SIGHUP: certificates (MQTT and HTTP listeners), [security] (users,
-    ACL, anonymous access) and [log] level, then one line saying what was
-    reloaded. A --log-level flag keeps beating the file's level, as at start."""
+    ACL, anonymous access), [log] level and [[bridge]] tables, then one line
+    saying what was reloaded. A --log-level flag keeps beating the file's level, as at start."""
     parts = []
     certificates = reload_certificates(server.listening)
     if certificates:
@@ -77,4 +77,7 @@ def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
             server.debug = log.isEnabledFor(logging.DEBUG)
         else:
             parts.append(f"log level {level} (unchanged{', set by --log-level' if config.log_level_flag else ''})")
+        bridges = server.bridges.reload(fresh.bridges)
+        if bridges:
+            parts.append(bridges)
     log.info("SIGHUP: reloaded %s", "; ".join(parts) if parts else "nothing (see the errors above)")

@@ -83,10 +83,13 @@ async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contex
     web = None
     if config.http is not None:
         from cpython_host.config import ConfigError
+        from cpython_host.status import tls_files
         from cpython_host.web import WebServer
 
         try:
-            web = WebServer(config.http, driver, server.schedule_flush, data_dir, lambda: server.bridges)
+            web = WebServer(
+                config.http, driver, server.schedule_flush, data_dir, lambda: server.bridges, lambda: tls_files(server)
+            )
         except ConfigError as e:  # its certificate or key
             log.error("config error: %s", e)
             return 2

@@ -188,7 +188,7 @@ class BrokerServer:
         self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes going on (listeners.py)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
-        self.bridges: list[Any] = []  # cpython_host/bridge.py BridgeRunner, one per [[bridge]]
+        self.bridges: Any = ()  # cpython_host/bridge.py Bridges: a Runner per [[bridge]] (common/bridge/runner.py)
         self.hub: EpollHub | None = None  # the plain listeners' epoll (listeners.py), when there is one
 
     # ------------------------------------------ a connection's events
@@ -287,18 +287,18 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         await open_listeners(self)
         self._on_timer()  # starts the uptime clock and the first $SYS
-        if self.config.bridges:
-            from cpython_host.bridge import start_bridges
+        from cpython_host.bridge import Bridges  # (its code: the bridge's runner and client)
 
-            self.bridges = start_bridges(self, self.config.bridges)
+        self.bridges = Bridges(self)
+        self.bridges.start(self.config.bridges)
 
     async def shutdown(self, reason: str) -> None:
         driver = self.driver
         log.info("shutting down (%s): closing the listeners and %d connection(s)", reason, driver.open)
         started = time.monotonic()
         close_listeners(self.listening)
-        for runner in self.bridges:
-            await runner.stop()
+        if self.bridges:
+            await self.bridges.stop()
         for task in list(self.handshakes):
             task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers

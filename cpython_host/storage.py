@@ -14,7 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from common.store.filelog_open import open_file_log
+from common.store.filelog import FileLog
+from common.store.filelog_open import open_log
 from common.store.keytext import parse_keys
 from common.store.store import Store, StoreError
 from common.store.storeboot import open_store as open_backend
@@ -28,13 +29,32 @@ ROOM = 1 << 20
 COMPACT_MIN = 4 << 20
 
 
+class MonitoredFileLog(FileLog):
+    """The host's FileLog: its monitor (cpython_host/store_monitor.py) hears
+    of each compaction, before (file size, live records) and after (size
+    before and after, live records), to log what it did and how long it
+    took. (Here rather than in common/store/filelog.py: a board has no
+    monitor, and keeps no code for one.)"""
+
+    def rewrite(self) -> None:
+        monitor = self.monitor
+        before = self.file_size
+        if monitor is not None:
+            monitor.compacting(before, len(self.index))
+        super().rewrite()
+        if monitor is not None:
+            monitor.compacted(before, self.file_size, len(self.index))
+
+
 def open_store(
     data_dir: str,
     key_text: str | None = None,
     wipe: bool = False,
     log: Callable[[int, str], None] | None = None,
+    monitor: Any = None,
 ) -> Store:
-    """The opened store in `data_dir`; StoreError with advice if it cannot be used."""
+    """The opened store in `data_dir`; StoreError with advice if it cannot be used.
+    `monitor`: hears of the long work (cpython_host/store_monitor.py)."""
     os.makedirs(data_dir, exist_ok=True)
     keys = None
     make_aead: Callable[[bytes], Any] | None = None
@@ -48,6 +68,24 @@ def open_store(
                 "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
             ) from None
         make_aead = crypto.make_aead
-    backend = open_file_log(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
-    store: Store = open_backend(backend, keys, make_aead, log, wipe)
+    backend = MonitoredFileLog(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)
+    backend.monitor = monitor  # before the open's scan, which it hears of
+    open_log(backend)
+    store: Store = open_backend(backend, keys, make_aead, log, wipe, monitor)
     return store
+
+
+def give_back_heap() -> None:
+    """Return to the system the heap that the restore used in passing.
+
+    The restore builds large tables for a while (the log's index as it
+    grows, the key lists it reads by, the message ids of the deliveries);
+    glibc keeps what they freed below the objects that stay, about 20 MB
+    over 200,000 queued messages (tools/restart.py, docs/persistence.md).
+    malloc_trim(0) gives it back. Not glibc (musl, macOS): nothing to do."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

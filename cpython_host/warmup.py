@@ -20,6 +20,7 @@ warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
@@ -41,11 +42,7 @@ BUDGET_S = 5.0
 
 def has_jit() -> bool:
     """Whether this interpreter compiles hot code as it runs (PyPy's JIT)."""
-    try:
-        import pypyjit  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("pypyjit") is not None
 
 
 class _Sink:
@@ -82,9 +79,8 @@ def _packets(n: int, level: int) -> list[bytes]:
     """What client `n` sends in a round: CONNECT, SUBSCRIBE, a PUBLISH of each QoS, PUBREL, PUBACK."""
     cid = f"warm-{level}-{n}"
     topic = f"warm/{n % 16}"
-    connect = Connect(level, True, 60, cid)
-    if level == C.LEVEL_5:
-        connect.props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 0)]
+    props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 0)] if level == C.LEVEL_5 else None
+    connect = Connect(level, True, 60, cid, props=props)
     return [
         encode_connect(connect, level),
         encode_subscribe(Subscribe(1, [(topic, 1)]), level),

@@ -13,7 +13,7 @@ action's output (a DISCONNECT) goes out with the server's next flush.
 Routes:
   GET  /metrics               Prometheus text format (cpython_host/metrics.py)
   GET  /, /status.js, ...     the status page: static files of cpython_host/web/
-  GET  /api/status            what the page shows (clients, counts, throughput ring)
+  GET  /api/status            what the page shows (cpython_host/status.py)
   GET  /api/clients           connected clients
   GET  /api/sessions          every session with its queue
   GET  /api/retained?filter=F retained messages matching F (default "#")
@@ -21,6 +21,11 @@ Routes:
   POST /api/kick              {"client_id": ...}: disconnect (v5: DISCONNECT 0x98)
   POST /api/drop-session      {"client_id": ...}: disconnect and end its session
   POST /api/clear-retained    {"filter": ...}: clear the retained messages it matches
+  GET  /api/bridges           every bridge: state, queue, health, counters (common/bridge/runner.py)
+  POST /api/bridge/add        {"bridge": {...}}: start a bridge (a [[bridge]] table as JSON)
+  POST /api/bridge/remove     {"name": ...}: stop it; its queue is dead-lettered (the count)
+  POST /api/bridge/pause      {"name": ...}: no upstream connection until resume (the queue waits)
+  POST /api/bridge/resume     {"name": ...}
 
 Who may do what (Viewer): without a login (loopback, auth "auto") every
 request is the administrator's; with one, the users of [http] admins are,
@@ -36,7 +41,8 @@ common/broker/login.py), and config.py refuses basic auth in the clear off
 loopback. Without a login
 the Host header must name a loopback address (a web page elsewhere cannot
 reach the API through DNS rebinding), and an action must be a POST with a
-JSON body (a cross-site form cannot send one).
+JSON body (a cross-site form cannot send one) and, when the browser says
+where it comes from (Origin), from a page of this listener's own origin.
 """
 
 from __future__ import annotations
@@ -44,11 +50,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import collections
 import http
 import json
 import logging
 import ssl
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -60,14 +66,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from common import VERSION
 from common.broker import admin, secured
 from common.broker.broker import Broker
 from common.broker.clienttext import clip
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
+from cpython_host.hints import explain_listen_failure
 from cpython_host.listeners import address
-from cpython_host.metrics import registry, store_size
+from cpython_host.metrics import registry
+from cpython_host.status import Status
 
 log = logging.getLogger("siskin.http")
 
@@ -83,8 +90,7 @@ MAX_OPEN = 32  # connections at once; more are closed at once (a flood must not 
 MAX_PER_ADDRESS = 8  # connections at once from one source address (a browser opens about 6)
 RESERVED = 4  # slots beyond MAX_OPEN that only this machine's own 127.0.0.1 and ::1 may take
 LOCAL_PEERS = ("127.0.0.1", "::1")
-MAX_LISTED = 1000  # entries of a list in /api/status (the full lists: /api/clients, /api/sessions)
-SAMPLES = 120  # throughput ring: samples kept, one every [http] sample_interval s
+CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'none'; base-uri 'none'"
 
 
 class HttpError(Exception):
@@ -104,14 +110,20 @@ class WebServer:
         driver: Driver,
         flush: Any,
         data_dir: str | None,
-        bridges: Callable[[], list[Any]] = list,
+        bridges: Callable[[], Any] = list,
+        tls: Callable[[], list[tuple[str, str]]] = list,
     ) -> None:
+        """`bridges()`: the host's Bridges (cpython_host/bridge.py: its Runners,
+        add/find/remove); `tls()`: (what, file) of
+        the certificates in use (status.tls_files), both read when asked."""
         self.config = config
         self.driver = driver
         self.broker: Broker = driver.broker
         self.flush = flush  # the server's schedule_flush: an action's output goes out
-        self.store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
-        self.metrics = registry(self.broker, self.store_path, self.now, bridges)
+        store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
+        self.bridges = bridges
+        self.metrics = registry(self.broker, store_path, self.now, bridges)
+        self.status = Status(driver, store_path, config.sample_interval, bridges, tls, lambda: self.refused)
         self.context: ssl.SSLContext | None = None
         if config.tls:
             from cpython_host.tls import server_context
@@ -120,7 +132,6 @@ class WebServer:
         self.server: asyncio.Server | None = None
         self.name = f"{config.host}:{config.port}"
         self.auth = config.require_auth
-        self.samples: collections.deque[dict[str, float]] = collections.deque(maxlen=SAMPLES)
         self.sampler: asyncio.Task[None] | None = None
         self.static = {p.name: p for p in STATIC.iterdir() if p.suffix in STATIC_TYPES}
         self.open = 0  # connections being served
@@ -139,17 +150,16 @@ class WebServer:
     async def start(self) -> None:
         """Listen; OSError (filename = the address) if it cannot."""
         cfg = self.config
+        tls: dict[str, Any] = {}
+        if self.context is not None:
+            tls = {"ssl": self.context, "ssl_handshake_timeout": cfg.head_timeout}
+            if sys.version_info >= (3, 11):  # (PyPy 3.9: asyncio has no TLS shutdown timeout before 3.11)
+                tls["ssl_shutdown_timeout"] = 1.0
         try:
-            self.server = await asyncio.start_server(
-                self.serve,
-                cfg.host,
-                cfg.port,
-                ssl=self.context,
-                ssl_handshake_timeout=cfg.head_timeout if self.context else None,
-                ssl_shutdown_timeout=1.0 if self.context else None,
-            )
+            self.server = await asyncio.start_server(self.serve, cfg.host, cfg.port, **tls)
         except OSError as e:
             e.filename = f"{cfg.host}:{cfg.port} ([http])"
+            explain_listen_failure(e, cfg.port)
             raise
         self.name = address(self.server.sockets[0].getsockname())
         self.sampler = asyncio.get_running_loop().create_task(self.sample())
@@ -194,25 +204,9 @@ class WebServer:
                 pass
 
     async def sample(self) -> None:
-        """Every sample_interval s: the message and byte rates since the last sample, into the ring."""
-        last = None
+        """Every sample_interval s: the status page's rates (Status.sample)."""
         while True:
-            snap = self.broker.snapshot()
-            now = time.time()
-            counts = (snap["messages_received"], snap["messages_sent"], snap["bytes_received"], snap["bytes_sent"])
-            if last is not None:
-                dt = max(now - last[0], 1e-3)
-                rates = [(a - b) / dt for a, b in zip(counts, last[1])]
-                self.samples.append(
-                    {
-                        "t": round(now, 3),
-                        "received": round(rates[0], 2),
-                        "sent": round(rates[1], 2),
-                        "received_bytes": round(rates[2], 1),
-                        "sent_bytes": round(rates[3], 1),
-                    }
-                )
-            last = (now, counts)
+            self.status.sample()
             await asyncio.sleep(self.config.sample_interval)
 
     # ------------------------------------------------------------ requests
@@ -282,6 +276,10 @@ class WebServer:
                     ("connection", "close"),
                     ("cache-control", "no-store"),
                     ("x-content-type-options", "nosniff"),
+                    # The page loads only its own files, and no other site may
+                    # frame it (its buttons act: no clicks borrowed by a page on top).
+                    ("content-security-policy", CSP),
+                    ("x-frame-options", "DENY"),
                     *headers,
                 ]
                 out = conn.send(h11.Response(status_code=status, headers=head, reason=http.HTTPStatus(status).phrase))
@@ -342,6 +340,9 @@ class WebServer:
                 raise HttpError(400, "the body is not JSON") from None
             if not isinstance(args, dict):
                 raise HttpError(400, "the body must be a JSON object")
+            origin = headers.get("origin")
+            if origin is not None and not same_origin(origin, headers.get("host", "")):
+                raise HttpError(403, f"an action from a page of another origin ({clip(origin)!r}) is refused")
             if not viewer.admin:
                 raise HttpError(403, f"user {clip(viewer.user or '')!r} is not an administrator ([http] admins): it may look, not act")
             return 200, "application/json", _json(self.action(path, args)), []
@@ -396,7 +397,7 @@ class WebServer:
     def read(self, path: str, query: dict[str, list[str]], viewer: Viewer) -> Any:
         broker = self.broker
         if path == "/api/status":
-            return self.status(viewer)
+            return self.status.document(viewer)
         if path == "/api/clients":
             return {"clients": [c for c in admin.clients(broker) if viewer.owns(c["user"])]}
         if path == "/api/sessions":
@@ -410,7 +411,9 @@ class WebServer:
             shown = [{"topic": t, "bytes": n, "qos": q} for t, n, q in found if viewer.reads(t)]
             return {"filter": flt, "retained": shown}
         if path == "/api/store":
-            return self.store()
+            return self.status.store()
+        if path == "/api/bridges":
+            return {"bridges": self.bridge_status(viewer)}
         raise HttpError(404, f"no such API: GET {path}")
 
     def action(self, path: str, args: dict[str, Any]) -> Any:
@@ -439,48 +442,48 @@ class WebServer:
                 raise HttpError(400, str(e)) from None
             self.flush()
             return {"filter": flt, "cleared": cleared}
+        if path.startswith("/api/bridge/"):
+            return self.bridge_action(path[len("/api/bridge/") :], args)
         raise HttpError(404, f"no such API: POST {path}")
 
-    def store(self) -> dict[str, Any]:
-        return {
-            "enabled": self.store_path is not None,
-            "path": self.store_path,
-            "size_bytes": store_size(self.store_path),
-            "syncs": self.broker.listener.syncs(),
-            "store_sync": self.broker.settings.store_sync,
-        }
+    def bridge_status(self, viewer: Viewer) -> list[dict[str, Any]]:
+        """Each bridge's figures; an administrator's only (the upstreams are
+        the site's, not a user's)."""
+        return [runner.status() for runner in self.bridges()] if viewer.admin else []
 
-    def status(self, viewer: Viewer) -> dict[str, Any]:
-        broker = self.broker
-        snap = broker.snapshot()
-        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"])]
-        subscriptions = []
-        for session in admin.sessions(broker):
-            if viewer.owns(session["user"]):
-                for flt in session["subscriptions"]:
-                    subscriptions.append({"client_id": session["client_id"], "filter": flt})
-        queued, size, inflight = admin.queues(broker)
-        started = snap["started"]
-        return {
-            "version": VERSION,
-            "uptime": self.now() - (started or self.now()),
-            "connected": snap["connected"],
-            "sessions": snap["sessions"],
-            "subscription_count": snap["subscriptions"],
-            "retained": snap["retained"],
-            "queued": queued,
-            "queued_bytes": size,
-            "inflight": inflight,
-            "messages_received": snap["messages_received"],
-            "messages_sent": snap["messages_sent"],
-            "clients": clients[:MAX_LISTED],
-            "subscriptions": subscriptions[:MAX_LISTED],
-            "store": self.store(),
-            "sample_seconds": self.config.sample_interval,
-            "throughput": list(self.samples),
-            "user": viewer.user,
-            "admin": viewer.admin,
-        }
+    def bridge_action(self, verb: str, args: dict[str, Any]) -> Any:
+        """add / remove / pause / resume a bridge (cpython_host/bridge.py Bridges)."""
+        from common.bridge.settings import parse_bridge
+        from common.broker.settings import ConfigError as CoreConfigError
+
+        bridges = self.bridges()
+        if verb == "add":
+            table = args.get("bridge")
+            if not isinstance(table, dict):
+                raise HttpError(400, 'wants {"bridge": {...}}: a [[bridge]] table with its "topic" rules, as JSON')
+            try:
+                settings = parse_bridge("the API's bridge", table)
+                bridges.add(settings)
+            except (CoreConfigError, ValueError) as e:
+                raise HttpError(400, str(e)) from None
+            return {"name": settings.name, "result": "started (not written to the config file)"}
+        name = args.get("name")
+        if not isinstance(name, str):
+            raise HttpError(400, 'wants {"name": "..."} (a bridge\'s name)')
+        runner = bridges.find(name) if bridges else None
+        if runner is None:
+            raise HttpError(404, f"no bridge named {name!r}")
+        if verb == "remove":
+            n = bridges.remove(name)
+            self.flush()
+            return {"name": name, "result": "removed", "dead_lettered": n}
+        if verb == "pause":
+            runner.pause()
+            return {"name": name, "result": "paused"}
+        if verb == "resume":
+            runner.resume()
+            return {"name": name, "result": "resumed"}
+        raise HttpError(404, f"no such API: POST /api/bridge/{verb}")
 
 
 class HttpCollector(Collector):
@@ -515,6 +518,14 @@ class Viewer:
 
     def reads(self, topic: str) -> bool:
         return self.rules is None or bool(self.rules.can_read(topic))
+
+
+def same_origin(origin: str, host: str) -> bool:
+    """Whether a request's Origin names the host (and port) it was sent to:
+    the page's own actions do; another site's page cannot make a browser
+    send an action with a JSON body without a CORS preflight, which this
+    listener never grants, and this refuses one that tries anyway."""
+    return urllib.parse.urlsplit(origin).netloc.lower() == host.strip().lower()
 
 
 def _json(value: Any) -> bytes:

@@ -47,6 +47,7 @@ buffer's count.
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
@@ -214,6 +215,13 @@ class WebSocketClient(ClientProtocol):
         if end > MAX_REQUEST_HEAD:
             self.refuse(431, f"an HTTP request head of more than {MAX_REQUEST_HEAD} bytes")
             return b""
+        # The path first, before wsproto's checks: a browser sent to the wrong
+        # URL (even a plain GET, not an upgrade) learns the right one.
+        want = self.listening.config.path
+        path = request_path(head)
+        if want and path != want:
+            self.refuse(404, f"path {clip(path)!r}: this listener serves {want!r}")
+            return b""
         ws = self.ws
         try:
             ws.receive_data(bytes(head[:end]))
@@ -246,9 +254,6 @@ class WebSocketClient(ClientProtocol):
     def check(self, request: Request) -> tuple[int, str] | None:
         """(HTTP status, why) if the listener refuses this upgrade request, else None."""
         cfg = self.listening.config
-        path = request.target.split("?", 1)[0]
-        if cfg.path and path != cfg.path:
-            return 404, f"path {clip(path)!r}: this listener serves {cfg.path!r}"
         if cfg.origins:
             origin = next((v.decode("latin-1") for k, v in request.extra_headers if k == b"origin"), None)
             # No Origin header: not a browser, which is what origins guards against.
@@ -272,7 +277,10 @@ class WebSocketClient(ClientProtocol):
             status,
         )
         self.server.broker.stats.websocket_refused += 1
-        body = f"siskin: MQTT over WebSocket (subprotocol mqtt) refused this request: {why}\n".encode()
+        body = (
+            f"siskin: MQTT over WebSocket (subprotocol mqtt) refused this request: {why}\n"
+            f"MQTT clients connect to {self.url_for_client()}\n"
+        ).encode()
         # Written here, not by wsproto: its HTTP state machine cannot answer
         # a request it could not parse, or bytes that were no request at all.
         lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}".encode()]
@@ -284,6 +292,13 @@ class WebSocketClient(ClientProtocol):
         ]
         self.transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
         self.end()
+
+    def url_for_client(self) -> str:
+        """This listener's URL as the client reached it: the Host of its request, if a plain one."""
+        m = _HOST.search(self.head, 0, MAX_REQUEST_HEAD)
+        host = m.group(1).decode("ascii") if m else self.listening.name
+        path = self.listening.config.path or "/ (any path)"
+        return f"{'wss' if self.listening.context is not None else 'ws'}://{host}{path}"
 
     # ------------------------------------------------ the driver's handle
 
@@ -317,6 +332,16 @@ class WebSocketClient(ClientProtocol):
     def close(self) -> None:
         self.send_close()
         super().close()
+
+
+# A Host header of a name or address and port only (what is echoed into the answer).
+_HOST = re.compile(rb"\r\nhost:[ \t]*([A-Za-z0-9.:\[\]-]{1,260})[ \t]*\r\n", re.IGNORECASE)
+
+
+def request_path(head: bytearray) -> str:
+    """The path of an HTTP request line ("GET /mqtt?x=1 HTTP/1.1" -> "/mqtt"); "" if none."""
+    parts = bytes(head[: head.find(b"\r\n")]).split(b" ")
+    return parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) == 3 else ""
 
 
 def url(listening: Listening) -> str:

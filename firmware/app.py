@@ -1,6 +1,6 @@
-# The firmware: start-up (firmware/startup.py: config -> watchdog -> Wi-Fi ->
-# store -> broker -> network shell), then serve; a fatal error is logged and
-# the board restarted.
+# The firmware: start-up (firmware/startup.py: config -> store -> broker ->
+# network shell; then firmware/netup.py: watchdog -> Wi-Fi), then serve; a
+# fatal error is logged and the board restarted.
 #
 #   on a board:     main.py calls run() (config /siskin.json)
 #   on unix:        micropython firmware/main.py --config path.json [--port N]
@@ -16,7 +16,15 @@ import sys
 
 # The broker's modules first, from the top level: they import one another
 # several levels deep, each level of a nested import takes C stack, and the
-# 32-bit unix port (40 KB of it) ran out when they came in under the shell's.
+# 32-bit unix port (40 KB of it) ran out when they came in under the shell's,
+# and again under broker's own chain (broker -> handle_connect ->
+# handle_subscribe -> outbox -> egress -> packets): its deepest links first.
+from common.mqtt import packets  # noqa: F401
+
+# isort: split
+from common.broker import egress  # noqa: F401
+
+# isort: split
 from common.broker import broker  # noqa: F401
 from common.broker.limits import ConfigError
 from common.compat import unload
@@ -34,7 +42,7 @@ def build(argv, root):
     try:
         from firmware.startup import start
 
-        server, log = start(argv, root)
+        server, log, cfg = start(argv, root)
     finally:
         for name in STARTUP_ONLY:
             unload(name)
@@ -46,15 +54,23 @@ def build(argv, root):
 
         slots = len(server.slots) if server.tls is not None else 0
         check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
+    # Nothing can stop the start from here on: the watchdog, then the network.
+    from firmware.netup import bring_up
+
+    try:
+        server.on_tick = bring_up(cfg, log)
+    finally:
+        unload("firmware.netup")
     return server, log
 
 
 def _stop(log, why):
     """A start-up failure that every reset would repeat: say why and stay at
     the REPL so the file can be fixed (mpremote, docs/boards.md); exit 2 on
-    the unix port."""
+    the unix port. (On a board sys.exit would soft-reboot into main.py
+    again: a loop.) The watchdog is not running yet (firmware/netup.py)."""
     log.log(40, why)
-    if board.has_network():
+    if board.is_board():
         return 2
     sys.exit(2)
 
@@ -62,6 +78,15 @@ def _stop(log, why):
 def run(argv=None, root=""):
     """Run the broker until interrupted; restart the board on a fatal error."""
     log = Log("info")
+    if not board.has_sockets():
+        # A board without a network stack (a plain Pico): nothing to listen
+        # on. Serial-only: say so and leave the REPL to the user, no loop.
+        log.log(
+            30,
+            "serial-only: %s has no network stack (no socket module), so the broker does not start;"
+            " the REPL is yours (docs/boards.md)" % board.machine_name(),
+        )
+        return 2
     try:
         server, log = build(sys.argv[1:] if argv is None else argv, root)
     except ConfigError as e:

@@ -1,5 +1,5 @@
 # What only a board has, behind small functions, for after start-up too:
-# whether there is a network, and reset. Each one detects what the running
+# whether there is a network, which board this is, and reset. Each one detects what the running
 # port offers (feature detection: `network` and `machine.reset` are missing
 # on the unix port), so the same main.py runs on a board and on the unix port
 # that the tests use. The Wi-Fi and the watchdog, needed only to start, are
@@ -15,6 +15,31 @@ def has_network():
     except ImportError:
         return False
     return True
+
+
+def has_sockets():
+    """False on a board without a network stack (a plain Pico): nothing to listen on."""
+    try:
+        import socket  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def is_board():
+    """True on a microcontroller (it has machine.reset), False on the unix port."""
+    try:
+        import machine
+    except ImportError:
+        return False
+    return hasattr(machine, "reset")
+
+
+def machine_name():
+    """What the port says it runs on: 'Raspberry Pi Pico W with RP2040', ..."""
+    import sys
+
+    return getattr(sys.implementation, "_machine", sys.platform)
 
 
 def reset(log):

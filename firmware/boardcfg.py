@@ -15,8 +15,14 @@
 # use and holds what differs per device: Wi-Fi, port, log level, storage key
 # file; it may also carry "limits" and "server" objects that override the
 # board file's. docs/boards.md lists every key.
+#
+# A freshly flashed board has neither file: the image carries the board
+# files (firmware/manifest.py freezes them as the module `siskin_boards`),
+# the board is recognised from what the port says it runs on, and the
+# device config's defaults apply (Wi-Fi: the provisioning access point).
 
 import json
+from errno import ENOENT
 
 from common.broker.settings import (
     K_BOOL,
@@ -61,7 +67,7 @@ SERVER = (
 
 # The device config.
 DEVICE = (
-    ("board", "esp32", K_STR, None, None),  # boards/<name>.json, or a path ending in .json
+    ("board", None, K_STR, None, None),  # boards/<name>.json, or a path ending in .json; null: recognised (MACHINES)
     ("host", "0.0.0.0", K_STR, None, None),  # address to listen on
     ("port", 1883, K_INT, 0, 65535),  # TCP port
     ("log_level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),  # how much to print
@@ -99,13 +105,50 @@ BOARD = (
 )
 _DEVICE_DOC = "docs/boards.md"  # explains every key of DEVICE and BOARD
 
+# The board file for what the port says it runs on (sys.implementation._machine,
+# e.g. "Raspberry Pi Pico W with RP2040", "Generic ESP32 module with ESP32",
+# "Generic ESP32 module with SPIRAM with ESP32"): the first whose words all
+# appear in it, case ignored.
+MACHINES = (
+    (("pico w", "rp2040"), "rp2040_picow"),
+    (("spiram", "esp32"), "esp32_psram"),
+    (("esp32",), "esp32"),
+)
 
-def read_json(path):
+
+def detect_board(machine):
+    """The board file's name for `machine`; ConfigError when it is none of MACHINES."""
+    m = machine.lower()
+    for words, name in MACHINES:
+        if all(w in m for w in words):
+            return name
+    raise ConfigError(
+        'cannot tell which board settings fit %r: set "board" in the device config'
+        " (a file of boards/, e.g. \"rp2040_picow\", or a path ending in .json; docs/boards.md)" % machine
+    )
+
+
+def builtin_board(name):
+    """The JSON text of boards/<name>.json frozen into the image, or None."""
+    try:
+        from siskin_boards import BOARDS
+    except ImportError:  # not a frozen image
+        return None
+    return BOARDS.get(name)
+
+
+def read_json(path, builtin=None):
+    """The object in the JSON file `path`; if there is no such file, the one
+    in `builtin` (JSON text, when given)."""
     try:
         with open(path) as f:
-            data = json.load(f)
+            text = f.read()
     except OSError as e:
-        raise ConfigError("%s: cannot read (%s)" % (path, e))
+        if builtin is None or e.args[0] != ENOENT:
+            raise ConfigError("%s: cannot read (%s)" % (path, e))
+        text = builtin
+    try:
+        data = json.loads(text)
     except ValueError as e:
         raise ConfigError("%s: not valid JSON (%s); fix the syntax." % (path, e))
     if not isinstance(data, dict):
@@ -121,9 +164,10 @@ def _strip_comments(obj):
     return out
 
 
-def load_board(path, limits=None, server=None):
-    """(Settings, server options) from a board file plus optional overrides."""
-    data = check(path, _strip_comments(read_json(path)), BOARD, _DEVICE_DOC)
+def load_board(path, limits=None, server=None, builtin=None):
+    """(Settings, server options) from a board file (else the `builtin` JSON
+    text) plus optional overrides."""
+    data = check(path, _strip_comments(read_json(path, builtin)), BOARD, _DEVICE_DOC)
     settings = new_settings(_strip_comments(data.get("limits", {})), path + ": limits")
     if limits:
         update_settings(settings, _strip_comments(limits), path + ": limits overridden by the device config")
@@ -147,10 +191,11 @@ def board_path(root, board):
     return "%s/boards/%s.json" % (root, board) if root else "boards/%s.json" % board
 
 
-def load_device(path):
-    """The device config as a dict with every key (defaults filled in)."""
+def load_device(path, missing_ok=False):
+    """The device config as a dict with every key (defaults filled in); with
+    `missing_ok`, no file at `path` means the defaults."""
     cfg = defaults(DEVICE)
-    data = _strip_comments(read_json(path))
+    data = _strip_comments(read_json(path, "{}" if missing_ok else None))
     bridges = data.pop("bridge", None)
     cfg.update(check(path, data, DEVICE, _DEVICE_DOC))
     cfg["bridge"] = []

@@ -1,22 +1,22 @@
-# The board side of a bridge (common/bridge/): the upstream stream and time,
+# The board's runtime for the bridges (common/bridge/runner.py runs them),
 # with MicroPython's asyncio. Imported only when the device config has a
 # "bridge" list (a board without bridges pays nothing for them).
 #
-# Theory of operation: as cpython_host/bridge.py. The Link
-# (common/bridge/link.py) joins the bridge's local client to the driver; per
-# bridge one task connects to the upstream when the core says
-# (Bridge.next_address: failover, back-off with jitter) and reads it, and one
-# waits for the Link's wake-up or the next deadline, pumps the Link and writes
-# the upstream output (Stream.write buffers; drain() sends).
+# Theory of operation: what the Runner asks of a shell (its module doc):
+# the clock, a connection whose events go to the runner, a sleep a wake-up
+# cuts short, the driver's flush. A connection is one task that connects
+# (non-blocking, within the runner's connect timeout, which closes it) and
+# reads; writes go through the stream's buffer (Stream.write sends what
+# the socket takes at once) and a small task drains what it did not.
 #
 # TLS (a bridge with tls / cafile / certfile): mbedTLS wraps the socket once
-# its TCP connect completed (within connect_timeout), without handshaking
-# (MicroPython has no awaitable do_handshake): the handshake then runs
-# inside the non-blocking writes and reads of CONNECT and CONNACK, each step
-# as far as the bytes at hand allow, so the event loop is never held for
-# more than one step (the ECDHE arithmetic), and the core's connect timeout,
-# which starts at up_open, ends a stalled handshake like a silent upstream.
-# The certificate is verified against `cafile` (one DER CA: a board has no
+# its TCP connect completed, without handshaking (MicroPython has no
+# awaitable do_handshake): the handshake then runs inside the non-blocking
+# writes and reads of CONNECT and CONNACK, each step as far as the bytes at
+# hand allow, so the event loop is never held for more than one step (the
+# ECDHE arithmetic), and the core's connect timeout, which starts at
+# up_open, ends a stalled handshake like a silent upstream. The
+# certificate is verified against `cafile` (one DER CA: a board has no
 # system CA store) with the address's host as the name to match (SNI too).
 # A failure is logged by the core with its reason, kept in $SYS last_error,
 # and retried with the back-off. The contexts are made at start-up
@@ -31,11 +31,12 @@ import socket
 import time
 from errno import EINPROGRESS
 
-from common.bridge.link import Link
-from common.bridge.settings import make_bridge
-from common.client.client import CONNECTED
+from common.bridge.runner import Runner
 from common.compat import TICKS_MASK, ticks_diff
 from firmware import poller
+
+# Seconds from 1970 to this port's epoch (2000 on boards that count from there).
+EPOCH_OFFSET = 946684800 if time.gmtime(0)[0] == 2000 else 0
 
 
 def ticks():
@@ -75,146 +76,176 @@ def why_failed(e, tls, handshaking):
     return "error %s" % e
 
 
-class BridgeRunner:
-    def __init__(self, server, settings, context):
-        self.server = server
-        self.settings = settings
-        self.core = make_bridge(settings, server.log.log, os.urandom)
-        self.woken = asyncio.Event()
-        self.link = Link(self.core, server.driver, ticks, self.woken.set, server.flush)
-        self.context = context  # ssl.SSLContext, None = plain TCP
+class Upstream:
+    """One connection to the upstream (the runner's `conn`)."""
+
+    def __init__(self, rt, runner):
+        self.rt = rt
+        self.runner = runner
+        self.raw = None  # the socket
+        self.sock = None  # the socket, or its TLS wrapper
         self.stream = None
-        self.failure = None  # why a write failed (TLS: the handshake), for the reader to report
-        self.tasks = []
-        # One read buffer for the bridge's life: a fresh 1 KB per read can
-        # find no contiguous block in a fragmented heap (MemoryError with
-        # tens of KB free), and then no read ever succeeds again.
-        self.buf = bytearray(1024)
-        self.view = memoryview(self.buf)
+        self.closed = False
+        self.handshaking = rt.context is not None  # until the first byte through TLS
+        self.draining = False
+        self.drainer = None  # the task draining what the socket did not take at once
+        self.task = None  # the task of run()
 
-    def start(self):
-        self.tasks = [asyncio.create_task(self.pumping()), asyncio.create_task(self.connecting())]
+    async def run(self, address):
+        """Connect, then read until the stream ends or close()."""
+        try:
+            why = await self._session(address)
+        except Exception as e:  # anything else: this connection ends, the runner hears why
+            why = "error %r" % (e,)
+        self._shut()
+        if not self.closed and why is not None:
+            self.closed = True
+            self.runner.up_ended(self, why)
 
-    async def pumping(self):
-        link = self.link
-        core = self.core
-        while True:
-            due = link.next_deadline()
-            out = link.pump()
-            stream = self.stream
-            if stream is not None and out and self.failure is None:
-                try:
-                    stream.write(out)  # TLS: also a step of the handshake, which may fail here
-                    await stream.drain()
-                except (OSError, ValueError) as e:
-                    # The reader sees the end (within a second) and reports this.
-                    if self.stream is stream:
-                        self.failure = why_failed(e, self.context is not None, core.up.state != CONNECTED)
-            wait = 1000 if not due else min(max(0, ticks_diff(due, ticks())), 1000)
-            self.woken.clear()
-            try:
-                await asyncio.wait_for_ms(self.woken.wait(), wait)
-            except asyncio.TimeoutError:  # noqa: UP041 (MicroPython: asyncio's own class)
-                pass
-
-    async def connecting(self):
-        core = self.core
-        while True:
-            address = core.next_address(ticks())
-            if address is None:
-                await asyncio.sleep_ms(50 if core.close_wanted is not None else 200)
-                continue
-            await self.session(address)
-
-    async def session(self, address):
-        core = self.core
-        ctx = self.context
+    async def _session(self, address):
+        rt = self.rt
+        ctx = rt.context
         i = address.rfind(":")
         host = address[:i].strip("[]")
-        raw = sock = None
         try:
             ai = socket.getaddrinfo(host, int(address[i + 1 :]), 0, socket.SOCK_STREAM)[0]
-            raw = socket.socket(ai[0], ai[1], ai[2])
+            raw = self.raw = socket.socket(ai[0], ai[1], ai[2])
             raw.setblocking(False)
             try:
                 raw.connect(ai[-1])
             except OSError as e:
                 if e.errno != EINPROGRESS:
                     raise
-            await asyncio.wait_for_ms(poller.writable(raw), int(self.settings.connect_timeout * 1000))
+            await asyncio.wait_for_ms(poller.writable(raw), rt.timeout_ms)
+            if self.closed:
+                return None
             # TLS: the handshake runs in the first writes and reads (theory above).
-            sock = raw if ctx is None else ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False)
+            self.sock = raw if ctx is None else ctx.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False)
         except (OSError, ValueError, MemoryError, asyncio.TimeoutError) as e:  # noqa: UP041 (asyncio's own class)
-            _close(raw)
-            core.up_failed(why_failed(e, False, False), ticks())
-            self.woken.set()
-            return
-        stream = asyncio.StreamReader(sock)
-        self.stream = stream
-        self.failure = None
-        core.up_open(ticks())
-        self.woken.set()
-        why = "closed by the upstream"
-        handshaking = ctx is not None  # until the first byte through TLS
+            return why_failed(e, False, False)
+        self.stream = asyncio.StreamReader(self.sock)
+        self.runner.up_opened(self)
+        return await self._read_all()
+
+    async def _read_all(self):
+        rt = self.rt
+        stream = self.stream
+        tls = rt.context is not None
         try:
-            while core.close_wanted is None and self.failure is None:
+            while not self.closed:
                 # At most a second per read: a stream closed by the other
                 # task does not wake a read waiting on it (MicroPython).
                 try:
-                    n = await asyncio.wait_for_ms(stream.readinto(self.buf), 1000)
-                except asyncio.TimeoutError:  # noqa: UP041
+                    n = await asyncio.wait_for_ms(stream.readinto(rt.buf), 1000)
+                except asyncio.TimeoutError:  # noqa: UP041 (MicroPython: asyncio's own class)
                     continue
                 if n is None:
                     continue  # (TLS: a partial record, nothing to hand on yet)
                 if not n:
-                    if handshaking:
+                    if self.handshaking:
                         from firmware.tls import ended_handshake
 
-                        why = ended_handshake("closed")
-                    break
-                handshaking = False
-                core.up.data_received(self.view[:n], ticks())  # (copied in)
-                self.woken.set()
+                        return ended_handshake("closed")
+                    return "closed by the upstream"
+                self.handshaking = False
+                self.runner.up_received(self, rt.view[:n])  # (copied in)
         except (OSError, ValueError) as e:
-            why = why_failed(e, ctx is not None, handshaking)
+            return why_failed(e, tls, self.handshaking)
         except MemoryError:
             # No room for what was read: this connection goes, the back-off
-            # retries; not the end of the task (it would never connect again).
+            # retries; the task lives on.
             gc.collect()
-            why = "out of memory reading the upstream"
-        self.stream = None
-        _close(sock)
-        _close(raw)  # (closing an SSLSocket may leave its socket open)
-        if self.failure is not None:
-            why = self.failure  # the writer's, first
-        if core.close_wanted is not None:
-            why = core.close_wanted
-        core.up_failed(why, ticks())
-        self.woken.set()
+            return "out of memory reading the upstream"
+        return "closed"
 
-    def stop(self):
-        """At shutdown: DISCONNECT upstream (best effort), the tasks cancelled."""
-        self.link.stopping = True
+    def write(self, data):
         stream = self.stream
-        if stream is not None:
-            self.core.up.disconnect()
-            out = self.core.up.take_output()
+        if stream is None or self.closed:
+            return "the connection is closed"
+        try:
+            stream.write(data)  # sends what the socket takes now (TLS: a step of the handshake)
+        except (OSError, ValueError) as e:
+            return why_failed(e, self.rt.context is not None, self.handshaking)
+        if stream.out_buf and not self.draining:
+            self.draining = True
+            self.drainer = asyncio.create_task(self._drain())
+        return None
+
+    async def _drain(self):
+        try:
+            await self.stream.drain()
+        except (OSError, ValueError) as e:
+            if not self.closed:
+                self.closed = True
+                self._shut()
+                self.runner.up_ended(self, why_failed(e, self.rt.context is not None, self.handshaking))
+        finally:
+            self.draining = False
+
+    def close(self):
+        self.closed = True
+        stream = self.stream
+        if stream is not None and stream.out_buf:
             try:
-                if out:
-                    stream.s.write(out)  # (the socket itself: no task left to drain)
+                self.sock.write(stream.out_buf)  # (best effort: a DISCONNECT at the end)
             except (OSError, ValueError):
                 pass
-            _close(stream.s)
-        for task in self.tasks:
-            task.cancel()
+        self._shut()
+
+    def _shut(self):
+        _close(self.sock)
+        _close(self.raw)  # (closing an SSLSocket may leave its socket open)
+
+
+class BoardRuntime:
+    """What common/bridge/runner.py asks of the shell, on MicroPython's asyncio."""
+
+    def __init__(self, server, settings, context):
+        self.server = server
+        self.context = context  # ssl.SSLContext, None = plain TCP
+        self.timeout_ms = int(settings.connect_timeout * 1000)
+        self.woken = asyncio.Event()
+        self.flush = server.flush
+        # One read buffer for the bridge's life: a fresh 1 KB per read can
+        # find no contiguous block in a fragmented heap (MemoryError with
+        # tens of KB free), and then no read ever succeeds again.
+        self.buf = bytearray(1024)
+        self.view = memoryview(self.buf)
+
+    def now(self):
+        return ticks()
+
+    def wall(self):
+        return time.time() + EPOCH_OFFSET
+
+    def wake(self):
+        self.woken.set()
+
+    async def sleep_until(self, due):
+        woken = self.woken
+        if woken.is_set():  # woken while it stepped: step again (after the others' turn)
+            woken.clear()
+            await asyncio.sleep_ms(0)
+            return
+        wait = 1000 if not due else min(max(0, ticks_diff(due, ticks())), 1000)
+        try:
+            await asyncio.wait_for_ms(woken.wait(), wait)
+        except asyncio.TimeoutError:  # noqa: UP041
+            pass
+        woken.clear()
+
+    def open(self, address, runner):
+        conn = Upstream(self, runner)
+        conn.task = asyncio.create_task(conn.run(address))
+        return conn
 
 
 def start_bridges(server, bridges):
-    """`bridges`: (BridgeSettings, its upstream_context) pairs."""
+    """`bridges`: (BridgeSettings, its upstream_context) pairs; the Runners, their tasks started."""
     runners = []
     for b, ctx in bridges:
-        r = BridgeRunner(server, b, ctx)
-        r.start()
+        r = Runner(b, server.driver, BoardRuntime(server, b, ctx), server.log.log, os.urandom)
+        r.task = asyncio.create_task(r.run())
         runners.append(r)
         server.log.log(
             20,

@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # board -> mpy-cross architecture (None: plain bytecode) and the settings files it gets.
 BOARDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    "esp32": ("xtensawin", ("esp32.json",)),
+    "esp32": ("xtensawin", ("esp32.json", "esp32_psram.json")),
     "rp2040_picow": ("armv6m", ("rp2040_picow.json",)),
     "unix": (None, ("esp32.json", "rp2040_picow.json")),
 }
@@ -135,9 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     image.add_argument("--pico-sdk", help="pico-sdk (default: $PICO_SDK_PATH, else the checkout's lib/pico-sdk)")
     image.add_argument("--picotool", help="picotool install prefix, built from source (default: $PICOTOOL_DIR)")
     image.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
+    image.add_argument(
+        "--build-dir",
+        help="where MicroPython's build runs, one directory per board (default: build/ of this repository)",
+    )
     args = ap.parse_args(argv)
     if args.image:
-        build_image(args.board, Path(args.out), args.micropython, args.pico_sdk, args.picotool, args.jobs)
+        build_dir = Path(args.build_dir) if args.build_dir else None
+        build_image(args.board, Path(args.out), args.micropython, args.pico_sdk, args.picotool, args.jobs, build_dir)
         return 0
     if args.board not in BOARDS:
         ap.error(f"--board {args.board} is an image: add --image")

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, arrived, drain
+from tests.host.broker_proc import DISCONNECT, BrokerProcess, Publisher, RawClient, arrived, drain, offline_subscriber
 
 TOPIC = "crash"
 SUB_ID = "crash-sub"
@@ -62,11 +62,7 @@ def run_once(workdir: Path, rng: random.Random, count: int, config: str | None =
     """One run in `workdir` (fresh): `count` QoS 1 messages, killed at a random ack."""
     kill_after = rng.randint(1, count) if kill else 0
     with _broker(workdir, config) as broker:
-        sub = RawClient(broker.port)
-        assert sub.connect(SUB_ID, clean=False)[1] == 0
-        assert sub.subscribe(TOPIC + "/#", 1) == 1
-        sub.send(DISCONNECT)
-        broker.wait_log(SUB_ID + " disconnected")
+        offline_subscriber(broker, SUB_ID, TOPIC + "/#")
         pub = Publisher(broker.port, "crash-pub")
         stop = threading.Event()
         flood = threading.Thread(target=pub.flood, args=(count, stop, 1, TOPIC), daemon=True)

@@ -25,7 +25,9 @@ starts, with what to install or set.
   (asyncio, ssl) plus Siskin, mbedTLS on, libffi and btree off (their 32-bit
   libraries are not needed). Result: dist/unix32/micropython, which runs the
   firmware with a board's heap (`-X heapsize=`) and is what `make test-boards`
-  and `tools/ram_budget.py --port unix32` use.
+  and `tools/ram_budget.py --port unix --micropython dist/unix32/micropython` use
+  (that build has Siskin frozen in: `ram_budget`'s "code" row needs a plain
+  32-bit build without FROZEN_MANIFEST).
 - esp32 needs ESP-IDF: docs/boards.md has the recipe (untested on hardware).
 """
 
@@ -72,13 +74,17 @@ TOOL_PACKAGES = {
     "arm-none-eabi-gcc": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
     "gcc": "gcc gcc-multilib",
 }
+RP2_TOOLS = ("make", "cmake", "arm-none-eabi-gcc")
 IMAGES = {
     "rp2040_picow": Image(
         "rp2",
         "RPI_PICO_W",
         ("pico-sdk", "tinyusb", "cyw43-driver", "lwip", "mbedtls", "btstack", "micropython-lib"),
-        ("make", "cmake", "arm-none-eabi-gcc"),
+        RP2_TOOLS,
     ),
+    # The plain Pico: the same RP2040 without the CYW43 and without `network`
+    # (a serial-only broker; make test-emu boots it).
+    "rp2040_pico": Image("rp2", "RPI_PICO", ("pico-sdk", "tinyusb", "mbedtls", "micropython-lib"), RP2_TOOLS),
     "unix32": Image("unix", "standard", ("mbedtls", "micropython-lib"), ("make", "gcc")),
 }
 
@@ -157,13 +163,15 @@ def elf_symbols(elf: Path) -> dict[str, int]:
     return symbols
 
 
-def build_rp2(root: Path, pico_sdk: str | None, picotool: str | None, out_root: Path, jobs: int) -> Path:
+def build_rp2(
+    name: str, root: Path, pico_sdk: str | None, picotool: str | None, out_root: Path, build_root: Path, jobs: int
+) -> Path:
     from common import VERSION
 
-    image = IMAGES["rp2040_picow"]
+    image = IMAGES[name]
     config = picotool_config_dir(picotool)
     sdk = Path(pico_sdk).expanduser().resolve() if pico_sdk else root / "lib" / "pico-sdk"
-    build = REPO_ROOT / "build" / "rp2040_picow"
+    build = build_root / name
     port = root / "ports" / "rp2"
     cache = build / "CMakeCache.txt"
     if cache.is_file() and f"CMAKE_HOME_DIRECTORY:INTERNAL={port}\n" not in cache.read_text():
@@ -188,7 +196,7 @@ def build_rp2(root: Path, pico_sdk: str | None, picotool: str | None, out_root: 
         log,
     )
     run(["cmake", "--build", str(build), "-j", str(jobs)], log)
-    dest = out_root / "rp2040_picow"
+    dest = out_root / name
     dest.mkdir(parents=True, exist_ok=True)
     uf2 = dest / f"siskin-{VERSION}.uf2"
     shutil.copyfile(build / "firmware.uf2", uf2)
@@ -207,7 +215,7 @@ def build_rp2(root: Path, pico_sdk: str | None, picotool: str | None, out_root: 
     return uf2
 
 
-def build_unix32(root: Path, out_root: Path, jobs: int) -> Path:
+def build_unix32(root: Path, out_root: Path, build_root: Path, jobs: int) -> Path:
     probe = subprocess.run(
         ["gcc", "-m32", "-x", "c", "-", "-o", os.devnull],
         input="int main(void){return 0;}",
@@ -218,7 +226,7 @@ def build_unix32(root: Path, out_root: Path, jobs: int) -> Path:
         raise fail("gcc cannot build 32-bit programs (Debian: apt-get install gcc-multilib)")
     image = IMAGES["unix32"]
     port = root / "ports" / "unix"
-    build = REPO_ROOT / "build" / "unix32"
+    build = build_root / "unix32"
     build.mkdir(parents=True, exist_ok=True)
     log = build / "siskin-build.log"
     log.write_text("")
@@ -250,15 +258,30 @@ def build_unix32(root: Path, out_root: Path, jobs: int) -> Path:
 
 
 def build_image(
-    board: str, out_root: Path, micropy: str | None, pico_sdk: str | None, picotool: str | None, jobs: int
+    board: str,
+    out_root: Path,
+    micropy: str | None,
+    pico_sdk: str | None,
+    picotool: str | None,
+    jobs: int,
+    build_root: Path | None = None,
 ) -> Path:
+    """Build `board`'s image into out_root/<board>/; MicroPython's build
+    directory is build_root/<board>/ (default: build/ of this repository)."""
+    build_root = (build_root or REPO_ROOT / "build").expanduser().resolve()
     if board == "esp32":
         raise fail("the ESP32 image needs ESP-IDF, which this build does not drive: docs/boards.md has the recipe")
     if board not in IMAGES:
         raise fail(f"no image for {board!r} (one of: {', '.join(sorted(IMAGES))}; esp32: docs/boards.md)")
     root = check_sources(board, micropy or os.environ.get("MICROPY_DIR"), pico_sdk or os.environ.get("PICO_SDK_PATH"))
     if board == "unix32":
-        return build_unix32(root, out_root, jobs)
+        return build_unix32(root, out_root, build_root, jobs)
     return build_rp2(
-        root, pico_sdk or os.environ.get("PICO_SDK_PATH"), picotool or os.environ.get("PICOTOOL_DIR"), out_root, jobs
+        board,
+        root,
+        pico_sdk or os.environ.get("PICO_SDK_PATH"),
+        picotool or os.environ.get("PICOTOOL_DIR"),
+        out_root,
+        build_root,
+        jobs,
     )

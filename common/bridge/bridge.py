@@ -12,40 +12,49 @@ forever) subscribed to the "out" rules' filters. So the outbound queue IS
 that session's queue: kept by the store like any session's (a message
 whose publisher got its PUBACK survives kill -9), bounded by
 max_queued_bytes / max_queued_total_bytes with queue_full, and resent in
-order after a restart. The session is online only while the upstream is
-connected (and once at start, to create it): while the upstream is away it
-is an offline session, whose queue grows without holding the local
-publishers back (an online subscriber that falls behind would). Online,
+order after a restart. It never slows a local publisher down: the broker
+does not throttle a publisher for the bridge's queue (runner.py registers
+it), so only its budget and queue_full apply. The session is online only
+while the upstream is connected (and once at start, to create it). Online,
 `local` lets the broker have at most `window` messages in flight (its
-Receive Maximum); each goes up through `up`, and only the upstream's
-PUBACK (QoS 1) or PUBREC (QoS 2) acknowledges it locally, which deletes
-the record.
+Receive Maximum); each goes up through `up`.
 
-Downward the same from the other side: a message from upstream is
-published into this broker through `local` (No Local on the out
-subscriptions: it does not go back up), and only this broker's PUBACK /
-PUBREC, which leaves after the store synced what it acknowledges
-(store_sync = always), is answered upstream with the PUBACK / PUBREC.
+Nothing leaves the local store before the upstream has it: a message goes
+up with its local packet id as its upstream packet id (`pids_from_tokens`),
+and the local flow mirrors the upstream one step by step:
 
-Tokens: a message going up carries its local packet id, which the local
-session keeps across connections (resent with DUP and the same id): a
-resent one that `up` still holds is not taken twice, and an upstream ack
-that comes while the local connection is down is owed (`owed_local`) and
-given when the broker sends that message again. A message coming down
-carries the generation of the upstream connection and its packet id
-(gen << 16 | pid): an ack after that connection ended is dropped, never
-applied to a reused packet id of the next one.
+    QoS 1   up PUBACK ------------------------------> local PUBACK (record deleted)
+    QoS 2   up PUBREC ------------------------------> local PUBREC (store: "released")
+            local PUBREL (after the store synced) --> up PUBREL
+            up PUBCOMP -----------------------------> local PUBCOMP (id freed)
+
+After a kill -9 the local session sends again what it holds: a PUBLISH
+(DUP, same id) whose upstream PUBREC never came back here, which the
+upstream answers with PUBREC without delivering it twice [MQTT-4.3.3-10];
+a PUBREL for one whose PUBREC did, which goes up as it is (resent on
+resume [MQTT-4.4.0-1]; an upstream that had finished answers it all the
+same [MQTT-4.3.3-11]). A PUBREL for a message whose upstream flow ended
+otherwise (dead-lettered, sent at QoS 0/1) is completed here (`settled`).
+
+Acks while the local connection is down: an upstream ack that comes while
+the local connection is down is owed (`owed_local`) and given when the
+broker sends that message again (DUP). A message coming down carries the
+generation of the upstream connection and its packet id (gen << 16 | pid):
+an ack after that connection ended is dropped, never applied to a reused
+packet id of the next one. Down, a QoS 2 id the local session still holds
+from before a restart (Session.qos2_in) is released before any new message
+could take it (local_open), so no new message is taken for a resent one.
 
 Loops: the upstream subscriptions use No Local (v5) or the bridge bit
-(3.1.1, protocol level | 0x80: Mosquitto then applies No Local itself).
+(3.1.1, protocol level | 0x80: Mosquitto then applies No Local itself);
+where the upstream has neither, settings.py refuses rules that would echo.
 
-Profiles: "mqtt" (Mosquitto and others) and "nats" (NATS's MQTT listener:
-3.1.1 only, QoS <= 1, no bridge bit, and a topic with "." or a space kills
-the connection: such a message is dead-lettered, not sent).
-
-Dead letters: a message the upstream will never take (the NATS topic rule;
-a v5 PUBACK / PUBREC reason >= 0x80; above its Maximum Packet Size) is
-counted, logged, and acknowledged locally so it does not block the rest.
+Profiles (profiles.py): what the upstream takes (QoS, retain, topic and size
+limits). A message the upstream will never take (its profile's limits; a
+v5 PUBACK / PUBREC refusal that is not "not now"; above its Maximum Packet
+Size) is dead-lettered: counted, logged, and acknowledged locally so it
+does not block the rest. "Not now" (0x97 quota exceeded, 0x91 id in use)
+is retried, slower (client.py).
 
 Removed rules: the shell hands local_open() the local session's filters;
 on a resumed session those no "out" rule names any more are unsubscribed,
@@ -57,22 +66,21 @@ Reconnect: the shell asks `next_address(ms)` at `retry_at`; each failed
 attempt moves to the next address (failover across a cluster's nodes) and
 doubles the delay from `backoff_min_ms` to `backoff_max_ms`, half of it
 random (jitter); a connection that reached CONNACK starts over at the min.
+A silent upstream (an ack or PINGRESP owed for `stall_timeout`) is shown
+"stalled"; after `keepalive` seconds of that silence it is dropped.
 """
 
-from common.broker.topics import topic_matches
-from common.client.client import CONNECTED, DISCONNECTED, RELEASED, Client
-from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
+from common.bridge.profiles import profile_named
+from common.bridge.rules import IN, OUT, Rule
+from common.client.client import CONNECTED, DISCONNECTED, RECEIVED, Client
+from common.compat import ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
-
-OUT = const(1)
-IN = const(2)
-BOTH = const(3)
-DIRECTIONS = {"out": OUT, "in": IN, "both": BOTH}
 
 SYS_PREFIX = "$SYS/broker/bridge/"
 
-# States, as $SYS says them
+# States, as $SYS says them (client states, then the one of the bridge's own)
 STATE_NAMES = ("disconnected", "connecting", "connected")
+STALLED = "stalled"  # connected, an answer overdue
 
 # v5 properties of a local delivery not to forward: they are this hop's.
 _HOP_PROPS = (C.PROP_SUBSCRIPTION_IDENTIFIER, C.PROP_TOPIC_ALIAS)
@@ -93,18 +101,9 @@ CONNACK_WHY = {
 }
 
 
-class Rule:
-    """One topic rule: `pattern` below `local_prefix` here and `remote_prefix` upstream."""
-
-    __slots__ = ("direction", "local_prefix", "pattern", "qos", "remote_prefix", "retain")
-
-    def __init__(self, direction, pattern, local_prefix="", remote_prefix="", qos=1, retain=True):
-        self.direction = DIRECTIONS[direction] if isinstance(direction, str) else direction
-        self.pattern = pattern
-        self.local_prefix = local_prefix
-        self.remote_prefix = remote_prefix
-        self.qos = qos  # the QoS cap, both ways
-        self.retain = retain  # False: the retain flag is cleared on the way
+def rules_of(settings):
+    """The Rules of a BridgeSettings' topic dicts (settings.py checked them)."""
+    return [Rule(r["direction"], r["local"], r["remote"], r["qos"], r["retain"]) for r in settings.topics]
 
 
 class _LocalSide:
@@ -124,6 +123,12 @@ class _LocalSide:
 
     def on_delivered(self, token, reason):
         self.b._stored_locally(token, reason)
+
+    def on_completed(self, token):
+        pass  # (the local client does not hold its PUBRELs)
+
+    def on_release(self, pid):
+        self.b._local_release(pid)
 
     def on_suback(self, pid, reasons):
         self.b._suback("local", reasons)
@@ -148,6 +153,12 @@ class _UpSide:
     def on_delivered(self, token, reason):
         self.b._delivered_up(token, reason)
 
+    def on_completed(self, token):
+        self.b._completed_up(token)
+
+    def on_release(self, pid):
+        pass  # (the upstream client answers PUBREL itself)
+
     def on_suback(self, pid, reasons):
         self.b._suback("upstream", reasons)
 
@@ -156,64 +167,38 @@ class _UpSide:
 
 
 class Bridge:
-    def __init__(
-        self,
-        name,
-        addresses,
-        rules,
-        log,
-        entropy,
-        client_id="",
-        username=None,
-        password=None,
-        level=4,
-        keep_alive=60,
-        clean_session=False,
-        profile="mqtt",
-        bridge_bit=True,
-        max_inflight=20,
-        window=32,
-        local_client_id="",
-        backoff_min_ms=1000,
-        backoff_max_ms=60000,
-        connect_timeout_ms=10000,
-    ):
-        self.name = name
-        self.addresses = addresses  # ["host:port", ...] tried in order
-        self.rules = rules
-        self.log = log  # log(level, text)
+    def __init__(self, settings, log, entropy):
+        """`settings`: a BridgeSettings (settings.py, checked); `log(level,
+        text)`; `entropy(n)`: n random bytes."""
+        s = settings
+        self.settings = s
+        self.name = s.name
+        self.addresses = s.addresses  # ["host:port", ...] tried in order
+        self.rules = rules_of(s)
+        self.log = log
         self.entropy = entropy
-        self.profile = profile
-        nats = profile == "nats"
-        if nats:
-            level = 4  # NATS speaks 3.1.1 only
-        self.max_qos = 1 if nats else 2
-        self.up = Client(
-            _UpSide(self),
-            client_id or "siskin-" + name,
-            level=level,
-            keep_alive=keep_alive,
-            clean_start=clean_session,
-            username=username,
-            password=password,
-            # NATS refuses the bridge bit; a v5 upstream gets No Local instead.
-            bridge=bridge_bit and not nats and level == 4,
-            session_expiry=0 if clean_session else C.U32_MAX,
-            max_inflight=max_inflight,
-            connect_timeout_ms=connect_timeout_ms,
-        )
-        self.local = Client(
-            _LocalSide(self),
-            local_client_id or "siskin-bridge-" + name,
-            level=5,
-            keep_alive=0,
-            clean_start=False,
-            session_expiry=C.U32_MAX,
-            max_inflight=window,
-            receive_max=window,
-        )
-        self.backoff_min_ms = backoff_min_ms
-        self.backoff_max_ms = backoff_max_ms
+        self.profile = profile_named(s.profile)
+        p = self.profile
+        level = p.level or s.protocol
+        self.max_qos = p.max_qos
+        up = self.up = Client(_UpSide(self), s.client_id or "siskin-" + s.name, level, s.clean_session)
+        up.keep_alive = s.keepalive
+        # A v5 upstream gets No Local instead; some refuse the bit (profiles).
+        up.bridge = s.bridge_bit and p.bridge_bit and level == 4
+        up.session_expiry = 0 if s.clean_session else C.U32_MAX
+        up.max_inflight = s.max_inflight
+        up.connect_timeout_ms = int(s.connect_timeout * 1000)
+        up.stall_ms = int(s.stall_timeout * 1000)
+        up.pids_from_tokens = True  # the local packet id upstream too (theory above)
+        up.hold_release = True
+        local = self.local = Client(_LocalSide(self), s.local_client_id or "siskin-bridge-" + s.name, 5, False)
+        local.keep_alive = 0
+        local.session_expiry = C.U32_MAX
+        local.max_inflight = s.window
+        local.receive_max = s.window
+        local.hold_complete = True
+        self.backoff_min_ms = int(s.backoff_min * 1000)
+        self.backoff_max_ms = int(s.backoff_max * 1000)
         self.failures = 0
         self.addr_index = 0
         self.retry_at = 1  # ticks; due at once
@@ -225,15 +210,31 @@ class Bridge:
         self.held = ()  # the local session's filters at local_open (a removed rule's go)
         # Local packet ids acknowledged upstream while the local connection
         # was down: the broker sends them again (DUP), they are acked then.
-        self.owed_local = set()
+        # Value: whether a PUBREL that follows is completed here (settled).
+        self.owed_local = {}
+        # Local QoS 2 ids whose PUBREL is answered here: their upstream flow
+        # ended without a PUBREL (dead letter, sent at QoS 0/1), or its
+        # PUBCOMP came while the local connection was down.
+        self.settled = set()
         self.up_gen = 0
+        self.stalled = False
+        self.stalled_at = 0  # ticks the stall was seen
+        self.renew_at = 0  # ticks: reconnect then with new credentials (a SAS token), 0 never
+        self.renewing = False
+        self.paused = False  # by the operator (runner.pause): no connection upstream
+        self.stopping = False  # the runner stops (shutdown, removal)
         self.state_changed = True  # $SYS is due
         # figures for $SYS
         self.sent = 0  # messages the upstream acknowledged (QoS 0: written)
         self.received = 0  # messages from upstream stored here
         self.dead_lettered = 0
         self.dropped = 0  # QoS 0 ones going up while the upstream was away
+        self.faults = 0  # contained by the runner's supervisor
+        self.restarts = 0  # of the bridge by the supervisor
+        self.departed = 0  # messages of the local session handed on (acknowledged here; QoS 0: taken)
         self.last_error = ""
+        self.rate_mark = (0, 0)  # (ticks, sent) of the last rate figure
+        self.rate = 0  # messages acknowledged upstream per second, over the last sys interval
 
     # ------------------------------------------------------------ local side
 
@@ -241,9 +242,7 @@ class Bridge:
         """Whether the local session should be online: while the upstream is
         connected, and once at start (to create it and its subscriptions).
         Offline, its messages queue as any offline session's do (bounded by
-        the queue budget and queue_full); online with the upstream away,
-        they would pile up in an online subscriber's queue, and the broker
-        would hold the local publishers back."""
+        the queue budget and queue_full)."""
         return self.up.state == CONNECTED or not self.local_ready
 
     def sync_local(self):
@@ -257,11 +256,15 @@ class Bridge:
             self.local.disconnect()
         return False
 
-    def local_open(self, ms, held=()):
+    def local_open(self, ms, held=(), qos2_held=()):
         """The shell connected the in-memory handle: CONNECT. `held`: the
-        filters the local session is subscribed to now (the shell reads
-        them from the broker; none when it is new)."""
+        filters the local session is subscribed to now; `qos2_held`: the
+        QoS 2 ids it awaits a PUBREL for (the shell reads both from the
+        broker; none when it is new): released before a new message could
+        take one of those ids."""
         self.held = held
+        for pid in qos2_held:
+            self.local.release(pid, ms)
         self.local.connect(ms)
 
     def local_closed(self):
@@ -271,7 +274,8 @@ class Bridge:
 
     def _local_failed(self, why):
         self.local_lost = why
-        self.log(40, "bridge %s: local session ended: %s" % (self.name, why))
+        # (At shutdown the broker's DISCONNECT 0x8B is expected: no error.)
+        self.log(20 if self.stopping else 40, "bridge %s: local session ended: %s" % (self.name, why))
 
     def _local_connected(self, present):
         self.local_ready = True
@@ -282,7 +286,7 @@ class Bridge:
                 # does not go back up. Retain As Published keeps the flag;
                 # retained messages only when the subscription is new.
                 opts = r.qos | C.SUBOPT_NO_LOCAL | C.SUBOPT_RETAIN_AS_PUBLISHED | (C.RETAIN_HANDLING_SEND_IF_NEW << 4)
-                topics.append((r.local_prefix + r.pattern, opts))
+                topics.append((r.local, opts))
         if topics:
             self.local.subscribe(topics)
         # A rule removed from the configuration: its subscription goes (what
@@ -301,58 +305,88 @@ class Bridge:
 
     def _outbound(self, pkt):
         """A message from this broker to send up."""
+        pid = pkt.packet_id
+        if pkt.qos:
+            owed = self.owed_local.pop(pid, None)
+            if owed is not None:  # acknowledged upstream while the local connection was down
+                self._ack_local(pid, owed)
+                return
+            state = self.up.holds(pid)
+            if state == RECEIVED:  # its PUBREC came (the local one was lost with the connection)
+                self._ack_local(pid, False)
+                return
+            if state >= 0:
+                return  # sent again after a reconnect: the copy held goes up (its ack acks both)
         topic = pkt.topic
+        remote = None
         rule = None
         for r in self.rules:
-            if r.direction & OUT and topic_matches(r.local_prefix + r.pattern, topic):
+            remote = r.out_topic(topic)
+            if remote is not None:
                 rule = r
                 break
-        pid = pkt.packet_id
-        if pid in self.owed_local:  # acknowledged upstream already
-            self.owed_local.discard(pid)
-            self.local.ack(pid)
-            return
-        if pkt.dup and self._holding(pid):
-            return  # sent again after a reconnect: the copy held goes up (its ack acks both)
         if rule is None:  # queued for a rule since removed (its subscription went at start)
-            self._dead_letter(topic, "no rule sends it up any more")
-            self.local.ack(pid)
-            return
-        remote = rule.remote_prefix + topic[len(rule.local_prefix) :]
-        if self.profile == "nats" and ("." in remote or " " in remote):
-            # NATS maps "/" to "." in its subjects and closes the connection
-            # for a topic with "." or " ": never sendable.
-            self._dead_letter(remote, "NATS cannot take a topic with '.' or ' '")
-            self.local.ack(pid)
+            self._refuse(pkt, topic, "no rule sends it up any more")
             return
         qos = pkt.qos
         if qos > rule.qos:
             qos = rule.qos
         if qos > self.max_qos:
             qos = self.max_qos
+        retain = pkt.retain and rule.retain and self.profile.retain
+        why = self.profile.refusal(remote, pkt.payload, self.up)
+        if why is not None:
+            self._refuse(pkt, remote, why)
+            return
         props = None
         if pkt.props:
             props = [p for p in pkt.props if p[0] not in _HOP_PROPS]
-        retain = pkt.retain and rule.retain
         if not pkt.qos:
+            self.departed += 1
             if self.up.publish(remote, pkt.payload, 0, retain, props):
                 self.sent += 1
             else:
                 self.dropped += 1  # QoS 0 while the upstream is away
             return
-        # The token is the local packet id: the session keeps it across
-        # local connections [MQTT-4.4.0-1], so an ack after a reconnect still
-        # names the same message.
-        self.up.publish(remote, pkt.payload, qos, retain, props, pid)
-        self.up.pump()
+        # The token is the local packet id, and its upstream packet id too:
+        # the session keeps it across local connections and restarts
+        # [MQTT-4.4.0-1], so an ack after a reconnect still names the same
+        # message, here and upstream.
+        m = self.up.publish(remote, pkt.payload, qos, retain, props, pid)
+        m.dup = pkt.dup  # sent before, maybe by us before a restart
+        self.up.pump(self.local.now)
 
-    def _holding(self, pid):
-        """Whether the upstream client holds local message `pid`, not yet acknowledged upstream."""
-        for lst in (self.up.queue, self.up.inflight):
-            for m in lst:
-                if m.token == pid and m.state != RELEASED:
-                    return True
+    def _refuse(self, pkt, topic, why):
+        """Dead-letter a local message (acknowledged here: it never goes up)."""
+        self._dead_letter(topic, why)
+        if pkt.qos:
+            self._ack_local(pkt.packet_id, True)
+        else:
+            self.departed += 1
+
+    def _ack_local(self, pid, settle):
+        """Ack local message `pid`; `settle`: a PUBREL that follows is completed
+        here (its upstream flow has no PUBREL). False when the local connection
+        is down (the ack is owed)."""
+        local = self.local
+        if settle and local.incoming.get(pid) == 2:
+            self.settled.add(pid)
+        if local.ack(pid):
+            self.departed += 1
+            return True
+        self.owed_local[pid] = settle
         return False
+
+    def _local_release(self, pid):
+        """The local broker's PUBREL (its store has the PUBREC): up it goes."""
+        up = self.up
+        if pid in self.settled or self.max_qos < 2 or up.server_max_qos < 2:
+            # Nothing to release upstream (and NATS would take a PUBREL for
+            # the QoS 2 it does not speak as a protocol error).
+            self.settled.discard(pid)
+            self.local.complete(pid)
+            return
+        up.release(pid, self.local.now, pid)
 
     def _delivered_up(self, token, reason):
         """The upstream acknowledged an outbound message (or refused it for good)."""
@@ -360,8 +394,15 @@ class Bridge:
             self._dead_letter("(local id %d)" % token, "the upstream refused it (reason 0x%02x)" % reason)
         else:
             self.sent += 1
-        if not self.local.ack(token):
-            self.owed_local.add(token)  # the local connection is down: acked when it comes again
+        # A QoS 2 flow upstream goes on with PUBREL: the local one with it.
+        self._ack_local(token, self.up.holds(token) != RECEIVED)
+
+    def _completed_up(self, token):
+        """The upstream's PUBCOMP: the local one."""
+        if self.local.state == CONNECTED:
+            self.local.complete(token)
+        else:
+            self.settled.add(token)  # its PUBREL comes again with the local connection
 
     def _dead_letter(self, topic, why):
         self.dead_lettered += 1
@@ -375,34 +416,48 @@ class Bridge:
 
     def next_address(self, ms):
         """The address ("host:port") to try now, or None before retry_at."""
-        if self.up.state != DISCONNECTED or self.close_wanted is not None:
+        if self.up.state != DISCONNECTED or self.close_wanted is not None or self.paused:
             return None
         if ticks_diff(ms, self.retry_at) < 0:
             return None
         self.address = self.addresses[self.addr_index]
         return self.address
 
-    def up_open(self, ms):
-        """The stream to `address` is open: CONNECT."""
+    def up_open(self, ms, wall=0):
+        """The stream to `address` is open: CONNECT. `wall`: the wall clock
+        (s since 1970; what a SAS token's expiry is counted in)."""
         self.up_gen = (self.up_gen + 1) & 0x3FFF
         self.close_wanted = None
-        self.up.connect(ms)
+        up = self.up
+        host = self.address[: self.address.rfind(":")].strip("[]")
+        up.username, up.password, lasts = self.profile.credentials(self.settings, host, wall)
+        # Renewed before it expires: a new connection at four fifths of its life.
+        self.renew_at = ticks_deadline(ms, lasts * 800) if lasts else 0
+        up.connect(ms)
         self._state()
 
     def up_failed(self, why, ms):
         """A connection attempt failed, or the stream ended: retry later."""
         was = self.reached
+        renewing = self.renewing
         self.reached = False
+        self.renewing = False
         self.up.connection_lost()
         self.close_wanted = None
         self.last_error = why
         if was:
             self.failures = 0
-            self.log(30, "bridge %s: connection to %s lost: %s" % (self.name, self.address, why))
+            # (a renewal is routine: not a warning)
+            level, word = (20, "ended") if renewing else (30, "lost")
+            self.log(level, "bridge %s: connection to %s %s: %s" % (self.name, self.address, word, why))
         else:
             self.log(30, "bridge %s: cannot connect to %s: %s" % (self.name, self.address, why))
             self.failures += 1
             self.addr_index = (self.addr_index + 1) % len(self.addresses)
+        self.back_off(ms)
+
+    def back_off(self, ms):
+        """The next attempt after the back-off for the failures so far."""
         delay = self.backoff_min_ms << min(self.failures, 16)
         if delay > self.backoff_max_ms:
             delay = self.backoff_max_ms
@@ -426,7 +481,7 @@ class Bridge:
                 opts = r.qos if r.qos <= self.max_qos else self.max_qos
                 if v5:
                     opts |= C.SUBOPT_NO_LOCAL | C.SUBOPT_RETAIN_AS_PUBLISHED
-                topics.append((r.remote_prefix + r.pattern, opts))
+                topics.append((r.remote, opts))
         if topics:
             self.up.subscribe(topics)
         self._state()
@@ -438,16 +493,17 @@ class Bridge:
     def _inbound(self, pkt):
         """A message from upstream to store here."""
         topic = pkt.topic
+        local = None
         rule = None
         for r in self.rules:
-            if r.direction & IN and topic_matches(r.remote_prefix + r.pattern, topic):
+            local = r.in_topic(topic)
+            if local is not None:
                 rule = r
                 break
         if rule is None:  # an upstream subscription of a rule since removed (kept by a resumed session)
             self._dead_letter(topic, "no rule brings it down any more (unsubscribe it upstream)")
             self.up.ack(pkt.packet_id)
             return
-        local = rule.local_prefix + topic[len(rule.remote_prefix) :]
         qos = pkt.qos
         if qos > rule.qos:
             qos = rule.qos
@@ -460,7 +516,7 @@ class Bridge:
         if pkt.qos:
             token = (self.up_gen << 16) | pkt.packet_id
         self.local.publish(local, pkt.payload, qos, pkt.retain and rule.retain, props, token)
-        self.local.pump()
+        self.local.pump(self.up.now)
 
     def _stored_locally(self, token, reason):
         """This broker acknowledged a message from upstream: ack it there."""
@@ -475,10 +531,36 @@ class Bridge:
 
     def tick(self, ms):
         """Both clients' timers; the next deadline (ticks, 0 none)."""
-        due = self.up.tick(ms)
+        up = self.up
+        due = up.tick(ms)
         due = ticks_sooner(due, self.local.tick(ms))
-        if self.up.state == DISCONNECTED and self.close_wanted is None:
+        if up.state == DISCONNECTED and self.close_wanted is None and not self.paused:
             due = ticks_sooner(due, self.retry_at)
+        if self.renew_at and up.state == CONNECTED:
+            if ticks_diff(ms, self.renew_at) >= 0:
+                self.renew_at = 0
+                self.renewing = True
+                self.close_wanted = "its credentials are renewed (a new SAS token)"
+            else:
+                due = ticks_sooner(due, self.renew_at)
+        stalled = up.stalled(ms)
+        if stalled != self.stalled:
+            self.stalled = stalled
+            if stalled:
+                self.stalled_at = ms
+                self.log(
+                    30,
+                    "bridge %s: %s stalled: no answer for %d s (%d message(s) in flight); dropped after %d s"
+                    % (self.name, self.address, ticks_diff(ms, up.waited_since) // 1000, len(up.inflight),
+                       up.ka_ms // 1000),
+                )  # fmt: skip
+            elif up.state == CONNECTED:
+                self.log(
+                    20,
+                    "bridge %s: %s answers again (stalled for %d s)"
+                    % (self.name, self.address, ticks_diff(ms, self.stalled_at) // 1000),
+                )
+            self._state()
         return due
 
     # --------------------------------------------------------------- figures
@@ -487,21 +569,54 @@ class Bridge:
         self.state_changed = True
 
     def state_name(self):
+        if self.paused and self.up.state == DISCONNECTED:
+            return "paused"
+        if self.stalled and self.up.state == CONNECTED:
+            return STALLED
         return STATE_NAMES[self.up.state]
 
-    def sys_values(self, queued, queued_bytes):
-        """(topic, text) for $SYS; `queued`/`queued_bytes`: the local session's queue (the shell reads it)."""
+    def health(self, ms):
+        """(in flight upstream, the upstream's window, s since the last upstream
+        ack or -1): the link's figures besides the counters."""
+        up = self.up
+        since = ticks_diff(ms, up.acked_at) // 1000 if up.acked_at else -1
+        return len(up.inflight), up.window_max, since
+
+    def update_rate(self, ms):
+        """The send rate since the last call (at least a second ago)."""
+        at, sent = self.rate_mark
+        elapsed = ticks_diff(ms, at)
+        if at and elapsed < 1000:
+            return
+        if at:
+            self.rate = (self.sent - sent) * 1000 // elapsed
+        self.rate_mark = (ms or 1, self.sent)
+
+    def sys_values(self, queued, queued_bytes, ms, oldest=-1):
+        """(topic, text) for $SYS; `queued`/`queued_bytes`: the local session's
+        queue, `oldest`: the age in s of its oldest message (-1 none: the
+        shell reads them)."""
         base = SYS_PREFIX + self.name + "/"
         up = self.up
+        inflight, window, since = self.health(ms)
+        self.update_rate(ms)
         return [
             (base + "state", self.state_name()),
             # (an empty retained payload would clear the topic: "-" for none)
             (base + "address", self.address if up.state == CONNECTED else "-"),
-            (base + "queued", str(queued + up.pending())),
+            (base + "queued", str(queued + len(up.queue))),
             (base + "queued_bytes", str(queued_bytes)),
+            (base + "oldest_queued_age", str(oldest) if oldest >= 0 else "-"),
+            (base + "inflight", str(inflight)),
+            (base + "inflight_max", str(window) if up.state == CONNECTED else "-"),
+            (base + "last_ack_age", str(since) if since >= 0 else "-"),
+            (base + "send_rate", str(self.rate)),
             (base + "sent", str(self.sent)),
             (base + "received", str(self.received)),
             (base + "dead_lettered", str(self.dead_lettered)),
             (base + "dropped", str(self.dropped)),
+            (base + "retried", str(up.retried)),
+            (base + "faults", str(self.faults)),
+            (base + "restarts", str(self.restarts)),
             (base + "last_error", self.last_error or "-"),
         ]

@@ -1,4 +1,4 @@
-"""A bridge's local connection through the driver: what both shells share.
+"""A bridge's local connection through the driver (the Runner's, runner.py).
 
 Theory of operation
 -------------------
@@ -9,21 +9,67 @@ between the Bridge (bridge.py) and the driver (common/driver.py, handed in:
 this module imports neither the driver nor a shell):
 
 - what the driver writes to the handle goes into the bridge's local client
-  at once (this runs inside the driver's flush), and the shell is asked to
-  `pump()` soon (its `wake` callable): never re-entering the driver;
+  at once (this runs inside the driver's flush), and the runner is asked
+  to `pump()` soon (its `wake` callable): never re-entering the driver;
 - `pump()` opens or ends the local connection as the bridge wants
   (Bridge.sync_local), feeds the local client's output into
-  driver.data_received, returns the upstream client's output for the shell
-  to write, and publishes $SYS/broker/bridge/<name>/... at a state change;
+  driver.data_received, returns the upstream client's output for the
+  runner to write, and publishes $SYS/broker/bridge/<name>/... at a state
+  change;
 - a local connection the broker ended (a takeover of its client id ...) is
-  opened again one second later, not at once (two could take turns).
-
-The shells run two loops per bridge: one connects and reads the upstream
-stream (Bridge.next_address, up_open, up.data_received, up_failed), the
-other waits for `wake` or the next deadline (Bridge.tick) and pumps.
+  opened again one second later, not at once (two could take turns);
+- `sample()` notes how many messages have arrived in the local session so
+  far (Arrivals), so that the age of the oldest one still waiting can be
+  told without a timestamp per message.
 """
 
+from common.broker.delivery import RELEASED
 from common.compat import ticks_deadline, ticks_diff
+
+ARRIVAL_SAMPLES = 32  # (ms, count) pairs kept: halved in resolution when full
+
+
+class Arrivals:
+    """When the n-th message arrived in a FIFO queue, roughly: samples of the
+    count of arrivals so far, at most one a second, thinned (every other one
+    dropped) when full, so they span any time with ARRIVAL_SAMPLES pairs.
+    The queue's head is arrival number departed + 1; the first sample whose
+    count reaches it was taken after it came (its age is at least that old)."""
+
+    def __init__(self):
+        self.times = []
+        self.counts = []
+        self.step_ms = 1000  # samples closer than this replace the last one
+
+    def note(self, ms, count):
+        times = self.times
+        counts = self.counts
+        if counts and counts[-1] >= count:
+            return  # nothing arrived since the last sample
+        if len(times) >= 2 and ticks_diff(ms, times[-2]) < self.step_ms:
+            # Within a step of the one before: the last sample moves on (a
+            # later bound for what it counts, never a wrong one).
+            times[-1] = ms
+            counts[-1] = count
+            return
+        times.append(ms)
+        counts.append(count)
+        if len(times) > ARRIVAL_SAMPLES:
+            # Keep the first (the oldest known) and every other one after it,
+            # the last among them; then twice the step.
+            keep = range(2, len(times), 2)
+            self.times = [times[0]] + [times[i] for i in keep]
+            self.counts = [counts[0]] + [counts[i] for i in keep]
+            self.step_ms *= 2
+
+    def age(self, ms, n):
+        """Seconds since arrival number `n` (at least), 0 when not sampled yet."""
+        counts = self.counts
+        for i in range(len(counts)):
+            if counts[i] >= n:
+                # Arrived after sample i-1 and by sample i: the lower bound.
+                return ticks_diff(ms, self.times[i]) // 1000
+        return 0
 
 
 class Link:
@@ -38,6 +84,7 @@ class Link:
         self.held = False  # the driver does not read us (pause_reading)
         self.paused_until = 0  # ticks: no local connection before then (0 none)
         self.stopping = False
+        self.ages = Arrivals()
 
     # ------------------------------------------------ the driver's handle
 
@@ -122,7 +169,10 @@ class Link:
             return
         self.cid = cid
         session = self.driver.broker.sessions.find(b.local.client_id)
-        b.local_open(self.ticks_ms(), list(session.subs) if session is not None else ())
+        if session is None:
+            b.local_open(self.ticks_ms())
+        else:
+            b.local_open(self.ticks_ms(), list(session.subs), list(session.qos2_in))
 
     def next_deadline(self):
         """The bridge's timers (run now) and a paused local connection: ticks, 0 none."""
@@ -133,18 +183,45 @@ class Link:
 
     # ----------------------------------------------------------------- $SYS
 
+    def drop(self):
+        """End the local connection now (the runner restarts the bridge)."""
+        if self.cid >= 0:
+            cid = self.cid
+            self.cid = -1
+            self.lost = -1
+            self.driver.connection_lost(cid)
+            self.flush()
+
     def queued(self):
-        """(messages, bytes) waiting in the bridge's local session."""
+        """(messages, bytes, held) of the bridge's local session: waiting in
+        its queue, and handed to the bridge not yet acknowledged."""
         session = self.driver.broker.sessions.find(self.bridge.local.client_id)
         if session is None or session.queue is None:
-            return 0, 0
-        return session.queue.count, session.queued_bytes
+            return 0, 0, 0
+        held = 0
+        for d in session.inflight:
+            if d.state() != RELEASED:  # (a released one was acknowledged: departed)
+                held += 1
+        return session.queue.count, session.queued_bytes, held
+
+    def sample(self, ms):
+        """Note the local session's arrivals so far (the age of its oldest message)."""
+        queued, _, held = self.queued()
+        self.ages.note(ms, self.bridge.departed + queued + held)
+
+    def oldest_age(self, ms):
+        """The age (s) of the oldest message the bridge has not handed on, -1 none."""
+        queued, _, held = self.queued()
+        if not queued and not held:
+            return -1
+        return self.ages.age(ms, self.bridge.departed + 1)
 
     def publish_sys(self):
         """$SYS/broker/bridge/<name>/... now (retained QoS 0)."""
         broker = self.driver.broker
-        queued, queued_bytes = self.queued()
+        queued, queued_bytes, _ = self.queued()
+        ms = self.ticks_ms()
         now = self.driver.now
-        for topic, text in self.bridge.sys_values(queued, queued_bytes):
+        for topic, text in self.bridge.sys_values(queued, queued_bytes, ms, self.oldest_age(ms)):
             broker.publish(topic, text.encode(), 0, True, now)
         self.flush()

@@ -24,11 +24,13 @@ KICKED = "disconnected by the administrator"
 def clients(broker):
     """One dict per connected client, in connection id order."""
     out = []
+    by_client = broker.stats.by_client  # the host's per-client figures, or None
     for conn in broker.connections.by_id:
         session = conn.session
         if conn.state != CONNECTED or session is None:
             continue
         peer = conn.peer
+        cid = conn.cid
         out.append(
             {
                 "client_id": session.client_id,
@@ -40,6 +42,10 @@ def clients(broker):
                 "queued": session.queue.count,
                 "queued_bytes": session.queued_bytes,
                 "subscriptions": len(session.subs),
+                # Wall time of its CONNECT, PUBLISH packets from it and to it (None: not counted).
+                "connected_since": by_client.since[cid] if by_client is not None else None,
+                "messages_in": by_client.received[cid] if by_client is not None else None,
+                "messages_out": by_client.sent[cid] if by_client is not None else None,
             }
         )
     return out

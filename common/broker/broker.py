@@ -113,6 +113,12 @@ class Stats:
         self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
         self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
         self.closed_out_of_memory = 0  # closed: handling their packet ran out of heap (MemoryError; boards)
+        # The host's per-client figures (cpython_host/client_figures.py, for
+        # the status page): lists `received` and `sent` indexed by
+        # connection id, `connected(cid)` when a CONNECT is accepted,
+        # `detached(client_id)` when a session loses its client. None on a
+        # board: a Connection holds no counter of its own (its RAM per client).
+        self.by_client = None
 
 
 # ------------------------------------------------------------ dispatch

@@ -108,6 +108,9 @@ def _write_publish(broker, conn, data, qos):
     out = broker.write(conn, data)
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
+    by_client = st.by_client
+    if by_client is not None:
+        by_client.sent[conn.cid] += 1
     return out
 
 

@@ -280,6 +280,9 @@ def accept(broker, conn, pkt, now, auth_out):
     conn.keep_alive = keep_alive
     conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
     conn.state = CONNECTED
+    by_client = broker.stats.by_client
+    if by_client is not None:
+        by_client.connected(conn.cid)
     if will is not None:
         session.will = will
     broker.listener.session_saved(session)
@@ -418,6 +421,9 @@ def detach(broker, conn, now, publish_will=True):
         return
     session.conn = None
     conn.session = None
+    by_client = broker.stats.by_client
+    if by_client is not None:
+        by_client.detached(session.client_id)
     if _has_shared(session):
         outbox.hand_over_shared(broker, session, now)
     if conn.state == CONNECTED and publish_will and session.will is not None:

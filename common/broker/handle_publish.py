@@ -43,6 +43,9 @@ def handle_publish(broker, conn, pkt, now):
     st = broker.stats
     st.messages_received += 1
     st.received_by_qos[qos] += 1
+    by_client = st.by_client
+    if by_client is not None:
+        by_client.received[conn.cid] += 1
     fwd = None
     expiry = 0
     if conn.level == C.LEVEL_5:

@@ -22,7 +22,7 @@
 # (route asks full_subscriber() before it keeps a client's QoS 1/2 message
 # at all, so the publisher is told). Every drop is counted and logged.
 
-from common.broker.delivery import RELEASED, SENT, SHARED
+from common.broker.delivery import QUEUED, RELEASED, SENT, SHARED
 from common.broker.egress import send_ack, send_publish
 from common.compat import const
 from common.mqtt import consts as C
@@ -99,6 +99,8 @@ def deliver(broker, session, msg, bits, tag, now):
     routing.queued_total += size + QUEUED_COST
     broker.listener.delivery_added(session, d)
     if conn is not None and (queue.count >= routing.high_count or session.queued_bytes >= routing.high_bytes):
+        if session.client_id in routing.unthrottled:
+            return 0  # a bridge's session: its queue is the uplink's buffer (only its budget applies)
         return BACKLOG  # an online subscriber falls behind (route throttles the publisher)
     return 0
 
@@ -453,18 +455,19 @@ def release_session_messages(broker, session):
     session.qos2_in = ()
 
 
-def restore_deliveries(broker, session, inflight, queued):
-    """The store's restore: a session's deliveries sent (SENT, RELEASED)
-    and queued, each list in its original order."""
-    session.inflight = inflight
-    n = len(queued)
-    if n > session.queue.cap:
+def restore_delivery(broker, session, d):
+    """The store's restore: one of a session's deliveries, each in its
+    original order: a sent one (SENT, RELEASED) to the inflight window, a
+    QUEUED one to the queue."""
+    if d.state() != QUEUED:
+        session.inflight.append(d)
+        return
+    queue = session.queue
+    if queue.count >= queue.cap:
         # max_queued_messages was lowered since they were stored: keep
-        # them all (they were acknowledged), in a ring that fits.
-        session.setup_queue(n, n)
-    routing = broker.routing
-    for d in queued:
-        session.queue.push(d)
-        size = d.msg.size()
-        session.queued_bytes += size
-        routing.queued_total += size + QUEUED_COST
+        # them all (they were acknowledged), past the queue's cap.
+        queue.cap = 2 * queue.cap or 1
+    queue.push(d)
+    size = d.msg.size()
+    session.queued_bytes += size
+    broker.routing.queued_total += size + QUEUED_COST

@@ -179,6 +179,7 @@ def _forward(broker, origin, topic, matches, frame):
     stamp = broker.routing.next_stamp()  # several filters of one session: one copy [MQTT-3.3.5-1]
     bound = broker.settings.max_out_buffer
     st = broker.stats
+    by_client = st.by_client
     for entry in matches:
         sess = entry.session
         if sess.route_stamp == stamp or (entry.no_local and sess.client_id == origin):
@@ -193,6 +194,8 @@ def _forward(broker, origin, topic, matches, frame):
             broker.write(conn, frame)
             st.messages_sent += 1
             st.sent_by_qos[0] += 1
+            if by_client is not None:
+                by_client.sent[conn.cid] += 1
 
 
 def _done(routing, matches):

@@ -38,6 +38,10 @@ class Routing:
         # session touched by the current message (next_stamp).
         self.matches = []
         self.stamp = 0
+        # Client ids whose backlog never throttles a publisher: the bridges'
+        # local sessions (common/bridge/runner.py), whose queue is the
+        # uplink's buffer, bounded by its own budget and queue_full.
+        self.unthrottled = []
         # The high-water mark: half of the queue limits, capped.
         count = settings.max_queued_messages // 2
         self.high_count = count if count < THROTTLE_COUNT else THROTTLE_COUNT

@@ -77,10 +77,9 @@ U32_MAX = 4294967295  # not a const: above the small-int range of 32-bit ports
 # ---------------------------------------------------------------------------
 # MQTT 5.0 reason codes (2.4): the ones Siskin sends, reads or tests by name.
 # Each name costs a board RAM (a global and its string), so the others are
-# only listed: 0x00-0x02 Granted QoS 0-2, 0x8A Banned, 0x91 Packet Identifier
-# in use, 0x96 Message rate too high, 0x99 Payload format invalid, 0x9C Use
-# another server, 0x9D Server moved, 0x9F Connection rate exceeded, 0xA0
-# Maximum connect time.
+# only listed: 0x00-0x02 Granted QoS 0-2, 0x8A Banned, 0x96 Message rate too
+# high, 0x99 Payload format invalid, 0x9C Use another server, 0x9D Server
+# moved, 0x9F Connection rate exceeded, 0xA0 Maximum connect time.
 # ---------------------------------------------------------------------------
 RC_SUCCESS = const(0x00)
 RC_NORMAL_DISCONNECTION = const(0x00)
@@ -105,6 +104,7 @@ RC_KEEP_ALIVE_TIMEOUT = const(0x8D)
 RC_SESSION_TAKEN_OVER = const(0x8E)
 RC_TOPIC_FILTER_INVALID = const(0x8F)
 RC_TOPIC_NAME_INVALID = const(0x90)
+RC_PACKET_IDENTIFIER_IN_USE = const(0x91)
 RC_PACKET_IDENTIFIER_NOT_FOUND = const(0x92)
 RC_RECEIVE_MAXIMUM_EXCEEDED = const(0x93)
 RC_TOPIC_ALIAS_INVALID = const(0x94)

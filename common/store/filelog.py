@@ -40,6 +40,13 @@
 # .compact is removed at the next open); after it, the complete new one.
 # Tombstones are not copied: the new file holds nothing older they could hide.
 #
+# Monitor (optional, the shell's, set before open_log): monitor.progress(
+# "scan", bytes read, file size) as the open reads the log (at its start,
+# every SCAN_STEP bytes and at its end), so the shell can say what long work
+# is going on. (The host hears of each compaction too, through a subclass
+# of its own that wraps rewrite(): cpython_host/storage.py; a board has no
+# monitor, and keeps no code for one.)
+#
 # Durability: sync() flushes and syncs the file; what was put before it
 # survives a power cut, what came after may be lost, whole records only.
 #
@@ -77,6 +84,7 @@ COMPACT_SUFFIX = ".compact"
 CORRUPT_SUFFIX = ".corrupt"
 DAMAGED_SUFFIX = ".damaged"
 _SMALL = const(512)  # records up to this size are encoded in one buffer, one write
+SCAN_STEP = const(1 << 20)  # bytes of log read between two progress reports of the open
 
 
 def dirname(path):
@@ -110,6 +118,7 @@ class FileLog:
         board: see _presize); 0 = it grows as keys come. `room`: zeros kept
         written ahead of the log (the host: see Room above); 0 = none."""
         self.fs = fs
+        self.monitor = None  # see Monitor above; set before open_log to hear of its scan
         self.path = path
         self.compact_min = compact_min
         self.compact_ratio = compact_ratio
@@ -159,19 +168,16 @@ class FileLog:
             return
         self._append(key, b"", True)
 
-    def items(self, prefix=b""):
+    def keys(self, prefix=b""):
+        """The keys starting with `prefix`, in file order (reading their values
+        in this order is sequential on the medium)."""
+        index = self.index
         found = []
-        for key in self.index:
+        for key in index:
             if key.startswith(prefix):
                 found.append(key)
-        # Read in file order: sequential on the medium.
-        found.sort(key=lambda k: self.index[k][0])
-        out = []
-        for key in found:
-            value = self.get(key)
-            if value is not None:
-                out.append((key, value))
-        return out
+        found.sort(key=lambda k: index[k][0])
+        return found
 
     def sync(self):
         if self._unsynced and self._af is not None:
@@ -294,8 +300,7 @@ class FileLog:
         """Compaction: live records to path.compact, sync, rename over the log."""
         fs = self.fs
         tmp = self.path + COMPACT_SUFFIX
-        keys = list(self.index)
-        keys.sort(key=lambda k: self.index[k][0])
+        keys = self.keys()  # in file order
         out = fs.open(tmp, "wb")
         new_index = {}
         pos = FILE_HEADER_SIZE

@@ -4,7 +4,7 @@
 # does; the code is here, apart, because it runs once: a board unloads it
 # after start-up (firmware/startup_only.py), so its code does not
 # stay in the heap. open_file_log makes and opens a FileLog; this module
-# uses its public side only (index, rewrite, open_append, zeros).
+# uses its public side only (index, monitor, rewrite, open_append, zeros).
 
 import struct
 
@@ -15,6 +15,7 @@ from common.store.filelog import (
     DAMAGED_SUFFIX,
     FILE_HEADER_SIZE,
     FILE_MAGIC,
+    SCAN_STEP,
     FileLog,
     dirname,
 )
@@ -71,7 +72,12 @@ def open_log(log):
             good = -1
         else:
             damaged = []
+            monitor = log.monitor
+            if monitor is not None:
+                monitor.progress("scan", 0, size)
             good = _scan(log, f, size, damaged)
+            if monitor is not None:
+                monitor.progress("scan", size, size)
             if damaged:
                 _set_aside(log, f, damaged)
             if good < size:
@@ -186,7 +192,12 @@ def _scan(log, f, size, damaged):
     """
     off = FILE_HEADER_SIZE
     index = log.index
+    monitor = log.monitor
+    report = SCAN_STEP
     while off < size:
+        if off >= report and monitor is not None:
+            monitor.progress("scan", off, size)
+            report = off + SCAN_STEP
         status, rsize, key, flags = _record_at(f, off, size)
         if status != _OK:
             # Trust a bad record's length only if a valid record (or the

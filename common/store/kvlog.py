@@ -101,7 +101,7 @@ _IOCTL_BLOCK_ERASE = const(6)
 class KVLog:
     """The persistent-store backend interface over a raw flash block device.
 
-    get / put / delete / items / sync / close, with counters user_bytes,
+    get / put / delete / keys / sync / close / len, with counters user_bytes,
     device_bytes, skipped (damaged records found), erases, compactions.
     """
 
@@ -177,14 +177,9 @@ class KVLog:
         old = self._index.pop(key)
         self.live_bytes -= old[2]
 
-    def items(self, prefix=b""):
-        out = []
-        for key in list(self._index):
-            if key.startswith(prefix):
-                value = self.get(key)
-                if value is not None:
-                    out.append((key, value))
-        return out
+    def keys(self, prefix=b""):
+        """The keys starting with `prefix` (a new list)."""
+        return [key for key in self._index if key.startswith(prefix)]
 
     def sync(self):
         # Every put/delete is on flash when it returns (writeblocks is

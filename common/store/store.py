@@ -4,7 +4,7 @@
 # (None, bool, int, str, bytes and lists of them) under a namespace byte and
 # a key. This module packs them, seals them and hands the bytes to a backend
 # (filelog.py on files, kvlog.py on raw flash) through its small interface:
-# get, put, delete, items(prefix), sync, close.
+# get, put, delete, keys(prefix), sync, close, len.
 #
 # Every record value starts with its schema version and flags:
 #
@@ -37,6 +37,7 @@ CHECK_KEY = b"K"
 CHECK_TEXT = "siskin key check"
 
 FLAG_ENCRYPTED = 1
+PROGRESS_STEP = const(4096)  # records between two progress reports of the restore
 _PLAIN = bytes([SCHEMA, 0])  # a plain record's schema and flags
 
 # Schema migrations: MIGRATIONS[v](full_key, value) returns the value of a
@@ -128,7 +129,11 @@ class Store:
     aad) / decrypt(nonce, data, aad) (common/crypto/aesgcm.py on MicroPython,
     cpython_host/crypto.py on CPython); `key_id` names the one new records
     use. With no keys the store is plain (CRC-checked by the backend only).
-    `log` is an optional callable(level, text).
+    `log` is an optional callable(level, text). `monitor`, optional (set by
+    storeboot.open_store), hears of the restore's progress:
+    monitor.progress("restore", records read, records in the store) every
+    PROGRESS_STEP records and at the end (the shell logs it and tells
+    systemd).
     """
 
     def __init__(self, backend, keys=None, key_id=0, log=None):
@@ -142,6 +147,9 @@ class Store:
         self.skipped = 0  # records that failed their check at restore
         self.errors = 0  # writes the backend refused (full, I/O error)
         self.syncs = 0  # sync() calls that had changes to make durable
+        self.monitor = None
+        self.read = 0  # records store_open.read_items has read (the restore's progress)
+        self.total = 0  # of how many: every record of the store, when the restore began
         if self.keys and key_id not in self.keys:
             raise StoreError("key id %d is not among the configured keys" % key_id)
 

@@ -22,12 +22,12 @@ def open_records(store, wipe=False):
             store.log(level, text)
     backend.notes = []  # said once; a board's heap need not keep the text
     if wipe:
-        for key, _value in backend.items(b""):
+        for key in backend.keys(b""):
             backend.delete(key)
     meta = backend.get(S.META_KEY)
     encrypted = bool(store.keys)
     if meta is None:
-        if backend.items(b""):
+        if len(backend):
             raise S.StoreError(
                 "the store has records but no meta record: it is not a Siskin store or it is damaged; "
                 "move it aside or start with --wipe-store to discard it"
@@ -95,18 +95,29 @@ def _check_key(store):
     return kid
 
 
-def read_items(store, ns):
-    """[(key without ns, value)] of a namespace; damaged records are skipped and counted."""
-    out = []
+def read_items(store, ns, by_key=False):
+    """Yield (key without ns, value) of a namespace; damaged records are skipped and
+    counted. Each record is read and unpacked when the loop asks for it: only
+    the keys are listed ahead (the backend's index already holds them)."""
+    backend = store.backend
+    keys = backend.keys(ns)
+    if by_key:
+        keys.sort()
     n = len(ns)
-    for full, raw in store.backend.items(ns):
+    monitor = store.monitor
+    for full in keys:
+        raw = backend.get(full)  # None: deleted meanwhile, or damaged (the backend counted it)
+        store.read += 1
+        if monitor is not None and store.read % S.PROGRESS_STEP == 0:
+            monitor.progress("restore", store.read, store.total)
+        if raw is None:
+            continue
         try:
             value = _open_record(store, full, raw)
         except (ValueError, IndexError, KeyError) as err:
             store.skip(full, err)
             continue
-        out.append((full[n:], value))
-    return out
+        yield full[n:], value
 
 
 def _open_record(store, full, raw):

@@ -11,13 +11,13 @@ from common.store.store import Store
 from common.store.store_open import open_records
 
 
-def open_store(backend, keys=None, make_aead=None, log=None, wipe=False):
+def open_store(backend, keys=None, make_aead=None, log=None, wipe=False, monitor=None):
     """The opened Store over `backend`; StoreError with advice if it cannot be used.
 
     `keys`: key id -> AES key (keytext.parse_keys, or keys derived from it), sealed
     with make_aead(key); None or empty: a plain store. The newest id
-    encrypts. `wipe` discards what the store holds. The backend is closed if
-    opening fails.
+    encrypts. `wipe` discards what the store holds. `monitor` hears of the
+    restore's progress (Store). The backend is closed if opening fails.
     """
     aeads = {}
     key_id = 0
@@ -27,6 +27,7 @@ def open_store(backend, keys=None, make_aead=None, log=None, wipe=False):
             if kid > key_id:
                 key_id = kid
     store = Store(backend, aeads, key_id, log)
+    store.monitor = monitor
     try:
         open_records(store, wipe)
     except BaseException:

@@ -1,6 +1,6 @@
 # An in-memory store backend for the persistence tests: the interface of
-# common/store/filelog.py and common/store/kvlog.py (get, put, delete, items, sync,
-# close), with a power cut that keeps exactly what was synced.
+# common/store/filelog.py and common/store/kvlog.py (get, put, delete, keys, sync,
+# close, len), with a power cut that keeps exactly what was synced.
 
 
 class MemKV:
@@ -23,9 +23,12 @@ class MemKV:
     def delete(self, key):
         self.data.pop(bytes(key), None)
 
-    def items(self, prefix=b""):
+    def keys(self, prefix=b""):
         n = len(prefix)
-        return [(k, v) for k, v in self.data.items() if k[:n] == prefix]
+        return [k for k in self.data if k[:n] == prefix]
+
+    def __len__(self):
+        return len(self.data)
 
     def sync(self):
         self.durable = dict(self.data)

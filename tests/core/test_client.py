@@ -11,9 +11,18 @@ from tests.core.harness import Harness
 from tests.core.wire import Recorder, Wire
 
 
+def made(rec, client_id, level=4, clean=True, **options):
+    """A Client with `options` set (its attributes)."""
+    client = Client(rec, client_id, level, clean)
+    for name, value in options.items():
+        assert hasattr(client, name), name
+        setattr(client, name, value)
+    return client
+
+
 def joined(h, level=4, clean=True, **kw):
     rec = Recorder()
-    client = Client(rec, "dev", level=level, clean_start=clean, **kw)
+    client = made(rec, "dev", level, clean, **kw)
     wire = Wire(h, client)
     client.connect(wire.ms())
     wire.settle()
@@ -57,7 +66,7 @@ class TestConnect(unittest.TestCase):
 
     def test_bridge_bit_on_the_level(self):
         rec = Recorder()
-        client = Client(rec, "b", level=4, bridge=True)
+        client = made(rec, "b", 4, bridge=True)
         client.connect(0)
         out = client.take_output()
         self.assertEqual(out[8], 0x84)  # "MQTT" level | 0x80 (Mosquitto's try_private)
@@ -161,7 +170,7 @@ class TestResume(unittest.TestCase):
             sub.subscribe("t/#", 2)
             rec = Recorder()
             kw = {"session_expiry": 100} if level == 5 else {}
-            client = Client(rec, "dev", level=level, clean_start=False, **kw)
+            client = made(rec, "dev", level, False, **kw)
             wire = Wire(h, client)
             client.connect(0)
             wire.settle()
@@ -183,7 +192,7 @@ class TestResume(unittest.TestCase):
     def test_lost_session_resends_as_new(self):
         h = Harness()
         rec = Recorder()
-        client = Client(rec, "dev", level=4, clean_start=True)
+        client = made(rec, "dev", 4, True)
         wire = Wire(h, client)
         client.connect(0)
         wire.settle()
@@ -239,7 +248,7 @@ class TestReceive(unittest.TestCase):
 class TestKeepAlive(unittest.TestCase):
     def test_ping_then_dead(self):
         rec = Recorder()
-        client = Client(rec, "x", keep_alive=10)
+        client = made(rec, "x", keep_alive=10)
         client.connect(0)
         client.data_received(encode_packet(Connack(False, 0), 4), 0)
         client.take_output()
@@ -259,7 +268,7 @@ class TestKeepAlive(unittest.TestCase):
 
     def test_connect_timeout(self):
         rec = Recorder()
-        client = Client(rec, "x", connect_timeout_ms=3000)
+        client = made(rec, "x", connect_timeout_ms=3000)
         client.connect(100)
         self.assertEqual(client.tick(200), 3100)
         client.tick(3100)

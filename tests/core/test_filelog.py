@@ -6,11 +6,11 @@ tests/host/test_filelog_posix.py runs it on real files."""
 
 import unittest
 
-from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE
+from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
 from common.store.filelog_open import open_file_log
 from common.store.kvrecord import OVERHEAD, StoreFull
 from tests.core.flashsim import PowerCut, XorShift
-from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
+from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete, items
 from tests.core.memfs import MemFS
 from tests.core.test_kvlog import churn, value_for
 
@@ -103,7 +103,7 @@ class TestFileLogBasics(unittest.TestCase):
         kv.sync()
         self.fs.names[PATH].data.extend(bytes(40))  # length grew, data never came
         kv2 = open_file_log(self.fs, PATH)
-        self.assertEqual(kv2.items(), [(b"a", b"kept")])
+        self.assertEqual(items(kv2), [(b"a", b"kept")])
         kv2.put(b"b", b"next")
         kv2.sync()
         self.assertEqual(open_file_log(self.fs, PATH).get(b"b"), b"next")
@@ -127,6 +127,43 @@ class TestFileLogBasics(unittest.TestCase):
         kv3 = open_file_log(self.fs, PATH)
         self.assertEqual(kv3.skipped, 0)
         self.assertEqual(kv3.get(b"d"), b"four")
+
+    def test_monitor_hears_the_scan(self):
+        # The shell says what long work goes on (cpython_host/store_monitor.py):
+        # the open's reading of the log, in bytes, at its start, every
+        # SCAN_STEP bytes and at its end. (Compactions: the host's own
+        # FileLog, tests/host/test_store_monitor.py.)
+        from common.store import filelog_open
+
+        # A step of 4 KiB instead of 1 MiB: the log fits a MicroPython heap.
+        step = filelog_open.SCAN_STEP
+        filelog_open.SCAN_STEP = SCAN_STEP = 4096
+        self.addCleanup(setattr, filelog_open, "SCAN_STEP", step)
+        value = b"v" * 100
+        count = 3 * SCAN_STEP // (OVERHEAD + 4 + len(value)) + 10
+        writer = open_file_log(self.fs, PATH, compact_min=1 << 30)  # a log three times its live bytes
+        for i in range(count):
+            writer.put(b"k%03d" % (i % 40), value)
+        writer.close()
+        calls = []
+
+        class Monitor:
+            def progress(self, phase, done, total):
+                calls.append((phase, done, total))
+
+        kv = FileLog(self.fs, PATH)
+        kv.monitor = Monitor()  # before the open, to hear of its scan
+        filelog_open.open_log(kv)
+        size = kv.file_size
+        self.assertTrue(size > 3 * SCAN_STEP)
+        scan = [c for c in calls if c[0] == "scan"]
+        self.assertEqual(scan[0], ("scan", 0, size))
+        self.assertEqual(scan[-1], ("scan", size, size))
+        self.assertTrue(all(total == size for _phase, _done, total in scan))
+        done = [d for _phase, d, _total in scan[1:-1]]  # every SCAN_STEP bytes, at a record's start
+        self.assertTrue(len(done) >= 2 and done[0] >= SCAN_STEP and done[-1] < size)
+        for i in range(1, len(done)):
+            self.assertTrue(SCAN_STEP <= done[i] - done[i - 1] < SCAN_STEP + OVERHEAD + 4 + len(value))
 
     def test_leftover_compact_file_removed(self):
         self.kv.put(b"a", b"1")
@@ -158,7 +195,7 @@ class TestFileLogBasics(unittest.TestCase):
                 self.assertEqual(kv.get(k), model[k])
             kv.sync()
             kv = open_file_log(self.fs, "/data/churn.log", compact_min=2048)
-            self.assertEqual(dict(kv.items()), model)
+            self.assertEqual(dict(items(kv)), model)
         self.assertLess(self.fs.size("/data/churn.log"), 2 * (FILE_HEADER_SIZE + kv.live_bytes) + 2048)
 
     def test_store_full_with_max_bytes(self):
@@ -195,7 +232,7 @@ class TestFileLogBasics(unittest.TestCase):
             % (kv.user_bytes, kv.device_bytes, wa, kv.compactions)
         )
         self.assertLess(wa, 1.5)
-        self.assertEqual(dict(open_file_log(self.fs, "/data/wa.log").items()), model)
+        self.assertEqual(dict(items(open_file_log(self.fs, "/data/wa.log"))), model)
 
 
 class TestFileLogRoom(unittest.TestCase):
@@ -215,14 +252,14 @@ class TestFileLogRoom(unittest.TestCase):
         kv.delete(b"a")
         kv.sync()
         kv2 = open_file_log(self.fs, PATH, room=100)
-        self.assertEqual(kv2.items(), [(b"b", b"2" * 50)])
+        self.assertEqual(items(kv2), [(b"b", b"2" * 50)])
         self.assertEqual((kv2.torn, kv2.skipped, kv2.notes, kv2.compactions), (0, 0, [], 0))
         self.assertEqual(kv2.file_size, kv.file_size)  # appends go on where the log ended
         kv2.put(b"c", b"3")
         kv2.sync()
         # Without room, the zeros are dropped by a rewrite, silently.
         kv3 = open_file_log(self.fs, PATH)
-        self.assertEqual(sorted(kv3.items()), [(b"b", b"2" * 50), (b"c", b"3")])
+        self.assertEqual(sorted(items(kv3)), [(b"b", b"2" * 50), (b"c", b"3")])
         self.assertEqual((kv3.torn, kv3.notes), (0, []))
         self.assertEqual(self.fs.size(PATH), kv3.file_size)
 
@@ -237,7 +274,7 @@ class TestFileLogRoom(unittest.TestCase):
         for i in range(start + 9, kv.file_size):  # a prefix written, then the old zeros
             data[i] = 0
         kv2 = open_file_log(self.fs, PATH, room=200)
-        self.assertEqual(kv2.items(), [(b"a", b"kept")])
+        self.assertEqual(items(kv2), [(b"a", b"kept")])
         self.assertEqual(kv2.torn, 9)
         self.assertEqual(len(kv2.notes), 1)
         self.assertEqual(self.fs.size(PATH), start + 200)  # rewritten, with its room

@@ -11,7 +11,7 @@ from common.store import kvrecord
 from common.store.kvlog import SECTOR_HEADER_SIZE, KVLog
 from common.store.kvrecord import ERASED, INVALID, OVERHEAD, StoreFull
 from tests.core.flashsim import FlashSim, PowerCut, XorShift
-from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete
+from tests.core.kv_contract import check_items_prefix, check_put_get_overwrite_delete, items
 
 
 def value_for(i, size):
@@ -171,7 +171,7 @@ class TestKVLogBasics(unittest.TestCase):
         kv.delete(stored[1])
         kv.put(b"one more", value)
         kv2 = KVLog(self.dev)
-        self.assertEqual(len(kv2.items()), len(stored) - 1)
+        self.assertEqual(len(items(kv2)), len(stored) - 1)
         self.assertEqual(kv2.get(b"one more"), value)
 
     def test_too_small_device_refused(self):
@@ -185,7 +185,7 @@ class TestKVLogBasics(unittest.TestCase):
         model = {}
         churn(kv, model, 600, 20, 150, seed=7)
         kv2 = KVLog(dev, prog_size=256)
-        self.assertEqual(dict(kv2.items()), model)
+        self.assertEqual(dict(items(kv2)), model)
 
     def test_damaged_record_skipped_on_mount(self):
         kv = self.kv
@@ -214,7 +214,7 @@ class TestKVLogCompaction(unittest.TestCase):
             for k in model:
                 self.assertEqual(kv.get(k), model[k])
             kv = KVLog(dev)  # reopen between rounds
-            self.assertEqual(dict(kv.items()), model)
+            self.assertEqual(dict(items(kv)), model)
         self.assertGreater(sum(dev.erase_counts), 20)
 
     def test_wear_is_spread_evenly(self):
@@ -227,7 +227,7 @@ class TestKVLogCompaction(unittest.TestCase):
         self.assertEqual(counts, dev.erase_counts)
         self.assertGreater(min(counts), 5)
         self.assertLessEqual(max(counts) - min(counts), 1)
-        self.assertEqual(dict(kv.items()), model)
+        self.assertEqual(dict(items(kv)), model)
 
     def test_write_amplification(self):
         # The figure in docs/persistence-backends.md: 10,000 put/delete of
@@ -245,7 +245,7 @@ class TestKVLogCompaction(unittest.TestCase):
         self.assertLess(wa, 1.6)
         counts = kv.erase_counts()
         self.assertLessEqual(max(counts) - min(counts), 1)
-        self.assertEqual(dict(KVLog(dev).items()), model)
+        self.assertEqual(dict(items(KVLog(dev))), model)
 
 
 class TestKVLogTornErase(unittest.TestCase):

@@ -20,6 +20,7 @@ from common.store.store import Store
 from common.store.store_open import open_records
 from tests.core.flashsim import FlashSim, XorShift
 from tests.core.harness import Harness
+from tests.core.kv_contract import items
 from tests.core.memfs import MemFS
 
 PATH = "/data/siskin.log"
@@ -252,7 +253,7 @@ class TestKVLogDamage(Damage, unittest.TestCase):
         raise AssertionError("no record is followed by another in its sector")
 
     def kept(self, kv):
-        return b"".join(v for k, v in kv.items(DAMAGED_PREFIX))
+        return b"".join(v for k, v in items(kv, DAMAGED_PREFIX))
 
     def test_unreadable_partition_is_said_at_error_level(self):
         rng = XorShift(9)

@@ -615,6 +615,16 @@ class Publisher:
             return
 
 
+def offline_subscriber(broker: BrokerProcess, client_id: str, topic_filter: str, qos: int = 1) -> None:
+    """A persistent subscriber (3.1.1 clean session 0) to `topic_filter`, then gone:
+    what is published to it from here on queues for it."""
+    sub = RawClient(broker.port)
+    assert sub.connect(client_id, clean=False)[1] == 0
+    assert sub.subscribe(topic_filter, qos) == qos
+    sub.send(DISCONNECT)
+    broker.wait_log(client_id + " disconnected")
+
+
 Drained = list[tuple[str, bytes, int, bool, int]]  # (topic, payload, qos, dup, packet id) of each PUBLISH
 
 

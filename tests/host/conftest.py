@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,16 @@ def clients() -> Iterator[list[Any]]:
     yield made
     for c in made:
         c.close()
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
+    """systemd's end: a unix datagram socket; its path goes into NOTIFY_SOCKET."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify"))
+    sock.settimeout(15)
+    yield sock
+    sock.close()
 
 
 def pypy_python() -> str:

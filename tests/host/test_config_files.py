@@ -127,12 +127,23 @@ def test_deploy_refuses_what_the_board_would_refuse(tmp_path: Path) -> None:
 # pools and what their flash store holds.
 
 HOST_FILES = [None, "boards/linux.toml", "boards/rpi.toml"]  # None: the built-in defaults
-BOARD_FILES = ["boards/esp32.json", "boards/rp2040_picow.json"]
-# The smallest store a board file is sized for: the 256 KiB raw flash
-# partition of docs/boards.md (4 KiB sectors, 2 kept in reserve). A littlefs
-# log (the default) holds more: the Pico W's 848 KiB file system leaves room
-# for twice this (the log compacts at twice its live data) beside the code.
-SMALLEST_STORE = (256 // 4 - 2) * (4096 - SECTOR_HEADER_SIZE)
+
+def raw_partition(kib: int) -> int:
+    """What a raw flash partition of `kib` KiB stores (4 KiB sectors, 2 kept in reserve)."""
+    return (kib // 4 - 2) * (4096 - SECTOR_HEADER_SIZE)
+
+
+# Each board file with the smallest store it is sized for and the largest
+# pools it may preallocate: the small boards' 256 KiB raw flash partition of
+# docs/boards.md (a littlefs log, the default, holds more: the Pico W's 848
+# KiB file system leaves room for twice this, the log compacting at twice its
+# live data, beside the code) and counts their heaps hold; the PSRAM module's
+# 1 MiB partition and a gateway's counts in its megabytes of heap.
+BOARD_FILES = {
+    "boards/esp32.json": (raw_partition(256), 64, 128),
+    "boards/rp2040_picow.json": (raw_partition(256), 64, 128),
+    "boards/esp32_psram.json": (raw_partition(1024), 256, 1024),
+}
 # Store bytes per queued copy beyond its topic and payload (message and
 # delivery records, encrypted), and per retained message beyond its data:
 # both well under what max_queued_total_bytes charges (QUEUED_COST).
@@ -161,15 +172,16 @@ def test_host_settings_bind_by_bytes_and_refuse(path: str | None) -> None:
 
 @pytest.mark.parametrize("path", BOARD_FILES)
 def test_board_settings_fit_their_store(path: str) -> None:
+    store, queued_cap, messages_cap = BOARD_FILES[path]
     limits = json.loads((REPO_ROOT / path).read_text())["limits"]
     s = new_settings(limits, path)
     assert s.queue_full == "refuse"
     # The preallocated counts stay the binding limits in RAM ...
-    assert s.max_queued_messages <= 64 and s.max_messages <= 128
+    assert s.max_queued_messages <= queued_cap and s.max_messages <= messages_cap
     # ... and the budget of all queues, which charges more per copy than the
     # store writes, keeps queues and retained messages inside the store.
     retained = s.max_retained_bytes + s.max_retained * STORE_OVERHEAD
-    assert s.max_queued_total_bytes + retained <= SMALLEST_STORE, (s.max_queued_total_bytes, retained, SMALLEST_STORE)
+    assert s.max_queued_total_bytes + retained <= store, (s.max_queued_total_bytes, retained, store)
     # It does not bind before the pools for small messages (the RAM table of docs/boards.md).
     queued = (s.max_messages - s.max_retained) * (QUEUED_COST + 128)
     assert s.max_queued_total_bytes >= queued

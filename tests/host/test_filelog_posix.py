@@ -16,6 +16,7 @@ from common.store.filelog_open import open_file_log
 from cpython_host.posix_fs import PosixFS
 from tests.conftest import REPO_ROOT
 from tests.core import test_store_damage
+from tests.core.kv_contract import items
 
 
 def test_put_sync_reopen(tmp_path: Path) -> None:
@@ -27,7 +28,7 @@ def test_put_sync_reopen(tmp_path: Path) -> None:
     kv.put(b"c", b"3")
     kv.close()
     kv2 = open_file_log(PosixFS(), path)
-    assert sorted(kv2.items()) == [(b"b", b"x" * 10000), (b"c", b"3")]
+    assert sorted(items(kv2)) == [(b"b", b"x" * 10000), (b"c", b"3")]
     assert kv2.skipped == 0
     kv2.close()
 
@@ -60,7 +61,7 @@ def test_leftover_compact_and_torn_tail(tmp_path: Path) -> None:
     assert os.path.getsize(path) == size
     kv2.put(b"b", b"after")
     kv2.close()
-    assert sorted(open_file_log(PosixFS(), path).items()) == [(b"a", b"kept"), (b"b", b"after")]
+    assert sorted(items(open_file_log(PosixFS(), path))) == [(b"a", b"kept"), (b"b", b"after")]
 
 
 WRITER = r"""
@@ -106,7 +107,7 @@ def test_reopen_after_killed_writer(tmp_path: Path) -> None:
         assert value is not None
         # Synced before the kill: at least that; never garbage.
         assert int(value) >= last
-        for _key, val in kv.items(b"junk/"):
+        for _key, val in items(kv, b"junk/"):
             assert val == b"j" * len(val)
         assert os.path.getsize(path) >= FILE_HEADER_SIZE
         kv.put(b"after", b"ok")

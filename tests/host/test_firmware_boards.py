@@ -100,7 +100,8 @@ def test_board_limits_leave_30_percent_and_room_for_the_largest_packet(tmp_path:
     for board, r in zip(boards, results, strict=True):
         limits = json.loads((REPO_ROOT / "boards" / f"{board}.json").read_text())["limits"]
         assert 0.95 * heap_bytes(BOARD_HEAPS[board]) <= r["heap"] <= heap_bytes(BOARD_HEAPS[board]), r
-        assert r["free"] >= 0.3 * r["heap"], r
+        # (On a real image: less what the Pico W image held beyond this port.)
+        assert r["free_real"] >= 0.3 * r["heap"], r
         assert r["clients"] == limits["max_connections"], r
         assert r["largest_publish"] == limits["max_packet_size"], r
         assert r["churn"] == 200, r

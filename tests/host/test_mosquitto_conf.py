@@ -176,19 +176,117 @@ def test_unsupported_option_is_named_with_its_line(tmp_path: Path) -> None:
         "# a bridge\n"
         "connection cloud\n"
         "address broker.example.com:1883\n"
-        "bridge_protocol_version mqttv311\n",
+        "topic # out 1\n"
+        "start_type lazy\n"
+        "bridge_psk 0123\n"
+        "mount_point site/\n",
     )
-    with pytest.raises(ConfigError, match=rf"^{conf}:3: 'connection' is not supported: bridges"):
+    with pytest.raises(ConfigError, match=rf"^{conf}:6: 'start_type' is not supported: lazy: Siskin's bridge"):
         convert(str(conf))
     # The command: exit 2, the same message, no TOML.
     proc = run_cli("convert-mosquitto-conf", str(conf))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert f"{conf}:3: 'connection' is not supported" in proc.stderr
+    assert f"{conf}:6: 'start_type' is not supported" in proc.stderr
     # --ignore-unsupported goes on and lists every one.
     conv = convert(str(conf), ignore_unsupported=True)
     assert conv.doc["listener"] == [{"host": "", "port": 1883}]
-    assert [n.split(": '")[0] for n in conv.notes] == [f"{conf}:{n}" for n in (3, 4, 5)]
-    assert f"{conf}:5: 'bridge_protocol_version' is not supported" in conv.notes[2]
+    assert conv.doc["bridge"][0]["addresses"] == ["broker.example.com:1883"]
+    assert [n.split(": '")[0] for n in conv.notes] == [f"{conf}:{n}" for n in (6, 7, 8)]
+    assert f"{conf}:7: 'bridge_psk' is not supported: TLS-PSK" in conv.notes[1]
+
+
+BRIDGE = """\
+listener 1883 127.0.0.1
+connection cloud
+addresses broker.example.com:8883 backup.example.com
+remote_clientid gw-7
+remote_username gw
+remote_password two words
+local_clientid gw-7-local
+bridge_cafile certs/ca.pem
+bridge_certfile certs/gw.crt
+bridge_keyfile certs/gw.key
+bridge_protocol_version mqttv50
+bridge_tls_version tlsv1.2
+cleansession true
+try_private false
+keepalive_interval 30
+restart_timeout 5
+start_type automatic
+notifications false
+local_username bridge
+idle_timeout 60
+topic sensors/# out 1 "" site7/
+topic cmd/+ in 2 local/ remote/
+topic "" both 0 status/gw remote/status/gw
+bridge_outgoing_retain false
+connection second
+address 10.0.0.2
+topic # in
+"""
+
+
+def test_bridges_are_converted(tmp_path: Path) -> None:
+    conf = write(tmp_path / "mosquitto.conf", BRIDGE)
+    conv = convert(str(conf))
+    cloud, second = conv.doc["bridge"]
+    certs = str(tmp_path / "certs")
+    assert {k: v for k, v in cloud.items() if k != "topic"} == {
+        "name": "cloud",
+        "addresses": ["broker.example.com:8883", "backup.example.com:1883"],
+        "client_id": "gw-7",
+        "username": "gw",
+        "password": "two words",
+        "local_client_id": "gw-7-local",
+        "cafile": f"{certs}/ca.pem",
+        "certfile": f"{certs}/gw.crt",
+        "keyfile": f"{certs}/gw.key",
+        "protocol": 5,
+        "clean_session": True,
+        "bridge_bit": False,
+        "keepalive": 30,
+        "backoff_min": 5.0,
+        "backoff_max": 5.0,
+    }
+    # bridge_outgoing_retain false: the retain flag cleared going up only ("both" split in two).
+    assert cloud["topic"] == [
+        {"pattern": "sensors/#", "direction": "out", "qos": 1, "local_prefix": "", "remote_prefix": "site7/", "retain": False},
+        {"pattern": "cmd/+", "direction": "in", "qos": 2, "local_prefix": "local/", "remote_prefix": "remote/"},
+        {"pattern": "", "direction": "out", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw", "retain": False},
+        {"pattern": "", "direction": "in", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw"},
+    ]  # fmt: skip
+    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0.
+    assert second["client_id"] == f"{socket.gethostname()}.second" and second["addresses"] == ["10.0.0.2:1883"]
+    assert second["topic"] == [{"pattern": "#", "direction": "in", "qos": 0}]
+    notes = "\n".join(conv.notes)
+    for option in ("bridge_tls_version", "notifications", "local_username", "idle_timeout"):
+        assert f"{option}" in notes
+    assert "$SYS/broker/bridge/cloud/state" in notes
+    # The TOML loads as Siskin's [[bridge]] (the certificate files need not exist to be checked).
+    out = tmp_path / "siskin.toml"
+    out.write_text(to_toml(conv, str(conf)))
+    bridges = load_config(str(out)).bridges
+    assert [b.name for b in bridges] == ["cloud", "second"] and len(bridges[0].topics) == 4
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("start_type once", "'start_type' is not supported: once: Siskin's bridge connects at start"),
+        ("bridge_insecure true", "'bridge_insecure' is not supported: Siskin's bridge always checks"),
+        ("bridge_identity gw", "'bridge_identity' is not supported: TLS-PSK"),
+        ("bridge_protocol_version mqttv31", "'bridge_protocol_version' is not supported: an MQTT 3.1 upstream"),
+        ("bridge_capath /etc/my-cas", "'bridge_capath' is not supported: a CA directory other than the system's"),
+        ("bridge_tls_version tlsv1.1", "'bridge_tls_version' is not supported: tlsv1.1"),
+        ("bridge_require_ocsp true", "'bridge_require_ocsp' is not supported: OCSP"),
+        ("bridge_bind_address 10.0.0.1", "'bridge_bind_address' is not supported"),
+        ("topic a/# sideways", "topic: direction 'sideways': wants out, in or both"),
+    ],
+)
+def test_bridge_refusals(tmp_path: Path, line: str, message: str) -> None:
+    conf = write(tmp_path / "m.conf", f"connection c\naddress h\ntopic # out\n{line}\n")
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        convert(str(conf))
 
 
 @pytest.mark.parametrize(
@@ -348,7 +446,7 @@ def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
 
 
 def test_command_line_refusals(tmp_path: Path) -> None:
-    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\nbridge_cafile /x\n")
+    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\nmount_point site/\n")
     both = run_cli("--mosquitto-conf", str(conf), "--config", str(conf))
     assert both.returncode == 2 and "give one of them" in both.stderr
     alone = run_cli("--ignore-unsupported")
@@ -356,7 +454,7 @@ def test_command_line_refusals(tmp_path: Path) -> None:
     # Running on a file with an option Siskin cannot honour: exit 2 before listening, naming the line.
     refused = run_cli("--mosquitto-conf", str(conf))
     assert refused.returncode == 2
-    assert f"config error: {conf}:2: 'bridge_cafile' is not supported" in refused.stderr
+    assert f"config error: {conf}:2: 'mount_point' is not supported" in refused.stderr
 
 
 def test_sighup_rereads_the_mosquitto_conf(tmp_path: Path) -> None:

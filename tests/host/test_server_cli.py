@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -111,10 +115,86 @@ def test_data_dir_created_and_store_opened(tmp_path: Path) -> None:
 
 
 def test_port_in_use(tmp_path: Path) -> None:
+    """The error names the process that holds the port (seen through /proc) and what to do."""
     with BrokerProcess(tmp_path / "first") as first:
         proc = run_cli("--port", str(first.port))
         assert proc.returncode == 1
-        assert f"cannot listen on 127.0.0.1:{first.port}" in proc.stderr
+        assert f"cannot listen on 127.0.0.1:{first.port}: " in proc.stderr
+        assert "address already in use" in proc.stderr.lower()
+        assert first.proc is not None
+        assert f"(pid {first.proc.pid}) listens on port {first.port}" in proc.stderr
+        assert "systemctl stop mosquitto" in proc.stderr and "--port" in proc.stderr
+
+
+def test_data_dir_without_write_permission_names_the_user(tmp_path: Path) -> None:
+    """The store's error says which user the broker runs as and how to give it the directory."""
+    # Under a directory anyone may enter (pytest's own are private to their user):
+    # the broker must find the data directory and fail to write into it.
+    top = Path(tempfile.mkdtemp(dir=tmp_path if os.geteuid() else "/tmp"))
+    top.chmod(0o755)
+    data = top / "data"
+    data.mkdir()
+    data.chmod(0o555 if os.geteuid() else 0o755)  # its owner (root) may write; the broker's user not
+    cmd = [sys.executable, "-m", "cpython_host", "--port", "0", "--data-dir", str(data)]
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    kw: dict[str, object] = {}
+    if os.geteuid() == 0:  # root may write anywhere: run as nobody, as a service user would be
+        # (with the system's Python: the venv's may live under /root, which nobody cannot enter)
+        if not os.access("/usr/bin/python3", os.X_OK):
+            pytest.skip("as root, the test runs the broker as nobody with /usr/bin/python3")
+        cmd[0] = "/usr/bin/python3"
+        user = "nobody"
+        nobody = pwd.getpwnam(user)
+        kw = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=20, **kw)  # type: ignore[call-overload]
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("siskin: ")]  # one line says it all
+    assert line.startswith(f"siskin: store in {data}: Permission denied")
+    assert f"Siskin runs as the user {user} (uid " in line
+    assert f"`sudo chown -R {user}: {data}`" in line
+    shutil.rmtree(top)
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["-c", "/etc/mosquitto/mosquitto.conf"], "--mosquitto-conf FILE"),
+        (["--config-file=/etc/mosquitto/mosquitto.conf"], "--mosquitto-conf FILE"),
+        (["-p", "1884"], "--port N"),
+        (["-v"], "--log-level debug"),
+        (["-d"], "contrib/systemd/siskin.service"),
+    ],
+)
+def test_mosquitto_habits_get_a_hint(args: list[str], hint: str) -> None:
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"siskin: {args[0]} is Mosquitto's option: ") and hint in line, line
+
+
+def test_unknown_command_lists_the_commands() -> None:
+    proc = run_cli("pasword", "x")
+    assert proc.returncode == 2
+    assert "no command 'pasword': did you mean 'siskin passwd'?" in proc.stderr
+    for name in ("serve", "passwd", "ctl", "convert-mosquitto-conf"):
+        assert name in proc.stderr
+
+
+def test_every_command_has_help_that_teaches() -> None:
+    from cpython_host.cli import COMMANDS
+
+    listed = run_cli("--help").stdout
+    for name, _, _, what in COMMANDS:
+        assert f"siskin {name}" in listed and what in listed  # siskin --help lists it
+        proc = run_cli(name, "--help")
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: siskin"), (name, proc.stderr)
+        assert len(proc.stdout.splitlines()) > 5, (name, proc.stdout)
+
+
+def test_serve_is_the_default_command(tmp_path: Path) -> None:
+    proc = run_cli("serve", "--version")
+    assert proc.returncode == 0 and proc.stdout == run_cli("--version").stdout
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

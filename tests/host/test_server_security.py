@@ -334,6 +334,32 @@ def test_passwd_command(tmp_path: Path) -> None:
     assert Users.parse(f.read_text(), str(f)).check("erin", b"four")
 
 
+def test_passwd_keeps_owner_group_and_mode(tmp_path: Path) -> None:
+    """docs/install.md gives the file to the group siskin (chgrp, chmod 640) so the service can
+    read it: a later `siskin passwd` must not take that away (it used to write root:root 0600)."""
+    import os
+
+    f = tmp_path / "pw"
+    siskin_passwd(f, "carol", "one", "-c")
+    assert f.stat().st_mode & 0o777 == 0o600  # a new file: only its owner reads it
+    if os.geteuid() == 0:
+        uid, gid = 1, 1  # daemon:daemon, anyone but root proves the owner is kept
+    else:
+        others = [g for g in os.getgroups() if g != os.getegid()]
+        if not others:
+            pytest.skip("needs root or a second group to hand the file to")
+        uid, gid = os.geteuid(), others[0]
+    os.chown(f, uid, gid)
+    os.chmod(f, 0o640)
+    siskin_passwd(f, "dave", "two")  # add
+    siskin_passwd(f, "carol", "three")  # change
+    proc = run_cli("passwd", "-D", str(f), "dave")  # delete
+    assert proc.returncode == 0, proc.stderr
+    st = f.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640)
+    assert [p.name for p in tmp_path.iterdir()] == ["pw"]  # no temporary file left
+
+
 def test_toml_rules_and_security_key_errors(tmp_path: Path) -> None:
     from cpython_host.config import ConfigError, load_config, load_security
 

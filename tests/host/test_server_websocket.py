@@ -460,6 +460,27 @@ def test_requests_that_are_not_websocket_upgrades_get_an_http_error(broker: Brok
     broker.wait_log(r"WebSocket upgrade refused: not an HTTP request \(an MQTT CONNECT")
 
 
+def test_a_wrong_path_is_answered_with_the_url_to_use(broker: BrokerProcess) -> None:
+    """A browser's address bar (a plain GET) or an MQTT.js URL without /mqtt: the 404's
+    body names the URL that serves MQTT, as the client reached the listener."""
+    port = broker.ports()[WS]
+    plain = http_exchange(port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    upgrade = http_exchange(
+        port,
+        f"GET /ws?x=1 HTTP/1.1\r\nHost: localhost:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: mqtt\r\n\r\n".encode(),
+    )
+    for answer, host, path in ((plain, "127.0.0.1", "/"), (upgrade, "localhost", "/ws")):
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 404 Not Found\r\n"), answer
+        assert f"path '{path}': this listener serves '/mqtt'".encode() in body
+        assert f"MQTT clients connect to ws://{host}:{port}/mqtt\n".encode() in body
+    # A Host that is not a plain name and port is not echoed: the listener's address instead.
+    odd = http_exchange(port, b"GET / HTTP/1.1\r\nHost: <script>\r\n\r\n")
+    assert b"<script>" not in odd and f"ws://127.0.0.1:{port}/mqtt".encode() in odd
+
+
 def test_the_upgrade_checks_path_subprotocol_and_origin(broker: BrokerProcess) -> None:
     def answer(port: int, **kw: Any) -> int:
         c = WsClient(broker.ports()[port], **kw)

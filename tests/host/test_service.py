@@ -17,7 +17,6 @@ import sys
 import time
 import tomllib
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,16 +28,6 @@ from tests.host.broker_proc import RawClient, run_cli, wait_until
 
 UNIT = REPO_ROOT / "contrib" / "systemd" / "siskin.service"
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-
-
-@pytest.fixture
-def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
-    """systemd's end: a unix datagram socket; its path goes into NOTIFY_SOCKET."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(tmp_path / "notify"))
-    sock.settimeout(15)
-    yield sock
-    sock.close()
 
 
 def fields(sock: socket.socket) -> dict[str, str]:
@@ -56,6 +45,9 @@ def ready_then_port(proc: subprocess.Popen[bytes], log: Path, notify: socket.soc
     """Wait for READY=1; the port the log names must accept at that moment."""
     try:
         msg = fields(notify)
+        while "READY" not in msg:  # a store's restore first says what it does (test_store_monitor.py)
+            assert msg["STATUS"].startswith("store: ") and msg["EXTEND_TIMEOUT_USEC"] == "30000000", msg
+            msg = fields(notify)
     except TimeoutError:
         proc.kill()
         raise AssertionError(f"no READY=1:\n{log.read_text()}") from None
@@ -163,25 +155,32 @@ def test_unit_file_verifies(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stderr.strip() == "", proc.stderr
 
 
+def source_copy(dest: Path) -> Path:
+    """What a wheel (or pipx) is made of, copied to `dest`: the two packages, pyproject.toml, README.md."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("common", "cpython_host"):
+        shutil.copytree(REPO_ROOT / name, dest / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, dest / name)
+    return dest
+
+
 def test_wheel_installs_the_siskin_command(tmp_path: Path, notify_socket: socket.socket) -> None:
     """python -m build makes a wheel (what pipx installs); in a fresh venv it
     gives the `siskin` command with every module, data file and dependency."""
     require("build", importlib.util.find_spec("build"), "pip install build==1.6.1 (make test does)")
     # A copy of what the wheel is made of, so the build leaves nothing in the tree;
     # plus a probe under cpython_host/web/, whose files must come along.
-    src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("common", "cpython_host"):
-        shutil.copytree(REPO_ROOT / name, src / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO_ROOT / name, src / name)
+    src = source_copy(tmp_path / "src")
     (src / "cpython_host" / "web" / "sub").mkdir(parents=True, exist_ok=True)
     (src / "cpython_host" / "web" / "sub" / "probe.css").write_text("/* probe */\n")
+    before = set(src.rglob("*"))
     built = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(src)],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert set(src.rglob("*")) == before  # nothing left in the tree (no siskin.egg-info/, build/)
     (wheel,) = (tmp_path / "dist").glob("siskin-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())

@@ -12,9 +12,11 @@ rare collision. The heap is capped as on a board (twice the board's heap:
 the unix port is 64-bit, its objects about twice as big, plus the code a
 board keeps frozen in flash); with
 `heap_report=S` the firmware prints "heap t=... free=... alloc=..." every S
-seconds, after a gc.collect(), which `heap_samples()` parses. `stop()` sends
-SIGINT (MicroPython's KeyboardInterrupt: a graceful stop) and returns the
-exit code.
+seconds, after a gc.collect(), which `heap_samples()` parses. `stop()`
+closes the firmware's stdin, which tests/upy/stop_on_eof.py (the script run,
+with the main.py after it) turns into a KeyboardInterrupt between bytecodes:
+the graceful stop of a board's Ctrl-C, not the SIGINT that can land inside a
+mutex (see that file). It returns the exit code.
 """
 
 from __future__ import annotations
@@ -22,10 +24,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from tools import procgroup
 # Pico W: 2 x its 210 KB (the image with Siskin frozen in, which its board file
 # is sized for) + ~190 KB of code that the image keeps in flash (from source here).
 PICOW_HEAP = "600K"
+STOP_ON_EOF = REPO_ROOT / "tests" / "upy" / "stop_on_eof.py"
 ESP32_HEAP = "220K"  # ESP32: ~110 KB (the code is frozen into flash there; see docs/boards.md)
 
 _HEAP = re.compile(r"^heap t=(\d+) free=(\d+) alloc=(\d+) (.*)$", re.M)
@@ -84,15 +85,9 @@ class UpyBrokerProcess(BrokerProcess):
             "host": "127.0.0.1",
             "log_level": log_level,
             "limits": limits or {},
-            # The unix port raises the KeyboardInterrupt of stop()'s SIGINT
-            # from the signal handler (MICROPY_ASYNC_KBD_INTR), wherever the
-            # C code is: inside a collection it leaves the heap locked
-            # ("MemoryError: heap is locked" instead of a graceful stop; 3
-            # stops in 4 right after traffic with gc_threshold on). A board's
-            # Ctrl-C is raised between bytecodes instead. So the venv's runs
-            # collect only when the heap is full unless a test asks for the
-            # boards' gc_threshold, and stop() lets a run that collects
-            # often go quiet first (the unix32 runs: the board files' value).
+            # The venv's runs collect only when the heap is full unless a
+            # test asks for the boards' gc_threshold (the unix32 runs: the
+            # board files' value).
             "server": {**({} if frozen_exe else {"gc_threshold": 0}), **(server or {}), "heap_report": heap_report},
             "storage": str(self.workdir / "siskin.store"),
             "storage_key_file": str(self.workdir / "siskin.key"),
@@ -100,18 +95,20 @@ class UpyBrokerProcess(BrokerProcess):
         }
         self.config_path = self.workdir / "siskin.json"
         self.config_path.write_text(json.dumps(device, indent=2))
-        self.collects_often = device["server"].get("gc_threshold", 1) != 0
 
     def start(self, timeout: float = 15.0) -> UpyBrokerProcess:
         exe = self.frozen_exe or micropython()
         env = dict(os.environ, MICROPYPATH=self.micropypath)
-        script, cwd = (["-m", "main"], self.workdir) if self.frozen_exe else ([str(self.main)], self.main.parent)
+        script, cwd = (["-m"], self.workdir) if self.frozen_exe else ([str(self.main)], self.main.parent)
+        script = [str(STOP_ON_EOF), *script]
         for _attempt in range(3):
             self.port = free_port()
             cmd = [exe, "-X", f"heapsize={self.heap}", *script, "--config", str(self.config_path)]
             cmd += ["--port", str(self.port)]
             with self.log_path.open("wb") as logf:
-                self.proc = procgroup.spawn(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+                self.proc = procgroup.spawn(
+                    cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT, env=env
+                )
             try:
                 wait_until(
                     lambda: "listening on" in self.log_text() or not self.alive(),
@@ -127,14 +124,16 @@ class UpyBrokerProcess(BrokerProcess):
                 break
         raise RuntimeError(f"firmware exited with {self.proc.returncode} at start:\n{self.log_text()}")
 
-    def stop(self, timeout: float = 15.0, sig: int = signal.SIGINT) -> int:
-        """SIGINT (a graceful stop), wait; the exit code."""
-        assert self.proc is not None
-        if self.alive() and self.collects_often:
-            # The collections of the last traffic end first (see __init__),
-            # the closes that linger (close_linger, 2 s) included.
-            time.sleep(2.5)
-        return super().stop(timeout, sig)
+    def stop(self, timeout: float = 15.0, sig: int = 0) -> int:
+        """A graceful stop (stdin closed: see the module's docstring), or `sig`;
+        wait; the exit code."""
+        assert self.proc is not None and self.proc.stdin is not None
+        if sig:
+            return super().stop(timeout, sig)
+        self.proc.stdin.close()
+        if not procgroup.stop(self.proc, timeout, 0):
+            raise RuntimeError(f"the firmware did not stop within {timeout} s of its stdin closing:\n{self.log_text()}")
+        return self.proc.returncode
 
     def __enter__(self) -> UpyBrokerProcess:
         return self.start()
