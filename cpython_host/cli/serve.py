@@ -64,7 +64,7 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             IoT, Azure IoT Hub, ...): name, addresses, client_id, credentials,
             TLS, protocol, profile "mqtt" | "nats" | "aws" | "azure" | "hosted",
             with [[bridge.topic]] rules: direction "out" | "in" | "both",
-            local + remote ("sensors/+/t" -> "site1/{1}/t") or pattern with
+            local + remote ("sensors/+/t" -> "site1/{{1}}/t") or pattern with
             local_prefix + remote_prefix, qos, retain. Outbound messages wait
             on disk while the upstream is away, never slowing a publisher
             (docs/bridge.md); state in $SYS/broker/bridge/<name>/ and
