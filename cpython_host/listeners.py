@@ -79,7 +79,7 @@ class Listening:
     def describe(self) -> str:
         """What the start-up log says of it."""
         cfg = self.config
-        kind = "plain MQTT"
+        kind = "plain MQTT" if self.hub is None else "plain MQTT (epoll hub)"
         if cfg.websockets:
             from cpython_host.websocket import url
 
@@ -122,7 +122,7 @@ async def open_listeners(server: BrokerServer) -> None:
     for listening in server.listening:
         cfg = listening.config
         try:
-            if listening.context is None and not cfg.websockets and epoll_hub.AVAILABLE:
+            if listening.context is None and not cfg.websockets and server.config.epoll_hub and epoll_hub.AVAILABLE:
                 # Plain MQTT: accepted and served by the host's own epoll.
                 if server.hub is None:
                     server.hub = epoll_hub.EpollHub(server, loop)
