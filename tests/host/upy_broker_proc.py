@@ -40,6 +40,10 @@ PICOW_HEAP = "600K"
 STOP_ON_EOF = REPO_ROOT / "tests" / "upy" / "stop_on_eof.py"
 ESP32_HEAP = "220K"  # ESP32: ~110 KB (the code is frozen into flash there; see docs/boards.md)
 
+# The shell's line once its socket listens ("listening on 0.0.0.0:1883 (MQTT ..."),
+# not the security warning before it ("listening on 0.0.0.0 (not loopback-only)
+# without users ..."), which a start that waited for "listening on" took for it.
+_LISTENING = re.compile(r"listening on \S+:\d+ \(MQTT")
 _HEAP = re.compile(r"^heap t=(\d+) free=(\d+) alloc=(\d+) (.*)$", re.M)
 
 
@@ -111,7 +115,7 @@ class UpyBrokerProcess(BrokerProcess):
                 )
             try:
                 wait_until(
-                    lambda: "listening on" in self.log_text() or not self.alive(),
+                    lambda: _LISTENING.search(self.log_text()) is not None or not self.alive(),
                     timeout,
                     "the firmware neither listened nor exited",
                 )
