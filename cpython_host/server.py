@@ -18,7 +18,10 @@ driver.tick() returns. The transport's write buffer has high/low water
 marks ([server] write_buffer_high/low): pause_writing/resume_writing become
 driver.set_paused (docs/host.md).
 
-The listeners (plain and TLS accept) are cpython_host/listeners.py's;
+Plain MQTT listeners are served without asyncio's transports, by
+cpython_host/epoll_hub.py: its PlainConnection is their handle, and the
+events of a connection both kinds share are BrokerServer's input, eof and
+lost. The listeners (plain and TLS accept) are cpython_host/listeners.py's;
 SIGHUP's reloads, reload.py's; running it all (signals, start-up lines,
 systemd), serve.py's. A websockets listener gives each socket a
 WebSocketClient (cpython_host/websocket.py): this ClientProtocol with
