@@ -347,6 +347,22 @@ def test_what_sys_counts_as_drops_is_on_the_page() -> None:
     assert not missing, f"docs/monitoring.md's status page table does not name {missing}"
 
 
+def test_the_page_names_each_element_once() -> None:
+    """status.js fills tables by id: a second element with the same id (two merged
+    versions of a table) would stay empty on the page, whatever the data."""
+    from html.parser import HTMLParser
+
+    ids: list[str] = []
+
+    class Ids(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            ids.extend(v for k, v in attrs if k == "id" and v)
+
+    Ids().feed((REPO_ROOT / "cpython_host" / "web" / "index.html").read_text())
+    assert "bridges" in ids and "clients" in ids
+    assert sorted({i for i in ids if ids.count(i) > 1}) == []
+
+
 def test_user_sees_their_own_and_no_buttons(gateway: Gateway) -> None:
     driver = gateway.page(USER)
     try:
