@@ -3,8 +3,7 @@
 PyPy interprets a function until it has run about 1,600 times, and its
 interpreter is slower than CPython's: a fresh PyPy broker's first 1,000
 connects cost it 240 µs of CPU each, a warm one's 50-80 (docs/benchmarks.md,
-"The connect path"; 180-210 after this warm-up, which compiles the core's
-paths but not the sockets' of the hub). The moment a broker meets the most
+"The connect path"; 180-210 after this warm-up). The moment a broker meets the most
 connects at once is just after it starts: every client of a restarted
 broker reconnects. So before the listeners open, `warm_up` runs the core
 through those paths in memory: connections of both protocol levels that
