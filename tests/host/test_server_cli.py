@@ -146,7 +146,14 @@ def test_data_dir_without_write_permission_names_the_user(tmp_path: Path) -> Non
         user = "nobody"
         nobody = pwd.getpwnam(user)
         kw = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=20, **kw)  # type: ignore[call-overload]
+        # ... and from a copy of the code nobody can read: the tree itself may lie under a
+        # directory only root enters (a clone in /root, or test-repeat's mkdtemp).
+        cwd = top / "src"
+        for package in ("common", "cpython_host"):
+            shutil.copytree(REPO_ROOT / package, cwd / package, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        cwd = REPO_ROOT
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, **kw)  # type: ignore[call-overload]
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("siskin: ")]  # one line says it all
