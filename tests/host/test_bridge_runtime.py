@@ -110,6 +110,15 @@ def test_sighup_picks_up_bridge_changes_without_losing_a_queued_message(
             os.kill(mosquitto.pid, signal.SIGCONT)
         assert drain(cloud_sub, n, 30) == [b"%d" % i for i in range(n)]  # the queue went on to the new one
         siskin.wait_log("bridge other: connected to", 15)
+
+        def cloud_acknowledged() -> bool:
+            # The consumer has them all once Mosquitto delivered them; the bridge's
+            # queue is empty only once Mosquitto's PUBACKs came back too.
+            listing = json.loads(ctl(siskin, "--json", "bridge", "list"))["bridges"]
+            (cloud,) = [b for b in listing if b["name"] == "cloud"]
+            return cloud["queued"] == 0 and cloud["inflight"] == 0
+
+        wait_until(cloud_acknowledged, 30, "the cloud bridge's queue never emptied")
         sighup(siskin, [other])
         siskin.wait_log(r"bridges: removed cloud; 0 queued message\(s\) of the removed dead-lettered")
         assert "Traceback" not in siskin.log_text()
