@@ -198,7 +198,7 @@ def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients
     # with its code frozen, as docs/boards.md asks for once the store and a
     # bridge run (400 KB + the ~195 KB of 64-bit code kept out of it): from
     # .mpy the margin is ~3 % and the store's writes can find no block.
-    from tests.host.upy_broker_proc import UpyBrokerProcess
+    from tests.host.upy_broker_proc import BRIDGE_HEAP, UpyBrokerProcess
 
     bridge = {
         "name": "cloud",
@@ -212,7 +212,7 @@ def test_firmware_bridge_both_ways(tmp_path: Path, mosquitto: Mosquitto, clients
     }
     cloud_sub = paho(mosquitto.port, clients, "consumer")
     cloud_sub.subscribe("edge1/#", 1)
-    with UpyBrokerProcess(tmp_path, heap="600K", device={"bridge": [bridge]}) as board:
+    with UpyBrokerProcess(tmp_path, heap=BRIDGE_HEAP, device={"bridge": [bridge]}) as board:
         board.wait_log("bridge cloud: connected to", 15)
         dev_sub = paho(board.port, clients, "dev-sub")
         dev_sub.subscribe("down/#", 1)

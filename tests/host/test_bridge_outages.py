@@ -152,12 +152,12 @@ def test_firmware_link_resets_nothing_lost(
     tmp_path: Path, link: LinkProxy, mosquitto: Mosquitto, clients: list[Paho]
 ) -> None:
     # The same runner on the board (firmware/bridge.py's runtime).
-    from tests.host.upy_broker_proc import UpyBrokerProcess
+    from tests.host.upy_broker_proc import BRIDGE_HEAP, UpyBrokerProcess
 
     bridge = board_bridge(link.port)
     cloud_sub = paho(mosquitto.port, clients, "consumer", clean=False)
     cloud_sub.subscribe("edge1/#", 2)
-    with UpyBrokerProcess(tmp_path / "board", heap="600K", device={"bridge": [bridge]}) as board:
+    with UpyBrokerProcess(tmp_path / "board", heap=BRIDGE_HEAP, device={"bridge": [bridge]}) as board:
         board.wait_log("bridge cloud: connected to", 15)
         dev = paho(board.port, clients, "dev")
         n = 0
