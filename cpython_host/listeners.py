@@ -30,8 +30,9 @@ from cpython_host.hints import explain_listen_failure
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 if TYPE_CHECKING:
+    from cpython_host.client_protocol import ClientProtocol
     from cpython_host.epoll_hub import EpollHub
-    from cpython_host.server import BrokerServer, ClientProtocol
+    from cpython_host.server import BrokerServer
 
 log = logging.getLogger("siskin.host")
 
@@ -76,14 +77,17 @@ class Listening:
         self.local = True  # bound to loopback addresses only (set once bound)
         self.name = f"{config.host}:{config.port}"  # the bound address once bound
 
+    def url(self) -> str:
+        """A websockets listener's URL, for the start-up log."""
+        path = self.config.path
+        return f"{'wss' if self.context is not None else 'ws'}://{self.name}{path or '/ (any path)'}"
+
     def describe(self) -> str:
         """What the start-up log says of it."""
         cfg = self.config
         kind = "plain MQTT" if self.hub is None else "plain MQTT (epoll hub)"
         if cfg.websockets:
-            from cpython_host.websocket import url
-
-            kind = f"MQTT over WebSocket at {url(self)}"
+            kind = f"MQTT over WebSocket at {self.url()}"
         if self.context is not None:
             tls = f"TLS ({'1.3' if cfg.tls_version == 'tlsv1.3' else '1.2'}+"
             if cfg.require_certificate:

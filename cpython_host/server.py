@@ -5,9 +5,9 @@ Theory of operation
 Every decision lives in the core: the Broker (common/broker/broker.py)
 makes the MQTT ones, the Driver (common/driver.py) those of the
 connection's life, common/turns.py the fairness between connections. This
-module moves bytes and time. Each accepted socket gets a `ClientProtocol`
-(asyncio.Protocol: callbacks, no streams, no per-read task), which is also
-the driver's handle for that connection (transport calls). Every read goes
+module moves bytes and time. A socket on asyncio's transports gets a
+`ClientProtocol` (cpython_host/client_protocol.py: callbacks, no streams,
+no per-read task), which is also the driver's handle for that connection. Every read goes
 through turns.input(); the shell flushes when it says so (as soon as an
 input is handled: libuv reads a readable socket up to 32 times in one go,
 and waiting for the end of the turn would let a firehose publisher pile
@@ -38,12 +38,11 @@ from typing import Any
 
 from common.driver import Driver
 from common.turns import Turns
+from cpython_host.client_protocol import ClientProtocol
 from cpython_host.config import HostConfig, Listener
 from cpython_host.epoll_hub import EpollHub
 from cpython_host.listeners import (
     Listening,
-    address,
-    certificate_identity,
     close_listeners,
     listeners_closed,
     open_listeners,
@@ -55,109 +54,6 @@ log = logging.getLogger("siskin.host")
 def ticks_ms() -> int:
     """The host's millisecond clock for the driver (it masks and wraps it)."""
     return int(time.monotonic() * 1000)
-
-
-class ClientProtocol(asyncio.Protocol):
-    """One accepted connection: asyncio's protocol and the driver's handle."""
-
-    __slots__ = ("accepted", "cid", "listening", "peer", "server", "transport")
-
-    def __init__(self, server: BrokerServer, listening: Listening, accepted: int | None = None) -> None:
-        self.server = server
-        self.listening = listening
-        self.accepted = accepted  # ticks_ms() of the accept, when it came before a TLS handshake
-        self.transport: Any = None
-        self.cid = -1
-        self.peer = "?"  # its address as text (for the log and the core), set at connection_made
-
-    # -------------------------------------------------------------- asyncio
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        server = self.server
-        # Kept as the one string the core's peer tuple holds too, not as
-        # asyncio's (host, port) tuple: 150 B less per connection.
-        self.peer = address(transport.get_extra_info("peername"))
-        identity = None
-        if self.listening.identity_field is not None:
-            identity = certificate_identity(self.listening, transport, self.peer)
-            if identity is None:
-                server.driver.tls_failed()  # the certificate gives no user name: refused as a handshake
-                transport.abort()  # type: ignore[attr-defined]
-                return
-        cid = server.driver.connection_made(self, (self.peer, identity, self.listening.local), self.accepted)
-        if cid < 0:
-            # Far beyond max_connections: not even a polite CONNACK.
-            log.warning("refused connection from %s: too many connections", self.peer)
-            self.transport.abort()
-            return
-        self.cid = cid
-        if self.accepted is not None:
-            # After a handshake the connect deadline can be less than the
-            # driver's one-second granularity away: let it arm the timer.
-            server.rearm_timer()
-        # No setsockopt(TCP_NODELAY) here: asyncio and uvloop both set it on
-        # every TCP transport they make (checked on both), and a connection
-        # storm pays for every system call.
-        transport.set_write_buffer_limits(server.write_high, server.write_low)  # type: ignore[attr-defined]
-        if server.debug:
-            certified = "" if identity is None else f" (certificate identity {identity!r})"
-            log.debug("connection #%d from %s opened%s", cid, self.peer, certified)
-
-    def data_received(self, data: bytes) -> None:
-        if self.cid >= 0:
-            self.server.input(self.cid, data)
-
-    def eof_received(self) -> bool:
-        # True: keep the transport open (input waits; closed after it).
-        return self.cid >= 0 and self.server.eof(self.cid, self.listening.context is None)
-
-    def pause_writing(self) -> None:
-        if self.cid >= 0:
-            self.server.driver.set_paused(self.cid, True)
-
-    def resume_writing(self) -> None:
-        if self.cid >= 0:
-            self.server.driver.set_paused(self.cid, False)
-            self.server.schedule_flush()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        cid = self.cid
-        if cid >= 0:
-            self.cid = -1
-            self.server.lost(cid, self.peer, exc)
-
-    # ------------------------------------------------ the driver's handle
-
-    def write(self, data: bytes) -> None:
-        # `data` is the core's output buffer, reused after the call: uvloop
-        # keeps a view of what it cannot send at once, so it gets a copy.
-        self.transport.write(bytes(data))
-
-    def half_close(self) -> None:
-        transport = self.transport
-        if transport.is_closing():
-            return
-        transport.resume_reading()  # read (and discard) until the peer's EOF
-        if transport.can_write_eof():
-            transport.write_eof()
-        else:  # TLS transports cannot half-close: close_notify, then close
-            transport.close()
-
-    def close(self) -> None:
-        self.transport.close()
-
-    def abort(self) -> None:
-        self.transport.abort()
-
-    def pending(self) -> int:
-        return int(self.transport.get_write_buffer_size())
-
-    def pause_reading(self) -> None:
-        self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self.transport.resume_reading()
 
 
 def client_class(config: Listener) -> type[ClientProtocol]:

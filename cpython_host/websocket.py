@@ -65,7 +65,7 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from common.broker.clienttext import clip
-from cpython_host.server import ClientProtocol
+from cpython_host.client_protocol import ClientProtocol
 
 if TYPE_CHECKING:
     from cpython_host.listeners import Listening
@@ -342,9 +342,3 @@ def request_path(head: bytearray) -> str:
     """The path of an HTTP request line ("GET /mqtt?x=1 HTTP/1.1" -> "/mqtt"); "" if none."""
     parts = bytes(head[: head.find(b"\r\n")]).split(b" ")
     return parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) == 3 else ""
-
-
-def url(listening: Listening) -> str:
-    """A websockets listener's URL, for the start-up log."""
-    path = listening.config.path
-    return f"{'wss' if listening.context is not None else 'ws'}://{listening.name}{path or '/ (any path)'}"
