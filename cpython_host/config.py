@@ -65,6 +65,8 @@ SERVER = (
     ("close_linger", 2.0, K_NUMBER, 0, None),  # s to drain a closing connection after the half-close
     ("shutdown_timeout", 5.0, K_NUMBER, 0, None),  # s to wait for connections to close at shutdown
     ("data_dir", "", K_STR, None, None),  # persistent state, as --data-dir (which beats it); "" = memory only
+    ("warm_up", True, K_BOOL, None, None),  # PyPy: compile the connection paths before listening (warmup.py)
+    ("epoll_hub", True, K_BOOL, None, None),  # plain MQTT listeners on the host's own epoll (epoll_hub.py)
 )
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
 IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
@@ -272,6 +274,8 @@ class HostConfig:
     close_linger: float
     shutdown_timeout: float
     data_dir: str
+    warm_up: bool
+    epoll_hub: bool
 
     def __init__(self) -> None:
         self.source = "built-in defaults"  # where the settings came from, for the log

@@ -24,11 +24,13 @@ import ssl
 import sys
 from typing import TYPE_CHECKING, Any
 
+from cpython_host import epoll_hub
 from cpython_host.config import HostConfig, Listener, loopback_name
 from cpython_host.hints import explain_listen_failure
 from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 if TYPE_CHECKING:
+    from cpython_host.epoll_hub import EpollHub
     from cpython_host.server import BrokerServer, ClientProtocol
 
 log = logging.getLogger("siskin.host")
@@ -48,7 +50,18 @@ IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "s
 class Listening:
     """One [[listener]] at run time: its asyncio server and, for TLS, the SSLContext handshakes use now."""
 
-    __slots__ = ("accepting", "client", "config", "context", "identity_field", "local", "name", "server", "sockets")
+    __slots__ = (
+        "accepting",
+        "client",
+        "config",
+        "context",
+        "hub",
+        "identity_field",
+        "local",
+        "name",
+        "server",
+        "sockets",
+    )
 
     def __init__(self, config: Listener, context: ssl.SSLContext | None, client: type[ClientProtocol]) -> None:
         self.config = config
@@ -56,8 +69,9 @@ class Listening:
         self.client = client  # what each accepted socket gets (server.py: the protocol class)
         # the certificate field that is the user name (use_identity_as_username), or None
         self.identity_field = config.identity if config.use_identity_as_username else None
-        self.server: asyncio.Server | None = None  # a plain listener's
-        self.sockets: list[socket.socket] = []  # a TLS listener's, and their accept loops
+        self.server: asyncio.Server | None = None  # a plain listener's on asyncio (WebSockets; no epoll)
+        self.hub: EpollHub | None = None  # a plain MQTT listener's (cpython_host/epoll_hub.py)
+        self.sockets: list[socket.socket] = []  # a TLS or hub listener's; a TLS one's accept loops
         self.accepting: list[asyncio.Task[None]] = []
         self.local = True  # bound to loopback addresses only (set once bound)
         self.name = f"{config.host}:{config.port}"  # the bound address once bound
@@ -65,7 +79,7 @@ class Listening:
     def describe(self) -> str:
         """What the start-up log says of it."""
         cfg = self.config
-        kind = "plain MQTT"
+        kind = "plain MQTT" if self.hub is None else "plain MQTT (epoll hub)"
         if cfg.websockets:
             from cpython_host.websocket import url
 
@@ -108,7 +122,16 @@ async def open_listeners(server: BrokerServer) -> None:
     for listening in server.listening:
         cfg = listening.config
         try:
-            if listening.context is None:
+            if listening.context is None and not cfg.websockets and server.config.epoll_hub and epoll_hub.AVAILABLE:
+                # Plain MQTT: accepted and served by the host's own epoll.
+                if server.hub is None:
+                    server.hub = epoll_hub.EpollHub(server, loop)
+                listening.sockets = bind(cfg.host, cfg.port, backlog)
+                listening.hub = server.hub
+                for sock in listening.sockets:
+                    server.hub.listen(listening, sock)
+                names = [sock.getsockname() for sock in listening.sockets]
+            elif listening.context is None:
                 listening.server = await loop.create_server(
                     functools.partial(listening.client, server, listening),
                     cfg.host,
@@ -128,8 +151,9 @@ async def open_listeners(server: BrokerServer) -> None:
         listening.name = address(names[0])
         listening.local = all(loopback_name(name[0]) for name in names)
     for listening in server.listening:
-        for sock in listening.sockets:
-            listening.accepting.append(loop.create_task(_accept(server, listening, sock)))
+        if listening.hub is None:
+            for sock in listening.sockets:
+                listening.accepting.append(loop.create_task(_accept(server, listening, sock)))
 
 
 async def listeners_closed(listening: list[Listening]) -> None:
@@ -149,6 +173,8 @@ def close_listeners(listening: list[Listening]) -> None:
         for task in lst.accepting:
             task.cancel()
         for sock in lst.sockets:
+            if lst.hub is not None:
+                lst.hub.unlisten(sock)
             sock.close()
         lst.accepting = []
         lst.sockets = []
@@ -231,7 +257,7 @@ def reload_certificates(listening_list: list[Listening]) -> int:
 
 
 def bind(host: str, port: int, backlog: int) -> list[socket.socket]:
-    """Listening sockets for a TLS listener, as loop.create_server makes them (every address `host` names)."""
+    """Listening sockets for a TLS or hub listener, as loop.create_server makes them (every address `host` names)."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     socks: list[socket.socket] = []
     try:

@@ -18,7 +18,10 @@ driver.tick() returns. The transport's write buffer has high/low water
 marks ([server] write_buffer_high/low): pause_writing/resume_writing become
 driver.set_paused (docs/host.md).
 
-The listeners (plain and TLS accept) are cpython_host/listeners.py's;
+Plain MQTT listeners are served without asyncio's transports, by
+cpython_host/epoll_hub.py: its PlainConnection is their handle, and the
+events of a connection both kinds share are BrokerServer's input, eof and
+lost. The listeners (plain and TLS accept) are cpython_host/listeners.py's;
 SIGHUP's reloads, reload.py's; running it all (signals, start-up lines,
 systemd), serve.py's. A websockets listener gives each socket a
 WebSocketClient (cpython_host/websocket.py): this ClientProtocol with
@@ -36,6 +39,7 @@ from typing import Any
 from common.driver import Driver
 from common.turns import Turns
 from cpython_host.config import HostConfig, Listener
+from cpython_host.epoll_hub import EpollHub
 from cpython_host.listeners import (
     Listening,
     address,
@@ -102,26 +106,11 @@ class ClientProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.cid >= 0:
-            server = self.server
-            turns = server.turns
-            if turns.input(self.cid, data):
-                server.flush()
-            if turns.due:
-                server.schedule_turn()
+            self.server.input(self.cid, data)
 
     def eof_received(self) -> bool:
-        # The peer closed its sending side: whatever the core still has for
-        # it goes out first, then asyncio closes the transport (False).
-        if self.cid >= 0:
-            turns = self.server.turns
-            if turns.waits(self.cid):
-                if self.listening.context is None:
-                    turns.close_after(self.cid)  # closed after that input, in its turn
-                    return True
-                turns.run_now(self.cid)  # TLS closes now whatever this returns: its input first
-            if self.server.driver.wants_flush():
-                self.server.flush()
-        return False
+        # True: keep the transport open (input waits; closed after it).
+        return self.cid >= 0 and self.server.eof(self.cid, self.listening.context is None)
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
@@ -134,19 +123,9 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         cid = self.cid
-        if cid < 0:
-            return
-        server = self.server
-        server.turns.run_now(cid)  # what it sent before it went is not lost
-        self.cid = -1
-        server.driver.connection_lost(cid)
-        server.turns.forget(cid)
-        if server.debug:
-            log.debug("connection #%d from %s closed%s", cid, self.peer, f" ({exc})" if exc else "")
-        if server.driver.wants_flush():
-            server.schedule_flush()  # a will published, a throttled publisher released...
-        if not server.driver.open:
-            server.all_closed.set()
+        if cid >= 0:
+            self.cid = -1
+            self.server.lost(cid, self.peer, exc)
 
     # ------------------------------------------------ the driver's handle
 
@@ -213,6 +192,47 @@ class BrokerServer:
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
         self.bridges: Any = ()  # cpython_host/bridge.py Bridges: a Runner per [[bridge]] (common/bridge/runner.py)
+        self.hub: EpollHub | None = None  # the plain listeners' epoll (listeners.py), when there is one
+
+    # ------------------------------------------ a connection's events
+    # (ClientProtocol's, and the plain listeners' in epoll_hub.py)
+
+    def input(self, cid: int, data: Any) -> None:
+        """Bytes read from connection `cid` (valid during the call)."""
+        turns = self.turns
+        if turns.input(cid, data):
+            self.flush()
+        if turns.due:
+            self.schedule_turn()
+
+    def eof(self, cid: int, can_wait: bool) -> bool:
+        """The peer of `cid` closed its sending side: whatever the core still
+        has for it goes out first. True: keep the socket open, its input
+        waits for its turn and it is closed after it (`can_wait`: a socket
+        that can stay half-open; a TLS one closes now, its input first)."""
+        turns = self.turns
+        if turns.waits(cid):
+            if can_wait:
+                turns.close_after(cid)
+                return True
+            turns.run_now(cid)
+        if self.driver.wants_flush():
+            self.flush()
+        return False
+
+    def lost(self, cid: int, peer: str, exc: Exception | None) -> None:
+        """The socket of `cid` is closed."""
+        turns = self.turns
+        turns.run_now(cid)  # what it sent before it went is not lost
+        driver = self.driver
+        driver.connection_lost(cid)
+        turns.forget(cid)
+        if self.debug:
+            log.debug("connection #%d from %s closed%s", cid, peer, f" ({exc})" if exc else "")
+        if driver.wants_flush():
+            self.schedule_flush()  # a will published, a throttled publisher released...
+        if not driver.open:
+            self.all_closed.set()
 
     # -------------------------------------------------------------- output
 
@@ -295,4 +315,6 @@ class BrokerServer:
         if self.timer is not None:
             self.timer.cancel()
         await listeners_closed(self.listening)
+        if self.hub is not None:
+            self.hub.close()
         log.info("shutdown complete in %.2f s", time.monotonic() - started)

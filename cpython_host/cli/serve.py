@@ -361,6 +361,14 @@ def main(argv: Sequence[str]) -> int:
         return 2
     driver = make_driver(cfg, broker)
     driver.set_security(*security)
+    if cfg.warm_up:
+        from cpython_host.warmup import warm_up
+
+        warmed = warm_up(cfg.settings)
+        if warmed is not None:
+            logging.getLogger("siskin.host").info(
+                "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
+            )
     if store is not None:
         driver.restore(int(time.time()))
         give_back_heap()

@@ -107,7 +107,9 @@ def write_config(
             doc = tomllib.load(f)
     tables = {
         "limits": {**doc.get("limits", {}), **(limits or {})},
-        "server": {**doc.get("server", {}), **(server or {})},
+        # No JIT warm-up unless a test asks for it: on PyPy it would add
+        # seconds to each start (cpython_host/warmup.py; test_pypy.py tests it).
+        "server": {**doc.get("server", {}), "warm_up": False, **(server or {})},
     }
     if "log" in doc:
         tables["log"] = doc["log"]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
-from tests.host.broker_proc import BrokerProcess
+from tests.host.broker_proc import BrokerProcess, connect_when_served
 from tests.host.conftest import pypy_python
 
 # MicroPython scripts among them (they import what only MicroPython has).
@@ -76,6 +77,19 @@ def test_on_pypy_the_broker_says_it_runs_on_asyncio_and_why(tmp_path: Path) -> N
     )
     assert demanded.returncode == 2
     assert "uvloop does not run on PyPy; or use --event-loop asyncio" in demanded.stderr
+
+
+def test_on_pypy_the_jit_is_warmed_up_before_the_listeners_open(tmp_path: Path) -> None:
+    # ([server] warm_up is on by default; the test brokers turn it off unless asked.)
+    with BrokerProcess(tmp_path / "pypy", log_level="info", server={"warm_up": True}, python=pypy_python()) as b:
+        log = b.log_text()
+        warmed = re.search(r"JIT warmed up: (\d+) in-memory connections through the core in [0-9.]+ s", log)
+        assert warmed is not None and int(warmed.group(1)) > 0, log
+        assert warmed.start() < log.index("listening on")
+        served_after = connect_when_served(b.port, "after-warm-up")
+        served_after.close()
+    with BrokerProcess(tmp_path / "cpython", log_level="info", server={"warm_up": True}) as b:
+        assert "JIT warmed up" not in b.log_text()  # nothing to compile on CPython
 
 
 # Python 3.10 calls that mypy's 3.10 target cannot see as new.

@@ -159,7 +159,7 @@ def handshake_refused(port: int, ctx: ssl.SSLContext) -> None:
 def test_paho_over_tls_and_plain_at_once(broker: BrokerProcess, pki: Pki) -> None:
     ports = broker.ports()
     log = broker.log_text()
-    assert f"listening on 127.0.0.1:{ports[PLAIN]} " in log and "plain MQTT; loopback only" in log
+    assert f"listening on 127.0.0.1:{ports[PLAIN]} " in log and "plain MQTT (epoll hub); loopback only" in log
     assert f"also listening on 127.0.0.1:{ports[SERVER_AUTH]}: MQTT over TLS (1.2+)" in log
     assert f"mutual TLS: client certificate required, CA {pki.ca_file}; its CN is the user name" in log
     assert "its email SAN is the user name" in log and "MQTT over TLS (1.3+)" in log
