@@ -55,9 +55,10 @@ SERVER = (
     ("close_linger", 2, K_NUMBER, 0, None),
     ("shutdown_timeout", 3, K_NUMBER, 0, None),  # s to wait for the connections to close at a graceful stop
     ("heap_report", 0, K_INT, 0, None),  # s between "heap free=... alloc=..." lines on stdout, 0 = never
-    # Bytes allocated between two collections while serving (gc.threshold);
-    # 0 = collect only when the heap is full, which fragments it: then the
-    # largest packet finds no block at the limits (docs/boards.md).
+    # Bytes allocated between two collections from the store's restore on and
+    # while serving (gc.threshold); 0 = collect only when the heap is full,
+    # which fragments it: then the largest packet finds no block at the
+    # limits, nor a restart over a full store its read buffers (docs/boards.md).
     ("gc_threshold", 16384, K_INT, 0, None),
     # A store that cannot be opened (missing directory, full or read-only file
     # system): false = stop at the REPL with the reason; true = log it and

@@ -250,15 +250,7 @@ class Server:
         s.setblocking(False)
         self.lsock = s
         poller.install(self.slots, self.read_slot)
-        threshold = self.opts["gc_threshold"]
-        if threshold:
-            # Collected only when the heap is full, the long-lived objects
-            # made while serving spread over all of it between the garbage,
-            # and at the limits no block is left for the largest packet.
-            # Collected every `threshold` bytes, they fill the holes low in
-            # the heap and the top stays in one piece (docs/boards.md).
-            gc.collect()
-            gc.threshold(threshold)
+        collect_often(self.opts["gc_threshold"])
         self.accept_task = asyncio.create_task(self._accept_loop())
         self.clock_task = asyncio.create_task(self._clock())
         return self.port
@@ -505,6 +497,19 @@ class Server:
                 garbage,
             )
         )
+
+
+def collect_often(threshold):
+    """Collect now and then every `threshold` bytes allocated (0: only when
+    the heap is full). Collected only when the heap is full, the long-lived
+    objects made meanwhile (while serving; at start-up, the restore's
+    sessions, subscriptions and retained messages) spread over all of it
+    between the garbage, and no block is left for the largest packet or a
+    read buffer. Collected every `threshold` bytes, they fill the holes low
+    in the heap and the top stays in one piece (docs/boards.md)."""
+    if threshold:
+        gc.collect()
+        gc.threshold(threshold)
 
 
 def make_driver(broker, opts, log):

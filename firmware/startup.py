@@ -11,7 +11,7 @@ import time
 
 from common import VERSION
 from common.broker.limits import ConfigError
-from firmware.shell import Log, Server, make_driver
+from firmware.shell import Log, Server, collect_often, make_driver
 
 DEFAULT_CONFIG = "/siskin.json"
 
@@ -93,6 +93,12 @@ def start(argv, root):
     driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
     driver.set_security(*security)
     if store is not None:
+        # The restore reads the store one record at a time and makes the
+        # objects that stay between the garbage of each read: collected only
+        # when the heap is full, they spread over all of it, and a board
+        # restarted over a store at its limits found no block for the read
+        # buffers after it (issue 28). So collect as while serving, from here.
+        collect_often(opts["gc_threshold"])
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
         driver.restore(int(time.time()))

@@ -96,6 +96,13 @@ def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
         expected = [1 + limits["max_connections"], limits["max_subscriptions"], 1, limits["max_retained"]]
         assert counts == expected, restored
         b.expect(r"listening on 127\.0\.0\.1:1883", ms=10_000)
+        # Issue 28: the restore left what it restored spread over the heap
+        # and the start stopped ("out of memory at start-up ... allocating
+        # 1024 bytes") with 172 KB free; restarted at the limits, the board
+        # keeps the margin docs/boards.md aims at.
+        free, alloc = (int(g) for g in re.search(HEAP_LINE, b.expect(HEAP_LINE, ms=3000)).groups())  # type: ignore[union-attr]
+        print(f"restarted over the store at the limits: heap free={free} alloc={alloc}")
+        assert free > 0.3 * (free + alloc), (free, alloc)
         flash = tmp_path / "flash.bin"
         b.save_flash(flash)
     files_after = read_fs_files(LAYOUTS["RPI_PICO_W"], flash.read_bytes())

@@ -62,6 +62,57 @@ def test_every_client_slot_served_at_the_board_heap(board: str, tmp_path: Path) 
         assert broker.stop() == 0, broker.log_text()
 
 
+RESTORED = r"restored (\d+) sessions, (\d+) subscriptions, (\d+) queued messages, (\d+) retained"
+
+
+@pytest.mark.parametrize("board", sorted(BOARD_HEAPS))
+def test_a_restart_over_a_store_at_the_limits_serves_at_the_board_heap(board: str, tmp_path: Path) -> None:
+    """Issue 28, as `make test-emu` saw it on the real Pico W image: the store
+    filled to the board file's limits (tests/upy/store_at_limits.py,
+    the emulated board's self-test), then the frozen firmware restarted over
+    it at the image's heap. Before: the restore, reading one record at a
+    time with no collection until the heap was full, left what it restored
+    spread over all of it, and the slots' 1,024 B read buffers found no block:
+    "out of memory at start-up (... allocating 1024 bytes; 172576 B of the
+    205184 B heap free now)". Now the collections run every gc_threshold
+    bytes from the restore on (firmware/startup.py)."""
+    heap = BOARD_HEAPS[board]
+    settings = REPO_ROOT / "boards" / f"{board}.json"
+    store = tmp_path / "siskin.store"
+    upy = REPO_ROOT / "tests" / "upy"
+    fill = subprocess.run(
+        [unix32(), "-X", f"heapsize={heap}", str(upy / "store_at_limits.py"), str(settings), str(store)],
+        env=dict(os.environ, MICROPYPATH=f".frozen:{REPO_ROOT / 'tests' / 'core'}:{upy}"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fill.stdout.endswith("FILLED\n"), fill.stdout + fill.stderr
+    limits = json.loads(settings.read_text())["limits"]
+    with UpyBrokerProcess(tmp_path, board=str(settings), heap=heap, heap_report=1, frozen_exe=unix32()) as broker:
+        start = broker.wait_heap_samples(1)[0]
+        restored = re.search(RESTORED, broker.log_text())
+        assert restored is not None, broker.log_text()
+        # The keeper's session and its queued QoS 1 message, the fill's
+        # sessions, every subscription and retained message the limits let in.
+        per_client = min(
+            limits["max_subscriptions"] // limits["max_connections"], limits["max_subscriptions_per_client"]
+        )
+        subscriptions = min(limits["max_subscriptions"], 1 + limits["max_connections"] * per_client)
+        expected = [1 + limits["max_connections"], subscriptions, 1, limits["max_retained"]]
+        assert [int(n) for n in restored.groups()] == expected, broker.log_text()
+        print(f"{board}: restarted over a store at its limits, {start['free']} B free of {heap_bytes(heap)}")
+        assert start["free"] >= 0.3 * heap_bytes(heap), start
+        keeper = Paho(broker.port, "keeper", clean=False).connect()
+        try:
+            assert keeper.session_present
+            msg = keeper.get()
+            assert (msg.topic, msg.payload, msg.qos) == ("keep/queued", b"q", 1)
+        finally:
+            keeper.close()
+        assert broker.stop() == 0, broker.log_text()
+
+
 def test_board_heap_tool_prints_the_table() -> None:
     """tools/board_heap, which docs/boards.md quotes, measures with the same binary."""
     proc = subprocess.run(

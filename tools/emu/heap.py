@@ -60,6 +60,7 @@ def selftest_files() -> dict[str, bytes]:
         **config_files(),
         "main.py": (REPO_ROOT / "tests" / "upy" / "emu_selftest.py").read_bytes(),
         "harness.py": (REPO_ROOT / "tests" / "core" / "harness.py").read_bytes(),
+        "store_at_limits.py": (REPO_ROOT / "tests" / "upy" / "store_at_limits.py").read_bytes(),
     }
 
 
