@@ -245,7 +245,7 @@ def _http(where: str, body: Any, base: Path, security: dict[str, Any]) -> HttpCo
         raise ConfigError(f"{where}: keyfile is set but certfile is not; HTTPS needs both.")
     if http.admins and not http.require_auth:
         raise ConfigError(
-            f"{where}: admins is set but this listener asks no login (loopback with auth = \"auto\"): "
+            f'{where}: admins is set but this listener asks no login (loopback with auth = "auto"): '
             'every request from this machine acts as an administrator; set auth = "basic", or remove admins.'
         )
     if http.require_auth:
@@ -395,21 +395,17 @@ def load_security(cfg: HostConfig) -> tuple[Any, Any, bool | None]:
 
     A relative file name is taken from the config file's directory.
     """
-    from common.broker.acl import Acl
-    from common.broker.users import Users
+    from common.broker.security_files import load_security as load
 
     sec = cfg.security
     base = cfg.path.parent if cfg.path is not None else Path(".")
-    users = None
-    acl = None
-    if sec.get("password_file") is not None:
-        name = base / sec["password_file"]
-        users = Users.parse(_read(name, "password_file"), str(name))
-    if sec.get("acl_file") is not None:
-        name = base / sec["acl_file"]
-        acl = Acl.parse(_read(name, "acl_file"), str(name))
-    if sec.get("acl") is not None:
-        acl = Acl.from_rules(sec["acl"], f"{cfg.source}: [security] acl", acl)
+    named = {key: None if sec.get(key) is None else str(base / sec[key]) for key in ("password_file", "acl_file")}
+    users, acl = load(
+        lambda name, key: _read(Path(name), key),
+        acl_rules=sec.get("acl"),
+        rules_source=f"{cfg.source}: [security] acl",
+        **named,
+    )
     return users, acl, sec.get("allow_anonymous")
 
 

@@ -125,7 +125,7 @@ def detect_board(machine):
             return name
     raise ConfigError(
         'cannot tell which board settings fit %r: set "board" in the device config'
-        " (a file of boards/, e.g. \"rp2040_picow\", or a path ending in .json; docs/boards.md)" % machine
+        ' (a file of boards/, e.g. "rp2040_picow", or a path ending in .json; docs/boards.md)' % machine
     )
 
 
@@ -213,28 +213,20 @@ def load_device(path, missing_ok=False):
 
 
 def load_security(cfg):
-    """(Users or None, Acl or None, allow_anonymous) from the device config;
-    ConfigError "FILE:LINE: reason" for a file it cannot use. The modules
-    are imported only when a file is named (RAM on boards without users)."""
-    users = None
-    acl = None
-    if cfg["password_file"] is not None:
-        from common.broker.users import Users
+    """(Users or None, Acl or None, allow_anonymous) from the device config
+    (common/broker/security_files.py); ConfigError "FILE:LINE: reason"."""
+    from common.broker.security_files import load_security as load
 
-        users = Users.parse(_read_text(cfg["password_file"]), cfg["password_file"])
-    if cfg["acl_file"] is not None:
-        from common.broker.acl import Acl
-
-        acl = Acl.parse(_read_text(cfg["acl_file"]), cfg["acl_file"])
+    users, acl = load(_read_text, cfg["password_file"], cfg["acl_file"])
     return users, acl, cfg["allow_anonymous"]
 
 
-def _read_text(path):
+def _read_text(path, key):
     try:
         with open(path) as f:
             return f.read()
     except OSError as e:
-        raise ConfigError("%s: cannot read (%s)" % (path, e))
+        raise ConfigError("%s: cannot read the %s (%s)" % (path, key, e))
 
 
 def load_tls(cfg, path="device config"):

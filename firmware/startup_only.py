@@ -13,5 +13,6 @@ STARTUP_ONLY = (
     "common.store.store_open",  # the reading side of the store
     "common.store.filelog_open",  # the log's scan
     "common.broker.settings",  # the config schema and its checks (limits.py stays)
+    "common.broker.security_files",  # the users and ACL files' reader
     "siskin_boards",  # the image's built-in board files (firmware/boardcfg.py)
 )

@@ -9,6 +9,7 @@ from common.broker import secured as secured_login
 from common.broker.acl import Acl, filters_overlap, substitute
 from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable
 from common.broker.clienttext import words as client_words
+from common.broker.security_files import load_security
 from common.broker.settings import ConfigError
 from common.broker.users import Users, format_hash
 from common.crypto.auth_scram import make_credentials
@@ -206,6 +207,43 @@ class TestAclFile(unittest.TestCase):
         self.assertFalse(anon.can_write("a b/c"))
 
 
+class TestSecurityFiles(unittest.TestCase):
+    # common/broker/security_files.py: what both shells make of the files
+    # their config names; the shell gives only the reader.
+    def setUp(self):
+        self.files = {
+            "passwd": user_line("alice", "secret") + "\n",
+            "acl": "user alice\ntopic readwrite home/#\n",
+        }
+        self.read_keys = []
+
+    def read(self, name, key):
+        self.read_keys.append(key)
+        if name not in self.files:
+            raise ConfigError("%s: cannot read the %s" % (name, key))
+        return self.files[name]
+
+    def test_nothing_named_reads_nothing(self):
+        self.assertEqual(load_security(self.read), (None, None))
+        self.assertEqual(self.read_keys, [])
+
+    def test_files_then_inline_rules(self):
+        users, acl = load_security(
+            self.read, "passwd", "acl", [{"topic": "status/#", "access": "read"}], "site.toml [security] acl"
+        )
+        self.assertEqual(self.read_keys, ["password_file", "acl_file"])
+        self.assertTrue(users.check("alice", b"secret") and not users.check("alice", b"wrong"))
+        alice = acl.for_client("alice", "c")
+        self.assertTrue(alice.can_write("home/x"))  # the file's rule
+        self.assertTrue(acl.for_client(None, "c").can_read("status/x"))  # the inline rule, added to it
+        self.assertFalse(acl.for_client(None, "c").can_read("home/x"))
+
+    def test_a_file_that_cannot_be_read_is_named(self):
+        with self.assertRaises(ConfigError) as cm:
+            load_security(self.read, acl_file="missing")
+        self.assertIn("missing: cannot read the acl_file", str(cm.exception))
+
+
 class TestAclChecks(unittest.TestCase):
     def setUp(self):
         self.acl = Acl.parse(ACL, "acl")
@@ -273,7 +311,15 @@ class TestAclChecks(unittest.TestCase):
     def test_identities_that_would_widen_a_pattern_get_no_rules(self):
         acl = Acl.parse("user alice\ntopic read home/#\npattern read %c/#\npattern write users/%u/out", "acl")
         self.assertTrue(acl.for_client("alice", "d1").can_read("d1/x"))
-        for user, cid in (("alice", "+"), ("alice", "#"), ("alice", "a/b"), ("alice", "$SYS"), ("a/b", "d1"), ("a#", "d1"), ("", "d1")):
+        for user, cid in (
+            ("alice", "+"),
+            ("alice", "#"),
+            ("alice", "a/b"),
+            ("alice", "$SYS"),
+            ("a/b", "d1"),
+            ("a#", "d1"),
+            ("", "d1"),
+        ):
             c = acl.for_client(user, cid)
             self.assertEqual(c.refused, (user, cid))
             self.assertEqual(c.rules, [])  # its own topic rules too (every check denies)
@@ -356,7 +402,10 @@ class TestLogin(unittest.TestCase):
         self.assertEqual(client_words("a\x1b[2K"), "a\\x1b[2K")
         # A shell's sink: a whole line's control characters, its escapes kept.
         self.assertEqual(printable("a\\x1b \x1b\u2028", False), "a\\x1b \\x1b\\u2028")
-        self.assertEqual(client_words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))), "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>")
+        self.assertEqual(
+            client_words(("%s said %d: %s", ("x" * 200, 7, ("<%s>", ("\n",))))),
+            "x" * 128 + "\u2026(+72 bytes) said 7: <\\n>",
+        )
         # The encoder never meets a Reason String it cannot encode.
         h = secured()
         c = h.client(5, peer=REMOTE)
@@ -427,7 +476,9 @@ class TestLogin(unittest.TestCase):
         self.assertIn("no password checked for", lines[-1])
         # Even the right password is refused, unchecked, during the penalty...
         c = h.client(peer=REMOTE)
-        self.assertEqual(c.connect("ok", username="alice", password=b"secret").reason, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD)
+        self.assertEqual(
+            c.connect("ok", username="alice", password=b"secret").reason, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD
+        )
         # ...other addresses are not held back...
         c = h.client(peer=("192.0.2.8:1", None, False))
         self.assertEqual(c.connect("ok2", username="alice", password=b"secret").reason, C.CONNACK_ACCEPTED)
@@ -543,7 +594,9 @@ class TestAccessControl(unittest.TestCase):
         watcher.subscribe("alerts/#")
         props = [(C.PROP_SESSION_EXPIRY_INTERVAL, expiry)] if expiry else None
         c = h.client(5, peer=REMOTE)
-        ack = c.connect("dev", username="alice", password=b"secret", will=("alerts/w", b"gone", 0, False, will_props), props=props)
+        ack = c.connect(
+            "dev", username="alice", password=b"secret", will=("alerts/w", b"gone", 0, False, will_props), props=props
+        )
         self.assertEqual(ack.reason, C.RC_SUCCESS)
         return h, lines, watcher, c
 
@@ -614,7 +667,16 @@ class TestAccessControl(unittest.TestCase):
         # [MQTT-3.8.4-6] (5.0) [MQTT-3.8.4-7] (5.0) a reason code per filter: granted QoS or 0x87.
         from common.mqtt.packets import Subscribe
 
-        flts = ["home/kitchen", "home/+", "home/#", "+/+", "#", "$share/g/home/kitchen", "$share/g/home/#", "$share/g/#"]
+        flts = [
+            "home/kitchen",
+            "home/+",
+            "home/#",
+            "+/+",
+            "#",
+            "$share/g/home/kitchen",
+            "$share/g/home/#",
+            "$share/g/#",
+        ]
         a.send(Subscribe(1, [(f, 1) for f in flts], None))
         self.assertEqual(a.expect(C.SUBACK).reasons, [1, 0x87, 0x87, 0x87, 0x87, 1, 0x87, 0x87])
         b, _ = alice(h, 4, "d2")
@@ -638,7 +700,9 @@ class TestAccessControl(unittest.TestCase):
         # him. His home/# is re-checked when he comes back (removed: it can
         # match home/secret), and what was queued before the change is
         # filtered on its way out.
-        login.set_security(h.broker, h.broker.users, Acl.parse(ACL + "user bob\ntopic deny home/secret\n", "acl"), True, h.now)
+        login.set_security(
+            h.broker, h.broker.users, Acl.parse(ACL + "user bob\ntopic deny home/secret\n", "acl"), True, h.now
+        )
         b = h.client(peer=REMOTE)
         self.assertTrue(b.connect("bob", clean=False, username="bob", password=b"hunter2").session_present)
         self.assertEqual([p.topic for p in b.take() if p.ptype == C.PUBLISH], ["home/kitchen"])
@@ -654,7 +718,9 @@ class TestAccessControl(unittest.TestCase):
         b = h.client(5, peer=REMOTE)
         b.connect("bob", username="bob", password=b"hunter2")
         b.subscribe("home/#")
-        login.set_security(h.broker, h.broker.users, Acl.parse("user bob\ntopic read home/kitchen\n", "acl"), True, h.now)
+        login.set_security(
+            h.broker, h.broker.users, Acl.parse("user bob\ntopic read home/kitchen\n", "acl"), True, h.now
+        )
         self.assertEqual(list(h.broker.sessions.find("bob").subs), [])
         self.assertIn("subscription home/# removed", lines[-1])
         # With no ACL any more, everything is allowed again.
@@ -711,7 +777,9 @@ class TestSessionOwnership(unittest.TestCase):
         self.assertIn(
             "client id bob-id from 192.0.2.7:50432 (user (anonymous)) refused: its session belongs to user bob", lines
         )
-        self.assertIn("client id bob-id from 192.0.2.7:50432 (user alice) refused: its session belongs to user bob", lines)
+        self.assertIn(
+            "client id bob-id from 192.0.2.7:50432 (user alice) refused: its session belongs to user bob", lines
+        )
         # bob's own client takes it over, as the spec says [MQTT-3.1.4-2].
         b2 = h.client(peer=REMOTE)
         self.assertEqual(b2.connect("bob-id", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
@@ -770,7 +838,9 @@ class TestSessionOwnership(unittest.TestCase):
         self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
         a.drop()
         b2 = h2.client(peer=REMOTE)
-        self.assertEqual(b2.connect("old-id", username="bob", password=b"hunter2").reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
+        self.assertEqual(
+            b2.connect("old-id", username="bob", password=b"hunter2").reason, C.CONNACK_REFUSED_NOT_AUTHORIZED
+        )
 
     def test_without_users_takeover_is_unchanged(self):
         h = secured(None, None, True)
@@ -817,7 +887,9 @@ class TestHotPath(unittest.TestCase):
                 self.assertEqual(c.subscribe("sensors/+/t").reasons, [0])
             p = h.client()
             p.connect("p")
-            return heap_per_packet(h, p.cid, encode_packet(Publish("sensors/k/t", b"x", 0, False, False, 0, None), 4), mem_alloc)
+            return heap_per_packet(
+                h, p.cid, encode_packet(Publish("sensors/k/t", b"x", 0, False, False, 0, None), 4), mem_alloc
+            )
 
         rules = "topic deny other/#\ntopic deny sensors\ntopic readwrite sensors/#\n"
         self.assertEqual(per_message(rules), per_message(None))
