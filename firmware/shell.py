@@ -8,12 +8,8 @@
 # timers, batch sync, $SYS). This module moves bytes and time, within a
 # microcontroller's means:
 #
-# Slots. The shell may hold `max_sockets` sockets, the listener included
-# (the lwIP limit of the firmware, docs/boards.md). Each of the other
-# max_sockets - 1 is a Slot made at start-up with its read buffer, so
-# accepting a client allocates only its socket's entry in the poller. A Slot is also the driver's
-# handle for its connection (write, half_close, close, abort, pending,
-# pause_reading, resume_reading).
+# Slots: firmware/slot.py (a preallocated read buffer per connection, the
+# driver's handle; reading without a task, bounded writing).
 #
 # Listener. A connection beyond the free slots, or one the core refuses
 # (connection_made -> -1), is accepted and closed at once: the socket goes
@@ -23,31 +19,9 @@
 # files size max_connections below the slots so one slot at least is left
 # for that polite answer.
 #
-# Reading. A connection has no task: its socket sits in asyncio's own poller
-# from the accept to the close (registered once, not at every wait as
-# Stream.readinto does), and the slots' poller (firmware/poller.py, put in
-# place of asyncio's I/O queue) notes which slots the poll found readable
-# and has each of them read right after the poll, inside the event loop
-# (Server.read_slot: read what the socket has into the slot's preallocated
-# buffer, hand it to driver.data_received(), flush).
-# So a connection costs its socket and its entry in the poller, without a
-# Task, a Stream, a coroutine frame, nor asyncio's per-wait entry (a list,
-# the key id(sock), re-registered at every read; measured per client:
-# docs/boards.md). While reading is paused or a drain writes the socket
-# (asyncio's own entry for it then), the socket is out of the poller
-# (Slot.listen).
-#
 # Retained replay. driver.flush() answers True while a client is still owed
 # retained messages and its socket takes them: flush() then keeps flushing,
 # once per turn of the loop, in a task of its own (common/broker/replay.py).
-#
-# Writing, bounded. MicroPython's Stream.write buffers without bound, so a
-# write goes straight to the socket (non-blocking). If the kernel (lwIP)
-# does not take it all, the rest is handed to a drain task, the slot is
-# "blocked" and the driver is told its buffer is full (set_paused: the core
-# keeps that client's output and the slot stops reading it) until the drain
-# completes. Only a closing connection's last output can arrive while
-# blocked; it is written after the drain (`tail`), and so is the half-close.
 #
 # TLS. With a certificate in the device config (boardcfg.load_tls) every
 # accepted socket is wrapped by mbedTLS before its reader starts; the
@@ -77,8 +51,8 @@ import time
 
 from common.broker.clienttext import printable
 from common.broker.settings import LOG_LEVELS
-from common.driver import Driver
 from firmware import poller
+from firmware.slot import Slot, peer_address
 
 
 class Log:
@@ -93,119 +67,6 @@ class Log:
             # The sink: no control character of any line reaches the
             # terminal raw (the core's lines are escaped already: clienttext).
             print("%s siskin: %s" % (name, printable(text, False)))
-
-
-# --------------------------------------------------------------------- slots
-
-
-class Slot:
-    """One connection slot: a preallocated read buffer; the driver's handle."""
-
-    def __init__(self, index, bufsize):
-        self.index = index
-        self.peer = "?"  # TLS: the address, for a failed handshake's log line
-        self.server = None
-        self.buf = bytearray(bufsize)
-        self.mv = memoryview(self.buf)
-        self.reset()
-
-    def reset(self):
-        self.sock = None  # None: the slot is free
-        self.cid = -1
-        self.polled = False  # the socket is in the poller, for reading (listen)
-        self.ready = False  # the poll found it readable: read next (Clients)
-        self.drain_task = None
-        self.blocked = False  # a write is draining
-        self.tail = None  # a closing connection's last output, after the drain
-        self.fin = False  # half-close after the drain
-        self.paused = False  # reading stopped
-        self.raw = None  # TLS: the TCP socket under `sock` (closing an SSLSocket does not close it)
-        self.handshaking = False  # TLS: no byte came through the handshake yet
-        self.error = None  # TLS: the error that ended the handshake
-
-    # ------------------------------------------------ the driver's handle
-
-    def write(self, data):
-        # `data` is the core's output buffer, reused after the call: what
-        # waits is copied (only when the socket is full).
-        if self.blocked:
-            self.tail = bytes(data) if self.tail is None else self.tail + data
-            return
-        try:
-            n = self.sock.write(data)
-        except OSError:
-            self.abort()
-            return
-        if n is None:
-            n = 0
-        if n >= len(data):
-            return
-        # The socket's send buffer is full: the rest drains in a task.
-        self.blocked = True
-        self.listen()
-        server = self.server
-        server.driver.set_paused(self.cid, True)
-        self.drain_task = asyncio.create_task(server.drain(self, self.sock, memoryview(bytes(data))[n:]))
-
-    def half_close(self):
-        self.resume_reading()  # a paused reader goes back to reading (and discarding)
-        if self.blocked:
-            self.fin = True
-            return
-        shutdown = getattr(self.sock, "shutdown", None)
-        if shutdown is not None:  # the unix and lwIP ports of 1.29 have none
-            try:
-                shutdown(1)  # SHUT_WR: FIN after the output
-            except OSError:
-                pass
-
-    def close(self):
-        self.server.finish(self, self.sock)
-
-    abort = close  # lwIP has no reset to send: both free the socket now
-
-    def pending(self):
-        return 1 if self.blocked else 0
-
-    def pause_reading(self):
-        self.paused = True
-        self.listen()
-
-    def resume_reading(self):
-        self.paused = False
-        self.listen()
-
-    # ------------------------------------------------------------ reading
-
-    def listen(self):
-        """Keep the socket in the poller while it is read: not while reading
-        is paused, nor while a drain writes it (the drain's wait is
-        asyncio's own entry for the socket, which one object cannot have
-        twice in one poller)."""
-        want = self.sock is not None and not self.paused and not self.blocked
-        if want != self.polled:
-            if want:
-                poller.watch(self.sock)
-            else:
-                poller.unwatch(self.sock)
-                self.ready = False
-            self.polled = want
-
-
-def peer_address(addr):
-    """"ip:port" of an accepted socket: a tuple on the ESP32 and the Pico W,
-    a raw sockaddr on the unix port."""
-    if addr is None:
-        return "?"
-    if isinstance(addr, tuple):
-        return "%s:%d" % (addr[0], addr[1])
-    import socket  # (as in start(): loaded once, by then)
-
-    try:
-        family, ip, port = socket.sockaddr(addr)
-        return "%s:%d" % (socket.inet_ntop(family, ip), port)
-    except (AttributeError, OSError, TypeError, ValueError):
-        return "?"
 
 
 class Server:
@@ -249,7 +110,7 @@ class Server:
         s.listen(self.opts["backlog"])
         s.setblocking(False)
         self.lsock = s
-        poller.install(self.slots, self.read_slot)
+        poller.install(self.slots, Slot.read_ready)
         collect_often(self.opts["gc_threshold"])
         self.accept_task = asyncio.create_task(self._accept_loop())
         self.clock_task = asyncio.create_task(self._clock())
@@ -350,61 +211,7 @@ class Server:
         slot.listen()
         self.log.log(10, "connection #%d opened (slot %d)" % (cid, slot.index))
 
-    # ------------------------------------------------------------ reading
-
-    def read_slot(self, slot):
-        """Read a slot the poll found readable (the slots' poller calls it)."""
-        sock = slot.sock
-        try:
-            self.read(slot, sock)
-        except Exception as e:  # a bug: contained to this connection
-            self.log.log(40, "connection #%d: %r; closed" % (slot.cid, e))
-            self.finish(slot, sock)
-
-    def read(self, slot, sock):
-        """Read what `sock` has into the slot and run it; False once the
-        connection has ended (EOF, an error, or closed by what it sent)."""
-        try:
-            n = sock.readinto(slot.mv)
-        except OSError as e:
-            slot.error = e  # reset by the peer, or (TLS) a failed handshake
-            n = 0
-        if n is None:
-            return True  # woken without data
-        if not n:
-            self.finish(slot, sock)  # EOF
-            return False
-        slot.handshaking = False
-        self.driver.data_received(slot.cid, slot.mv if n == len(slot.buf) else slot.mv[:n])
-        self.flush()
-        return slot.sock is sock
-
-    # ------------------------------------------------------------ writing
-
-    async def drain(self, slot, sock, rest):
-        """Write the rest of a write the socket did not take, then what waited."""
-        stream = asyncio.StreamWriter(sock, {})  # (only while a write drains: RAM)
-        ok = True
-        try:
-            while rest is not None:
-                stream.write(rest)
-                await stream.drain()
-                rest = slot.tail
-                slot.tail = None
-        except OSError:
-            ok = False
-        if slot.sock is not sock:
-            return  # finished meanwhile
-        slot.drain_task = None
-        slot.blocked = False
-        if not ok:
-            slot.abort()
-        elif slot.fin:
-            slot.half_close()
-        else:
-            self.driver.set_paused(slot.cid, False)
-            slot.listen()  # (set_paused does not resume a lingering one)
-            self.flush()
+    # ------------------------------------------------------------ flushing
 
     def flush(self):
         """Write what the core has; while a retained replay can go on
@@ -421,38 +228,6 @@ class Server:
                     break
         finally:
             self.replay_task = None
-
-    # ------------------------------------------------------------ closing
-
-    def finish(self, slot, sock):
-        """Close `sock` and free its slot (once; a reused slot is left alone)."""
-        if slot.sock is not sock or sock is None:
-            return
-        cid = slot.cid
-        task = slot.drain_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()  # off the I/O queue before the socket closes
-        slot.paused = True
-        slot.listen()  # (likewise)
-        try:
-            sock.close()
-            if slot.raw is not None:
-                slot.raw.close()
-        except OSError:
-            pass
-        if slot.handshaking and not self.stopping:
-            # Closed before any byte came through TLS: by its error, or by
-            # the core's connect timeout (a stalled handshake).
-            self.driver.tls_failed()
-            from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
-
-            timeout = self.driver.broker.settings.connect_timeout
-            self.log.log(30, "TLS handshake from %s failed: %s; closed" % (slot.peer, tls_failure(slot.error, timeout)))
-        slot.reset()
-        self.free.append(slot)
-        self.driver.connection_lost(cid)
-        self.log.log(10, "connection #%d closed" % cid)
-        self.flush()  # a will may have been published
 
     # -------------------------------------------------------------- timer
 
@@ -510,9 +285,3 @@ def collect_often(threshold):
     if threshold:
         gc.collect()
         gc.threshold(threshold)
-
-
-def make_driver(broker, opts, log):
-    """The driver around `broker`, with the board's clock and [server] options."""
-    broker.set_logger(log.log, log.level)
-    return Driver(broker, time.ticks_ms, opts["close_linger"], opts["shutdown_timeout"], gc.mem_alloc)

@@ -5,13 +5,14 @@
 # the watchdog and the network come after it (firmware/netup.py), so a stop
 # is never followed by a watchdog reset.
 
+import gc
 import os
 import sys
 import time
 
 from common import VERSION
 from common.broker.limits import ConfigError
-from firmware.shell import Log, Server, collect_often, make_driver
+from firmware.shell import Log, Server, collect_often
 
 DEFAULT_CONFIG = "/siskin.json"
 
@@ -132,3 +133,11 @@ def log_security(broker, loopback, host, log):
             "listening on %s (not loopback-only) without users: anonymous clients are refused"
             " (CONNACK 0x05 / 0x87). Set password_file, or allow_anonymous true, in the device config" % host,
         )
+
+
+def make_driver(broker, opts, log):
+    """The driver around `broker`, with the board's clock and [server] options."""
+    broker.set_logger(log.log, log.level)
+    from common.driver import Driver
+
+    return Driver(broker, time.ticks_ms, opts["close_linger"], opts["shutdown_timeout"], gc.mem_alloc)
