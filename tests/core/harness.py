@@ -113,6 +113,19 @@ class Harness:
         self.clients[c.cid] = c
         return c
 
+    def offline_subscriber(self, client_id, topic_filter, qos=1, drop=False):
+        """A persistent session subscribed to `topic_filter` whose client has
+        gone (DISCONNECT, or `drop`: the connection lost): what comes for it
+        queues. The client, for a reconnect under the same id."""
+        c = self.client()
+        c.connect(client_id, clean=False)
+        c.subscribe(topic_filter, qos=qos)
+        if drop:
+            c.drop()
+        else:
+            c.disconnect()
+        return c
+
     def pump(self):
         """Move every byte the broker wants to send into the clients.
 

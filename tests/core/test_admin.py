@@ -99,10 +99,7 @@ class TestActions(unittest.TestCase):
         self.assertIsNone(h.broker.sessions.find("c"))
         self.assertEqual(h.broker.snapshot()["subscriptions"], 0)
         # Offline, with a queued message.
-        o = h.client()
-        o.connect("o", clean=False)
-        o.subscribe("x", qos=1)
-        o.drop()
+        h.offline_subscriber("o", "x", drop=True)
         p = h.client()
         p.connect("p")
         p.publish("x", b"m", qos=1, packet_id=1)

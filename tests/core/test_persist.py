@@ -717,10 +717,7 @@ class TestEncryptedStore(unittest.TestCase):
     def seeded(self):
         kv = MemKV()
         h = Harness(store=open_store(kv, keys={1: self.a1}, key_id=1))
-        sub = h.client()
-        sub.connect("sub", clean=False)
-        sub.subscribe("t/#", qos=1)
-        sub.disconnect()
+        h.offline_subscriber("sub", "t/#")
         pub = h.client()
         pub.connect("pub")
         pub.publish("t/secret", b"payload-in-clear?", qos=1, packet_id=1)

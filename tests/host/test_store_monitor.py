@@ -43,10 +43,7 @@ def fill(data: Path, messages: int) -> None:
     """A store with an offline persistent subscriber and `messages` QoS 1 messages queued for it."""
     store = open_store(str(data))
     h = Harness(store=store, store_sync="batch")  # synced once, at the close
-    sub = h.client()
-    sub.connect("sub", clean=False)
-    sub.subscribe("t/#", qos=1)
-    sub.disconnect()
+    h.offline_subscriber("sub", "t/#")
     pub = h.client()
     pub.connect("pub")
     for i in range(messages):

@@ -75,10 +75,7 @@ def leave_state(h, limits):
     round_trips(h, limits)
     # What the firmware must find after the reset: a persistent session with
     # its subscription and a queued QoS 1 message, and a retained message.
-    keeper = h.client()
-    keeper.connect("keeper", clean=False)
-    keeper.subscribe("keep/#", qos=1)
-    keeper.drop()
+    h.offline_subscriber("keeper", "keep/#", drop=True)
     sender = h.client()
     sender.connect("sender")
     sender.publish("keep/queued", b"q", qos=1, packet_id=7)
