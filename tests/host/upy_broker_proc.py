@@ -1,6 +1,6 @@
 """Run the firmware (firmware/main.py) under the MicroPython unix port.
 
-    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap="400K") as broker:
+    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP) as broker:
         sock = socket.create_connection(("127.0.0.1", broker.port))
 
 The sibling of broker_proc.BrokerProcess (whose log probes it inherits) for
