@@ -676,6 +676,9 @@ class Broker:
                 self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
             elif conn.state == NEW:
                 self.close(conn, now)
+        listener = self.listener
+        for session in self.sessions.by_client_id.values():  # (order does not matter: one record each)
+            listener.window_saved(session)
         self.sync_store()
 
     def publish(self, topic, payload, qos, retain, now):

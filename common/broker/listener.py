@@ -44,6 +44,8 @@ class StateListener:
     #   queue or inflight window.
     # delivery_sent(session, delivery): a queued delivery went out (now SENT,
     #   with its packet id).
+    # window_saved(session): shutdown; what a listener did not keep of the
+    #   session's inflight window (its QoS 1 deliveries' packet ids) is kept now.
     # delivery_released(session, delivery): a QoS 2 delivery got PUBREC (now RELEASED).
     # delivery_done(session, delivery): a delivery left the session
     #   (acknowledged, expired, dropped, handed over).
@@ -55,7 +57,7 @@ class StateListener:
     #   of what came back (None: nothing kept).
     # pending(): true when changes wait for sync() to be durable.
     # sync(): make every change so far durable.
-    session_saved = session_forgotten = message_freed = retained_set = retained_cleared = _nothing1
+    session_saved = session_forgotten = window_saved = message_freed = retained_set = retained_cleared = _nothing1
     sub_saved = sub_removed = _nothing2
     delivery_added = delivery_sent = delivery_released = delivery_done = _nothing2
     restore = _nothing3

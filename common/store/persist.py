@@ -23,11 +23,17 @@
 #   U client_id \0 filter [qos, no_local, retain_as_published, retain_handling, sub_id]
 #   M mid(8)            [topic, payload, qos, retain, props, expiry_wall, None]
 #   D client_id \0 seq(8) [mid, qos, retain, sub_ids, state, packet_id, share key]
+#                       + [topic, payload, qos, retain, props, expiry_wall]
+#                       when it holds its message inline (schema 2)
 #   R topic             [payload, qos, props, expiry_wall, None]
 # (The last slot of M and R once held the publisher's client id, which
 # nothing read: it is written as None and ignored on restore.)
-# A message is stored once (M) and referenced by every delivery (D) of it;
-# its record is deleted when the last reference goes. `seq` orders a
+# A message is stored once and referenced by every delivery (D) of it: the
+# first stored delivery holds it inline (Message.store_id < 0), so a
+# message for one persistent session costs one record to keep and one
+# tombstone when it is acknowledged; a second stored delivery writes its M
+# record (store_id > 0), deleted when the last reference goes. A QoS 1
+# delivery's move from the queue to the window is not written (delivery_sent). `seq` orders a
 # session's deliveries: restore rebuilds the inflight window and the queue in
 # their original order. Delivery states (common/broker/delivery.py): QUEUED
 # (routed, not sent), SENT (PUBLISH sent, awaiting PUBACK/PUBREC, with its
@@ -43,7 +49,7 @@
 from common.broker.delivery import RELEASED
 from common.broker.listener import StateListener
 from common.compat import unload
-from common.mqtt.consts import PUBLISH
+from common.mqtt.consts import PUBLISH, PUBLISH_QOS_MASK
 from common.mqtt.properties import decode_property_items
 from common.store.store import u64be
 
@@ -144,31 +150,57 @@ class Persist(StateListener):
 
     # ---------------------------------------------------------- deliveries
 
-    def _message_id(self, msg):
-        if not msg.store_id:
-            mid = self.next_mid
-            self.next_mid = mid + 1
-            msg.store_id = mid
-            self.store.put(
-                NS_MESSAGE,
-                u64be(mid),
-                [msg.topic, msg.payload, msg.qos, msg.retain, _props_out(msg.props), self._wall(msg.expiry), None],
-            )
-        return msg.store_id
+    def _new_mid(self):
+        mid = self.next_mid
+        self.next_mid = mid + 1
+        return mid
+
+    def message_record(self, msg):
+        """The id of the message's M record, written now if it has none
+        (store_id > 0: written; < 0: only inline in its first delivery's
+        record; 0: not stored)."""
+        mid = msg.store_id
+        if mid > 0:
+            return mid
+        mid = -mid if mid else self._new_mid()
+        msg.store_id = mid
+        self.store.put(
+            NS_MESSAGE,
+            u64be(mid),
+            [msg.topic, msg.payload, msg.qos, msg.retain, _props_out(msg.props), self._wall(msg.expiry), None],
+        )
+        return mid
 
     def _delivery_key(self, session, seq):
         return session.client_id.encode() + b"\0" + u64be(seq)
 
     def delivery_added(self, session, d):
-        """A new delivery of a stored session gets its sequence number and record."""
+        """A new delivery of a stored session gets its sequence number and
+        record: the first of its message holds the message inline."""
         if session.stored:
             d.seq = self.next_seq
             self.next_seq += 1
-            self._put_delivery(session, d)
+            self._put_delivery(session, d, d.msg.store_id == 0)
 
     def delivery_sent(self, session, d):
-        if session.stored and d.seq:
-            self._put_delivery(session, d)
+        # QoS 1: not written. Its QUEUED record stands: after a crash the
+        # delivery is sent again as new, a duplicate QoS 1 allows; a
+        # shutdown writes the window as sent (window_saved). QoS 2: written
+        # before its PUBLISH leaves (its output waits for the sync), so the
+        # packet id a subscriber holds is one the broker remembers. A
+        # message still inline (store_id < 0) is inline in this very
+        # record: a second stored delivery would have written its M.
+        if session.stored and d.seq and d.bits & PUBLISH_QOS_MASK == 2:
+            self._put_delivery(session, d, d.msg.store_id < 0)
+
+    def window_saved(self, session):
+        """Shutdown: the QoS 1 deliveries in a stored session's window
+        written as sent (delivery_sent did not), so a restart resends them
+        with DUP and their packet ids [MQTT-4.4.0-1]."""
+        if session.stored:
+            for d in session.inflight:
+                if d.seq and d.bits & PUBLISH_QOS_MASK == 1:
+                    self._put_delivery(session, d, d.msg.store_id < 0)
 
     def delivery_released(self, session, d):
         if session.stored and d.seq:
@@ -180,25 +212,31 @@ class Persist(StateListener):
         if session.stored and d.seq:
             self.store.delete(NS_DELIVERY, self._delivery_key(session, d.seq))
 
-    def _put_delivery(self, session, d):
+    def _put_delivery(self, session, d, inline):
+        # `inline`: the record holds the message too (its M fields after
+        # the delivery's), and the message has no M record while it is the
+        # only stored delivery of it: one record per message, not three.
+        msg = d.msg
         group = d.shared_group()
-        self.store.put(
-            NS_DELIVERY,
-            self._delivery_key(session, d.seq),
-            [
-                self._message_id(d.msg),
-                d.qos(),
-                d.retain(),
-                d.sub_ids(),
-                d.state(),
-                d.packet_id(),
-                group.key() if group is not None else None,
-            ],
-        )
+        share = group.key() if group is not None else None
+        if inline:
+            mid = msg.store_id
+            if not mid:
+                mid = -self._new_mid()
+                msg.store_id = mid
+            rec = [
+                -mid, d.qos(), d.retain(), d.sub_ids(), d.state(), d.packet_id(), share,
+                msg.topic, msg.payload, msg.qos, msg.retain, _props_out(msg.props), self._wall(msg.expiry),
+            ]
+        else:
+            rec = [self.message_record(msg), d.qos(), d.retain(), d.sub_ids(), d.state(), d.packet_id(), share]
+        self.store.put(NS_DELIVERY, self._delivery_key(session, d.seq), rec)
 
     def message_freed(self, msg):
-        """The last reference to a stored message went."""
-        self.store.delete(NS_MESSAGE, u64be(msg.store_id))
+        """The last reference to a stored message went (an inline one goes
+        with its delivery's record)."""
+        if msg.store_id > 0:
+            self.store.delete(NS_MESSAGE, u64be(msg.store_id))
 
     # ---------------------------------------------------------- retained
 

@@ -136,13 +136,7 @@ def restore(persist, broker, now, wall):
         if _usable(store, NS_MESSAGE, key, rec, _SHAPE_MESSAGE) is None:
             continue
         mid = _from_be(key)
-        topic, payload, qos, retain, props, expiry_wall = rec[:6]
-        shared = topics.get(topic)
-        if shared is not None:
-            topic = shared
-        elif len(topics) < _SHARED_TOPICS:
-            topics[topic] = topic
-        msg = messages.new(topic, payload, qos, retain, _props_in(props), _core(persist, expiry_wall, now, 0))
+        msg = _message(persist, broker, rec, now, topics)
         if msg is None:
             counts["dropped"] += 1
             store.delete(NS_MESSAGE, key)
@@ -151,7 +145,6 @@ def restore(persist, broker, now, wall):
         by_mid[mid] = msg
         if mid >= persist.next_mid:
             persist.next_mid = mid + 1
-    topics = None
 
     for key, rec in read_items(store, NS_SESSION):
         if _usable(store, NS_SESSION, key, rec, _SHAPE_SESSION) is None:
@@ -175,12 +168,14 @@ def restore(persist, broker, now, wall):
         sub.set_options(qos, no_local, rap, rh, sub_id)
         counts["subscriptions"] += 1
 
-    _restore_deliveries(persist, broker, by_mid)
+    _restore_deliveries(persist, broker, by_mid, topics, now, counts)  # (inline messages share the topics too)
+    topics = None
 
     for msg in by_mid.values():
         if msg.refs == 0:
             messages.pool.release(msg)  # no delivery refers to it
-            store.delete(NS_MESSAGE, u64be(msg.store_id))
+            if msg.store_id > 0:
+                store.delete(NS_MESSAGE, u64be(msg.store_id))
         else:
             counts["messages"] += 1
 
@@ -202,6 +197,19 @@ def restore(persist, broker, now, wall):
     return counts
 
 
+def _message(persist, broker, rec, now, topics):
+    """A message from its fields (an M record's, or those after a
+    delivery's own in a D record that holds it inline); None if the pool is
+    full. Its topic is shared through `topics`."""
+    topic, payload, qos, retain, props, expiry_wall = rec[:6]
+    shared = topics.get(topic)
+    if shared is not None:
+        topic = shared
+    elif len(topics) < _SHARED_TOPICS:
+        topics[topic] = topic
+    return broker.routing.messages.new(topic, payload, qos, retain, _props_in(props), _core(persist, expiry_wall, now, 0))
+
+
 def _restore_session(persist, broker, client_id, rec, now, counts):
     level, expiry, expires_wall, generation, next_pid, qos2_in = rec[:6]
     if expiry != NEVER:
@@ -220,7 +228,7 @@ def _restore_session(persist, broker, client_id, rec, now, counts):
     counts["sessions"] += 1
 
 
-def _restore_deliveries(persist, broker, by_mid):
+def _restore_deliveries(persist, broker, by_mid, topics, now, counts):
     """Each session's deliveries, in its sequence order (the key order), straight
     into its inflight window (sent ones) or its queue (the rest)."""
     store = persist.store
@@ -238,7 +246,23 @@ def _restore_deliveries(persist, broker, by_mid):
         if seq >= persist.next_seq:
             persist.next_seq = seq + 1
         mid, qos, retain, sub_ids, state, packet_id, share = rec[:7]
-        msg = by_mid.get(mid) if state != RELEASED else None
+        if mid >= persist.next_mid:
+            persist.next_mid = mid + 1
+        msg = None
+        if state != RELEASED and session is not None:
+            msg = by_mid.get(mid)
+            if msg is None and len(rec) > 7 and _usable(store, NS_DELIVERY, key, rec[7:], _SHAPE_MESSAGE) is not None:
+                # Schema 2: the message inline, its fields after the delivery's.
+                msg = _message(persist, broker, rec[7:], now, topics)
+                if msg is None:
+                    counts["dropped"] += 1
+                else:
+                    msg.store_id = -mid  # no M record
+                    by_mid[mid] = msg
+            elif msg is not None and len(rec) == 7 and msg.store_id < 0:
+                # Referred to by id but held inline by another record only
+                # (its M record lost): it needs its M record to outlive that one.
+                persist.message_record(msg)
         if session is None or (state != RELEASED and msg is None):
             store.delete(NS_DELIVERY, key)
             continue

@@ -30,7 +30,7 @@ import struct
 
 from common.compat import const
 
-SCHEMA = 1
+SCHEMA = 2
 MAGIC = b"SKNS"
 META_KEY = b"V"
 CHECK_KEY = b"K"
@@ -44,9 +44,12 @@ _PLAIN = bytes([SCHEMA, 0])  # a plain record's schema and flags
 # version-v record as version v + 1 has it. A record is upgraded step by step
 # when it is read (and written back in the current schema whenever the broker
 # next changes it), so an older store opens as long as every step from its
-# version exists; otherwise open() refuses it with what to do. None exist yet:
-# schema 1 is the first.
-MIGRATIONS = {}
+# version exists; otherwise open() refuses it with what to do.
+#   1 -> 2: nothing changes in a record. Schema 2 adds a delivery record
+#   that holds its message inline (persist.py), which a Siskin of schema 1
+#   would read as a delivery of a missing message and drop: the version
+#   makes it refuse such a store instead.
+MIGRATIONS = {1: lambda full, value: value}
 
 
 class StoreError(Exception):
