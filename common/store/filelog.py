@@ -140,6 +140,7 @@ class FileLog:
         self._unsynced = False
         self._tail_dirty = False  # a write failed part way: rewrite first
         self._buf = bytearray(_SMALL)
+        self._view = memoryview(self._buf)  # (never resized)
         _presize(self.index, keys)
         # Not opened yet: filelog_open.open_log (open_file_log) scans the
         # file, once, at start-up.
@@ -246,7 +247,7 @@ class FileLog:
                 af.seek(off)
             if size <= _SMALL:
                 encode_into(self._buf, 0, key, value, tombstone)
-                af.write(memoryview(self._buf)[0:size])
+                af.write(self._view[0:size])
             else:
                 head = bytearray(HEADER_SIZE)
                 struct.pack_into(HEADER_FORMAT, head, 0, MAGIC, 1 if tombstone else 0, klen, vlen)
@@ -272,12 +273,7 @@ class FileLog:
         else:
             self.index[key] = (off, size)
             self.live_bytes += size
-        self._maybe_compact()
-
-    def _maybe_compact(self):
-        if self.file_size < self.compact_min:
-            return
-        if self.file_size >= self.compact_ratio * (FILE_HEADER_SIZE + self.live_bytes):
+        if self.file_size >= self.compact_min and self.file_size >= self.compact_ratio * (FILE_HEADER_SIZE + self.live_bytes):
             self.rewrite()
 
     def _read_record(self, off, size):

@@ -97,15 +97,35 @@ def _pack_into(out, value):
         out.append(TAG_LIST)
         _put_varint(out, len(value))
         for item in value:
-            # Most items of a record are None or a small int (a QoS, a state,
-            # a flag): one byte or two, packed here without a call.
+            # The items of a record are mostly None, a flag, a small int (a
+            # QoS, a state, an id), a short str or bytes (a topic, a
+            # payload): packed here without a call (the per-message path).
             if item is None:
                 out.append(TAG_NONE)
-            elif type(item) is int and 0 <= item < 64:
-                out.append(TAG_INT)
-                out.append(item * 2)  # zigzag, one varint byte
+            elif item is True:
+                out.append(TAG_TRUE)
+            elif item is False:
+                out.append(TAG_FALSE)
             else:
-                _pack_into(out, item)
+                t = type(item)
+                if t is int and 0 <= item < 8192:
+                    out.append(TAG_INT)
+                    if item < 64:
+                        out.append(item * 2)  # zigzag, one varint byte
+                    else:
+                        out.append(((item * 2) & 0x7F) | 0x80)
+                        out.append(item >> 6)
+                elif t is bytes and len(item) < 128:
+                    out.append(TAG_BYTES)
+                    out.append(len(item))
+                    out.extend(item)
+                elif t is str and len(item) < 64:
+                    data = item.encode()  # (at most 4 bytes a character: a one-byte length)
+                    out.append(TAG_STR)
+                    out.append(len(data))
+                    out.extend(data)
+                else:
+                    _pack_into(out, item)
     else:
         raise TypeError("cannot store %r" % (value,))
 
@@ -171,7 +191,6 @@ class Store:
         if not self.keys:
             out = bytearray(_PLAIN)  # the header, then the body packed after it: no copy
             _pack_into(out, value)
-            self._write(self.backend.put, full, out)
         else:
             body = pack(value)
             self.counter += 1
@@ -180,22 +199,23 @@ class Store:
             header = bytes([SCHEMA, FLAG_ENCRYPTED, self.key_id])
             nonce = u64be(b)[4:] + u64be(c)
             sealed = self.keys[self.key_id].encrypt(nonce, body, header + full)
-            self._write(self.backend.put, full, header + nonce + sealed)
-        self.dirty = True
-
-    def delete(self, ns, key):
-        self._write(self.backend.delete, ns + key)
-        self.dirty = True
-
-    def _write(self, op, *args):
+            out = header + nonce + sealed
         # A full disk or flash, an I/O error or a record too big for a flash
         # block must not take the broker down mid-packet: the change is not
         # stored, the error is counted and logged (the first and every
         # 1000th), and the broker carries on serving from memory.
         try:
-            op(*args)
+            self.backend.put(full, out)
         except (OSError, ValueError) as err:
             self._failed(err)
+        self.dirty = True
+
+    def delete(self, ns, key):
+        try:  # (as put)
+            self.backend.delete(ns + key)
+        except (OSError, ValueError) as err:
+            self._failed(err)
+        self.dirty = True
 
     def _failed(self, err):
         self.errors += 1
