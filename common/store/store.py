@@ -97,8 +97,8 @@ def _pack_into(out, value):
         out.append(TAG_LIST)
         _put_varint(out, len(value))
         for item in value:
-            # The items of a record are mostly None, a flag, a small int (a
-            # QoS, a state, an id), a short str or bytes (a topic, a
+            # The items of a record are mostly None, a flag, an int (a QoS,
+            # a state, an id), a short str or bytes (a topic, a
             # payload): packed here without a call (the per-message path).
             if item is None:
                 out.append(TAG_NONE)
@@ -108,22 +108,25 @@ def _pack_into(out, value):
                 out.append(TAG_FALSE)
             else:
                 t = type(item)
-                if t is int and 0 <= item < 8192:
+                if t is int and item >= 0:
                     out.append(TAG_INT)
-                    if item < 64:
-                        out.append(item * 2)  # zigzag, one varint byte
+                    z = item * 2  # zigzag
+                    while z > 0x7F:
+                        out.append((z & 0x7F) | 0x80)
+                        z >>= 7
+                    out.append(z)
+                elif t is bytes or t is str:
+                    if t is str:
+                        out.append(TAG_STR)
+                        item = item.encode()
                     else:
-                        out.append(((item * 2) & 0x7F) | 0x80)
-                        out.append(item >> 6)
-                elif t is bytes and len(item) < 128:
-                    out.append(TAG_BYTES)
-                    out.append(len(item))
+                        out.append(TAG_BYTES)
+                    n = len(item)
+                    if n < 128:
+                        out.append(n)  # (a one-byte varint)
+                    else:
+                        _put_varint(out, n)
                     out.extend(item)
-                elif t is str and len(item) < 64:
-                    data = item.encode()  # (at most 4 bytes a character: a one-byte length)
-                    out.append(TAG_STR)
-                    out.append(len(data))
-                    out.extend(data)
                 else:
                     _pack_into(out, item)
     else:

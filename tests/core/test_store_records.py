@@ -201,6 +201,22 @@ class TestQos1WindowNotWritten(unittest.TestCase):
         self.assertEqual([(p.payload, p.dup, p.packet_id) for p in again.take()], [(b"m1", True, second.packet_id)])
 
 
+class TestPacker(unittest.TestCase):
+    def test_record_items_round_trip_at_the_packers_bounds(self):
+        # The packer writes a list's flags, non-negative ints, str and bytes
+        # without a call (the per-message path): each at the bounds of a
+        # one-byte length or varint, and what it leaves to the general
+        # path (negative ints, nested lists), comes back as it went.
+        items_ = [
+            True, False, None, 0, 63, 64, 127, 128, 8191, 8192, 1 << 40, -1, -(1 << 40),
+            "", "x" * 127, "x" * 128, "\u00e9" * 63, "\u00e9" * 64, "\U0001f600" * 40,
+            b"", b"y" * 127, b"y" * 128, [1, [None, b"z"]],
+        ]
+        self.assertEqual(unpack(pack(items_)), items_)
+        for item in items_:
+            self.assertEqual(unpack(pack([item])), [item])
+
+
 class TestSchemaOne(unittest.TestCase):
     def test_store_of_schema_1_restores_and_is_upgraded(self):
         # Records as schema 1 wrote them (each M apart, deliveries refer to
