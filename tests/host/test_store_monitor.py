@@ -31,7 +31,7 @@ from tests.host.test_service import fields, ready_then_port, start, stop
 
 # Progress every 256 records (not 4096): a store the test fills in a second.
 PROGRESS_STEP = 256
-MESSAGES = 3 * PROGRESS_STEP // 2 + 100  # a message and a delivery record each: 3 progress steps and more
+MESSAGES = 3 * PROGRESS_STEP + 100  # one delivery record each, holding its message: 3 progress steps and more
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +78,7 @@ def test_restore_progress_by_records_logged_and_told_to_systemd(
     monitor.starting = False  # serving: no more STATUS= from the store
     assert h.restored["messages"] == MESSAGES
     total = len(store.backend)
-    records = 2 * MESSAGES + 3  # messages, deliveries, the session, its subscription, the meta record
+    records = MESSAGES + 3  # deliveries (each holding its message), the session, its subscription, the meta record
     assert total == records
     lines = [r.getMessage() for r in caplog.records]
     steps = [n * PROGRESS_STEP for n in range(1, records // PROGRESS_STEP + 1)]
@@ -162,7 +162,7 @@ def test_the_broker_says_it_restores_before_ready(tmp_path: Path, notify_socket:
     try:
         first, second = fields(notify_socket), fields(notify_socket)
         assert first["STATUS"].startswith(f"store: reading {data / LOG_NAME}: 0.0 MB of ")
-        assert second["STATUS"] == "store: restoring: 0 of 403 records (0%)"  # 200 messages, 200 deliveries
+        assert second["STATUS"] == "store: restoring: 0 of 203 records (0%)"  # 200 deliveries, each holding its message
         assert first["EXTEND_TIMEOUT_USEC"] == second["EXTEND_TIMEOUT_USEC"] == str(EXTEND_USEC)
         ready_then_port(proc, log, notify_socket)
         assert "restored 1 sessions, 1 subscriptions, 200 queued messages" in log.read_text()
