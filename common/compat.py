@@ -156,18 +156,17 @@ def _crc32_fallback(data, crc=0):
     return c ^ 0xFFFFFFFF
 
 
+# crc32(data, crc=0): CRC-32 of `data` (bytes, bytearray or memoryview),
+# continuing from `crc`, unsigned. binascii's itself where it gives the
+# standard check value (unsigned: a port that returns a signed one fails
+# the check), so the store's per-record checksum costs no call of ours.
 try:
-    from binascii import crc32 as _crc32
+    from binascii import crc32
 
-    if _crc32(b"123456789") != 0xCBF43926:  # the standard check value
+    if crc32(b"123456789") != 0xCBF43926:  # the standard check value
         raise ImportError
 except ImportError:
-    _crc32 = _crc32_fallback
-
-
-def crc32(data, crc=0):
-    """CRC-32 of `data` (bytes, bytearray or memoryview), continuing from `crc`."""
-    return _crc32(data, crc) & 0xFFFFFFFF
+    crc32 = _crc32_fallback
 
 
 try:
