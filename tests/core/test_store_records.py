@@ -140,6 +140,33 @@ class TestInlineMessages(unittest.TestCase):
         self.assertEqual([p.payload for p in complete(late)], [b"both"])
         self.assertEqual(items(kv2, b"D") + items(kv2, b"M"), [])
 
+    def test_restore_writes_the_m_record_a_delivery_refers_to_when_only_inline_is_left(self):
+        # Damage took a message's M record: one delivery still holds the
+        # message inline, another refers to it by id. The restore gives
+        # both their message and writes the M record, so the second one
+        # still has it after the first is acknowledged and the broker
+        # restarts again.
+        kv = MemKV()
+        store = open_store(kv)
+        for cid in ("a", "b"):
+            store.put(b"S", cid.encode(), [4, 0xFFFFFFFF, 0, 1, 1, []])
+            store.put(b"U", cid.encode() + b"\0t/#", [1, False, False, 0, 0])
+        message = ["t/x", b"kept", 1, False, None, 0]
+        store.put(b"D", b"a\0" + bytes(7) + b"\x01", [5, 1, False, None, 0, 0, None] + message)  # inline
+        store.put(b"D", b"b\0" + bytes(7) + b"\x02", [5, 1, False, None, 0, 0, None])  # by id, no M 5
+        store.sync()
+        h2, kv2 = restart(kv)
+        self.assertEqual((h2.restored["messages"], h2.restored["skipped"]), (1, 0))
+        self.assertEqual([k for k, _v in items(kv2, b"M")], [b"M" + bytes(7) + b"\x05"])
+        first = h2.client()
+        first.connect("a", clean=False)
+        self.assertEqual([p.payload for p in complete(first)], [b"kept"])
+        h2.broker.sync_store()
+        h3, _kv3 = restart(kv2)
+        second = h3.client()
+        second.connect("b", clean=False)
+        self.assertEqual([p.payload for p in complete(second)], [b"kept"])
+
     def test_queued_qos2_delivery_sent_then_crash_resent_with_dup_and_its_id(self):
         # The QoS 2 delivery that waited in the queue is written SENT (its
         # message inline again) before its PUBLISH leaves: after a power cut
