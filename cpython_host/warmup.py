@@ -20,11 +20,12 @@ warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from common.driver import Driver
 from common.mqtt import consts as C
@@ -33,11 +34,16 @@ from common.mqtt.packets import Connect, Disconnect, PubAck, Publish, Subscribe,
 from common.store.storeboot import new_broker
 from common.turns import Turns
 
-# Rounds of the exercise: enough for PyPy's thresholds (1,619 runs of a
-# function or loop, counters that decay) on every path it takes.
+# Rounds of the exercise (one client each): enough for PyPy's thresholds
+# (1,619 runs of a function or loop, counters that decay) on every path it takes.
 ROUNDS = 2500
 # It stops sooner after this many seconds (a slow machine).
 BUDGET_S = 5.0
+# Clients that connect together, as a poll of the hub hands over many
+# sockets' input before one flush: the driver's and the broker's loops over
+# connections (flush, next_dirty, the lingers) run with many in them, as
+# they do when a restarted broker's clients come back.
+BATCH = 16
 
 
 def has_jit() -> bool:
@@ -76,9 +82,15 @@ class _Sink:
 
 
 def _packets(n: int, level: int) -> list[bytes]:
-    """What client `n` sends in a round: CONNECT, SUBSCRIBE, a PUBLISH of each QoS, PUBREL, PUBACK."""
-    cid = f"warm-{level}-{n}"
-    topic = f"warm/{n % 16}"
+    """What client `n` sends in a round: CONNECT, SUBSCRIBE, a PUBLISH of each QoS, PUBREL, PUBACK.
+
+    Client ids and topics of many lengths, each client a topic of its own
+    (a new leaf of the topic tree, removed when its clean session ends):
+    code compiled for one length of string, or for a tree that no longer
+    grows, would meet real clients with guards that fail."""
+    pad = "x" * (n % 29)
+    cid = f"warm-{level}-{n}-{pad}"
+    topic = f"warm/{n % 7}/{pad}/{n}"
     props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 0)] if level == C.LEVEL_5 else None
     connect = Connect(level, True, 60, cid, props=props)
     return [
@@ -92,71 +104,104 @@ def _packets(n: int, level: int) -> list[bytes]:
     ]
 
 
-def warm_up(settings: Any, rounds: int = ROUNDS, budget_s: float = BUDGET_S) -> tuple[int, float] | None:
-    """Run the core's connection paths `rounds` times (at most `budget_s`
-    seconds); (rounds run, seconds), or None without a JIT."""
+class _Shell:
+    """What the hub does with a connection's input, in memory (server.py BrokerServer.input)."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.turns = Turns(driver)
+        self.buf = bytearray(1024)
+        self.view = memoryview(self.buf)
+
+    def input(self, cid: int, data: bytes) -> None:
+        # Read into one buffer, handed over as a memoryview (epoll_hub.py;
+        # code compiled for bytes would not serve).
+        n = len(data)
+        self.buf[:n] = data
+        if self.turns.input(cid, self.view[:n]):
+            self.driver.flush()
+
+    def end_poll(self) -> None:
+        if self.turns.due:
+            self.turns.end_turn()
+
+    def lost(self, cid: int) -> None:
+        # The shell's order (server.py BrokerServer.lost).
+        self.turns.run_now(cid)
+        self.driver.connection_lost(cid)
+        self.turns.forget(cid)
+
+
+def warm_up(
+    settings: Any,
+    make_driver: Callable[[Any], Driver],
+    security: tuple[Any, Any, Any],
+    rounds: int = ROUNDS,
+    budget_s: float = BUDGET_S,
+) -> tuple[int, float] | None:
+    """Run the core's connection paths for `rounds` clients (at most
+    `budget_s` seconds); (clients run, seconds), or None without a JIT.
+
+    `make_driver(broker)` is the real broker's (serve.py), and `security`
+    its users, ACL and anonymous switch: the compiled code checks which
+    function a call reaches (the clock, the logger) and which objects a
+    check meets; the warm-up's must be the real broker's, or its first
+    clients would find guards that fail and wait while the JIT compiles
+    the other branch. Nothing is logged (the logger's level is above all).
+    Its garbage is collected before it returns: a major collection would
+    otherwise come in the middle of the first clients' connects."""
     if not has_jit():
         return None
     started = time.monotonic()
     broker = new_broker(settings, os.urandom, None)
-    broker.set_logger(_no_log, 100)
-    clock = [0]
-    driver = Driver(broker, lambda: clock[0], 0, 0)
-    turns = Turns(driver)
-    scripts = [_packets(n, level) for n in range(64) for level in (C.LEVEL_311, C.LEVEL_5)]
+    driver = make_driver(broker)
+    broker.set_logger(broker.logger, 100)
+    driver.set_security(*security)
+    shell = _Shell(driver)
+    scripts = [_packets(n, level) for n in range(256) for level in (C.LEVEL_311, C.LEVEL_5)]
     disconnect = {level: encode_packet(Disconnect(), level) for level in (C.LEVEL_311, C.LEVEL_5)}
-    buf = bytearray(1024)
-    view = memoryview(buf)
     live: list[tuple[int, _Sink]] = []
     done = 0
     while done < rounds and time.monotonic() - started < budget_s:
-        clock[0] += 7
-        level = C.LEVEL_5 if done % 2 else C.LEVEL_311  # (as the script's: scripts alternate)
-        sink = _Sink()
-        cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
-        for data in scripts[done % len(scripts)]:
-            # As the shell reads: into one buffer, handed over as a memoryview
-            # (cpython_host/epoll_hub.py; code compiled for bytes would not serve).
-            n = len(data)
-            buf[:n] = data
-            turns.input(cid, view[:n])
-            if turns.due:
-                turns.end_turn()
-            driver.flush()
-        # It leaves politely, is dropped, or stays until a later round's
-        # client with its id takes its session over.
-        how = done % 4
-        if how == 0:
-            n = len(disconnect[level])
-            buf[:n] = disconnect[level]
-            turns.input(cid, view[:n])
-            driver.flush()
-        if how < 2:
-            _lost(turns, driver, cid)
-        else:
-            live.append((cid, sink))
-        if done % 16 == 0:
-            for cid, sink in [x for x in live if x[1].closed]:
-                live.remove((cid, sink))
-                _lost(turns, driver, cid)
-        done += 1
+        batch = []
+        for i in range(done, done + BATCH):
+            sink = _Sink()
+            cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
+            if cid >= 0:  # (else beyond max_connections: the live ones go first)
+                batch.append((i, cid, sink))
+        # Each packet of the script from every client of the batch, one poll each.
+        for step in range(5):
+            for i, cid, _ in batch:
+                shell.input(cid, scripts[i % len(scripts)][step])
+            shell.end_poll()
+        # A client leaves politely, is dropped, or stays until a later
+        # batch's client with its id takes its session over.
+        for i, cid, sink in batch:
+            how = i % 4
+            if how == 0:
+                shell.input(cid, disconnect[C.LEVEL_5 if i % 2 else C.LEVEL_311])
+            if how < 2:
+                shell.lost(cid)
+            else:
+                live.append((cid, sink))
+        shell.end_poll()
+        driver.flush()
+        for cid, sink in [x for x in live if x[1].closed]:
+            live.remove((cid, sink))
+            shell.lost(cid)
+        driver.tick()
+        done += BATCH
     for cid, _ in live:
-        _lost(turns, driver, cid)
-    return done, time.monotonic() - started
-
-
-def _lost(turns: Turns, driver: Driver, cid: int) -> None:
-    # The shell's order (server.py BrokerServer.lost).
-    turns.run_now(cid)
-    driver.connection_lost(cid)
-    turns.forget(cid)
-
-
-def _no_log(level: int, text: str) -> None:
-    pass
+        shell.lost(cid)
+    elapsed = time.monotonic() - started
+    del broker, driver, shell, scripts, live
+    gc.collect()
+    return done, elapsed
 
 
 if __name__ == "__main__":  # python -m cpython_host.warmup: how long it takes here
-    from common.broker.settings import new_settings
+    from cpython_host.config import load_config, load_security
+    from cpython_host.serve import make_driver
 
-    print(warm_up(new_settings()), file=sys.stderr)
+    cfg = load_config(None)
+    print(warm_up(cfg.settings, lambda b: make_driver(cfg, b), load_security(cfg)), file=sys.stderr)

@@ -364,7 +364,7 @@ def main(argv: Sequence[str]) -> int:
     if cfg.warm_up:
         from cpython_host.warmup import warm_up
 
-        warmed = warm_up(cfg.settings)
+        warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security)
         if warmed is not None:
             logging.getLogger("siskin.host").info(
                 "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
