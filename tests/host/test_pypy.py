@@ -92,6 +92,78 @@ def test_on_pypy_the_jit_is_warmed_up_before_the_listeners_open(tmp_path: Path) 
         assert "JIT warmed up" not in b.log_text()  # nothing to compile on CPython
 
 
+WARM_UP = """
+import gc, json, logging, sys, weakref
+from cpython_host.config import load_config
+from cpython_host.serve import make_driver
+from cpython_host.server import ticks_ms
+from cpython_host.warmup import warm_up
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+lines = Lines()
+logging.getLogger().addHandler(lines)
+logging.getLogger().setLevel(logging.DEBUG)
+cfg = load_config(sys.argv[1] if len(sys.argv) > 1 else None)
+made = []
+kept = []  # (with an argument "keep": the driver, to count what it left open)
+def make(broker):
+    driver = make_driver(cfg, broker)
+    made.append((weakref.ref(broker), weakref.ref(driver), driver.ticks_ms is ticks_ms))
+    if sys.argv[2:] == ["keep"]:
+        kept.append(driver)
+    return driver
+security = (None, None, True)
+ran = warm_up(cfg.settings, make, security, rounds=200)
+print(json.dumps({
+    "ran": ran[0],
+    "made": len(made),
+    "real_clock": made[0][2],
+    "kept": [made[0][0]() is not None, made[0][1]() is not None],
+    "logged": lines.lines,
+    "open": [d.open for d in kept],
+    "refused": [d.broker.stats.refused_connections for d in kept],
+}))
+"""
+
+
+def _warm_up_in_pypy(tmp_path: Path, limits: str = "", *extra: str) -> dict:
+    cfg = tmp_path / "siskin.toml"
+    cfg.write_text(f"[limits]\n{limits}\n")
+    proc = subprocess.run(
+        [pypy_python(), "-c", WARM_UP, str(cfg), *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict = json.loads(proc.stdout.splitlines()[-1])
+    return result
+
+
+def test_the_warm_up_runs_the_real_brokers_driver_logs_nothing_and_keeps_nothing(tmp_path: Path) -> None:
+    # The driver is the one serve.py makes (its clock, its logger): code the
+    # JIT compiled for a stand-in's would fail its guards on the real one's.
+    result = _warm_up_in_pypy(tmp_path)
+    assert result["ran"] >= 200
+    assert result["made"] == 1 and result["real_clock"]
+    # Its connects are not the broker's: not one core line, even at debug level.
+    assert result["logged"] == []
+    # Its broker and driver are collected before the listeners open.
+    assert result["kept"] == [False, False]
+
+
+def test_the_warm_up_stays_within_max_connections(tmp_path: Path) -> None:
+    # A batch holds more clients than a small board's limit: those refused
+    # are left out and the warm-up ends as usual.
+    result = _warm_up_in_pypy(tmp_path, "max_connections = 3\nmax_sessions = 2", "keep")
+    assert result["ran"] >= 200 and result["logged"] == []
+    assert result["refused"][0] > 0  # (the limit was reached)
+    assert result["open"] == [0]  # every client it let in, it let go
+
+
 # Python 3.10 calls that mypy's 3.10 target cannot see as new.
 NEWER_KEYWORDS = {("zip", "strict"), ("dataclass", "slots"), ("dataclass", "kw_only"), ("dataclass", "match_args")}
 NEWER_CALLS = {"bit_count", "pairwise", "aiter", "anext", "aclosing"}
