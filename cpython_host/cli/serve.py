@@ -366,6 +366,9 @@ def main(argv: Sequence[str]) -> int:
 
         warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security)
         if warmed is not None:
+            # What its garbage took from glibc goes back (PyPy: 8 MB of the
+            # broker's RSS at start, docs/benchmarks.md).
+            give_back_heap()
             logging.getLogger("siskin.host").info(
                 "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
             )

@@ -164,6 +164,42 @@ def test_the_warm_up_stays_within_max_connections(tmp_path: Path) -> None:
     assert result["open"] == [0]  # every client it let in, it let go
 
 
+START_AFTER_WARM_UP = """
+import socket, sys
+import cpython_host.storage as storage
+import cpython_host.warmup as warmup
+from cpython_host.cli import serve
+
+events = []
+real_warm_up, real_give_back = warmup.warm_up, storage.give_back_heap
+def warm_up(*args, **kwargs):
+    events.append("warm_up")
+    return real_warm_up(*args, rounds=50)
+def give_back_heap():
+    events.append("give_back_heap")
+    real_give_back()
+warmup.warm_up, storage.give_back_heap = warm_up, give_back_heap
+busy = socket.socket()
+busy.bind(("127.0.0.1", 0))
+busy.listen()
+code = serve.main(["--config", sys.argv[1], "--port", str(busy.getsockname()[1])])
+print(code, events)
+"""
+
+
+def test_on_pypy_the_warm_ups_heap_is_given_back_before_the_listeners_open(tmp_path: Path) -> None:
+    # glibc keeps what the warm-up's garbage used (8 MB of RSS at start,
+    # docs/benchmarks.md) unless malloc_trim gives it back; the port is
+    # taken, so the start ends (exit 1) where the listeners would open.
+    cfg = tmp_path / "siskin.toml"
+    cfg.write_text("[server]\nwarm_up = true\n")
+    proc = subprocess.run(
+        [pypy_python(), "-c", START_AFTER_WARM_UP, str(cfg)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.splitlines()[-1] == "1 ['warm_up', 'give_back_heap']", proc.stdout + proc.stderr
+    assert "cannot listen" in proc.stderr
+
+
 # Python 3.10 calls that mypy's 3.10 target cannot see as new.
 NEWER_KEYWORDS = {("zip", "strict"), ("dataclass", "slots"), ("dataclass", "kw_only"), ("dataclass", "match_args")}
 NEWER_CALLS = {"bit_count", "pairwise", "aiter", "anext", "aclosing"}
