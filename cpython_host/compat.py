@@ -28,6 +28,16 @@ def run(main: Coroutine[Any, Any, T], loop_factory: Callable[[], asyncio.Abstrac
     if sys.version_info >= (3, 11):
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             return runner.run(main)
-    if loop_factory is not None:  # uvloop: not on PyPy, and 3.9's asyncio.run takes no factory
-        raise RuntimeError("an event loop factory needs Python >= 3.11 (asyncio.Runner)")
-    return asyncio.run(main)
+    if loop_factory is None:
+        return asyncio.run(main)
+    factory = loop_factory
+
+    class Policy(asyncio.DefaultEventLoopPolicy):  # 3.9's asyncio.run takes its loop from the policy
+        def new_event_loop(self) -> asyncio.AbstractEventLoop:
+            return factory()
+
+    asyncio.set_event_loop_policy(Policy())
+    try:
+        return asyncio.run(main)
+    finally:
+        asyncio.set_event_loop_policy(None)

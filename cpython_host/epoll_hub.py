@@ -10,7 +10,12 @@ has seen it thousands of times; on CPython it is most of a connect's CPU.
 So a plain listener (TCP, no TLS, no WebSocket) puts its listening socket
 and every socket it accepts into one `select.epoll` of its own, whose file
 descriptor is the one thing the event loop watches (`loop.add_reader`:
-asyncio's loop and uvloop alike). When it is readable, `poll()` takes every
+uvloop's loop). On asyncio's own loop (`new_event_loop()` below: always on
+PyPy) there is one epoll, not two: the loop's selector is a
+`SharedEpollSelector`, the hub registers its sockets in the selector's
+epoll, and the selector hands their events to the hub from the same
+`epoll_wait` that serves the loop (one system call per loop turn instead of
+the loop's wait and then the hub's). Either way, `dispatch()` takes every
 ready event at once and does what a transport would, with nothing per
 event but the system call:
 
@@ -47,7 +52,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import select
+import selectors
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -205,14 +212,21 @@ class EpollHub:
     def __init__(self, server: BrokerServer, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
         self.loop = loop
-        self.epoll = select.epoll()
         self.high = server.write_high
         self.low = server.write_low
         self.by_fd: dict[int, Any] = {}  # fd -> PlainConnection, or (Listening, listening socket)
         self.buf = bytearray(RECV_SIZE)
         self.view = memoryview(self.buf)
         self.lost: list[tuple[PlainConnection, Exception | None]] = []  # closed, not yet reported
-        loop.add_reader(self.epoll.fileno(), self.poll)
+        shared = getattr(loop, "shared_selector", None)
+        if shared is not None and shared.hub is None:
+            self.shared: SharedEpollSelector | None = shared
+            self.epoll = shared.epoll
+            shared.hub = self
+        else:
+            self.shared = None
+            self.epoll = select.epoll()
+            loop.add_reader(self.epoll.fileno(), self.poll)
 
     def listen(self, listening: Listening, sock: socket.socket) -> None:
         """Accept on `sock` (bound, listening, non-blocking) for `listening`."""
@@ -229,14 +243,22 @@ class EpollHub:
 
     def close(self) -> None:
         """The end of serving: the hub's own epoll goes (every socket is closed by now)."""
+        if self.shared is not None:
+            self.shared.hub = None  # the loop's epoll is the loop's to close
+            return
         self.loop.remove_reader(self.epoll.fileno())
         self.epoll.close()
 
     # ------------------------------------------------------------- events
 
     def poll(self) -> None:
+        """The hub's own epoll is readable (uvloop's loop): take its events."""
+        self.dispatch(self.epoll.poll(0, MAX_EVENTS))
+
+    def dispatch(self, ready: list[tuple[int, int]]) -> None:
+        """Act on `ready`, (fd, events) of the hub's sockets from one epoll_wait."""
         by_fd = self.by_fd
-        for fd, events in self.epoll.poll(0, MAX_EVENTS):
+        for fd, events in ready:
             c = by_fd.get(fd)
             if c is None:
                 continue  # closed earlier in this poll
@@ -366,3 +388,63 @@ class EpollHub:
                 cid = c.cid
                 c.cid = -1
                 server.lost(cid, c.peer, exc)
+
+
+class SharedEpollSelector(selectors.EpollSelector):
+    """asyncio's epoll selector, whose epoll also holds the hub's sockets.
+
+    `select()` is EpollSelector's, except that the events of sockets the hub
+    owns go to `hub.dispatch()` (before the loop runs its own callbacks) and
+    the loop sees the rest. Without a hub it is EpollSelector.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epoll: Any = self._selector  # type: ignore[attr-defined]  # (selectors' select.epoll)
+        self.hub: EpollHub | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # for the exception handler
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            wait = -1.0
+        elif timeout <= 0:
+            wait = 0.0
+        else:  # epoll's resolution is a millisecond: round up, as EpollSelector does
+            wait = math.ceil(timeout * 1e3) * 1e-3
+        fd_to_key = self._fd_to_key  # type: ignore[attr-defined]
+        try:
+            events = self.epoll.poll(wait, len(fd_to_key) + MAX_EVENTS)
+        except InterruptedError:
+            return []
+        ready = []
+        hub = self.hub
+        ours = None
+        for fd, ev in events:
+            key = fd_to_key.get(fd)
+            if key is not None:
+                mask = 0
+                if ev & ~select.EPOLLIN:
+                    mask |= selectors.EVENT_WRITE
+                if ev & ~select.EPOLLOUT:
+                    mask |= selectors.EVENT_READ
+                ready.append((key, mask & key.events))
+            elif hub is not None:
+                if ours is None:
+                    ours = []
+                ours.append((fd, ev))
+        if ours is not None and hub is not None:
+            try:
+                hub.dispatch(ours)
+            except Exception as e:  # as a failing callback of the loop's would be: logged, the loop goes on
+                if self.loop is not None:
+                    self.loop.call_exception_handler({"message": "exception in the epoll hub", "exception": e})
+        return ready
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """asyncio's own loop on a SharedEpollSelector (`loop.shared_selector`)."""
+    selector = SharedEpollSelector()
+    loop = asyncio.SelectorEventLoop(selector)
+    selector.loop = loop
+    loop.shared_selector = selector  # type: ignore[attr-defined]
+    return loop

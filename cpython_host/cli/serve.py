@@ -234,18 +234,25 @@ def setup_logging(level: str) -> None:
     logtext.install()  # every argument of every line is escaped and bounded
 
 
-def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory, or None for asyncio's own; ImportError if uvloop is demanded but missing."""
+def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, bool]:
+    """(the loop's factory, whether it is uvloop's); ImportError if uvloop is demanded but missing.
+
+    asyncio's own loop, where there is epoll, shares its epoll with the plain
+    listeners' hub (cpython_host/epoll_hub.py); None: asyncio's default.
+    """
+    from cpython_host import epoll_hub
+
+    own = epoll_hub.new_event_loop if epoll_hub.AVAILABLE else None
     if choice == "asyncio":
-        return None
+        return own, False
     try:
         import uvloop
     except ImportError:
         if choice == "uvloop":
             raise
-        return None
+        return own, False
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
+    return factory, True
 
 
 def _no_uvloop() -> str:
@@ -312,7 +319,7 @@ def main(argv: Sequence[str]) -> int:
     if args.log_level is not None:
         cfg.log_level = cfg.log_level_flag = args.log_level
     try:
-        factory = _loop_factory(args.event_loop)
+        factory, uvloop_on = _loop_factory(args.event_loop)
     except ImportError:
         print(f"siskin: --event-loop uvloop: {_no_uvloop()}; or use --event-loop asyncio", file=sys.stderr)
         return 2
@@ -328,7 +335,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
     setup_logging(cfg.log_level)
-    if factory is None and args.event_loop == "auto":
+    if not uvloop_on and args.event_loop == "auto":
         logging.getLogger("siskin.host").info("event loop: asyncio's own: %s", _no_uvloop())
     store = None
     data_dir = None

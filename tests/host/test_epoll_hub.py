@@ -32,6 +32,7 @@ from tests.host.broker_proc import (
     publish_packet,
     wait_until,
 )
+from tests.host.conftest import RUNTIMES, runtime_args
 
 pytestmark = pytest.mark.interop
 
@@ -206,3 +207,33 @@ def test_epoll_hub_false_serves_plain_mqtt_on_asyncio_transports(tmp_path: Path)
         b.wait_log(r"listening on 127\.0\.0\.1:\d+ .*: plain MQTT; loopback only")
         assert "epoll hub" not in b.log_text()
         served(b.port, "on-asyncio")
+
+
+def epoll_fds(pid: int) -> int:
+    """How many epoll instances process `pid` holds open."""
+    fds = f"/proc/{pid}/fd"
+    n = 0
+    for name in os.listdir(fds):
+        try:
+            n += os.readlink(f"{fds}/{name}") == "anon_inode:[eventpoll]"
+        except FileNotFoundError:
+            pass
+    return n
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_on_asyncios_loop_the_hub_and_the_loop_share_one_epoll(tmp_path: Path, runtime: str) -> None:
+    # asyncio's loop: one epoll_wait per loop turn, not the loop's and then
+    # the hub's (SharedEpollSelector). uvloop keeps libuv's epoll and the hub's.
+    with BrokerProcess(tmp_path, limits={"sys_interval": 0}, **runtime_args(runtime)) as b:
+        b.wait_log(r"plain MQTT \(epoll hub\)")
+        served(b.port, "one-epoll")
+        assert epoll_fds(b.pid) == (2 if runtime == "uvloop" else 1)
+        # The loop's own timers run beside the hub's sockets: a silent client
+        # with a 1 s keep-alive is closed [MQTT-3.1.2-24].
+        c = RawClient(b.port)
+        assert c.connect("silent", keep_alive=1) == b"\x00\x00"
+        assert c.closed_within(10)
+        c.close()
+        served(b.port, "after-keep-alive")
+        assert b.alive() and "Traceback" not in b.log_text(), b.log_text()
