@@ -3,16 +3,23 @@
 PyPy interprets a function until it has run about 1,600 times, and its
 interpreter is slower than CPython's: a fresh PyPy broker's first 1,000
 connects cost it 240 µs of CPU each, a warm one's 50-80 (docs/benchmarks.md,
-"The connect path"; 180-210 after this warm-up). The moment a broker meets the most
-connects at once is just after it starts: every client of a restarted
-broker reconnects. So before the listeners open, `warm_up` runs the core
-through those paths in memory: connections of both protocol levels that
-connect, subscribe, publish at each QoS and acknowledge, take each other's
-sessions over, disconnect or drop, through the same Turns and Driver the
-shell feeds (common/turns.py, common/driver.py), on a broker of its own
-with the same settings, no store, no log and no $SYS. Nothing of it is
-kept: its broker is dropped, only the compiled code stays (the real
-broker's objects have the same classes, so the same code serves them).
+"The connect path"). The moment a broker meets the most connects at once
+is just after it starts: every client of a restarted broker reconnects. So
+before the listeners open, `warm_up` runs the core through those paths in
+memory: clients of both protocol levels, in batches, that connect,
+subscribe, publish at each QoS and acknowledge, take each other's sessions
+over, disconnect or drop, through the same Turns and Driver the shell
+feeds (common/turns.py, common/driver.py), on a broker of its own with the
+same settings, no store, no log and no $SYS. Its driver is made as the real
+one is (its clock, its logger, its security): compiled code checks which
+function a call reaches, and a stand-in's would leave the first real
+clients to compile the rest (docs/benchmarks.md, "A fresh PyPy broker's
+first connects"). Nothing of it is kept: its broker is dropped and
+collected, only the compiled code stays (the real broker's objects have
+the same classes, so the same code serves them).
+
+What it cannot reach is the shell's socket code (epoll_hub.py: accepting,
+closing, a takeover's half-close): the first takeover storm compiles that.
 
 On an interpreter without a JIT (CPython) it does nothing. [server]
 warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
