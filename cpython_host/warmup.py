@@ -18,8 +18,12 @@ first connects"). Nothing of it is kept: its broker is dropped and
 collected, only the compiled code stays (the real broker's objects have
 the same classes, so the same code serves them).
 
-What it cannot reach is the shell's socket code (epoll_hub.py: accepting,
-closing, a takeover's half-close): the first takeover storm compiles that.
+What it cannot reach in memory is the shell's socket code (epoll_hub.py:
+accepting, reading, writing, a takeover's half-close and close, the loss
+reported to the driver), which a fresh broker's first takeover storm spent
+a quarter of its CPU compiling: `warm_up_sockets` runs that once the loop
+runs, before the real listeners open, with loopback clients that take one
+client id over from each other through a hub of a broker of its own.
 
 On an interpreter without a JIT (CPython) it does nothing. [server]
 warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
@@ -27,9 +31,11 @@ warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib.util
 import os
+import socket
 import sys
 import time
 from typing import Any, Callable
@@ -206,9 +212,86 @@ def warm_up(
     return done, elapsed
 
 
-if __name__ == "__main__":  # python -m cpython_host.warmup: how long it takes here
+# The socket warm-up: clients that share one client id and take its
+# session over from each other, as many at once, for at most this long.
+TAKERS = 4
+SOCKETS_BUDGET_S = 2.0
+TAKEOVERS = 1500
+
+
+async def warm_up_sockets(
+    config: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any]
+) -> tuple[int, float] | None:
+    """The shell's socket code (epoll_hub.py: accept, read, write, the
+    half-close and close of a taken-over connection, the loss reported to
+    the driver), which warm_up cannot reach in memory: loopback clients
+    take one client id over from each other through a hub of a broker of
+    its own, on the running loop, before the real listeners open.
+    (takeovers, seconds), or None without a JIT or a plain MQTT listener
+    on the hub."""
+    from cpython_host import epoll_hub
+    from cpython_host.listeners import bind
+    from cpython_host.server import BrokerServer
+
+    plain = any(not lst.tls and not lst.websockets for lst in config.listeners())
+    if not has_jit() or not (plain and epoll_hub.AVAILABLE and config.epoll_hub):
+        return None
+    started = time.monotonic()
+    loop = asyncio.get_running_loop()
+    broker = new_broker(config.settings, os.urandom, None)
+    driver = make_driver(broker)
+    broker.set_logger(broker.logger, 100)
+    driver.set_security(*security)
+    server = BrokerServer(driver, config, {})
+    server.loop = loop
+    hub = server.hub = epoll_hub.EpollHub(server, loop)
+    lsock = bind("127.0.0.1", 0, 128)[0]
+    hub.listen(server.listening[0], lsock)
+    address = lsock.getsockname()
+    connect = encode_connect(Connect(C.LEVEL_311, True, 60, "warm-takeover"), C.LEVEL_311)
+    done = [0]
+    end = started + SOCKETS_BUDGET_S
+
+    async def taker() -> None:
+        while done[0] < TAKEOVERS and time.monotonic() < end:
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                await loop.sock_connect(s, address)
+                await loop.sock_sendall(s, connect)
+                await loop.sock_recv(s, 4)  # its CONNACK
+                done[0] += 1
+                while await loop.sock_recv(s, 64):  # until the broker closes it (taken over)
+                    pass
+            finally:
+                s.close()
+
+    tasks = [loop.create_task(taker()) for _ in range(TAKERS)]
+    try:
+        # (the last holder is never taken over: its wait ends here)
+        while done[0] < TAKEOVERS and time.monotonic() < end and not all(t.done() for t in tasks):
+            await asyncio.sleep(0.02)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        hub.unlisten(lsock)
+        lsock.close()
+        driver.abort_all()
+        await asyncio.sleep(0)  # the hub reports the losses on the next turn
+        hub.close()
+    elapsed = time.monotonic() - started
+    del broker, driver, server, hub
+    gc.collect()
+    return done[0], elapsed
+
+
+if __name__ == "__main__":  # python -m cpython_host.warmup: how long the in-memory part takes here
     from cpython_host.config import load_config, load_security
-    from cpython_host.serve import make_driver
+    from cpython_host.server import ticks_ms
 
     cfg = load_config(None)
-    print(warm_up(cfg.settings, lambda b: make_driver(cfg, b), load_security(cfg)), file=sys.stderr)
+    made = warm_up(
+        cfg.settings, lambda b: Driver(b, ticks_ms, cfg.close_linger, cfg.shutdown_timeout), load_security(cfg)
+    )
+    print(made, file=sys.stderr)

@@ -384,7 +384,7 @@ def main(argv: Sequence[str]) -> int:
         give_back_heap()
         monitor.starting = False  # serving from here: READY=1 and the listeners' STATUS=
     try:
-        return run(serve(cfg, driver, data_dir, contexts), factory)
+        return run(serve(cfg, driver, data_dir, contexts, security), factory)
     finally:
         if store is not None:
             store.close()
