@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import ssl
+from typing import Any
 
 from common import VERSION
 from common.broker.broker import Broker
@@ -75,9 +76,25 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     return broker
 
 
-async def serve(config: HostConfig, driver: Driver, data_dir: str | None, contexts: dict[int, ssl.SSLContext]) -> int:
+async def serve(
+    config: HostConfig,
+    driver: Driver,
+    data_dir: str | None,
+    contexts: dict[int, ssl.SSLContext],
+    security: tuple[Any, Any, Any] | None = None,
+) -> int:
     """Run the broker until SIGINT/SIGTERM (SIGHUP reloads certificates and
-    the [security] users and rules); the process exit code."""
+    the [security] users and rules); the process exit code. `security`:
+    the users, ACL and anonymous switch, for PyPy's socket warm-up
+    (warmup.py; [server] warm_up)."""
+    if security is not None and config.warm_up:
+        from cpython_host.storage import give_back_heap
+        from cpython_host.warmup import warm_up_sockets
+
+        warmed = await warm_up_sockets(config, lambda b: make_driver(config, b), security)
+        if warmed is not None:
+            give_back_heap()
+            log.info("JIT warmed up: %d takeovers through a loopback epoll hub in %.2f s ([server] warm_up)", *warmed)
     server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
     web = None

@@ -3,16 +3,27 @@
 PyPy interprets a function until it has run about 1,600 times, and its
 interpreter is slower than CPython's: a fresh PyPy broker's first 1,000
 connects cost it 240 µs of CPU each, a warm one's 50-80 (docs/benchmarks.md,
-"The connect path"; 180-210 after this warm-up). The moment a broker meets the most
-connects at once is just after it starts: every client of a restarted
-broker reconnects. So before the listeners open, `warm_up` runs the core
-through those paths in memory: connections of both protocol levels that
-connect, subscribe, publish at each QoS and acknowledge, take each other's
-sessions over, disconnect or drop, through the same Turns and Driver the
-shell feeds (common/turns.py, common/driver.py), on a broker of its own
-with the same settings, no store, no log and no $SYS. Nothing of it is
-kept: its broker is dropped, only the compiled code stays (the real
-broker's objects have the same classes, so the same code serves them).
+"The connect path"). The moment a broker meets the most connects at once
+is just after it starts: every client of a restarted broker reconnects. So
+before the listeners open, `warm_up` runs the core through those paths in
+memory: clients of both protocol levels, in batches, that connect,
+subscribe, publish at each QoS and acknowledge, take each other's sessions
+over, disconnect or drop, through the same Turns and Driver the shell
+feeds (common/turns.py, common/driver.py), on a broker of its own with the
+same settings, no store, no log and no $SYS. Its driver is made as the real
+one is (its clock, its logger, its security): compiled code checks which
+function a call reaches, and a stand-in's would leave the first real
+clients to compile the rest (docs/benchmarks.md, "A fresh PyPy broker's
+first connects"). Nothing of it is kept: its broker is dropped and
+collected, only the compiled code stays (the real broker's objects have
+the same classes, so the same code serves them).
+
+What it cannot reach in memory is the shell's socket code (epoll_hub.py:
+accepting, reading, writing, a takeover's half-close and close, the loss
+reported to the driver), which a fresh broker's first takeover storm spent
+a quarter of its CPU compiling: `warm_up_sockets` runs that once the loop
+runs, before the real listeners open, with loopback clients that take one
+client id over from each other through a hub of a broker of its own.
 
 On an interpreter without a JIT (CPython) it does nothing. [server]
 warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
@@ -20,11 +31,14 @@ warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import importlib.util
 import os
+import socket
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from common.driver import Driver
 from common.mqtt import consts as C
@@ -33,11 +47,16 @@ from common.mqtt.packets import Connect, Disconnect, PubAck, Publish, Subscribe,
 from common.store.storeboot import new_broker
 from common.turns import Turns
 
-# Rounds of the exercise: enough for PyPy's thresholds (1,619 runs of a
-# function or loop, counters that decay) on every path it takes.
+# Rounds of the exercise (one client each): enough for PyPy's thresholds
+# (1,619 runs of a function or loop, counters that decay) on every path it takes.
 ROUNDS = 2500
 # It stops sooner after this many seconds (a slow machine).
 BUDGET_S = 5.0
+# Clients that connect together, as a poll of the hub hands over many
+# sockets' input before one flush: the driver's and the broker's loops over
+# connections (flush, next_dirty, the lingers) run with many in them, as
+# they do when a restarted broker's clients come back.
+BATCH = 16
 
 
 def has_jit() -> bool:
@@ -76,9 +95,15 @@ class _Sink:
 
 
 def _packets(n: int, level: int) -> list[bytes]:
-    """What client `n` sends in a round: CONNECT, SUBSCRIBE, a PUBLISH of each QoS, PUBREL, PUBACK."""
-    cid = f"warm-{level}-{n}"
-    topic = f"warm/{n % 16}"
+    """What client `n` sends in a round: CONNECT, SUBSCRIBE, a PUBLISH of each QoS, PUBREL, PUBACK.
+
+    Client ids and topics of many lengths, each client a topic of its own
+    (a new leaf of the topic tree, removed when its clean session ends):
+    code compiled for one length of string, or for a tree that no longer
+    grows, would meet real clients with guards that fail."""
+    pad = "x" * (n % 29)
+    cid = f"warm-{level}-{n}-{pad}"
+    topic = f"warm/{n % 7}/{pad}/{n}"
     props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 0)] if level == C.LEVEL_5 else None
     connect = Connect(level, True, 60, cid, props=props)
     return [
@@ -92,71 +117,181 @@ def _packets(n: int, level: int) -> list[bytes]:
     ]
 
 
-def warm_up(settings: Any, rounds: int = ROUNDS, budget_s: float = BUDGET_S) -> tuple[int, float] | None:
-    """Run the core's connection paths `rounds` times (at most `budget_s`
-    seconds); (rounds run, seconds), or None without a JIT."""
+class _Shell:
+    """What the hub does with a connection's input, in memory (server.py BrokerServer.input)."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.turns = Turns(driver)
+        self.buf = bytearray(1024)
+        self.view = memoryview(self.buf)
+
+    def input(self, cid: int, data: bytes) -> None:
+        # Read into one buffer, handed over as a memoryview (epoll_hub.py;
+        # code compiled for bytes would not serve).
+        n = len(data)
+        self.buf[:n] = data
+        if self.turns.input(cid, self.view[:n]):
+            self.driver.flush()
+
+    def end_poll(self) -> None:
+        if self.turns.due:
+            self.turns.end_turn()
+
+    def lost(self, cid: int) -> None:
+        # The shell's order (server.py BrokerServer.lost).
+        self.turns.run_now(cid)
+        self.driver.connection_lost(cid)
+        self.turns.forget(cid)
+
+
+def warm_up(
+    settings: Any,
+    make_driver: Callable[[Any], Driver],
+    security: tuple[Any, Any, Any],
+    rounds: int = ROUNDS,
+    budget_s: float = BUDGET_S,
+) -> tuple[int, float] | None:
+    """Run the core's connection paths for `rounds` clients (at most
+    `budget_s` seconds); (clients run, seconds), or None without a JIT.
+
+    `make_driver(broker)` is the real broker's (serve.py), and `security`
+    its users, ACL and anonymous switch: the compiled code checks which
+    function a call reaches (the clock, the logger) and which objects a
+    check meets; the warm-up's must be the real broker's, or its first
+    clients would find guards that fail and wait while the JIT compiles
+    the other branch. Nothing is logged (the logger's level is above all).
+    Its garbage is collected before it returns: a major collection would
+    otherwise come in the middle of the first clients' connects."""
     if not has_jit():
         return None
     started = time.monotonic()
     broker = new_broker(settings, os.urandom, None)
-    broker.set_logger(_no_log, 100)
-    clock = [0]
-    driver = Driver(broker, lambda: clock[0], 0, 0)
-    turns = Turns(driver)
-    scripts = [_packets(n, level) for n in range(64) for level in (C.LEVEL_311, C.LEVEL_5)]
+    driver = make_driver(broker)
+    broker.set_logger(broker.logger, 100)
+    driver.set_security(*security)
+    shell = _Shell(driver)
+    scripts = [_packets(n, level) for n in range(256) for level in (C.LEVEL_311, C.LEVEL_5)]
     disconnect = {level: encode_packet(Disconnect(), level) for level in (C.LEVEL_311, C.LEVEL_5)}
-    buf = bytearray(1024)
-    view = memoryview(buf)
     live: list[tuple[int, _Sink]] = []
     done = 0
     while done < rounds and time.monotonic() - started < budget_s:
-        clock[0] += 7
-        level = C.LEVEL_5 if done % 2 else C.LEVEL_311  # (as the script's: scripts alternate)
-        sink = _Sink()
-        cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
-        for data in scripts[done % len(scripts)]:
-            # As the shell reads: into one buffer, handed over as a memoryview
-            # (cpython_host/epoll_hub.py; code compiled for bytes would not serve).
-            n = len(data)
-            buf[:n] = data
-            turns.input(cid, view[:n])
-            if turns.due:
-                turns.end_turn()
-            driver.flush()
-        # It leaves politely, is dropped, or stays until a later round's
-        # client with its id takes its session over.
-        how = done % 4
-        if how == 0:
-            n = len(disconnect[level])
-            buf[:n] = disconnect[level]
-            turns.input(cid, view[:n])
-            driver.flush()
-        if how < 2:
-            _lost(turns, driver, cid)
-        else:
-            live.append((cid, sink))
-        if done % 16 == 0:
-            for cid, sink in [x for x in live if x[1].closed]:
-                live.remove((cid, sink))
-                _lost(turns, driver, cid)
-        done += 1
+        batch = []
+        for i in range(done, done + BATCH):
+            sink = _Sink()
+            cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
+            if cid >= 0:  # (else beyond max_connections: the live ones go first)
+                batch.append((i, cid, sink))
+        # Each packet of the script from every client of the batch, one poll each.
+        for step in range(5):
+            for i, cid, _ in batch:
+                shell.input(cid, scripts[i % len(scripts)][step])
+            shell.end_poll()
+        # A client leaves politely, is dropped, or stays until a later
+        # batch's client with its id takes its session over.
+        for i, cid, sink in batch:
+            how = i % 4
+            if how == 0:
+                shell.input(cid, disconnect[C.LEVEL_5 if i % 2 else C.LEVEL_311])
+            if how < 2:
+                shell.lost(cid)
+            else:
+                live.append((cid, sink))
+        shell.end_poll()
+        driver.flush()
+        for cid, sink in [x for x in live if x[1].closed]:
+            live.remove((cid, sink))
+            shell.lost(cid)
+        driver.tick()
+        done += BATCH
     for cid, _ in live:
-        _lost(turns, driver, cid)
-    return done, time.monotonic() - started
+        shell.lost(cid)
+    elapsed = time.monotonic() - started
+    del broker, driver, shell, scripts, live
+    gc.collect()
+    return done, elapsed
 
 
-def _lost(turns: Turns, driver: Driver, cid: int) -> None:
-    # The shell's order (server.py BrokerServer.lost).
-    turns.run_now(cid)
-    driver.connection_lost(cid)
-    turns.forget(cid)
+# The socket warm-up: clients that share one client id and take its
+# session over from each other, as many at once, for at most this long.
+TAKERS = 4
+SOCKETS_BUDGET_S = 2.0
+TAKEOVERS = 1500
 
 
-def _no_log(level: int, text: str) -> None:
-    pass
+async def warm_up_sockets(
+    config: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any]
+) -> tuple[int, float] | None:
+    """The shell's socket code (epoll_hub.py: accept, read, write, the
+    half-close and close of a taken-over connection, the loss reported to
+    the driver), which warm_up cannot reach in memory: loopback clients
+    take one client id over from each other through a hub of a broker of
+    its own, on the running loop, before the real listeners open.
+    (takeovers, seconds), or None without a JIT or a plain MQTT listener
+    on the hub."""
+    from cpython_host import epoll_hub
+    from cpython_host.listeners import bind
+    from cpython_host.server import BrokerServer
+
+    plain = any(not lst.tls and not lst.websockets for lst in config.listeners())
+    if not has_jit() or not (plain and epoll_hub.AVAILABLE and config.epoll_hub):
+        return None
+    started = time.monotonic()
+    loop = asyncio.get_running_loop()
+    broker = new_broker(config.settings, os.urandom, None)
+    driver = make_driver(broker)
+    broker.set_logger(broker.logger, 100)
+    driver.set_security(*security)
+    server = BrokerServer(driver, config, {})
+    server.loop = loop
+    hub = server.hub = epoll_hub.EpollHub(server, loop)
+    lsock = bind("127.0.0.1", 0, 128)[0]
+    hub.listen(server.listening[0], lsock)
+    address = lsock.getsockname()
+    connect = encode_connect(Connect(C.LEVEL_311, True, 60, "warm-takeover"), C.LEVEL_311)
+    done = [0]
+    end = started + SOCKETS_BUDGET_S
+
+    async def taker() -> None:
+        while done[0] < TAKEOVERS and time.monotonic() < end:
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                await loop.sock_connect(s, address)
+                await loop.sock_sendall(s, connect)
+                await loop.sock_recv(s, 4)  # its CONNACK
+                done[0] += 1
+                while await loop.sock_recv(s, 64):  # until the broker closes it (taken over)
+                    pass
+            finally:
+                s.close()
+
+    tasks = [loop.create_task(taker()) for _ in range(TAKERS)]
+    try:
+        # (the last holder is never taken over: its wait ends here)
+        while done[0] < TAKEOVERS and time.monotonic() < end and not all(t.done() for t in tasks):
+            await asyncio.sleep(0.02)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        hub.unlisten(lsock)
+        lsock.close()
+        driver.abort_all()
+        await asyncio.sleep(0)  # the hub reports the losses on the next turn
+        hub.close()
+    elapsed = time.monotonic() - started
+    del broker, driver, server, hub
+    gc.collect()
+    return done[0], elapsed
 
 
-if __name__ == "__main__":  # python -m cpython_host.warmup: how long it takes here
-    from common.broker.settings import new_settings
+if __name__ == "__main__":  # python -m cpython_host.warmup: how long the in-memory part takes here
+    from cpython_host.config import load_config, load_security
+    from cpython_host.server import ticks_ms
 
-    print(warm_up(new_settings()), file=sys.stderr)
+    cfg = load_config(None)
+    made = warm_up(
+        cfg.settings, lambda b: Driver(b, ticks_ms, cfg.close_linger, cfg.shutdown_timeout), load_security(cfg)
+    )
+    print(made, file=sys.stderr)

@@ -371,8 +371,11 @@ def main(argv: Sequence[str]) -> int:
     if cfg.warm_up:
         from cpython_host.warmup import warm_up
 
-        warmed = warm_up(cfg.settings)
+        warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security)
         if warmed is not None:
+            # What its garbage took from glibc goes back (PyPy: 8 MB of the
+            # broker's RSS at start, docs/benchmarks.md).
+            give_back_heap()
             logging.getLogger("siskin.host").info(
                 "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
             )
@@ -381,7 +384,7 @@ def main(argv: Sequence[str]) -> int:
         give_back_heap()
         monitor.starting = False  # serving from here: READY=1 and the listeners' STATUS=
     try:
-        return run(serve(cfg, driver, data_dir, contexts), factory)
+        return run(serve(cfg, driver, data_dir, contexts, security), factory)
     finally:
         if store is not None:
             store.close()

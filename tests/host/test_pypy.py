@@ -86,10 +86,125 @@ def test_on_pypy_the_jit_is_warmed_up_before_the_listeners_open(tmp_path: Path) 
         warmed = re.search(r"JIT warmed up: (\d+) in-memory connections through the core in [0-9.]+ s", log)
         assert warmed is not None and int(warmed.group(1)) > 0, log
         assert warmed.start() < log.index("listening on")
+        # Then the shell's socket code, through a loopback hub of its own
+        # (takeovers: accept, read, write, half-close, close, the loss).
+        sockets = re.search(r"JIT warmed up: (\d+) takeovers through a loopback epoll hub in [0-9.]+ s", log)
+        assert sockets is not None and int(sockets.group(1)) > 0, log
+        assert warmed.start() < sockets.start() < log.index("listening on")
+        assert "warm-takeover" not in log  # its clients are not the broker's: not one core line
         served_after = connect_when_served(b.port, "after-warm-up")
         served_after.close()
     with BrokerProcess(tmp_path / "cpython", log_level="info", server={"warm_up": True}) as b:
         assert "JIT warmed up" not in b.log_text()  # nothing to compile on CPython
+
+
+WARM_UP = """
+import gc, json, logging, sys, weakref
+from cpython_host.config import load_config
+from cpython_host.serve import make_driver
+from cpython_host.server import ticks_ms
+from cpython_host.warmup import warm_up
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+lines = Lines()
+logging.getLogger().addHandler(lines)
+logging.getLogger().setLevel(logging.DEBUG)
+cfg = load_config(sys.argv[1] if len(sys.argv) > 1 else None)
+made = []
+kept = []  # (with an argument "keep": the driver, to count what it left open)
+def make(broker):
+    driver = make_driver(cfg, broker)
+    made.append((weakref.ref(broker), weakref.ref(driver), driver.ticks_ms is ticks_ms))
+    if sys.argv[2:] == ["keep"]:
+        kept.append(driver)
+    return driver
+security = (None, None, True)
+ran = warm_up(cfg.settings, make, security, rounds=200)
+print(json.dumps({
+    "ran": ran[0],
+    "made": len(made),
+    "real_clock": made[0][2],
+    "kept": [made[0][0]() is not None, made[0][1]() is not None],
+    "logged": lines.lines,
+    "open": [d.open for d in kept],
+    "refused": [d.broker.stats.refused_connections for d in kept],
+}))
+"""
+
+
+def _warm_up_in_pypy(tmp_path: Path, limits: str = "", *extra: str) -> dict:
+    cfg = tmp_path / "siskin.toml"
+    cfg.write_text(f"[limits]\n{limits}\n")
+    proc = subprocess.run(
+        [pypy_python(), "-c", WARM_UP, str(cfg), *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict = json.loads(proc.stdout.splitlines()[-1])
+    return result
+
+
+def test_the_warm_up_runs_the_real_brokers_driver_logs_nothing_and_keeps_nothing(tmp_path: Path) -> None:
+    # The driver is the one serve.py makes (its clock, its logger): code the
+    # JIT compiled for a stand-in's would fail its guards on the real one's.
+    result = _warm_up_in_pypy(tmp_path)
+    assert result["ran"] >= 200
+    assert result["made"] == 1 and result["real_clock"]
+    # Its connects are not the broker's: not one core line, even at debug level.
+    assert result["logged"] == []
+    # Its broker and driver are collected before the listeners open.
+    assert result["kept"] == [False, False]
+
+
+def test_the_warm_up_stays_within_max_connections(tmp_path: Path) -> None:
+    # A batch holds more clients than a small board's limit: those refused
+    # are left out and the warm-up ends as usual.
+    result = _warm_up_in_pypy(tmp_path, "max_connections = 3\nmax_sessions = 2", "keep")
+    assert result["ran"] >= 200 and result["logged"] == []
+    assert result["refused"][0] > 0  # (the limit was reached)
+    assert result["open"] == [0]  # every client it let in, it let go
+
+
+START_AFTER_WARM_UP = """
+import socket, sys
+import cpython_host.storage as storage
+import cpython_host.warmup as warmup
+from cpython_host.cli import serve
+
+events = []
+real_warm_up, real_give_back = warmup.warm_up, storage.give_back_heap
+def warm_up(*args, **kwargs):
+    events.append("warm_up")
+    return real_warm_up(*args, rounds=50)
+def give_back_heap():
+    events.append("give_back_heap")
+    real_give_back()
+warmup.warm_up, storage.give_back_heap = warm_up, give_back_heap
+busy = socket.socket()
+busy.bind(("127.0.0.1", 0))
+busy.listen()
+code = serve.main(["--config", sys.argv[1], "--port", str(busy.getsockname()[1])])
+print(code, events)
+"""
+
+
+def test_on_pypy_the_warm_ups_heap_is_given_back_before_the_listeners_open(tmp_path: Path) -> None:
+    # glibc keeps what the warm-up's garbage used (8 MB of RSS at start,
+    # docs/benchmarks.md) unless malloc_trim gives it back; the port is
+    # taken, so the start ends (exit 1) where the listeners would open.
+    cfg = tmp_path / "siskin.toml"
+    cfg.write_text("[server]\nwarm_up = true\n")
+    proc = subprocess.run(
+        [pypy_python(), "-c", START_AFTER_WARM_UP, str(cfg)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    # (the second: after the socket warm-up, which runs on the loop before the listeners open)
+    assert proc.stdout.splitlines()[-1] == "1 ['warm_up', 'give_back_heap', 'give_back_heap']", proc.stdout + proc.stderr
+    assert "cannot listen" in proc.stderr
 
 
 # Python 3.10 calls that mypy's 3.10 target cannot see as new.
