@@ -76,7 +76,8 @@ def open_store(
 
 
 def give_back_heap() -> None:
-    """Return to the system the heap that the restore used in passing.
+    """Return to the system the heap that the restore or PyPy's warm-ups
+    (warmup.py) used in passing.
 
     The restore builds large tables for a while (the log's index as it
     grows, the key lists it reads by, the message ids of the deliveries);

@@ -145,6 +145,18 @@ class _Shell:
         self.turns.forget(cid)
 
 
+def _quiet_broker(
+    settings: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any]
+) -> tuple[Any, Driver]:
+    """A broker of the warm-up's own and its driver, made as the real ones
+    are (make_driver, the real security), its logger's level above all."""
+    broker = new_broker(settings, os.urandom, None)
+    driver = make_driver(broker)
+    broker.set_logger(broker.logger, 100)
+    driver.set_security(*security)
+    return broker, driver
+
+
 def warm_up(
     settings: Any,
     make_driver: Callable[[Any], Driver],
@@ -166,10 +178,7 @@ def warm_up(
     if not has_jit():
         return None
     started = time.monotonic()
-    broker = new_broker(settings, os.urandom, None)
-    driver = make_driver(broker)
-    broker.set_logger(broker.logger, 100)
-    driver.set_security(*security)
+    broker, driver = _quiet_broker(settings, make_driver, security)
     shell = _Shell(driver)
     scripts = [_packets(n, level) for n in range(256) for level in (C.LEVEL_311, C.LEVEL_5)]
     disconnect = {level: encode_packet(Disconnect(), level) for level in (C.LEVEL_311, C.LEVEL_5)}
@@ -238,10 +247,7 @@ async def warm_up_sockets(
         return None
     started = time.monotonic()
     loop = asyncio.get_running_loop()
-    broker = new_broker(config.settings, os.urandom, None)
-    driver = make_driver(broker)
-    broker.set_logger(broker.logger, 100)
-    driver.set_security(*security)
+    broker, driver = _quiet_broker(config.settings, make_driver, security)
     server = BrokerServer(driver, config, {})
     server.loop = loop
     hub = server.hub = epoll_hub.EpollHub(server, loop)
@@ -287,6 +293,7 @@ async def warm_up_sockets(
 
 
 if __name__ == "__main__":  # python -m cpython_host.warmup: how long the in-memory part takes here
+    # (Not serve.make_driver: serve.py imports this module. The clock is the host's.)
     from cpython_host.config import load_config, load_security
     from cpython_host.server import ticks_ms
 

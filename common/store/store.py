@@ -111,10 +111,10 @@ def _pack_into(out, value):
                 if t is int and item >= 0:
                     out.append(TAG_INT)
                     z = item * 2  # zigzag
-                    while z > 0x7F:
-                        out.append((z & 0x7F) | 0x80)
-                        z >>= 7
-                    out.append(z)
+                    if z < 128:
+                        out.append(z)  # (a one-byte varint)
+                    else:
+                        _put_varint(out, z)
                 elif t is bytes or t is str:
                     if t is str:
                         out.append(TAG_STR)

@@ -159,13 +159,18 @@ def test_a_peer_reset_is_a_lost_connection(broker: BrokerProcess, output_waiting
     served(broker.port, "after-reset")
 
 
-def socket_fds(pid: int) -> int:
-    """How many sockets process `pid` holds open (the listener and its connections)."""
+SOCKET = "socket:"
+EPOLL = "anon_inode:[eventpoll]"
+
+
+def open_fds(pid: int, kind: str) -> int:
+    """How many file descriptors of process `pid` are of `kind` (a prefix of
+    their /proc link: SOCKET, EPOLL)."""
     fds = f"/proc/{pid}/fd"
     n = 0
     for name in os.listdir(fds):
         try:
-            n += os.readlink(f"{fds}/{name}").startswith("socket:")
+            n += os.readlink(f"{fds}/{name}").startswith(kind)
         except FileNotFoundError:  # closed meanwhile
             pass
     return n
@@ -177,7 +182,7 @@ def test_connections_beyond_max_connections_are_refused_and_their_sockets_closed
     over = 8
     with BrokerProcess(tmp_path, limits={"max_connections": 1, "sys_interval": 0}) as b:
         b.wait_log(r"plain MQTT \(epoll hub\)")
-        idle = socket_fds(b.pid)
+        idle = open_fds(b.pid, SOCKET)
         ok = RawClient(b.port)
         assert ok.connect("the-one") == b"\x00\x00"
         polite = [RawClient(b.port) for _ in range(REFUSAL_SLOTS)]
@@ -197,7 +202,11 @@ def test_connections_beyond_max_connections_are_refused_and_their_sockets_closed
         for c in [ok, *polite, *refused]:
             c.close()
         # Every socket of theirs is closed in the broker: none leaks.
-        wait_until(lambda: socket_fds(b.pid) == idle, 10, lambda: f"{socket_fds(b.pid)} sockets open, {idle} at start")
+        wait_until(
+            lambda: open_fds(b.pid, SOCKET) == idle,
+            10,
+            lambda: f"{open_fds(b.pid, SOCKET)} sockets open, {idle} at start",
+        )
         connect_when_served(b.port, "again").close()
         assert b.alive() and "Traceback" not in b.log_text(), b.log_text()
 
@@ -209,18 +218,6 @@ def test_epoll_hub_false_serves_plain_mqtt_on_asyncio_transports(tmp_path: Path)
         served(b.port, "on-asyncio")
 
 
-def epoll_fds(pid: int) -> int:
-    """How many epoll instances process `pid` holds open."""
-    fds = f"/proc/{pid}/fd"
-    n = 0
-    for name in os.listdir(fds):
-        try:
-            n += os.readlink(f"{fds}/{name}") == "anon_inode:[eventpoll]"
-        except FileNotFoundError:
-            pass
-    return n
-
-
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_on_asyncios_loop_the_hub_and_the_loop_share_one_epoll(tmp_path: Path, runtime: str) -> None:
     # asyncio's loop: one epoll_wait per loop turn, not the loop's and then
@@ -228,7 +225,7 @@ def test_on_asyncios_loop_the_hub_and_the_loop_share_one_epoll(tmp_path: Path, r
     with BrokerProcess(tmp_path, limits={"sys_interval": 0}, **runtime_args(runtime)) as b:
         b.wait_log(r"plain MQTT \(epoll hub\)")
         served(b.port, "one-epoll")
-        assert epoll_fds(b.pid) == (2 if runtime == "uvloop" else 1)
+        assert open_fds(b.pid, EPOLL) == (2 if runtime == "uvloop" else 1)
         # The loop's own timers run beside the hub's sockets: a silent client
         # with a 1 s keep-alive is closed [MQTT-3.1.2-24].
         c = RawClient(b.port)
