@@ -10,7 +10,9 @@ memory: clients of both protocol levels, in batches, that connect,
 subscribe, publish at each QoS and acknowledge, take each other's sessions
 over, disconnect or drop, through the same Turns and Driver the shell
 feeds (common/turns.py, common/driver.py), on a broker of its own with the
-same settings, no store, no log and no $SYS. Its driver is made as the real
+same settings, no log and no $SYS; with a store of its own in a scratch
+directory when the real broker has one (half its clients' sessions then
+persistent), removed after. Its driver is made as the real
 one is (its clock, its logger, its security): compiled code checks which
 function a call reaches, and a stand-in's would leave the first real
 clients to compile the rest (docs/benchmarks.md, "A fresh PyPy broker's
@@ -35,8 +37,10 @@ import asyncio
 import gc
 import importlib.util
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -94,18 +98,20 @@ class _Sink:
         pass
 
 
-def _packets(n: int, level: int) -> list[bytes]:
+def _packets(n: int, level: int, stored: bool = False) -> list[bytes]:
     """What client `n` sends in a round: CONNECT, SUBSCRIBE, a PUBLISH of each QoS, PUBREL, PUBACK.
 
     Client ids and topics of many lengths, each client a topic of its own
     (a new leaf of the topic tree, removed when its clean session ends):
     code compiled for one length of string, or for a tree that no longer
-    grows, would meet real clients with guards that fail."""
+    grows, would meet real clients with guards that fail. `stored`: every
+    other client's session outlives its connection (the store's paths)."""
     pad = "x" * (n % 29)
     cid = f"warm-{level}-{n}-{pad}"
     topic = f"warm/{n % 7}/{pad}/{n}"
-    props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 0)] if level == C.LEVEL_5 else None
-    connect = Connect(level, True, 60, cid, props=props)
+    persistent = stored and n % 2 == 1
+    props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 60 if persistent else 0)] if level == C.LEVEL_5 else None
+    connect = Connect(level, level == C.LEVEL_5 or not persistent, 60, cid, props=props)
     return [
         encode_connect(connect, level),
         encode_subscribe(Subscribe(1, [(topic, 1)]), level),
@@ -146,15 +152,27 @@ class _Shell:
 
 
 def _quiet_broker(
-    settings: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any]
+    settings: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any], store: Any = None
 ) -> tuple[Any, Driver]:
     """A broker of the warm-up's own and its driver, made as the real ones
     are (make_driver, the real security), its logger's level above all."""
-    broker = new_broker(settings, os.urandom, None)
+    broker = new_broker(settings, os.urandom, store)
     driver = make_driver(broker)
     broker.set_logger(broker.logger, 100)
     driver.set_security(*security)
+    if store is not None:
+        driver.restore(int(time.time()))
     return broker, driver
+
+
+def _scratch_store(data_dir: str, encrypted: bool) -> tuple[Any, str]:
+    """A store of the warm-up's own in a new directory of `data_dir` (the
+    real store's file system), sealed with a fresh key when the real one
+    is sealed: (the store, its directory)."""
+    from cpython_host.storage import open_store
+
+    where = tempfile.mkdtemp(prefix=".warm-up-", dir=data_dir)
+    return open_store(where, os.urandom(32).hex() if encrypted else None), where
 
 
 def warm_up(
@@ -163,9 +181,15 @@ def warm_up(
     security: tuple[Any, Any, Any],
     rounds: int = ROUNDS,
     budget_s: float = BUDGET_S,
+    store_in: tuple[str, bool] | None = None,
 ) -> tuple[int, float] | None:
     """Run the core's connection paths for `rounds` clients (at most
     `budget_s` seconds); (clients run, seconds), or None without a JIT.
+    `store_in`: (the data directory, whether the store is sealed) when the
+    real broker has a store: the warm-up's broker then has one of its own
+    there (removed after), and half its clients' sessions are persistent,
+    so the store's paths are compiled too (a fresh PyPy broker ran its first
+    durable seconds at two thirds of its later speed: docs/benchmarks.md).
 
     `make_driver(broker)` is the real broker's (serve.py), and `security`
     its users, ACL and anonymous switch: the compiled code checks which
@@ -178,9 +202,10 @@ def warm_up(
     if not has_jit():
         return None
     started = time.monotonic()
-    broker, driver = _quiet_broker(settings, make_driver, security)
+    store, scratch = _scratch_store(*store_in) if store_in is not None else (None, "")
+    broker, driver = _quiet_broker(settings, make_driver, security, store)
     shell = _Shell(driver)
-    scripts = [_packets(n, level) for n in range(256) for level in (C.LEVEL_311, C.LEVEL_5)]
+    scripts = [_packets(n, level, store is not None) for n in range(256) for level in (C.LEVEL_311, C.LEVEL_5)]
     disconnect = {level: encode_packet(Disconnect(), level) for level in (C.LEVEL_311, C.LEVEL_5)}
     live: list[tuple[int, _Sink]] = []
     done = 0
@@ -215,8 +240,11 @@ def warm_up(
         done += BATCH
     for cid, _ in live:
         shell.lost(cid)
+    if store is not None:
+        store.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     elapsed = time.monotonic() - started
-    del broker, driver, shell, scripts, live
+    del broker, driver, shell, scripts, live, store
     gc.collect()
     return done, elapsed
 

@@ -371,7 +371,8 @@ def main(argv: Sequence[str]) -> int:
     if cfg.warm_up:
         from cpython_host.warmup import warm_up
 
-        warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security)
+        store_in = (data_dir, bool(store.keys)) if store is not None and data_dir is not None else None
+        warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security, store_in=store_in)
         if warmed is not None:
             # What its garbage took from glibc goes back (PyPy: 8 MB of the
             # broker's RSS at start, docs/benchmarks.md).

@@ -6,6 +6,7 @@ tests/host/test_filelog_posix.py runs it on real files."""
 
 import unittest
 
+from common.store import filelog_open
 from common.store.filelog import COMPACT_SUFFIX, CORRUPT_SUFFIX, FILE_HEADER_SIZE, FileLog
 from common.store.filelog_open import open_file_log
 from common.store.kvrecord import OVERHEAD, StoreFull
@@ -133,8 +134,6 @@ class TestFileLogBasics(unittest.TestCase):
         # the open's reading of the log, in bytes, at its start, every
         # SCAN_STEP bytes and at its end. (Compactions: the host's own
         # FileLog, tests/host/test_store_monitor.py.)
-        from common.store import filelog_open
-
         # A step of 4 KiB instead of 1 MiB: the log fits a MicroPython heap.
         step = filelog_open.SCAN_STEP
         filelog_open.SCAN_STEP = SCAN_STEP = 4096
@@ -306,8 +305,17 @@ def scenario_ops():
     return ops
 
 
-def open_log(fs, room=0):
-    return open_file_log(fs, PATH, compact_min=600, room=room)
+class GatheringLog(FileLog):
+    """A FileLog that holds more records back for one write (the host's
+    gathers 32 KB: cpython_host/storage.py)."""
+
+    batch = 4096
+
+
+def open_log(fs, room=0, cls=FileLog):
+    log = cls(fs, PATH, 600, 2, 0, 0, room)
+    filelog_open.open_log(log)
+    return log
 
 
 class Expect:
@@ -334,14 +342,14 @@ class Expect:
         self.since = {}
 
 
-def session(fs, ops, expect, cut=0, seed=1, room=0):
+def session(fs, ops, expect, cut=0, seed=1, room=0, cls=FileLog):
     """Open, arm a cut at the cut-th fs operation, run ops. Returns True if
     the power failed. An interrupted op counts as begun: its value is allowed."""
     kv = None
     if cut:
         fs.cut_after(cut, seed=seed)
     try:
-        kv = open_log(fs, room)
+        kv = open_log(fs, room, cls)
         for op, key, value in ops:
             if op != "sync":
                 expect.apply(op, key, value)  # may land even if the op is cut
@@ -361,9 +369,10 @@ def session(fs, ops, expect, cut=0, seed=1, room=0):
 
 class TestFileLogPowerCuts(unittest.TestCase):
     room = 0
+    cls = FileLog
 
     def verify(self, fs, expect, where):
-        kv = open_log(fs, self.room)  # never fails
+        kv = open_log(fs, self.room, self.cls)  # never fails
         state = {}
         for key in KEYS:
             got = kv.get(key)
@@ -373,12 +382,12 @@ class TestFileLogPowerCuts(unittest.TestCase):
         return kv
 
     def check_still_works(self, fs, where):
-        kv = open_log(fs, self.room)
+        kv = open_log(fs, self.room, self.cls)
         for key in KEYS:
             kv.put(key, key + b" after the cut")
         kv.delete(KEYS[0])
         kv.sync()
-        kv2 = open_log(fs, self.room)
+        kv2 = open_log(fs, self.room, self.cls)
         for key in KEYS:
             expect = None if key == KEYS[0] else key + b" after the cut"
             self.assertEqual(kv2.get(key), expect, where)
@@ -386,14 +395,14 @@ class TestFileLogPowerCuts(unittest.TestCase):
     def test_power_cut_at_every_fs_operation(self):
         ops = scenario_ops()
         ref = MemFS()
-        self.assertFalse(session(ref, ops, Expect(), room=self.room))
+        self.assertFalse(session(ref, ops, Expect(), room=self.room, cls=self.cls))
         total = ref.ops
-        self.assertGreater(open_log(ref, self.room).compactions + ref.syncs, 10)
+        self.assertGreater(open_log(ref, self.room, self.cls).compactions + ref.syncs, 10)
         covered = 0
         for k in range(1, total + 1):
             fs = MemFS()
             expect = Expect()
-            self.assertTrue(session(fs, ops, expect, cut=k, seed=k, room=self.room), "cut %d did not happen" % k)
+            self.assertTrue(session(fs, ops, expect, cut=k, seed=k, room=self.room, cls=self.cls), "cut %d did not happen" % k)
             covered += 1
             where = "cut at fs op %d/%d" % (k, total)
             self.verify(fs, expect, where)
@@ -404,16 +413,16 @@ class TestFileLogPowerCuts(unittest.TestCase):
     def test_two_power_cuts_in_a_row(self):
         ops = scenario_ops()
         ref = MemFS()
-        session(ref, ops, Expect(), room=self.room)
+        session(ref, ops, Expect(), room=self.room, cls=self.cls)
         total = ref.ops
         pairs = 0
         for k in range(2, total + 1, 13):
             for second in (1, 2, 4, 9):
                 fs = MemFS()
                 expect = Expect()
-                session(fs, ops, expect, cut=k, seed=k, room=self.room)
+                session(fs, ops, expect, cut=k, seed=k, room=self.room, cls=self.cls)
                 self.verify(fs, expect, "first cut %d" % k)
-                session(fs, ops, expect, cut=second, seed=k * 31 + second, room=self.room)
+                session(fs, ops, expect, cut=second, seed=k * 31 + second, room=self.room, cls=self.cls)
                 where = "cuts at %d then %d" % (k, second)
                 self.verify(fs, expect, where)
                 self.check_still_works(fs, where)
@@ -425,3 +434,45 @@ class TestFileLogRoomPowerCuts(TestFileLogPowerCuts):
     """The same cuts with records written over a room of zeros (the host's log)."""
 
     room = 150
+
+class TestFileLogGatheringPowerCuts(TestFileLogPowerCuts):
+    """The same cuts with most records held back until a sync or a read,
+    over a room (the host's log): a cut loses at most what was not synced."""
+
+    room = 150
+    cls = GatheringLog
+
+
+class TestFileLogGathering(unittest.TestCase):
+    def test_small_records_wait_for_one_write_at_the_sync(self):
+        fs = MemFS()
+        kv = open_log(fs, cls=GatheringLog)
+        before = fs.ops
+        for i in range(20):
+            kv.put(b"k%02d" % i, b"v" * 40)
+        kv.delete(b"k00")
+        self.assertEqual(fs.ops, before)  # 21 records, nothing written yet
+        kv.sync()
+        self.assertEqual(fs.ops, before + 2)  # one write, one sync
+        kv2 = open_log(fs, cls=GatheringLog)
+        self.assertIsNone(kv2.get(b"k00"))
+        self.assertEqual([kv2.get(b"k%02d" % i) for i in range(1, 20)], [b"v" * 40] * 19)
+
+    def test_a_held_record_reads_back_and_a_full_batch_is_written(self):
+        fs = MemFS()
+        kv = open_log(fs, cls=GatheringLog)
+        kv.put(b"a", b"first")
+        self.assertEqual(kv.get(b"a"), b"first")  # written before the read
+        before = fs.ops
+        size = OVERHEAD + 3 + 100
+        n = GatheringLog.batch // size + 1
+        for i in range(n):
+            kv.put(b"b%02d" % i, b"x" * 100)
+        self.assertEqual(fs.ops, before + 1)  # the batch filled once: one write
+        kv.put(b"big", b"B" * 5000)  # beyond a batch record: the held ones go first, in order
+        kv.sync()
+        kv2 = open_log(fs, cls=GatheringLog)
+        self.assertEqual(kv2.get(b"a"), b"first")
+        self.assertEqual(kv2.get(b"b%02d" % (n - 1)), b"x" * 100)
+        self.assertEqual(kv2.get(b"big"), b"B" * 5000)
+        self.assertEqual(kv2.skipped, 0)
