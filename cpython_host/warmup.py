@@ -48,6 +48,7 @@ from common.driver import Driver
 from common.mqtt import consts as C
 from common.mqtt.client_packets import encode_connect, encode_subscribe
 from common.mqtt.packets import Connect, Disconnect, PubAck, Publish, Subscribe, encode_packet
+from common.store.store import StoreError
 from common.store.storeboot import new_broker
 from common.turns import Turns
 
@@ -165,14 +166,29 @@ def _quiet_broker(
     return broker, driver
 
 
+# The warm-up's own store: a directory of the data directory named so.
+SCRATCH_PREFIX = ".warm-up-"
+
+
 def _scratch_store(data_dir: str, encrypted: bool) -> tuple[Any, str]:
     """A store of the warm-up's own in a new directory of `data_dir` (the
     real store's file system), sealed with a fresh key when the real one
-    is sealed: (the store, its directory)."""
+    is sealed: (the store, its directory), or (None, "") if it cannot be
+    made (a full disk): the warm-up then goes without. One that a start
+    cut short left behind (a kill -9) is removed first."""
     from cpython_host.storage import open_store
 
-    where = tempfile.mkdtemp(prefix=".warm-up-", dir=data_dir)
-    return open_store(where, os.urandom(32).hex() if encrypted else None), where
+    where = ""
+    try:
+        for name in os.listdir(data_dir):
+            if name.startswith(SCRATCH_PREFIX):
+                shutil.rmtree(os.path.join(data_dir, name), ignore_errors=True)
+        where = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=data_dir)
+        return open_store(where, os.urandom(32).hex() if encrypted else None), where
+    except (OSError, StoreError):
+        if where:
+            shutil.rmtree(where, ignore_errors=True)
+        return None, ""
 
 
 def warm_up(

@@ -208,6 +208,7 @@ def test_with_a_store_the_warm_up_runs_the_stores_paths_in_a_scratch_store(tmp_p
     data = tmp_path / "data"
     data.mkdir()
     (data / "siskin.log").write_bytes(b"the real store: not touched")
+    (data / ".warm-up-left-by-a-kill").mkdir()  # a start cut short: removed
     proc = subprocess.run(
         [pypy_python(), "-c", WARM_UP_STORED, str(cfg), str(data)],
         cwd=REPO_ROOT,
@@ -224,6 +225,26 @@ def test_with_a_store_the_warm_up_runs_the_stores_paths_in_a_scratch_store(tmp_p
     assert result["syncs"] > 0
     assert result["left"] == ["siskin.log"]
     assert (data / "siskin.log").read_bytes() == b"the real store: not touched"
+
+
+def test_a_warm_up_store_that_cannot_be_made_leaves_the_warm_up_without_one(tmp_path: Path) -> None:
+    # (Here the "data directory" is a file: no scratch directory in it.)
+    # The start must not fail for the warm-up's sake: it runs without a store.
+    cfg = tmp_path / "siskin.toml"
+    cfg.write_text("")
+    not_a_dir = tmp_path / "data"
+    not_a_dir.write_bytes(b"")
+    code = (
+        "import sys; from cpython_host.config import load_config; from cpython_host.serve import make_driver; "
+        "from cpython_host.warmup import warm_up; cfg = load_config(sys.argv[1]); "
+        "print(warm_up(cfg.settings, lambda b: make_driver(cfg, b), (None, None, True), rounds=64, "
+        "store_in=(sys.argv[2], False))[0])"
+    )
+    proc = subprocess.run(
+        [pypy_python(), "-c", code, str(cfg), str(not_a_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) >= 64
 
 
 START_AFTER_WARM_UP = """

@@ -51,7 +51,10 @@ ESP32_HEAP = "220K"  # ESP32: ~110 KB (the code is frozen into flash there; see 
 # not the security warning before it ("listening on 0.0.0.0 (not loopback-only)
 # without users ..."), which a start that waited for "listening on" took for it.
 _LISTENING = re.compile(r"listening on \S+:\d+ \(MQTT")
-_HEAP = re.compile(r"^heap t=(\d+) free=(\d+) alloc=(\d+) (.*)$", re.M)
+# Whole lines only: the log is read while the firmware writes it, and a
+# last line read half-written ("... syncs=") is no sample (a make test
+# failed on one).
+_HEAP = re.compile(r"^heap t=(\d+) free=(\d+) alloc=(\d+) (.*)\n", re.M)
 
 
 def micropython() -> str:
