@@ -150,7 +150,7 @@ class FileLog:
         self._rf_stale = True
         self._unsynced = False
         self._tail_dirty = False  # a write failed part way: rewrite first
-        self._buf = bytearray(self.batch if self.batch > _SMALL else _SMALL)  # records not yet written
+        self._buf = bytearray(max(self.batch, _SMALL))  # records not yet written
         self._view = memoryview(self._buf)  # (never resized)
         self._held = 0  # bytes of them in _buf
         _presize(self.index, keys)

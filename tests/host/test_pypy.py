@@ -17,6 +17,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import REPO_ROOT
 from tests.host.broker_proc import BrokerProcess, connect_when_served
@@ -47,15 +48,7 @@ print(json.dumps({"implementation": sys.implementation.name, "imported": names, 
 
 
 def test_every_host_module_imports_on_pypy() -> None:
-    proc = subprocess.run(
-        [pypy_python(), "-c", IMPORT_ALL, *sorted(MICROPYTHON_ONLY)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout.splitlines()[-1])
+    report = _pypy_json(IMPORT_ALL, *sorted(MICROPYTHON_ONLY), timeout=240)
     assert report["implementation"] == "pypy"
     assert report["failed"] == {}, "\n".join(f"{n}:\n{tb}" for n, tb in report["failed"].items())
     # It did walk the tree: the modules the broker runs are among them.
@@ -138,15 +131,19 @@ print(json.dumps({
 """
 
 
+def _pypy_json(script: str, *args: str, timeout: float = 120) -> Any:
+    """Run `script` under PyPy from the repository; the JSON of its last line."""
+    proc = subprocess.run(
+        [pypy_python(), "-c", script, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def _warm_up_in_pypy(tmp_path: Path, limits: str = "", *extra: str) -> dict:
     cfg = tmp_path / "siskin.toml"
     cfg.write_text(f"[limits]\n{limits}\n")
-    proc = subprocess.run(
-        [pypy_python(), "-c", WARM_UP, str(cfg), *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    result: dict = json.loads(proc.stdout.splitlines()[-1])
-    return result
+    return _pypy_json(WARM_UP, str(cfg), *extra)
 
 
 def test_the_warm_up_runs_the_real_brokers_driver_logs_nothing_and_keeps_nothing(tmp_path: Path) -> None:
@@ -209,15 +206,7 @@ def test_with_a_store_the_warm_up_runs_the_stores_paths_in_a_scratch_store(tmp_p
     data.mkdir()
     (data / "siskin.log").write_bytes(b"the real store: not touched")
     (data / ".warm-up-left-by-a-kill").mkdir()  # a start cut short: removed
-    proc = subprocess.run(
-        [pypy_python(), "-c", WARM_UP_STORED, str(cfg), str(data)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.splitlines()[-1])
+    result = _pypy_json(WARM_UP_STORED, str(cfg), str(data))
     assert result["ran"] >= 200 and result["errors"] == 0
     assert result["sealed"]  # (the sealing code is compiled too)
     # Sessions, subscriptions and deliveries were stored, and synced.
@@ -240,11 +229,7 @@ def test_a_warm_up_store_that_cannot_be_made_leaves_the_warm_up_without_one(tmp_
         "print(warm_up(cfg.settings, lambda b: make_driver(cfg, b), (None, None, True), rounds=64, "
         "store_in=(sys.argv[2], False))[0])"
     )
-    proc = subprocess.run(
-        [pypy_python(), "-c", code, str(cfg), str(not_a_dir)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout.split()[-1]) >= 64
+    assert _pypy_json(code, str(cfg), str(not_a_dir)) >= 64  # (the clients it ran: a JSON number)
 
 
 START_AFTER_WARM_UP = """
