@@ -38,11 +38,11 @@ _V3_CONNACK = {
 def send_connack(broker, conn, session_present, reason, props=None):
     """Send the CONNACK; the code the client receives (3.1.1: its return code)."""
     if conn.level == C.LEVEL_5:
-        broker.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
+        broker.output.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
         return reason
     # 3.1.1: four fixed bytes (one per connection in a connect storm).
     code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
-    broker.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
+    broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
     return code
 
 
@@ -51,7 +51,7 @@ def refuse(broker, conn, reason, now, why):
     value, for the log and the v5 Reason String: a str, or (format, args)
     with the client's text in args (both cut and escaped: broker.words)."""
     if conn.level == C.LEVEL_5:
-        broker.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
+        broker.output.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
         sent = "reason"
     else:
         reason = send_connack(broker, conn, False, reason)

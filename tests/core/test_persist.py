@@ -619,7 +619,7 @@ class TestGroupCommit(unittest.TestCase):
         h = Harness(store=open_store(kv), store_sync=store_sync)
         broker = h.broker
         late = [0, 0]
-        take = broker.take_output
+        take = broker.output.take
 
         def observed(cid):
             data = take(cid)
@@ -629,7 +629,7 @@ class TestGroupCommit(unittest.TestCase):
                     late[0] += 1
             return data
 
-        broker.take_output = observed
+        broker.output.take = observed
         sub3 = h.client()
         sub3.connect("sub3", clean=False)
         sub3.subscribe("t/#", qos=2)

@@ -1,0 +1,69 @@
+"""One room for each kind of change (docs/architecture.md): the boundaries
+between the core's parts that no import rule shows, read from the sources
+with `ast`. Each check proves itself on a probe it must catch."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.conftest import REPO_ROOT
+
+# The attributes of a Connection that hold its output: only the output part
+# (and the Connection's own reset) changes them.
+OUTPUT_FIELDS = ("out", "more", "out_bytes", "paused")
+OUTPUT_ROOM = ("common/broker/output.py", "common/broker/connection.py")
+
+
+def _sources(folder: str) -> dict[str, str]:
+    return {str(p.relative_to(REPO_ROOT)): p.read_text() for p in sorted((REPO_ROOT / folder).rglob("*.py"))}
+
+
+def attribute_writers(sources: dict[str, str], fields: tuple[str, ...]) -> list[str]:
+    """'path:line field' for each assignment (plain or augmented) to an
+    attribute named in `fields`."""
+    found = []
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            else:
+                continue
+            for target in targets:
+                if isinstance(target, ast.Attribute) and target.attr in fields:
+                    found.append(f"{path}:{node.lineno} {target.attr}")
+    return found
+
+
+def attribute_reads(text: str, owner: str, fields: tuple[str, ...]) -> list[str]:
+    """The `owner.<field>` chains in `text` (e.g. broker.listener)."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Attribute) and node.attr in fields:
+            base = node.value
+            name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+            if name == owner:
+                found.append(f"{owner}.{node.attr}")
+    return found
+
+
+def test_only_the_output_part_changes_a_connections_output() -> None:
+    broker = {p: t for p, t in _sources("common/broker").items() if p not in OUTPUT_ROOM}
+    assert attribute_writers(broker, OUTPUT_FIELDS) == []
+    probe = {"probe.py": "def f(conn):\n    conn.out_bytes += 1\n    conn.more = None\n"}
+    assert attribute_writers(probe, OUTPUT_FIELDS) == ["probe.py:2 out_bytes", "probe.py:3 more"]
+
+
+# What the driver and the turns must ask the output part for, not read off
+# the broker: the store's listener, the dirty list, the sync gate's fields.
+GATE_INSIDES = ("listener", "connections", "sync_from", "sync_waiting", "take_output", "next_dirty", "is_closing")
+
+
+def test_driver_and_turns_ask_the_output_part() -> None:
+    for path in ("common/driver.py", "common/turns.py"):
+        text = (REPO_ROOT / path).read_text()
+        assert attribute_reads(text, "broker", GATE_INSIDES) == [], path
+    assert "broker" not in (REPO_ROOT / "common/turns.py").read_text().replace("common.broker", "")
+    probe = "def f(self, broker):\n    return broker.listener.pending() or self.broker.sync_waiting\n"
+    assert sorted(attribute_reads(probe, "broker", GATE_INSIDES)) == ["broker.listener", "broker.sync_waiting"]
