@@ -347,7 +347,7 @@ def retire_session(broker, client_id, now, log, name):
     """End the local session of bridge `name` (removed): its queue is
     dead-lettered, counted and logged, as a removed rule's is. The count."""
     from common.broker.delivery import RELEASED
-    from common.broker.handle_connect import destroy_session
+    from common.broker.session_life import destroy_session
 
     session = broker.sessions.find(client_id)
     if session is None:

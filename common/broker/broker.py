@@ -14,8 +14,10 @@
 # topic names (route.TopicCache) and its payload left in the frame until
 # something keeps it: routing a warm QoS 0 message allocates nothing.
 # Packet handling is split by family and job:
-#   handle_connect   CONNECT (a sequence of named checks), DISCONNECT, AUTH,
-#                    sessions, wills, takeover
+#   handle_connect   CONNECT (named checks that judge, then one step that
+#                    applies what they found), DISCONNECT, AUTH
+#   session_life     a session taken, resumed or taken over, detached,
+#                    expired; wills
 #   handle_publish   an inbound PUBLISH and PUBREL: checks, QoS 2, answer
 #   route            who gets a message (the subscription trie, folding)
 #   outbox           a session's queue and window: deliver, pump, resume,
@@ -27,7 +29,7 @@
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay
+from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay, session_life
 from common.broker.clienttext import REASON_STRING_MAX, clip, words
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Connections
 from common.broker.listener import StateListener
@@ -367,7 +369,7 @@ class Broker:
         if conn.state != CLOSING:
             if conn.state == CONNECTED:
                 self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
-            self._detach(conn, now)
+            session_life.end(self, conn, now)
         if cid in self.throttled:
             self.throttled.remove(cid)
         self.output.lost(cid)
@@ -394,7 +396,7 @@ class Broker:
         # Session timers are whole seconds: strictly after, so a timer never
         # fires before its full time has passed.
         if self.session_due and now > self.session_due:
-            self.session_due = handle_connect.run_session_timers(self, now)
+            self.session_due = session_life.run_session_timers(self, now)
         if self.replaying:
             replay.close_stalled(self, now)
 
@@ -466,24 +468,6 @@ class Broker:
         self.replay_changed = False
         return changed
 
-    def _detach(self, conn, now, publish_will=True):
-        # The end of a connection; a will delay or session expiry it starts
-        # becomes a session timer. Its queue no longer drains: publishers
-        # held back for it are read again.
-        session = conn.session
-        if session is not None and session.queue.count:
-            self.release_throttled()
-        replay.end(self, conn)
-        if self.qos2_late:
-            self.qos2_late.pop(conn.cid, None)
-        handle_connect.detach(self, conn, now, publish_will)
-        if session is not None:
-            due = session.will_at
-            if session.expires_at and (not due or session.expires_at < due):
-                due = session.expires_at
-            if due and (not self.session_due or due < self.session_due):
-                self.session_due = due
-
     def restore(self, now, wall):
         """Load the persistent state from the store (once, before serving).
 
@@ -547,7 +531,7 @@ class Broker:
         """Start closing a connection: no more input, output flushed by the shell."""
         if conn.state == CLOSING or conn.state == FREE:
             return
-        self._detach(conn, now, publish_will)
+        session_life.end(self, conn, now, publish_will)
         conn.state = CLOSING
         conn.deadline = 0
         self.output.closing(conn)

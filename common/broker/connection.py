@@ -96,7 +96,6 @@ class Extras:
     """
 
     refuse_reason = 0  # accepted only to refuse its CONNECT politely
-    assigned_id = False  # v5: its client id is the broker's (CONNACK says it)
     # The peer's own limits (v5 CONNECT properties).
     max_packet_out = 0  # 0 = no limit
     alias_max_out = 0

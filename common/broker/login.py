@@ -4,7 +4,7 @@
 #
 # Theory of operation. handle_connect calls login() once a CONNECT passed
 # its protocol checks. The client's user is, in this order: the user a v5
-# SCRAM exchange proved (conn.user, set by handle_connect), the identity of
+# SCRAM exchange proved (conn.user, set by enhanced_auth), the identity of
 # its TLS client certificate (the shell's peer[1], for a listener with
 # use_identity_as_username), or the CONNECT's user name checked against the
 # password file. A wrong password and an unknown user get the same answer
@@ -49,7 +49,6 @@
 # and its penalty, the re-checks against new rules) is secured.py, loaded
 # by set_security with them: a board without users or ACL never loads it.
 
-from common.broker.session import OWNER_UNKNOWN
 from common.mqtt import consts as C
 
 BAD_LOGIN = "bad user name or password"
@@ -81,17 +80,16 @@ def source_address(peer):
     return text[:colon] if colon > 0 else text
 
 
-def login(broker, conn, pkt, now):
-    """Decide who the client of `pkt` (a CONNECT) is; 0 or (reason, why).
-
-    Sets conn.user (None: anonymous)."""
-    peer = conn.peer
+def login(broker, peer, pkt, found, now):
+    """Decide who the client of `pkt` (a CONNECT through `peer`) is; 0 or
+    (reason, why). Sets found.user (None: anonymous; handle_connect.Found,
+    which holds the user a SCRAM exchange proved)."""
     identity = peer[1] if peer is not None else None
     users = broker.users
-    if conn.user is not None:
+    if found.user is not None:
         pass  # proved by enhanced authentication (SCRAM)
     elif identity is not None:
-        conn.user = identity  # proved by the TLS client certificate
+        found.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
         from common.broker.secured import check_password  # (loaded with the users: set_security)
 
@@ -105,27 +103,24 @@ def login(broker, conn, pkt, now):
             # (format, args): the client's text is cut and escaped (broker.words).
             why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
             return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
-        conn.user = pkt.username
-    if conn.user is None and not anonymous_allowed(broker, peer):
+        found.user = pkt.username
+    if found.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
     return 0
 
 
-def owner_refusal(broker, conn, session, client_id):
-    """None if the client of `conn` may take over or resume `session`; else
-    the words of its refusal (counted; the log line names both users)."""
+def owner_refusal(broker, user, peer, session, client_id):
+    """None if `user`'s client (through `peer`) may take over or resume
+    `session` (one with a known owner); else the words of its refusal
+    (counted; the log line names both users)."""
     owner = session.user
-    if owner is OWNER_UNKNOWN:
-        session.user = conn.user  # restored without its owner: claimed by the first who resumes it
-        return None
-    if owner == conn.user:
+    if owner == user:
         return None
     broker.stats.denied_takeover += 1
-    peer = conn.peer
     broker.log(
         30,
         "client id %s from %s (user %s) refused: its session belongs to user %s",
-        (client_id, peer[0] if peer is not None else "-", _user_text(conn.user), _user_text(owner)),
+        (client_id, peer[0] if peer is not None else "-", _user_text(user), _user_text(owner)),
     )
     return "client id in use by another user's session"
 
@@ -134,16 +129,17 @@ def _user_text(user):
     return "(anonymous)" if user is None else user
 
 
-def grant(broker, conn, client_id):
-    """Give the connection the ACL rules of its user and client id."""
+def rules_for(broker, user, client_id):
+    """The ACL rules of `user` and `client_id` (acl.ClientAcl), None without an ACL."""
     acl = broker.acl
-    conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
-    if conn.acl is not None and conn.acl.refused is not None:
+    rules = acl.for_client(user, client_id) if acl is not None else None
+    if rules is not None and rules.refused is not None:
         broker.log(
             30,
             "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
-            (client_id, _user_text(conn.user)),
+            (client_id, _user_text(user)),
         )
+    return rules
 
 
 def set_security(broker, users, acl, allow_anonymous, now):

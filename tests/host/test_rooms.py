@@ -67,3 +67,43 @@ def test_driver_and_turns_ask_the_output_part() -> None:
     assert "broker" not in (REPO_ROOT / "common/turns.py").read_text().replace("common.broker", "")
     probe = "def f(self, broker):\n    return broker.listener.pending() or self.broker.sync_waiting\n"
     assert sorted(attribute_reads(probe, "broker", GATE_INSIDES)) == ["broker.listener", "broker.sync_waiting"]
+
+
+def changes_in(text: str, functions: tuple[str, ...], allowed: tuple[str, ...]) -> list[str]:
+    """'function: target' for each attribute the named functions of `text`
+    assign (or make with .extra()) on a name not in `allowed`."""
+    found = []
+    for node in ast.parse(text).body:
+        if not isinstance(node, ast.FunctionDef) or node.name not in functions:
+            continue
+        for inner in ast.walk(node):
+            targets: list[ast.expr] = []
+            if isinstance(inner, ast.Assign):
+                targets = list(inner.targets)
+            elif isinstance(inner, ast.AugAssign):
+                targets = [inner.target]
+            elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "extra":
+                targets = [inner.func]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id not in allowed:
+                    found.append(f"{node.name}: {target.value.id}.{target.attr}")
+    return found
+
+
+def _connect_checks() -> tuple[str, ...]:
+    import common.broker.handle_connect as hc
+
+    return tuple(check.__name__ for check in hc.CONNECT_CHECKS)
+
+
+def test_connect_checks_only_judge() -> None:
+    # What a check found goes into the Found (and counters of refusals into
+    # broker.stats); the connection, the packet and a session change only in
+    # handle_connect._apply, after every check passed.
+    text = (REPO_ROOT / "common/broker/handle_connect.py").read_text()
+    assert changes_in(text, _connect_checks(), ("found", "broker")) == []
+    login = (REPO_ROOT / "common/broker/login.py").read_text()
+    assert changes_in(login, ("login", "owner_refusal", "rules_for"), ("found",)) == []
+    assert changes_in(text, ("_apply",), ("found",)) == ["_apply: conn.user", "_apply: conn.acl", "_apply: pkt.client_id"]
+    probe = "def _check_x(broker, conn, pkt, found, now):\n    conn.user = 1\n    conn.extra().assigned = True\n"
+    assert changes_in(probe, ("_check_x",), ("found",)) == ["_check_x: conn.user", "_check_x: conn.extra"]
