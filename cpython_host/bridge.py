@@ -18,7 +18,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
-from common.bridge.runner import Runner, retire_orphans, retire_session
+from common.bridge.runner import Runner, retire_session
 from common.compat import TICKS_MASK, ticks_diff
 
 if TYPE_CHECKING:
@@ -168,10 +168,8 @@ class Bridges:
         return len(self.runners)
 
     def start(self, bridges: list[Any]) -> None:
-        """At start: the configured bridges; the sessions of removed ones end (their queues dead-lettered)."""
-        driver = self.server.driver
-        driver.clock()
-        retire_orphans(driver.broker, [b.name for b in bridges], driver.now, _log)
+        """At start: the configured bridges (the sessions of removed ones ended
+        with the restore: common/startup.py)."""
         for b in bridges:
             self.add(b)
 

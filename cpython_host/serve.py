@@ -14,7 +14,7 @@ import signal
 import ssl
 from typing import Any
 
-from common import VERSION
+from common import VERSION, startup
 from common.broker.broker import Broker
 from common.driver import Driver
 from common.store.store import Store
@@ -43,28 +43,23 @@ def rss_bytes() -> int | None:
 
 
 def log_security(broker: Broker, listening: list[Listening]) -> None:
-    """The start-up lines: users, ACL, and the anonymous decision with why."""
-    from common.broker import login
+    """The start-up lines: users, ACL, and the anonymous decision with why (common/startup.py)."""
+    hint = "[security] password_file, or allow_anonymous = true to let anyone in"
+    for level, text in startup.security_lines(broker, [(lst.name, lst.local) for lst in listening], hint):
+        log.log(level, "%s", text)
 
-    log.info("security: %s", login.describe(broker))
-    if broker.users is not None or broker.allow_anonymous is not None:
-        return
-    for lst in listening:
-        if lst.local:
-            log.info("%s: no users configured: serving anonymous clients of this host only (loopback)", lst.name)
-        else:
-            log.warning(
-                "%s is reachable from the network (not loopback-only) without users: anonymous clients are "
-                "refused there (CONNACK 0x05 / 0x87). Set [security] password_file, or allow_anonymous = true "
-                "to let anyone in",
-                lst.name,
-            )
+
+def host_clock(config: HostConfig) -> tuple[Any, ...]:
+    """What common/startup.py's assemble and new_driver take of the host after
+    the broker: its ms clock, [server] close_linger and shutdown_timeout, the
+    $SYS heap figure (RSS) and the core's log."""
+    return ticks_ms, (config.close_linger, config.shutdown_timeout), rss_bytes, (core_logger, core_log.getEffectiveLevel())
 
 
 def make_driver(config: HostConfig, broker: Broker) -> Driver:
     """The driver around `broker`, with the host's clock and [server] settings."""
-    broker.set_logger(core_logger, core_log.getEffectiveLevel())
-    return Driver(broker, ticks_ms, config.close_linger, config.shutdown_timeout, rss_bytes)
+    driver: Driver = startup.new_driver(broker, *host_clock(config))
+    return driver
 
 
 def make_broker(config: HostConfig, store: Store | None = None) -> Broker:

@@ -225,6 +225,10 @@ def _store_log(level: int, text: str) -> None:
     logging.getLogger("siskin.store").log(level, "%s", text)
 
 
+def _bridge_log(level: int, text: str) -> None:
+    logging.getLogger("siskin.bridge").log(level, "%s", text)
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper()),
@@ -323,9 +327,10 @@ def main(argv: Sequence[str]) -> int:
     except ImportError:
         print(f"siskin: --event-loop uvloop: {_no_uvloop()}; or use --event-loop asyncio", file=sys.stderr)
         return 2
+    from common import startup
     from common.store.store import StoreError
     from cpython_host.listeners import tls_contexts
-    from cpython_host.serve import make_broker, make_driver, serve
+    from cpython_host.serve import host_clock, make_driver, serve
     from cpython_host.storage import LOG_NAME, give_back_heap, open_store
     from cpython_host.store_monitor import StoreMonitor
 
@@ -362,11 +367,10 @@ def main(argv: Sequence[str]) -> int:
         print("siskin: --wipe-store and --store-key-file need --data-dir", file=sys.stderr)
         return 2
     try:
-        broker = make_broker(cfg, store)
+        driver = startup.assemble(cfg.settings, os.urandom, store, *host_clock(cfg))
     except ValueError as e:  # e.g. a malformed scram_users line
         print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
         return 2
-    driver = make_driver(cfg, broker)
     driver.set_security(*security)
     if cfg.warm_up:
         from cpython_host.warmup import warm_up
@@ -381,7 +385,7 @@ def main(argv: Sequence[str]) -> int:
                 "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
             )
     if store is not None:
-        driver.restore(int(time.time()))
+        startup.restore(driver, int(time.time()), [b.name for b in cfg.bridges], _bridge_log)
         give_back_heap()
         monitor.starting = False  # serving from here: READY=1 and the listeners' STATUS=
     try:

@@ -172,3 +172,35 @@ def test_link_health_in_sys_metrics_and_the_api(tmp_path: Path, mosquitto: Mosqu
         # A clean shutdown: the broker's DISCONNECT 0x8B to the bridge's session is no error.
         assert siskin.stop() == 0
         assert not re.search(r"\bERROR\b", siskin.log_text()), siskin.log_text()
+
+
+def test_a_removed_bridges_queue_is_dead_lettered_at_start_on_a_board(
+    tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]
+) -> None:
+    # The same on the firmware (common/startup.py's restore runs on both):
+    # a board whose config lost its bridge ends the bridge's stored session
+    # instead of queueing for no one.
+    from tests.host.test_firmware_bridge_tls import board_bridge
+    from tests.host.upy_broker_proc import BRIDGE_HEAP, UpyBrokerProcess
+
+    board = UpyBrokerProcess(tmp_path, heap=BRIDGE_HEAP, device={"bridge": [board_bridge(mosquitto.port)]})
+    with board:
+        board.wait_log("bridge cloud: connected to", 15)
+        os.kill(mosquitto.pid, signal.SIGSTOP)
+        try:
+            board.wait_log(r"bridge cloud: connection to \S+ lost", 15)
+            dev = paho(board.port, clients, "dev")
+            for i in range(4):
+                dev.publish("up/s", b"%d" % i, 1)
+            assert board.stop() == 0
+        finally:
+            os.kill(mosquitto.pid, signal.SIGCONT)
+    device = json.loads(board.config_path.read_text())
+    device["bridge"] = []  # the bridge is gone from the device config
+    board.config_path.write_text(json.dumps(device))
+    with board:
+        board.wait_log(r"bridge cloud removed: its session siskin-bridge-cloud ended, 4 queued message\(s\) dead-lettered")
+        assert board.stop() == 0
+    with board:  # and it stays gone (each start writes a new log)
+        assert board.stop() == 0
+    assert "bridge cloud removed" not in board.log_text(), board.log_text()
