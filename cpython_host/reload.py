@@ -74,7 +74,7 @@ def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
             parts.append(f"log level {config.log_level} -> {level}")
             config.log_level = level
             set_log_level(level, server.driver)
-            server.debug = log.isEnabledFor(logging.DEBUG)
+            server.log_level_changed()
         else:
             parts.append(f"log level {level} (unchanged{', set by --log-level' if config.log_level_flag else ''})")
         bridges = server.bridges.reload(fresh.bridges)

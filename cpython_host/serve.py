@@ -118,7 +118,7 @@ async def serve(
     def on_signal(name: str) -> None:
         if not stop_reason:
             stop_reason.append(name)
-            server.stopping.set()
+            server.request_stop()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)

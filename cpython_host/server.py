@@ -19,9 +19,11 @@ marks ([server] write_buffer_high/low): pause_writing/resume_writing become
 driver.set_paused (docs/host.md).
 
 Plain MQTT listeners are served without asyncio's transports, by
-cpython_host/epoll_hub.py: its PlainConnection is their handle, and the
-events of a connection both kinds share are BrokerServer's input, eof and
-lost. The listeners (plain and TLS accept) are cpython_host/listeners.py's;
+cpython_host/epoll_hub.py: its PlainConnection is their handle. Every
+transport reports to BrokerServer through the small interface of
+cpython_host/events.py (connection_made, input, eof, lost, end, set_paused,
+flush_soon, rearm_timer, ...), which it implements here; none imports this
+module or writes into the server. The listeners (plain and TLS accept) are cpython_host/listeners.py's;
 SIGHUP's reloads, reload.py's; running it all (signals, start-up lines,
 systemd), serve.py's. A websockets listener gives each socket a
 WebSocketClient (cpython_host/websocket.py): this ClientProtocol with
@@ -40,8 +42,8 @@ from common.driver import Driver
 from common.turns import Turns
 from cpython_host.client_protocol import ClientProtocol
 from cpython_host.config import HostConfig, Listener
-from cpython_host.epoll_hub import EpollHub
 from cpython_host.listeners import (
+    Accepting,
     Listening,
     close_listeners,
     listeners_closed,
@@ -67,11 +69,13 @@ def client_class(config: Listener) -> type[ClientProtocol]:
 
 
 class BrokerServer:
-    """Owns the listeners, the timer and the driver around the broker."""
+    """Owns the listeners, the timer and the driver around the broker; the
+    transports' ConnectionEvents (cpython_host/events.py)."""
 
     def __init__(self, driver: Driver, config: HostConfig, contexts: dict[int, ssl.SSLContext]) -> None:
         self.driver = driver
         self.broker = driver.broker
+        self.settings = driver.broker.settings
         self.config = config
         self.write_high = config.write_buffer_high
         self.write_low = config.write_buffer_low
@@ -84,14 +88,47 @@ class BrokerServer:
         listeners = config.listeners()
         self.listening = [Listening(lst, contexts.get(i), client_class(lst)) for i, lst in enumerate(listeners)]
         self.ticks_ms = ticks_ms  # the clock of an accept (listeners.py)
-        self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes going on (listeners.py)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
         self.bridges: Any = ()  # cpython_host/bridge.py Bridges: a Runner per [[bridge]] (common/bridge/runner.py)
-        self.hub: EpollHub | None = None  # the plain listeners' epoll (listeners.py), when there is one
+        self.accepting: Accepting | None = None  # the listeners' hub and handshakes, once open
+
+    def log_level_changed(self) -> None:
+        """The host's log level changed (SIGHUP): connections logged one by one or not."""
+        self.debug = log.isEnabledFor(logging.DEBUG)
+
+    def request_stop(self) -> None:
+        """A signal: serve() shuts down."""
+        self.stopping.set()
+
+    def note_closed(self) -> None:
+        """A connection of the server's own ended (a bridge's at shutdown): the last one?"""
+        if not self.driver.open:
+            self.all_closed.set()
 
     # ------------------------------------------ a connection's events
-    # (ClientProtocol's, and the plain listeners' in epoll_hub.py)
+    # (events.py's ConnectionEvents: what the transports report)
+
+    def connection_made(self, handle: Any, peer: tuple[str, str | None, bool], accepted: int | None = None) -> int:
+        cid: int = self.driver.connection_made(handle, peer, accepted)
+        return cid
+
+    def tls_failed(self) -> None:
+        self.driver.tls_failed()
+
+    def set_paused(self, cid: int, paused: bool) -> None:
+        self.driver.set_paused(cid, paused)
+
+    def end(self, cid: int) -> None:
+        self.turns.run_now(cid)  # what it sent before its end goes first
+        self.driver.close(cid)
+        self.schedule_flush()
+
+    def websocket_refused(self) -> None:
+        self.broker.stats.websocket_refused += 1
+
+    def is_stopping(self) -> bool:
+        return self.stopping.is_set()
 
     def input(self, cid: int, data: Any) -> None:
         """Bytes read from connection `cid` (valid during the call)."""
@@ -131,6 +168,9 @@ class BrokerServer:
             self.all_closed.set()
 
     # -------------------------------------------------------------- output
+
+    def flush_soon(self) -> None:
+        self.schedule_flush()
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -184,7 +224,7 @@ class BrokerServer:
         """Open every listener (listeners.py; OSError naming the one that
         failed), start the timer and the bridges."""
         self.loop = asyncio.get_running_loop()
-        await open_listeners(self)
+        self.accepting = await open_listeners(self, self.listening)
         self._on_timer()  # starts the uptime clock and the first $SYS
         from cpython_host.bridge import Bridges  # (its code: the bridge's runner and client)
 
@@ -198,8 +238,9 @@ class BrokerServer:
         close_listeners(self.listening)
         if self.bridges:
             await self.bridges.stop()
-        for task in list(self.handshakes):
-            task.cancel()  # connect_accepted_socket closes its socket
+        if self.accepting is not None:
+            for task in list(self.accepting.handshakes):
+                task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
         if driver.open:
             self.all_closed.clear()
@@ -211,6 +252,6 @@ class BrokerServer:
         if self.timer is not None:
             self.timer.cancel()
         await listeners_closed(self.listening)
-        if self.hub is not None:
-            self.hub.close()
+        if self.accepting is not None:
+            self.accepting.close()
         log.info("shutdown complete in %.2f s", time.monotonic() - started)

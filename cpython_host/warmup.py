@@ -293,8 +293,7 @@ async def warm_up_sockets(
     loop = asyncio.get_running_loop()
     broker, driver = _quiet_broker(config.settings, make_driver, security)
     server = BrokerServer(driver, config, {})
-    server.loop = loop
-    hub = server.hub = epoll_hub.EpollHub(server, loop)
+    hub = epoll_hub.EpollHub(server, loop)
     lsock = bind("127.0.0.1", 0, 128)[0]
     hub.listen(server.listening[0], lsock)
     address = lsock.getsockname()

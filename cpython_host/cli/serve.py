@@ -244,9 +244,9 @@ def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] 
     asyncio's own loop, where there is epoll, shares its epoll with the plain
     listeners' hub (cpython_host/epoll_hub.py); None: asyncio's default.
     """
-    from cpython_host import epoll_hub
+    from cpython_host import epoll_hub, shared_selector
 
-    own = epoll_hub.new_event_loop if epoll_hub.AVAILABLE else None
+    own = shared_selector.new_event_loop if epoll_hub.AVAILABLE else None
     if choice == "asyncio":
         return own, False
     try:

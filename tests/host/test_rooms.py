@@ -107,3 +107,56 @@ def test_connect_checks_only_judge() -> None:
     assert changes_in(text, ("_apply",), ("found",)) == ["_apply: conn.user", "_apply: conn.acl", "_apply: pkt.client_id"]
     probe = "def _check_x(broker, conn, pkt, found, now):\n    conn.user = 1\n    conn.extra().assigned = True\n"
     assert changes_in(probe, ("_check_x",), ("found",)) == ["_check_x: conn.user", "_check_x: conn.extra"]
+
+
+# The host's transports: they report to the server through events.py's
+# ConnectionEvents and never import server.py, not even for types.
+TRANSPORTS = ("client_protocol", "websocket", "epoll_hub", "listeners", "shared_selector", "events")
+
+
+def imported_modules(text: str) -> set[str]:
+    """Every module `text` imports (any form, in functions and under TYPE_CHECKING too)."""
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_transports_never_import_the_server() -> None:
+    for name in TRANSPORTS:
+        text = (REPO_ROOT / "cpython_host" / f"{name}.py").read_text()
+        assert "cpython_host.server" not in imported_modules(text), name
+    probe = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cpython_host import server\n"
+    assert "cpython_host.server" in imported_modules(probe)
+
+
+def server_writes(sources: dict[str, str]) -> list[str]:
+    """'path:line attr' for each assignment to an attribute of `server` or `<x>.server`."""
+    found = []
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign):
+                targets = [node.target]
+            for target in targets:
+                if not isinstance(target, ast.Attribute):
+                    continue
+                owner = target.value
+                if (isinstance(owner, ast.Name) and owner.id == "server") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "server"
+                ):
+                    found.append(f"{path}:{node.lineno} {target.attr}")
+    return found
+
+
+def test_no_module_writes_into_the_server() -> None:
+    sources = {p: t for p, t in _sources("cpython_host").items() if p != "cpython_host/server.py"}
+    assert server_writes(sources) == []
+    probe = {"probe.py": "def f(server, self):\n    server.hub = 1\n    self.server.debug = True\n"}
+    assert server_writes(probe) == ["probe.py:2 hub", "probe.py:3 debug"]
