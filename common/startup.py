@@ -13,7 +13,6 @@
 # On a board this module runs once and is unloaded after the start
 # (firmware/startup_only.py).
 
-from common.broker import login
 from common.store.storeboot import new_broker
 
 
@@ -39,6 +38,11 @@ def restore(driver, wall, bridge_names, log):
     configured ones): else they would go on collecting messages for no one.
     The restore's counts."""
     counts = driver.restore(wall)
+    driver.broker.log(
+        20,
+        "restored %d sessions, %d subscriptions, %d queued messages, %d retained (%d dropped, %d damaged records skipped)",
+        (counts["sessions"], counts["subscriptions"], counts["messages"], counts["retained"], counts["dropped"], counts["skipped"]),
+    )
     retire_orphans(driver.broker, bridge_names, driver.now, log)
     return counts
 
@@ -68,7 +72,7 @@ def security_lines(broker, listeners, hint):
     clients, and per listener what anonymous clients meet there;
     `listeners`: (name, loopback only) pairs; `hint`: where the shell's
     config sets users or allow_anonymous."""
-    lines = [(20, "security: " + login.describe(broker))]
+    lines = [(20, "security: " + describe(broker))]
     if broker.users is not None or broker.allow_anonymous is not None:
         return lines
     for name, local in listeners:
@@ -83,3 +87,19 @@ def security_lines(broker, listeners, hint):
                 )
             )
     return lines
+
+
+def describe(broker):
+    """The start-up (and reload) log line's words: what is on."""
+    users = broker.users
+    acl = broker.acl
+    allow = broker.allow_anonymous
+    if allow is None:
+        anon = "only on loopback-only listeners (allow_anonymous not set)" if users is None else "refused (a password file is set, allow_anonymous not set)"
+    else:
+        anon = "allowed (allow_anonymous = true)" if allow else "refused (allow_anonymous = false)"
+    return "users: %s; ACL: %s; anonymous clients: %s" % (
+        "%d in the password file" % len(users) if users is not None else "none (no password file)",
+        "%d rules, deny by default" % acl.rule_count() if acl is not None else "off (every client reads and writes every topic but $SYS/ writes)",
+        anon,
+    )

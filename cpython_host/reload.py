@@ -34,7 +34,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     """SIGHUP: read the config file's [security] and its files again and
     apply them (connected clients are re-checked, common/broker/login.py); a
     file that cannot be used is logged and the rules in force are kept (None)."""
-    from common.broker import login
+    from common.startup import describe
     from cpython_host.config import ConfigError, load_config, load_security
 
     try:
@@ -45,7 +45,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
         return None
     config.security = fresh.security
     driver.set_security(users, acl, allow)
-    log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
+    log.info("SIGHUP: security reloaded: %s", describe(driver.broker))
     return fresh
 
 

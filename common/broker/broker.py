@@ -472,15 +472,11 @@ class Broker:
         """Load the persistent state from the store (once, before serving).
 
         `wall` is the wall-clock time in seconds matching `now`, so expiry
-        keeps running across a restart. Returns counts of what came back.
+        keeps running across a restart. Returns counts of what came back
+        (common/startup.py logs them).
         """
         counts = self.listener.restore(self, now, wall)
         self.session_due = now  # restored wills and expiries: scan at the next second
-        self.log(
-            20,
-            "restored %d sessions, %d subscriptions, %d queued messages, %d retained (%d dropped, %d damaged records skipped)",
-            (counts["sessions"], counts["subscriptions"], counts["messages"], counts["retained"], counts["dropped"], counts["skipped"]),
-        )
         return counts
 
     def sync_store(self):

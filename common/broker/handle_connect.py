@@ -211,15 +211,6 @@ CONNECT_CHECKS = (
 )
 
 
-def judge(broker, conn, pkt, found, now):
-    """Run CONNECT_CHECKS: the first answer that is not None, or None."""
-    for check in CONNECT_CHECKS:
-        verdict = check(broker, conn, pkt, found, now)
-        if verdict is not None:
-            return verdict
-    return None
-
-
 def _apply(conn, pkt, found):
     # What the checks found, set in one step once they all passed.
     conn.user = found.user
@@ -240,7 +231,10 @@ def accept(broker, conn, pkt, now, auth_out):
         if limit:
             conn.extra().max_packet_out = limit
     found = Found(conn, pkt)
-    verdict = judge(broker, conn, pkt, found, now)
+    for check in CONNECT_CHECKS:
+        verdict = check(broker, conn, pkt, found, now)
+        if verdict is not None:
+            break
     if verdict is _WAIT:
         # (Loaded with the methods by the Broker: no import from the network.)
         from common.broker import enhanced_auth

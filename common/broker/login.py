@@ -161,19 +161,3 @@ def set_security(broker, users, acl, allow_anonymous, now):
             secured.recheck(broker, conn, session, now)
     if acl is not None:
         secured.recheck_wills(broker, acl, now)
-
-
-def describe(broker):
-    """The start-up (and reload) log line's words: what is on."""
-    users = broker.users
-    acl = broker.acl
-    allow = broker.allow_anonymous
-    if allow is None:
-        anon = "only on loopback-only listeners (allow_anonymous not set)" if users is None else "refused (a password file is set, allow_anonymous not set)"
-    else:
-        anon = "allowed (allow_anonymous = true)" if allow else "refused (allow_anonymous = false)"
-    return "users: %s; ACL: %s; anonymous clients: %s" % (
-        "%d in the password file" % len(users) if users is not None else "none (no password file)",
-        "%d rules, deny by default" % acl.rule_count() if acl is not None else "off (every client reads and writes every topic but $SYS/ writes)",
-        anon,
-    )
