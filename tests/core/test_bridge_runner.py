@@ -191,7 +191,7 @@ class TestSupervisor(unittest.TestCase):
 
     def test_a_write_that_throws_is_contained_and_the_bridge_restarts(self):
         # uvloop's "unable to perform operation on <TCPTransport closed=True>"
-        # once killed the task for good (issue 26, failure 1).
+        # once killed the task for good.
         e = Edge()
         cons = e.cloud.client(4)
         cons.connect("consumer", clean=False)

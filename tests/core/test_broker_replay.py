@@ -101,7 +101,7 @@ class TestReplayIsPaced(unittest.TestCase):
         self.assertEqual(topics, ORDER)
 
     def test_fifty_subscribes_in_one_read_cannot_stack_replays(self):
-        # The abuse of issue 12: SUBSCRIBE '#' again and again, never reading.
+        # The abuse: SUBSCRIBE '#' again and again, never reading.
         h, _pub = retained_broker()
         c = paused_subscriber(h)
         burst = b"".join(encode_packet(Subscribe(i + 1, [("#", 0)], None), 4) for i in range(50))

@@ -1,5 +1,5 @@
-"""Bridges changed while the broker runs (issue 26, item 7) and their health
-in view (item 8): `siskin ctl bridge list|add|remove|pause|resume` through
+"""Bridges changed while the broker runs and their health
+in view: `siskin ctl bridge list|add|remove|pause|resume` through
 the HTTP API, SIGHUP picking up [[bridge]] changes without losing a queued
 message, a removed bridge's queue dead-lettered with a count (at run time
 and at start), and the link's figures in $SYS, /metrics and the API.
