@@ -40,9 +40,9 @@ from typing import Any
 
 from common.driver import Driver
 from common.turns import Turns
-from cpython_host.client_protocol import ClientProtocol
 from cpython_host.config import HostConfig, Listener
-from cpython_host.listeners import (
+from cpython_host.transports.client_protocol import ClientProtocol
+from cpython_host.transports.listeners import (
     Accepting,
     Listening,
     close_listeners,
@@ -62,7 +62,7 @@ def client_class(config: Listener) -> type[ClientProtocol]:
     """What each socket a listener accepts gets: MQTT over TCP, or over
     WebSockets (imported only then: wsproto is needed only by such a listener)."""
     if config.websockets:
-        from cpython_host.websocket import WebSocketClient
+        from cpython_host.transports.websocket import WebSocketClient
 
         return WebSocketClient
     return ClientProtocol

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from cpython_host.config import ConfigError
-from cpython_host.mosquitto_conf import convert, to_toml
+from cpython_host.mosquitto.conf import convert, to_toml
 
 
 def main(argv: Sequence[str]) -> int:

@@ -210,7 +210,7 @@ def version() -> str:
 
 def mosquitto_reader(ignore_unsupported: bool) -> Callable[[str], dict[str, Any]]:
     """load_config's reader for --mosquitto-conf: the converted tables; the notes go to stderr."""
-    from cpython_host.mosquitto_conf import convert
+    from cpython_host.mosquitto.conf import convert
 
     def read(path: str) -> dict[str, Any]:
         conv = convert(path, ignore_unsupported)
@@ -244,7 +244,7 @@ def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] 
     asyncio's own loop, where there is epoll, shares its epoll with the plain
     listeners' hub (cpython_host/epoll_hub.py); None: asyncio's default.
     """
-    from cpython_host import epoll_hub, shared_selector
+    from cpython_host.transports import epoll_hub, shared_selector
 
     own = shared_selector.new_event_loop if epoll_hub.AVAILABLE else None
     if choice == "asyncio":
@@ -329,10 +329,10 @@ def main(argv: Sequence[str]) -> int:
         return 2
     from common import startup
     from common.store.store import StoreError
-    from cpython_host.listeners import tls_contexts
-    from cpython_host.serve import host_clock, make_driver, serve
-    from cpython_host.storage import LOG_NAME, give_back_heap, open_store
-    from cpython_host.store_monitor import StoreMonitor
+    from cpython_host.operations.store_monitor import StoreMonitor
+    from cpython_host.runtime.run import host_clock, make_driver, serve
+    from cpython_host.runtime.storage import LOG_NAME, give_back_heap, open_store
+    from cpython_host.transports.listeners import tls_contexts
 
     try:
         contexts = tls_contexts(cfg)
@@ -373,7 +373,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     driver.set_security(*security)
     if cfg.warm_up:
-        from cpython_host.warmup import warm_up
+        from cpython_host.runtime.warmup import warm_up
 
         store_in = (data_dir, bool(store.keys)) if store is not None and data_dir is not None else None
         warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security, store_in=store_in)

@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpython_host.certinfo import BadCertificate, CertificateFiles, describe, pem_certificates
+from cpython_host.operations.certs import BadCertificate, CertificateFiles, describe, pem_certificates
 
 UTC = datetime.UTC
 

@@ -128,7 +128,7 @@ def imported_modules(text: str) -> set[str]:
 
 def test_transports_never_import_the_server() -> None:
     for name in TRANSPORTS:
-        text = (REPO_ROOT / "cpython_host" / f"{name}.py").read_text()
+        text = (REPO_ROOT / "cpython_host" / "transports" / f"{name}.py").read_text()
         assert "cpython_host.server" not in imported_modules(text), name
     probe = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cpython_host import server\n"
     assert "cpython_host.server" in imported_modules(probe)

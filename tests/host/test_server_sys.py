@@ -122,7 +122,7 @@ def test_every_sys_figure_has_its_metrics_family(tmp_path: Path) -> None:
     figure published under $SYS/broker/ is served by /metrics under its own
     name (FAMILIES), with the value $SYS shows for the counters that stand
     still meanwhile (tls_failed and denied_takeover were once missing)."""
-    from cpython_host.metrics import FAMILIES
+    from cpython_host.operations.metrics import FAMILIES
     from tests.host.test_web import scrape
 
     unnamed = [suffix for suffix, key in SYS_FIGURES if key not in FAMILIES]

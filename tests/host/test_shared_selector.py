@@ -16,14 +16,14 @@ import subprocess
 
 import pytest
 
-from cpython_host import shared_selector
+from cpython_host.transports import shared_selector
 from tests.conftest import REPO_ROOT
 from tests.host.conftest import pypy_python
 
 # Run under an interpreter: what of PRIVATE it lacks, or has of another kind.
 CHECK = """
 import json, selectors, socket, sys
-from cpython_host.shared_selector import PRIVATE
+from cpython_host.transports.shared_selector import PRIVATE
 
 def problems():
     out = []

@@ -23,9 +23,9 @@ from common.mqtt import consts as C
 from common.store.filelog import FILE_HEADER_SIZE
 from common.store.filelog_open import open_log
 from common.store.kvrecord import OVERHEAD
-from cpython_host.posix_fs import PosixFS
-from cpython_host.storage import LOG_NAME, MonitoredFileLog, open_store
-from cpython_host.store_monitor import EXTEND_USEC, StoreMonitor
+from cpython_host.operations.store_monitor import EXTEND_USEC, StoreMonitor
+from cpython_host.runtime.posix_fs import PosixFS
+from cpython_host.runtime.storage import LOG_NAME, MonitoredFileLog, open_store
 from tests.core.harness import Harness
 from tests.host.test_service import fields, ready_then_port, start, stop
 

@@ -26,11 +26,11 @@ import ssl
 import sys
 from typing import Any, Callable
 
-from cpython_host import epoll_hub
 from cpython_host.config import HostConfig, Listener, loopback_name
-from cpython_host.events import ConnectionEvents
 from cpython_host.hints import explain_listen_failure
-from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
+from cpython_host.transports import epoll_hub
+from cpython_host.transports.events import ConnectionEvents
+from cpython_host.transports.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
 

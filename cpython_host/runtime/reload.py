@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.driver import Driver
 from cpython_host.config import HostConfig
-from cpython_host.listeners import reload_certificates
+from cpython_host.transports.listeners import reload_certificates
 
 if TYPE_CHECKING:
     from cpython_host.server import BrokerServer

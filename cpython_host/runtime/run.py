@@ -19,11 +19,11 @@ from common.broker.broker import Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
-from cpython_host import sdnotify
 from cpython_host.config import HostConfig
-from cpython_host.listeners import Listening, close_listeners
-from cpython_host.reload import core_log, core_logger, reload_all
+from cpython_host.operations import sdnotify
+from cpython_host.runtime.reload import core_log, core_logger, reload_all
 from cpython_host.server import BrokerServer, ticks_ms
+from cpython_host.transports.listeners import Listening, close_listeners
 
 log = logging.getLogger("siskin.host")
 
@@ -83,8 +83,8 @@ async def serve(
     the users, ACL and anonymous switch, for PyPy's socket warm-up
     (warmup.py; [server] warm_up)."""
     if security is not None and config.warm_up:
-        from cpython_host.storage import give_back_heap
-        from cpython_host.warmup import warm_up_sockets
+        from cpython_host.runtime.storage import give_back_heap
+        from cpython_host.runtime.warmup import warm_up_sockets
 
         warmed = await warm_up_sockets(config, lambda b: make_driver(config, b), security)
         if warmed is not None:
@@ -95,8 +95,8 @@ async def serve(
     web = None
     if config.http is not None:
         from cpython_host.config import ConfigError
-        from cpython_host.status import tls_files
-        from cpython_host.web import WebServer
+        from cpython_host.operations.http_server import WebServer
+        from cpython_host.operations.status import tls_files
 
         try:
             web = WebServer(

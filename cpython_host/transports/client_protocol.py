@@ -10,11 +10,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from cpython_host.events import ConnectionEvents
-from cpython_host.listeners import address, certificate_identity
+from cpython_host.transports.events import ConnectionEvents
+from cpython_host.transports.listeners import address, certificate_identity
 
 if TYPE_CHECKING:
-    from cpython_host.listeners import Listening
+    from cpython_host.transports.listeners import Listening
 
 log = logging.getLogger("siskin.host")
 

@@ -57,8 +57,8 @@ import select
 import socket
 from typing import Any
 
-from cpython_host.events import ConnectionEvents
-from cpython_host.shared_selector import MAX_EVENTS, SharedEpollSelector, raw_accept
+from cpython_host.transports.events import ConnectionEvents
+from cpython_host.transports.shared_selector import MAX_EVENTS, SharedEpollSelector, raw_accept
 
 log = logging.getLogger("siskin.host")
 

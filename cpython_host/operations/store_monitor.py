@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from cpython_host import sdnotify
+from cpython_host.operations import sdnotify
 
 log = logging.getLogger("siskin.store")
 

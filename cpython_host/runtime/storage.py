@@ -19,7 +19,7 @@ from common.store.filelog_open import open_log
 from common.store.keytext import parse_keys
 from common.store.store import Store, StoreError
 from common.store.storeboot import open_store as open_backend
-from cpython_host.posix_fs import PosixFS
+from cpython_host.runtime.posix_fs import PosixFS
 
 LOG_NAME = "siskin.log"
 # Zeros kept written ahead of the log (FileLog's room): a sync then changes
@@ -66,7 +66,7 @@ def open_store(
         keys = parse_keys(key_text)
         try:
             # Only an encrypted store needs the `cryptography` package.
-            from cpython_host import crypto
+            from cpython_host.runtime import crypto
         except ImportError:
             raise StoreError(
                 "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"

@@ -65,11 +65,11 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from common.broker.clienttext import clip
-from cpython_host.client_protocol import ClientProtocol
-from cpython_host.events import ConnectionEvents
+from cpython_host.transports.client_protocol import ClientProtocol
+from cpython_host.transports.events import ConnectionEvents
 
 if TYPE_CHECKING:
-    from cpython_host.listeners import Listening
+    from cpython_host.transports.listeners import Listening
 
 log = logging.getLogger("siskin.host")
 
