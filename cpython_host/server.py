@@ -6,7 +6,7 @@ Every decision lives in the core: the Broker (common/broker/broker.py)
 makes the MQTT ones, the Driver (common/driver.py) those of the
 connection's life, common/turns.py the fairness between connections. This
 module moves bytes and time. A socket on asyncio's transports gets a
-`ClientProtocol` (cpython_host/client_protocol.py: callbacks, no streams,
+`ClientProtocol` (cpython_host/transports/client_protocol.py: callbacks, no streams,
 no per-read task), which is also the driver's handle for that connection. Every read goes
 through turns.input(); the shell flushes when it says so (as soon as an
 input is handled: libuv reads a readable socket up to 32 times in one go,
@@ -19,14 +19,14 @@ marks ([server] write_buffer_high/low): pause_writing/resume_writing become
 driver.set_paused (docs/host.md).
 
 Plain MQTT listeners are served without asyncio's transports, by
-cpython_host/epoll_hub.py: its PlainConnection is their handle. Every
+cpython_host/transports/epoll_hub.py: its PlainConnection is their handle. Every
 transport reports to BrokerServer through the small interface of
-cpython_host/events.py (connection_made, input, eof, lost, end, set_paused,
+cpython_host/transports/events.py (connection_made, input, eof, lost, end, set_paused,
 flush_soon, rearm_timer, ...), which it implements here; none imports this
-module or writes into the server. The listeners (plain and TLS accept) are cpython_host/listeners.py's;
+module or writes into the server. The listeners (plain and TLS accept) are cpython_host/transports/listeners.py's;
 SIGHUP's reloads, reload.py's; running it all (signals, start-up lines,
 systemd), serve.py's. A websockets listener gives each socket a
-WebSocketClient (cpython_host/websocket.py): this ClientProtocol with
+WebSocketClient (cpython_host/transports/websocket.py): this ClientProtocol with
 wsproto in front.
 """
 
@@ -70,7 +70,7 @@ def client_class(config: Listener) -> type[ClientProtocol]:
 
 class BrokerServer:
     """Owns the listeners, the timer and the driver around the broker; the
-    transports' ConnectionEvents (cpython_host/events.py)."""
+    transports' ConnectionEvents (cpython_host/transports/events.py)."""
 
     def __init__(self, driver: Driver, config: HostConfig, contexts: dict[int, ssl.SSLContext]) -> None:
         self.driver = driver

@@ -1,5 +1,5 @@
 # The administrator's view of a broker and the actions it may take: what the
-# host's HTTP API (cpython_host/web.py: the status page, `siskin ctl`)
+# host's HTTP API (cpython_host/operations/http_server.py: the status page, `siskin ctl`)
 # shows and does.
 #
 # Read-only listings walk the broker's tables and return plain tuples and

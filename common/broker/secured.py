@@ -16,7 +16,7 @@ def check_password(broker, address, username, password, now):
     (broker.users, set), under the penalty of the source `address`: 0 if
     they are right, -1 if not (the address is penalised), or the seconds
     its penalty still lasts (nothing is checked). MQTT's CONNECT and the
-    host's HTTP basic auth (cpython_host/web.py) share it, and one table."""
+    host's HTTP basic auth (cpython_host/operations/http_server.py) share it, and one table."""
     failures = broker.login_failures
     entry = failures.get(address)
     if entry is not None and now < entry[1]:

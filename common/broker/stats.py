@@ -73,7 +73,7 @@ class Stats:
         # messages_received and messages_sent by QoS (index 0..2).
         self.received_by_qos = [0, 0, 0]
         self.sent_by_qos = [0, 0, 0]
-        # The host's per-client figures (cpython_host/client_figures.py, for
+        # The host's per-client figures (cpython_host/operations/client_figures.py, for
         # the status page): lists `received` and `sent` indexed by
         # connection id, `connected(cid)` when a CONNECT is accepted,
         # `detached(client_id)` when a session loses its client. None on a

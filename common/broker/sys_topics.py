@@ -60,7 +60,7 @@ DROP_COUNTERS = (
 
 # THE table of the public figures: (topic suffix under $SYS/broker/, snapshot
 # key), in publishing order. $SYS is published from it (sys_values) and the
-# host's /metrics is generated from it (cpython_host/metrics.py), so neither
+# host's /metrics is generated from it (cpython_host/operations/metrics.py), so neither
 # can show a figure the other lacks.
 SYS_FIGURES = (
     ("clients/connected", "connected"),

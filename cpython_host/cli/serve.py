@@ -242,7 +242,7 @@ def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] 
     """(the loop's factory, whether it is uvloop's); ImportError if uvloop is demanded but missing.
 
     asyncio's own loop, where there is epoll, shares its epoll with the plain
-    listeners' hub (cpython_host/epoll_hub.py); None: asyncio's default.
+    listeners' hub (cpython_host/transports/epoll_hub.py); None: asyncio's default.
     """
     from cpython_host.transports import epoll_hub, shared_selector
 

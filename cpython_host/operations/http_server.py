@@ -11,9 +11,9 @@ so they read the broker's tables directly (common/broker/admin.py) and an
 action's output (a DISCONNECT) goes out with the server's next flush.
 
 Routes:
-  GET  /metrics               Prometheus text format (cpython_host/metrics.py)
-  GET  /, /status.js, ...     the status page: static files of cpython_host/web/
-  GET  /api/status            what the page shows (cpython_host/status.py)
+  GET  /metrics               Prometheus text format (cpython_host/operations/metrics.py)
+  GET  /, /status.js, ...     the status page: static files of cpython_host/operations/status_page/
+  GET  /api/status            what the page shows (cpython_host/operations/status.py)
   GET  /api/clients           connected clients
   GET  /api/sessions          every session with its queue
   GET  /api/retained?filter=F retained messages matching F (default "#")

@@ -2,7 +2,7 @@
 store, the server started with its listeners, the start-up log lines, the
 signals (SIGINT/SIGTERM stop it, SIGHUP reloads: reload.py) and systemd's
 notifications (Type=notify: READY=1 once every listener accepts, RELOADING=1
-around a SIGHUP, STOPPING=1 at shutdown; cpython_host/sdnotify.py).
+around a SIGHUP, STOPPING=1 at shutdown; cpython_host/operations/sdnotify.py).
 """
 
 from __future__ import annotations

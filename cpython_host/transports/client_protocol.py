@@ -1,6 +1,6 @@
 """An accepted connection on asyncio's transports (TLS listeners; plain ones
 with `[server] epoll_hub = false`): the protocol is also the driver's handle
-for the connection. WebSocketClient (cpython_host/websocket.py) is this with
+for the connection. WebSocketClient (cpython_host/transports/websocket.py) is this with
 wsproto in front. It reports to its server through events.py's interface.
 """
 

@@ -46,7 +46,7 @@ on by its flags alone.
 
 Where there is no epoll (not Linux), listeners.py keeps asyncio's server
 for plain listeners too. The selector that shares asyncio's epoll, and the
-private fields it reads, are cpython_host/shared_selector.py's.
+private fields it reads, are cpython_host/transports/shared_selector.py's.
 """
 
 from __future__ import annotations

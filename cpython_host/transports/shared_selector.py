@@ -2,7 +2,7 @@
 only use of private fields of the runtime, quarantined here.
 
 `SharedEpollSelector` is selectors.EpollSelector, whose `select()` also
-hands the events of sockets the hub owns (cpython_host/epoll_hub.py) to
+hands the events of sockets the hub owns (cpython_host/transports/epoll_hub.py) to
 `hub.dispatch()` (before the loop runs its own callbacks), so that one
 `epoll_wait` per loop turn serves both. To do so it reads two private
 fields of EpollSelector, and the hub's accept calls one private method of

@@ -269,7 +269,7 @@ class TestRestart(unittest.TestCase):
     def test_restore_reports_its_progress(self):
         # monitor.progress("restore", records read, records in the store): at
         # the start, every PROGRESS_STEP records and at the end (the shell
-        # logs it and tells systemd: cpython_host/store_monitor.py).
+        # logs it and tells systemd: cpython_host/operations/store_monitor.py).
         import common.store.store as S
 
         # A step of 8 records instead of 4096: the store fits a MicroPython heap.

@@ -1,4 +1,4 @@
-"""common/store/filelog.py on real files through cpython_host/posix_fs.py: reopen,
+"""common/store/filelog.py on real files through cpython_host/runtime/posix_fs.py: reopen,
 compaction by rename, a leftover .compact, a torn tail, and a writer process
 killed with SIGKILL in the middle of its appends."""
 

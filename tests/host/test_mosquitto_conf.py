@@ -1,4 +1,4 @@
-"""Coming over from Mosquitto: mosquitto.conf read by Siskin (cpython_host/mosquitto_conf.py).
+"""Coming over from Mosquitto: mosquitto.conf read by Siskin (cpython_host/mosquitto/conf.py).
 
 The configuration files are written the way mosquitto.conf(5) and the
 Debian package show them. The last test starts the real `mosquitto -c FILE`

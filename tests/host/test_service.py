@@ -170,7 +170,7 @@ def test_wheel_installs_the_siskin_command(tmp_path: Path, notify_socket: socket
     gives the `siskin` command with every module, data file and dependency."""
     require("build", importlib.util.find_spec("build"), "pip install build==1.6.1 (make test does)")
     # A copy of what the wheel is made of, so the build leaves nothing in the tree;
-    # plus a probe under cpython_host/web/, whose files must come along.
+    # plus a probe under cpython_host/operations/status_page/, whose files must come along.
     src = source_copy(tmp_path / "src")
     (src / "cpython_host" / "operations" / "status_page" / "sub").mkdir(parents=True, exist_ok=True)
     (src / "cpython_host" / "operations" / "status_page" / "sub" / "probe.css").write_text("/* probe */\n")

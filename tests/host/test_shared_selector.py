@@ -1,4 +1,4 @@
-"""cpython_host/shared_selector.py holds the host's only use of private
+"""cpython_host/transports/shared_selector.py holds the host's only use of private
 fields of its runtime (PRIVATE: two of selectors.EpollSelector, one of
 socket.socket): the CPython and the PyPy the host runs on must have every
 one of them, of the kind the module expects, and no other module of the

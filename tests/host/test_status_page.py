@@ -329,7 +329,7 @@ def value_of(text: str) -> float:
 
 
 def test_what_sys_counts_as_drops_is_on_the_page() -> None:
-    """Every $SYS counter of a drop, refusal or closure has its row and its limit (cpython_host/status.py DROPS)."""
+    """Every $SYS counter of a drop, refusal or closure has its row and its limit (cpython_host/operations/status.py DROPS)."""
     from common.broker.settings import new_settings
     from cpython_host.operations.status import DROPS, HTTP_REFUSED
 

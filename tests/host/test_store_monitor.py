@@ -1,7 +1,7 @@
 """Long store work says what it is doing: progress lines and systemd's STATUS=/EXTEND_TIMEOUT_USEC=.
 
 A real store on disk (the core's in-memory broker harness filling it through
-cpython_host/storage.py) is opened and restored with the host's StoreMonitor,
+cpython_host/runtime/storage.py) is opened and restored with the host's StoreMonitor,
 whose clock the test drives: the lines logged and the datagrams on a real
 NOTIFY_SOCKET follow the records read, not the machine's speed. Then the
 real broker on such a store tells systemd the same before READY=1.
@@ -119,7 +119,7 @@ def test_compaction_is_logged_with_sizes_and_time(caplog: pytest.LogCaptureFixtu
 
 
 def test_the_hosts_log_tells_its_monitor_of_each_compaction(tmp_path: Path) -> None:
-    """cpython_host/storage.py's FileLog: before a compaction (file size, live
+    """cpython_host/runtime/storage.py's FileLog: before a compaction (file size, live
     records) and after it (size before and after, live records); the core's
     FileLog keeps no code for it (a board has no monitor)."""
     calls: list[tuple[object, ...]] = []
