@@ -124,21 +124,27 @@ def test_sighup_picks_up_bridge_changes_without_losing_a_queued_message(
         assert "Traceback" not in siskin.log_text()
 
 
+def queue_four_while_the_upstream_stalls(broker: BrokerProcess, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    """Start `broker`, let its bridge connect, stall the upstream, publish 4
+    QoS 1 messages for it (they stay queued in its session) and stop it."""
+    with broker:
+        broker.wait_log("bridge cloud: connected to", 15)
+        os.kill(mosquitto.pid, signal.SIGSTOP)
+        try:
+            broker.wait_log(r"bridge cloud: connection to \S+ lost", 15)
+            dev = paho(broker.port, clients, "dev")
+            for i in range(4):
+                dev.publish("up/s", b"%d" % i, 1)
+            assert broker.stop() == 0
+        finally:
+            os.kill(mosquitto.pid, signal.SIGCONT)
+
+
 def test_a_removed_bridges_queue_is_dead_lettered_at_start(
     tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]
 ) -> None:
     siskin = BrokerProcess(tmp_path, {"sys_interval": 0}, bridges=[table(mosquitto.port)])
-    with siskin:
-        siskin.wait_log("bridge cloud: connected to", 15)
-        os.kill(mosquitto.pid, signal.SIGSTOP)
-        try:
-            siskin.wait_log(r"bridge cloud: connection to \S+ lost", 10)
-            dev = paho(siskin.port, clients, "dev")
-            for i in range(4):
-                dev.publish("up/s", b"%d" % i, 1)
-            assert siskin.stop() == 0
-        finally:
-            os.kill(mosquitto.pid, signal.SIGCONT)
+    queue_four_while_the_upstream_stalls(siskin, mosquitto, clients)
     write_config(siskin.config_path, {"sys_interval": 0})  # the bridge is gone from the config
     with siskin:
         siskin.wait_log(r"bridge cloud removed: its session siskin-bridge-cloud ended, 4 queued message\(s\) dead-lettered")
@@ -184,17 +190,7 @@ def test_a_removed_bridges_queue_is_dead_lettered_at_start_on_a_board(
     from tests.host.upy_broker_proc import BRIDGE_HEAP, UpyBrokerProcess
 
     board = UpyBrokerProcess(tmp_path, heap=BRIDGE_HEAP, device={"bridge": [board_bridge(mosquitto.port)]})
-    with board:
-        board.wait_log("bridge cloud: connected to", 15)
-        os.kill(mosquitto.pid, signal.SIGSTOP)
-        try:
-            board.wait_log(r"bridge cloud: connection to \S+ lost", 15)
-            dev = paho(board.port, clients, "dev")
-            for i in range(4):
-                dev.publish("up/s", b"%d" % i, 1)
-            assert board.stop() == 0
-        finally:
-            os.kill(mosquitto.pid, signal.SIGCONT)
+    queue_four_while_the_upstream_stalls(board, mosquitto, clients)
     device = json.loads(board.config_path.read_text())
     device["bridge"] = []  # the bridge is gone from the device config
     board.config_path.write_text(json.dumps(device))
