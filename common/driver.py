@@ -102,7 +102,6 @@
 # The exception: a connection handed over after its accept (`accepted`, a
 # TLS handshake later) may be due sooner; the shell then calls tick() again.
 
-from common.broker import login
 from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
 MAX_SLEEP_MS = const(1000)
@@ -177,11 +176,13 @@ class Driver:
         return self.broker.restore(self.now, wall)
 
     def set_security(self, users, acl, allow_anonymous):
-        """Install the users, ACL and anonymous switch (login.set_security):
+        """Install the users, ACL and anonymous switch (security_files.set_security):
         at start and on a reload; what it changes for connected clients
         (a shared subscription's messages handed over) goes out now."""
         self.clock()
-        login.set_security(self.broker, users, acl, allow_anonymous, self.now)
+        from common.broker.security_files import set_security  # (start-up only on a board)
+
+        set_security(self.broker, users, acl, allow_anonymous, self.now)
         self.flush()
 
     # ------------------------------------------------------ connections

@@ -35,7 +35,8 @@
 # subscriptions and queued messages to someone else. Without users every
 # client is anonymous, so takeover works as the spec describes [MQTT-3.1.4-2].
 #
-# set_security() installs new users and rules (start, SIGHUP on the host):
+# security_files.set_security() installs new users and rules (start, SIGHUP
+# on the host; start-up only on a board):
 # every connected client gets its rules again and loses the subscriptions
 # they no longer allow; a held will (of a live client, or waiting out its
 # v5 delay) its owner may no longer publish is discarded, counted as a
@@ -91,7 +92,7 @@ def login(broker, peer, pkt, found, now):
     elif identity is not None:
         found.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
-        from common.broker.secured import check_password  # (loaded with the users: set_security)
+        from common.broker.secured import check_password  # (loaded with the users: security_files.set_security)
 
         address = source_address(peer)
         wait = check_password(broker, address, pkt.username, pkt.password, now)
@@ -140,24 +141,3 @@ def rules_for(broker, user, client_id):
             (client_id, _user_text(user)),
         )
     return rules
-
-
-def set_security(broker, users, acl, allow_anonymous, now):
-    """Install users (users.Users or None), rules (acl.Acl or None) and the
-    anonymous switch (True, False, None = not set); re-check connected clients."""
-    if users is not None or acl is not None:
-        # Loaded here, with the users or the rules (start-up, reload), so
-        # that no CONNECT has to load it; a broker without either never does.
-        from common.broker import secured
-    broker.users = users
-    broker.acl = acl
-    broker.allow_anonymous = allow_anonymous
-    for conn in broker.connections.by_id:
-        session = conn.session
-        if session is None or session.conn is not conn:
-            continue
-        conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
-        if conn.acl is not None:
-            secured.recheck(broker, conn, session, now)
-    if acl is not None:
-        secured.recheck_wills(broker, acl, now)

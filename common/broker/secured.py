@@ -1,6 +1,6 @@
 # The parts of login (login.py) that only a broker with a password file or
 # an ACL runs: the password check under the per-address penalty, and the
-# re-checks of a session against new or changed rules. login.set_security
+# re-checks of a session against new or changed rules. security_files.set_security
 # loads this module when it installs users or rules, so that no CONNECT
 # loads it; a broker without either (a board's default) never does.
 # login.py's theory of operation describes the rules.

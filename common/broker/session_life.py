@@ -57,7 +57,7 @@ def take(broker, conn, client_id, clean_start, now):
     session.drop_will(broker.routing.messages)
     if conn.acl is not None:
         # Its owner or the rules may have changed since it was made.
-        from common.broker import secured  # (loaded with the rules: login.set_security)
+        from common.broker import secured  # (loaded with the rules: security_files.set_security)
 
         secured.recheck(broker, conn, session, now)
         secured.drop_unreadable_inflight(broker, conn, session)
