@@ -834,6 +834,11 @@ class TestSessionOwnership(unittest.TestCase):
         self.assertEqual(alice(h2, 4, "bob-id", clean=False)[1].reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
         b = h2.client(peer=REMOTE)
         self.assertTrue(b.connect("bob-id", clean=False, username="bob", password=b"hunter2").session_present)
+        # A CONNECT refused by a check after the owner's (its will in $SYS)
+        # claims nothing: the checks only judge (handle_connect._apply).
+        b3 = h2.client(peer=REMOTE)
+        ack = b3.connect("old-id", clean=False, will=("$SYS/x", b"w", 0, False), username="bob", password=b"hunter2")
+        self.assertEqual(ack.reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
         a, ack = alice(h2, 4, "old-id", clean=False)
         self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
         a.drop()
