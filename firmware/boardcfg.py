@@ -162,7 +162,7 @@ def _strip_comments(obj):
 
 
 def load_board(path, limits=None, server=None, builtin=None):
-    """(Settings, server options) from a board file (else the `builtin` JSON
+    """(limits.Limits, server options) from a board file (else the `builtin` JSON
     text) plus optional overrides."""
     data = check(path, _strip_comments(read_json(path, builtin)), BOARD, _DEVICE_DOC)
     settings = new_settings(_strip_comments(data.get("limits", {})), path + ": limits")

@@ -16,7 +16,7 @@
 #
 #     site.toml: [limits]: max_inflight = 0: wants an integer 1..65535; fix the value.
 #
-# LIMITS is the broker's schema (Settings); the shells declare their own
+# LIMITS is the broker's schema (limits.Limits); the shells declare their own
 # listener/device tables in the same form (cpython_host/config.py,
 # firmware/boardcfg.py) and check them here, so both shells accept, refuse
 # and explain alike. docs/limits.md lists what the broker answers when each
@@ -24,13 +24,13 @@
 #
 # Start-up only: nothing here runs per packet, and a board unloads this
 # module once started (firmware/startup_only.py); the broker reads
-# its limits from a small Settings object (limits.py) that new_settings
+# its limits from a small Limits object (limits.py) that new_settings
 # fills. The
 # "why" of each key is a comment, not a string, so it costs no RAM even
 # while the module is loaded.
 
 from common.broker.limits import ConfigError as ConfigError  # (re-exported: the API of this module)
-from common.broker.limits import Settings
+from common.broker.limits import Limits
 from common.broker.topics import validate_topic_filter
 from common.mqtt.consts import U16_MAX, U32_MAX
 
@@ -253,9 +253,9 @@ def wants(kind, lo, hi):
 
 
 def new_settings(overrides=None, where="settings"):
-    """The broker's limits (limits.Settings): every key of LIMITS at its
+    """The broker's limits (limits.Limits): every key of LIMITS at its
     default, then `overrides` (update_settings)."""
-    settings = Settings()
+    settings = Limits()
     values = defaults(LIMITS)
     for name in values:
         setattr(settings, name, values[name])

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 class ConnectionEvents(Protocol):
     # Read-only figures: the transports' write buffer water marks ([server]
     # write_buffer_high/low), whether connections are logged one by one
-    # (debug), the broker's limits (Settings: max_packet_size,
+    # (debug), the broker's limits (limits.Limits: max_packet_size,
     # max_connections, connect_timeout) and the [server] settings.
     write_high: int
     write_low: int
