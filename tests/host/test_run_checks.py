@@ -19,6 +19,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 from tests.host.broker_proc import wait_until
 from tests.run_checks import MARK
+from tools.test_repeat import failed_tests
 
 
 def inner_pytest(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]:
@@ -146,3 +147,9 @@ def test_a_red_run_ends_by_naming_each_test_that_failed_or_errored(tmp_path: Pat
         "ERROR test_inner.py::test_errs_at_setup (at setup): OSError: port 1883 is in use",
         "ERROR test_inner.py::test_errs_at_teardown (at teardown): RuntimeError: the broker did not stop",
     ], end
+    # make test-repeat's table names each of them once (pytest's -ra summary names them too).
+    assert failed_tests(out) == [
+        "test_inner.py::test_fails",
+        "test_inner.py::test_errs_at_setup",
+        "test_inner.py::test_errs_at_teardown",
+    ], out
