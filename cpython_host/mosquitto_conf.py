@@ -530,7 +530,9 @@ LISTENER_OPTIONS: dict[str, tuple[str, Callable[[_Reader, str, list[str], Path],
 def convert(path: str, ignore_unsupported: bool = False) -> Conversion:
     """The Siskin document of a mosquitto.conf; ConfigError for a file it cannot honour."""
     reader = _Reader(ignore_unsupported)
-    reader.read_file(Path(path))
+    # Absolute: a relative name in it is taken from its directory, which the
+    # converted file (read elsewhere, by a process started elsewhere) must name whole.
+    reader.read_file(Path(os.path.abspath(path)))
     return reader.finish()
 
 

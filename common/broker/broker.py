@@ -267,6 +267,7 @@ class Broker:
         # set_security): None = no password file, no ACL, allow_anonymous not set.
         self.users = None
         self.acl = None
+        self.bridge_grants = {}  # "bridge NAME" (its local peer) -> () -> its ACL grants (login.client_rules)
         self.allow_anonymous = None
         self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)

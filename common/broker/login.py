@@ -134,10 +134,30 @@ def _user_text(user):
     return "(anonymous)" if user is None else user
 
 
+def client_rules(broker, conn, client_id):
+    """The ACL rules of `conn` (None without an ACL): its user's and client
+    id's; a bridge's own local connection (the peer address "bridge NAME"
+    its runner registered in broker.bridge_grants, with a callable that
+    gives its grants: no socket has such an address) is also let read its
+    "out" filters and write its "in" topics,
+    so an ACL written for devices cannot silently stop a bridge; a deny
+    rule for user bridge:NAME still wins (docs/bridge.md)."""
+    acl = broker.acl
+    if acl is None:
+        return None
+    rules = acl.for_client(conn.user, client_id)
+    peer = conn.peer
+    own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
+    if own is not None:
+        from common.broker.acl import ClientAcl
+
+        rules = ClientAcl(own() + rules.rules)
+    return rules
+
+
 def grant(broker, conn, client_id):
     """Give the connection the ACL rules of its user and client id."""
-    acl = broker.acl
-    conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
+    conn.acl = client_rules(broker, conn, client_id)
     if conn.acl is not None and conn.acl.refused is not None:
         broker.log(
             30,
@@ -160,7 +180,7 @@ def set_security(broker, users, acl, allow_anonymous, now):
         session = conn.session
         if session is None or session.conn is not conn:
             continue
-        conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
+        conn.acl = client_rules(broker, conn, session.client_id)
         if conn.acl is not None:
             secured.recheck(broker, conn, session, now)
     if acl is not None:

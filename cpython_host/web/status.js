@@ -300,6 +300,12 @@ function drawCharts(s) {
 function attention(s) {
   const items = [];
   for (const b of s.bridges) {
+    const refused = b.refused_subscriptions || [];
+    if (refused.length) {
+      items.push(["bridge-refused:" + b.name, "bad", "Bridge " + b.name + ": this broker refuses its subscription " +
+        refused.join(", ") + ", so nothing matching it goes up (a deny rule of user bridge:" + b.name +
+        " in the ACL; SIGHUP asks again)"]);
+    }
     if (b.state === "connected") continue;
     let line = "Bridge " + b.name + " is " + (STATES[b.state] || b.state);
     if (b.last_error) line += " (" + b.last_error + ")";
