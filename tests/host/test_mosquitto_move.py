@@ -274,3 +274,45 @@ def _sys_says(port: int, login: tuple[str, ...], refused: str) -> bool:
     return sub(port, "$SYS/broker/bridge/up/refused_subscriptions", 1, *login) == [
         f"$SYS/broker/bridge/up/refused_subscriptions {refused}"
     ]
+
+
+def test_a_mosquitto_bridge_backlog_goes_up_after_the_move(tmp_path: Path) -> None:
+    """Mosquitto's bridge, its upstream down, queues what is published for it (in its local
+    context, "local.gw-a"); import-mosquitto-db puts that queue into Siskin's bridge session, and
+    the first start sends every message up, in order."""
+    mosquitto, upstream_port, port = mosquitto_tool("mosquitto"), free_port(), free_port()
+    bridge = f"connection up\naddress 127.0.0.1:{upstream_port}\nremote_clientid gw-a\ncleansession false\n"
+    conf = mosquitto_conf(tmp_path / "mosquitto", port, bridge + "topic sensors/# out 1 local/ remote/\n")
+    n = 6
+    with running([mosquitto, "-c", str(conf)], port, tmp_path / "mosquitto.log") as proc:
+        for i in range(n):  # the upstream is not there: Mosquitto queues them for its bridge
+            pub(port, f"local/sensors/t{i % 2}", str(i), "-q", "1")
+        pub(port, "local/other", "not bridged", "-q", "1")
+        stop(proc)
+    converted = run_cli("convert-mosquitto-conf", str(conf), "-o", str(tmp_path / "siskin.toml"))
+    assert converted.returncode == 0, converted.stderr
+    b = BrokerProcess(tmp_path / "siskin", log_level="info")
+    b.config_path.write_text((tmp_path / "siskin.toml").read_text())
+    db = str(tmp_path / "mosquitto" / "mosquitto.db")
+    # Without the [[bridge]] it belongs to: said, and not counted as imported.
+    alone = run_cli("import-mosquitto-db", db, "--data-dir", str(tmp_path / "elsewhere"))
+    assert alone.returncode == 0, alone.stderr
+    assert "0 queued" in alone.stdout
+    assert f"left out: session 'local.gw-a' and its {n} queued message(s)" in alone.stdout
+    imported = run_cli("import-mosquitto-db", db, "--data-dir", str(b.workdir / "data"), "--config", str(b.config_path))
+    assert imported.returncode == 0, imported.stderr
+    assert f"{n} queued and 0 in-flight messages" in imported.stdout
+    assert f"bridge up: {n} message(s) for its upstream" in imported.stdout and "left out" not in imported.stdout
+    upstream = tmp_path / "upstream.conf"
+    upstream.write_text(f"listener {upstream_port} 127.0.0.1\nallow_anonymous true\n")
+    with running([mosquitto, "-c", str(upstream)], upstream_port, tmp_path / "upstream.log"):
+        cloud = RawClient(upstream_port)
+        cloud.connect("cloud")
+        assert cloud.subscribe("remote/#", 1) == 1
+        with b:
+            b.wait_log(r"restored 1 sessions, 1 subscriptions, 6 queued messages")
+            got = drain(cloud, until=arrived({"remote/sensors/t0": {0, 2, 4}, "remote/sensors/t1": {1, 3, 5}}))
+            assert [(t, p) for t, p, *_ in got] == [(f"remote/sensors/t{i % 2}", b"%d" % i) for i in range(n)]
+            b.wait_log(r"bridge up: connected to")
+            assert b.stop() == 0
+        cloud.close()
