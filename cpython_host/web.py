@@ -68,7 +68,7 @@ from prometheus_client.registry import Collector
 
 from common.broker import admin, secured
 from common.broker.broker import Broker
-from common.broker.clienttext import clip
+from common.broker.clienttext import clip, words
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
 from cpython_host.hints import explain_listen_failure
@@ -383,11 +383,7 @@ class WebServer:
             wait = secured.check_password(broker, peer, user, password.encode(), self.now())
         if wait:
             broker.stats.login_failed += 1
-            held = (
-                f": {broker.login_failures[peer][0]} failed logins, no password checked for {wait} s"
-                if wait > 0
-                else ""
-            )
+            held = words(secured.held_why(broker, peer, user, self.now())) if wait > 0 else ""
             log.warning("HTTP: login failed for user %r from %s%s", clip(user), peer, held)
             raise HttpError(401, "bad user name or password", challenge)
         return user

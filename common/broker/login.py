@@ -18,15 +18,22 @@
 # like Mosquitto 2, a broker nobody configured serves only its own host.
 # Else: 3.1.1 CONNACK 0x05, v5 0x87, and the log says why and what to set.
 #
-# Brute force: each source address (the peer's address without its port)
-# that fails a login is penalised for 1, 2, 4 ... up to PENALTY_MAX_S
-# seconds (from 1 s again after PENALTY_MAX_S quiet seconds); a login from
-# it during its penalty is refused with the same answer as a wrong password
-# WITHOUT checking the password, so no more than one password per penalty
-# is ever tried from one address, however fast it reconnects. A success from the address ends its penalty. The table holds
-# at most PENALTY_ADDRESSES addresses (the one whose penalty ends first
-# makes room), so a flood of addresses costs bounded memory; it cannot slow
-# an attacker who has many addresses (docs/security.md).
+# Brute force (secured.py): each source address (the peer's address
+# without its port) and user name that fails a login is held back for 1, 2,
+# 4 ... up to PENALTY_MAX_S seconds (from 1 s again after PENALTY_MAX_S
+# quiet seconds); a login of that name from that address during its hold
+# is refused with the same answer as a wrong password WITHOUT checking the
+# password, so no more than one password per hold is ever tried for one
+# name from one address, however fast it reconnects. Other names from the
+# same address are not held back by it: one device with a stale password
+# behind a NAT (or on a gateway's loopback) does not lock out its
+# neighbours. Besides, an address has a budget of checked failures a minute
+# (login_failures_per_address, any names): spent, its logins wait
+# unchecked for the minute to end, unless it is in login_budget_exempt
+# (loopback by default). A success ends its name's hold, not the budget.
+# Each table holds at most PENALTY_ENTRIES keys (the oldest makes room), so
+# a flood costs bounded memory; it cannot slow an attacker who has many
+# addresses (docs/security.md).
 #
 # Session ownership: a session belongs to the user whose client made it
 # (anonymous clients are one owner, None). A CONNECT whose client id names a
@@ -93,7 +100,7 @@ def login(broker, conn, pkt, now):
     elif identity is not None:
         conn.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
-        from common.broker.secured import check_password  # (loaded with the users: set_security)
+        from common.broker.secured import check_password, held_why  # (loaded with the users: set_security)
 
         address = source_address(peer)
         wait = check_password(broker, address, pkt.username, pkt.password, now)
@@ -101,7 +108,7 @@ def login(broker, conn, pkt, now):
             broker.stats.login_failed += 1
             held = ""
             if wait > 0:
-                held = (": %d failed logins, no password checked for %d s", (broker.login_failures[address][0], wait))
+                held = held_why(broker, address, pkt.username, now)
             # (format, args): the client's text is cut and escaped (broker.words).
             why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
             return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))

@@ -332,10 +332,13 @@ def test_basic_auth_over_https(tmp_path: Path) -> None:
         status, _ = get(url + "/api/status", auth=("admin", "wrong"), context=context)
         assert status == 401
         b.wait_log(r"HTTP: login failed for user 'admin' from 127.0.0.1\n")
-        # A failed login holds its address back, as for MQTT CONNECTs: even
-        # the right password is refused until the penalty (1 s) is over.
+        # A failed login holds its address and user name back, as for MQTT CONNECTs:
+        # even the right password is refused until the penalty (1 s) is over.
         assert get(url + "/api/status", auth=("admin", "s3cret"), context=context)[0] == 401
-        b.wait_log(r"HTTP: login failed for user 'admin' from 127.0.0.1: 1 failed logins, no password checked")
+        b.wait_log(
+            r"HTTP: login failed for user 'admin' from 127.0.0.1: 1 failed logins of this user name from this "
+            "address, no password checked"
+        )
         wait_until(lambda: get(url + "/api/status", auth=("admin", "s3cret"), context=context)[0] == 200, 5, "login")
         status, _ = get(url + "/api/status", auth=("nobody", "s3cret"), context=context)
         assert status == 401
