@@ -240,6 +240,7 @@ def test_a_converted_bridge_under_an_acl_delivers_upstream(tmp_path: Path) -> No
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )  # fmt: skip  (from Mosquitto's directory, its file named as there: relative names from that directory)
     assert converted.returncode == 0, converted.stderr
+    assert "acl_file and bridge(s) up: each bridge's local client (user bridge:NAME) may read" in converted.stderr
     alice = ("-u", "alice", "-P", "secret")
     with running([mosquitto, "-c", str(upstream)], upstream_port, tmp_path / "upstream.log"):
         cloud = RawClient(upstream_port)
