@@ -277,8 +277,8 @@ class Runner:
             self.runtime.wake()
 
     def stop(self):
-        """At shutdown or removal: DISCONNECT upstream, both connections closed;
-        the task ends at its next turn."""
+        """At shutdown or removal: DISCONNECT upstream, both connections closed
+        (the local session stays, with its queue); the task ends at its next turn."""
         self.stopping = True
         self.link.stopping = True
         self.bridge.stopping = True
@@ -291,6 +291,9 @@ class Runner:
             routing.unthrottled.remove(self.bridge.local.client_id)
         if broker.bridge_grants.get(self.peer) is self.grants:  # (not a successor's)
             del broker.bridge_grants[self.peer]
+        # Its local connection ends now: with the task stopped nobody would
+        # hear the broker close it, and a shutdown would wait out its timeout.
+        self.link.drop()
         self.runtime.wake()
 
     def acl_grants(self):
@@ -309,14 +312,12 @@ class Runner:
         stopped, its local connection ended; the local session and its queue
         stay for the new one."""
         self.stop()
-        self.link.drop()
 
     def retire(self):
         """A bridge removed at run time: stopped, its local session ended and
         what it held dead-lettered (counted, logged), its $SYS topics cleared.
         The number of messages dead-lettered."""
         self.stop()
-        self.link.drop()
         broker = self.driver.broker
         n = retire_session(broker, self.bridge.local.client_id, self.driver.now, self.log, self.name)
         for topic, _ in self.bridge.sys_values(0, 0, self.runtime.now()):
