@@ -12,22 +12,25 @@ import errno
 import os
 import pwd
 
+MQTT_PORT_SETTING = "--port, [[listener]] port"
 
-def explain_listen_failure(err: OSError, port: int) -> None:
-    """Add to `err`'s text why a listener could not open on `port`, and what to do."""
-    hint = listen_failed(err, port)
+
+def explain_listen_failure(err: OSError, port: int, setting: str = MQTT_PORT_SETTING) -> None:
+    """Add to `err`'s text why a listener could not open on `port`, and what to do;
+    `setting`: where that listener's port is set."""
+    hint = listen_failed(err, port, setting)
     if hint:
         err.strerror = f"{err.strerror}; {hint}"
 
 
-def listen_failed(err: OSError, port: int) -> str:
+def listen_failed(err: OSError, port: int, setting: str = MQTT_PORT_SETTING) -> str:
     """Why a listener could not open on `port`, and what to do ("" if nothing useful)."""
     if err.errno == errno.EADDRINUSE:
         holder = port_holder(port)
         who = f"{holder} listens on port {port}" if holder else f"another program listens on port {port}"
         return (
             f"{who} (a Mosquitto or another Siskin still running? `ss -ltnp 'sport = :{port}'` names it; "
-            "`systemctl stop mosquitto` stops Debian's); or choose another port (--port, [[listener]] port)"
+            f"`systemctl stop mosquitto` stops Debian's); or choose another port ({setting})"
         )
     if err.errno == errno.EACCES and 0 < port < 1024:
         return (

@@ -159,7 +159,7 @@ class WebServer:
             self.server = await asyncio.start_server(self.serve, cfg.host, cfg.port, **tls)
         except OSError as e:
             e.filename = f"{cfg.host}:{cfg.port} ([http])"
-            explain_listen_failure(e, cfg.port)
+            explain_listen_failure(e, cfg.port, "[http] port")
             raise
         self.name = address(self.server.sockets[0].getsockname())
         self.sampler = asyncio.get_running_loop().create_task(self.sample())

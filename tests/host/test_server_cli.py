@@ -271,3 +271,17 @@ def test_event_loop_uvloop_demanded_but_missing() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=20)
     assert proc.returncode == 2
     assert "uvloop is not installed" in proc.stderr
+
+
+def test_ctl_without_a_password_and_no_terminal_says_how() -> None:
+    """`siskin ctl --user alice ... </dev/null`, SISKIN_CTL_PASSWORD unset: one clear line, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "SISKIN_CTL_PASSWORD"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpython_host", "ctl", "--user", "alice", "clients"],
+        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (
+        "siskin ctl: --user alice needs a password and stdin is not a terminal to ask on: "
+        "set SISKIN_CTL_PASSWORD, or give it on stdin's first line with --password-stdin"
+    )

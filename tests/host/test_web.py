@@ -506,3 +506,39 @@ def test_linux_toml_documents_every_http_key() -> None:
     missing = [key for key, *_ in HTTP if f"\n# {key} = " not in text]
     assert not missing, f"boards/linux.toml does not show and explain [http] {missing}"
 
+
+
+def test_ctl_names_the_tls_mistake(tmp_path: Path) -> None:
+    """Against an HTTPS listener: no --cafile, or plain http: the line says which, and what to give;
+    nothing listening: says so. (Not blamed on a missing [http] table.)"""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile, keyfile, cafile = tmp_path / "web.crt", tmp_path / "web.key", tmp_path / "ca.crt"
+    certfile.write_bytes(cert.cert_chain_pems[0].bytes())
+    keyfile.write_bytes(cert.private_key_pem.bytes())
+    cafile.write_bytes(ca.cert_pem.bytes())
+    http = {"port": 0, "certfile": str(certfile), "keyfile": str(keyfile)}
+    with BrokerProcess(tmp_path / "b", limits={"sys_interval": 0}, http=http) as b:
+        url = b.http_url()
+        untrusted = ctl("--url", url, "clients")
+        assert untrusted.returncode == 1 and "[http] table" not in untrusted.stderr
+        assert "give --cafile with the CA that signed the broker's certificate" in untrusted.stderr
+        plain = ctl("--url", "http:" + url[6:], "clients")
+        assert plain.returncode == 1 and f"(the listener speaks HTTPS? try --url {url})" in plain.stderr, plain.stderr
+        assert ctl("--url", url, "--cafile", str(cafile), "clients").returncode == 0
+    refused = ctl("--url", url, "clients")  # the broker gone
+    assert refused.returncode == 1 and "nothing listens there" in refused.stderr, refused.stderr
+
+
+def test_http_port_in_use_names_the_http_port(tmp_path: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(RuntimeError) as e:
+            BrokerProcess(tmp_path, http={"port": port}).start()
+        assert f"listens on port {port}" in str(e.value)
+        assert "or choose another port ([http] port)" in str(e.value), str(e.value)
+    finally:
+        holder.close()
