@@ -308,6 +308,13 @@ class Status:
         out = []
         for runner in self.bridges():
             b = bridge_figures(runner)
+            session = self.broker.sessions.find(runner.bridge.local.client_id)
+            # Its local session (its queue), online or not: shown here, never as a device's.
+            b["local_session"] = {
+                "client_id": runner.bridge.local.client_id,
+                "online": session is not None and session.conn is not None,
+                "kept": session is not None,
+            }
             b["sent_rate"], b["received_rate"] = self.bridge_rates.get(b["name"], (None, None))
             if not viewer.admin:  # as /metrics shows them: no addresses, no errors
                 b["address"] = b["last_error"] = None
@@ -322,7 +329,10 @@ class Status:
         """GET /api/status for `viewer` (web.Viewer)."""
         broker = self.broker
         snap = broker.snapshot()
-        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"])]
+        bridges = {runner.bridge.local.client_id for runner in self.bridges()}
+        # A bridge's own local client is no device: it is shown with its bridge (bridge_list).
+        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"]) and c["client_id"] not in bridges]
+        bridge_clients = sum(1 for c in admin.clients(broker) if c["client_id"] in bridges)
         subscriptions = []
         for session in admin.sessions(broker):
             if viewer.owns(session["user"]):
@@ -341,7 +351,7 @@ class Status:
             "started": round(self.wall(started)),
             "user": viewer.user,
             "admin": viewer.admin,
-            "connected": snap["connected"],
+            "connected": snap["connected"] - bridge_clients,  # devices (a bridge's local client apart)
             "sessions": snap["sessions"],
             "offline": len(offline),
             "subscription_count": snap["subscriptions"],

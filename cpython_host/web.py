@@ -418,6 +418,14 @@ class WebServer:
             client_id = args.get("client_id")
             if not isinstance(client_id, str):
                 raise HttpError(400, 'wants {"client_id": "..."}')
+            bridge = next((r.name for r in self.bridges() if r.bridge.local.client_id == client_id), None)
+            if bridge is not None:
+                # Its session is the bridge's queue: ending it would lose what waits for the upstream.
+                raise HttpError(
+                    409,
+                    f"{client_id} is bridge {bridge}'s own local session (its queue for the upstream): "
+                    f"pause, resume or remove the bridge instead (siskin ctl bridge pause {bridge})",
+                )
             if path == "/api/kick":
                 done = admin.kick(broker, client_id, self.now())
                 what = "disconnected" if done else "no such client connected"

@@ -361,6 +361,7 @@ function bridges(s) {
     num(b.dead_lettered),
     num(b.dropped),
     { text: b.last_error || "–", cls: "error" },
+    b.local_session ? b.local_session.client_id + (b.local_session.online ? " (online)" : b.local_session.kept ? " (offline, kept)" : " (none yet)") : "–",
   ]);
 }
 

@@ -434,6 +434,10 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
         assert bridges["backup"][1] in ("down", "connecting"), bridges
         backup = next(b for b in g.api("/api/status")["bridges"] if b["name"] == "backup")
         assert backup["last_error"] and bridges["backup"][11] != NONE
+        # Each bridge's local session shown with it (the backup's kept offline), not among the devices.
+        assert bridges["cloud"][12] == "siskin-bridge-cloud (online)"
+        assert bridges["backup"][12] == "siskin-bridge-backup (offline, kept)"
+        assert not any(c["client_id"].startswith("siskin-bridge-") for c in g.api("/api/status")["clients"])
         assert any(
             line.startswith("Bridge backup is ") and "2 message(s) waiting" in line for line in attention(driver)
         )
@@ -632,6 +636,16 @@ def test_an_action_from_another_origin_is_refused(gateway: Gateway) -> None:
         method="POST",
     )
     assert call(same, ADMIN)[0] == 404  # its own origin: served (no such client)
+    # A bridge's own local client is no device: its session is the bridge's queue.
+    for action in ("kick", "drop-session"):
+        bridge = urllib.request.Request(
+            gateway.url + "/api/" + action,
+            data=json.dumps({"client_id": "siskin-bridge-cloud"}).encode(),
+            headers={"Content-Type": "application/json", "Origin": gateway.url},
+            method="POST",
+        )
+        status, answer = call(bridge, ADMIN)
+        assert status == 409 and b"is bridge cloud's own local session" in answer, answer
 
 
 def test_last_seen_table_stays_bounded() -> None:
