@@ -21,6 +21,7 @@ names its file, line and fix).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sys
@@ -84,11 +85,37 @@ class JournalFormatter(logging.Formatter):
         return "\n".join(f"<{n}>{line}" for line in super().format(record).split("\n"))
 
 
+RECENT_WARNINGS = 20
+
+
+class RecentWarnings(logging.Handler):
+    """The last RECENT_WARNINGS records at warning level or above, as (time, level, logger,
+    text): the status page's "recent warnings" (cpython_host/status.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: collections.deque[tuple[float, str, str, str]] = collections.deque(maxlen=RECENT_WARNINGS)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage().split("\n", 1)[0]  # (a traceback's first line)
+        except Exception:  # (a record that does not format is the stderr handler's to report)
+            return
+        self.records.append((record.created, record.levelname.lower(), record.name, text))
+
+
+recent = RecentWarnings()
+
+
 def install() -> None:
     """Put the filter on every handler of the root logger (after logging.basicConfig);
-    on the journal's stream, the priority prefixes (JournalFormatter)."""
+    on the journal's stream, the priority prefixes (JournalFormatter); and the ring of
+    recent warnings (`recent`)."""
     journal = under_journal()
-    for handler in logging.getLogger().handlers:
+    root = logging.getLogger()
+    if recent not in root.handlers:
+        root.addHandler(recent)
+    for handler in root.handlers:
         if not any(isinstance(f, ClientTextFilter) for f in handler.filters):
             handler.addFilter(ClientTextFilter())
         if journal and isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:

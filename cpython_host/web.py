@@ -112,10 +112,12 @@ class WebServer:
         data_dir: str | None,
         bridges: Callable[[], Any] = list,
         tls: Callable[[], list[tuple[str, str]]] = list,
+        listeners: Callable[[], list[str]] = list,
     ) -> None:
         """`bridges()`: the host's Bridges (cpython_host/bridge.py: its Runners,
-        add/find/remove); `tls()`: (what, file) of
-        the certificates in use (status.tls_files), both read when asked."""
+        add/find/remove); `tls()`: (what, file) of the certificates in use
+        (status.tls_files); `listeners()`: what each MQTT listener is
+        (status.listener_lines); each read when asked."""
         self.config = config
         self.driver = driver
         self.broker: Broker = driver.broker
@@ -123,7 +125,7 @@ class WebServer:
         store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
         self.bridges = bridges
         self.metrics = registry(self.broker, store_path, self.now, bridges)
-        self.status = Status(driver, store_path, config.sample_interval, bridges, tls, lambda: self.refused)
+        self.status = Status(driver, store_path, config.sample_interval, bridges, tls, lambda: self.refused, listeners)
         self.context: ssl.SSLContext | None = None
         if config.tls:
             from cpython_host.tls import server_context

@@ -376,6 +376,7 @@ def test_user_sees_their_own_and_no_buttons(gateway: Gateway) -> None:
         assert driver.execute_script("return document.querySelectorAll('button[data-action]').length") == 0
         assert not shown(driver, "#clear-retained")
         assert not shown(driver, "#certificates")
+        assert not shown(driver, "#warnings-section") and gateway.api("/api/status", USER)["warnings"] == []
         # The bridges' state and queues, as /metrics shows them; not their addresses or errors.
         bridges = wait_page(driver, lambda: (b := table(driver, "bridges")) and b["cloud"][1] == "connected" and b)
         assert bridges["cloud"][2] == NONE and bridges["cloud"][11] == NONE
@@ -422,6 +423,25 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
     driver = g.page(ADMIN)
     try:
         assert "logged in as admin (administrator)" in body(driver)
+
+        # The gateway itself: its name, listeners, memory, free disk, time zone; recent warnings.
+        def js(expr: str) -> Any:
+            return driver.execute_script("return " + expr)
+
+        wait_page(driver, lambda: js("document.getElementById('host').textContent") == socket.gethostname())
+        listeners = js("Array.from(document.querySelectorAll('#listeners li'), (li) => li.textContent)")
+        assert any(line.startswith(f"127.0.0.1:{g.tls_port}: MQTT over TLS (1.2+") for line in listeners), listeners
+        assert len(listeners) == len(g.broker.ports())
+        assert js("document.getElementById('memory').textContent").endswith(" (resident)")
+        assert " free in " in js("document.getElementById('disk').textContent")
+        assert js("document.getElementById('timezone').textContent").startswith(
+            "the gateway's: " + time.strftime("%Z (UTC%z)") + "; times on this page are this browser's (UTC"
+        )
+        warnings = wait_page(
+            driver, lambda: (w := js("Array.from(document.querySelectorAll('#warnings li'), (li) => li.textContent)"))
+            and any("siskin.bridge: bridge backup" in line for line in w) and w,
+        )  # fmt: skip
+        assert len(warnings) <= 20
 
         # Uplinks: cloud connected to Mosquitto's address, backup down with its error and its queue.
         def bridges_settled() -> dict[str, list[str]] | None:
