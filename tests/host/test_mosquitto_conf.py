@@ -334,10 +334,7 @@ def test_converted_file_loads_and_relative_names(tmp_path: Path) -> None:
     out = tmp_path / "out" / "siskin.toml"
     out.parent.mkdir()
     # Run where Mosquitto's file is, naming it as there (cd /etc/mosquitto && ... mosquitto.conf).
-    proc = subprocess.run(
-        [sys.executable, "-m", "cpython_host", "convert-mosquitto-conf", conf.name, "-o", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=20, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-    )  # fmt: skip
+    proc = run_cli("convert-mosquitto-conf", conf.name, "-o", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"{conf}:2: password_file passwd: a relative name, taken from {tmp_path}" in proc.stderr
     assert f'password_file = "{tmp_path}/passwd"' in out.read_text()  # whole: read from anywhere

@@ -14,15 +14,12 @@ bridges the same topics both ways with the same remote session.
 from __future__ import annotations
 
 import getpass
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.host.broker_proc import BrokerProcess, RawClient, arrived, drain, publish_packet, run_cli, wait_until
 from tests.host.test_mosquitto_conf import running
 from tests.host.test_server_security import mosquitto_tool
@@ -223,22 +220,8 @@ def test_a_converted_bridge_under_an_acl_delivers_upstream(tmp_path: Path) -> No
     )  # fmt: skip
     upstream = tmp_path / "upstream.conf"
     upstream.write_text(f"listener {upstream_port} 127.0.0.1\nallow_anonymous true\n")
-    converted = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cpython_host",
-            "convert-mosquitto-conf",
-            conf.name,
-            "-o",
-            str(tmp_path / "siskin.toml"),
-        ],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=20,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-    )  # fmt: skip  (from Mosquitto's directory, its file named as there: relative names from that directory)
+    # From Mosquitto's directory, its file named as there: relative names from that directory.
+    converted = run_cli("convert-mosquitto-conf", conf.name, "-o", str(tmp_path / "siskin.toml"), cwd=work)
     assert converted.returncode == 0, converted.stderr
     assert "acl_file and bridge(s) up: each bridge's local client (user bridge:NAME) may read" in converted.stderr
     alice = ("-u", "alice", "-P", "secret")
