@@ -377,6 +377,22 @@ class TestUnderAnAcl(unittest.TestCase):
         e.runner.resubscribe()  # nothing missing: nothing asked
         self.assertEqual(len(e.runner.bridge.asked), 0)
 
+    def test_refused_while_the_upstream_is_away_new_rules_subscribe_its_offline_session(self):
+        e = self.edge("user bridge:cloud\ntopic deny up/secret\n")
+        e.settle()  # no upstream: the local session made once, its subscription refused, offline again
+        self.assertEqual(e.retained("refused_subscriptions"), "up/#")
+        session = e.broker.sessions.find("siskin-bridge-cloud")
+        self.assertNotIn("up/#", session.subs)
+        self.assertIsNone(session.conn)
+        login.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
+        e.runner.resubscribe()
+        e.settle()
+        self.assertIn("up/#", session.subs)  # online once to ask, then offline: it queues for the upstream
+        self.assertIsNone(session.conn)
+        self.assertEqual(e.retained("refused_subscriptions"), "-")
+        e.publish("up/c", b"3")
+        self.assertEqual(session.queue.count, 1)
+
     def test_the_grant_is_the_bridge_connections_not_its_user_names(self):
         e = self.edge()
         e.connect()
