@@ -68,7 +68,7 @@ def _budget_wait(broker, address, now):
     return ends - now
 
 
-def _make_room(table, now):
+def _make_room(table):
     """Drop the entry whose time ([1]) is oldest (only on a failed login, at the bound)."""
     oldest = None
     for key in table:
@@ -81,7 +81,7 @@ def _penalise(failures, key, now):
     entry = failures.get(key)
     if entry is None:
         if len(failures) >= PENALTY_ENTRIES:
-            _make_room(failures, now)
+            _make_room(failures)
         entry = failures[key] = [0, 0]
     elif now > entry[1] + PENALTY_MAX_S:
         entry[0] = 0  # quiet for a while since its last penalty: start again at 1 s
@@ -95,7 +95,7 @@ def _spend(budgets, address, now):
     entry = budgets.get(address)
     if entry is None:
         if len(budgets) >= PENALTY_ENTRIES:
-            _make_room(budgets, now)
+            _make_room(budgets)
         entry = budgets[address] = [0, now]
     elif now >= entry[1] + BUDGET_WINDOW_S:
         entry[0] = 0
