@@ -299,19 +299,23 @@ def hhmmss(t: float) -> str:
 
 
 def hover_tooltip(driver: Any, chart_id: str) -> list[str]:
-    """Move the mouse over the right part of a chart; the tooltip's lines."""
+    """Move the mouse over the right part of a chart; the tooltip's lines.
+
+    The mouse is moved again on every look: the page's refreshes may move
+    the chart (a new warning line above it) or redraw it under a still mouse."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    svg = driver.find_element("css selector", f"#{chart_id} svg")
-    width = svg.size["width"]
-    ActionChains(driver).move_to_element_with_offset(svg, int(width * 0.4), 0).perform()
-    lines: list[str] = wait_page(
-        driver,
-        lambda: driver.execute_script(
+    def shown_tip() -> list[str] | None:
+        svg = driver.find_element("css selector", f"#{chart_id} svg")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", svg)
+        ActionChains(driver).move_to_element_with_offset(svg, int(svg.size["width"] * 0.4), 0).perform()
+        tip: list[str] | None = driver.execute_script(
             "const t = document.querySelector('#' + arguments[0] + ' .tip'); return t.hidden ? null : Array.from(t.children, (c) => c.textContent);",
             chart_id,
-        ),
-    )
+        )
+        return tip
+
+    lines: list[str] = wait_page(driver, shown_tip)
     return lines
 
 
