@@ -259,8 +259,11 @@ test-boards: setup
 # The Debian package (tools/deb.py: dpkg-deb over the tree's files, Debian's
 # python3-* packages as its dependencies); make test checks it with lintian
 # and runs it from its files on Debian's python3 (tests/host/test_deb.py).
-deb: venv
-	$(PY) -m tools.deb
+# Only the standard library (3.11: tomllib) and dpkg-deb: no venv to build first.
+DEB_PYTHON ?= python3
+DEB_OUT ?= dist
+deb:
+	$(DEB_PYTHON) -m tools.deb --out $(DEB_OUT)
 
 # The package installed by apt/dpkg (maintainer scripts and all) into a
 # Debian 12 root that debootstrap makes once (a few minutes, as root) and

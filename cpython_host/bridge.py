@@ -253,6 +253,8 @@ class Bridges:
             elif not found.settings.same_as(b):
                 self.replace(b)
                 changed.append(name)
+            else:
+                found.resubscribe()  # (under the new ACL: what it refused, asked again)
         if not (added or changed or removed):
             return ""
         parts = [f"{what} {', '.join(names)}" for what, names in (("added", added), ("changed", changed),

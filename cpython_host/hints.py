@@ -11,23 +11,28 @@ from __future__ import annotations
 import errno
 import os
 import pwd
+import shutil
+import sys
+
+MQTT_PORT_SETTING = "--port, [[listener]] port"
 
 
-def explain_listen_failure(err: OSError, port: int) -> None:
-    """Add to `err`'s text why a listener could not open on `port`, and what to do."""
-    hint = listen_failed(err, port)
+def explain_listen_failure(err: OSError, port: int, setting: str = MQTT_PORT_SETTING) -> None:
+    """Add to `err`'s text why a listener could not open on `port`, and what to do;
+    `setting`: where that listener's port is set."""
+    hint = listen_failed(err, port, setting)
     if hint:
         err.strerror = f"{err.strerror}; {hint}"
 
 
-def listen_failed(err: OSError, port: int) -> str:
+def listen_failed(err: OSError, port: int, setting: str = MQTT_PORT_SETTING) -> str:
     """Why a listener could not open on `port`, and what to do ("" if nothing useful)."""
     if err.errno == errno.EADDRINUSE:
         holder = port_holder(port)
         who = f"{holder} listens on port {port}" if holder else f"another program listens on port {port}"
         return (
             f"{who} (a Mosquitto or another Siskin still running? `ss -ltnp 'sport = :{port}'` names it; "
-            "`systemctl stop mosquitto` stops Debian's); or choose another port (--port, [[listener]] port)"
+            f"`systemctl stop mosquitto` stops Debian's); or choose another port ({setting})"
         )
     if err.errno == errno.EACCES and 0 < port < 1024:
         return (
@@ -83,3 +88,21 @@ def cannot_write(err: OSError, path: str) -> str:
         user = str(uid)
     fix = f"sudo chown -R {user}: {path}" if os.path.isdir(path) else f"sudo install -d -o {user} -m 700 {path}"
     return f"Siskin runs as the user {user} (uid {uid}), who may not write there: `{fix}`"
+
+
+def install_advice(package: str, debian_package: str) -> str:
+    """How to add the Python `package` to the Python this siskin runs on: pipx's
+    inject into its own pipx home (PIPX_HOME, PIPX_BIN_DIR as installed), its
+    virtual environment's pip, or the system's package."""
+    prefix = os.path.abspath(sys.prefix)
+    venvs, name = os.path.split(prefix)
+    if os.path.basename(venvs) == "venvs":  # pipx: PIPX_HOME/venvs/NAME
+        home = os.path.dirname(venvs)
+        # (the command as run: pipx's link in PIPX_BIN_DIR)
+        command = sys.argv[0] if os.path.basename(sys.argv[0]) == "siskin" else shutil.which("siskin")
+        bin_dir = f" PIPX_BIN_DIR={os.path.dirname(command)}" if command else ""
+        sudo = "" if os.access(prefix, os.W_OK) else "sudo "
+        return f"{sudo}PIPX_HOME={home}{bin_dir} pipx inject {name} {package} (this siskin is pipx's, in {prefix})"
+    if sys.prefix != sys.base_prefix:
+        return f"{prefix}/bin/pip install {package} (this siskin runs in the virtual environment {prefix})"
+    return f"sudo apt install {debian_package} (Debian, Raspberry Pi OS), or pip install {package}"

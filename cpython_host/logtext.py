@@ -21,7 +21,10 @@ names its file, line and fix).
 
 from __future__ import annotations
 
+import collections
 import logging
+import os
+import sys
 
 from common.broker.clienttext import clip, printable
 
@@ -53,8 +56,67 @@ class ClientTextFilter(logging.Filter):
         return True
 
 
+# Python's levels -> syslog priorities, as the journal reads a "<N>" line prefix.
+PRIORITIES = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
+DEBUG_PRIORITY = 7
+
+
+def under_journal(fd: int = 2) -> bool:
+    """Whether `fd` is the stream systemd gave to the journal ($JOURNAL_STREAM names its
+    device and inode): then each line's priority goes in front of it, as "<N>"."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return stream == f"{st.st_dev}:{st.st_ino}"
+
+
+class JournalFormatter(logging.Formatter):
+    """Each line as "<N>LOGGER: text" (N: the syslog priority; `journalctl -p warning`
+    picks by it), every line of a multi-line record (a traceback) with the same N.
+    No time stamp: the journal keeps its own."""
+
+    def __init__(self) -> None:
+        super().__init__("%(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        n = next((p for level, p in PRIORITIES if record.levelno >= level), DEBUG_PRIORITY)
+        return "\n".join(f"<{n}>{line}" for line in super().format(record).split("\n"))
+
+
+RECENT_WARNINGS = 20
+
+
+class RecentWarnings(logging.Handler):
+    """The last RECENT_WARNINGS records at warning level or above, as (time, level, logger,
+    text): the status page's "recent warnings" (cpython_host/status.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: collections.deque[tuple[float, str, str, str]] = collections.deque(maxlen=RECENT_WARNINGS)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage().split("\n", 1)[0]  # (a traceback's first line)
+        except Exception:  # (a record that does not format is the stderr handler's to report)
+            return
+        self.records.append((record.created, record.levelname.lower(), record.name, text))
+
+
+recent = RecentWarnings()
+
+
 def install() -> None:
-    """Put the filter on every handler of the root logger (after logging.basicConfig)."""
-    for handler in logging.getLogger().handlers:
+    """Put the filter on every handler of the root logger (after logging.basicConfig);
+    on the journal's stream, the priority prefixes (JournalFormatter); and the ring of
+    recent warnings (`recent`)."""
+    journal = under_journal()
+    root = logging.getLogger()
+    if recent not in root.handlers:
+        root.addHandler(recent)
+    for handler in root.handlers:
         if not any(isinstance(f, ClientTextFilter) for f in handler.filters):
             handler.addFilter(ClientTextFilter())
+        if journal and isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+            handler.setFormatter(JournalFormatter())

@@ -15,6 +15,11 @@ Skipped for a missing component. tests/conftest.py `require()` skips a test
 with "COMPONENT is not available (HINT)"; the summary counts those skips per
 component and names the one command that installs the system packages,
 `make deps` (.ci/install-deps, as .ci/run does).
+
+Failed and errored tests. A red run ends by naming every test that failed
+or errored (with the phase, set-up, call or tear-down, and the first line of
+its reason) in one short list after the skip summary, so that a run on
+someone else's machine says which test it was without a rerun.
 """
 
 from __future__ import annotations
@@ -134,6 +139,27 @@ def skip_summary(missing: dict[str, tuple[int, str]]) -> list[str]:
     return lines
 
 
+def reason_line(report: pytest.BaseReport) -> str:
+    """The first `E   ...` line of the report's traceback (pytest's own
+    line for the exception), else its last line; bounded."""
+    lines = [line.rstrip() for line in str(report.longrepr or "").splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (errors[0] if errors else lines[-1].strip() if lines else "")[:160]
+
+
+def red_tests(failed: list[pytest.BaseReport], errored: list[pytest.BaseReport]) -> list[str]:
+    """One line per test that failed or errored: FAILED/ERROR, the node id,
+    the phase unless it was the test itself, the reason."""
+    lines = []
+    for word, reports in (("FAILED", failed), ("ERROR", errored)):
+        for report in reports:
+            when = getattr(report, "when", "collect")  # a collection error has no phase
+            phase = "" if when == "call" else f" (at {when})"
+            reason = reason_line(report)
+            lines.append(f"{word} {report.nodeid}{phase}" + (f": {reason}" if reason else ""))
+    return lines
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     # After pytest's own last line, so that a run ends with these words.
@@ -145,6 +171,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         reporter.write_sep("=", "skipped: missing components", yellow=True, bold=True)
         for line in skip_summary(missing):
             reporter.write_line(line)
+    red = red_tests(reporter.stats.get("failed", []), reporter.stats.get("error", []))
+    if red:
+        reporter.write_sep("=", f"{len(red)} test(s) failed or errored", red=True, bold=True)
+        for line in red:
+            reporter.write_line(line, red=True)
     if _leftovers:
         reporter.write_sep("=", "processes left running", red=True, bold=True)
         reporter.write_line(

@@ -36,7 +36,9 @@ from tools import procgroup
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _COUNTS = re.compile(r"^=+ ((?:\d+ \w+, )*\d+ \w+ in [\d.]+s)(?: \([\d:]+\))? =+$", re.M)
-_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+# pytest's own summary line and the run's closing list (tests/run_checks.py)
+# both name a red test: "FAILED <node id>[: reason]", "ERROR <node id> (at setup)...".
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+?)(?::? |:?$)", re.M)
 
 
 def git(*args: str, cwd: Path = REPO_ROOT) -> str:
@@ -66,6 +68,11 @@ class Run(TypedDict):
     failed: list[str]  # the FAILED/ERROR test ids
 
 
+def failed_tests(text: str) -> list[str]:
+    """The ids of the tests a run's output names as failed or errored, each once, in order."""
+    return list(dict.fromkeys(_FAILED.findall(text)))
+
+
 def run_once(workdir: Path, log: Path, pytest_args: str) -> Run:
     started = time.monotonic()
     env = dict(os.environ)
@@ -82,7 +89,7 @@ def run_once(workdir: Path, log: Path, pytest_args: str) -> Run:
         "counts": counts[-1] if counts else "(no pytest summary)",
         "wall_s": seconds,
         "left": int(left.group(1)) if left else 0,
-        "failed": _FAILED.findall(text),
+        "failed": failed_tests(text),
     }
 
 

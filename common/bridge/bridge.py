@@ -131,7 +131,7 @@ class _LocalSide:
         self.b._local_release(pid)
 
     def on_suback(self, pid, reasons):
-        self.b._suback("local", reasons)
+        self.b._local_suback(pid, reasons)
 
     def on_closed(self, why):
         self.b._local_failed(why)
@@ -208,6 +208,8 @@ class Bridge:
         self.reached = False  # this connection got its CONNACK (the client may have given up since)
         self.local_ready = False  # the local session exists, subscribed (after its first CONNACK)
         self.held = ()  # the local session's filters at local_open (a removed rule's go)
+        self.asked = {}  # packet id -> ([(filter, options)], asked again) of a local SUBSCRIBE awaiting its SUBACK
+        self.refused = []  # [(filter, options)] the broker refused here (an ACL): resubscribe()
         # Local packet ids acknowledged upstream while the local connection
         # was down: the broker sends them again (DUP), they are acked then.
         # Value: whether a PUBREL that follows is completed here (settled).
@@ -277,8 +279,8 @@ class Bridge:
         # (At shutdown the broker's DISCONNECT 0x8B is expected: no error.)
         self.log(20 if self.stopping else 40, "bridge %s: local session ended: %s" % (self.name, why))
 
-    def _local_connected(self, present):
-        self.local_ready = True
+    def out_topics(self):
+        """[(filter, options)] the local session subscribes to: the "out" rules'."""
         topics = []
         for r in self.rules:
             if r.direction & OUT:
@@ -287,8 +289,14 @@ class Bridge:
                 # retained messages only when the subscription is new.
                 opts = r.qos | C.SUBOPT_NO_LOCAL | C.SUBOPT_RETAIN_AS_PUBLISHED | (C.RETAIN_HANDLING_SEND_IF_NEW << 4)
                 topics.append((r.local, opts))
+        return topics
+
+    def _local_connected(self, present):
+        self.local_ready = True
+        topics = self.out_topics()
+        self.refused = []
         if topics:
-            self.local.subscribe(topics)
+            self.asked[self.local.subscribe(topics)] = (topics, False)
         # A rule removed from the configuration: its subscription goes (what
         # it queued already is dead-lettered as it comes, in _outbound).
         stale = [f for f in self.held if not any(f == t[0] for t in topics)] if present else []
@@ -296,6 +304,45 @@ class Bridge:
         if stale:
             self.local.unsubscribe(stale)
             self.log(30, "bridge %s: unsubscribed %s here: no rule names them any more" % (self.name, ", ".join(stale)))
+
+    def _local_suback(self, pid, reasons):
+        """This broker's SUBACK (or UNSUBACK) to the local client: a refused
+        filter means nothing matching it goes up, so it is an error (the
+        log, last_error, $SYS refused_subscriptions) until resubscribe()."""
+        asked = self.asked.pop(pid, None)
+        if asked is None:
+            return  # (an UNSUBACK)
+        topics, again = asked
+        for i in range(min(len(topics), len(reasons))):
+            code = reasons[i]
+            if code >= 0x80:
+                self.refused.append(topics[i])
+                self.last_error = "local subscription %s refused (0x%02x)" % (topics[i][0], code)
+                self.log(
+                    40,
+                    "bridge %s: this broker refused its subscription %s (0x%02x): nothing matching it goes "
+                    "up; a deny rule of user bridge:%s in the ACL? (docs/bridge.md; SIGHUP asks again)"
+                    % (self.name, topics[i][0], code, self.name),
+                )
+            elif again:
+                self.log(20, "bridge %s: subscribed %s here again" % (self.name, topics[i][0]))
+        self._state()
+
+    def resubscribe(self, held):
+        """After new ACL rules: ask again for the "out" filters the local
+        session lacks (`held`: the filters it has; refused before, or removed
+        by the broker's re-check of the rules: security_files.set_security). True if
+        asked. Offline, the local session comes online once to ask."""
+        missing = [t for t in self.out_topics() if t[0] not in held]
+        if not missing:
+            return False
+        self.refused = []
+        if self.local.state == CONNECTED:
+            self.asked[self.local.subscribe(missing)] = (missing, True)
+        else:
+            self.local_ready = False  # (local_wanted: online once, subscribing every rule)
+        self._state()
+        return True
 
     def _suback(self, side, reasons):
         for code in reasons:
@@ -619,4 +666,5 @@ class Bridge:
             (base + "faults", str(self.faults)),
             (base + "restarts", str(self.restarts)),
             (base + "last_error", self.last_error or "-"),
+            (base + "refused_subscriptions", " ".join([t[0] for t in self.refused]) or "-"),
         ]

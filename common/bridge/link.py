@@ -72,6 +72,13 @@ class Arrivals:
         return 0
 
 
+def local_peer(name):
+    """The peer of bridge `name`'s local connection, as the broker sees it:
+    (address, identity, loopback). No socket has such an address, so the
+    broker's grants to it (login.client_rules) reach no other client."""
+    return ("bridge " + name, "bridge:" + name, True)
+
+
 class Link:
     def __init__(self, bridge, driver, ticks_ms, wake, flush):
         self.bridge = bridge
@@ -162,7 +169,7 @@ class Link:
     def _open(self):
         b = self.bridge
         # Its user is "bridge:<name>", proved like a TLS identity (no password).
-        cid = self.driver.connection_made(self, ("bridge " + b.name, "bridge:" + b.name, True))
+        cid = self.driver.connection_made(self, local_peer(b.name))
         if cid < 0:
             b.log(40, "bridge %s: the broker refused its local connection (max_connections); again in 1 s" % b.name)
             self.paused_until = ticks_deadline(self.ticks_ms(), 1000)

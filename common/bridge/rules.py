@@ -105,6 +105,41 @@ class Rule:
         return _map(self.local_levels, caps, self.hash_last)
 
 
+def local_filter(rule):
+    """A filter every local topic of `rule` matches: an "out" rule's filter
+    itself; an "in" rule's template with each placeholder level a "+" (the
+    capture of a last "#": "#", which ends it)."""
+    if rule.direction & OUT:
+        return rule.local
+    out = []
+    last = 0
+    for lv in rule.remote_levels:
+        if lv == "+" or lv == HASH:
+            last += 1
+    for lv in rule.local_levels:
+        if lv == HASH or (rule.hash_last and "{%d}" % last in lv):
+            out.append(HASH)
+            break
+        out.append("+" if "{" in lv else lv)
+    return "/".join(out)
+
+
+def acl_grants(rules):
+    """The ACL rules (bits, filter, levels) a bridge's local client needs:
+    read its "out" filters, write its "in" topics (login.client_rules adds
+    them to what the ACL gives user bridge:NAME; docs/bridge.md)."""
+    from common.broker.acl import READ, WRITE  # (only with an ACL: a board without one never loads it)
+
+    out = []
+    for r in rules:
+        if r.direction & OUT:
+            out.append((READ, r.local, tuple(r.local_levels)))
+        if r.direction & IN:
+            flt = local_filter(r)  # (a "both" rule's local side is its filter)
+            out.append((WRITE, flt, tuple(flt.split("/"))))
+    return out
+
+
 def _map(template, caps, hash_last):
     """Fill `template` (levels: literal, "{n}", or a filter's wildcards in
     order); `hash_last`: the last capture is a "#"'s."""

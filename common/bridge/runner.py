@@ -47,7 +47,8 @@ client's, and every way a connection ends goes through Bridge.up_failed.
 """
 
 from common.bridge.bridge import Bridge
-from common.bridge.link import Link
+from common.bridge.link import Link, local_peer
+from common.bridge.rules import acl_grants
 from common.client.client import CONNECTED
 from common.compat import print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
@@ -73,6 +74,11 @@ class Runner:
         # The broker never slows a publisher for this session's queue: only
         # its budget and queue_full apply (docs/bridge.md).
         driver.broker.routing.unthrottled.append(self.bridge.local.client_id)
+        # Under an ACL its local client may read its "out" filters and write
+        # its "in" topics (common/broker/login.py client_rules).
+        self.peer = local_peer(self.name)[0]
+        self.grants = self.acl_grants
+        driver.broker.bridge_grants[self.peer] = self.grants
         self.conn = None  # the runtime's upstream connection, None = none
         self.opened = False  # up_opened came for it
         self.open_at = 0  # ticks of runtime.open()
@@ -271,32 +277,47 @@ class Runner:
             self.runtime.wake()
 
     def stop(self):
-        """At shutdown or removal: DISCONNECT upstream, both connections closed;
-        the task ends at its next turn."""
+        """At shutdown or removal: DISCONNECT upstream, both connections closed
+        (the local session stays, with its queue); the task ends at its next turn."""
         self.stopping = True
         self.link.stopping = True
         self.bridge.stopping = True
         if self.conn is not None:
             self._disconnect()
             self._let_go()
-        routing = self.driver.broker.routing
+        broker = self.driver.broker
+        routing = broker.routing
         if self.bridge.local.client_id in routing.unthrottled:
             routing.unthrottled.remove(self.bridge.local.client_id)
+        if broker.bridge_grants.get(self.peer) is self.grants:  # (not a successor's)
+            del broker.bridge_grants[self.peer]
+        # Its local connection ends now: with the task stopped nobody would
+        # hear the broker close it, and a shutdown would wait out its timeout.
+        self.link.drop()
         self.runtime.wake()
+
+    def acl_grants(self):
+        """What its local client may read and write under an ACL (rules.acl_grants)."""
+        return acl_grants(self.bridge.rules)
+
+    def resubscribe(self):
+        """After new ACL rules (SIGHUP): the local subscriptions refused or
+        removed are asked for again (Bridge.resubscribe)."""
+        session = self.driver.broker.sessions.find(self.bridge.local.client_id)
+        if self.bridge.resubscribe(session.subs if session is not None else ()):
+            self.runtime.wake()
 
     def restart_with(self):
         """Before a new Runner takes over this bridge (its settings changed):
         stopped, its local connection ended; the local session and its queue
         stay for the new one."""
         self.stop()
-        self.link.drop()
 
     def retire(self):
         """A bridge removed at run time: stopped, its local session ended and
         what it held dead-lettered (counted, logged), its $SYS topics cleared.
         The number of messages dead-lettered."""
         self.stop()
-        self.link.drop()
         broker = self.driver.broker
         n = retire_session(broker, self.bridge.local.client_id, self.driver.now, self.log, self.name)
         for topic, _ in self.bridge.sys_values(0, 0, self.runtime.now()):
@@ -339,6 +360,7 @@ class Runner:
             "faults": b.faults,
             "restarts": b.restarts,
             "last_error": b.last_error,
+            "refused_subscriptions": [t[0] for t in b.refused],
         }
 
 

@@ -226,8 +226,10 @@ class Broker:
         # set_security): None = no password file, no ACL, allow_anonymous not set.
         self.users = None
         self.acl = None
+        self.bridge_grants = {}  # "bridge NAME" (its local peer) -> () -> its ACL grants (login.client_rules)
         self.allow_anonymous = None
-        self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
+        self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
+        self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
         # Reused for every PUBLISH and ack received (decode_packet_into)
         # and the warm topic names: none of them is allocated per message.

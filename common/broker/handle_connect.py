@@ -167,7 +167,7 @@ def _check_owner(broker, conn, pkt, found, now):
                 return C.RC_NOT_AUTHORIZED, why
     # Its ACL rules, before the will is judged by them; a resumed session's
     # subscriptions are re-checked when it is taken.
-    found.acl = login.rules_for(broker, found.user, found.client_id)
+    found.acl = login.rules_for(broker, found.user, conn.peer, found.client_id)
     return None
 
 

@@ -18,15 +18,22 @@
 # like Mosquitto 2, a broker nobody configured serves only its own host.
 # Else: 3.1.1 CONNACK 0x05, v5 0x87, and the log says why and what to set.
 #
-# Brute force: each source address (the peer's address without its port)
-# that fails a login is penalised for 1, 2, 4 ... up to PENALTY_MAX_S
-# seconds (from 1 s again after PENALTY_MAX_S quiet seconds); a login from
-# it during its penalty is refused with the same answer as a wrong password
-# WITHOUT checking the password, so no more than one password per penalty
-# is ever tried from one address, however fast it reconnects. A success from the address ends its penalty. The table holds
-# at most PENALTY_ADDRESSES addresses (the one whose penalty ends first
-# makes room), so a flood of addresses costs bounded memory; it cannot slow
-# an attacker who has many addresses (docs/security.md).
+# Brute force (secured.py): each source address (the peer's address
+# without its port) and user name that fails a login is held back for 1, 2,
+# 4 ... up to PENALTY_MAX_S seconds (from 1 s again after PENALTY_MAX_S
+# quiet seconds); a login of that name from that address during its hold
+# is refused with the same answer as a wrong password WITHOUT checking the
+# password, so no more than one password per hold is ever tried for one
+# name from one address, however fast it reconnects. Other names from the
+# same address are not held back by it: one device with a stale password
+# behind a NAT (or on a gateway's loopback) does not lock out its
+# neighbours. Besides, an address has a budget of checked failures a minute
+# (login_failures_per_address, any names): spent, its logins wait
+# unchecked for the minute to end, unless it is in login_budget_exempt
+# (loopback by default). A success ends its name's hold, not the budget.
+# Each table holds at most PENALTY_ENTRIES keys (the oldest makes room), so
+# a flood costs bounded memory; it cannot slow an attacker who has many
+# addresses (docs/security.md).
 #
 # Session ownership: a session belongs to the user whose client made it
 # (anonymous clients are one owner, None). A CONNECT whose client id names a
@@ -92,7 +99,7 @@ def login(broker, peer, pkt, found, now):
     elif identity is not None:
         found.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
-        from common.broker.secured import check_password  # (loaded with the users: security_files.set_security)
+        from common.broker.secured import check_password, held_why  # (loaded with the users)
 
         address = source_address(peer)
         wait = check_password(broker, address, pkt.username, pkt.password, now)
@@ -100,7 +107,7 @@ def login(broker, peer, pkt, found, now):
             broker.stats.login_failed += 1
             held = ""
             if wait > 0:
-                held = (": %d failed logins, no password checked for %d s", (broker.login_failures[address][0], wait))
+                held = held_why(broker, address, pkt.username, now)
             # (format, args): the client's text is cut and escaped (broker.words).
             why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
             return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
@@ -130,10 +137,29 @@ def _user_text(user):
     return "(anonymous)" if user is None else user
 
 
-def rules_for(broker, user, client_id):
-    """The ACL rules of `user` and `client_id` (acl.ClientAcl), None without an ACL."""
+def client_rules(broker, user, peer, client_id):
+    """The ACL rules of a client (None without an ACL): its user's and client
+    id's; a bridge's own local connection (`peer` with the address "bridge
+    NAME" its runner registered in broker.bridge_grants, with a callable
+    that gives its grants: no socket has such an address) is also let read
+    its "out" filters and write its "in" topics, so an ACL written for
+    devices cannot silently stop a bridge; a deny rule for user bridge:NAME
+    still wins (docs/bridge.md)."""
     acl = broker.acl
-    rules = acl.for_client(user, client_id) if acl is not None else None
+    if acl is None:
+        return None
+    rules = acl.for_client(user, client_id)
+    own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
+    if own is not None:
+        from common.broker.acl import ClientAcl
+
+        rules = ClientAcl(own() + rules.rules)
+    return rules
+
+
+def rules_for(broker, user, peer, client_id):
+    """A CONNECT's rules (client_rules), the log line said when a pattern left it none."""
+    rules = client_rules(broker, user, peer, client_id)
     if rules is not None and rules.refused is not None:
         broker.log(
             30,

@@ -1,5 +1,5 @@
 # The parts of login (login.py) that only a broker with a password file or
-# an ACL runs: the password check under the per-address penalty, and the
+# an ACL runs: the password check under the login back-off, and the
 # re-checks of a session against new or changed rules. security_files.set_security
 # loads this module when it installs users or rules, so that no CONNECT
 # loads it; a broker without either (a board's default) never does.
@@ -8,42 +8,99 @@
 from common.broker import handle_publish, handle_subscribe, outbox
 
 PENALTY_MAX_S = 60
-PENALTY_ADDRESSES = 256
+PENALTY_ENTRIES = 256  # (address, user name) pairs held back; as many addresses' budgets
+BUDGET_WINDOW_S = 60  # login_failures_per_address counts failures of this window
+NAME_KEPT = 64  # characters of a user name its key keeps (a bound on the table's memory)
 
 
 def check_password(broker, address, username, password, now):
     """Check `username` and `password` (bytes) against the password file
-    (broker.users, set), under the penalty of the source `address`: 0 if
-    they are right, -1 if not (the address is penalised), or the seconds
-    its penalty still lasts (nothing is checked). MQTT's CONNECT and the
-    host's HTTP basic auth (cpython_host/operations/http_server.py) share it, and one table."""
+    (broker.users, set), under the back-off of the source `address` and
+    that user name, and the address's budget: 0 if they are right, -1 if
+    not (that pair is held back, the address's budget spent by one), or
+    the seconds a hold still lasts (nothing is checked). MQTT's CONNECT and
+    the host's HTTP basic auth (cpython_host/operations/http_server.py) share it, and its tables."""
     failures = broker.login_failures
-    entry = failures.get(address)
+    key = (address, username[:NAME_KEPT] if username else username)
+    entry = failures.get(key)
     if entry is not None and now < entry[1]:
         return entry[1] - now
+    wait = _budget_wait(broker, address, now)
+    if wait:
+        return wait
     if not broker.users.check(username, password):
-        _penalise(failures, address, now)
+        _penalise(failures, key, now)
+        _spend(broker.address_failures, address, now)
         return -1
     if entry is not None:
-        del failures[address]
+        del failures[key]  # (the address's budget is not given back: it only ages)
     return 0
 
 
-def _penalise(failures, address, now):
-    entry = failures.get(address)
+def held_why(broker, address, username, now):
+    """(format, args) of why a login from `address` as `username` is held
+    back (check_password gave a wait): for the log line of the refusal."""
+    entry = broker.login_failures.get((address, username[:NAME_KEPT] if username else username))
+    if entry is not None and now < entry[1]:
+        return ": %d failed logins of this user name from this address, no password checked for %d s", (entry[0], entry[1] - now)
+    spent = broker.address_failures.get(address)
+    count = spent[0] if spent is not None else 0
+    return ": %d failed logins from this address within %d s (login_failures_per_address = %d), no password checked from it for %d s", (
+        count,
+        BUDGET_WINDOW_S,
+        broker.settings.login_failures_per_address,
+        _budget_wait(broker, address, now),
+    )
+
+
+def _budget_wait(broker, address, now):
+    """Seconds the address's spent budget still holds its logins (0: none)."""
+    spent = broker.address_failures.get(address)
+    if spent is None or spent[0] < broker.settings.login_failures_per_address:
+        return 0
+    ends = spent[1] + BUDGET_WINDOW_S
+    if now >= ends:
+        return 0
+    from common.broker.netmask import in_networks  # (only for an address over its budget)
+
+    if in_networks(address, broker.settings.login_budget_exempt):
+        return 0
+    return ends - now
+
+
+def _make_room(table):
+    """Drop the entry whose time ([1]) is oldest (only on a failed login, at the bound)."""
+    oldest = None
+    for key in table:
+        if oldest is None or table[key][1] < table[oldest][1]:
+            oldest = key
+    del table[oldest]
+
+
+def _penalise(failures, key, now):
+    entry = failures.get(key)
     if entry is None:
-        if len(failures) >= PENALTY_ADDRESSES:
-            oldest = None
-            for key in failures:  # (only on a failed login, at the bound)
-                if oldest is None or failures[key][1] < failures[oldest][1]:
-                    oldest = key
-            del failures[oldest]
-        entry = failures[address] = [0, 0]
+        if len(failures) >= PENALTY_ENTRIES:
+            _make_room(failures)
+        entry = failures[key] = [0, 0]
     elif now > entry[1] + PENALTY_MAX_S:
         entry[0] = 0  # quiet for a while since its last penalty: start again at 1 s
     entry[0] += 1
     delay = 1 << (entry[0] - 1) if entry[0] < 8 else PENALTY_MAX_S
     entry[1] = now + (delay if delay < PENALTY_MAX_S else PENALTY_MAX_S)
+
+
+def _spend(budgets, address, now):
+    """One failed login checked for `address`: [failures, window start]."""
+    entry = budgets.get(address)
+    if entry is None:
+        if len(budgets) >= PENALTY_ENTRIES:
+            _make_room(budgets)
+        entry = budgets[address] = [0, now]
+    elif now >= entry[1] + BUDGET_WINDOW_S:
+        entry[0] = 0
+        entry[1] = now
+    entry[0] += 1
 
 
 def recheck(broker, conn, session, now):

@@ -42,6 +42,7 @@ K_STR = "str"
 K_CHOICE = "choice"  # one of the strings in `lo`
 K_LIST = "list"  # a list of strings
 K_FILTERS = "filters"  # a list of valid topic filters
+K_NETWORKS = "networks"  # a list of addresses or ADDRESS/LENGTH networks (netmask.py)
 K_OBJECT = "object"  # a table / JSON object, checked by its own schema
 
 # The log levels, name -> number (Python logging's numbers: the host hands
@@ -106,6 +107,14 @@ LIMITS = (
     # v5 enhanced authentication: lines "user:salt:iterations:StoredKey:ServerKey"
     # (base64) made by `python -m cpython_host scram-user`; empty = method off.
     ("scram_users", [], K_LIST, None, None),
+    # Failed logins: each source address and user name is held back 1, 2,
+    # 4 ... 60 s after a failure (secured.py); besides, a source address may
+    # have this many failed logins (any user names) checked a minute, then
+    # its logins wait, unchecked, for the minute to end. Addresses in
+    # login_budget_exempt (a gateway's own loopback, a NAT) have no such
+    # budget; their user names are still held back one by one.
+    ("login_failures_per_address", 30, K_INT, 1, None),
+    ("login_budget_exempt", ["127.0.0.0/8", "::1"], K_NETWORKS, None, None),
     # -- persistence (used when the shell gives the broker a store) --
     # "always": every acknowledged QoS 1/2 message is durable before its ack
     # leaves; "batch": the shell syncs every store_sync_ms, so a crash may
@@ -198,6 +207,11 @@ def _valid(value, kind, lo, hi):
     for item in value:
         if not isinstance(item, str) or (kind == K_FILTERS and validate_topic_filter(item, 0, 0)):
             return False
+        if kind == K_NETWORKS:
+            from common.broker.netmask import parse_network  # (only when a config lists networks)
+
+            if parse_network(item) is None:
+                return False
     return True
 
 
@@ -249,6 +263,8 @@ def wants(kind, lo, hi):
         return 'a list of strings, e.g. ["a", "b"]'
     if kind == K_FILTERS:
         return 'a list of strings that are valid topic filters, e.g. ["a/#", "+/b"]'
+    if kind == K_NETWORKS:
+        return 'a list of addresses or networks (no host bits set), e.g. ["127.0.0.0/8", "::1", "192.168.1.0/24"]'
     return "a table ({...} in JSON, [name] in TOML)"
 
 

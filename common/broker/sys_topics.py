@@ -90,9 +90,24 @@ SYS_FIGURES = (
 )
 
 
+# Mosquitto's names for figures Siskin has under its own (or computes), so that
+# a dashboard or check written for Mosquitto's $SYS reads the same here:
+# (Mosquitto's topic suffix, snapshot key). Not in /metrics (SYS_FIGURES has them).
+MOSQUITTO_NAMES = (
+    ("clients/active", "connected"),  # (deprecated in Mosquitto, still published)
+    ("publish/messages/received", "messages_received"),  # PUBLISH packets, as messages/received here
+    ("publish/messages/sent", "messages_sent"),
+    ("messages/stored", "messages"),  # messages held (queued or retained), once each
+    ("store/messages/count", "messages"),
+)
+
+
 def sys_values(snap, now, heap=None):
     """(topic suffix, text value) for every $SYS topic, in a stable order:
-    the version, the uptime, the sum of the drops, then SYS_FIGURES.
+    the version, the uptime ("N seconds", as Mosquitto says it), the sum of
+    the drops, then SYS_FIGURES, then Mosquitto's names (MOSQUITTO_NAMES,
+    clients/inactive and /disconnected: the sessions whose client is away,
+    publish/messages/dropped: the sum of the drops).
 
     `snap` is a broker.snapshot(); `heap` the shell's heap figure or None.
     """
@@ -102,11 +117,18 @@ def sys_values(snap, now, heap=None):
         dropped += snap[key]
     values = [
         ("version", "siskin " + VERSION),
-        ("uptime", str(now - (started if started is not None else now))),
+        ("uptime", "%d seconds" % (now - (started if started is not None else now))),
         ("messages/dropped", str(dropped)),
     ]
     for suffix, key in SYS_FIGURES:
         values.append((suffix, str(snap[key])))
+    for suffix, key in MOSQUITTO_NAMES:
+        values.append((suffix, str(snap[key])))
+    away = snap["sessions"] - snap["connected"]
+    away = str(away if away > 0 else 0)
+    values.append(("clients/inactive", away))
+    values.append(("clients/disconnected", away))
+    values.append(("publish/messages/dropped", str(dropped)))
     if heap is not None:
         values.append(("heap/current", str(heap)))
     return values

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
+from cpython_host.hints import install_advice
+
 Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]  # (PyPy's 3.9: no X | Y at run time)
 
 DEFAULT_DAYS = 825
@@ -47,9 +49,9 @@ and `sudo systemctl restart siskin`. The browser warns about a certificate
 no authority signed: compare the fingerprint it shows with the one printed
 here, then accept it. Clients verify it with --cafile siskin.crt.
 
-Needs the Python package cryptography (Debian: python3-cryptography; pipx:
-pipx inject siskin cryptography); without it, the openssl command that does
-the same is printed.
+Needs the Python package cryptography (Debian: python3-cryptography; a pipx
+install: pipx inject with its PIPX_HOME, as the message says); without it,
+the openssl command that does the same is printed.
 """
 
 
@@ -219,9 +221,9 @@ def main(argv: Sequence[str]) -> int:
     except ImportError:
         print(
             "siskin cert: needs the Python package cryptography, which is not installed: "
-            "sudo apt install python3-cryptography (Debian, Raspberry Pi OS), or "
-            "pipx inject siskin cryptography (a pipx install), or pip install cryptography. "
-            "openssl makes the same files:\n  " + openssl_command(names, addresses, args.days, cert_path, key_path),
+            + install_advice("cryptography", "python3-cryptography")
+            + ". openssl makes the same files:\n  "
+            + openssl_command(names, addresses, args.days, cert_path, key_path),
             file=sys.stderr,
         )
         return 1

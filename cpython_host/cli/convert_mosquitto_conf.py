@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import grp
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from cpython_host.cli.cert import write
 from cpython_host.config import ConfigError
 from cpython_host.mosquitto.conf import convert, to_toml
 
@@ -21,18 +24,36 @@ def main(argv: Sequence[str]) -> int:
         "output as comments and to stderr. docs/install.md has the whole table.",
         epilog="examples:\n"
         "  siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf\n"
-        "  siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf -o /etc/siskin/siskin.toml\n"
+        "  siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf -o /etc/siskin/siskin.toml --group siskin\n"
         "  siskin --config /etc/siskin/siskin.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", help="the mosquitto.conf to read")
-    p.add_argument("-o", "--output", metavar="OUT", help="write the TOML to OUT instead of stdout")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="write the TOML to OUT instead of stdout (mode 0600: it may hold a bridge's password)",
+    )
+    p.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="with -o: OUT belongs to GROUP, mode 0640 (e.g. siskin, the service's group)",
+    )
     p.add_argument(
         "--ignore-unsupported",
         action="store_true",
         help="leave out the options Siskin cannot honour (listed as notes) instead of stopping",
     )
     args = p.parse_args(argv)
+    gid = None
+    if args.group is not None:
+        if args.output is None:
+            p.error("--group goes with -o")
+        try:
+            gid = grp.getgrnam(args.group).gr_gid
+        except KeyError:
+            p.error(f"--group {args.group}: no such group")
     try:
         conv = convert(args.file, args.ignore_unsupported)
     except ConfigError as e:
@@ -44,6 +65,10 @@ def main(argv: Sequence[str]) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            # Never readable by everyone, not even for a moment: it may hold a bridge's password.
+            write(Path(args.output), text.encode(), 0o600 if gid is None else 0o640, gid)
+        except OSError as e:
+            print(f"siskin: cannot write {args.output}: {e}", file=sys.stderr)
+            return 1
     return 0

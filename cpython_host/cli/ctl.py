@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import getpass
+import http.client
 import json
 import os
 import ssl
@@ -140,11 +141,25 @@ class Api:
             reason = e.read().decode(errors="replace").strip()
             hint = " (give --user, and the password)" if e.code == 401 and self.user is None else ""
             raise SystemExit(f"siskin ctl: {method} {path}: {e.code} {reason}{hint}") from None
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             why = getattr(e, "reason", e)
-            raise SystemExit(
-                f"siskin ctl: cannot reach {self.url}: {why} (is the broker running with an [http] table?)"
-            ) from None
+            raise SystemExit(f"siskin ctl: cannot reach {self.url}: {why}{unreachable_hint(self.url, why)}") from None
+
+
+def unreachable_hint(url: str, why: Any) -> str:
+    """What to do about a request to `url` that failed with `why` (after its text)."""
+    if isinstance(why, ssl.SSLCertVerificationError):
+        return (
+            f" ({why.verify_message}: give --cafile with the CA that signed the broker's certificate; for "
+            "one siskin cert made, its own .crt file)"
+        )
+    if isinstance(why, ssl.SSLError) and url.startswith("https:"):
+        return f" (the listener does not speak TLS? try --url {'http:' + url[6:]})"
+    if isinstance(why, (http.client.HTTPException, ConnectionResetError)) and url.startswith("http:"):
+        return f" (the listener speaks HTTPS? try --url {'https:' + url[5:]})"
+    if isinstance(why, ConnectionRefusedError):
+        return " (nothing listens there: is the broker running, with an [http] table?)"
+    return ""
 
 
 # ---------------------------------------------------------------- for people
@@ -406,7 +421,20 @@ def main(argv: Sequence[str]) -> int:
         if args.password_stdin:
             password = sys.stdin.readline().rstrip("\n")
         else:
-            password = os.environ.get("SISKIN_CTL_PASSWORD") or getpass.getpass(f"password for {args.user}: ")
+            password = os.environ.get("SISKIN_CTL_PASSWORD") or ""
+            if not password and not sys.stdin.isatty():
+                print(
+                    f"siskin ctl: --user {args.user} needs a password and stdin is not a terminal to ask on: "
+                    "set SISKIN_CTL_PASSWORD, or give it on stdin's first line with --password-stdin",
+                    file=sys.stderr,
+                )
+                return 2
+            if not password:
+                try:
+                    password = getpass.getpass(f"password for {args.user}: ")
+                except (EOFError, KeyboardInterrupt):
+                    print("\nsiskin ctl: no password given", file=sys.stderr)
+                    return 2
     try:
         answer, text = args.run(Api(url, args, password), args)
     except SystemExit as e:

@@ -10,6 +10,12 @@ its own: the same clients find their sessions, subscriptions, queued
 messages (in order, with the packet ids they were sent with) and the
 retained messages.
 
+A Mosquitto bridge's queue (its local context, client id
+local.REMOTE_CLIENTID or its local_clientid, saved with expiry 0) becomes
+the queue of the Siskin bridge of --config that converts it (the local
+session common/bridge/bridge.py keeps, owned by bridge:NAME): the first
+start sends it up. Without that [[bridge]] it is left out, by name.
+
 What Mosquitto holds that has no place here is counted and said, never
 dropped quietly: an expired message or session, a message whose record is
 missing. An inbound QoS 2 message Mosquitto acknowledged (PUBREC) but had
@@ -27,6 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from common.bridge.bridge import Bridge
 from common.broker.session import NEVER
 from common.broker.topics import topic_matches
 from common.mqtt import consts as C
@@ -39,13 +46,15 @@ from cpython_host.runtime.storage import LOG_NAME, open_store
 EPILOG = """\
 examples:
   sudo systemctl stop mosquitto                   (it writes the file when it stops)
-  sudo siskin import-mosquitto-db /var/lib/mosquitto/mosquitto.db --data-dir /var/lib/siskin
-  sudo chown -R siskin: /var/lib/siskin
   siskin convert-mosquitto-conf /etc/mosquitto/mosquitto.conf -o /etc/siskin/siskin.toml
+  sudo siskin import-mosquitto-db /var/lib/mosquitto/mosquitto.db --data-dir /var/lib/siskin \
+      --config /etc/siskin/siskin.toml        (its [[bridge]] tables take Mosquitto's bridge queues)
+  sudo chown -R siskin: /var/lib/siskin
 
 The data directory must hold no Siskin store yet (a new one is made). With
 --config, the [limits] of the broker that will serve it apply (a session or
-queue beyond them is refused here, not at its start). Encrypted stores take
+queue beyond them is refused here, not at its start), and its [[bridge]]
+tables take the queues of Mosquitto's bridges. Encrypted stores take
 --store-key-file or SISKIN_STORE_KEY, as the broker does.
 
 exit status: 0 imported, 1 nothing written (an error is said), 2 bad command line.
@@ -104,7 +113,7 @@ def main(argv: Sequence[str]) -> int:
         return 1
     try:
         broker = make_broker(cfg, store)
-        counts = write(db, broker, int(time.time()))
+        counts = write(db, broker, int(time.time()), cfg.bridges)
         store.sync()
     finally:
         store.close()
@@ -113,13 +122,20 @@ def main(argv: Sequence[str]) -> int:
         f"{counts['subscriptions']} subscriptions, {counts['queued']} queued and {counts['inflight']} "
         f"in-flight messages, {counts['retained']} retained messages"
     )
+    for client_id, (name, _filters, queued) in sorted(counts["bridges"].items()):
+        print(
+            f"  bridge {name}: {queued} message(s) for its upstream, from Mosquitto's bridge queue into "
+            f"the bridge's session {client_id} (sent up at the first start)"
+        )
     for what in counts["left"]:
         print(f"  left out: {what}")
     return 0
 
 
-def write(db: M.MosquittoDb, broker: Any, now: int) -> dict[str, Any]:
-    """Write `db`'s state through `broker`'s persistence listener (core time = wall time here)."""
+def write(db: M.MosquittoDb, broker: Any, now: int, bridges: Sequence[Any] = ()) -> dict[str, Any]:
+    """Write `db`'s state through `broker`'s persistence listener (core time = wall time here).
+    `bridges`: the BridgeSettings of the config: a Mosquitto bridge's local context whose
+    [[bridge]] is among them becomes that bridge's local session, its queue the bridge's."""
     persist = broker.listener
     persist.offset = 0
     routing = broker.routing
@@ -139,11 +155,35 @@ def write(db: M.MosquittoDb, broker: Any, now: int) -> dict[str, Any]:
             msg = messages[store_id] = routing.messages.new(m.topic, m.payload, m.qos, retain, props, m.expiry)
         return msg
 
+    by_mosquitto_id = {mosquitto_local_id(b): b for b in bridges}
+    bridged: dict[str, list[Any]] = {}  # Siskin's local client id -> [bridge name, its "out" filters, queued]
+    counts["bridges"] = bridged
     sessions = []
     for client in db.clients.values():
         interval = client.expiry_interval
         if interval != M.NEVER and client.expiry_time and client.expiry_time <= now:
             left.append(f"session {client.client_id!r}: expired at {client.expiry_time}")
+            continue
+        settings = by_mosquitto_id.get(client.client_id)
+        if settings is not None:
+            made = _bridge_session(broker, settings, client, counts)
+            if made is None:
+                left.append(f"bridge {settings.name}'s session {client.client_id!r}: max_sessions reached")
+                continue
+            session, filters = made
+            bridged[session.client_id] = [settings.name, filters, 0]
+            sessions.append((session, client))
+            continue
+        if interval == 0:
+            # Only a bridge's local context is saved so (Mosquitto saves no
+            # clean session): a Siskin session with it would end at the start.
+            queued = sum(1 for m in client.msgs if m.direction == M.DIRECTION_OUT)
+            left.append(
+                f"session {client.client_id!r} and its {queued} queued message(s): it ends with its client "
+                "(expiry 0), as a Mosquitto bridge's local context: no [[bridge]] of --config takes it "
+                f"(a bridge takes local_client_id = {client.client_id!r}, or client_id = "
+                f"{client.client_id.removeprefix('local.')!r} without one: convert-mosquitto-conf writes it)"
+            )
             continue
         session = broker.sessions.create(client.client_id)
         if session is None:
@@ -170,16 +210,28 @@ def write(db: M.MosquittoDb, broker: Any, now: int) -> dict[str, Any]:
             counts["subscriptions"] += 1
         sessions.append((session, client))
     for session, client in sessions:
+        bridge = bridged.get(session.client_id)
         for m in client.msgs:
+            if bridge is not None and m.direction == M.DIRECTION_OUT:
+                msg = message(m.store_id, m.retain)
+                if msg is not None and not any(topic_matches(f, msg.topic) for f in bridge[1]):
+                    left.append(
+                        f"a message on {msg.topic!r} for the upstream of bridge {bridge[0]!r}: no "
+                        '"out" rule of its [[bridge]] sends it up'
+                    )
+                    continue
             if m.direction == M.DIRECTION_IN:
                 if m.state in INBOUND_UNRELEASED:
-                    _deliver_inbound(message(m.store_id, m.retain), sessions, broker, counts)
+                    devices = [(se, c) for se, c in sessions if se.client_id not in bridged]  # (not back up)
+                    _deliver_inbound(message(m.store_id, m.retain), devices, broker, counts)
                 continue
             msg = None if m.state in RELEASED_STATES else message(m.store_id, m.retain)
             if msg is None and m.state not in RELEASED_STATES:
                 left.append(f"a message for {client.client_id!r}: expired or missing from the file")
                 continue
             _deliver(broker, session, msg, m, counts)
+            if bridge is not None:
+                bridge[2] += 1
     for store_id in db.retained:
         msg = message(store_id, True)
         if msg is None:
@@ -189,6 +241,35 @@ def write(db: M.MosquittoDb, broker: Any, now: int) -> dict[str, Any]:
         persist.retained_set(msg)
         counts["retained"] += 1
     return counts
+
+
+def mosquitto_local_id(settings: Any) -> str:
+    """The client id of a Mosquitto bridge's local context, for the [[bridge]] `settings`
+    convert-mosquitto-conf made of it: its local_clientid, else "local." + remote_clientid."""
+    return settings.local_client_id or "local." + (settings.client_id or "")
+
+
+def _bridge_session(broker: Any, settings: Any, client: M.Client, counts: dict[str, Any]) -> Any:
+    """The local session of Siskin's bridge (common/bridge/bridge.py) as the bridge makes it,
+    for Mosquitto's `client` (its local context): owned by bridge:NAME, never expiring,
+    subscribed to the bridge's "out" filters; (session, those filters), None: no room."""
+    bridge = Bridge(settings, lambda level, text: None, os.urandom)
+    session = broker.sessions.create(bridge.local.client_id)
+    if session is None:
+        return None
+    session.restored(5, NEVER, 0, client.last_mid % 65535 + 1, (), "bridge:" + settings.name)
+    persist = broker.listener
+    persist.session_saved(session)
+    counts["sessions"] += 1
+    topics = bridge.out_topics()
+    for flt, opts in topics:
+        sub = broker.add_subscription(session, flt)
+        if sub is None:  # (the bridge subscribes at its start all the same)
+            continue
+        sub.set_options(opts & 3, bool(opts & 4), bool(opts & 8), (opts >> 4) & 3, None)
+        persist.sub_saved(session, sub)
+        counts["subscriptions"] += 1
+    return session, [t[0] for t in topics]
 
 
 def _deliver(broker: Any, session: Any, msg: Any, m: M.ClientMsg, counts: dict[str, Any]) -> None:

@@ -20,10 +20,18 @@ option is one of
   where the meaning differs a little, a note says how;
 - noted (NOTED): has nothing to set in Siskin, which already behaves so or
   leaves it to systemd (pid_file, log_dest, autosave...): a note says why;
+- a Mosquitto 2 no-op (MOSQUITTO2_NOOPS: allow_duplicate_messages ...):
+  Mosquitto 2 reads and ignores it, so does Siskin, with a note;
 - unsupported (anything else, and values Siskin cannot honour):
   "FILE:LINE: 'option' is not supported: why". By default the conversion
-  stops at the first such line (ConfigError); with ignore_unsupported it goes
-  on and they become notes too. Nothing is dropped without a word.
+  reads the whole file and then stops with every such line (one
+  ConfigError); with ignore_unsupported it goes on and they become notes
+  too. Nothing is dropped without a word.
+
+Relative names (password_file, certfile, include_dir ...) are taken from
+the Mosquitto file's own directory and written whole. With persistence,
+Siskin's store goes to DATA_DIR, never into Mosquitto's
+persistence_location: Mosquitto's files stay as they were.
 
 Mosquitto 2.0's defaults are not copied: what the file does not say keeps
 Siskin's default (docs/limits.md), except allow_anonymous, which Mosquitto 2
@@ -58,6 +66,8 @@ _LOG_TYPES = {
     "none": "error",
 }
 _VERBOSITY = ("error", "warning", "info", "debug")
+# Where a converted Mosquitto with persistence keeps Siskin's store (the systemd unit's data directory).
+DATA_DIR = "/var/lib/siskin"
 # persistent_client_expiration units, as Mosquitto counts them (m = 30 days).
 _UNITS = {"h": 3600, "d": 86400, "w": 604800, "m": 2592000, "y": 31536000}
 
@@ -72,6 +82,12 @@ NOTED = {
     "autosave_interval": "Siskin's store writes every change as it happens ([limits] store_sync), no periodic save",
     "autosave_on_changes": "Siskin's store writes every change as it happens ([limits] store_sync), no periodic save",
     "persistence_file": "Siskin keeps its own file (DATA_DIR/siskin.log); siskin import-mosquitto-db reads Mosquitto's",
+}
+# Options Mosquitto 2 reads and ignores (deprecated or removed): accepted with a note.
+MOSQUITTO2_NOOPS = {
+    "allow_duplicate_messages": "duplicates are delivered (overlapping subscriptions), as Mosquitto 2 and MQTT 5 do",
+    "retry_interval": "MQTT 3.1.1 and 5 resend only on reconnect, which Siskin does",
+    "store_clean_interval": "Siskin frees a message when its last copy is sent",
 }
 
 
@@ -101,6 +117,7 @@ class _Reader:
         self.location: str | None = None
         self.where = ""
         self.bridges: list[mosquitto_bridge.Bridge] = []  # `connection` sections, in order
+        self.refused: list[str] = []  # "FILE:LINE: 'option' is not supported: why", in order
 
     # ------------------------------------------------------------ messages
 
@@ -110,8 +127,17 @@ class _Reader:
     def unsupported(self, option: str, why: str) -> None:
         text = f"{self.where}: '{option}' is not supported: {why}"
         if not self.ignore:
-            raise ConfigError(text + " (--ignore-unsupported converts the rest and lists these)")
+            self.refused.append(text)  # (all of them said at the end: refusals())
+            return
         self.out.notes.append(text + "; left out")
+
+    def refusals(self) -> None:
+        """ConfigError naming every option refused, one a line, if any."""
+        if self.refused:
+            more = f"\n{len(self.refused)} options are not supported" if len(self.refused) > 1 else ""
+            raise ConfigError(
+                "\n".join(self.refused) + more + " (--ignore-unsupported converts the rest and lists these)"
+            )
 
     def bad(self, option: str, why: str) -> ConfigError:
         return ConfigError(f"{self.where}: {option}: {why}")
@@ -188,6 +214,8 @@ class _Reader:
                 (self.limits if table == "limits" else self.security)[name] = value
         elif option in NOTED:
             self.note(f"'{option}' has no Siskin setting: {NOTED[option]}")
+        elif option in MOSQUITTO2_NOOPS:
+            self.note(f"'{option}' does nothing in Mosquitto 2, nor here: {MOSQUITTO2_NOOPS[option]}")
         else:
             self.unsupported(option, _UNSUPPORTED.get(option, _unsupported_why(option)))
 
@@ -344,23 +372,32 @@ class _Reader:
             if len(set(qos)) > 1:
                 self.out.notes.append(f"max_qos: Siskin has one maximum for every listener: {max(qos)}, the highest")
         if self.persistence:
-            if self.location:
-                self.server["data_dir"] = self.location
-            else:
-                self.out.notes.append(
-                    "persistence true without persistence_location (Mosquitto writes to its working "
-                    "directory): no data_dir set; pass --data-dir (the systemd unit passes /var/lib/siskin)"
-                )
+            # Never Mosquitto's own directory: its files stay as they were (the way back), and
+            # Siskin's store is not mixed into them.
+            self.server["data_dir"] = DATA_DIR
+            self.out.notes.append(
+                f"persistence true{' (persistence_location ' + self.location + ')' if self.location else ''}: "
+                f"Siskin keeps its store apart from Mosquitto's, in data_dir = {DATA_DIR} (the systemd "
+                "unit's; --data-dir overrides it); Mosquitto's directory is left as it is"
+            )
         elif self.location:
             self.out.notes.append(f"persistence_location {self.location}: persistence is off, so not used")
         if self.persistence:
             self.out.notes.append(
                 "Mosquitto's persistence file (mosquitto.db: retained messages, persistent sessions, their "
                 "subscriptions and queued messages) is not read by this conversion: "
-                "`siskin import-mosquitto-db FILE --data-dir DIR` brings it along (docs/install.md)"
+                f"`siskin import-mosquitto-db {os.path.join(self.location or '.', 'mosquitto.db')} --data-dir "
+                f"{DATA_DIR} --config SISKIN.TOML` brings it along (docs/install.md)"
             )
         if self.bridges:
             doc["bridge"] = [b.finish(self) for b in self.bridges]
+            if "acl_file" in self.security:
+                names = ", ".join(b.table["name"] for b in self.bridges)
+                self.out.notes.append(
+                    f"acl_file and bridge(s) {names}: each bridge's local client (user bridge:NAME) may read its "
+                    '"out" topics and write its "in" ones whatever the acl_file says; a deny rule for '
+                    "bridge:NAME still wins, and its refused subscription is an error (docs/bridge.md)"
+                )
         if self.server:
             doc["server"] = self.server
         if self.limits:
@@ -400,8 +437,6 @@ _UNSUPPORTED = {
     "memory_limit": "bound memory with [limits] (max_messages, max_queued_total_bytes, max_retained_bytes)",
     "upgrade_outgoing_qos": "Siskin delivers at the lower of the two QoS, as MQTT says",
     "check_retain_source": "retained messages are not re-checked against the publisher's ACL",
-    "retry_interval": "MQTT 3.1.1 and 5 resend only on reconnect, which Siskin does",
-    "store_clean_interval": "nothing to clean: Siskin frees a message when its last copy is sent",
     "websockets_log_level": "no WebSocket library log to tune",
     "websockets_headers_size": "no WebSocket header size to tune",
     "listener_allow_anonymous": "set allow_anonymous (for every listener)",
@@ -530,7 +565,10 @@ LISTENER_OPTIONS: dict[str, tuple[str, Callable[[_Reader, str, list[str], Path],
 def convert(path: str, ignore_unsupported: bool = False) -> Conversion:
     """The Siskin document of a mosquitto.conf; ConfigError for a file it cannot honour."""
     reader = _Reader(ignore_unsupported)
-    reader.read_file(Path(path))
+    # Absolute: a relative name in it is taken from its directory, which the
+    # converted file (read elsewhere, by a process started elsewhere) must name whole.
+    reader.read_file(Path(os.path.abspath(path)))
+    reader.refusals()
     return reader.finish()
 
 

@@ -68,7 +68,7 @@ from prometheus_client.registry import Collector
 
 from common.broker import admin, secured
 from common.broker.broker import Broker
-from common.broker.clienttext import clip
+from common.broker.clienttext import clip, words
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
 from cpython_host.hints import explain_listen_failure
@@ -112,10 +112,12 @@ class WebServer:
         data_dir: str | None,
         bridges: Callable[[], Any] = list,
         tls: Callable[[], list[tuple[str, str]]] = list,
+        listeners: Callable[[], list[str]] = list,
     ) -> None:
         """`bridges()`: the host's Bridges (cpython_host/bridge.py: its Runners,
-        add/find/remove); `tls()`: (what, file) of
-        the certificates in use (status.tls_files), both read when asked."""
+        add/find/remove); `tls()`: (what, file) of the certificates in use
+        (status.tls_files); `listeners()`: what each MQTT listener is
+        (status.listener_lines); each read when asked."""
         self.config = config
         self.driver = driver
         self.broker: Broker = driver.broker
@@ -123,7 +125,7 @@ class WebServer:
         store_path = None if data_dir is None else str(Path(data_dir) / "siskin.log")
         self.bridges = bridges
         self.metrics = registry(self.broker, store_path, self.now, bridges)
-        self.status = Status(driver, store_path, config.sample_interval, bridges, tls, lambda: self.refused)
+        self.status = Status(driver, store_path, config.sample_interval, bridges, tls, lambda: self.refused, listeners)
         self.context: ssl.SSLContext | None = None
         if config.tls:
             from cpython_host.transports.tls import server_context
@@ -159,7 +161,7 @@ class WebServer:
             self.server = await asyncio.start_server(self.serve, cfg.host, cfg.port, **tls)
         except OSError as e:
             e.filename = f"{cfg.host}:{cfg.port} ([http])"
-            explain_listen_failure(e, cfg.port)
+            explain_listen_failure(e, cfg.port, "[http] port")
             raise
         self.name = address(self.server.sockets[0].getsockname())
         self.sampler = asyncio.get_running_loop().create_task(self.sample())
@@ -383,11 +385,7 @@ class WebServer:
             wait = secured.check_password(broker, peer, user, password.encode(), self.now())
         if wait:
             broker.stats.login_failed += 1
-            held = (
-                f": {broker.login_failures[peer][0]} failed logins, no password checked for {wait} s"
-                if wait > 0
-                else ""
-            )
+            held = words(secured.held_why(broker, peer, user, self.now())) if wait > 0 else ""
             log.warning("HTTP: login failed for user %r from %s%s", clip(user), peer, held)
             raise HttpError(401, "bad user name or password", challenge)
         return user
@@ -422,6 +420,14 @@ class WebServer:
             client_id = args.get("client_id")
             if not isinstance(client_id, str):
                 raise HttpError(400, 'wants {"client_id": "..."}')
+            bridge = next((r.name for r in self.bridges() if r.bridge.local.client_id == client_id), None)
+            if bridge is not None:
+                # Its session is the bridge's queue: ending it would lose what waits for the upstream.
+                raise HttpError(
+                    409,
+                    f"{client_id} is bridge {bridge}'s own local session (its queue for the upstream): "
+                    f"pause, resume or remove the bridge instead (siskin ctl bridge pause {bridge})",
+                )
             if path == "/api/kick":
                 done = admin.kick(broker, client_id, self.now())
                 what = "disconnected" if done else "no such client connected"

@@ -28,6 +28,8 @@ no certificates.
 from __future__ import annotations
 
 import collections
+import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +39,7 @@ from common.broker import admin
 from common.broker.broker import Broker
 from common.broker.session import NEVER
 from common.driver import Driver
+from cpython_host.logtext import recent
 from cpython_host.operations.certs import CertificateFiles
 from cpython_host.operations.client_figures import install
 from cpython_host.operations.metrics import store_size
@@ -131,6 +134,11 @@ def bridge_figures(runner: Any) -> dict[str, Any]:
     return {**runner.status(), "addresses": list(runner.settings.addresses)}
 
 
+def listener_lines(server: Any) -> list[str]:
+    """"ADDRESS: what it serves" of each MQTT listener (as the start-up log says it)."""
+    return [f"{lst.name}: {lst.describe()}" for lst in server.listening]
+
+
 def tls_files(server: Any) -> list[tuple[str, str]]:
     """(what, file) of each certificate and CA file in use: the TLS listeners',
     the HTTP listener's, the bridges'. `server`: the host's BrokerServer."""
@@ -163,6 +171,7 @@ class Status:
         bridges: Callable[[], Any] = list,
         tls: Callable[[], list[tuple[str, str]]] = list,
         http_refused: Callable[[], int] = lambda: 0,
+        listeners: Callable[[], list[str]] = list,
     ) -> None:
         self.driver = driver
         self.broker: Broker = driver.broker
@@ -171,6 +180,7 @@ class Status:
         self.bridges = bridges  # the running BridgeRunners, now
         self.tls = tls  # (what, file) of the certificates in use, now
         self.http_refused = http_refused
+        self.listeners = listeners  # "address: what" of each MQTT listener, now
         self.figures = install(self.broker)  # the core counts per client from now on
         driver.clock()
         # Wall time - the core's seconds: fixed once, so that a time the
@@ -308,6 +318,13 @@ class Status:
         out = []
         for runner in self.bridges():
             b = bridge_figures(runner)
+            session = self.broker.sessions.find(runner.bridge.local.client_id)
+            # Its local session (its queue), online or not: shown here, never as a device's.
+            b["local_session"] = {
+                "client_id": runner.bridge.local.client_id,
+                "online": session is not None and session.conn is not None,
+                "kept": session is not None,
+            }
             b["sent_rate"], b["received_rate"] = self.bridge_rates.get(b["name"], (None, None))
             if not viewer.admin:  # as /metrics shows them: no addresses, no errors
                 b["address"] = b["last_error"] = None
@@ -318,11 +335,41 @@ class Status:
     def certificate_list(self) -> list[dict[str, Any]]:
         return [{"what": what, **self.certificates.read(path)} for what, path in self.tls()]
 
+    def gateway(self) -> dict[str, Any]:
+        """This machine at a glance: its name, the listeners, the process's memory, the free
+        space where the store is, the time zone (the page shows times in the browser's)."""
+        heap = self.driver.heap
+        disk = None
+        if self.store_path is not None:
+            try:
+                st = os.statvfs(os.path.dirname(self.store_path))
+                disk = {"free": st.f_bavail * st.f_frsize, "total": st.f_blocks * st.f_frsize}
+            except OSError:
+                pass
+        return {
+            "host": socket.gethostname(),
+            "listeners": self.listeners(),
+            "memory": heap() if heap is not None else None,  # resident set size, bytes
+            "disk": disk,
+            "data_dir": None if self.store_path is None else os.path.dirname(self.store_path),
+            "timezone": time.strftime("%Z (UTC%z)"),
+        }
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """The recent log lines at warning level or above, newest first (logtext.recent)."""
+        return [
+            {"t": round(t, 3), "level": level, "logger": name, "text": text}
+            for t, level, name, text in reversed(recent.records)
+        ]
+
     def document(self, viewer: Any) -> dict[str, Any]:
         """GET /api/status for `viewer` (web.Viewer)."""
         broker = self.broker
         snap = broker.snapshot()
-        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"])]
+        bridges = {runner.bridge.local.client_id for runner in self.bridges()}
+        # A bridge's own local client is no device: it is shown with its bridge (bridge_list).
+        clients = [c for c in admin.clients(broker) if viewer.owns(c["user"]) and c["client_id"] not in bridges]
+        bridge_clients = sum(1 for c in admin.clients(broker) if c["client_id"] in bridges)
         subscriptions = []
         for session in admin.sessions(broker):
             if viewer.owns(session["user"]):
@@ -337,11 +384,13 @@ class Status:
         return {
             "version": VERSION,
             "time": round(time.time(), 3),  # the broker's wall clock: the page's "now"
+            "gateway": self.gateway(),
+            "warnings": self.warnings() if viewer.admin else [],
             "uptime": now - started,
             "started": round(self.wall(started)),
             "user": viewer.user,
             "admin": viewer.admin,
-            "connected": snap["connected"],
+            "connected": snap["connected"] - bridge_clients,  # devices (a bridge's local client apart)
             "sessions": snap["sessions"],
             "offline": len(offline),
             "subscription_count": snap["subscriptions"],

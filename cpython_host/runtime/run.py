@@ -96,11 +96,17 @@ async def serve(
     if config.http is not None:
         from cpython_host.config import ConfigError
         from cpython_host.operations.http_server import WebServer
-        from cpython_host.operations.status import tls_files
+        from cpython_host.operations.status import listener_lines, tls_files
 
         try:
             web = WebServer(
-                config.http, driver, server.schedule_flush, data_dir, lambda: server.bridges, lambda: tls_files(server)
+                config.http,
+                driver,
+                server.schedule_flush,
+                data_dir,
+                lambda: server.bridges,
+                lambda: tls_files(server),
+                lambda: listener_lines(server),
             )
         except ConfigError as e:  # its certificate or key
             log.error("config error: %s", e)

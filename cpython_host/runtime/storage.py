@@ -68,8 +68,11 @@ def open_store(
             # Only an encrypted store needs the `cryptography` package.
             from cpython_host.runtime import crypto
         except ImportError:
+            from cpython_host.hints import install_advice
+
             raise StoreError(
-                "an encrypted store needs the Python package 'cryptography' (pip install cryptography)"
+                "an encrypted store needs the Python package 'cryptography': "
+                + install_advice("cryptography", "python3-cryptography")
             ) from None
         make_aead = crypto.make_aead
     backend = MonitoredFileLog(PosixFS(), os.path.join(data_dir, LOG_NAME), compact_min=COMPACT_MIN, room=ROOM)

@@ -107,7 +107,14 @@ class ClientProtocol(asyncio.Protocol):
             transport.close()
 
     def close(self) -> None:
-        self.transport.close()
+        transport = self.transport
+        if transport.is_closing():
+            # Closed before and still here at the linger's end: a TLS
+            # transport waiting for the peer's close_notify (PyPy's asyncio
+            # has no ssl_shutdown_timeout), where close() does nothing more.
+            transport.abort()
+        else:
+            transport.close()
 
     def abort(self) -> None:
         self.transport.abort()

@@ -8,8 +8,9 @@
 import unittest
 
 from common.bridge.profiles import profile_named, sas_token, url_quote
-from common.bridge.rules import Rule
+from common.bridge.rules import Rule, acl_grants, local_filter
 from common.bridge.settings import parse_bridges
+from common.broker.acl import READ, WRITE
 from common.broker.settings import ConfigError
 from common.client.client import CONNECTED
 from tests.core.test_bridge import Pair, publish_acked
@@ -205,6 +206,23 @@ class TestProfiles(unittest.TestCase):
         b = parsed(rule, profile="hosted", username="u", password="p")
         self.assertTrue(b.tls)
         self.assertFalse(profile_named("hosted").bridge_bit)
+
+
+class TestAclGrants(unittest.TestCase):
+    def test_the_local_side_as_a_filter(self):
+        self.assertEqual(local_filter(Rule("out", "up/+/t", "edge1/{1}")), "up/+/t")
+        self.assertEqual(local_filter(Rule("in", "down/{1}", "cmd/edge1/#")), "down/#")  # a "#" capture: "#"
+        self.assertEqual(local_filter(Rule("in", "a/{1}/b/{2}", "x/+/y/+")), "a/+/b/+")
+        self.assertEqual(local_filter(Rule("in", "a/x{1}y", "x/+")), "a/+")
+        self.assertEqual(local_filter(Rule("in", "loc/+/#", "rem/+/#")), "loc/+/#")  # the filter form
+
+    def test_read_out_write_in(self):
+        grants = acl_grants(
+            [Rule("out", "up/#", "edge1/{1}"), Rule("in", "down/{1}", "cmd/#"), Rule("both", "x/#", "y/#")]
+        )
+        self.assertEqual(
+            [(bits, flt) for bits, flt, _ in grants], [(READ, "up/#"), (WRITE, "down/#"), (READ, "x/#"), (WRITE, "x/#")]
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@
 
 import unittest
 
+from common.bridge.link import local_peer
 from common.bridge.runner import Runner
+from common.broker import login, security_files
+from common.broker.acl import Acl
 from common.broker.settings import new_settings
 from common.driver import Driver
 from common.mqtt.packets import Connect, Publish, encode_packet
@@ -325,6 +328,82 @@ class TestOldestQueued(unittest.TestCase):
         e.settle()
         self.assertEqual(e.runner.bridge.sent, 2)
         self.assertEqual(link.oldest_age(e.rt.ms), -1)  # all gone up
+
+
+class TestUnderAnAcl(unittest.TestCase):
+    """An ACL written for devices: the bridge's local client may still read
+    its "out" filters and write its "in" topics (login.client_rules)."""
+
+    DEVICES = "topic readwrite up/#\ntopic read down/#\nuser alice\ntopic read x\n"
+
+    def edge(self, extra=""):
+        e = Edge()
+        security_files.set_security(e.broker, None, Acl.parse(self.DEVICES + extra, "aclfile"), True, e.driver.now)
+        return e
+
+    def test_the_bridge_carries_both_ways_with_no_rule_of_its_own(self):
+        e = self.edge()
+        cons = e.cloud.client(4)
+        cons.connect("consumer")
+        cons.subscribe("edge1/#", 1)
+        e.connect()
+        e.publish("up/a", b"1")
+        e.settle()
+        self.assertEqual([(m.topic, m.payload) for m in cons.take() if m.ptype == 3], [("edge1/a", b"1")])
+        cmd = e.cloud.client(4)
+        cmd.connect("cmd")
+        cmd.publish("cmd/edge1/x", b"2", 1)
+        e.settle()
+        self.assertEqual((e.runner.bridge.received, e.runner.bridge.dead_lettered), (1, 0))  # stored here
+        self.assertEqual(e.retained("refused_subscriptions"), "-")
+
+    def test_a_deny_rule_refuses_it_loudly_and_new_rules_subscribe_again(self):
+        e = self.edge("user bridge:cloud\ntopic deny up/secret\n")
+        cons = e.cloud.client(4)
+        cons.connect("consumer")
+        cons.subscribe("edge1/#", 1)
+        e.connect()
+        self.assertEqual(e.retained("refused_subscriptions"), "up/#")
+        self.assertIn("local subscription up/# refused (0x87)", e.runner.status()["last_error"])
+        self.assertEqual(e.runner.status()["refused_subscriptions"], ["up/#"])
+        self.assertTrue(any(level == 40 and "refused its subscription up/#" in text for level, text in e.logged))
+        security_files.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
+        e.runner.resubscribe()
+        e.settle()
+        self.assertEqual(e.retained("refused_subscriptions"), "-")
+        e.publish("up/b", b"2")
+        e.settle()
+        self.assertEqual([(m.topic, m.payload) for m in cons.take() if m.ptype == 3], [("edge1/b", b"2")])
+        e.runner.resubscribe()  # nothing missing: nothing asked
+        self.assertEqual(len(e.runner.bridge.asked), 0)
+
+    def test_refused_while_the_upstream_is_away_new_rules_subscribe_its_offline_session(self):
+        e = self.edge("user bridge:cloud\ntopic deny up/secret\n")
+        e.settle()  # no upstream: the local session made once, its subscription refused, offline again
+        self.assertEqual(e.retained("refused_subscriptions"), "up/#")
+        session = e.broker.sessions.find("siskin-bridge-cloud")
+        self.assertNotIn("up/#", session.subs)
+        self.assertIsNone(session.conn)
+        security_files.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
+        e.runner.resubscribe()
+        e.settle()
+        self.assertIn("up/#", session.subs)  # online once to ask, then offline: it queues for the upstream
+        self.assertIsNone(session.conn)
+        self.assertEqual(e.retained("refused_subscriptions"), "-")
+        e.publish("up/c", b"3")
+        self.assertEqual(session.queue.count, 1)
+
+    def test_the_grant_is_the_bridge_connections_not_its_user_names(self):
+        e = self.edge()
+        e.connect()
+
+        user = "bridge:cloud"
+        peer = ("192.0.2.7:5000", "bridge:cloud", False)  # a TLS identity that says so: no grant
+        self.assertFalse(login.client_rules(e.broker, user, peer, "x").may_subscribe("up/#"))
+        peer = local_peer("cloud")
+        self.assertTrue(login.client_rules(e.broker, user, peer, "x").may_subscribe("up/#"))
+        e.runner.stop()
+        self.assertNotIn(local_peer("cloud")[0], e.broker.bridge_grants)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from common.broker.acl import Acl, filters_overlap, substitute
 from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable
 from common.broker.clienttext import words as client_words
 from common.broker.security_files import load_security
-from common.broker.settings import ConfigError
+from common.broker.settings import ConfigError, new_settings
 from common.broker.users import Users, format_hash
 from common.crypto.auth_scram import make_credentials
 from common.crypto.pbkdf2 import has_hash, pbkdf2_hmac, pbkdf2_pure, same_bytes
@@ -457,43 +457,93 @@ class TestLogin(unittest.TestCase):
         self.assertEqual(c.subscribe("home/kitchen").reasons, [0])
         self.assertEqual(c.subscribe("devices/zz/#", packet_id=2).reasons, [C.RC_NOT_AUTHORIZED])
 
-    def test_brute_force_is_slowed_per_address(self):
+    def test_brute_force_is_slowed_per_address_and_user_name(self):
         h = secured()
         lines = logged(h)
         start = h.now
         checked = 0
+        key = ("192.0.2.7", "alice")
         for i in range(1, 201):  # at line rate, for 2 s of the clock
-            before = h.broker.login_failures.get("192.0.2.7")
+            before = h.broker.login_failures.get(key)
             c = h.client(peer=REMOTE)
             ack = c.connect("bf", username="alice", password=b"guess")
             self.assertEqual(ack.reason, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD)
-            after = h.broker.login_failures["192.0.2.7"]
+            after = h.broker.login_failures[key]
             if before is None or after[0] != before[0]:
                 checked += 1
             if i % 100 == 0:
                 h.now += 1
         self.assertLessEqual(checked, 2, "at most one password tried per penalty")
-        self.assertIn("no password checked for", lines[-1])
+        self.assertIn("failed logins of this user name from this address, no password checked for", lines[-1])
         # Even the right password is refused, unchecked, during the penalty...
         c = h.client(peer=REMOTE)
         self.assertEqual(
             c.connect("ok", username="alice", password=b"secret").reason, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD
         )
-        # ...other addresses are not held back...
+        # ...other user names from that address are not held back (its neighbours behind a NAT)...
+        c = h.client(peer=REMOTE)
+        self.assertEqual(c.connect("ok3", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
+        # ...nor other addresses...
         c = h.client(peer=("192.0.2.8:1", None, False))
         self.assertEqual(c.connect("ok2", username="alice", password=b"secret").reason, C.CONNACK_ACCEPTED)
-        # ...and after the penalty one success clears the address.
+        # ...and after the penalty one success clears that name at that address.
         h.now = start + 100
         c = h.client(peer=REMOTE)
         self.assertEqual(c.connect("ok", username="alice", password=b"secret").reason, C.CONNACK_ACCEPTED)
-        self.assertNotIn("192.0.2.7", h.broker.login_failures)
+        self.assertNotIn(key, h.broker.login_failures)
+
+    def test_an_address_has_a_budget_of_failures_a_minute_across_user_names(self):
+        h = secured(login_failures_per_address=5)
+        lines = logged(h)
+        start = h.now
+        for i in range(5):  # five names, one guess each: each checked
+            c = h.client(peer=REMOTE)
+            self.assertEqual(c.connect("g", username="u%d" % i, password=b"x").reason, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD)
+        self.assertNotIn("no password checked", lines[-1])
+        # Spent: every login from the address waits, unchecked, for the minute to end.
+        c = h.client(peer=REMOTE)
+        self.assertEqual(c.connect("ok", username="bob", password=b"hunter2").reason, C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD)
+        self.assertIn("5 failed logins from this address within 60 s (login_failures_per_address = 5)", lines[-1])
+        c = h.client(peer=("192.0.2.8:1", None, False))  # another address
+        self.assertEqual(c.connect("ok", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
+        h.now = start + secured_login.BUDGET_WINDOW_S
+        c = h.client(peer=REMOTE)
+        self.assertEqual(c.connect("ok", username="bob", password=b"hunter2").reason, C.CONNACK_ACCEPTED)
+
+    def test_loopback_and_listed_networks_have_no_address_budget(self):
+        for exempt, peer, budgeted in (
+            (None, LOCAL, False),  # the default: 127.0.0.0/8 and ::1
+            (None, ("[::1]:5", None, True), False),
+            ([], LOCAL, True),
+            (["192.0.2.0/24"], REMOTE, False),
+        ):
+            h = secured(login_failures_per_address=3, **({} if exempt is None else {"login_budget_exempt": exempt}))
+            for i in range(10):  # ten names, one guess each
+                h.client(peer=peer).connect("g", username="u%d" % i, password=b"x")
+            ack = h.client(peer=peer).connect("ok", username="bob", password=b"hunter2")
+            expected = C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD if budgeted else C.CONNACK_ACCEPTED
+            self.assertEqual(ack.reason, expected, (exempt, peer))
+
+    def test_networks(self):
+        from common.broker.netmask import in_networks, parse_network
+
+        self.assertTrue(in_networks("127.9.9.9", ["127.0.0.0/8"]))
+        self.assertTrue(in_networks("::ffff:127.0.0.1", ["127.0.0.0/8"]))  # IPv4-mapped: its IPv4 address
+        self.assertTrue(in_networks("[fd00::1:2]", ["fd00::/8"]))
+        self.assertFalse(in_networks("10.0.0.1", ["127.0.0.0/8", "::1"]))
+        self.assertFalse(in_networks("::2", ["::1"]))
+        for bad in ("127.0.0.1/8", "1.2.3", "256.0.0.0", "1::2::3", "1:2:3:4:5:6:7:8:9", "::1/129", "x"):
+            self.assertIsNone(parse_network(bad), bad)
+        with self.assertRaises(ConfigError):
+            new_settings({"login_budget_exempt": ["10.0.0.1/8"]})
 
     def test_penalty_doubles_and_table_is_bounded(self):
         h = secured()
-        for i in range(secured_login.PENALTY_ADDRESSES + 10):
+        for i in range(secured_login.PENALTY_ENTRIES + 10):
             c = h.client(peer=("10.0.%d.%d:1" % (i >> 8, i & 255), None, False))
             c.connect("x", username="alice", password=b"bad")
-        self.assertEqual(len(h.broker.login_failures), secured_login.PENALTY_ADDRESSES)
+        self.assertEqual(len(h.broker.login_failures), secured_login.PENALTY_ENTRIES)
+        self.assertEqual(len(h.broker.address_failures), secured_login.PENALTY_ENTRIES)
         failures = {}
         for n in range(1, 10):
             secured_login._penalise(failures, "a", h.now)

@@ -136,14 +136,16 @@ def write_config(
     return path
 
 
-def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
-    """Run `python -m cpython_host ARGS` to completion (for --help, bad configs)."""
+def run_cli(*args: str, timeout: float = 20, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m cpython_host ARGS` to completion (for --help, bad configs); in `cwd`
+    (the tree on its path) for a command whose relative file names matter."""
     return subprocess.run(
         [sys.executable, "-m", "cpython_host", *args],
-        cwd=REPO_ROOT,
+        cwd=REPO_ROOT if cwd is None else cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=None if cwd is None else dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )
 
 

@@ -123,6 +123,30 @@ def test_default_names_are_the_machines(tmp_path: Path) -> None:
     assert again.returncode == 2 and "exists; --force replaces it" in again.stderr
 
 
+def test_a_pipx_install_is_told_the_pipx_inject_that_works(tmp_path: Path) -> None:
+    """Installed by pipx under PIPX_HOME (docs/install.md: /opt/pipx): `pipx inject` must name the
+    same PIPX_HOME (and PIPX_BIN_DIR), else it looks in ~/.local/pipx and fails; Debian's
+    python3-cryptography would change nothing for it. A real venv in pipx's layout, run as pipx's link."""
+    venv = tmp_path / "pipx" / "venvs" / "siskin"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "siskin").write_text(
+        f"#!{venv}/bin/python\nimport sys\nfrom cpython_host.__main__ import main\nsys.exit(main())\n"
+    )
+    (bin_dir / "siskin").chmod(0o755)
+    proc = subprocess.run(
+        [str(bin_dir / "siskin"), "cert", "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert (
+        f"needs the Python package cryptography, which is not installed: PIPX_HOME={tmp_path / 'pipx'} "
+        f"PIPX_BIN_DIR={bin_dir} pipx inject siskin cryptography (this siskin is pipx's, in {venv})"
+    ) in proc.stderr
+    assert "apt install" not in proc.stderr
+
+
 def test_without_cryptography_it_prints_an_openssl_command_that_works(tmp_path: Path) -> None:
     openssl = shutil.which("openssl")
     require("openssl", openssl, "apt-get install openssl")
@@ -132,7 +156,10 @@ def test_without_cryptography_it_prints_an_openssl_command_that_works(tmp_path: 
     )
     assert hidden.returncode == 1
     assert "needs the Python package cryptography" in hidden.stderr
-    assert "apt install python3-cryptography" in hidden.stderr and "pipx inject siskin cryptography" in hidden.stderr
+    # Run from a virtual environment (the test venv): its own pip, named whole.
+    assert (
+        f"{os.path.abspath(sys.prefix)}/bin/pip install cryptography (this siskin runs in the virtual" in hidden.stderr
+    )
     command = hidden.stderr.splitlines()[-1].strip()
     assert command.startswith("openssl req -x509 ") and not out.exists()
     out.mkdir()

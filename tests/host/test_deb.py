@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from common import VERSION
-from tests.conftest import require
+from tests.conftest import REPO_ROOT, require
 from tests.host.broker_proc import RawClient
 from tests.host.test_service import ready_then_port, stop
 from tools.deb import DEPENDS, RECOMMENDS, build
@@ -197,3 +197,17 @@ def test_dpkg_installs_it_into_a_debian_root(deb: Path, chroot: Path, tmp_path: 
     assert "listening on 127.0.0.1:" in started.stderr and "shutdown complete" in started.stderr, started.stderr
     inside("apt-get", "purge", "-y", "-q", "siskin")
     assert not (chroot / "etc/siskin/siskin.toml").exists()
+
+
+def test_make_deb_needs_no_venv(tmp_path: Path) -> None:
+    """`make deb` on a fresh checkout builds the package with python3 and dpkg-deb alone:
+    no test venv is made first (it was 365 MB)."""
+    require("dpkg-deb", shutil.which("dpkg-deb"), "apt-get install dpkg")
+    venv = tmp_path / "no-venv"
+    proc = subprocess.run(
+        ["make", "-s", "deb", f"VENV={venv}", f"DEB_OUT={tmp_path}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not venv.exists()
+    assert [p.name for p in tmp_path.glob("siskin_*_all.deb")] == [f"siskin_{VERSION}_all.deb"]

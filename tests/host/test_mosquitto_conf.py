@@ -10,8 +10,11 @@ answers from both.
 from __future__ import annotations
 
 import getpass
+import grp
+import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -118,7 +121,7 @@ def test_gateway_configuration_is_converted(tmp_path: Path) -> None:
         "password_file": "/etc/mosquitto/passwd",
         "acl_file": "/etc/mosquitto/aclfile",
     }
-    assert doc["server"] == {"data_dir": "/var/lib/mosquitto/"}
+    assert doc["server"] == {"data_dir": "/var/lib/siskin"}  # never into Mosquitto's directory
     assert doc["log"] == {"level": "info"}
     notes = "\n".join(conv.notes)
     assert "mosquitto.conf:10: message_size_limit 10000 (payload bytes) becomes max_packet_size 11289" in notes
@@ -152,7 +155,7 @@ def test_debian_default_configuration(tmp_path: Path) -> None:
     conv = convert(str(main))
     assert conv.doc["listener"] == [{"host": "", "port": 1883}]
     assert conv.doc["security"] == {"allow_anonymous": False, "password_file": "/etc/mosquitto/passwd"}
-    assert conv.doc["server"] == {"data_dir": "/var/lib/mosquitto/"}
+    assert conv.doc["server"] == {"data_dir": "/var/lib/siskin"}
     notes = "\n".join(conv.notes)
     # Nothing passes without a word: what Siskin has no setting for is noted, with its line.
     assert f"{main}:3: 'pid_file' has no Siskin setting" in notes
@@ -181,12 +184,17 @@ def test_unsupported_option_is_named_with_its_line(tmp_path: Path) -> None:
         "bridge_psk 0123\n"
         "mount_point site/\n",
     )
-    with pytest.raises(ConfigError, match=rf"^{conf}:6: 'start_type' is not supported: lazy: Siskin's bridge"):
+    with pytest.raises(ConfigError, match=rf"^{conf}:6: 'start_type' is not supported: lazy: Siskin's bridge") as e:
         convert(str(conf))
+    # Every one of them in one run, one a line.
+    lines = str(e.value).splitlines()
+    assert [line.split(": '")[0] for line in lines[:3]] == [f"{conf}:{n}" for n in (6, 7, 8)]
+    assert lines[3].startswith("3 options are not supported (--ignore-unsupported")
     # The command: exit 2, the same message, no TOML.
     proc = run_cli("convert-mosquitto-conf", str(conf))
     assert proc.returncode == 2 and proc.stdout == ""
     assert f"{conf}:6: 'start_type' is not supported" in proc.stderr
+    assert f"{conf}:8: 'mount_point' is not supported" in proc.stderr
     # --ignore-unsupported goes on and lists every one.
     conv = convert(str(conf), ignore_unsupported=True)
     assert conv.doc["listener"] == [{"host": "", "port": 1883}]
@@ -323,15 +331,36 @@ def test_converted_file_loads_and_relative_names(tmp_path: Path) -> None:
         "listener 1883 127.0.0.1\npassword_file passwd\nacl_file aclfile\npersistence true\n"
         "persistence_location data\nlog_type all\n",
     )
-    out = tmp_path / "siskin.toml"
-    proc = run_cli("convert-mosquitto-conf", str(conf), "-o", str(out))
+    out = tmp_path / "out" / "siskin.toml"
+    out.parent.mkdir()
+    # Run where Mosquitto's file is, naming it as there (cd /etc/mosquitto && ... mosquitto.conf).
+    proc = run_cli("convert-mosquitto-conf", conf.name, "-o", str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"{conf}:2: password_file passwd: a relative name, taken from {tmp_path}" in proc.stderr
+    assert f'password_file = "{tmp_path}/passwd"' in out.read_text()  # whole: read from anywhere
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600  # it may hold a bridge's password
     cfg = load_config(str(out))  # the TOML Siskin reads
     assert [(lst.host, lst.port) for lst in cfg.listeners()] == [("127.0.0.1", 1883)]
-    assert cfg.data_dir == str(tmp_path / "data") and cfg.log_level == "debug"
+    # Siskin's store apart from Mosquitto's directory (data, here), which is left as it is.
+    assert cfg.data_dir == "/var/lib/siskin" and cfg.log_level == "debug"
     users, acl, allow = load_security(cfg)
     assert users is not None and acl is not None and allow is False
+    group = grp.getgrgid(os.getgid()).gr_name
+    proc = run_cli("convert-mosquitto-conf", str(conf), "-o", str(out), "--group", group)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and out.stat().st_gid == os.getgid()
+    proc = run_cli("convert-mosquitto-conf", str(conf), "-o", str(out), "--group", "no-such-group-37")
+    assert proc.returncode == 2 and "--group no-such-group-37: no such group" in proc.stderr
+
+
+def test_mosquitto_2_no_ops_are_accepted_with_a_note(tmp_path: Path) -> None:
+    conf = write(tmp_path / "m.conf", "allow_duplicate_messages true\nretry_interval 20\nstore_clean_interval 10\n")
+    conv = convert(str(conf))
+    assert conv.doc == {}
+    assert [n.split(": '")[1].split("'")[0] for n in conv.notes] == [
+        "allow_duplicate_messages", "retry_interval", "store_clean_interval"
+    ]  # fmt: skip
+    assert "does nothing in Mosquitto 2, nor here" in conv.notes[0]
 
 
 # ---------------------------------------------------------------------------

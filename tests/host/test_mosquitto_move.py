@@ -14,12 +14,13 @@ bridges the same topics both ways with the same remote session.
 from __future__ import annotations
 
 import getpass
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.host.broker_proc import BrokerProcess, RawClient, drain, publish_packet, run_cli, wait_until
+from tests.host.broker_proc import BrokerProcess, RawClient, arrived, drain, publish_packet, run_cli, wait_until
 from tests.host.test_mosquitto_conf import running
 from tests.host.test_server_security import mosquitto_tool
 from tests.host.upy_broker_proc import free_port
@@ -196,3 +197,108 @@ def _carried(upstream_port: int, watch: RawClient, topic: str, payload: bytes = 
     except OSError:
         return False
     return (topic, payload) in [(t, p) for t, p, *_ in got]
+
+
+def test_a_converted_bridge_under_an_acl_delivers_upstream(tmp_path: Path) -> None:
+    """The acl_file names devices only: the bridge's local client (user bridge:up) may read its
+    "out" filters all the same. A deny rule for it refuses the subscription: an error in the log
+    and $SYS; the ACL fixed, SIGHUP subscribes again and messages go up (docs/bridge.md)."""
+    mosquitto, upstream_port, port = mosquitto_tool("mosquitto"), free_port(), free_port()
+    work = tmp_path / "mosquitto"
+    work.mkdir()
+    subprocess.run([mosquitto_tool("mosquitto_passwd"), "-c", "-b", str(work / "passwd"), "alice", "secret"],
+                   check=True, timeout=20)  # fmt: skip
+    devices = (
+        "user alice\ntopic readwrite local/sensors/#\ntopic read $SYS/broker/bridge/#\npattern write devices/%c/out\n"
+    )
+    acl = work / "aclfile"
+    acl.write_text(devices)
+    conf = mosquitto_conf(
+        work, port,
+        f"allow_anonymous false\npassword_file passwd\nacl_file aclfile\n"
+        f"connection up\naddress 127.0.0.1:{upstream_port}\ntopic sensors/# out 1 local/ remote/\n",
+    )  # fmt: skip
+    upstream = tmp_path / "upstream.conf"
+    upstream.write_text(f"listener {upstream_port} 127.0.0.1\nallow_anonymous true\n")
+    # From Mosquitto's directory, its file named as there: relative names from that directory.
+    converted = run_cli("convert-mosquitto-conf", conf.name, "-o", str(tmp_path / "siskin.toml"), cwd=work)
+    assert converted.returncode == 0, converted.stderr
+    assert "acl_file and bridge(s) up: each bridge's local client (user bridge:NAME) may read" in converted.stderr
+    alice = ("-u", "alice", "-P", "secret")
+    with running([mosquitto, "-c", str(upstream)], upstream_port, tmp_path / "upstream.log"):
+        cloud = RawClient(upstream_port)
+        cloud.connect("cloud")
+        assert cloud.subscribe("remote/sensors/#", 1) == 1
+        b = BrokerProcess(tmp_path / "siskin", log_level="info")
+        b.config_path.write_text((tmp_path / "siskin.toml").read_text())
+        with b:
+            b.wait_log(r"bridge up: connected to 127\.0\.0\.1", 15)
+            pub(b.port, "local/sensors/t1", "1", "-q", "1", *alice)
+            got = drain(cloud, until=arrived({"remote/sensors/t1": {1}}))
+            assert [(t, p) for t, p, *_ in got] == [("remote/sensors/t1", b"1")]
+            # A deny rule for the bridge: SIGHUP takes its subscription away, and says so.
+            acl.write_text(devices + "user bridge:up\ntopic deny local/sensors/secret/#\n")
+            b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            b.wait_log(r"bridge up: this broker refused its subscription local/sensors/# \(0x87\)")
+            wait_until(lambda: _sys_says(b.port, alice, "local/sensors/#"), 10, "$SYS never named the refusal")
+            pub(b.port, "local/sensors/t1", "2", "-q", "1", *alice)  # no bridge subscription: not queued
+            # The ACL fixed: SIGHUP subscribes again, and what is published now goes up.
+            acl.write_text(devices)
+            b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            b.wait_log(r"bridge up: subscribed local/sensors/# here again")
+            pub(b.port, "local/sensors/t1", "3", "-q", "1", *alice)
+            got = drain(cloud, until=arrived({"remote/sensors/t1": {3}}))
+            assert [(t, p) for t, p, *_ in got] == [("remote/sensors/t1", b"3")]
+            assert _sys_says(b.port, alice, "-")
+            assert b.stop() == 0
+        cloud.close()
+
+
+def _sys_says(port: int, login: tuple[str, ...], refused: str) -> bool:
+    return sub(port, "$SYS/broker/bridge/up/refused_subscriptions", 1, *login) == [
+        f"$SYS/broker/bridge/up/refused_subscriptions {refused}"
+    ]
+
+
+def test_a_mosquitto_bridge_backlog_goes_up_after_the_move(tmp_path: Path) -> None:
+    """Mosquitto's bridge, its upstream down, queues what is published for it (in its local
+    context, "local.gw-a"); import-mosquitto-db puts that queue into Siskin's bridge session, and
+    the first start sends every message up, in order."""
+    mosquitto, upstream_port, port = mosquitto_tool("mosquitto"), free_port(), free_port()
+    bridge = f"connection up\naddress 127.0.0.1:{upstream_port}\nremote_clientid gw-a\ncleansession false\n"
+    conf = mosquitto_conf(tmp_path / "mosquitto", port, bridge + "topic sensors/# out 1 local/ remote/\n")
+    n = 6
+    with running([mosquitto, "-c", str(conf)], port, tmp_path / "mosquitto.log") as proc:
+        for i in range(n):  # the upstream is not there: Mosquitto queues them for its bridge
+            pub(port, f"local/sensors/t{i % 2}", str(i), "-q", "1")
+        pub(port, "local/other", "not bridged", "-q", "1")
+        stop(proc)
+    converted = run_cli("convert-mosquitto-conf", str(conf), "-o", str(tmp_path / "siskin.toml"))
+    assert converted.returncode == 0, converted.stderr
+    b = BrokerProcess(tmp_path / "siskin", log_level="info")
+    b.config_path.write_text((tmp_path / "siskin.toml").read_text())
+    db = str(tmp_path / "mosquitto" / "mosquitto.db")
+    # Without the [[bridge]] it belongs to: said, and not counted as imported.
+    alone = run_cli("import-mosquitto-db", db, "--data-dir", str(tmp_path / "elsewhere"))
+    assert alone.returncode == 0, alone.stderr
+    assert "0 queued" in alone.stdout
+    assert f"left out: session 'local.gw-a' and its {n} queued message(s)" in alone.stdout
+    imported = run_cli("import-mosquitto-db", db, "--data-dir", str(b.workdir / "data"), "--config", str(b.config_path))
+    assert imported.returncode == 0, imported.stderr
+    assert f"{n} queued and 0 in-flight messages" in imported.stdout
+    assert f"bridge up: {n} message(s) for its upstream" in imported.stdout and "left out" not in imported.stdout
+    upstream = tmp_path / "upstream.conf"
+    upstream.write_text(f"listener {upstream_port} 127.0.0.1\nallow_anonymous true\n")
+    with running([mosquitto, "-c", str(upstream)], upstream_port, tmp_path / "upstream.log"):
+        cloud = RawClient(upstream_port)
+        cloud.connect("cloud")
+        assert cloud.subscribe("remote/#", 1) == 1
+        with b:
+            b.wait_log(r"restored 1 sessions, 1 subscriptions, 6 queued messages")
+            got = drain(cloud, until=arrived({"remote/sensors/t0": {0, 2, 4}, "remote/sensors/t1": {1, 3, 5}}))
+            assert [(t, p) for t, p, *_ in got] == [(f"remote/sensors/t{i % 2}", b"%d" % i) for i in range(n)]
+            b.wait_log(r"bridge up: connected to")
+            assert b.stop() == 0
+            # SIGTERM with a bridge: its local connection ends at once, no 5 s timeout.
+            assert "did not close in time" not in b.log_text()
+        cloud.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 from tests.host.broker_proc import wait_until
 from tests.run_checks import MARK
+from tools.test_repeat import failed_tests
 
 
 def inner_pytest(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]:
@@ -100,3 +101,55 @@ def test_what_a_run_says_at_its_end(tmp_path: Path) -> None:
     finally:
         if alive(pid):
             os.kill(pid, 9)
+
+
+def test_a_red_run_ends_by_naming_each_test_that_failed_or_errored(tmp_path: Path) -> None:
+    proc = inner_pytest(
+        tmp_path,
+        """
+        import pytest
+        from tests.conftest import require
+
+        @pytest.fixture
+        def broken_setup():
+            raise OSError("port 1883 is in use")
+
+        @pytest.fixture
+        def broken_teardown():
+            yield
+            raise RuntimeError("the broker did not stop")
+
+        def test_passes():
+            pass
+
+        def test_fails():
+            assert 1 + 1 == 3, "arithmetic"
+
+        def test_errs_at_setup(broken_setup):
+            pass
+
+        def test_errs_at_teardown(broken_teardown):
+            pass
+
+        def test_needs_mosquitto():
+            require("mosquitto", None, "apt-get install mosquitto")
+        """,
+    )
+    out = proc.stdout + proc.stderr
+    assert "1 failed, 2 passed, 1 skipped, 2 errors in " in out, out
+    assert proc.returncode == 1, out
+    end = out[out.index("1 failed, 2 passed, 1 skipped, 2 errors in ") :].splitlines()[1:]
+    assert "skipped: missing components" in end[0], end
+    # The red list comes after the skip summary, one line per test, and ends the run.
+    red = end[end.index(next(line for line in end if "3 test(s) failed or errored" in line)) + 1 :]
+    assert red == [
+        "FAILED test_inner.py::test_fails: AssertionError: arithmetic",
+        "ERROR test_inner.py::test_errs_at_setup (at setup): OSError: port 1883 is in use",
+        "ERROR test_inner.py::test_errs_at_teardown (at teardown): RuntimeError: the broker did not stop",
+    ], end
+    # make test-repeat's table names each of them once (pytest's -ra summary names them too).
+    assert failed_tests(out) == [
+        "test_inner.py::test_fails",
+        "test_inner.py::test_errs_at_setup",
+        "test_inner.py::test_errs_at_teardown",
+    ], out

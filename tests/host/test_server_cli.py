@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -271,3 +272,34 @@ def test_event_loop_uvloop_demanded_but_missing() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=20)
     assert proc.returncode == 2
     assert "uvloop is not installed" in proc.stderr
+
+
+def test_ctl_without_a_password_and_no_terminal_says_how() -> None:
+    """`siskin ctl --user alice ... </dev/null`, SISKIN_CTL_PASSWORD unset: one clear line, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "SISKIN_CTL_PASSWORD"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cpython_host", "ctl", "--user", "alice", "clients"],
+        cwd=REPO_ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (
+        "siskin ctl: --user alice needs a password and stdin is not a terminal to ask on: "
+        "set SISKIN_CTL_PASSWORD, or give it on stdin's first line with --password-stdin"
+    )
+
+
+def test_under_the_journal_each_line_carries_its_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemd sets JOURNAL_STREAM to the device:inode of the stream it reads: then each line starts
+    with "<N>" (syslog priority), so `journalctl -u siskin -p warning` shows the warnings."""
+    b = BrokerProcess(tmp_path, log_level="info", security={"allow_anonymous": False})
+    b.log_path.write_bytes(b"")  # (start() reopens it: the same inode)
+    st = b.log_path.stat()
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+    with b:
+        assert RawClient(b.port).connect("anon") == b"\x00\x05"  # refused: a warning
+        b.wait_log(r"<4>siskin\.core: .*anonymous client refused")
+        assert b.stop() == 0
+    lines = b.log_text().splitlines()
+    assert lines and all(re.match(r"<[2-7]>siskin\.", line) for line in lines), lines
+    assert any(line.startswith("<6>siskin.host: ") and " listening on " in line for line in lines)
+    assert not re.search(r"^<\d>\d{4}-\d\d-\d\d", b.log_text(), re.M)  # no time stamp: the journal has its own

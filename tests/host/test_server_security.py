@@ -127,7 +127,31 @@ def test_brute_force_at_line_rate_tries_few_passwords(attacked: BrokerProcess) -
     checked = text.count("bad user name or password (user victim") - before - text.count("no password checked for")
     # One check, then one per penalty (1, 2, 4 ... s) while the attack lasts.
     assert 1 <= checked <= 2 + int(elapsed).bit_length(), (checked, elapsed)
-    assert "failed logins, no password checked for" in text
+    assert "failed logins of this user name from this address, no password checked for" in text
+
+
+def test_one_stale_password_does_not_lock_out_its_neighbours(attacked: BrokerProcess) -> None:
+    """A device with a stale password (alice) retrying from 127.0.0.1, as mosquitto_pub in a
+    loop: the other devices on that address (bob) keep logging in, every time."""
+    tool = mosquitto_tool("mosquitto_pub")
+
+    def login(user: str, password: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [tool, "-p", str(attacked.port), "-u", user, "-P", password, "-i", f"dev-{user}", "-t", "home/secret",
+             "-m", "x", "-q", "1"],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+
+    for _ in range(20):
+        stale = login("alice", "the-old-one")
+        assert stale.returncode != 0 and "bad user name or password" in stale.stderr, stale
+        ok = login("bob", "builder")
+        assert ok.returncode == 0, ok.stderr
+    text = attacked.log_text()
+    assert "no password checked" in text  # the stale one is held back (its name, at its address) ...
+    assert "(user bob" not in text  # ... and nobody else is refused or blamed
+    # Its hold over, alice with her password gets in again.
+    wait_until(lambda: login("alice", "wonderland").returncode == 0, 70, "alice after her hold")
 
 
 def test_mosquitto_clients_with_acl(secured: BrokerProcess) -> None:

@@ -299,19 +299,23 @@ def hhmmss(t: float) -> str:
 
 
 def hover_tooltip(driver: Any, chart_id: str) -> list[str]:
-    """Move the mouse over the right part of a chart; the tooltip's lines."""
+    """Move the mouse over the right part of a chart; the tooltip's lines.
+
+    The mouse is moved again on every look: the page's refreshes may move
+    the chart (a new warning line above it) or redraw it under a still mouse."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    svg = driver.find_element("css selector", f"#{chart_id} svg")
-    width = svg.size["width"]
-    ActionChains(driver).move_to_element_with_offset(svg, int(width * 0.4), 0).perform()
-    lines: list[str] = wait_page(
-        driver,
-        lambda: driver.execute_script(
+    def shown_tip() -> list[str] | None:
+        svg = driver.find_element("css selector", f"#{chart_id} svg")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", svg)
+        ActionChains(driver).move_to_element_with_offset(svg, int(svg.size["width"] * 0.4), 0).perform()
+        tip: list[str] | None = driver.execute_script(
             "const t = document.querySelector('#' + arguments[0] + ' .tip'); return t.hidden ? null : Array.from(t.children, (c) => c.textContent);",
             chart_id,
-        ),
-    )
+        )
+        return tip
+
+    lines: list[str] = wait_page(driver, shown_tip)
     return lines
 
 
@@ -376,6 +380,7 @@ def test_user_sees_their_own_and_no_buttons(gateway: Gateway) -> None:
         assert driver.execute_script("return document.querySelectorAll('button[data-action]').length") == 0
         assert not shown(driver, "#clear-retained")
         assert not shown(driver, "#certificates")
+        assert not shown(driver, "#warnings-section") and gateway.api("/api/status", USER)["warnings"] == []
         # The bridges' state and queues, as /metrics shows them; not their addresses or errors.
         bridges = wait_page(driver, lambda: (b := table(driver, "bridges")) and b["cloud"][1] == "connected" and b)
         assert bridges["cloud"][2] == NONE and bridges["cloud"][11] == NONE
@@ -423,6 +428,25 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
     try:
         assert "logged in as admin (administrator)" in body(driver)
 
+        # The gateway itself: its name, listeners, memory, free disk, time zone; recent warnings.
+        def js(expr: str) -> Any:
+            return driver.execute_script("return " + expr)
+
+        wait_page(driver, lambda: js("document.getElementById('host').textContent") == socket.gethostname())
+        listeners = js("Array.from(document.querySelectorAll('#listeners li'), (li) => li.textContent)")
+        assert any(line.startswith(f"127.0.0.1:{g.tls_port}: MQTT over TLS (1.2+") for line in listeners), listeners
+        assert len(listeners) == len(g.broker.ports())
+        assert js("document.getElementById('memory').textContent").endswith(" (resident)")
+        assert " free in " in js("document.getElementById('disk').textContent")
+        assert js("document.getElementById('timezone').textContent").startswith(
+            "the gateway's: " + time.strftime("%Z (UTC%z)") + "; times on this page are this browser's (UTC"
+        )
+        warnings = wait_page(
+            driver, lambda: (w := js("Array.from(document.querySelectorAll('#warnings li'), (li) => li.textContent)"))
+            and any("siskin.bridge: bridge backup" in line for line in w) and w,
+        )  # fmt: skip
+        assert len(warnings) <= 20
+
         # Uplinks: cloud connected to Mosquitto's address, backup down with its error and its queue.
         def bridges_settled() -> dict[str, list[str]] | None:
             b = table(driver, "bridges")
@@ -434,6 +458,10 @@ def test_administrator_sees_the_gateway_at_a_glance(gateway: Gateway) -> None:
         assert bridges["backup"][1] in ("down", "connecting"), bridges
         backup = next(b for b in g.api("/api/status")["bridges"] if b["name"] == "backup")
         assert backup["last_error"] and bridges["backup"][11] != NONE
+        # Each bridge's local session shown with it (the backup's kept offline), not among the devices.
+        assert bridges["cloud"][12] == "siskin-bridge-cloud (online)"
+        assert bridges["backup"][12] == "siskin-bridge-backup (offline, kept)"
+        assert not any(c["client_id"].startswith("siskin-bridge-") for c in g.api("/api/status")["clients"])
         assert any(
             line.startswith("Bridge backup is ") and "2 message(s) waiting" in line for line in attention(driver)
         )
@@ -632,6 +660,16 @@ def test_an_action_from_another_origin_is_refused(gateway: Gateway) -> None:
         method="POST",
     )
     assert call(same, ADMIN)[0] == 404  # its own origin: served (no such client)
+    # A bridge's own local client is no device: its session is the bridge's queue.
+    for action in ("kick", "drop-session"):
+        bridge = urllib.request.Request(
+            gateway.url + "/api/" + action,
+            data=json.dumps({"client_id": "siskin-bridge-cloud"}).encode(),
+            headers={"Content-Type": "application/json", "Origin": gateway.url},
+            method="POST",
+        )
+        status, answer = call(bridge, ADMIN)
+        assert status == 409 and b"is bridge cloud's own local session" in answer, answer
 
 
 def test_last_seen_table_stays_bounded() -> None:

@@ -332,10 +332,13 @@ def test_basic_auth_over_https(tmp_path: Path) -> None:
         status, _ = get(url + "/api/status", auth=("admin", "wrong"), context=context)
         assert status == 401
         b.wait_log(r"HTTP: login failed for user 'admin' from 127.0.0.1\n")
-        # A failed login holds its address back, as for MQTT CONNECTs: even
-        # the right password is refused until the penalty (1 s) is over.
+        # A failed login holds its address and user name back, as for MQTT CONNECTs:
+        # even the right password is refused until the penalty (1 s) is over.
         assert get(url + "/api/status", auth=("admin", "s3cret"), context=context)[0] == 401
-        b.wait_log(r"HTTP: login failed for user 'admin' from 127.0.0.1: 1 failed logins, no password checked")
+        b.wait_log(
+            r"HTTP: login failed for user 'admin' from 127.0.0.1: 1 failed logins of this user name from this "
+            "address, no password checked"
+        )
         wait_until(lambda: get(url + "/api/status", auth=("admin", "s3cret"), context=context)[0] == 200, 5, "login")
         status, _ = get(url + "/api/status", auth=("nobody", "s3cret"), context=context)
         assert status == 401
@@ -503,3 +506,39 @@ def test_linux_toml_documents_every_http_key() -> None:
     missing = [key for key, *_ in HTTP if f"\n# {key} = " not in text]
     assert not missing, f"boards/linux.toml does not show and explain [http] {missing}"
 
+
+
+def test_ctl_names_the_tls_mistake(tmp_path: Path) -> None:
+    """Against an HTTPS listener: no --cafile, or plain http: the line says which, and what to give;
+    nothing listening: says so. (Not blamed on a missing [http] table.)"""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile, keyfile, cafile = tmp_path / "web.crt", tmp_path / "web.key", tmp_path / "ca.crt"
+    certfile.write_bytes(cert.cert_chain_pems[0].bytes())
+    keyfile.write_bytes(cert.private_key_pem.bytes())
+    cafile.write_bytes(ca.cert_pem.bytes())
+    http = {"port": 0, "certfile": str(certfile), "keyfile": str(keyfile)}
+    with BrokerProcess(tmp_path / "b", limits={"sys_interval": 0}, http=http) as b:
+        url = b.http_url()
+        untrusted = ctl("--url", url, "clients")
+        assert untrusted.returncode == 1 and "[http] table" not in untrusted.stderr
+        assert "give --cafile with the CA that signed the broker's certificate" in untrusted.stderr
+        plain = ctl("--url", "http:" + url[6:], "clients")
+        assert plain.returncode == 1 and f"(the listener speaks HTTPS? try --url {url})" in plain.stderr, plain.stderr
+        assert ctl("--url", url, "--cafile", str(cafile), "clients").returncode == 0
+    refused = ctl("--url", url, "clients")  # the broker gone
+    assert refused.returncode == 1 and "nothing listens there" in refused.stderr, refused.stderr
+
+
+def test_http_port_in_use_names_the_http_port(tmp_path: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(RuntimeError) as e:
+            BrokerProcess(tmp_path, http={"port": port}).start()
+        assert f"listens on port {port}" in str(e.value)
+        assert "or choose another port ([http] port)" in str(e.value), str(e.value)
+    finally:
+        holder.close()

@@ -300,6 +300,12 @@ function drawCharts(s) {
 function attention(s) {
   const items = [];
   for (const b of s.bridges) {
+    const refused = b.refused_subscriptions || [];
+    if (refused.length) {
+      items.push(["bridge-refused:" + b.name, "bad", "Bridge " + b.name + ": this broker refuses its subscription " +
+        refused.join(", ") + ", so nothing matching it goes up (a deny rule of user bridge:" + b.name +
+        " in the ACL; SIGHUP asks again)"]);
+    }
     if (b.state === "connected") continue;
     let line = "Bridge " + b.name + " is " + (STATES[b.state] || b.state);
     if (b.last_error) line += " (" + b.last_error + ")";
@@ -355,6 +361,7 @@ function bridges(s) {
     num(b.dead_lettered),
     num(b.dropped),
     { text: b.last_error || "–", cls: "error" },
+    b.local_session ? b.local_session.client_id + (b.local_session.online ? " (online)" : b.local_session.kept ? " (offline, kept)" : " (none yet)") : "–",
   ]);
 }
 
@@ -419,6 +426,36 @@ function certificates(s) {
   });
 }
 
+// The offset of this browser's time zone from UTC, as "UTC+01:00".
+function browserZone() {
+  const m = -new Date().getTimezoneOffset();
+  return "UTC" + (m < 0 ? "-" : "+") + pad(Math.floor(Math.abs(m) / 60)) + ":" + pad(Math.abs(m) % 60);
+}
+
+function gateway(s) {
+  const g = s.gateway;
+  text("host", g.host);
+  const list = $("listeners");
+  const lines = g.listeners.length ? g.listeners : ["–"];
+  if (Array.from(list.children, (li) => li.textContent).join("\n") !== lines.join("\n")) {
+    list.replaceChildren(...lines.map((line) => { const li = document.createElement("li"); li.textContent = line; return li; }));
+  }
+  text("memory", g.memory === null ? "–" : size(g.memory) + " (resident)");
+  text("disk", g.disk === null ? "– (no store)" : size(g.disk.free) + " of " + size(g.disk.total) + " free in " + g.data_dir);
+  text("timezone", "the gateway's: " + g.timezone + "; times on this page are this browser's (" + browserZone() + ")");
+  const warnings = $("warnings");
+  const items = s.warnings.map((w) => when(w.t) + " " + w.level + " " + w.logger + ": " + w.text);
+  if (Array.from(warnings.children, (li) => li.textContent).join("\n") !== items.join("\n")) {
+    warnings.replaceChildren(...s.warnings.map((w, i) => {
+      const li = document.createElement("li");
+      li.className = w.level;
+      li.textContent = items[i];
+      return li;
+    }));
+  }
+  $("warnings-none").hidden = s.warnings.length > 0;
+}
+
 function render(s) {
   last = s;
   document.body.classList.toggle("admin", s.admin);
@@ -432,6 +469,7 @@ function render(s) {
   text("queued_bytes", "(" + size(s.queued_bytes) + ")");
   text("viewer", s.user === null ? "" : s.admin ? "logged in as " + s.user + " (administrator)" :
     "logged in as " + s.user + ": your own clients and sessions only; actions need an administrator ([http] admins)");
+  gateway(s);
   attention(s);
   bridges(s);
   drawCharts(s);
@@ -444,7 +482,7 @@ function render(s) {
   const state = $("state");
   state.className = "";
   text("state", "up " + duration(s.uptime) + "; " + count(s.messages_received) + " messages received, " +
-    count(s.messages_sent) + " sent; updated " + clock(s.time));
+    count(s.messages_sent) + " sent; updated " + clock(s.time) + " (" + browserZone() + ")");
   document.body.dataset.polls = ++polls;  // (tests wait for a redraw by it)
 }
 
