@@ -96,6 +96,20 @@ SECURITY = (
     ("acl", None, K_LIST, None, None),  # the same rules as tables: {user, topic | pattern, access}
     ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
 )
+# [security.jwt] (docs/security.md "JWT logins"): on when the table is present.
+JWT: tuple[tuple[Any, ...], ...] = (
+    ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
+    ("public_key_file", None, K_STR, None, None),  # PEM public key or certificate: RSA (RS*), EC (ES256/384), Ed25519 (EdDSA)
+    ("algorithms", [], K_LIST, None, None),  # narrow the algorithms the keys allow; [] = every one of their type
+    ("token_in", "password", K_CHOICE, ("password", "username"), None),  # the CONNECT field that carries the token
+    ("issuer", None, K_STR, None, None),  # the iss a token must name; not set: not checked
+    ("audience", None, K_STR, None, None),  # a value a token's aud must hold; not set: not checked
+    ("leeway", 0, K_INT, 0, 3600),  # s of clock skew allowed on exp and nbf
+    ("require_exp", True, K_BOOL, None, None),  # refuse tokens without exp
+    ("user_claim", "sub", K_STR, None, None),  # the claim that names the user
+    ("acl_claim", "acl", K_STR, None, None),  # the claim {publish: [...], subscribe: [...]} of ACL rules
+    ("max_token_bytes", 4096, K_INT, 256, 65536),  # longer tokens are refused before parsing
+)
 # [http] (docs/monitoring.md): on when the table is present.
 HTTP_AUTH = ("auto", "basic")
 HTTP: tuple[tuple[Any, ...], ...] = (
@@ -379,7 +393,11 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
     security = doc.get("security", {})
     acl = security.get("acl")
     # The rules are tables: checked by Acl.from_rules, not as a list of strings.
-    cfg.security = check(f"{path}: [security]", {k: v for k, v in security.items() if k != "acl"}, SECURITY)
+    cfg.security = check(f"{path}: [security]", {k: v for k, v in security.items() if k not in ("acl", "jwt")}, SECURITY)
+    if "jwt" in security:
+        if not isinstance(security["jwt"], dict):
+            raise ConfigError(f"{path}: [security] jwt wants a table [security.jwt].")
+        cfg.security["jwt"] = check(f"{path}: [security.jwt]", security["jwt"], JWT)
     if acl is not None:
         if not isinstance(acl, list):
             raise ConfigError(f"{path}: [security]: acl wants a list of tables {{user, topic | pattern, access}}.")

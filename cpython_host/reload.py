@@ -36,14 +36,17 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     file that cannot be used is logged and the rules in force are kept (None)."""
     from common.broker import login
     from cpython_host.config import ConfigError, load_config, load_security
+    from cpython_host.jwt_keys import install, load_jwt
 
     try:
         fresh = load_config(str(config.path), config.reader) if config.path is not None else config
         users, acl, allow = load_security(fresh)
+        jwt = load_jwt(fresh)  # (its keys read again: a rotated key)
     except ConfigError as e:
         log.error("SIGHUP: %s; keeping the users and rules in force", e)
         return None
     config.security = fresh.security
+    install(driver.broker, jwt)
     driver.set_security(users, acl, allow)
     log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
     return fresh

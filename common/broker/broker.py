@@ -268,6 +268,7 @@ class Broker:
         self.users = None
         self.acl = None
         self.allow_anonymous = None
+        self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
         self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
         # Reused for every PUBLISH and ack received (decode_packet_into),
@@ -456,6 +457,8 @@ class Broker:
             self.session_due = handle_connect.run_session_timers(self, now)
         if self.replaying:
             replay.close_stalled(self, now)
+        if self.jwt is not None:
+            self.jwt.tick(self, now, ms)  # tokens that expired during their session
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.

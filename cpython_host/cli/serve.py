@@ -24,6 +24,7 @@ from cpython_host.cli import summary
 from cpython_host.compat import run
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
 from cpython_host.hints import cannot_write
+from cpython_host.jwt_keys import load_jwt
 
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
@@ -309,6 +310,7 @@ def main(argv: Sequence[str]) -> int:
         else:
             cfg = load_config(args.config)
         security = load_security(cfg)
+        jwt = load_jwt(cfg)
     except ConfigError as e:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
@@ -367,6 +369,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
         return 2
     driver = make_driver(cfg, broker)
+    broker.jwt = jwt
     driver.set_security(*security)
     if cfg.warm_up:
         from cpython_host.warmup import warm_up
