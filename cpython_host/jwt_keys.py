@@ -48,7 +48,7 @@ def install(broker: Any, jwt: JwtAuth | None) -> None:
     and token rules, and the counters go on."""
     old = broker.jwt
     if jwt is not None and old is not None:
-        jwt.by_cid, jwt.due, jwt.refused, jwt.expired = old.by_cid, old.due, old.refused, old.expired
+        jwt.by_cid, jwt.due, jwt.refused = old.by_cid, old.due, old.refused
     broker.jwt = jwt
 
 

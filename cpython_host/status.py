@@ -112,6 +112,9 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
         lambda s: f"replay_stall_timeout {s.replay_stall_timeout} s",
     ),
     ("closed_out_of_memory", "clients closed: their packet found no memory", lambda s: "the heap"),
+    ("closed_token_expired", "clients closed: their JWT expired", lambda s: "the token's exp ([security.jwt] leeway)"),
+    ("auth_offline_refused", "CONNECTs refused: the auth hook did not answer", lambda s: "[security.http] timeout; fail-closed"),
+    ("auth_offline_allowed", "CONNECTs let in on a cached allow: the auth hook did not answer", lambda s: "[security.http] offline_grace"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")
 # Each bridge's: (figure, what happened, the rule that decided), as "bridge NAME figure".

@@ -113,6 +113,9 @@ class Stats:
         self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
         self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
         self.closed_out_of_memory = 0  # closed: handling their packet ran out of heap (MemoryError; boards)
+        self.closed_token_expired = 0  # closed: their JWT expired during the session (jwt_auth.py)
+        self.auth_offline_allowed = 0  # let in on a cached allow while the auth hook was unreachable
+        self.auth_offline_refused = 0  # refused: the auth hook was unreachable and nothing cached allowed them
         # The host's per-client figures (cpython_host/client_figures.py, for
         # the status page): lists `received` and `sent` indexed by
         # connection id, `connected(cid)` when a CONNECT is accepted,
@@ -269,6 +272,7 @@ class Broker:
         self.acl = None
         self.allow_anonymous = None
         self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
+        self.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
         self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
         # Reused for every PUBLISH and ack received (decode_packet_into),

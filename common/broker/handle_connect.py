@@ -525,6 +525,8 @@ def handle_auth(broker, conn, pkt, now):
         if not conn.connect_pending():
             broker.close(conn, now, publish_will=False)  # [MQTT-3.1.0-1] the first packet must be CONNECT
             return
+        if conn.extras.method is None:
+            raise ProtocolError("AUTH without an authentication method")  # (waits for an auth hook) [MQTT-4.12.0-1]
         from common.broker import enhanced_auth  # (loaded: an exchange's method is set only there)
 
         connect = conn.extras.pending

@@ -20,14 +20,10 @@
 # (and counted: login_failed, `refused`); the token is never logged.
 #
 # ACL from claims: `acl_claim` ("acl") is {"publish": [filters...],
-# "subscribe": [filters...]} with %u (user) and %c (client id) put in as
-# the file ACL's patterns do (acl.substitute: one pass; a name that would
-# widen a filter leaves the client no rules at all). "publish" grants
-# write, "subscribe" read (subscribing and receiving). They are added to
-# the client's file ACL rules (acl.for_client): a file deny rule still wins
-# everywhere, and a client whose token has the claim is judged by rules,
-# deny by default, even without a file ACL. A token without the claim gets
-# the file ACL's rules only (or none: everything, without a file ACL).
+# "subscribe": [filters...]} with %u and %c, added to the client's file ACL
+# rules as granted.py says (a file deny rule still wins). A token without
+# the claim gets the file ACL's rules only (or none: everything, without a
+# file ACL).
 #
 # exp during the session: by_cid keeps each connection's expiry (exp +
 # leeway) and `due`, the earliest; Broker.tick calls tick(), which closes
@@ -42,8 +38,6 @@ from common.crypto.jws import check_claims, decode
 from common.mqtt import consts as C
 
 MAXIMUM_CONNECT_TIME = 0xA0  # v5 DISCONNECT reason
-ACL_KEYS = ("publish", "subscribe")
-ACL_FILTERS_MAX = 64  # filters per list of a token's ACL claim
 
 
 class Key:
@@ -86,10 +80,12 @@ class JwtAuth:
         self.user_claim = o["user_claim"]
         self.acl_claim = o["acl_claim"]
         self.max_token_bytes = o["max_token_bytes"]
-        self.by_cid = {}  # cid -> (expiry or None, (publish, subscribe) or None)
+        # cid -> (its Connection's Extras, expiry or None, (publish, subscribe)
+        # or None): the Extras tell the entry of this connection from that of
+        # an earlier one with the same id (a reused Connection gets new ones).
+        self.by_cid = {}
         self.due = 0  # the earliest expiry in by_cid (wall s), 0 = none
-        self.refused = 0  # CONNECTs refused for their token
-        self.expired = 0  # connections closed when their token expired
+        self.refused = 0  # CONNECTs refused for their token (also in stats.login_failed)
 
     def token_of(self, pkt):
         """The CONNECT's token, or None (then the password file decides)."""
@@ -122,7 +118,11 @@ class JwtAuth:
             why = claims
         else:
             user = claims.get(self.user_claim)
-            rules = _acl_shape(claims.get(self.acl_claim)) if self.acl_claim in claims else None
+            rules = None
+            if self.acl_claim in claims:
+                from common.broker.granted import shape
+
+                rules = shape(claims.get(self.acl_claim))
             if not isinstance(user, str) or not user:
                 why = "no %s claim (a string) for the user" % self.user_claim
             elif self.token_in == "password" and pkt.username is not None and pkt.username != user:
@@ -144,34 +144,17 @@ class JwtAuth:
         expiry = exp + self.leeway if exp is not None else None
         if expiry is not None and (not self.due or expiry < self.due):
             self.due = expiry
-        self.by_cid[conn.cid] = (expiry, rules)
+        self.by_cid[conn.cid] = (conn.extra(), expiry, rules)
         return 0
 
     def grant(self, broker, conn, client_id):
         """Add the rules of the connection's token, if it has an ACL claim,
-        to conn.acl (its file ACL rules, or None)."""
+        to conn.acl (its file ACL rules, or None): granted.py."""
         entry = self.by_cid.get(conn.cid)
-        if entry is None or entry[1] is None:
-            return
-        from common.broker.acl import READ, WRITE, ClientAcl, substitute
+        if entry is not None and entry[0] is conn.extras and entry[2] is not None:
+            from common.broker import granted
 
-        base = conn.acl
-        if base is not None and base.refused is not None:
-            return  # a pattern refused the names: no rules at all
-        rules = list(base.rules) if base is not None else []
-        for bits, filters in ((WRITE, entry[1][0]), (READ, entry[1][1])):
-            for pattern in filters:
-                flt = substitute(pattern, conn.user, client_id)
-                if flt is None:
-                    conn.acl = ClientAcl([], (conn.user, client_id))
-                    broker.log(
-                        30,
-                        "client id %s (user %s): no ACL rules: the token's filter %s would put a name holding +, # or / (or empty, or a leading $) into it",
-                        (client_id, conn.user, pattern),
-                    )
-                    return
-                rules.append((bits, flt, tuple(flt.split("/"))))
-        conn.acl = ClientAcl(rules)
+            granted.add(broker, conn, client_id, entry[2], "the token's")
 
     def tick(self, broker, now, ms):
         """Close the connections whose token expired (Broker.tick)."""
@@ -188,44 +171,22 @@ class JwtAuth:
         due = 0
         connections = broker.connections.by_id
         for cid in self.by_cid:
-            expiry = self.by_cid[cid][0]
+            tag, expiry, _rules = self.by_cid[cid]
             if expiry is None:
                 continue
-            if connections[cid].state != CONNECTED or expiry <= wall:
+            conn = connections[cid]
+            if conn.extras is not tag or conn.state != CONNECTED or expiry <= wall:
                 expired.append(cid)
             elif not due or expiry < due:
                 due = expiry
         self.due = due
         for cid in expired:
-            expiry = self.by_cid.pop(cid)[0]
+            tag, expiry, _rules = self.by_cid.pop(cid)
             conn = connections[cid]
-            if conn.state == CONNECTED:
-                self.expired += 1
+            if conn.extras is tag and conn.state == CONNECTED:
+                broker.stats.closed_token_expired += 1
                 name = broker.client_name(conn)
                 sent = broker.fail(conn, MAXIMUM_CONNECT_TIME, now, text="token expired")
                 broker.log(
                     30, "closing %s (user %s): its token expired at %d; sent %s", (name, conn.user, expiry, sent)
                 )
-
-
-def _acl_shape(value):
-    """(publish, subscribe) filter lists of a token's ACL claim, or why not."""
-    from common.broker.acl import substitute
-    from common.broker.topics import validate_topic_filter
-
-    if not isinstance(value, dict):
-        return "the acl claim is not an object {publish: [...], subscribe: [...]}"
-    out = []
-    for key in value:
-        if key not in ACL_KEYS:
-            return "unknown key %s in the acl claim (wants publish, subscribe)" % key
-    for key in ACL_KEYS:
-        filters = value.get(key, [])
-        if not isinstance(filters, list) or len(filters) > ACL_FILTERS_MAX:
-            return "acl %s is not a list of at most %d filters" % (key, ACL_FILTERS_MAX)
-        for flt in filters:
-            # Checked with stand-in names, as the file ACL's patterns are.
-            if not isinstance(flt, str) or validate_topic_filter(substitute(flt, "u", "c"), 0, 0):
-                return "acl %s holds an invalid topic filter" % key
-        out.append(filters)
-    return out[0], out[1]

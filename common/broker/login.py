@@ -7,7 +7,8 @@
 # SCRAM exchange proved (conn.user, set by handle_connect), the identity of
 # its TLS client certificate (the shell's peer[1], for a listener with
 # use_identity_as_username), a signed token's user (broker.jwt, set by the
-# shell: jwt_auth.py), or the CONNECT's user name checked against the
+# shell: jwt_auth.py), the CONNECT's user name as a service outside says
+# (broker.hook: external_auth.py), or its user name checked against the
 # password file. A wrong password and an unknown user get the same answer
 # (3.1.1 CONNACK 0x04, v5 0x86) after the same work (Users.check). Without
 # a password file a user name cannot be checked, so it is not believed: the
@@ -95,6 +96,8 @@ def login(broker, conn, pkt, now):
         conn.user = identity  # proved by the TLS client certificate
     elif broker.jwt is not None and broker.jwt.token_of(pkt) is not None:
         return broker.jwt.login(broker, conn, pkt, now)  # a signed token (jwt_auth.py)
+    elif broker.hook is not None and pkt.username is not None:
+        return broker.hook.login(broker, conn, pkt, now)  # asked outside (external_auth.py)
     elif users is not None and (pkt.username is not None or pkt.password is not None):
         from common.broker.secured import check_password  # (loaded with the users: set_security)
 
@@ -141,8 +144,9 @@ def grant(broker, conn, client_id):
     """Give the connection the ACL rules of its user and client id."""
     acl = broker.acl
     conn.acl = acl.for_client(conn.user, client_id) if acl is not None else None
-    if broker.jwt is not None:
-        broker.jwt.grant(broker, conn, client_id)  # the token's ACL claim
+    for extra in (broker.jwt, broker.hook):
+        if extra is not None:
+            extra.grant(broker, conn, client_id)  # a token's or a hook's rules
     if conn.acl is not None and conn.acl.refused is not None:
         broker.log(
             30,
@@ -154,7 +158,7 @@ def grant(broker, conn, client_id):
 def set_security(broker, users, acl, allow_anonymous, now):
     """Install users (users.Users or None), rules (acl.Acl or None) and the
     anonymous switch (True, False, None = not set); re-check connected clients."""
-    if users is not None or acl is not None or broker.jwt is not None:
+    if users is not None or acl is not None or broker.jwt is not None or broker.hook is not None:
         # Loaded here, with the users or the rules (start-up, reload), so
         # that no CONNECT has to load it; a broker without either never does.
         from common.broker import secured
@@ -166,8 +170,9 @@ def set_security(broker, users, acl, allow_anonymous, now):
         if session is None or session.conn is not conn:
             continue
         conn.acl = acl.for_client(conn.user, session.client_id) if acl is not None else None
-        if broker.jwt is not None:
-            broker.jwt.grant(broker, conn, session.client_id)
+        for extra in (broker.jwt, broker.hook):
+            if extra is not None:
+                extra.grant(broker, conn, session.client_id)
         if conn.acl is not None:
             secured.recheck(broker, conn, session, now)
     if acl is not None:

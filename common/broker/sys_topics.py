@@ -43,6 +43,9 @@ STATS_COUNTERS = (
     "tls_failed",
     "websocket_refused",
     "closed_out_of_memory",
+    "closed_token_expired",
+    "auth_offline_allowed",
+    "auth_offline_refused",
 )
 
 
@@ -110,6 +113,9 @@ SYS_FIGURES = (
     ("clients/tls_failed", "tls_failed"),  # TLS handshakes that failed or stalled (no MQTT reached the core)
     ("clients/websocket_refused", "websocket_refused"),  # WebSocket upgrades refused, bad frames (host)
     ("clients/closed/out_of_memory", "closed_out_of_memory"),  # their packet found no heap (boards)
+    ("clients/closed/token_expired", "closed_token_expired"),  # their JWT expired during the session
+    ("clients/auth_offline/allowed", "auth_offline_allowed"),  # auth hook unreachable: let in on a cached allow
+    ("clients/auth_offline/refused", "auth_offline_refused"),  # auth hook unreachable: refused, nothing cached
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

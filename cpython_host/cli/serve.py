@@ -370,6 +370,10 @@ def main(argv: Sequence[str]) -> int:
         return 2
     driver = make_driver(cfg, broker)
     broker.jwt = jwt
+    if "http" in cfg.security:
+        from cpython_host.http_auth import HttpAuth
+
+        HttpAuth(driver, cfg.security["http"]).install()
     driver.set_security(*security)
     if cfg.warm_up:
         from cpython_host.warmup import warm_up

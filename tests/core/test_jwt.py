@@ -310,7 +310,7 @@ class TestExpiryInSession(unittest.TestCase):
         self.assertEqual(pkt.reason, 0xA0)  # Maximum connect time
         self.assertTrue(c.closed)
         self.assertFalse(other.closed)
-        self.assertEqual(h.broker.jwt.expired, 1)
+        self.assertEqual(h.broker.stats.closed_token_expired, 1)
         self.assertEqual(h.broker.jwt.due, WALL + 100)
 
     def test_v311_closed_when_the_token_expires(self):
@@ -335,7 +335,7 @@ class TestExpiryInSession(unittest.TestCase):
         clock.t = WALL + 10
         h.advance(1)
         self.assertFalse(d.closed)
-        self.assertEqual(h.broker.jwt.expired, 0)
+        self.assertEqual(h.broker.stats.closed_token_expired, 0)
 
     def test_no_exp_when_not_required(self):
         h, clock = jwt_harness(require_exp=False)
@@ -344,3 +344,18 @@ class TestExpiryInSession(unittest.TestCase):
         clock.t = WALL + 10**6
         h.advance(1)
         self.assertFalse(c.closed)
+
+    def test_a_reused_connection_id_gets_nothing_of_the_token(self):
+        h, clock = jwt_harness()
+        c = h.client(5)
+        c.connect("dev1", password=mint(claims(exp=WALL + 3, acl={"publish": ["a/#"]})))
+        c.drop()
+        login.set_security(h.broker, None, None, True, h.now)  # anonymous clients now allowed
+        d = h.client(5)
+        self.assertEqual(d.cid, c.cid)
+        self.assertEqual(d.connect("anon").reason, 0)
+        self.assertIsNone(h.broker.connections.by_id[d.cid].acl)  # not the token's rules
+        clock.t = WALL + 10
+        h.advance(1)
+        self.assertFalse(d.closed)  # nor its expiry
+        self.assertEqual(h.broker.stats.closed_token_expired, 0)
