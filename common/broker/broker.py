@@ -116,6 +116,11 @@ class Stats:
         self.closed_token_expired = 0  # closed: their JWT expired during the session (jwt_auth.py)
         self.auth_offline_allowed = 0  # let in on a cached allow while the auth hook was unreachable
         self.auth_offline_refused = 0  # refused: the auth hook was unreachable and nothing cached allowed them
+        # Rate limits (ratelimit.py): clients held back (not read) for a while, by cause; closed.
+        self.rate_held_messages = 0
+        self.rate_held_bytes = 0
+        self.rate_held_subscribes = 0
+        self.closed_rate_limited = 0
         # The host's per-client figures (cpython_host/client_figures.py, for
         # the status page): lists `received` and `sent` indexed by
         # connection id, `connected(cid)` when a CONNECT is accepted,
@@ -273,6 +278,11 @@ class Broker:
         self.allow_anonymous = None
         self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
         self.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
+        self.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*)
+        if s.rate_messages or s.rate_bytes or s.rate_subscribes:
+            from common.broker.ratelimit import RateLimits
+
+            self.rates = RateLimits(s, s.max_connections + REFUSAL_SLOTS)
         self.login_failures = {}  # source address -> [failed logins, penalised until (s)]
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
         # Reused for every PUBLISH and ack received (decode_packet_into),
@@ -343,6 +353,8 @@ class Broker:
         if refuse:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
+        if self.rates is not None:
+            self.rates.opened(conn.cid, now)
         sync_from = self.sync_from
         if sync_from is not None:
             while len(sync_from) <= conn.cid:
@@ -463,6 +475,8 @@ class Broker:
             replay.close_stalled(self, now)
         if self.jwt is not None:
             self.jwt.tick(self, now, ms)  # tokens that expired during their session
+        if self.rates is not None:
+            self.rates.tick(self, now)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.
