@@ -99,6 +99,7 @@ SECURITY = (
 # [security.jwt] (docs/security.md "JWT logins"): on when the table is present.
 JWT: tuple[tuple[Any, ...], ...] = (
     ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
+    ("secret", None, K_STR, None, None),  # the HMAC secret itself (as mosquitto-go-auth's jwt_secret); prefer secret_file
     (
         "public_key_file",
         None,

@@ -13,8 +13,8 @@ never replace another's entry. Otherwise a task POSTs
 
 to `url` (HTTP/1.1, Connection: close; https with the system's CAs) and
 the core waits (its connect timeout keeps running). The answer:
-  - 200 with a JSON object {"allow": true|false, "acl": {...}} ("ok" is
-    read as "allow", as mosquitto-go-auth's json mode writes it; "acl" in
+  - 200 with a JSON object {"allow": true|false, "acl": {...}} ("ok" and
+    "Ok" are read as "allow", as mosquitto-go-auth's json mode writes it; "acl" in
     common/broker/granted.py's shape), or with `response = "status"` any
     2xx allows: allowed or refused, and cached;
   - any 4xx: refused, and cached;
@@ -210,7 +210,7 @@ def _judge(body: bytes) -> tuple[bool, Any]:
         raise NoAnswer("the answer is not JSON") from None
     if not isinstance(answer, dict):
         raise NoAnswer("the answer is not a JSON object")
-    allowed = answer.get("allow", answer.get("ok"))
+    allowed = answer.get("allow", answer.get("ok", answer.get("Ok")))
     if not isinstance(allowed, bool):
         raise NoAnswer('the answer has no "allow": true or false')
     rules = None

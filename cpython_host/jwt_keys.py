@@ -36,10 +36,12 @@ def load_jwt(cfg: Any, wall: Callable[[], float] | None = None) -> JwtAuth | Non
     keys = []
     if opts.get("secret_file") is not None:
         keys.append(secret_key(base / opts["secret_file"], narrow))
+    elif opts.get("secret") is not None:
+        keys.append(hmac_key(opts["secret"].encode(), f"{where} secret", narrow))
     if opts.get("public_key_file") is not None:
         keys.append(public_key(base / opts["public_key_file"], narrow))
     if not keys:
-        raise ConfigError(f"{where}: set secret_file or public_key_file (or both).")
+        raise ConfigError(f"{where}: set secret_file (or secret), or public_key_file, or both.")
     return JwtAuth(keys, wall or time.time, opts)
 
 
@@ -59,7 +61,7 @@ def _read(path: Path) -> bytes:
         raise ConfigError(f"{path}: cannot read the JWT key: {e.strerror}.") from None
 
 
-def _narrowed(path: Path, algs: list[str], narrow: list[str] | None) -> list[str]:
+def _narrowed(path: Path | str, algs: list[str], narrow: list[str] | None) -> list[str]:
     if narrow is None:
         return algs
     kept = [a for a in algs if a in narrow]
@@ -69,12 +71,16 @@ def _narrowed(path: Path, algs: list[str], narrow: list[str] | None) -> list[str
 
 
 def secret_key(path: Path, narrow: list[str] | None) -> Key:
-    secret = _read(path).rstrip()
+    return hmac_key(_read(path).rstrip(), str(path), narrow)
+
+
+def hmac_key(secret: bytes, where: str, narrow: list[str] | None) -> Key:
+    """The Key of an HMAC secret (`where` names it in errors)."""
     if b"-----BEGIN" in secret:
-        raise ConfigError(f"{path}: a PEM key is not an HMAC secret (use public_key_file for it).")
+        raise ConfigError(f"{where}: a PEM key is not an HMAC secret (use public_key_file for it).")
     if len(secret) < SECRET_MIN_BYTES:
-        raise ConfigError(f"{path}: an HMAC secret of {len(secret)} bytes; at least {SECRET_MIN_BYTES} wanted.")
-    algs = _narrowed(path, hmac_algorithms(), narrow)
+        raise ConfigError(f"{where}: an HMAC secret of {len(secret)} bytes; at least {SECRET_MIN_BYTES} wanted.")
+    algs = _narrowed(where, hmac_algorithms(), narrow)
     return Key(None, algs, hmac_verifier(secret, algs))
 
 

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 from common.broker.settings import ConfigError
 from cpython_host import mosquitto_bridge
+from cpython_host.mosquitto_goauth import GoAuth
 
 _BOOL = {"true": True, "false": False}
 # log_type -> how verbose Siskin's log must be to show it (the most verbose wins).
@@ -101,6 +102,7 @@ class _Reader:
         self.location: str | None = None
         self.where = ""
         self.bridges: list[mosquitto_bridge.Bridge] = []  # `connection` sections, in order
+        self.goauth = GoAuth()  # auth_plugin and auth_opt_* lines (mosquitto-go-auth)
 
     # ------------------------------------------------------------ messages
 
@@ -188,6 +190,8 @@ class _Reader:
                 (self.limits if table == "limits" else self.security)[name] = value
         elif option in NOTED:
             self.note(f"'{option}' has no Siskin setting: {NOTED[option]}")
+        elif option == "auth_plugin" or option.startswith("auth_opt_"):
+            self.goauth.option(self, option, args)
         else:
             self.unsupported(option, _UNSUPPORTED.get(option, _unsupported_why(option)))
 
@@ -359,6 +363,7 @@ class _Reader:
                 "subscriptions and queued messages) is not read by this conversion: "
                 "`siskin import-mosquitto-db FILE --data-dir DIR` brings it along (docs/install.md)"
             )
+        self.goauth.finish(self)
         if self.bridges:
             doc["bridge"] = [b.finish(self) for b in self.bridges]
         if self.server:
@@ -373,7 +378,7 @@ class _Reader:
 
 
 def _unsupported_why(option: str) -> str:
-    if option.startswith(("auth_opt_", "plugin_opt_")):
+    if option.startswith("plugin_opt_"):
         return "Siskin loads no plugins"
     if option.startswith("bridge_"):
         return "Siskin's [[bridge]] has no such setting"
@@ -382,7 +387,6 @@ def _unsupported_why(option: str) -> str:
 
 _UNSUPPORTED = {
     "plugin": "Siskin loads no plugins; users come from password_file, rules from acl_file",
-    "auth_plugin": "Siskin loads no plugins; users come from password_file, rules from acl_file",
     "psk_file": "TLS-PSK is not supported; use certificates",
     "psk_hint": "TLS-PSK is not supported; use certificates",
     "capath": "use cafile (one PEM file with the CAs)",
@@ -557,7 +561,11 @@ def to_toml(conv: Conversion, source: str) -> str:
     for table in ("server", "limits", "security", "log"):
         if table in doc:
             out += ["", f"[{table}]"]
-            out += [f"{k} = {_value(v)}" for k, v in doc[table].items()]
+            out += [f"{k} = {_value(v)}" for k, v in doc[table].items() if not isinstance(v, dict)]
+            for name, sub in doc[table].items():
+                if isinstance(sub, dict):  # [security.jwt], [security.http]
+                    out += ["", f"[{table}.{name}]"]
+                    out += [f"{k} = {_value(v)}" for k, v in sub.items()]
     for lst in doc.get("listener", ()):
         out += ["", "[[listener]]"]
         out += [f"{k} = {_value(v)}" for k, v in lst.items()]
