@@ -68,6 +68,17 @@ class Rig:
             cid = broker.next_dirty()
 
 
+def route_locked(rig, n):
+    """Route `n` messages with the heap locked (MicroPython): any allocation raises."""
+    gc.collect()
+    heap_lock()
+    try:
+        for _ in range(n):
+            rig.route()
+    finally:
+        micropython.heap_unlock()
+
+
 class TestZeroAllocation(unittest.TestCase):
     def test_rate_limits_on_but_not_reached_allocate_nothing(self):
         # (common/broker/ratelimit.py: a charge is list arithmetic.)
@@ -77,13 +88,7 @@ class TestZeroAllocation(unittest.TestCase):
         rig.outputs = None
         for _ in range(3):
             rig.route()
-        gc.collect()
-        heap_lock()
-        try:
-            for _ in range(20):
-                rig.route()
-        finally:
-            micropython.heap_unlock()
+        route_locked(rig, 20)
         self.assertEqual(rig.h.broker.stats.rate_held_messages, 0)
 
     def test_qos0_to_plain_subscribers_allocates_nothing_once_warm(self):
@@ -94,13 +99,7 @@ class TestZeroAllocation(unittest.TestCase):
             rig.route()  # warm: buffers at their size, topic cached
         sent = broker.stats.messages_sent
         if heap_lock is not None:
-            gc.collect()
-            heap_lock()
-            try:
-                for _ in range(20):
-                    rig.route()
-            finally:
-                micropython.heap_unlock()
+            route_locked(rig, 20)
         elif mem_alloc is not None:
             gc.collect()
             before = mem_alloc()
