@@ -99,14 +99,10 @@ SECURITY = (
 # [security.jwt] (docs/security.md "JWT logins"): on when the table is present.
 JWT: tuple[tuple[Any, ...], ...] = (
     ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
-    ("secret", None, K_STR, None, None),  # the HMAC secret itself (as mosquitto-go-auth's jwt_secret); prefer secret_file
-    (
-        "public_key_file",
-        None,
-        K_STR,
-        None,
-        None,
-    ),  # PEM public key or certificate: RSA (RS*), EC (ES256/384), Ed25519 (EdDSA)
+    ("secret", None, K_STR, None, None),  # the HMAC secret itself (go-auth's jwt_secret); prefer secret_file
+    ("public_key_file", None, K_STR, None, None),  # PEM public key or certificate: RSA, EC or Ed25519
+    ("jwks_url", None, K_STR, None, None),  # a key set (JWKS) fetched at start and kept fresh (https://)
+    ("jwks_refresh", 300, K_NUMBER, 10, None),  # s between two fetches of jwks_url (also one on an unknown kid)
     ("algorithms", [], K_LIST, None, None),  # narrow the algorithms the keys allow; [] = every one of their type
     ("token_in", "password", K_CHOICE, ("password", "username"), None),  # the CONNECT field that carries the token
     ("issuer", None, K_STR, None, None),  # the iss a token must name; not set: not checked

@@ -40,9 +40,14 @@ def load_jwt(cfg: Any, wall: Callable[[], float] | None = None) -> JwtAuth | Non
         keys.append(hmac_key(opts["secret"].encode(), f"{where} secret", narrow))
     if opts.get("public_key_file") is not None:
         keys.append(public_key(base / opts["public_key_file"], narrow))
-    if not keys:
-        raise ConfigError(f"{where}: set secret_file (or secret), or public_key_file, or both.")
-    return JwtAuth(keys, wall or time.time, opts)
+    if not keys and opts.get("jwks_url") is None:
+        raise ConfigError(f"{where}: set secret_file (or secret), public_key_file or jwks_url.")
+    jwt = JwtAuth(keys, wall or time.time, opts)
+    if opts.get("jwks_url") is not None:
+        from cpython_host.jwks import Jwks
+
+        Jwks(jwt, opts["jwks_url"], opts.get("jwks_refresh", 300), narrow).start()
+    return jwt
 
 
 def install(broker: Any, jwt: JwtAuth | None) -> None:
@@ -51,6 +56,9 @@ def install(broker: Any, jwt: JwtAuth | None) -> None:
     old = broker.jwt
     if jwt is not None and old is not None:
         jwt.by_cid, jwt.due, jwt.refused = old.by_cid, old.due, old.refused
+        fresh, before = getattr(jwt.refresh, "__self__", None), getattr(old.refresh, "__self__", None)
+        if fresh is not None and before is not None:
+            fresh.carry(before)  # (cpython_host/jwks.py: its fetch runs in a thread)
     broker.jwt = jwt
 
 
@@ -85,11 +93,9 @@ def hmac_key(secret: bytes, where: str, narrow: list[str] | None) -> Key:
 
 
 def public_key(path: Path, narrow: list[str] | None) -> Key:
+    """The Key of a PEM public key or certificate file."""
     from cryptography import x509
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+    from cryptography.hazmat.primitives import serialization
 
     pem = _read(path)
     try:
@@ -99,6 +105,17 @@ def public_key(path: Path, narrow: list[str] | None) -> Key:
             key = serialization.load_pem_public_key(pem)
     except ValueError as e:
         raise ConfigError(f"{path}: not a PEM public key or certificate ({e}).") from None
+    return key_of(key, str(path), narrow)
+
+
+def key_of(key: Any, where: str, narrow: list[str] | None, kid: str | None = None) -> Key:
+    """The Key of a `cryptography` public key: the algorithms of its type
+    (narrowed), ConfigError for a type or size JWS does not use."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
     sha: dict[str, Callable[[], hashes.HashAlgorithm]] = {
         "256": hashes.SHA256,
         "384": hashes.SHA384,
@@ -106,7 +123,7 @@ def public_key(path: Path, narrow: list[str] | None) -> Key:
     }
     if isinstance(key, rsa.RSAPublicKey):
         if key.key_size < 2048:
-            raise ConfigError(f"{path}: an RSA key of {key.key_size} bits; at least 2048 wanted.")
+            raise ConfigError(f"{where}: an RSA key of {key.key_size} bits; at least 2048 wanted.")
         algs = ["RS256", "RS384", "RS512"]
 
         def check(alg: str, data: bytes, sig: bytes) -> None:
@@ -115,7 +132,7 @@ def public_key(path: Path, narrow: list[str] | None) -> Key:
     elif isinstance(key, ec.EllipticCurvePublicKey):
         sizes = {"secp256r1": ("ES256", 32), "secp384r1": ("ES384", 48)}
         if key.curve.name not in sizes:
-            raise ConfigError(f"{path}: EC curve {key.curve.name}; JWS wants P-256 (ES256) or P-384 (ES384).")
+            raise ConfigError(f"{where}: EC curve {key.curve.name}; JWS wants P-256 (ES256) or P-384 (ES384).")
         name, size = sizes[key.curve.name]
         algs = [name]
 
@@ -133,8 +150,8 @@ def public_key(path: Path, narrow: list[str] | None) -> Key:
             key.verify(sig, data)
 
     else:
-        raise ConfigError(f"{path}: a {type(key).__name__}; JWT keys are RSA, EC P-256/P-384 or Ed25519.")
-    algs = _narrowed(path, algs, narrow)
+        raise ConfigError(f"{where}: a {type(key).__name__}; JWT keys are RSA, EC P-256/P-384 or Ed25519.")
+    algs = _narrowed(where, algs, narrow)
 
     def verify(alg: str, data: bytes, sig: bytes) -> bool:
         if alg not in algs:
@@ -145,4 +162,4 @@ def public_key(path: Path, narrow: list[str] | None) -> Key:
             return False
         return True
 
-    return Key(None, algs, verify)
+    return Key(kid, algs, verify)

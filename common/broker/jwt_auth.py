@@ -86,6 +86,11 @@ class JwtAuth:
         self.by_cid = {}
         self.due = 0  # the earliest expiry in by_cid (wall s), 0 = none
         self.refused = 0  # CONNECTs refused for their token (also in stats.login_failed)
+        # The shell's, or None: refresh() at each tick (the host's JWKS
+        # refresh: cpython_host/jwks.py), missing(kid) when no key has a
+        # token's kid (a rotated key: fetch the set again).
+        self.refresh = None
+        self.missing = None
 
     def token_of(self, pkt):
         """The CONNECT's token, or None (then the password file decides)."""
@@ -106,7 +111,9 @@ class JwtAuth:
                 if key.verify(alg, signing_input, signature):
                     why = check_claims(claims, self.wall(), self.leeway, self.issuer, self.audience, self.require_exp)
                     return claims if why is None else why
-        return "bad signature" if tried else "no key for alg %s" % alg
+        if not tried and kid is not None and self.missing is not None:
+            self.missing(kid)
+        return "bad signature" if tried else "no key for alg %s" % alg + ("" if kid is None else " and kid %s" % kid)
 
     def login(self, broker, conn, pkt, now):
         """Judge the CONNECT's token: 0 (conn.user set) or (reason, why)."""
@@ -158,6 +165,8 @@ class JwtAuth:
 
     def tick(self, broker, now, ms):
         """Close the connections whose token expired (Broker.tick)."""
+        if self.refresh is not None:
+            self.refresh()
         due = self.due
         if not due:
             return

@@ -45,7 +45,7 @@ def b64url_decode(text):
         if ch not in B64URL:
             raise ValueError("a character outside base64url")
     text = text.replace("-", "+").replace("_", "/") + "=" * (-n % 4)
-    return binascii.a2b_base64(text)
+    return binascii.a2b_base64(text.encode())  # (bytes: the wasm port's binascii takes no str)
 
 
 def _json_object(raw):

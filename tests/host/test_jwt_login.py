@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from common.broker.settings import ConfigError
 from cpython_host.jwt_keys import public_key, secret_key
-from tests.host.broker_proc import BrokerProcess, Paho, RawClient, run_cli
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient, run_cli, wait_until
 from tests.host.test_server_security import mosquitto_tool
 
 SECRET = b"0123456789abcdef0123456789abcdef-hs"
@@ -265,3 +265,145 @@ def test_bad_jwt_config_stops_startup(tmp_path: Path) -> None:
         f.write("leewy = 5\n")
     proc = run_cli("--config", str(b.config_path))
     assert proc.returncode == 2 and "[security.jwt]: unknown key 'leewy'" in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------- JWKS
+
+
+class JwksServer:
+    """A key set on loopback (the standard library's http.server in a thread)."""
+
+    def __init__(self, keys: list[dict[str, Any]]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.body = json.dumps({"keys": keys}).encode()
+        self.fetches = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                outer.fetches += 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def serve(self, keys: list[dict[str, Any]]) -> None:
+        self.body = json.dumps({"keys": keys}).encode()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def jwk_rsa(kid: str, key: Any, **more: Any) -> dict[str, Any]:
+    n = key.public_key().public_numbers()
+    return {
+        "kty": "RSA",
+        "kid": kid,
+        "n": b64url(n.n.to_bytes(256, "big")),
+        "e": b64url(n.e.to_bytes(3, "big")),
+        **more,
+    }
+
+
+def jwk_ec(kid: str, key: Any) -> dict[str, Any]:
+    n = key.public_key().public_numbers()
+    return {
+        "kty": "EC",
+        "crv": "P-256",
+        "kid": kid,
+        "x": b64url(n.x.to_bytes(32, "big")),
+        "y": b64url(n.y.to_bytes(32, "big")),
+    }
+
+
+def jwks_broker(work: Path, url: str) -> BrokerProcess:
+    b = BrokerProcess(work, security={"allow_anonymous": False})
+    with b.config_path.open("a") as f:
+        f.write(f'[security.jwt]\njwks_url = "{url}"\njwks_refresh = 10\n')
+    return b
+
+
+def signed(kid: str, alg: str, key: Any) -> str:
+    return token(claims(), alg, key, header={"alg": alg, "kid": kid})
+
+
+def connack_for(b: BrokerProcess, tok: str) -> bytes:
+    c = RawClient(b.port)
+    try:
+        return c.connect("jwks", username="alice", password=tok.encode())
+    finally:
+        c.close()
+
+
+def test_jwks_keys_and_their_rotation(tmp_path: Path) -> None:
+    k1 = RSA_KEY
+    k2 = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    kec = ec.generate_private_key(ec.SECP256R1())
+    server = JwksServer([jwk_rsa("k1", k1), jwk_ec("kec", kec)])
+    try:
+        with jwks_broker(tmp_path, server.url) as b:
+            b.wait_log(r"JWKS http://127\.0\.0\.1:\d+/jwks\.json: 2 key\(s\) \(kid k1, kec\)")
+            assert connack_for(b, signed("k1", "RS256", k1)) == b"\x00\x00"
+            assert connack_for(b, signed("kec", "ES256", kec)) == b"\x00\x00"
+            # The issuer rotates to k2: a token naming it makes the broker fetch
+            # again (at most once per 10 s); refused until the new set is in.
+            server.serve([jwk_rsa("k2", k2)])
+            new = signed("k2", "RS256", k2)
+            wait_until(lambda: connack_for(b, new) == b"\x00\x00", 30, "the rotated key taken")
+            b.wait_log(r"bad token: no key for alg RS256 and kid k2")
+            b.wait_log(r"JWKS http://127\.0\.0\.1:\d+/jwks\.json: 1 key\(s\) \(kid k2\)")
+            assert connack_for(b, signed("k1", "RS256", k1)) == b"\x00\x04"  # k1 is gone
+            assert "Traceback" not in b.log_text()
+    finally:
+        server.stop()
+
+
+def test_a_forged_key_set_cannot_add_an_hmac_secret(tmp_path: Path) -> None:
+    secret = b"an attacker's secret of 32 bytes!!"
+    forged = [
+        {"kty": "oct", "kid": "evil", "k": b64url(secret)},  # a symmetric key from a URL: never
+        jwk_rsa("confused", RSA_KEY, alg="HS256"),  # an RSA key "for HS256": never
+        {"kty": "RSA", "kid": "broken", "n": "!!", "e": "AQAB"},
+        jwk_rsa("ok", RSA_KEY, use="enc"),  # not for signatures
+    ]
+    server = JwksServer(forged)
+    try:
+        with jwks_broker(tmp_path, server.url) as b:
+            b.wait_log(r"JWKS http://127\.0\.0\.1:\d+/jwks\.json: 0 key\(s\)")
+            for kid, why in (
+                ("evil", "kty 'oct'"),
+                ("confused", "none of algorithms \\['HS256'\\]"),
+                ("broken", "unreadable"),
+                ("ok", "use 'enc'"),
+            ):
+                b.wait_log(rf"key left out: JWK '{kid}': .*{why}")
+            assert (
+                connack_for(b, token(claims(), "HS256", secret, header={"alg": "HS256", "kid": "evil"})) == b"\x00\x04"
+            )
+            assert (
+                connack_for(
+                    b, token(claims(), "HS256", pem(RSA_KEY.public_key()), header={"alg": "HS256", "kid": "confused"})
+                )
+                == b"\x00\x04"
+            )
+            assert connack_for(b, signed("confused", "RS256", RSA_KEY)) == b"\x00\x04"
+    finally:
+        server.stop()
+
+
+def test_key_set_away_at_start(tmp_path: Path) -> None:
+    server = JwksServer([])
+    url = server.url
+    server.stop()  # gone: the broker starts without those keys, and says so
+    with jwks_broker(tmp_path, url) as b:
+        b.wait_log(r"JWKS http://127\.0\.0\.1:\d+/jwks\.json: URLError: .*; keeping the 0 key\(s\) in force")
+        assert connack_for(b, signed("k1", "RS256", RSA_KEY)) == b"\x00\x04"
