@@ -19,7 +19,9 @@
 # not slow down: it is disconnected (v5 DISCONNECT 0x96 Message rate too
 # high, 3.1.1 close), counted in closed_rate_limited. rate_grace 0: never
 # (back-pressure only). Each hold is counted by cause (rate_held_messages,
-# _bytes, _subscribes) and logged, at most one line a second.
+# _bytes, _subscribes) and logged, at most one line a second. A bridge's
+# local client (routing.unthrottled: what comes down from its upstream) is
+# not limited here.
 
 from common.broker.connection import CONNECTED
 
@@ -61,8 +63,8 @@ class RateLimits:
         bytes, 2: a SUBSCRIBE's filters); hold the client back once it is
         in debt."""
         rate = self.rates[cause]
-        if not rate:
-            return
+        if not rate or conn.session.client_id in broker.routing.unthrottled:
+            return  # (a bridge's local client: its upstream is paced there)
         cid = conn.cid
         bucket = self.tokens[cause]
         left = bucket[cid] - amount

@@ -145,3 +145,31 @@ class TestRateLimits(unittest.TestCase):
         c.connect("next")
         self.assertEqual(h.broker.rates.tokens[0][c.cid], 3)
         self.assertEqual(h.broker.rates.held[c.cid], 0)
+
+
+class TestBridgeIsNotLimited(unittest.TestCase):
+    def test_what_comes_down_a_bridge_is_not_held_back(self):
+        # The bridge's local client publishes what its upstream sends; it is
+        # registered in routing.unthrottled (as common/bridge/runner.py does).
+        from tests.core.test_bridge import Pair
+
+        p = Pair(edge=Harness(rate_messages=2, rate_grace=1), protocol=5)
+        p.edge.broker.routing.unthrottled.append(p.bridge.local.client_id)
+        p.connect_up()
+        dev = p.edge.client(5)
+        dev.connect("dev")
+        dev.subscribe("down/#", 1)
+        cmd = p.cloud.client(4)
+        cmd.connect("cmd")
+        for i in range(10):
+            cmd.publish("cmd/edge1/x", b"%d" % i, 1, packet_id=i + 1)
+            p.settle()
+        got = [m.payload for m in dev.take() if m.ptype == C.PUBLISH]
+        self.assertEqual(got, [b"%d" % i for i in range(10)])
+        self.assertEqual(p.edge.broker.stats.rate_held_messages, 0)
+        # Without the registration the same flow is held back (the test can fail).
+        p.edge.broker.routing.unthrottled.remove(p.bridge.local.client_id)
+        for i in range(10, 20):
+            cmd.publish("cmd/edge1/x", b"%d" % i, 1, packet_id=i + 1)
+            p.settle()
+        self.assertGreater(p.edge.broker.stats.rate_held_messages, 0)
