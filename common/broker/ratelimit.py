@@ -130,6 +130,15 @@ class RateLimits:
                 released = True
         if released:
             broker.throttle_changed = True
+        if throttled:
+            # Clients held back here are not publishers waiting for a slow
+            # subscriber: they must not start the broker's THROTTLE_MAX_S
+            # escape (which reads everyone again and suspends the queue
+            # throttle). Only a queue hold among them lets its clock run.
+            for cid in throttled:
+                if cid >= len(self.hit) or not self.hit[cid]:
+                    return
+            broker.throttled_since = now
 
     def _close(self, broker, conn, now):
         broker.stats.closed_rate_limited += 1

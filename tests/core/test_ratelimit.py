@@ -173,3 +173,21 @@ class TestBridgeIsNotLimited(unittest.TestCase):
             cmd.publish("cmd/edge1/x", b"%d" % i, 1, packet_id=i + 1)
             p.settle()
         self.assertGreater(p.edge.broker.stats.rate_held_messages, 0)
+
+
+class TestQueueThrottleUntouched(unittest.TestCase):
+    def test_rate_holds_do_not_start_the_throttle_escape(self):
+        # (Broker.tick: publishers held 30 s for a slow subscriber are read
+        # again and the queue throttle is suspended; a rate hold is not that.)
+        h = Harness(rate_messages=2, rate_grace=0)
+        pub = h.client()
+        pub.connect("p")
+        lines = []
+        h.broker.set_logger(lambda level, text: lines.append(text))
+        for _ in range(40):
+            burst(pub, 5)
+            h.advance(1)
+            release(h)
+        self.assertFalse(pub.closed)
+        self.assertEqual(h.broker.throttle_off_until, 0)
+        self.assertFalse([x for x in lines if "does not catch up" in x])
