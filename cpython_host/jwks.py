@@ -1,5 +1,7 @@
-"""A JWT issuer's key set (JWKS, RFC 7517) fetched from `jwks_url` and kept
-fresh ([security.jwt] jwks_url, jwks_refresh).
+"""Public keys for JWT logins: `key_of` binds a `cryptography` public key
+(a PEM file's, cpython_host/jwt_keys.py, or a JWK's) to the algorithms of
+its type; `Jwks` is an issuer's key set (JWKS, RFC 7517) fetched from
+`jwks_url` and kept fresh ([security.jwt] jwks_url, jwks_refresh).
 
 Theory of operation. At start the set is fetched once (before the event
 loop runs; a failure is logged and the broker starts without those keys).
@@ -27,6 +29,7 @@ import logging
 import ssl
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from common.broker.jwt_auth import JwtAuth, Key
@@ -46,8 +49,6 @@ def _b64int(text: str) -> int:
 def key_from_jwk(jwk: Any, narrow: list[str] | None) -> Key:
     """The Key of one JWK; ConfigError (why) when it is left out."""
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-
-    from cpython_host.jwt_keys import key_of
 
     if not isinstance(jwk, dict):
         raise ConfigError("not a JSON object")
@@ -77,6 +78,73 @@ def key_from_jwk(jwk: Any, narrow: list[str] | None) -> Key:
     if alg is not None:
         narrow = [alg] if narrow is None or alg in narrow else []
     return key_of(key, where, narrow, kid if isinstance(kid, str) else None)
+
+
+def narrowed(path: str, algs: list[str], narrow: list[str] | None) -> list[str]:
+    """`algs` that `narrow` (None: all) keeps; ConfigError when none."""
+    if narrow is None:
+        return algs
+    kept = [a for a in algs if a in narrow]
+    if not kept:
+        raise ConfigError(f"{path}: this key verifies {', '.join(algs)}, none of algorithms {narrow}.")
+    return kept
+
+
+def key_of(key: Any, where: str, narrow: list[str] | None, kid: str | None = None) -> Key:
+    """The Key of a `cryptography` public key: the algorithms of its type
+    (narrowed), ConfigError for a type or size JWS does not use."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    sha: dict[str, Callable[[], hashes.HashAlgorithm]] = {
+        "256": hashes.SHA256,
+        "384": hashes.SHA384,
+        "512": hashes.SHA512,
+    }
+    if isinstance(key, rsa.RSAPublicKey):
+        if key.key_size < 2048:
+            raise ConfigError(f"{where}: an RSA key of {key.key_size} bits; at least 2048 wanted.")
+        algs = ["RS256", "RS384", "RS512"]
+
+        def check(alg: str, data: bytes, sig: bytes) -> None:
+            key.verify(sig, data, padding.PKCS1v15(), sha[alg[2:]]())
+
+    elif isinstance(key, ec.EllipticCurvePublicKey):
+        sizes = {"secp256r1": ("ES256", 32), "secp384r1": ("ES384", 48)}
+        if key.curve.name not in sizes:
+            raise ConfigError(f"{where}: EC curve {key.curve.name}; JWS wants P-256 (ES256) or P-384 (ES384).")
+        name, size = sizes[key.curve.name]
+        algs = [name]
+
+        def check(alg: str, data: bytes, sig: bytes) -> None:
+            if len(sig) != 2 * size:
+                raise InvalidSignature
+            r = int.from_bytes(sig[:size], "big")
+            s = int.from_bytes(sig[size:], "big")
+            key.verify(encode_dss_signature(r, s), data, ec.ECDSA(sha[alg[2:]]()))
+
+    elif isinstance(key, ed25519.Ed25519PublicKey):
+        algs = ["EdDSA"]
+
+        def check(alg: str, data: bytes, sig: bytes) -> None:
+            key.verify(sig, data)
+
+    else:
+        raise ConfigError(f"{where}: a {type(key).__name__}; JWT keys are RSA, EC P-256/P-384 or Ed25519.")
+    algs = narrowed(where, algs, narrow)
+
+    def verify(alg: str, data: bytes, sig: bytes) -> bool:
+        if alg not in algs:
+            return False
+        try:
+            check(alg, data, sig)
+        except InvalidSignature:
+            return False
+        return True
+
+    return Key(kid, algs, verify)
 
 
 class Jwks:
