@@ -186,12 +186,13 @@ def test_offline_grace(tmp_path: Path, auth: AuthServer) -> None:
         assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
         assert connack(b, "alice", "guess", "dev1") == b"\x00\x03"  # not her credentials: out
         assert connack(b, "eve", "x", "dev1") == b"\x00\x03"  # unknown: out
+        assert connack(b, "alice", "wonderland", "dev2") == b"\x00\x03"  # her allow was for client id dev1 only
         b.wait_log(
             r"auth hook unreachable \(ConnectionRefusedError.*user alice, client id dev1, .* let in on a cached allow"
         )
         b.wait_log(r"auth hook unreachable \(ConnectionRefusedError.*user eve, client id dev1, .* has no cached allow")
         sys_value(watch, "$SYS/broker/clients/auth_offline/allowed", "2")
-        sys_value(watch, "$SYS/broker/clients/auth_offline/refused", "2")
+        sys_value(watch, "$SYS/broker/clients/auth_offline/refused", "3")
         watch.close()
 
 
