@@ -96,6 +96,34 @@ SECURITY = (
     *COMMON_SECURITY,  # password_file, acl_file, allow_anonymous
     ("acl", None, K_LIST, None, None),  # the acl_file rules as tables: {user, topic | pattern, access}
 )
+# [security.jwt] (docs/security.md "JWT logins"): on when the table is present.
+JWT: tuple[tuple[Any, ...], ...] = (
+    ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
+    ("secret", None, K_STR, None, None),  # the HMAC secret itself (go-auth's jwt_secret); prefer secret_file
+    ("public_key_file", None, K_STR, None, None),  # PEM public key or certificate: RSA, EC or Ed25519
+    ("jwks_url", None, K_STR, None, None),  # a key set (JWKS) fetched at start and kept fresh (https://)
+    ("jwks_refresh", 300, K_NUMBER, 10, None),  # s between two fetches of jwks_url (also one on an unknown kid)
+    ("algorithms", [], K_LIST, None, None),  # narrow the algorithms the keys allow; [] = every one of their type
+    ("token_in", "password", K_CHOICE, ("password", "username"), None),  # the CONNECT field that carries the token
+    ("issuer", None, K_STR, None, None),  # the iss a token must name; not set: not checked
+    ("audience", None, K_STR, None, None),  # a value a token's aud must hold; not set: not checked
+    ("leeway", 0, K_INT, 0, 3600),  # s of clock skew allowed on exp and nbf
+    ("require_exp", True, K_BOOL, None, None),  # refuse tokens without exp
+    ("user_claim", "sub", K_STR, None, None),  # the claim that names the user
+    ("acl_claim", "acl", K_STR, None, None),  # the claim {publish: [...], subscribe: [...]} of ACL rules
+    ("max_token_bytes", 4096, K_INT, 256, 65536),  # longer tokens are refused before parsing
+)
+# [security.http] (docs/security.md "The HTTP auth hook"): on when the table is present.
+AUTH_HOOK: tuple[tuple[Any, ...], ...] = (
+    ("url", "", K_STR, None, None),  # where each CONNECT's check is POSTed (http:// or https://); required
+    ("timeout", 2.0, K_NUMBER, 0.05, 30),  # s for the whole answer; then "no answer"
+    ("cache_ttl", 300, K_NUMBER, 0, None),  # s an allow is used without asking again
+    ("negative_ttl", 30, K_NUMBER, 0, None),  # s a refusal is used without asking again
+    ("offline_grace", 600, K_NUMBER, 0, None),  # s an allow still lets its client in while the service does not answer
+    ("response", "json", K_CHOICE, ("json", "status"), None),  # "status": any 2xx allows, 4xx refuses
+    ("max_pending", 64, K_INT, 1, 10000),  # checks in flight at most; one more is "no answer"
+    ("cache_entries", 10000, K_INT, 1, None),  # answers kept (the oldest goes first)
+)
 # [http] (docs/monitoring.md): on when the table is present.
 HTTP_AUTH = ("auto", "basic")
 HTTP: tuple[tuple[Any, ...], ...] = (
@@ -377,7 +405,19 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
     security = doc.get("security", {})
     acl = security.get("acl")
     # The rules are tables: checked by Acl.from_rules, not as a list of strings.
-    cfg.security = check(f"{path}: [security]", {k: v for k, v in security.items() if k != "acl"}, SECURITY)
+    cfg.security = check(
+        f"{path}: [security]", {k: v for k, v in security.items() if k not in ("acl", "jwt", "http")}, SECURITY
+    )
+    if "jwt" in security:
+        if not isinstance(security["jwt"], dict):
+            raise ConfigError(f"{path}: [security] jwt wants a table [security.jwt].")
+        cfg.security["jwt"] = check(f"{path}: [security.jwt]", security["jwt"], JWT)
+    if "http" in security:
+        if not isinstance(security["http"], dict):
+            raise ConfigError(f"{path}: [security] http wants a table [security.http].")
+        hook = cfg.security["http"] = check(f"{path}: [security.http]", security["http"], AUTH_HOOK)
+        if not str(hook.get("url", "")).startswith(("http://", "https://")):
+            raise ConfigError(f"{path}: [security.http]: url wants http://HOST[:PORT]/PATH or https://...; set it.")
     if acl is not None:
         if not isinstance(acl, list):
             raise ConfigError(f"{path}: [security]: acl wants a list of tables {{user, topic | pattern, access}}.")

@@ -237,6 +237,12 @@ class Bridge:
         self.last_error = ""
         self.rate_mark = (0, 0)  # (ticks, sent) of the last rate figure
         self.rate = 0  # messages acknowledged upstream per second, over the last sys interval
+        self.pacer = None  # pacing.Pacer: egress paced (publish_rate, bytes_rate or the profile's)
+        rates = (p.publish_rate if s.publish_rate < 0 else s.publish_rate, p.bytes_rate if s.bytes_rate < 0 else s.bytes_rate)
+        if rates[0] or rates[1]:
+            from common.bridge.pacing import Pacer
+
+            self.pacer = Pacer(rates[0], rates[1], s.window)
 
     # ------------------------------------------------------------ local side
 
@@ -364,6 +370,18 @@ class Bridge:
                 return
             if state >= 0:
                 return  # sent again after a reconnect: the copy held goes up (its ack acks both)
+        if self.pacer is not None:  # (pacing.py: it may have to wait its turn)
+            verdict = self.pacer.defer(pkt, self.local.now, self.up.state == CONNECTED)
+            if verdict:
+                if verdict == 2:  # (pacing.DROP: a QoS 0 message over the window)
+                    self.departed += 1
+                    self.dropped += 1
+                return
+        self._send_up(pkt)
+
+    def _send_up(self, pkt):
+        """Send a message from this broker up (mapped, checked, dead-lettered)."""
+        pid = pkt.packet_id
         topic = pkt.topic
         remote = None
         rule = None
@@ -515,6 +533,8 @@ class Bridge:
         self._state()
 
     def _up_connected(self, present):
+        if self.pacer is not None:  # what its client resends at once counts (pacing.py)
+            self.pacer.charge(len(self.up.inflight), sum([len(m.payload) for m in self.up.inflight]))
         self.reached = True
         self.failures = 0
         self.last_error = ""
@@ -581,6 +601,8 @@ class Bridge:
         up = self.up
         due = up.tick(ms)
         due = ticks_sooner(due, self.local.tick(ms))
+        if self.pacer is not None and self.pacer.waiting and up.state == CONNECTED:
+            due = ticks_sooner(due, self.pacer.drain(ms, self._send_up))
         if up.state == DISCONNECTED and self.close_wanted is None and not self.paused:
             due = ticks_sooner(due, self.retry_at)
         if self.renew_at and up.state == CONNECTED:

@@ -12,7 +12,8 @@ a profile needs at start; `refusal()` checks each message on its way up.
     aws     AWS IoT Core: X.509 client certificate over TLS (ALPN
             x-amzn-mqtt-ca on port 443), QoS <= 1, no bridge bit; a topic of
             at most 256 bytes and 7 "/" (past a "$aws/rules/<rule>/" prefix),
-            no other "$" topic, a payload of at most 128 KB
+            no other "$" topic, a payload of at most 128 KB; egress paced
+            at 90 publishes/s and 460 KB/s (its quotas: 100/s, 512 KB/s)
     azure   Azure IoT Hub: 3.1.1, QoS <= 1, no retain, no bridge bit; the
             user name "<hub>/<device>/?api-version=...", the password a SAS
             token signed from the device key and renewed before it expires;
@@ -44,6 +45,9 @@ class Profile:
         self.tls = False  # TLS required (settings.py)
         self.user = False  # user name and password required (settings.py)
         self.certificate = False  # a client certificate required (settings.py)
+        # Egress pacing (pacing.py) when the bridge's publish_rate / bytes_rate are not set; 0 = none.
+        self.publish_rate = 0
+        self.bytes_rate = 0
 
     def refusal(self, topic, payload, up):
         """Why the upstream would refuse this message (None: it takes it). `up`:
@@ -117,6 +121,11 @@ def _table():
     aws.exempt = "$aws/rules/"
     aws.dollar_ok = "$aws/"
     aws.max_payload = 131072
+    # AWS IoT Core allows 100 publishes/s and 512 KB/s per connection, and
+    # disconnects beyond: paced at 90 % of each (its clock and ours differ,
+    # and TCP may bunch what we space out).
+    aws.publish_rate = 90
+    aws.bytes_rate = 471859
     aws.tls = True
     aws.certificate = True
     azure = Azure("azure", level=4, max_qos=1, bridge_bit=False, retain=False)

@@ -51,6 +51,8 @@ BRIDGE = (
     ),  # mqtt | nats | aws | azure | hosted: what the upstream takes (docs/bridge.md, "Profiles")
     ("max_inflight", 20, K_INT, 1, 65535),  # messages sent up and not yet acknowledged
     ("window", 32, K_INT, 1, 65535),  # messages this broker hands the bridge before their ack (the rest stay queued)
+    ("publish_rate", -1, K_INT, -1, None),  # publishes/s up at most (pacing); -1 = the profile's (aws: 90), 0 = none
+    ("bytes_rate", -1, K_INT, -1, None),  # topic + payload bytes/s up at most; -1 = the profile's (aws: 471859), 0 = none
     ("local_client_id", "", K_STR, None, None),  # the local session's client id ("" = "siskin-bridge-<name>")
     ("backoff_min", 1.0, K_NUMBER, 0.1, None),  # s before the first retry; doubles per failure
     ("backoff_max", 10.0, K_NUMBER, 0.1, None),  # s at most between attempts (half of it random)

@@ -230,6 +230,13 @@ class Broker:
         self.allow_anonymous = None
         self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
         self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
+        self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
+        self.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
+        self.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*)
+        if s.rate_messages or s.rate_bytes or s.rate_subscribes:
+            from common.broker.ratelimit import RateLimits
+
+            self.rates = RateLimits(s, s.max_connections + REFUSAL_SLOTS)
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
         # Reused for every PUBLISH and ack received (decode_packet_into)
         # and the warm topic names: none of them is allocated per message.
@@ -289,6 +296,8 @@ class Broker:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
         self.output.opened(conn.cid)
+        if self.rates is not None:
+            self.rates.opened(conn.cid, now)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -401,6 +410,10 @@ class Broker:
             self.session_due = session_life.run_session_timers(self, now)
         if self.replaying:
             replay.close_stalled(self, now)
+        if self.jwt is not None:
+            self.jwt.tick(self, now, ms)  # tokens that expired during their session
+        if self.rates is not None:
+            self.rates.tick(self, now)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.

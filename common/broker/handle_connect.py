@@ -82,12 +82,18 @@ class Found:
     authentication method to start, a restored session it claims."""
 
     def __init__(self, conn, pkt):
+        self.cid = conn.cid
         self.user = conn.user  # (a SCRAM exchange's, or None)
         self.client_id = pkt.client_id
         self.assigned = False
         self.acl = None
         self.method = None
         self.claim = None
+        # What a JWT or an auth hook's allow brought (login.py): its rules
+        # (a granted.shape()), the token's expiry, which of the two.
+        self.granted = None
+        self.expiry = None
+        self.source = None
 
 
 def _check_level(broker, conn, pkt, found, now):
@@ -167,7 +173,8 @@ def _check_owner(broker, conn, pkt, found, now):
                 return C.RC_NOT_AUTHORIZED, why
     # Its ACL rules, before the will is judged by them; a resumed session's
     # subscriptions are re-checked when it is taken.
-    found.acl = login.rules_for(broker, found.user, conn.peer, found.client_id)
+    brought = (found.granted, found.source.RULES_FROM) if found.granted is not None else None
+    found.acl = login.rules_for(broker, found.user, conn.peer, found.client_id, brought)
     return None
 
 
@@ -235,7 +242,12 @@ def accept(broker, conn, pkt, now, auth_out):
         verdict = check(broker, conn, pkt, found, now)
         if verdict is not None:
             break
-    if verdict is _WAIT:
+    if verdict is not None and not verdict[0]:
+        # It waits: for its AUTH exchange (found.method), or for the answer
+        # of an auth service outside (external_auth.py), kept meanwhile.
+        if found.method is None:
+            conn.extra().pending = pkt
+            return
         # (Loaded with the methods by the Broker: no import from the network.)
         from common.broker import enhanced_auth
 
@@ -245,6 +257,9 @@ def accept(broker, conn, pkt, now, auth_out):
         refuse(broker, conn, verdict[0], now, verdict[1])
         return
     _apply(conn, pkt, found)
+    for extra in (broker.jwt, broker.hook):
+        if extra is not None:
+            extra.attach(conn, found)  # (its expiry, its rules at a reload)
     _take_session(broker, conn, pkt, now, found.assigned, auth_out)
 
 
@@ -402,6 +417,8 @@ def handle_auth(broker, conn, pkt, now):
         if not conn.connect_pending():
             broker.close(conn, now, publish_will=False)  # [MQTT-3.1.0-1] the first packet must be CONNECT
             return
+        if conn.extras.method is None:
+            raise ProtocolError("AUTH without an authentication method")  # (waits for an auth hook) [MQTT-4.12.0-1]
         from common.broker import enhanced_auth  # (loaded: an exchange's method is set only there)
 
         connect = conn.extras.pending

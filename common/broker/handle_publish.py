@@ -43,6 +43,10 @@ def handle_publish(broker, conn, pkt, now):
     st = broker.stats
     st.messages_received += 1
     st.received_by_qos[qos] += 1
+    rates = broker.rates
+    if rates is not None:  # (ratelimit.py: charged now, held back once in debt)
+        rates.charge(broker, conn, 0, 1, now)
+        rates.charge(broker, conn, 1, conn.reader.stop - conn.reader.start, now)
     by_client = st.by_client
     if by_client is not None:
         by_client.received[conn.cid] += 1

@@ -24,6 +24,8 @@ def handle_subscribe(broker, conn, pkt, now):
         sub_id = prop_get(pkt.props, C.PROP_SUBSCRIPTION_IDENTIFIER, 0)
         if sub_id and not broker.settings.subscription_identifiers:
             raise MqttError(C.RC_SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED, "no subscription identifiers")
+    if broker.rates is not None:
+        broker.rates.charge(broker, conn, 2, len(pkt.topics), now)  # (ratelimit.py)
     codes = []
     owed = []  # the subscriptions that get retained messages
     for flt, options in pkt.topics:

@@ -6,7 +6,9 @@
 # its protocol checks. The client's user is, in this order: the user a v5
 # SCRAM exchange proved (conn.user, set by enhanced_auth), the identity of
 # its TLS client certificate (the shell's peer[1], for a listener with
-# use_identity_as_username), or the CONNECT's user name checked against the
+# use_identity_as_username), a signed token's user (broker.jwt, set by the
+# shell: jwt_auth.py), the CONNECT's user name as a service outside says
+# (broker.hook: external_auth.py), or its user name checked against the
 # password file. A wrong password and an unknown user get the same answer
 # (3.1.1 CONNACK 0x04, v5 0x86) after the same work (Users.check). Without
 # a password file a user name cannot be checked, so it is not believed: the
@@ -98,6 +100,10 @@ def login(broker, peer, pkt, found, now):
         pass  # proved by enhanced authentication (SCRAM)
     elif identity is not None:
         found.user = identity  # proved by the TLS client certificate
+    elif broker.jwt is not None and broker.jwt.token_of(pkt) is not None:
+        return broker.jwt.login(broker, peer, pkt, found)  # a signed token (jwt_auth.py)
+    elif broker.hook is not None and pkt.username is not None:
+        return broker.hook.login(broker, peer, pkt, found)  # asked outside (external_auth.py)
     elif users is not None and (pkt.username is not None or pkt.password is not None):
         from common.broker.secured import check_password, held_why  # (loaded with the users)
 
@@ -137,29 +143,46 @@ def _user_text(user):
     return "(anonymous)" if user is None else user
 
 
-def client_rules(broker, user, peer, client_id):
-    """The ACL rules of a client (None without an ACL): its user's and client
-    id's; a bridge's own local connection (`peer` with the address "bridge
-    NAME" its runner registered in broker.bridge_grants, with a callable
-    that gives its grants: no socket has such an address) is also let read
-    its "out" filters and write its "in" topics, so an ACL written for
-    devices cannot silently stop a bridge; a deny rule for user bridge:NAME
-    still wins (docs/bridge.md)."""
+def client_rules(broker, user, peer, client_id, brought=None):
+    """The ACL rules of a client (None without an ACL and nothing brought):
+    its user's and client id's; a bridge's own local connection (`peer`
+    with the address "bridge NAME" its runner registered in
+    broker.bridge_grants, with a callable that gives its grants: no socket
+    has such an address) is also let read its "out" filters and write its
+    "in" topics, so an ACL written for devices cannot silently stop a
+    bridge; a deny rule for user bridge:NAME still wins (docs/bridge.md).
+    `brought`: (rules, source) a login brought (a JWT's claim, an auth
+    hook's answer: granted.py), put after the file's rules."""
     acl = broker.acl
-    if acl is None:
-        return None
-    rules = acl.for_client(user, client_id)
-    own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
-    if own is not None:
-        from common.broker.acl import ClientAcl
+    rules = None
+    if acl is not None:
+        rules = acl.for_client(user, client_id)
+        own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
+        if own is not None:
+            from common.broker.acl import ClientAcl
 
-        rules = ClientAcl(own() + rules.rules)
+            rules = ClientAcl(own() + rules.rules)
+    if brought is not None:
+        from common.broker import granted
+
+        rules = granted.add(broker, rules, user, client_id, brought[0], brought[1])
     return rules
 
 
-def rules_for(broker, user, peer, client_id):
+def brought_by(broker, conn):
+    """(rules, source) the connection's login brought (a JWT's claim, an
+    auth hook's answer), or None."""
+    for extra in (broker.jwt, broker.hook):
+        if extra is not None:
+            rules = extra.granted(conn)
+            if rules is not None:
+                return rules, extra.RULES_FROM
+    return None
+
+
+def rules_for(broker, user, peer, client_id, brought=None):
     """A CONNECT's rules (client_rules), the log line said when a pattern left it none."""
-    rules = client_rules(broker, user, peer, client_id)
+    rules = client_rules(broker, user, peer, client_id, brought)
     if rules is not None and rules.refused is not None:
         broker.log(
             30,

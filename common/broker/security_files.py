@@ -34,9 +34,9 @@ def load_security(read, password_file=None, acl_file=None, acl_rules=None, rules
 def set_security(broker, users, acl, allow_anonymous, now):
     """Install users (users.Users or None), rules (acl.Acl or None) and the
     anonymous switch (True, False, None = not set); re-check connected clients."""
-    from common.broker.login import client_rules
+    from common.broker.login import brought_by, client_rules
 
-    if users is not None or acl is not None:
+    if users is not None or acl is not None or broker.jwt is not None or broker.hook is not None:
         # Loaded here, with the users or the rules (start-up, reload), so
         # that no CONNECT has to load it; a broker without either never does.
         from common.broker import secured
@@ -47,7 +47,7 @@ def set_security(broker, users, acl, allow_anonymous, now):
         session = conn.session
         if session is None or session.conn is not conn:
             continue
-        conn.acl = client_rules(broker, conn.user, conn.peer, session.client_id)
+        conn.acl = client_rules(broker, conn.user, conn.peer, session.client_id, brought_by(broker, conn))
         if conn.acl is not None:
             secured.recheck(broker, conn, session, now)
     if acl is not None:

@@ -95,6 +95,13 @@ LIMITS = (
     ("queue_qos0_offline", False, K_BOOL, None, None),  # queue QoS 0 for offline persistent sessions
     ("max_retained", 10000, K_INT, 0, None),  # retained messages; beyond it new ones are dropped and counted
     ("max_retained_bytes", 16777216, K_INT, 0, None),  # payload bytes of the retained messages
+    # -- rate limits per client (docs/limits.md "Rate limits"), 0 = off --
+    ("rate_messages", 0, K_INT, 0, None),  # PUBLISHes/s one client may send
+    ("rate_bytes", 0, K_INT, 0, None),  # PUBLISH bytes/s one client may send
+    ("rate_subscribes", 0, K_INT, 0, None),  # topic filters/s one client may subscribe
+    # s a client may stay over them (held back, not read) before v5 DISCONNECT
+    # 0x96 / 3.1.1 close; 0 = never (back-pressure only)
+    ("rate_grace", 10, K_INT, 0, None),
     # -- v5 capabilities announced in CONNACK --
     ("maximum_qos", 2, K_INT, 0, 2),  # highest QoS accepted
     ("retain_available", True, K_BOOL, None, None),

@@ -33,6 +33,14 @@ STATS_COUNTERS = (
     "tls_failed",  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
     "websocket_refused",  # host WebSocket listeners: upgrades refused, connections closed for bad frames
     "closed_out_of_memory",  # closed: handling their packet ran out of heap (MemoryError; boards)
+    "closed_token_expired",  # closed: their JWT expired during the session (jwt_auth.py)
+    "auth_offline_allowed",  # let in on a cached allow while the auth hook was unreachable
+    "auth_offline_refused",  # refused: the auth hook was unreachable and nothing cached allowed them
+    # Rate limits (ratelimit.py): clients held back (not read) for a while, by cause; closed.
+    "rate_held_messages",
+    "rate_held_bytes",
+    "rate_held_subscribes",
+    "closed_rate_limited",
 )
 
 
@@ -66,6 +74,13 @@ class Stats:
     tls_failed: int
     websocket_refused: int
     closed_out_of_memory: int
+    closed_token_expired: int
+    auth_offline_allowed: int
+    auth_offline_refused: int
+    rate_held_messages: int
+    rate_held_bytes: int
+    rate_held_subscribes: int
+    closed_rate_limited: int
 
     def __init__(self):
         for name in STATS_COUNTERS:

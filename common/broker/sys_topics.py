@@ -83,6 +83,13 @@ SYS_FIGURES = (
     ("clients/tls_failed", "tls_failed"),  # TLS handshakes that failed or stalled (no MQTT reached the core)
     ("clients/websocket_refused", "websocket_refused"),  # WebSocket upgrades refused, bad frames (host)
     ("clients/closed/out_of_memory", "closed_out_of_memory"),  # their packet found no heap (boards)
+    ("clients/closed/token_expired", "closed_token_expired"),  # their JWT expired during the session
+    ("clients/auth_offline/allowed", "auth_offline_allowed"),  # auth hook unreachable: let in on a cached allow
+    ("clients/auth_offline/refused", "auth_offline_refused"),  # auth hook unreachable: refused, nothing cached
+    ("clients/rate_held/messages", "rate_held_messages"),  # clients held back (not read): over rate_messages
+    ("clients/rate_held/bytes", "rate_held_bytes"),  # over rate_bytes
+    ("clients/rate_held/subscribes", "rate_held_subscribes"),  # over rate_subscribes
+    ("clients/closed/rate_limited", "closed_rate_limited"),  # over their rates for rate_grace s: closed (0x96)
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("subscriptions/count", "subscriptions"),

@@ -20,6 +20,7 @@ from typing import Any
 from common import VERSION
 from common.broker.settings import LOG_LEVEL_NAMES
 from cpython_host import logtext
+from cpython_host.auth.jwt_keys import load_jwt
 from cpython_host.cli import summary
 from cpython_host.compat import run
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
@@ -313,6 +314,7 @@ def main(argv: Sequence[str]) -> int:
         else:
             cfg = load_config(args.config)
         security = load_security(cfg)
+        jwt = load_jwt(cfg)
     except ConfigError as e:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
@@ -371,6 +373,11 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as e:  # e.g. a malformed scram_users line
         print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
         return 2
+    driver.broker.jwt = jwt
+    if "http" in cfg.security:
+        from cpython_host.auth.http_hook import HttpAuth
+
+        HttpAuth(driver, cfg.security["http"]).install()
     driver.set_security(*security)
     if cfg.warm_up:
         from cpython_host.runtime.warmup import warm_up

@@ -50,6 +50,7 @@ from typing import Any, ClassVar
 
 from common.broker.settings import ConfigError
 from cpython_host.mosquitto import bridge as mosquitto_bridge
+from cpython_host.mosquitto.goauth import GoAuth
 
 _BOOL = {"true": True, "false": False}
 # log_type -> how verbose Siskin's log must be to show it (the most verbose wins).
@@ -118,6 +119,7 @@ class _Reader:
         self.where = ""
         self.bridges: list[mosquitto_bridge.Bridge] = []  # `connection` sections, in order
         self.refused: list[str] = []  # "FILE:LINE: 'option' is not supported: why", in order
+        self.goauth = GoAuth()  # auth_plugin and auth_opt_* lines (mosquitto-go-auth)
 
     # ------------------------------------------------------------ messages
 
@@ -216,6 +218,8 @@ class _Reader:
             self.note(f"'{option}' has no Siskin setting: {NOTED[option]}")
         elif option in MOSQUITTO2_NOOPS:
             self.note(f"'{option}' does nothing in Mosquitto 2, nor here: {MOSQUITTO2_NOOPS[option]}")
+        elif option == "auth_plugin" or option.startswith("auth_opt_"):
+            self.goauth.option(self, option, args)
         else:
             self.unsupported(option, _UNSUPPORTED.get(option, _unsupported_why(option)))
 
@@ -389,6 +393,7 @@ class _Reader:
                 f"`siskin import-mosquitto-db {os.path.join(self.location or '.', 'mosquitto.db')} --data-dir "
                 f"{DATA_DIR} --config SISKIN.TOML` brings it along (docs/install.md)"
             )
+        self.goauth.finish(self)
         if self.bridges:
             doc["bridge"] = [b.finish(self) for b in self.bridges]
             if "acl_file" in self.security:
@@ -410,7 +415,7 @@ class _Reader:
 
 
 def _unsupported_why(option: str) -> str:
-    if option.startswith(("auth_opt_", "plugin_opt_")):
+    if option.startswith("plugin_opt_"):
         return "Siskin loads no plugins"
     if option.startswith("bridge_"):
         return "Siskin's [[bridge]] has no such setting"
@@ -419,7 +424,6 @@ def _unsupported_why(option: str) -> str:
 
 _UNSUPPORTED = {
     "plugin": "Siskin loads no plugins; users come from password_file, rules from acl_file",
-    "auth_plugin": "Siskin loads no plugins; users come from password_file, rules from acl_file",
     "psk_file": "TLS-PSK is not supported; use certificates",
     "psk_hint": "TLS-PSK is not supported; use certificates",
     "capath": "use cafile (one PEM file with the CAs)",
@@ -595,7 +599,11 @@ def to_toml(conv: Conversion, source: str) -> str:
     for table in ("server", "limits", "security", "log"):
         if table in doc:
             out += ["", f"[{table}]"]
-            out += [f"{k} = {_value(v)}" for k, v in doc[table].items()]
+            out += [f"{k} = {_value(v)}" for k, v in doc[table].items() if not isinstance(v, dict)]
+            for name, sub in doc[table].items():
+                if isinstance(sub, dict):  # [security.jwt], [security.http]
+                    out += ["", f"[{table}.{name}]"]
+                    out += [f"{k} = {_value(v)}" for k, v in sub.items()]
     for lst in doc.get("listener", ()):
         out += ["", "[[listener]]"]
         out += [f"{k} = {_value(v)}" for k, v in lst.items()]

@@ -35,15 +35,18 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     apply them (connected clients are re-checked, common/broker/login.py); a
     file that cannot be used is logged and the rules in force are kept (None)."""
     from common.startup import describe
+    from cpython_host.auth.jwt_keys import install, load_jwt
     from cpython_host.config import ConfigError, load_config, load_security
 
     try:
         fresh = load_config(str(config.path), config.reader) if config.path is not None else config
         users, acl, allow = load_security(fresh)
+        jwt = load_jwt(fresh)  # (its keys read again: a rotated key)
     except ConfigError as e:
         log.error("SIGHUP: %s; keeping the users and rules in force", e)
         return None
     config.security = fresh.security
+    install(driver.broker, jwt)
     driver.set_security(users, acl, allow)
     log.info("SIGHUP: security reloaded: %s", describe(driver.broker))
     return fresh

@@ -129,6 +129,8 @@ class TestProfiles(unittest.TestCase):
             profile="aws",
             certfile="c.pem",
             keyfile="k.pem",
+            publish_rate=0,  # (not paced here: test_bridge_pacing.py)
+            bytes_rate=0,
         )
         p.connect_up()
         cons = p.consumer("#")

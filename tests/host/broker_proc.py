@@ -328,6 +328,14 @@ class RawClient:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.buf = b""
 
+    @classmethod
+    def over(cls, sock: Any) -> RawClient:
+        """One over a socket connected already (a test's own server side)."""
+        c = cls.__new__(cls)
+        c.sock = sock
+        c.buf = b""
+        return c
+
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 

@@ -32,10 +32,15 @@ from tests.host.upy_broker_proc import ESP32_HEAP, PICOW_HEAP, UpyBrokerProcess
 pytestmark = pytest.mark.interop
 
 
+NO_RATE_LIMITS = {"rate_messages": 0, "rate_bytes": 0, "rate_subscribes": 0}
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpyBrokerProcess]:
     work = tmp_path_factory.mktemp("fw")
-    with UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, heap_report=1) as b:
+    # (Rate limits off: the flood tests here measure the heap and the queues
+    # under a publisher that is read as fast as it sends.)
+    with UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, heap_report=1, limits=NO_RATE_LIMITS) as b:
         yield b
         assert b.alive(), b.log_text()[-3000:]
 
@@ -251,7 +256,7 @@ def test_retained_replay_is_paced_on_the_board(tmp_path: Path) -> None:
     for ~1 MB of output on a ~200 KB heap; now the replay goes out as the
     socket takes it, the abuser is closed after replay_stall_timeout, the heap
     stays bounded, and a client that reads gets every retained message."""
-    limits = {"max_out_buffer": 1024, "replay_stall_timeout": 2}
+    limits = {"max_out_buffer": 1024, "replay_stall_timeout": 2, **NO_RATE_LIMITS}
     with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, heap_report=1, limits=limits) as b:
         pub = RawClient(b.port)
         assert pub.connect("fw-retainer") == b"\x00\x00"

@@ -1,0 +1,221 @@
+"""The HTTP auth hook ([security.http]): a CONNECT with a user name is
+allowed or refused by a web service, asked asynchronously; the core's side
+is common/broker/external_auth.py.
+
+Theory of operation. ask() is the core's question (from inside
+Broker.data_received, on the event loop). The cache answers at once when it
+can: an allow younger than `cache_ttl` seconds, a refusal younger than
+`negative_ttl`. Its key is the whole of what was asked (user name, client
+id, a SHA-256 of the password), so a client id or a wrong password can
+never replace another's entry. Otherwise a task POSTs
+
+    {"username": ..., "password": ..., "clientid": ..., "ip": ...}
+
+to `url` (HTTP/1.1, Connection: close; https with the system's CAs) and
+the core waits (its connect timeout keeps running). The answer:
+  - 200 with a JSON object {"allow": true|false, "acl": {...}} ("ok" and
+    "Ok" are read as "allow", as mosquitto-go-auth's json mode writes it; "acl" in
+    common/broker/granted.py's shape), or with `response = "status"` any
+    2xx allows: allowed or refused, and cached;
+  - any 4xx: refused, and cached;
+  - no answer within `timeout`, a refused connection, a 5xx, a body that
+    is not that JSON: the service is unreachable ("no answer"). Then the
+    client is let in only if an allow for exactly its credentials came from
+    the service less than `offline_grace` seconds ago; any other client is
+    refused (fail-closed: CONNACK 0x03 / 0x88). Both decisions are counted
+    ($SYS/broker/clients/auth_offline/allowed, .../refused) and logged by
+    the core; the failures themselves are logged here, at most one line a
+    second (with the number left out).
+At most `max_pending` questions are in flight; one more is a "no answer".
+The answer goes to the core through the driver (external_auth.answer, then
+a flush): the CONNACK leaves at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import ssl
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from common.broker.external_auth import ExternalAuth
+
+log = logging.getLogger("siskin.host")
+
+BODY_MAX = 65536  # bytes of an answer read at most
+Verdict = tuple[bool, Any, str, bool]
+
+
+class NoAnswer(Exception):
+    """The service did not give a usable answer (its words for the log)."""
+
+
+class HttpAuth:
+    def __init__(self, driver: Any, options: dict[str, Any], clock: Any = time.monotonic) -> None:
+        self.driver = driver
+        self.url = options["url"]
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"url {self.url!r}: wants http://HOST[:PORT]/PATH or https://...")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.tls = ssl.create_default_context() if parts.scheme == "https" else None
+        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.timeout = options.get("timeout", 2.0)
+        self.cache_ttl = options.get("cache_ttl", 300)
+        self.negative_ttl = options.get("negative_ttl", 30)
+        self.offline_grace = options.get("offline_grace", 600)
+        self.status_only = options.get("response", "json") == "status"
+        self.max_pending = options.get("max_pending", 64)
+        self.cache_entries = options.get("cache_entries", 10000)
+        self.clock = clock
+        # (user, client id, sha256(password)) -> (allowed, rules, when the service said so)
+        self.cache: dict[tuple[str, str, bytes], tuple[bool, Any, float]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failures = 0  # answers that were not usable (the log's count)
+        self.logged_at = 0.0
+        self.unlogged = 0
+
+    def install(self) -> ExternalAuth:
+        """Make the broker ask this hook; its ExternalAuth."""
+        hook = ExternalAuth(self.ask)
+        self.driver.broker.hook = hook
+        return hook
+
+    # ------------------------------------------------------------ the core's question
+
+    def ask(
+        self, cid: int, serial: int, user: str, password: bytes | None, client_id: str, address: str
+    ) -> Verdict | None:
+        key = (user, client_id, hashlib.sha256(password or b"").digest())
+        entry = self.cache.get(key)
+        now = self.clock()
+        if entry is not None:
+            age = now - entry[2]
+            if entry[0] and age < self.cache_ttl:
+                return True, entry[1], "cached allow", False
+            if not entry[0] and age < self.negative_ttl:
+                return False, None, "cached refusal", False
+        if len(self.tasks) >= self.max_pending:
+            return self._no_answer(key, f"{self.max_pending} checks already waiting (max_pending)")
+        body = {
+            "username": user,
+            "password": (password or b"").decode("utf-8", "replace"),
+            "clientid": client_id,
+            "ip": address,
+        }
+        task = asyncio.get_running_loop().create_task(self._check(cid, serial, key, body))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return None
+
+    async def _check(self, cid: int, serial: int, key: tuple[str, str, bytes], body: dict[str, Any]) -> None:
+        try:
+            verdict = await asyncio.wait_for(self._post(key, body), self.timeout)
+        except asyncio.TimeoutError:
+            verdict = self._no_answer(key, f"no answer within {self.timeout} s")
+        except NoAnswer as e:
+            verdict = self._no_answer(key, str(e))
+        except (OSError, EOFError, asyncio.LimitOverrunError, ValueError) as e:
+            verdict = self._no_answer(key, f"{type(e).__name__}: {e}")
+        driver = self.driver
+        driver.clock()
+        if driver.broker.hook is not None:
+            driver.broker.hook.answer(driver.broker, cid, serial, verdict, driver.now)
+        driver.flush()
+
+    def _no_answer(self, key: tuple[str, str, bytes], why: str) -> Verdict:
+        self.failures += 1
+        now = self.clock()
+        if now - self.logged_at >= 1:
+            more = f" ({self.unlogged} more not logged)" if self.unlogged else ""
+            log.warning("auth hook %s: %s; failures so far %d%s", self.url, why, self.failures, more)
+            self.logged_at = now
+            self.unlogged = 0
+        else:
+            self.unlogged += 1
+        entry = self.cache.get(key)
+        if entry is not None and entry[0] and now - entry[2] < self.offline_grace:
+            return True, entry[1], why, True
+        return False, None, why, True
+
+    # ------------------------------------------------------------ HTTP
+
+    async def _post(self, key: tuple[str, str, bytes], body: dict[str, Any]) -> Verdict:
+        payload = json.dumps(body).encode()
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
+        try:
+            writer.write(
+                (
+                    f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+                ).encode()
+                + payload
+            )
+            await writer.drain()
+            status, answer = await _read_response(reader)
+        finally:
+            writer.close()
+        if 400 <= status < 500:
+            self._remember(key, False, None)
+            return False, None, f"HTTP {status}", False
+        if not 200 <= status < 300:
+            raise NoAnswer(f"HTTP {status}")
+        if self.status_only:
+            self._remember(key, True, None)
+            return True, None, f"HTTP {status}", False
+        allowed, rules = _judge(answer)
+        self._remember(key, allowed, rules)
+        return allowed, rules, f"HTTP {status}", False
+
+    def _remember(self, key: tuple[str, str, bytes], allowed: bool, rules: Any) -> None:
+        cache = self.cache
+        cache.pop(key, None)
+        if len(cache) >= self.cache_entries:
+            del cache[next(iter(cache))]  # the oldest answer
+        cache[key] = (allowed, rules, self.clock())
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """(status, body) of an HTTP/1.x response; NoAnswer when it is not one."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    words = lines[0].split(" ", 2)
+    if len(words) < 2 or not words[0].startswith("HTTP/1.") or not words[1].isdigit():
+        raise NoAnswer(f"not an HTTP response: {lines[0][:60]!r}")
+    length = None
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip()) if value.strip().isdigit() else -1
+    if length is not None and not 0 <= length <= BODY_MAX:
+        raise NoAnswer(f"a body of {length} bytes (at most {BODY_MAX} read)")
+    body = await (reader.readexactly(length) if length is not None else reader.read(BODY_MAX + 1))
+    if len(body) > BODY_MAX:
+        raise NoAnswer(f"a body over {BODY_MAX} bytes")
+    return int(words[1]), body
+
+
+def _judge(body: bytes) -> tuple[bool, Any]:
+    """(allowed, rules) of a 2xx JSON answer; NoAnswer for anything else."""
+    from common.broker.granted import shape
+
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        raise NoAnswer("the answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise NoAnswer("the answer is not a JSON object")
+    allowed = answer.get("allow", answer.get("ok", answer.get("Ok")))
+    if not isinstance(allowed, bool):
+        raise NoAnswer('the answer has no "allow": true or false')
+    rules = None
+    if allowed and answer.get("acl") is not None:
+        rules = shape(answer["acl"])
+        if isinstance(rules, str):
+            raise NoAnswer(f"the answer's acl: {rules}")
+    return allowed, rules

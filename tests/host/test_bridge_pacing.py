@@ -1,0 +1,148 @@
+"""Bridge egress pacing on the real host server (docs/bridge.md "Pacing"):
+a local upstream stand-in that, like AWS IoT Core, disconnects a client
+publishing more than 100 messages in any second. A backlog queued while
+it was away drains at publish_rate 90 (the aws profile's) with no throttle
+disconnect and nothing lost, in order; without pacing the same stand-in
+throws the bridge out (so it can fail). The core's side:
+tests/core/test_bridge_pacing.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from common.bridge.profiles import profile_named
+from tests.host.bridge_edge import edge, paho
+from tests.host.broker_proc import Paho, RawClient, parse_publish, wait_until
+
+LIMIT = 100  # publishes in any second, as AWS IoT Core allows per connection
+BACKLOG = 900
+
+
+class ThrottlingUpstream:
+    """A minimal MQTT 3.1.1 server on loopback: CONNACK, SUBACK, PUBACK,
+    PINGRESP; a client over LIMIT publishes in the last second is
+    disconnected (counted). `accepting` False: connections are closed at once."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.accepting = False
+        self.payloads: list[bytes] = []
+        self.disconnects = 0
+        self.max_in_a_second = 0
+        self.lock = threading.Lock()
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopped:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            if not self.accepting:
+                conn.close()
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        peer = RawClient.over(conn)
+        arrivals: deque[float] = deque()
+        try:
+            while True:
+                packet = peer.read_packet(60)
+                if packet is None:
+                    return
+                first, body = packet
+                kind = first >> 4
+                if kind == 1:
+                    conn.sendall(b"\x20\x02\x00\x00")
+                elif kind == 8:
+                    conn.sendall(b"\x90\x03" + body[:2] + b"\x01")
+                elif kind == 12:
+                    conn.sendall(b"\xd0\x00")
+                elif kind == 14:
+                    return
+                elif kind == 3:
+                    now = time.monotonic()
+                    arrivals.append(now)
+                    while arrivals and arrivals[0] <= now - 1.0:
+                        arrivals.popleft()
+                    with self.lock:
+                        self.max_in_a_second = max(self.max_in_a_second, len(arrivals))
+                        if len(arrivals) > LIMIT:
+                            self.disconnects += 1
+                            return  # throttled: the connection is dropped, that message unacknowledged
+                    _topic, payload, qos, _retain, _dup, pid = parse_publish(first, body)
+                    if qos:
+                        conn.sendall(b"\x40\x02" + pid.to_bytes(2, "big"))
+                    with self.lock:
+                        self.payloads.append(payload)
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def distinct(self) -> list[bytes]:
+        with self.lock:
+            return list(dict.fromkeys(self.payloads))
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.server.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[ThrottlingUpstream]:
+    u = ThrottlingUpstream()
+    yield u
+    u.stop()
+
+
+OUT = [{"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge1/", "qos": 1}]
+
+
+def queue_backlog(port: int, clients: list[Paho]) -> None:
+    pub = paho(port, clients, "device")
+    for i in range(BACKLOG):
+        pub.publish("up/m", b"%d" % i, 1)
+
+
+def test_a_backlog_drains_paced_without_throttle_disconnects(tmp_path: Path, upstream: ThrottlingUpstream) -> None:
+    rate = profile_named("aws").publish_rate
+    assert rate == 90
+    clients: list[Paho] = []
+    with edge(tmp_path, [upstream.port], connected=False, topic=OUT, publish_rate=rate) as b:
+        queue_backlog(b.port, clients)  # acknowledged here while the upstream refuses
+        upstream.accepting = True
+        started = time.monotonic()
+        patience = 60 + 2 * BACKLOG / rate  # (twice the paced time: the machine may be busy)
+        wait_until(
+            lambda: len(upstream.distinct()) >= BACKLOG, patience, lambda: f"{len(upstream.distinct())} of {BACKLOG}"
+        )
+        took = time.monotonic() - started
+        assert upstream.disconnects == 0
+        assert upstream.distinct() == [b"%d" % i for i in range(BACKLOG)]  # in order, none lost
+        # (max_in_a_second is counted as the stand-in reads, so the machine's
+        # scheduling adds to it: reported, and AWS's 10 % headroom is for that.)
+        assert took >= (BACKLOG - rate) / rate, took  # it was paced, not sent at once
+        print(f"paced drain: {BACKLOG} messages in {took:.1f} s, at most {upstream.max_in_a_second} in a second")
+        for c in clients:
+            c.close()
+
+
+def test_without_pacing_the_stand_in_throws_the_bridge_out(tmp_path: Path, upstream: ThrottlingUpstream) -> None:
+    clients: list[Paho] = []
+    with edge(tmp_path, [upstream.port], connected=False, topic=OUT, publish_rate=0, max_inflight=200, window=400) as b:
+        queue_backlog(b.port, clients)
+        upstream.accepting = True
+        wait_until(lambda: upstream.disconnects >= 1, 60, "a throttle disconnect")
+        for c in clients:
+            c.close()

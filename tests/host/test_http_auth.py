@@ -1,0 +1,204 @@
+"""The HTTP auth hook ([security.http]) on the real host server, asked by real
+clients (paho 3.1.1 and 5.0, raw sockets), answered by a real HTTP server
+(the standard library's, in a thread, on loopback) that the tests make slow,
+hanging, garbled or gone: allow, refuse and their caches, the answer's ACL,
+fail-closed timeouts that never block the event loop, garbage answers, a
+cache no client id or wrong password can poison, and the offline grace
+(counted in $SYS and logged). The core's side: tests/core/test_external_auth.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient, connect_packet, wait_until
+
+USERS = {"alice": "wonderland", "bob": "builder"}
+ACL = {"publish": ["devices/%c/out"], "subscribe": ["devices/+/out", "$SYS/broker/clients/#"]}
+
+
+class AuthServer:
+    """A loopback HTTP auth service; `mode` says how it behaves."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"  # ok | hang | garbage | status500
+        self.requests: list[dict[str, Any]] = []
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                if outer.mode == "hang":
+                    outer.release.wait(30)
+                    return
+                if outer.mode == "garbage":
+                    self._send(200, b"<html>allow</html>")
+                elif outer.mode == "status500":
+                    self._send(500, b"{}")
+                elif USERS.get(body["username"]) == body["password"]:
+                    self._send(200, json.dumps({"allow": True, "acl": ACL}).encode())
+                elif body["username"] in USERS:
+                    self._send(200, b'{"allow": false}')
+                else:
+                    self._send(403, b"")
+
+            def _send(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mqtt/auth"
+
+    def stop(self) -> None:
+        """Gone: the port refuses connections from now on."""
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def auth() -> Iterator[AuthServer]:
+    server = AuthServer()
+    yield server
+    server.stop()
+
+
+def start(work: Path, auth: AuthServer, **hook: Any) -> BrokerProcess:
+    b = BrokerProcess(work, limits={"sys_interval": 1}, security={"allow_anonymous": False})
+    options = {"url": auth.url(), "timeout": 0.5, **hook}
+    with b.config_path.open("a") as f:
+        f.write("[security.http]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items()))
+    return b
+
+
+def connack(b: BrokerProcess, user: str, password: str, client_id: str = "c") -> bytes:
+    c = RawClient(b.port)
+    try:
+        return c.connect(client_id, username=user, password=password.encode())
+    finally:
+        c.close()
+
+
+def sys_value(p: Paho, topic: str, want: str) -> None:
+    """Wait until $SYS `topic` says `want` (the retained value, then each update)."""
+    wait_until(lambda: _latest(p, topic) == want, 15, f"{topic} = {want}")
+
+
+_seen: dict[str, str] = {}
+
+
+def _latest(p: Paho, topic: str) -> str | None:
+    import queue
+
+    try:
+        while True:
+            msg = p.messages.get_nowait()
+            _seen[msg.topic] = msg.payload.decode()
+    except queue.Empty:
+        return _seen.get(topic)
+
+
+def test_allow_refuse_cache_and_acl(tmp_path: Path, auth: AuthServer) -> None:
+    with start(tmp_path, auth) as b:
+        v5 = Paho(b.port, "dev1", username="alice", password="wonderland", protocol=5).connect()
+        assert auth.requests[-1] == {
+            "username": "alice",
+            "password": "wonderland",
+            "clientid": "dev1",
+            "ip": "127.0.0.1",
+        }
+        assert [r.value for r in v5.subscribe("devices/+/out", 1)] == [1]
+        assert [r.value for r in v5.subscribe("devices/#", 1)] == [0x87]  # beyond the answer's rules
+        v5.close()
+        asked = len(auth.requests)
+        assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"  # the cached allow
+        assert len(auth.requests) == asked
+        assert connack(b, "alice", "guess", "dev1") == b"\x00\x04"  # {"allow": false}
+        assert connack(b, "mallory", "x", "dev1") == b"\x00\x04"  # HTTP 403
+        asked = len(auth.requests)
+        assert connack(b, "mallory", "x", "dev1") == b"\x00\x04"  # the cached refusal
+        assert len(auth.requests) == asked
+        # A refusal under alice's name and client id did not poison her entry.
+        assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
+        b.wait_log(r"auth hook refused user mallory, client id dev1, from 127\.0\.0\.1:\d+: HTTP 403")
+        assert "Traceback" not in b.log_text()
+
+
+def test_hanging_server_fails_closed_without_blocking(tmp_path: Path, auth: AuthServer) -> None:
+    with start(tmp_path, auth) as b:
+        bystander = Paho(b.port, "by", username="bob", password="builder").connect()
+        auth.mode = "hang"
+        c = RawClient(b.port)
+        c.send(connect_packet("slow", username="carol", password=b"pw"))
+        wait_until(lambda: any(r["username"] == "carol" for r in auth.requests), 10, "the hook asked")
+        # While the hook waits for its answer, the broker serves everyone else.
+        assert bystander.subscribe("devices/+/out", 0) == [0]
+        bystander.publish("devices/by/out", b"still here", 1)
+        assert bystander.get().payload == b"still here"
+        got = c.read_packet(10)
+        assert got is not None and got[1] == b"\x00\x03"  # fail-closed: server unavailable [MQTT-3.2.2-5]
+        b.wait_log(r"auth hook http://127\.0\.0\.1:\d+/mqtt/auth: no answer within 0\.5 s")
+        b.wait_log(
+            r"auth hook unreachable \(no answer within 0\.5 s\): user carol, client id slow, .* has no cached allow"
+        )
+        bystander.close()
+
+
+def test_garbage_answers_fail_closed(tmp_path: Path, auth: AuthServer) -> None:
+    with start(tmp_path, auth) as b:
+        for mode, why in (("garbage", "the answer is not JSON"), ("status500", "HTTP 500")):
+            auth.mode = mode
+            assert connack(b, "alice", "wonderland", "g-" + mode) == b"\x00\x03"
+            b.wait_log("auth hook unreachable \\(" + why)
+        p = Paho(b.port, "g5", username="alice", password="wonderland", protocol=5)
+        with pytest.raises(AssertionError, match="Server unavailable"):
+            p.connect()
+        p.client.loop_stop()
+
+
+def test_offline_grace(tmp_path: Path, auth: AuthServer) -> None:
+    # cache_ttl 0: every CONNECT asks, so the grace is what lets alice in.
+    with start(tmp_path, auth, cache_ttl=0, offline_grace=3600) as b:
+        watch = Paho(b.port, "watch", username="bob", password="builder", protocol=5).connect()
+        watch.subscribe("$SYS/broker/clients/#", 0)
+        assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
+        auth.stop()  # the auth service goes away
+        assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"  # a cached allow: in
+        assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
+        assert connack(b, "alice", "guess", "dev1") == b"\x00\x03"  # not her credentials: out
+        assert connack(b, "eve", "x", "dev1") == b"\x00\x03"  # unknown: out
+        assert connack(b, "alice", "wonderland", "dev2") == b"\x00\x03"  # her allow was for client id dev1 only
+        b.wait_log(
+            r"auth hook unreachable \(ConnectionRefusedError.*user alice, client id dev1, .* let in on a cached allow"
+        )
+        b.wait_log(r"auth hook unreachable \(ConnectionRefusedError.*user eve, client id dev1, .* has no cached allow")
+        sys_value(watch, "$SYS/broker/clients/auth_offline/allowed", "2")
+        sys_value(watch, "$SYS/broker/clients/auth_offline/refused", "3")
+        watch.close()
+
+
+def test_offline_grace_ends(tmp_path: Path, auth: AuthServer) -> None:
+    with start(tmp_path, auth, cache_ttl=0, offline_grace=1) as b:
+        assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
+        auth.stop()
+        # Within the grace alice gets in; once it is over she is refused.
+        wait_until(lambda: connack(b, "alice", "wonderland", "dev1") == b"\x00\x03", 15, "the grace ends")
