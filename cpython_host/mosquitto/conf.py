@@ -572,8 +572,9 @@ def convert(path: str, ignore_unsupported: bool = False) -> Conversion:
     # Absolute: a relative name in it is taken from its directory, which the
     # converted file (read elsewhere, by a process started elsewhere) must name whole.
     reader.read_file(Path(os.path.abspath(path)))
-    reader.refusals()
-    return reader.finish()
+    conversion = reader.finish()
+    reader.refusals()  # (after finish: go-auth's options are judged there, together)
+    return conversion
 
 
 # ------------------------------------------------------------------- TOML

@@ -1,5 +1,5 @@
 """mosquitto-go-auth's options in a mosquitto.conf, as Siskin settings
-(cpython_host/mosquitto_conf.py hands it `auth_plugin` and every `auth_opt_*`
+(cpython_host/mosquitto/conf.py hands it `auth_plugin` and every `auth_opt_*`
 line, then calls finish()).
 
 Theory of operation. go-auth (archived in 2025) is configured by

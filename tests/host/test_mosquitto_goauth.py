@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from common.broker.settings import ConfigError
-from cpython_host.mosquitto_conf import convert, to_toml
+from cpython_host.mosquitto.conf import convert, to_toml
 from tests.host.broker_proc import run_cli
 from tests.host.test_http_auth import AuthServer
 from tests.host.test_jwt_login import token
