@@ -71,6 +71,7 @@ class BrokerProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"{self.name}.log"
         self.cwd = REPO_ROOT
+        self.env: dict[str, str] = {}  # set over this process's environment
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -87,7 +88,14 @@ class BrokerProc:
         self.port = free_port()
         cmd = self.command()
         with self.log_path.open("ab") as logf:
-            self.proc = procgroup.spawn(cmd, cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = procgroup.spawn(
+                cmd,
+                cwd=self.cwd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
+            )
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -126,10 +134,15 @@ class Siskin(BrokerProc):
         root: str | None = None,
         name: str = "siskin",
         loop: str = "auto",
+        nursery: str | None = None,
     ) -> None:
+        """`nursery`: PYPY_GC_NURSERY for a broker on PyPy (None: Siskin's pin,
+        cpython_host/pypy_heap.py; "0": PyPy's own size, from /proc/cpuinfo)."""
         self.name = name
         self.loop = loop  # --event-loop
         super().__init__(workdir)
+        if nursery is not None:
+            self.env["PYPY_GC_NURSERY"] = nursery
         if root:
             self.cwd = Path(root)  # another checkout (an A/B comparison)
         self.python = python or siskin_python()
