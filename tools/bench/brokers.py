@@ -45,7 +45,11 @@ SISKIN_LIMITS = {
     "max_queued_total_bytes": 1 << 31,
     "max_retained": 100000,
     "max_retained_bytes": 1 << 30,
-    "max_inflight": 16,
+    # Mosquitto's default max_inflight_messages, and a bridge's max_inflight:
+    # the tests' and tools' Mosquitto is also a bridge's upstream, and
+    # Mosquitto 2.0 drops the QoS 2 messages a 3.1.1 client sends beyond it
+    # while it acknowledges them (docs/bridge.md, "The window").
+    "max_inflight": 20,
 }
 
 
