@@ -101,6 +101,9 @@ def plan(p: dict[str, Any]) -> list[tuple[str, Callable[[int, int | None, str], 
     steps += scenarios_durable.steps(d, w)
     steps.append(("latency", lambda port, pid, tag: scenarios.latency(port, p["latency"], pid=pid, tag=tag)))
     steps.append(("retained", lambda port, pid, tag: scenarios.retained(port, p["retained"], pid=pid, tag=tag)))
+    steps.append(
+        ("retained_pub", lambda port, pid, tag: scenarios_durable.retained_publish(port, p["retained"], pid, tag))
+    )
     return steps
 
 
@@ -144,6 +147,9 @@ FIGURES: list[Figure] = [
     ("takeover storm CONNACK p99", "takeover", ("connack_us", "p99"), "µs", False, "", ""),
     ("1,000 subscribers set up", "subsetup", ("setup_s",), "s", False, per_runtime("≤ 1.5", "≤ 1.0"), ""),
     ("retained replay, 10,000 topics", "retained", ("replay_s",), "s", False, per_runtime("≤ 1.17", "≤ 2"), ""),
+    ("retained replay, the first message", "retained", ("first_s",), "s", False, "≤ 2.0", ""),
+    ("retained publish, QoS 1, window 64", "retained_pub", ("msg_per_s",), "msg/s", True, "≥ 1.0", ""),
+    ("retained publish, fsyncs per message", "retained_pub", ("fsyncs_per_msg",), "fsyncs", False, "", ""),
     *scenarios_durable.FIGURES,
 ]
 
@@ -160,7 +166,7 @@ def pick(res: dict[str, Any], path: tuple[str, ...]) -> float | None:
 def fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "—"
-    if unit == "s":
+    if unit in ("s", "fsyncs"):
         return f"{v:.3f}"
     if unit == "" and v < 1:
         return f"{v * 100:.2f} %"
@@ -328,7 +334,7 @@ def compare(args: argparse.Namespace) -> int:
                         if b.proc is not None and b.proc.poll() is not None:
                             print(f"bench: {n} died during {step}: {b.log_tail()}", file=sys.stderr)
                             procs[n] = classes[n](workdir).start()
-                for n in names:  # what the round left the broker holding
+                for n in names if not args.only else []:  # what a whole round left the broker holding
                     if n not in scenarios_durable.STORED and procs[n].proc.poll() is None:  # type: ignore[union-attr]
                         res = {
                             "broker": n,
@@ -336,7 +342,10 @@ def compare(args: argparse.Namespace) -> int:
                             "scenario": "end",
                             "rss_after": scenarios.vmrss_bytes(procs[n].pid),
                         }
-                        print(json.dumps(res, separators=(",", ":")), flush=True)
+                        line = json.dumps(res, separators=(",", ":"))
+                        print(line, flush=True)
+                        if out:
+                            out.write(line + "\n")
                         runs[n].setdefault("end", []).append(res)
             finally:
                 for b in procs.values():
@@ -404,6 +413,8 @@ def run_one(args: argparse.Namespace) -> int:
         res = scenarios.latency(args.port, args.count, pid)
     elif s == "idle":
         res = scenarios.idle(args.port, args.clients, args.procs, pid=pid)
+    elif s == "retained_pub":
+        res = scenarios.retained_publish(args.port, args.topics, pid=pid)
     elif s == "retained":
         res = scenarios.retained(args.port, args.topics, pid=pid)
     elif s == "takeover":
@@ -445,7 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--siskin-root", metavar="DIR", help="run Siskin from another checkout (A/B comparisons)")
     sub = p.add_subparsers(dest="cmd")
     r = sub.add_parser("run", help="one scenario against a running broker; prints one JSON line")
-    r.add_argument("scenario", choices=["fanin", "fanout", "latency", "idle", "retained", "takeover", "subsetup"])
+    r.add_argument(
+        "scenario", choices=["fanin", "fanout", "latency", "idle", "retained", "retained_pub", "takeover", "subsetup"]
+    )
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--pid", type=int, default=None, help="broker pid, for its CPU and RSS (idle needs it for RSS)")
     r.add_argument("--qos", type=int, default=0, choices=[0, 1, 2], help="fanin: QoS of publishes and subscription")
