@@ -13,9 +13,12 @@ import sys
 from collections.abc import Sequence
 
 from cpython_host.cli import COMMANDS
+from cpython_host.runtime.pypy_heap import pin_nursery
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        pin_nursery(sys.argv[1:])  # on PyPy: before anything is allocated (a re-exec)
     argv = list(sys.argv[1:] if argv is None else argv)
     modules = {name: module for name, module, *_ in COMMANDS}
     if argv and argv[0] in modules:

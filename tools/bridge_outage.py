@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.host.broker_proc import BrokerProcess, Paho
-from tools.bench.brokers import Mosquitto
+from tools.bench.brokers import SISKIN_LIMITS, Mosquitto
 from tools.link_proxy import LinkProxy
 
 CASES = ("stop", "cut", "stall", "node-kill")
@@ -196,14 +196,16 @@ class SteadyPublisher:
 class Upstream:
     """The upstream under test and the outage it suffers."""
 
-    def __init__(self, kind: str, workdir: Path) -> None:
+    def __init__(self, kind: str, workdir: Path, inflight: int = 20) -> None:
         self.kind = kind
         self.mosquitto: Mosquitto | None = None
         self.cluster: Any = None
         self.proxy: LinkProxy | None = None
         self.killed = -1
         if kind == "mosquitto":
-            self.mosquitto = Mosquitto(workdir)
+            # (its max_inflight_messages at least the bridge's max_inflight: docs/bridge.md, "The window")
+            extra = [f"max_inflight_messages {inflight}"] if inflight > SISKIN_LIMITS["max_inflight"] else None
+            self.mosquitto = Mosquitto(workdir, extra)
             self.mosquitto.start()
             self.ports = [self.mosquitto.port]
             self.pids = [self.mosquitto.pid]
@@ -214,12 +216,13 @@ class Upstream:
             self.ports = self.cluster.mqtt_ports
             self.pids = [n.proc.pid for n in self.cluster.nodes]
 
-    def bridge_ports(self, case: str) -> list[int]:
-        """Where the bridge connects: the upstream, or a proxy in front of it."""
-        if case in ("cut", "stall"):
+    def bridge_ports(self, case: str, delay: float) -> list[int]:
+        """Where the bridge connects: the upstream, or a proxy in front of it
+        (`delay`: s each way on its link)."""
+        if case in ("cut", "stall") or delay:
             if self.kind != "mosquitto":
-                raise SystemExit("--case cut/stall: with --upstream mosquitto")
-            self.proxy = LinkProxy(self.ports[0]).start()
+                raise SystemExit("--case cut/stall and --delay: with --upstream mosquitto")
+            self.proxy = LinkProxy(self.ports[0], delay=delay).start()
             return [self.proxy.port]
         return self.ports
 
@@ -276,6 +279,8 @@ def bridge_table(args: argparse.Namespace, ports: list[int]) -> dict[str, Any]:
         "keepalive": args.keepalive,
         "backoff_max": args.backoff_max,
         "stall_timeout": args.stall_timeout,
+        "max_inflight": args.max_inflight,
+        "window": max(32, args.max_inflight),  # (the local window: at least the upstream one, docs/bridge.md)
         "topic": [{"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge/", "qos": args.qos}],
     }
 
@@ -314,13 +319,13 @@ def baseline(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One run: the figures of the module doc."""
-    upstream = Upstream(args.upstream, workdir)
+    upstream = Upstream(args.upstream, workdir, args.max_inflight)
     consumer: Consumer | None = None
     publisher: SteadyPublisher | None = None
     edge = BrokerProcess(
         workdir / "edge",
         limits={"sys_interval": 1, "store_sync": "always"},
-        bridges=[bridge_table(args, upstream.bridge_ports(args.case))],
+        bridges=[bridge_table(args, upstream.bridge_ports(args.case, args.delay / 1000))],
         log_level="info",
     )
     down_windows: list[tuple[float, float]] = []  # Siskin killed .. serving again
@@ -475,6 +480,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keepalive", type=int, default=60, help="the bridge's keep-alive in s (default 60, the default)")
     p.add_argument("--backoff-max", type=float, default=10.0, help="the bridge's longest retry delay (default 10 s)")
     p.add_argument("--stall-timeout", type=float, default=5.0, help="the bridge's stall_timeout (default 5 s)")
+    p.add_argument("--delay", type=float, default=0.0, help="ms each way on the bridge's link (a proxy; default 0)")
+    p.add_argument("--max-inflight", type=int, default=20, help="the bridge's max_inflight (default 20, the default)")
     p.add_argument("--bad-every", type=int, default=0, help="every Nth message to a topic with a '.' (default none)")
     p.add_argument("--runs", type=int, default=1, help="runs of the case (default 1)")
     p.add_argument("--consumer", metavar="PORT:QOS:FILE", help=argparse.SUPPRESS)  # (its own process)
@@ -511,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"upstream {args.upstream}, case {args.case}{' + Siskin kill -9' if args.kill9 else ''},"
             f" outage {args.outage:g} s, {args.rate:g} msg/s QoS {args.qos}, keepalive {args.keepalive} s,"
-            f" backoff_max {args.backoff_max:g} s, stall_timeout {args.stall_timeout:g} s"
+            f" backoff_max {args.backoff_max:g} s, stall_timeout {args.stall_timeout:g} s,"
+            f" max_inflight {args.max_inflight}, link delay {args.delay:g} ms each way"
         )
     failed = False
     for run in range(1, args.runs + 1):

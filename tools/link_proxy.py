@@ -8,6 +8,12 @@
                          # peer, a dead route): new ones are accepted and left hanging
         link.up()        # back to forwarding (a stalled connection resumes)
 
+    LinkProxy(port, delay=0.02)               # a link of 20 ms each way (40 ms round trip)
+
+With a delay, what is read from one side is held for `delay` s (the time
+on the wire) before it is written to the other: a round trip costs twice
+the delay, as over a WAN; the bandwidth stays the loopback's.
+
 It runs in a thread of its own (a selector over non-blocking sockets, with
 a buffer per direction), so the process that drives it keeps its own
 clients going meanwhile. Used by tests/host/test_bridge_outages.py and
@@ -21,6 +27,8 @@ import selectors
 import socket
 import struct
 import threading
+import time
+from collections import deque
 from typing import Any
 
 READ = 65536
@@ -33,8 +41,11 @@ class _Pair:
         self.client = client
         self.target = target
         self.out: dict[socket.socket, bytearray] = {client: bytearray()}
+        # (due time, bytes) on the wire to each socket: released into out then
+        self.wire: dict[socket.socket, deque[tuple[float, bytes]]] = {client: deque()}
         if target is not None:
             self.out[target] = bytearray()
+            self.wire[target] = deque()
         self.stalled = target is None
 
     def other(self, s: socket.socket) -> socket.socket | None:
@@ -42,8 +53,11 @@ class _Pair:
 
 
 class LinkProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", delay: float = 0.0) -> None:
+        """`delay`: s each way (0: none)."""
         self.target = (target_host, target_port)
+        self.delay = delay
+        self.on_wire: set[_Pair] = set()  # pairs with bytes on the wire
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(64)
@@ -118,7 +132,11 @@ class LinkProxy:
 
     def _run(self) -> None:
         while self.running:
-            for key, events in self.sel.select(0.5):
+            timeout = 0.5
+            if self.on_wire:
+                due = min(w[0][0] for p in self.on_wire for w in p.wire.values() if w)
+                timeout = min(timeout, max(0.0, due - time.monotonic()))
+            for key, events in self.sel.select(timeout):
                 s: Any = key.fileobj
                 if s is self.wake_r:
                     with contextlib.suppress(OSError):
@@ -134,6 +152,21 @@ class LinkProxy:
                         self._flush(pair, s)
                     if events & selectors.EVENT_READ and s in self.pairs:
                         self._read(pair, s)
+            if self.on_wire:
+                self._arrive()
+
+    def _arrive(self) -> None:
+        """What has been on the wire for `delay` s reaches its socket."""
+        now = time.monotonic()
+        for pair in list(self.on_wire):
+            for s, wire in pair.wire.items():
+                if wire and wire[0][0] <= now:
+                    while wire and wire[0][0] <= now:
+                        pair.out[s] += wire.popleft()[1]
+                    if s in self.pairs:
+                        self._flush(pair, s)
+            if not any(pair.wire.values()):
+                self.on_wire.discard(pair)
 
     def _apply(self) -> None:
         with self.lock:
@@ -220,6 +253,10 @@ class LinkProxy:
         other = pair.other(s)
         if other is None:
             return
+        if self.delay:
+            pair.wire[other].append((time.monotonic() + self.delay, data))
+            self.on_wire.add(pair)
+            return
         pair.out[other] += data
         self._flush(pair, other)
 
@@ -237,6 +274,7 @@ class LinkProxy:
         self._interest(pair)
 
     def _drop(self, pair: _Pair, rst: bool) -> None:
+        self.on_wire.discard(pair)
         with self.lock:
             for s in (pair.client, pair.target):
                 if s is not None:

@@ -51,7 +51,7 @@ DROP_LOG_INTERVAL = 10
 
 
 def window(broker, conn):
-    cap = broker.settings.max_inflight
+    cap = conn.window_cap or broker.settings.max_inflight
     peer = conn.receive_maximum
     return peer if peer < cap else cap
 

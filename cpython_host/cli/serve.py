@@ -25,6 +25,7 @@ from cpython_host.cli import summary
 from cpython_host.compat import run
 from cpython_host.config import ConfigError, HostConfig, load_config, load_security
 from cpython_host.hints import cannot_write
+from cpython_host.runtime.pypy_heap import NURSERY_VARIABLE, nursery_bytes
 
 DESCRIPTION = """\
 Siskin: an MQTT 3.1.1 + 5.0 broker for the edge.
@@ -344,6 +345,14 @@ def main(argv: Sequence[str]) -> int:
     setup_logging(cfg.log_level)
     if not uvloop_on and args.event_loop == "auto":
         logging.getLogger("siskin.host").info("event loop: asyncio's own: %s", _no_uvloop())
+    nursery = nursery_bytes()
+    if nursery is not None:
+        logging.getLogger("siskin.host").info(
+            "PyPy GC nursery: %d KB (%s=%s; cpython_host/runtime/pypy_heap.py)",
+            nursery >> 10,
+            NURSERY_VARIABLE,
+            os.environ.get(NURSERY_VARIABLE, "unset"),
+        )
     store = None
     data_dir = None
     if args.data_dir is None and cfg.data_dir:

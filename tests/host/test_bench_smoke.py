@@ -29,6 +29,8 @@ SCENARIOS = {
     "fanout_100",
     "latency",
     "retained",
+    "retained_pub",
+    "end",
     "durable_v3_qos1",
     "durable_v3_qos2",
     "durable_v5_qos1",
@@ -87,6 +89,12 @@ def check_result(r: dict[str, Any]) -> None:
     elif s == "retained":
         assert r["received"] == r["topics"] == 1000, name
         assert r["replay_s"] is not None and r["replay_s"] > 0, name
+        assert 0 < r["first_s"] <= r["replay_s"], name
+    elif s == "retained_pub":
+        assert r["count"] == 1000 and r["msg_per_s"] > 0, name
+    elif s == "end":
+        assert r["rss_after"] > 0, name
+        return  # (no load generator)
     elif s == "takeover":
         # Every connection got its CONNACK; each worker but the last holder was thrown out.
         assert r["handled"] > r["clients"] == 8 and r["held"] <= 1, name

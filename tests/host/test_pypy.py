@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from cpython_host.runtime.pypy_heap import NURSERY_VARIABLE, PINNED_NURSERY
 from tests.conftest import REPO_ROOT
-from tests.host.broker_proc import BrokerProcess, connect_when_served
+from tests.host.broker_proc import BrokerProcess, connect_when_served, wait_until
 from tests.host.conftest import pypy_python
+from tools import procgroup
 
 # MicroPython scripts among them (they import what only MicroPython has).
 MICROPYTHON_ONLY = {"tools.bench.upy_heap"}
@@ -89,6 +93,80 @@ def test_on_pypy_the_jit_is_warmed_up_before_the_listeners_open(tmp_path: Path) 
         served_after.close()
     with BrokerProcess(tmp_path / "cpython", log_level="info", server={"warm_up": True}) as b:
         assert "JIT warmed up" not in b.log_text()  # nothing to compile on CPython
+
+
+# The `siskin` entry point as pip writes it (a script, not `-m cpython_host`).
+SISKIN_SCRIPT = """import sys
+from cpython_host.__main__ import main
+sys.exit(main())
+"""
+
+
+def _nursery_of_a_started_broker(tmp_path: Path, nursery: str | None, script: bool = False) -> tuple[str, str, str]:
+    """Start the broker on PyPy (PYPY_GC_NURSERY=`nursery`, None: unset) until it
+    logs its nursery; (the log's line, PYPY_GC_NURSERY in the environment of the
+    process that was started, its command line)."""
+    env = {k: v for k, v in os.environ.items() if k != NURSERY_VARIABLE}
+    if nursery is not None:
+        env[NURSERY_VARIABLE] = nursery
+    how = ["-m", "cpython_host"]
+    if script:
+        (tmp_path / "siskin").write_text(SISKIN_SCRIPT)
+        how = [str(tmp_path / "siskin")]
+        env["PYTHONPATH"] = str(REPO_ROOT)
+    log_path = tmp_path / "broker.log"
+    cmd = [pypy_python(), *how, "--port", "0", "--log-level", "info", "--config", os.devnull]
+    with log_path.open("wb") as logf:
+        proc = procgroup.spawn(cmd, cwd=REPO_ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
+
+    def logged() -> re.Match[str] | None:
+        assert proc.poll() is None, log_path.read_text()
+        return re.search(r"PyPy GC nursery: .*", log_path.read_text())
+
+    try:
+        line = wait_until(logged, 60, lambda: log_path.read_text()).group(0)
+        # The pid that was started is the broker's (an exec, not a child).
+        with open(f"/proc/{proc.pid}/environ", "rb") as f:
+            environ = dict(item.partition(b"=")[::2] for item in f.read().split(b"\0") if item)
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode()
+    finally:
+        procgroup.kill(proc)
+    return line, environ.get(NURSERY_VARIABLE.encode(), b"unset").decode(), cmdline
+
+
+def test_on_pypy_the_broker_runs_with_a_pinned_gc_nursery(tmp_path: Path) -> None:
+    # Unset: the command execs itself again with the pin, before it serves;
+    # the GC then reports that nursery (not half the CPU's cache size).
+    line, environ, cmdline = _nursery_of_a_started_broker(tmp_path, None)
+    assert environ == PINNED_NURSERY == "4M"
+    assert line.startswith("PyPy GC nursery: 4096 KB (PYPY_GC_NURSERY=4M;"), line
+    assert " -m cpython_host --port 0 " in cmdline  # started again the way it was started
+    # The same from the `siskin` script.
+    line, environ, cmdline = _nursery_of_a_started_broker(tmp_path, None, script=True)
+    assert (environ, line.split(" (")[0]) == ("4M", "PyPy GC nursery: 4096 KB"), line
+    assert f"{tmp_path / 'siskin'} --port 0 " in cmdline
+
+
+def test_on_pypy_a_nursery_set_by_the_user_is_kept(tmp_path: Path) -> None:
+    line, environ, _ = _nursery_of_a_started_broker(tmp_path, "1M")
+    assert environ == "1M"
+    assert line.startswith("PyPy GC nursery: 1024 KB (PYPY_GC_NURSERY=1M;"), line
+    line, environ, _ = _nursery_of_a_started_broker(tmp_path, "2048k")
+    assert line.startswith("PyPy GC nursery: 2048 KB (PYPY_GC_NURSERY=2048k;"), line
+
+
+def test_on_cpython_nothing_is_pinned() -> None:
+    env = {k: v for k, v in os.environ.items() if k != NURSERY_VARIABLE}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from cpython_host.runtime import pypy_heap as h; h.pin_nursery([]); print(h.nursery_bytes())"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.stdout.split() == ["None"], proc.stderr
 
 
 WARM_UP = """
@@ -265,7 +343,9 @@ def test_on_pypy_the_warm_ups_heap_is_given_back_before_the_listeners_open(tmp_p
         [pypy_python(), "-c", START_AFTER_WARM_UP, str(cfg)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
     )
     # (the second: after the socket warm-up, which runs on the loop before the listeners open)
-    assert proc.stdout.splitlines()[-1] == "1 ['warm_up', 'give_back_heap', 'give_back_heap']", proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "1 ['warm_up', 'give_back_heap', 'give_back_heap']", (
+        proc.stdout + proc.stderr
+    )
     assert "cannot listen" in proc.stderr
 
 
@@ -282,7 +362,11 @@ def python39_hazards(path: Path) -> list[str]:
     a bridge's task died of it)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Name) and node.id == "TimeoutError" and path.relative_to(REPO_ROOT).parts[0] == "cpython_host":
+        if (
+            isinstance(node, ast.Name)
+            and node.id == "TimeoutError"
+            and path.relative_to(REPO_ROOT).parts[0] == "cpython_host"
+        ):
             found.append(f"{node.lineno}: TimeoutError (write asyncio.TimeoutError, or socket.timeout for a socket's)")
         if (
             isinstance(node, ast.Call)

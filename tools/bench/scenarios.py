@@ -759,6 +759,7 @@ def retained_worker(port: int, topics: int, batch: int, tag: str, limit: float) 
     packets: list[tuple[int, int, int]] = []
     buf = bytearray()
     count = 0
+    t_first = None
     t1 = time.monotonic()
     sub.sendall(mqtt.subscribe(1, "#", 0))
     sub.settimeout(limit)
@@ -774,12 +775,14 @@ def retained_worker(port: int, topics: int, batch: int, tag: str, limit: float) 
         for first, _s, _e in packets:
             if first & 0xF0 == 0x30 and first & 1:
                 count += 1
+        if count and t_first is None:
+            t_first = time.monotonic() - t1
         packets.clear()
         del buf[:used]
     t_replay = time.monotonic() - t1 if count >= topics else None
     for s in (pub, sub):
         s.close()
-    return {"received": count, "store_s": t_stored, "replay_s": t_replay, **_usage(cpu0, wall0)}
+    return {"received": count, "store_s": t_stored, "replay_s": t_replay, "first_s": t_first, **_usage(cpu0, wall0)}
 
 
 def retained(
@@ -805,6 +808,65 @@ def retained(
         "received": res["received"],
         "store_s": round(res["store_s"], 4),
         "replay_s": None if res["replay_s"] is None else round(res["replay_s"], 4),
+        "first_s": None if res["first_s"] is None else round(res["first_s"], 4),
+        "gen_cpu": {"client": res["cpu"]},
+    }
+
+
+def retained_publish_worker(port: int, count: int, window: int, tag: str) -> dict[str, Any]:
+    cpu0, wall0 = _cpu_wall()
+    body = mqtt.payload()
+    prefix = f"bench/retpub{tag}"
+    pub = mqtt.open_client(port, f"retpub-{tag}")
+    pub.settimeout(30)
+    buf = bytearray()
+    packets: list[tuple[int, int, int]] = []
+    sent = acked = 0
+    t0 = time.monotonic()
+    while acked < count:
+        if sent < count and sent - acked < window:
+            n = min(window - (sent - acked), count - sent)
+            pub.sendall(b"".join(mqtt.publish(f"{prefix}/{i}", body, 1, i % 65535 + 1, True) for i in range(sent, sent + n)))
+            sent += n
+        chunk = pub.recv(RECV)
+        if not chunk:
+            raise ConnectionError("broker closed the retained publisher")
+        buf += chunk
+        used = mqtt.parse(buf, 0, packets)
+        acked += sum(1 for first, _s, _e in packets if first == mqtt.PUBACK)
+        packets.clear()
+        del buf[:used]
+    span = time.monotonic() - t0
+    # Cleared again (QoS 0, empty retained), so that later rounds' replays do not carry them.
+    for g in range(0, count, 500):
+        pub.sendall(b"".join(mqtt.publish(f"{prefix}/{i}", b"", 0, 0, True) for i in range(g, min(count, g + 500))))
+    pub.sendall(mqtt.PINGREQ)
+    mqtt.recv_exact(pub, 2)
+    pub.close()
+    return {"span_s": span, **_usage(cpu0, wall0)}
+
+
+def retained_publish(
+    port: int, count: int = 10000, window: int = 64, pid: int | None = None, tag: str = ""
+) -> dict[str, Any]:
+    """`count` retained QoS 1 messages to as many topics, `window` in flight: the rate.
+    (With a store each is durable before its PUBACK: scenarios_durable.retained_publish counts the fsyncs.)"""
+    tag = tag or f"{time.monotonic_ns() % 10**9}"
+    w = Workers()
+    cpu_b0 = broker_cpu_seconds(pid)
+    try:
+        w.start(retained_publish_worker, port, count, window, tag)
+        res = w.results(1, 300)[0]
+        _check([res])
+    finally:
+        w.close()
+    span = res["span_s"]
+    return {
+        "scenario": "retained_pub",
+        "count": count,
+        "window": window,
+        "msg_per_s": round(count / span) if span else None,
+        "broker_cpu": round((broker_cpu_seconds(pid) - cpu_b0) / span, 3) if pid and span else None,
         "gen_cpu": {"client": res["cpu"]},
     }
 

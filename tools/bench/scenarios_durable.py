@@ -180,6 +180,15 @@ def durable(
     return res
 
 
+def retained_publish(port: int, count: int, pid: int | None = None, tag: str = "") -> dict[str, Any]:
+    """scenarios.retained_publish; adds fsyncs per message (a stored broker under strace)."""
+    before = fsyncs(pid)
+    res = scenarios.retained_publish(port, count, pid=pid, tag=tag)
+    after = fsyncs(pid)
+    res["fsyncs_per_msg"] = None if before is None or after is None else round((after - before) / count, 4)
+    return res
+
+
 def steps(duration: float, idle: float) -> list[tuple[str, Any]]:
     """tools/bench/__main__.py plan() entries: (name, run(port, pid, tag))."""
 
@@ -190,8 +199,9 @@ def steps(duration: float, idle: float) -> list[tuple[str, Any]]:
 
 
 def applies(step: str, broker: str) -> bool:
-    """A stored broker runs the durable scenarios only."""
-    return broker not in STORED or step in STEPS
+    """A stored broker runs the durable scenarios only, and the retained publish rate
+    (a retained message is durable before its PUBACK)."""
+    return broker not in STORED or step in STEPS or step == "retained_pub"
 
 
 # ------------------------------------------------------------------ brokers
