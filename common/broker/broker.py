@@ -263,6 +263,13 @@ class Broker:
             from common.broker.enhanced_auth import methods
 
             self.auth_methods = methods(s.scram_users)
+        # sparkplug_aware: the Sparkplug B checks and certificates (sparkplug.py;
+        # not loaded without).
+        self.sparkplug = None
+        if s.sparkplug_aware:
+            from common.broker.sparkplug import Sparkplug
+
+            self.sparkplug = Sparkplug()
         # Users, access control and the anonymous switch (common/broker/login.py
         # set_security): None = no password file, no ACL, allow_anonymous not set.
         self.users = None

@@ -121,6 +121,11 @@ LIMITS = (
     # lose the acks of that last window.
     ("store_sync", "always", K_CHOICE, ("always", "batch"), None),
     ("store_sync_ms", 100, K_INT, 0, None),
+    # -- Sparkplug B (docs/sparkplug.md) --
+    # NBIRTH/DBIRTH republished retained under $sparkplug/certificates/ (if
+    # the publisher may write there), that space closed to clients,
+    # malformed spBv1.0/ topics refused, NDEATH wills stamped when sent
+    ("sparkplug_aware", False, K_BOOL, None, None),
     # -- housekeeping --
     ("sys_interval", 10, K_INT, 0, None),  # s between $SYS updates, 0 = off
     ("prealloc", False, K_BOOL, None, None),  # create every pool object at start-up (boards)
