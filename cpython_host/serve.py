@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import ssl
+import time
 from typing import Any
 
 from common import VERSION
@@ -73,7 +74,14 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     With a `store` (common/store/storeboot.py), call driver.restore() before serving.
     """
     broker: Broker = new_broker(config.settings, os.urandom, store)
+    if broker.sparkplug is not None:
+        broker.sparkplug.wall_ms = wall_ms  # NDEATH wills stamped when sent (docs/sparkplug.md)
     return broker
+
+
+def wall_ms() -> int:
+    """The wall clock in ms since 1970 UTC (a Sparkplug timestamp)."""
+    return time.time_ns() // 1_000_000
 
 
 async def serve(
