@@ -74,8 +74,7 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     With a `store` (common/store/storeboot.py), call driver.restore() before serving.
     """
     broker: Broker = new_broker(config.settings, os.urandom, store)
-    if broker.sparkplug is not None:
-        broker.sparkplug.wall_ms = wall_ms  # NDEATH wills stamped when sent (docs/sparkplug.md)
+    broker.wall_ms = wall_ms  # Sparkplug timestamps (docs/sparkplug.md)
     return broker
 
 

@@ -1,7 +1,8 @@
 # Sparkplug B 3.0 awareness (sparkplug_aware = true): docs/sparkplug.md.
 #
-# Theory of operation. With the setting on, the broker holds one Sparkplug
-# object (Broker.sparkplug; this module is not loaded without it) and
+# Theory of operation. With the setting on (or the gateway's own edge node,
+# spb_node.py, whose NCMD this module hears of), the broker holds one Sparkplug
+# object (Broker.sparkplug; this module is not loaded without either) and
 # handle_publish asks it about every inbound PUBLISH's topic (check): a
 # topic under `$sparkplug/certificates/` is refused (only the broker writes
 # there) and so is a malformed one in the `spBv1.0/` namespace (an empty
@@ -15,7 +16,7 @@
 # not; Mosquitto's plugin skips this check: eclipse-mosquitto #3673).
 # A will is judged the same way when it is sent (will_payload), and an
 # NDEATH will gets the time it is sent as its timestamp (protobuf field 1
-# of the Payload) when the shell gave a wall clock
+# of the Payload) when the shell gave a wall clock (Broker.wall_ms)
 # [tck-id-conformance-mqtt-aware-ndeath-timestamp].
 #
 # Costs: nothing when off (one attribute test per PUBLISH); when on, a few
@@ -23,6 +24,7 @@
 # topic per birth, one new payload per NDEATH will.
 
 from common.broker.handle_publish import write_denied
+from common.broker.protobuf import has_true_metric, stamp
 from common.broker.route import route
 from common.compat import const
 from common.mqtt import consts as C
@@ -30,6 +32,7 @@ from common.mqtt.packets import Publish
 
 NAMESPACE = "spBv1.0/"
 CERTIFICATES = "$sparkplug/certificates/"
+REBIRTH = "Node Control/Rebirth"  # the metric of an NBIRTH, and of an NCMD asking for one
 
 # What check() makes of a topic.
 _PLAIN = const(0)  # not Sparkplug, or a valid topic of it that needs nothing
@@ -81,26 +84,36 @@ def _refusal(kind):
 
 
 class Sparkplug:
-    """The aware broker's state: its counters, the last check's answer and
-    the shell's wall clock."""
+    """The broker's Sparkplug state (sparkplug_aware, or the gateway's own
+    edge node: sparkplug_group): its counters, the last check's answer."""
 
-    def __init__(self):
-        # The shell's wall clock: () -> ms since 1970 UTC, or None: an
-        # NDEATH will's timestamp is then left as the node wrote it (the
-        # spec's MAY; a board without a trusted clock).
-        self.wall_ms = None
+    def __init__(self, settings):
+        self.aware = settings.sparkplug_aware
+        # The gateway's own edge node's NCMD topic (spb_node.py), or None;
+        # `rebirth` is set when an NCMD there asks for a rebirth.
+        self.command = None
+        if settings.sparkplug_group:
+            self.command = NAMESPACE + settings.sparkplug_group + "/NCMD/" + settings.sparkplug_node
+        self.rebirth = False
         self.refused = 0  # PUBLISHes and wills refused (malformed topic, $sparkplug/certificates/)
         self.certified = 0  # births republished under $sparkplug/certificates/
         self.stamped = 0  # NDEATH wills sent with the time they were sent
-        self.birth = False  # the PUBLISH check() saw last is an NBIRTH/DBIRTH
+        self.after = False  # the PUBLISH check() saw last wants after_route() once routed
         self.text = None  # why check() refused it
 
     def check(self, broker, client_id, topic, now):
         """The reason code refusing a client's PUBLISH to `topic` (0: none;
-        then `birth` says whether certify() follows its routing); a refusal
-        is counted and logged (`text` says why)."""
+        then `after` says whether after_route() follows its routing: a
+        birth, the edge node's NCMD); a refusal is counted and logged
+        (`text` says why)."""
+        if topic == self.command:
+            self.after = True
+            return 0
+        self.after = False
+        if not self.aware:
+            return 0
         kind = classify(topic)
-        self.birth = kind == _BIRTH
+        self.after = kind == _BIRTH
         if kind < _BAD:
             return 0
         reason, self.text = _refusal(kind)
@@ -113,11 +126,16 @@ class Sparkplug:
             broker.denied_log_at = now + 1  # (the ACL's one line a second, shared)
             broker.log(30, "%s: %s to %s refused: %s (%d refused so far)", (client_id, what, topic, why, self.refused))
 
-    def certify(self, broker, conn, props, topic, payload, qos, now):
-        """After an NBIRTH/DBIRTH to `topic` was routed: republish it
-        retained under $sparkplug/certificates/, if the publisher may write
+    def after_route(self, broker, conn, props, topic, payload, qos, now):
+        """After a PUBLISH check() marked was routed: the edge node's NCMD
+        (a rebirth asked for), or an NBIRTH/DBIRTH to `topic`, republished
+        retained under $sparkplug/certificates/ if the publisher may write
         there [tck-id-conformance-mqtt-aware-nbirth-mqtt-retain]
         [tck-id-conformance-mqtt-aware-dbirth-mqtt-retain]."""
+        if topic == self.command:
+            if has_true_metric(payload, REBIRTH):
+                self.rebirth = True
+            return
         cert = CERTIFICATES + topic
         session = conn.session
         if conn.acl is not None and write_denied(broker, conn.acl, session, conn.user, cert, now, "certificate"):
@@ -129,74 +147,18 @@ class Sparkplug:
         """The payload a will to `topic` goes with as it is sent: None if it
         may not go (refused as check() refuses a PUBLISH), an NDEATH's with
         the time now as its timestamp when there is a wall clock."""
+        if not self.aware:
+            return payload
         kind = classify(topic)
         if kind >= _BAD:
             self._refuse(broker, session.client_id, "will", topic, _refusal(kind)[1], now)
             return None
-        if kind == _NDEATH and self.wall_ms is not None:
-            stamped = stamp(payload, self.wall_ms())
+        # Without a wall clock (Broker.wall_ms None: a board without a
+        # trusted clock) the node's own timestamp stays (the spec's MAY).
+        if kind == _NDEATH and broker.wall_ms is not None:
+            stamped = stamp(payload, broker.wall_ms())
             if stamped is not None:
                 self.stamped += 1
                 return stamped
             broker.log(30, "%s: NDEATH will to %s sent as it was: its payload is not a Sparkplug protobuf", (session.client_id, topic))
         return payload
-
-
-# ------------------------------------------------------------ protobuf
-# Just what a timestamp needs: the Payload's top-level fields walked by
-# their wire type (0 varint, 1 fixed 64, 2 length-delimited, 5 fixed 32).
-
-
-def read_varint(buf, i, end):
-    """(value, next offset) of the varint at buf[i]; -1 offset: malformed."""
-    value = 0
-    shift = 0
-    while i < end and shift < 64:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-    return 0, -1
-
-
-def write_varint(out, value):
-    """Append `value` (>= 0) to the bytearray `out` as a varint."""
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def stamp(payload, ms):
-    """`payload` (a Sparkplug B Payload) with timestamp = `ms` (field 1
-    first, every other field as it was, in order); None if it does not
-    parse as protobuf."""
-    out = bytearray(b"\x08")
-    write_varint(out, ms)
-    i = 0
-    end = len(payload)
-    while i < end:
-        start = i
-        key, i = read_varint(payload, i, end)
-        if i < 0 or key >> 3 == 0:
-            return None
-        wire = key & 7
-        if wire == 0:
-            _, i = read_varint(payload, i, end)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            size, i = read_varint(payload, i, end)
-            if i >= 0:
-                i += size
-        else:
-            return None
-        if i < 0 or i > end:
-            return None
-        if key != 0x08:  # (the old timestamp left out)
-            out.extend(payload[start:i])
-    return bytes(out)

@@ -3,7 +3,18 @@
 # assertions for an aware MQTT server are named [tck-id-...]; the same are
 # driven by independent clients over the real host broker in
 # tests/host/test_sparkplug.py.
-#
+
+import unittest
+
+from common.broker import login
+from common.broker.acl import Acl
+from common.broker.protobuf import stamp
+from common.broker.sparkplug import classify
+from common.broker.users import Users
+from common.mqtt import consts as C
+from tests.core.harness import Harness
+from tests.core.test_security import user_line
+
 # Payload bytes below were made by Eclipse Tahu's encoder (npm
 # sparkplug-payload 1.0.3, tests/host/sparkplug_payload.js), not by ours:
 #   {"timestamp":1000,"metrics":[{"name":"bdSeq","type":"Int64","value":3}]}
@@ -13,16 +24,17 @@ NDEATH_STAMPED = bytes.fromhex("08fbd095ffbc31" "120b0a056264536571" "2004" "580
 #   {"timestamp":5,"metrics":[...bdSeq 3...],"seq":0}: field 1 first, seq (field 3) after
 WITH_SEQ = bytes.fromhex("0805" "120b0a05626453657120045803" "1800")
 NOW_MS = 1700000000123
+#   {"timestamp":1700000000123,"metrics":[{"name":"bdSeq","type":"Int64","value":0}]}
+EDGE_NDEATH = bytes.fromhex("08fbd095ffbc31" "120b0a056264536571" "2004" "5800")
+#   {"timestamp":1700000000123,"metrics":[{"alias":1,"type":"UInt64","value":2},
+#    {"alias":2,"type":"UInt64","value":2},{"alias":4,"type":"UInt64","value":1}],"seq":1}
+EDGE_NDATA = bytes.fromhex("08fbd095ffbc31" "120610012008" "5802" "120610022008" "5802" "120610042008" "5801" "1801")
+#   {"metrics":[{"name":"Node Control/Rebirth","type":"Boolean","value":false}]}: the metric
+REBIRTH_METRIC = bytes.fromhex("121a0a144e6f646520436f6e74726f6c2f52656269727468200b7000")
+#   {"timestamp":5,"metrics":[{"name":"Other","type":"Boolean","value":true},
+#    {"name":"Node Control/Rebirth","type":"Boolean","value":true}]}: an NCMD asking for a rebirth
+NCMD_OTHER_TRUE = bytes.fromhex("0805" "120b0a054f74686572200b7001" "121a0a144e6f646520436f6e74726f6c2f52656269727468200b7001")
 
-import unittest
-
-from common.broker import login
-from common.broker.acl import Acl
-from common.broker.sparkplug import classify, stamp
-from common.mqtt import consts as C
-from common.broker.users import Users
-from tests.core.harness import Harness
-from tests.core.test_security import user_line
 
 CERTS = "$sparkplug/certificates/"
 NBIRTH = "spBv1.0/G1/NBIRTH/E1"
@@ -223,7 +235,7 @@ class TestAware(unittest.TestCase):
         # [tck-id-conformance-mqtt-aware-ndeath-timestamp]: the timestamp of an
         # NDEATH it replaces is the UTC time it sends it at.
         h = aware()
-        h.broker.sparkplug.wall_ms = lambda: NOW_MS
+        h.broker.wall_ms = lambda: NOW_MS
         host = h.client()
         host.connect("host")
         host.subscribe(NDEATH, qos=1)
@@ -244,7 +256,7 @@ class TestAware(unittest.TestCase):
         node.connect("E1", will=(NDEATH, NDEATH_1000, 0, False))
         node.drop()
         self.assertEqual([p.payload for p in publishes(host)], [NDEATH_1000])
-        h.broker.sparkplug.wall_ms = lambda: NOW_MS
+        h.broker.wall_ms = lambda: NOW_MS
         node = h.client()
         node.connect("E1", will=(NDEATH, b"\xff", 0, False))
         node.drop()
@@ -263,6 +275,80 @@ class TestAware(unittest.TestCase):
             node.drop()
         self.assertEqual(publishes(watcher), [])
         self.assertEqual(h.broker.snapshot()["refused_sparkplug"], 2)
+
+
+class TestEdgeNode(unittest.TestCase):
+    """The gateway as its own edge node (spb_node.py), driven as the driver does."""
+
+    def node(self, **settings):
+        from common.broker.spb_node import EdgeNode
+
+        h = Harness(sparkplug_group="Edge", sparkplug_node="gw1", **settings)
+        h.broker.wall_ms = lambda: NOW_MS
+        host = h.client()
+        host.connect("host")
+        host.subscribe("spBv1.0/Edge/#", qos=1)
+        return h, host, EdgeNode(h.broker, h.broker.settings)
+
+    def test_birth_data_death(self):
+        h, host, edge = self.node(sparkplug_interval=5)
+        edge.tick(h.broker, h.now, None)
+        h.pump()
+        (birth,) = publishes(host)
+        self.assertEqual((birth.topic, birth.qos, birth.retain), ("spBv1.0/Edge/NBIRTH/gw1", 0, False))
+        p = birth.payload
+        self.assertTrue(p.startswith(EDGE_NDEATH[:-2]))  # timestamp, then bdSeq 0 (no store) ...
+        self.assertEqual(p[len(EDGE_NDEATH) : len(EDGE_NDEATH) + len(REBIRTH_METRIC)], REBIRTH_METRIC)  # ... Rebirth
+        self.assertIn(b"Clients/Connected", p)
+        self.assertNotIn(b"Heap/Bytes", p)  # not measured: not in the birth
+        self.assertTrue(p.endswith(b"\x18\x00"))  # seq 0
+        edge.tick(h.broker, h.now + 4, None)  # not due yet
+        h.pump()
+        self.assertEqual(publishes(host), [])
+        other = h.client()
+        other.connect("other")  # Clients/Connected, /Sessions 1 -> 2; Messages/Sent (the birth) 0 -> 1
+        edge.tick(h.broker, h.now + 5, None)
+        h.pump()
+        (data,) = publishes(host)
+        self.assertEqual((data.topic, data.payload), ("spBv1.0/Edge/NDATA/gw1", EDGE_NDATA))
+        edge.tick(h.broker, h.now + 10, None)  # only what changed: Messages/Sent (the NDATA), seq 2
+        h.pump()
+        (data,) = publishes(host)
+        self.assertEqual(data.payload, EDGE_NDATA[:7] + bytes.fromhex("120610042008" "5802" "1802"))
+        edge.death(h.broker, h.now + 11)
+        h.pump()
+        (death,) = publishes(host)
+        self.assertEqual((death.topic, death.qos, death.payload), ("spBv1.0/Edge/NDEATH/gw1", 1, EDGE_NDEATH))
+
+    def test_rebirth_on_ncmd(self):
+        h, host, edge = self.node()
+        b = h.broker
+        edge.tick(b, h.now, None)
+        h.pump()
+        self.assertEqual([p.topic for p in publishes(host)], ["spBv1.0/Edge/NBIRTH/gw1"])
+        self.assertFalse(edge.wants(b, h.now + 1))
+        scada = h.client()
+        scada.connect("scada")
+        scada.publish("spBv1.0/Edge/NCMD/gw1", REBIRTH_METRIC, qos=1)  # false: nothing asked
+        scada.publish("spBv1.0/Edge/NCMD/gw1", NCMD_OTHER_TRUE[:-1] + b"\x00", qos=1)  # only "Other" true
+        self.assertFalse(edge.wants(b, h.now + 1))
+        scada.publish("spBv1.0/Edge/NCMD/gw1", NCMD_OTHER_TRUE, qos=1)
+        self.assertTrue(edge.wants(b, h.now + 1))
+        edge.tick(b, h.now + 1, None)
+        h.pump()
+        got = publishes(host)
+        self.assertEqual([p.topic for p in got][-1], "spBv1.0/Edge/NBIRTH/gw1")  # (after the NCMDs it saw)
+        self.assertTrue(got[-1].payload.endswith(b"\x18\x00"))  # seq 0 again
+        self.assertFalse(edge.wants(b, h.now + 1))
+
+    def test_ids_checked(self):
+        from common.broker.limits import ConfigError
+        from common.broker.spb_node import EdgeNode
+
+        for group, node in (("a/b", "n"), ("g", ""), ("g", "n+"), ("#", "n")):
+            h = Harness(sparkplug_group=group, sparkplug_node=node)
+            with self.assertRaises(ConfigError):
+                EdgeNode(h.broker, h.broker.settings)
 
 
 if __name__ == "__main__":
