@@ -235,3 +235,55 @@ def test_ndeath_will_stamped_with_the_time_it_is_sent(broker: BrokerProcess, cli
     death = decode(m.payload)
     assert before <= int(death["timestamp"]) <= after
     assert death["metrics"] == [{"name": "bdSeq", "type": "Int64", "value": "9"}]
+
+
+def edge_broker(workdir: Path) -> BrokerProcess:
+    limits = {"sparkplug_aware": True, "sparkplug_group": "Edge", "sparkplug_node": "gw1", "sparkplug_interval": 1}
+    return BrokerProcess(workdir, limits={**limits, "sys_interval": 0}).start()
+
+
+def metrics_of(payload: dict[str, Any]) -> dict[str, Any]:
+    return {m.get("name", m.get("alias")): m["value"] for m in payload["metrics"]}
+
+
+def test_the_gateway_is_an_edge_node(tmp_path: Path, clients: list[Paho]) -> None:
+    node_js()
+    boots = []
+    for run in range(2):
+        b = edge_broker(tmp_path)
+        try:
+            host = Paho(b.port, "scada", True)
+            clients.append(host.connect())
+            # The birth went before anyone listened: its certificate is retained.
+            host.subscribe(CERTS + "spBv1.0/Edge/NBIRTH/gw1", 1)
+            m = host.get()
+            birth = decode(m.payload)
+            names = metrics_of(birth)
+            assert birth["seq"] == "0" and names["Node Control/Rebirth"] is False
+            assert {"Clients/Connected", "Messages/Received", "Queues/Bytes", "Store/Skipped Records", "Heap/Bytes"} <= set(names)
+            assert names["Store/Skipped Records"] == "0" and int(names["Heap/Bytes"]) > 0
+            aliases = {x["name"]: x["alias"] for x in birth["metrics"] if "alias" in x}
+            boots.append(int(names["bdSeq"]))
+            # NDATA: by alias, seq counting on; the host itself is one more client.
+            host.subscribe("spBv1.0/Edge/+/gw1", 1)
+            data = decode(host.get().payload)
+            assert int(data["seq"]) >= 1 and all("name" not in x for x in data["metrics"])
+            # A rebirth asked for (NCMD) is a new NBIRTH with the same bdSeq.
+            ncmd = encode({"timestamp": 1, "metrics": [{"name": "Node Control/Rebirth", "type": "Boolean", "value": True}]})
+            host.publish("spBv1.0/Edge/NCMD/gw1", ncmd, 1)
+            while (m := host.get()).topic != "spBv1.0/Edge/NBIRTH/gw1":
+                pass
+            again = decode(m.payload)
+            assert again["seq"] == "0" and metrics_of(again)["bdSeq"] == str(boots[-1])
+            assert {x["name"]: x["alias"] for x in again["metrics"] if "alias" in x} == aliases
+            # A clean stop: its NDEATH, with the birth's bdSeq.
+            before = time.time_ns() // 1_000_000
+            assert b.stop() == 0
+            while (m := host.get()).topic != "spBv1.0/Edge/NDEATH/gw1":
+                pass
+            death = decode(m.payload)
+            assert metrics_of(death) == {"bdSeq": str(boots[-1])} and "seq" not in death
+            assert before <= int(death["timestamp"]) <= time.time_ns() // 1_000_000
+        finally:
+            b.kill()
+    assert boots[1] == (boots[0] + 1) % 256  # a new run, a new bdSeq (the store's boot counter)
