@@ -249,7 +249,7 @@ def metrics_of(payload: dict[str, Any]) -> dict[str, Any]:
 def test_the_gateway_is_an_edge_node(tmp_path: Path, clients: list[Paho]) -> None:
     node_js()
     boots = []
-    for run in range(2):
+    for _run in range(2):
         b = edge_broker(tmp_path)
         try:
             host = Paho(b.port, "scada", True)
