@@ -287,3 +287,30 @@ def test_the_gateway_is_an_edge_node(tmp_path: Path, clients: list[Paho]) -> Non
         finally:
             b.kill()
     assert boots[1] == (boots[0] + 1) % 256  # a new run, a new bdSeq (the store's boot counter)
+
+
+def test_the_docs_example_serves_as_it_says(tmp_path: Path, clients: list[Paho]) -> None:
+    # docs/sparkplug.md opens with a config and its acl file: both run here as
+    # written, and do what the page says of them.
+    text = (REPO_ROOT / "docs" / "sparkplug.md").read_text()
+    blocks = text.split("```")
+    toml = blocks[1].removeprefix("toml\n")
+    (tmp_path / "acl").write_text(blocks[3].removeprefix("\n"))
+    for i, user in enumerate(("scada", "press-7", "intruder")):
+        siskin_passwd(tmp_path / "passwd", user, "pw-" + user, *(("-c",) if i == 0 else ()))
+    b = BrokerProcess(tmp_path, limits={"sys_interval": 0})
+    b.config_path.write_text(toml.replace("[limits]\n", "[limits]\nsys_interval = 0\n"))
+    b.start()
+    try:
+        host = client(b, clients, "scada")
+        host.subscribe(CERTS + "spBv1.0/Plant1/NBIRTH/#", 1)
+        assert host.get().topic == CERTS + "spBv1.0/Plant1/NBIRTH/gw1"  # the gateway's own birth
+        press = client(b, clients, "press-7")
+        press.publish("spBv1.0/Plant1/NBIRTH/press-7", birth(1, 5.0), 1)
+        assert host.get().topic == CERTS + "spBv1.0/Plant1/NBIRTH/press-7"
+        intruder = client(b, clients, "intruder")  # no rules: denied by default
+        intruder.publish("spBv1.0/Plant1/NBIRTH/press-7", b"forged", 1)
+        press.publish("spBv1.0/Plant1/NBIRTH/press-7", b"sentinel", 1)
+        assert host.get().payload == b"sentinel"
+    finally:
+        b.kill()
