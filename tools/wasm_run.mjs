@@ -1,8 +1,8 @@
 // Run the core tests under the 32-bit WebAssembly MicroPython port.
 //
 //   node tools/wasm_run.mjs [--heap 4M] [--] [run.py args...]
-//   node tools/wasm_run.mjs [--heap 4M] --script tools/NAME.py [args...]   (a
-//        measuring tool instead of the runner, e.g. tools/sparkplug_heap.py)
+//   node tools/wasm_run.mjs [--heap 4M] --script PATH.py [args...]   (a MicroPython
+//        script of the tree instead of the runner, e.g. tests/upy/sparkplug_heap.py)
 //
 // The port is the npm package @micropython/micropython-webassembly-pyscript
 // (MicroPython 1.27, Emscripten, 32-bit object model: 31-bit small ints,

