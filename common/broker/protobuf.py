@@ -1,5 +1,5 @@
 # The protobuf wire format, as much of it as Sparkplug B needs (sparkplug.py,
-# spb_node.py): varints, a Payload's timestamp replaced, and the encoders of
+# spb_node.py): fields (their varints are codec.py's), a Payload's timestamp replaced, and the encoders of
 # a Payload with its Metrics (Eclipse Tahu's sparkplug_b.proto: Payload
 # timestamp = 1, metrics = 2, seq = 3; Metric name = 1, alias = 2,
 # datatype = 4, long_value = 11, boolean_value = 14). A message's fields
@@ -7,6 +7,7 @@
 # but the metric's own body.
 
 from common.compat import const
+from common.mqtt.codec import read_varint, write_varint
 
 # Sparkplug B data types (spec 6.4.16) used here.
 INT64 = const(4)
@@ -21,28 +22,6 @@ _ALIAS = const(0x10)  # Metric field 2, varint
 _DATATYPE = const(0x20)  # Metric field 4, varint
 _LONG = const(0x58)  # Metric field 11, varint
 _BOOL = const(0x70)  # Metric field 14, varint
-
-
-def read_varint(buf, i, end):
-    """(value, next offset) of the varint at buf[i]; -1 offset: malformed."""
-    value = 0
-    shift = 0
-    while i < end and shift < 64:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-    return 0, -1
-
-
-def write_varint(out, value):
-    """Append `value` (>= 0) to the bytearray `out` as a varint."""
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 def read_field(buf, i, end):
