@@ -55,12 +55,12 @@
 #   one then half-closes. With store_sync = always, in two rounds: first
 #   what may leave before the store's sync (QoS 0/1 PUBLISHes to
 #   subscribers), then the sync and what waited for it (every ack:
-#   Broker.next_dirty, docs/persistence.md).
+#   common/broker/output.py, docs/persistence.md).
 # - Close: half-close, then linger until the peer's EOF or `close_linger`
 #   seconds, then close, or abort if the output still has not drained.
 #   Closing a socket with unread input makes TCP send a reset, which can
 #   destroy a final CONNACK or DISCONNECT, hence the linger. A connection
-#   closed because its peer fell silent (broker.is_silent: keep-alive,
+#   closed because its peer fell silent (Output.is_silent: keep-alive,
 #   connect timeout) has nothing to drain and is closed at once.
 # - Backpressure: a connection whose write buffer is above its high-water
 #   mark is paused in the core (its output stays there, bounded by the
@@ -102,7 +102,6 @@
 # The exception: a connection handed over after its accept (`accepted`, a
 # TLS handshake later) may be due sooner; the shell then calls tick() again.
 
-from common.broker import login
 from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
 MAX_SLEEP_MS = const(1000)
@@ -124,6 +123,7 @@ class Driver:
         """`ticks_ms`: the shell's ms clock; close_linger, shutdown_timeout in s;
         `heap`: a function giving the heap figure $SYS shows, or None."""
         self.broker = broker
+        self.output = broker.output  # what is sent, and the store's sync gate
         self.ticks_ms = ticks_ms
         self.linger_ms = int(close_linger * 1000)
         self.shutdown_ms = int(shutdown_timeout * 1000)
@@ -141,7 +141,7 @@ class Driver:
         self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
         self.now = 1  # whole seconds, for the broker
         s = broker.settings
-        self.sync_ms = s.store_sync_ms if broker.listener.durable and s.store_sync == "batch" else 0
+        self.sync_ms = self.output.batch_ms
         self.sync_at = ticks_deadline(self.mark, self.sync_ms) if self.sync_ms else 0
         self.sys_interval = s.sys_interval
         self.sys_at = 0  # s; the first tick publishes
@@ -181,11 +181,13 @@ class Driver:
         return self.broker.restore(self.now, wall)
 
     def set_security(self, users, acl, allow_anonymous):
-        """Install the users, ACL and anonymous switch (login.set_security):
+        """Install the users, ACL and anonymous switch (security_files.set_security):
         at start and on a reload; what it changes for connected clients
         (a shared subscription's messages handed over) goes out now."""
         self.clock()
-        login.set_security(self.broker, users, acl, allow_anonymous, self.now)
+        from common.broker.security_files import set_security  # (start-up only on a board)
+
+        set_security(self.broker, users, acl, allow_anonymous, self.now)
         self.flush()
 
     # ------------------------------------------------------ connections
@@ -242,7 +244,7 @@ class Driver:
         handle = self.handles[cid]
         if handle is None or self.linger[cid]:
             return
-        self.broker.set_paused(cid, paused)
+        self.output.set_paused(cid, paused)
         self.hold(cid, _HELD_OUTPUT, paused)
 
     def hold(self, cid, why, on):
@@ -284,8 +286,7 @@ class Driver:
         if self.handles[cid] is None or self.linger[cid]:
             return
         self.clock()
-        broker = self.broker
-        broker.close(broker.connections.by_id[cid], self.now)
+        self.broker.close_id(cid, self.now)
 
     def connection_lost(self, cid):
         """The socket of `cid` is closed (by the peer, an error or us)."""
@@ -313,7 +314,7 @@ class Driver:
         replay going on, a throttle changed. (A closed connection rarely
         leaves any: the shell then spends no loop turn on a flush.)"""
         b = self.broker
-        return bool(b.connections.ndirty or b.replaying or b.throttle_changed or b.replay_changed)
+        return bool(self.output.dirty() or b.replaying or b.throttle_changed or b.replay_changed)
 
     def flush(self, sync=True):
         """Write each dirty connection's output once; start the closes.
@@ -321,7 +322,7 @@ class Driver:
         True if a retained replay can go on: the shell calls flush() again
         on the next turn of its loop."""
         # With `store_sync = always`, output that waits for the store's sync
-        # (Broker.next_dirty: every ack, all but QoS 0/1 PUBLISHes) goes in a
+        # (common/broker/output.py: every ack, all but QoS 0/1 PUBLISHes) goes in a
         # second round, after the sync; the first takes what may leave before
         # it, so a subscriber's deliveries are on their way while the store
         # syncs. `sync` False: no sync and no second round (what waits stays
@@ -340,26 +341,26 @@ class Driver:
             if broker.take_replay_changes():
                 self._follow(broker.replaying, self.replaying, _HELD_REPLAY)
         self._write_round(True)
-        if sync and broker.sync_waiting:
+        if sync and self.output.waiting:
             self._write_round(False)
         return broker.replays_waiting() if broker.replaying else False
 
     def _write_round(self, early):
-        # One round of Broker.next_dirty: each connection's output in one
+        # One round of Output.next_dirty: each connection's output in one
         # write; then a closing one half-closes.
-        broker = self.broker
+        output = self.output
         handles = self.handles
         linger = self.linger
-        cid = broker.next_dirty(early)
+        cid = output.next_dirty(early)
         while cid >= 0:
-            data = broker.take_output(cid)
+            data = output.take(cid)
             handle = handles[cid]  # every cid the broker names came from connection_made
             if handle is not None and not linger[cid]:  # (else gone, or half-closed: nothing more may go out)
                 if data:
                     handle.write(data)  # may end in connection_lost: then not closing
-                if broker.is_closing(cid):
-                    self._start_close(cid, handle, broker.is_silent(cid))
-            cid = broker.next_dirty(early)
+                if output.is_closing(cid):
+                    self._start_close(cid, handle, output.is_silent(cid))
+            cid = output.next_dirty(early)
 
     def _start_close(self, cid, handle, silent=False):
         deadline = ticks_deadline(self.clock(), self.linger_ms)
@@ -403,8 +404,8 @@ class Driver:
             broker.tick(now, ms)
             if self.sync_at and ticks_diff(ms, self.sync_at) >= 0:
                 self.sync_at = ticks_deadline(ms, self.sync_ms)
-                broker.sync_store()
-            broker.sync_pending()  # store_sync = always: what no ack waited for (flush)
+                self.output.sync()
+            self.output.sync_pending()  # store_sync = always: what no ack waited for (flush)
             if self.sys_at and now >= self.sys_at:
                 self.sys_at = now + self.sys_interval
                 self.publish_sys(broker, now, self.heap() if self.heap is not None else None)

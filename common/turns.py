@@ -63,8 +63,7 @@ class Turns:
         # input went at once, then those that waited last time too.
         self.first = []
         self.again = []
-        listener = driver.broker.listener
-        self.syncing = listener if listener.durable and driver.broker.settings.store_sync == "always" else None
+        self.output = driver.output  # whether acks wait for the store's sync
 
     def idle(self):
         """No input waits: a new connection's first input may go at once."""
@@ -84,10 +83,10 @@ class Turns:
         if self.spent >= self.per_turn:
             self.due = True  # the allowance is used up: renewed after this turn
         self.driver.data_received(cid, data)
-        if self.syncing is not None and self.syncing.pending():
+        if self.output.unsynced():
             # What may leave before the store's sync (deliveries) goes now;
             # its acks wait for the sync at the end of the turn.
-            if self.driver.flush(False) or self.driver.broker.sync_waiting:
+            if self.driver.flush(False) or self.output.waiting:
                 self.due = True
             return False
         return True

@@ -16,13 +16,20 @@ import logging
 import os
 import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from common.bridge.runner import Runner, retire_orphans, retire_session
+from common.bridge.runner import Runner, retire_session
 from common.compat import TICKS_MASK, ticks_diff
+from common.driver import Driver
 
-if TYPE_CHECKING:
-    from cpython_host.server import BrokerServer
+
+class BridgeHost(Protocol):
+    """What the bridges ask of the server that runs them (server.py's BrokerServer)."""
+
+    driver: Driver
+
+    def schedule_flush(self) -> None: ...
+    def note_closed(self) -> None: ...
 
 log = logging.getLogger("siskin.bridge")
 
@@ -100,7 +107,7 @@ class Upstream(asyncio.Protocol):
 class HostRuntime:
     """What common/bridge/runner.py asks of the shell, on asyncio."""
 
-    def __init__(self, server: BrokerServer, settings: Any) -> None:
+    def __init__(self, server: BridgeHost, settings: Any) -> None:
         self.server = server
         self.settings = settings
         self.context = client_context(settings)
@@ -116,10 +123,8 @@ class HostRuntime:
         self.woken.set()
 
     def flush(self) -> None:
-        server = self.server
-        server.schedule_flush()
-        if not server.driver.open:
-            server.all_closed.set()  # (at shutdown: the bridge's was the last connection)
+        self.server.schedule_flush()
+        self.server.note_closed()  # (at shutdown: the bridge's may have been the last connection)
 
     async def sleep_until(self, due: int) -> None:
         woken = self.woken
@@ -157,7 +162,7 @@ class Bridges:
     """The running bridges of a host broker: started from the config, changed
     at run time (`siskin ctl bridge ...` through web.py, SIGHUP's reload)."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BridgeHost) -> None:
         self.server = server
         self.runners: list[Runner] = []
 
@@ -168,10 +173,8 @@ class Bridges:
         return len(self.runners)
 
     def start(self, bridges: list[Any]) -> None:
-        """At start: the configured bridges; the sessions of removed ones end (their queues dead-lettered)."""
-        driver = self.server.driver
-        driver.clock()
-        retire_orphans(driver.broker, [b.name for b in bridges], driver.now, _log)
+        """At start: the configured bridges (the sessions of removed ones ended
+        with the restore: common/startup.py)."""
         for b in bridges:
             self.add(b)
 

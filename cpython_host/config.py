@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from common.broker.settings import (
+    HOST_SERVER_DEFAULTS,
     K_BOOL,
     K_CHOICE,
     K_INT,
@@ -49,21 +50,25 @@ from common.broker.settings import (
     check,
     defaults,
     new_settings,
+    resolve,
+    with_defaults,
 )
+from common.broker.settings import SECURITY as COMMON_SECURITY
+from common.broker.settings import SERVER as COMMON_SERVER
+from common.broker.settings import TLS as COMMON_TLS
 from common.broker.settings_hint import did_you_mean
 from cpython_host.compat import tomllib
 
 __all__ = ["LISTENER", "SECURITY", "SERVER", "ConfigError", "HostConfig", "Listener", "load_config", "load_security"]
 
-# [server]: the schema of common/broker/settings.py. Times are seconds, sizes bytes.
+# [server]: the schema of common/broker/settings.py, its SERVER keys with the
+# host's defaults. Times are seconds, sizes bytes.
 SERVER = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on
     ("port", 1883, K_INT, 0, 65535),  # TCP port (0 = any free port, logged at start)
-    ("backlog", 1024, K_INT, 0, None),  # listen() backlog
+    *with_defaults(COMMON_SERVER, HOST_SERVER_DEFAULTS),  # backlog, close_linger, shutdown_timeout
     ("write_buffer_high", 65536, K_INT, 0, None),  # bytes buffered for a client before its output is paused
     ("write_buffer_low", 16384, K_INT, 0, None),  # bytes at which a paused client's output resumes
-    ("close_linger", 2.0, K_NUMBER, 0, None),  # s to drain a closing connection after the half-close
-    ("shutdown_timeout", 5.0, K_NUMBER, 0, None),  # s to wait for connections to close at shutdown
     ("data_dir", "", K_STR, None, None),  # persistent state, as --data-dir (which beats it); "" = memory only
     ("warm_up", True, K_BOOL, None, None),  # PyPy: compile the connection paths before listening (warmup.py)
     ("epoll_hub", True, K_BOOL, None, None),  # plain MQTT listeners on the host's own epoll (epoll_hub.py)
@@ -78,10 +83,7 @@ LISTENER: tuple[tuple[Any, ...], ...] = (
     ("protocol", "mqtt", K_CHOICE, PROTOCOLS, None),  # "websockets": MQTT over WebSockets (ws://, wss:// with TLS)
     ("path", "/mqtt", K_STR, None, None),  # websockets: the URL path clients upgrade on; "" = any path
     ("origins", [], K_LIST, None, None),  # websockets: allowed Origin headers; [] = not checked
-    ("certfile", "", K_STR, None, None),  # PEM: the server's certificate (then its chain); TLS on
-    ("keyfile", "", K_STR, None, None),  # PEM: the certificate's private key, unencrypted
-    ("cafile", "", K_STR, None, None),  # PEM: the CA(s) client certificates must chain to
-    ("require_certificate", False, K_BOOL, None, None),  # mutual TLS: no valid client certificate, no connection
+    *COMMON_TLS,  # certfile (TLS on), keyfile, cafile, require_certificate: PEM files
     ("use_identity_as_username", False, K_BOOL, None, None),  # the certificate's identity is the user name
     ("identity", "cn", K_CHOICE, IDENTITY_FIELDS, None),  # which field is the identity: CN or a SAN type
     ("tls_version", "tlsv1.2", K_CHOICE, TLS_VERSIONS, None),  # the oldest TLS version accepted
@@ -91,10 +93,8 @@ LOG = (("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),)  # how much to log (
 # [security] (docs/security.md). A key left out is "not set": no password
 # file, no ACL, and allow_anonymous decided by the listener (loopback only).
 SECURITY = (
-    ("password_file", None, K_STR, None, None),  # users: mosquitto_passwd or `siskin passwd` lines
-    ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules; deny by default once set
-    ("acl", None, K_LIST, None, None),  # the same rules as tables: {user, topic | pattern, access}
-    ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
+    *COMMON_SECURITY,  # password_file, acl_file, allow_anonymous
+    ("acl", None, K_LIST, None, None),  # the acl_file rules as tables: {user, topic | pattern, access}
 )
 # [http] (docs/monitoring.md): on when the table is present.
 HTTP_AUTH = ("auto", "basic")
@@ -148,7 +148,7 @@ def _listener(where: str, body: Any, base: Path) -> Listener:
     values = check(where, body, LISTENER)
     for name in ("certfile", "keyfile", "cafile"):
         if values.get(name):
-            values[name] = str(base / values[name])
+            values[name] = resolve(str(base), values[name])
     lst = Listener(where, values)
     if "port" not in body:
         raise ConfigError(f"{where}: port is missing; add e.g. port = 1883 (plain) or port = 8883 (TLS).")
@@ -236,8 +236,7 @@ def _http(where: str, body: Any, base: Path, security: dict[str, Any]) -> HttpCo
     """The [http] table, checked; refused when it would send passwords in the clear or have none to check."""
     values = check(where, body, HTTP)
     for name in ("certfile", "keyfile"):
-        if values.get(name):
-            values[name] = str(base / values[name])
+        values[name] = resolve(str(base), values.get(name, ""))
     http = HttpConfig(where, values)
     if http.certfile and not http.keyfile:
         raise ConfigError(f"{where}: certfile is set but keyfile is not; add the path of its private key (PEM).")
@@ -374,8 +373,7 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         cfg.bridges = parse_bridges(str(path), doc["bridge"])
         for b in cfg.bridges:
             for name in ("cafile", "certfile", "keyfile"):
-                if getattr(b, name):
-                    setattr(b, name, str(p.parent / getattr(b, name)))
+                setattr(b, name, resolve(str(p.parent), getattr(b, name)))
     security = doc.get("security", {})
     acl = security.get("acl")
     # The rules are tables: checked by Acl.from_rules, not as a list of strings.
@@ -398,8 +396,8 @@ def load_security(cfg: HostConfig) -> tuple[Any, Any, bool | None]:
     from common.broker.security_files import load_security as load
 
     sec = cfg.security
-    base = cfg.path.parent if cfg.path is not None else Path(".")
-    named = {key: None if sec.get(key) is None else str(base / sec[key]) for key in ("password_file", "acl_file")}
+    base = str(cfg.path.parent) if cfg.path is not None else ""
+    named = {key: None if sec.get(key) is None else resolve(base, sec[key]) for key in ("password_file", "acl_file")}
     users, acl = load(
         lambda name, key: _read(Path(name), key),
         acl_rules=sec.get("acl"),

@@ -6,7 +6,7 @@ Every decision lives in the core: the Broker (common/broker/broker.py)
 makes the MQTT ones, the Driver (common/driver.py) those of the
 connection's life, common/turns.py the fairness between connections. This
 module moves bytes and time. A socket on asyncio's transports gets a
-`ClientProtocol` (cpython_host/client_protocol.py: callbacks, no streams,
+`ClientProtocol` (cpython_host/transports/client_protocol.py: callbacks, no streams,
 no per-read task), which is also the driver's handle for that connection. Every read goes
 through turns.input(); the shell flushes when it says so (as soon as an
 input is handled: libuv reads a readable socket up to 32 times in one go,
@@ -19,12 +19,14 @@ marks ([server] write_buffer_high/low): pause_writing/resume_writing become
 driver.set_paused (docs/host.md).
 
 Plain MQTT listeners are served without asyncio's transports, by
-cpython_host/epoll_hub.py: its PlainConnection is their handle, and the
-events of a connection both kinds share are BrokerServer's input, eof and
-lost. The listeners (plain and TLS accept) are cpython_host/listeners.py's;
+cpython_host/transports/epoll_hub.py: its PlainConnection is their handle. Every
+transport reports to BrokerServer through the small interface of
+cpython_host/transports/events.py (connection_made, input, eof, lost, end, set_paused,
+flush_soon, rearm_timer, ...), which it implements here; none imports this
+module or writes into the server. The listeners (plain and TLS accept) are cpython_host/transports/listeners.py's;
 SIGHUP's reloads, reload.py's; running it all (signals, start-up lines,
 systemd), serve.py's. A websockets listener gives each socket a
-WebSocketClient (cpython_host/websocket.py): this ClientProtocol with
+WebSocketClient (cpython_host/transports/websocket.py): this ClientProtocol with
 wsproto in front.
 """
 
@@ -38,10 +40,10 @@ from typing import Any
 
 from common.driver import Driver
 from common.turns import Turns
-from cpython_host.client_protocol import ClientProtocol
 from cpython_host.config import HostConfig, Listener
-from cpython_host.epoll_hub import EpollHub
-from cpython_host.listeners import (
+from cpython_host.transports.client_protocol import ClientProtocol
+from cpython_host.transports.listeners import (
+    Accepting,
     Listening,
     close_listeners,
     listeners_closed,
@@ -60,18 +62,20 @@ def client_class(config: Listener) -> type[ClientProtocol]:
     """What each socket a listener accepts gets: MQTT over TCP, or over
     WebSockets (imported only then: wsproto is needed only by such a listener)."""
     if config.websockets:
-        from cpython_host.websocket import WebSocketClient
+        from cpython_host.transports.websocket import WebSocketClient
 
         return WebSocketClient
     return ClientProtocol
 
 
 class BrokerServer:
-    """Owns the listeners, the timer and the driver around the broker."""
+    """Owns the listeners, the timer and the driver around the broker; the
+    transports' ConnectionEvents (cpython_host/transports/events.py)."""
 
     def __init__(self, driver: Driver, config: HostConfig, contexts: dict[int, ssl.SSLContext]) -> None:
         self.driver = driver
         self.broker = driver.broker
+        self.settings = driver.broker.settings
         self.config = config
         self.write_high = config.write_buffer_high
         self.write_low = config.write_buffer_low
@@ -84,14 +88,47 @@ class BrokerServer:
         listeners = config.listeners()
         self.listening = [Listening(lst, contexts.get(i), client_class(lst)) for i, lst in enumerate(listeners)]
         self.ticks_ms = ticks_ms  # the clock of an accept (listeners.py)
-        self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes going on (listeners.py)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()
         self.bridges: Any = ()  # cpython_host/bridge.py Bridges: a Runner per [[bridge]] (common/bridge/runner.py)
-        self.hub: EpollHub | None = None  # the plain listeners' epoll (listeners.py), when there is one
+        self.accepting: Accepting | None = None  # the listeners' hub and handshakes, once open
+
+    def log_level_changed(self) -> None:
+        """The host's log level changed (SIGHUP): connections logged one by one or not."""
+        self.debug = log.isEnabledFor(logging.DEBUG)
+
+    def request_stop(self) -> None:
+        """A signal: serve() shuts down."""
+        self.stopping.set()
+
+    def note_closed(self) -> None:
+        """A connection of the server's own ended (a bridge's at shutdown): the last one?"""
+        if not self.driver.open:
+            self.all_closed.set()
 
     # ------------------------------------------ a connection's events
-    # (ClientProtocol's, and the plain listeners' in epoll_hub.py)
+    # (events.py's ConnectionEvents: what the transports report)
+
+    def connection_made(self, handle: Any, peer: tuple[str, str | None, bool], accepted: int | None = None) -> int:
+        cid: int = self.driver.connection_made(handle, peer, accepted)
+        return cid
+
+    def tls_failed(self) -> None:
+        self.driver.tls_failed()
+
+    def set_paused(self, cid: int, paused: bool) -> None:
+        self.driver.set_paused(cid, paused)
+
+    def end(self, cid: int) -> None:
+        self.turns.run_now(cid)  # what it sent before its end goes first
+        self.driver.close(cid)
+        self.schedule_flush()
+
+    def websocket_refused(self) -> None:
+        self.broker.stats.websocket_refused += 1
+
+    def is_stopping(self) -> bool:
+        return self.stopping.is_set()
 
     def input(self, cid: int, data: Any) -> None:
         """Bytes read from connection `cid` (valid during the call)."""
@@ -131,6 +168,9 @@ class BrokerServer:
             self.all_closed.set()
 
     # -------------------------------------------------------------- output
+
+    def flush_soon(self) -> None:
+        self.schedule_flush()
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
@@ -184,7 +224,7 @@ class BrokerServer:
         """Open every listener (listeners.py; OSError naming the one that
         failed), start the timer and the bridges."""
         self.loop = asyncio.get_running_loop()
-        await open_listeners(self)
+        self.accepting = await open_listeners(self, self.listening)
         self._on_timer()  # starts the uptime clock and the first $SYS
         from cpython_host.bridge import Bridges  # (its code: the bridge's runner and client)
 
@@ -198,8 +238,9 @@ class BrokerServer:
         close_listeners(self.listening)
         if self.bridges:
             await self.bridges.stop()
-        for task in list(self.handshakes):
-            task.cancel()  # connect_accepted_socket closes its socket
+        if self.accepting is not None:
+            for task in list(self.accepting.handshakes):
+                task.cancel()  # connect_accepted_socket closes its socket
         wait_ms = driver.shutdown()  # the timer keeps running: it ends the lingers
         if driver.open:
             self.all_closed.clear()
@@ -211,6 +252,6 @@ class BrokerServer:
         if self.timer is not None:
             self.timer.cancel()
         await listeners_closed(self.listening)
-        if self.hub is not None:
-            self.hub.close()
+        if self.accepting is not None:
+            self.accepting.close()
         log.info("shutdown complete in %.2f s", time.monotonic() - started)

@@ -28,18 +28,21 @@ from common.broker.settings import (
     K_BOOL,
     K_CHOICE,
     K_INT,
-    K_NUMBER,
     K_OBJECT,
     K_STR,
     LIMITS,
     LIMITS_DOC,
     LOG_LEVEL_NAMES,
+    SECURITY,
+    TLS,
     ConfigError,
     check,
     defaults,
     new_settings,
+    resolve,
     update_settings,
 )
+from common.broker.settings import SERVER as COMMON_SERVER
 
 # The shell's knobs, in the schema form of common/broker/settings.py. Sizes in
 # bytes, times in seconds.
@@ -49,11 +52,7 @@ SERVER = (
     # beyond it would fail inside lwIP instead of being refused by us.
     ("max_sockets", 10, K_INT, 2, None),  # the listener and one client at least
     ("read_buffer", 1024, K_INT, 64, None),  # bytes read from a socket at once into a slot's buffer
-    ("backlog", 2, K_INT, 0, None),  # listen() backlog
-    # s a closing connection is drained (input read and discarded) so the
-    # last CONNACK/DISCONNECT is not destroyed by a reset.
-    ("close_linger", 2, K_NUMBER, 0, None),
-    ("shutdown_timeout", 3, K_NUMBER, 0, None),  # s to wait for the connections to close at a graceful stop
+) + COMMON_SERVER + (  # backlog, close_linger, shutdown_timeout (common/broker/settings.py)
     ("heap_report", 0, K_INT, 0, None),  # s between "heap free=... alloc=..." lines on stdout, 0 = never
     # Bytes allocated between two collections from the store's restore on and
     # while serving (gc.threshold); 0 = collect only when the heap is full,
@@ -85,18 +84,15 @@ DEVICE = (
     ("storage_key_file", "/siskin.key", K_STR, None, None),  # AES key (hex); absent file = store not encrypted
     ("watchdog_ms", 8000, K_INT, 0, None),  # machine.WDT timeout, 0 = no watchdog
     # Users, access control, anonymous access (docs/security.md): files on
-    # the board's filesystem; null = not set. Not set, anonymous clients are
-    # served only when the board listens on loopback (never on Wi-Fi).
-    ("password_file", None, K_STR, None, None),  # `siskin passwd` lines (SHA-256: MicroPython has no SHA-512)
-    ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules
-    ("allow_anonymous", None, K_BOOL, None, None),
+    # the board's filesystem (password_file: SHA-256 lines, MicroPython has
+    # no SHA-512). Not set, anonymous clients are served only when the board
+    # listens on loopback (never on Wi-Fi).
+) + SECURITY + (
     # TLS on the listener (docs/security.md): DER files on the board's
     # filesystem (tools/deploy --certfile/--keyfile/--cafile converts PEM);
-    # certfile set = MQTT over TLS only (port 8883 by convention).
-    ("certfile", None, K_STR, None, None),  # the board's certificate
-    ("keyfile", None, K_STR, None, None),  # its private key, unencrypted
-    ("cafile", None, K_STR, None, None),  # the one CA that signs client certificates (with require_certificate)
-    ("require_certificate", False, K_BOOL, None, None),  # mutual TLS: refuse a client without a valid certificate
+    # certfile set = MQTT over TLS only (port 8883 by convention); cafile:
+    # the one CA that signs client certificates (with require_certificate).
+) + TLS + (
     ("limits", {}, K_OBJECT, None, None),  # overrides of the board file's limits
     ("server", {}, K_OBJECT, None, None),  # overrides of the board file's server knobs
 )
@@ -166,7 +162,7 @@ def _strip_comments(obj):
 
 
 def load_board(path, limits=None, server=None, builtin=None):
-    """(Settings, server options) from a board file (else the `builtin` JSON
+    """(limits.Limits, server options) from a board file (else the `builtin` JSON
     text) plus optional overrides."""
     data = check(path, _strip_comments(read_json(path, builtin)), BOARD, _DEVICE_DOC)
     settings = new_settings(_strip_comments(data.get("limits", {})), path + ": limits")
@@ -206,6 +202,16 @@ def load_device(path, missing_ok=False):
         from common.bridge.settings import parse_bridges
 
         cfg["bridge"] = parse_bridges(path, bridges)
+    # A relative file name is taken from the device config's directory, as
+    # the host takes its config file's (settings.resolve).
+    base = path[: path.rfind("/") + 1]
+    for key in ("password_file", "acl_file", "certfile", "keyfile", "cafile"):
+        if cfg[key] is not None:
+            cfg[key] = resolve(base, cfg[key])
+    for b in cfg["bridge"]:
+        b.cafile = resolve(base, b.cafile)
+        b.certfile = resolve(base, b.certfile)
+        b.keyfile = resolve(base, b.keyfile)
     # The overrides are checked here too, so that a mistake names this file.
     cfg["limits"] = check(path + ": limits", _strip_comments(cfg["limits"]), LIMITS, LIMITS_DOC)
     cfg["server"] = check(path + ": server", _strip_comments(cfg["server"]), SERVER)
@@ -233,18 +239,18 @@ def load_tls(cfg, path="device config"):
     """The listener's ssl.SSLContext from the device config, or None (no
     certfile); ConfigError naming the key and file for what mbedTLS refuses.
     `ssl` is imported only then: a board without TLS keeps it out of its heap."""
-    if cfg["certfile"] is None:
+    if not cfg["certfile"]:
         for key in ("keyfile", "cafile"):
-            if cfg[key] is not None:
+            if cfg[key]:
                 raise ConfigError(
                     "%s: %s is set but certfile is not: TLS needs both certfile and keyfile" % (path, key)
                 )
         if cfg["require_certificate"]:
             raise ConfigError("%s: require_certificate needs TLS: set certfile, keyfile and cafile" % path)
         return None
-    if cfg["keyfile"] is None:
+    if not cfg["keyfile"]:
         raise ConfigError("%s: certfile is set but keyfile is not: TLS needs the certificate's private key" % path)
-    if cfg["require_certificate"] != (cfg["cafile"] is not None):
+    if cfg["require_certificate"] != bool(cfg["cafile"]):
         # Without require_certificate mbedTLS would let a client certificate
         # that does not verify through (CERT_OPTIONAL): no half measure.
         raise ConfigError(
@@ -254,7 +260,7 @@ def load_tls(cfg, path="device config"):
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     load_cert_chain(ctx, cfg["certfile"], cfg["keyfile"])
-    if cfg["cafile"] is not None:
+    if cfg["cafile"]:
         load_ca(ctx, cfg["cafile"])
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx

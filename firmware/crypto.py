@@ -1,5 +1,5 @@
 # AES-GCM for the encrypted store on a board: cryptolib gives AES-ECB only,
-# common/crypto/aesgcm.py adds CTR and GHASH. cpython_host/crypto.py is the same
+# common/crypto/aesgcm.py adds CTR and GHASH. cpython_host/runtime/crypto.py is the same
 # interface over the `cryptography` package; records written by one open
 # with the other.
 

@@ -1,6 +1,8 @@
 # The firmware's start-up, run once by firmware/app.py build() and unloaded
 # after it (firmware/startup_only.py: none of this code stays in a board's heap):
-# config -> store -> broker -> network shell, and the start-up log lines.
+# config -> store -> the core's start-up (common/startup.py: broker, driver,
+# security, restore, removed bridges' sessions retired) -> network shell, and
+# the start-up log lines.
 # Everything here may stop the start at the REPL (firmware/app.py _stop);
 # the watchdog and the network come after it (firmware/netup.py), so a stop
 # is never followed by a watchdog reset.
@@ -36,8 +38,8 @@ def parse_args(argv):
 def start(argv, root):
     """(server, log, device config): the broker and its shell, not yet on the
     network, from the command line and config (app.build)."""
+    from common import startup
     from common.store.store import StoreError
-    from common.store.storeboot import new_broker
     from firmware.board import machine_name
     from firmware.boardcfg import (
         board_path,
@@ -91,18 +93,26 @@ def start(argv, root):
             )
         log.log(40, why + ": serving WITHOUT persistence (storage_optional)")
         store = None
-    driver = make_driver(new_broker(settings, os.urandom, store), opts, log)
+    driver = startup.assemble(
+        settings,
+        os.urandom,
+        store,
+        time.ticks_ms,
+        (opts["close_linger"], opts["shutdown_timeout"]),
+        gc.mem_alloc,
+        (log.log, log.level),
+    )
     driver.set_security(*security)
     if store is not None:
         # The restore reads the store one record at a time and makes the
         # objects that stay between the garbage of each read: collected only
         # when the heap is full, they spread over all of it, and a board
         # restarted over a store at its limits found no block for the read
-        # buffers after it (issue 28). So collect as while serving, from here.
+        # buffers after it. So collect as while serving, from here.
         collect_often(opts["gc_threshold"])
         # Wall time so that expiry counts the downtime (boards without NTP:
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
-        driver.restore(int(time.time()))
+        startup.restore(driver, int(time.time()), [b.name for b in cfg["bridge"]], log.log)
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
     if cfg["bridge"]:
         # (Loaded here, not at the first connection: the bridge's code is in
@@ -110,7 +120,10 @@ def start(argv, root):
         from firmware.bridge import with_contexts
 
         server.bridges = with_contexts(cfg["bridge"])
-    log_security(driver.broker, server.loopback, cfg["host"], log)
+    for level, text in startup.security_lines(
+        driver.broker, ((cfg["host"], server.loopback),), "password_file, or allow_anonymous true, in the device config"
+    ):
+        log.log(level, text)
     return server, log, cfg
 
 
@@ -120,24 +133,3 @@ def _exists(path):
     except OSError:
         return False
     return True
-
-
-def log_security(broker, loopback, host, log):
-    """The start-up lines: users, ACL and the anonymous decision with why."""
-    from common.broker import login
-
-    log.log(20, "security: " + login.describe(broker))
-    if not loopback and broker.users is None and broker.allow_anonymous is None:
-        log.log(
-            30,
-            "listening on %s (not loopback-only) without users: anonymous clients are refused"
-            " (CONNACK 0x05 / 0x87). Set password_file, or allow_anonymous true, in the device config" % host,
-        )
-
-
-def make_driver(broker, opts, log):
-    """The driver around `broker`, with the board's clock and [server] options."""
-    broker.set_logger(log.log, log.level)
-    from common.driver import Driver
-
-    return Driver(broker, time.ticks_ms, opts["close_linger"], opts["shutdown_timeout"], gc.mem_alloc)

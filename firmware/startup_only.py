@@ -6,7 +6,8 @@
 
 STARTUP_ONLY = (
     "firmware.startup_only",  # this list
-    "firmware.startup",  # the start-up itself, with the Wi-Fi and the watchdog
+    "firmware.startup",  # the start-up itself: config, board file, store
+    "common.startup",  # the core's start-up both shells run
     "firmware.boardcfg",  # the config readers
     "firmware.storage",  # the store's opener
     "common.store.storeboot",

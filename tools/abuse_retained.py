@@ -1,6 +1,6 @@
 """Retained-replay abuse against the real host broker: RSS peak and a bystander's latency.
 
-The abuse of issue 12 (finding 2): the broker holds N retained messages; one
+A retained replay's abuse: the broker holds N retained messages; one
 client sends M SUBSCRIBEs to `#` in one burst and never reads its socket;
 meanwhile a bystander (paho, MQTT 3.1.1) does QoS 1 round trips (PUBLISH to
 a topic it subscribes to at QoS 1, timed until the message comes back).

@@ -118,12 +118,12 @@ class Driver:
 
     def pump(self) -> None:
         broker = self.broker
-        cid = broker.next_dirty()
+        cid = broker.output.next_dirty()
         while cid >= 0:
-            broker.take_output(cid)
-            if broker.is_closing(cid):
+            broker.output.take(cid)
+            if broker.output.is_closing(cid):
                 broker.connection_lost(cid, self.now)
-            cid = broker.next_dirty()
+            cid = broker.output.next_dirty()
 
     def subscribe(self, cid: int, flt: str, qos: int, pid: int = 1) -> None:
         packets = _module("common.mqtt.packets")

@@ -331,7 +331,7 @@ class Bridge:
     def resubscribe(self, held):
         """After new ACL rules: ask again for the "out" filters the local
         session lacks (`held`: the filters it has; refused before, or removed
-        by the broker's re-check of the rules: login.set_security). True if
+        by the broker's re-check of the rules: security_files.set_security). True if
         asked. Offline, the local session comes online once to ask."""
         missing = [t for t in self.out_topics() if t[0] not in held]
         if not missing:

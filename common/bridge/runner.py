@@ -369,7 +369,7 @@ def retire_session(broker, client_id, now, log, name):
     """End the local session of bridge `name` (removed): its queue is
     dead-lettered, counted and logged, as a removed rule's is. The count."""
     from common.broker.delivery import RELEASED
-    from common.broker.handle_connect import destroy_session
+    from common.broker.session_life import destroy_session
 
     session = broker.sessions.find(client_id)
     if session is None:
@@ -383,20 +383,4 @@ def retire_session(broker, client_id, now, log, name):
         30 if n else 20,
         "bridge %s removed: its session %s ended, %d queued message(s) dead-lettered" % (name, client_id, n),
     )
-    return n
-
-
-def retire_orphans(broker, names, now, log):
-    """At start: the local sessions of bridges no longer configured (their
-    owner is "bridge:<name>", `names` the configured ones) end, their queues
-    dead-lettered; else they would go on collecting messages for no one.
-    The number of messages dead-lettered."""
-    orphans = []
-    for client_id in sorted(broker.sessions.by_client_id):
-        user = broker.sessions.by_client_id[client_id].user
-        if isinstance(user, str) and user.startswith("bridge:") and user[7:] not in names:
-            orphans.append((client_id, user[7:]))
-    n = 0
-    for client_id, name in orphans:
-        n += retire_session(broker, client_id, now, log, name)
     return n

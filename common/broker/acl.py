@@ -251,7 +251,7 @@ class Acl:
         for bits, pattern in self.patterns:
             if (user is None and "%u" in pattern) or (client_id is None and "%c" in pattern):
                 # (Mosquitto: a pattern with %u skips anonymous clients; an
-                # HTTP login (cpython_host/web.py) has no client id.)
+                # HTTP login (cpython_host/operations/http_server.py) has no client id.)
                 continue
             flt = substitute(pattern, user, client_id)
             if flt is None:

@@ -1,5 +1,5 @@
 # The administrator's view of a broker and the actions it may take: what the
-# host's HTTP API (cpython_host/web.py: the status page, `siskin ctl`)
+# host's HTTP API (cpython_host/operations/http_server.py: the status page, `siskin ctl`)
 # shows and does.
 #
 # Read-only listings walk the broker's tables and return plain tuples and
@@ -13,7 +13,7 @@
 #
 # Only the host imports this module: a board does not pay for its code.
 
-from common.broker import handle_connect
+from common.broker import session_life
 from common.broker.connection import CONNECTED
 from common.broker.topics import validate_topic_filter
 from common.mqtt import consts as C
@@ -106,7 +106,7 @@ def drop_session(broker, client_id, now):
     kick(broker, client_id, now)
     # The close detached it (a non-persistent one ended there): end what is left.
     if broker.sessions.find(client_id) is session:
-        handle_connect.destroy_session(broker, session, now)
+        session_life.destroy_session(broker, session, now)
     broker.log(20, "session %s dropped by the administrator", (client_id,))
     return True
 

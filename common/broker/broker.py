@@ -4,16 +4,20 @@
 # sits between the two. It tells the broker about each accepted connection,
 # each chunk of received bytes and each lost connection, and calls tick() when
 # the next deadline (conn_due, session_due) comes. The broker frames the
-# bytes and decodes and dispatches each packet as the row of its type in
-# PACKETS says (decoder, handler, legal connection states), and leaves its answers in the
-# connections' output buffers; next_dirty() names the connections that have
-# output or must be closed. The per-message packets (PUBLISH, its acks) are
+# bytes and decodes and dispatches each packet as its type's entries in
+# DECODE, HANDLE and LEGAL_IN say (decoder, handler, legal states),
+# and writes its answers through the output part (output.py: the
+# connections' buffers and the gate that holds an ack until the store's
+# sync), whose next_dirty() names the connections that have output or must
+# be closed. The per-message packets (PUBLISH, its acks) are
 # decoded into reused objects, a PUBLISH's topic through a cache of warm
 # topic names (route.TopicCache) and its payload left in the frame until
 # something keeps it: routing a warm QoS 0 message allocates nothing.
 # Packet handling is split by family and job:
-#   handle_connect   CONNECT (a sequence of named checks), DISCONNECT, AUTH,
-#                    sessions, wills, takeover
+#   handle_connect   CONNECT (named checks that judge, then one step that
+#                    applies what they found), DISCONNECT, AUTH
+#   session_life     a session taken, resumed or taken over, detached,
+#                    expired; wills
 #   handle_publish   an inbound PUBLISH and PUBREL: checks, QoS 2, answer
 #   route            who gets a message (the subscription trie, folding)
 #   outbox           a session's queue and window: deliver, pump, resume,
@@ -25,13 +29,15 @@
 # and become a DISCONNECT (v5) or a plain close (3.1.1) for that connection
 # only; no input from the network can raise out of data_received().
 
-from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay
+from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay, session_life
 from common.broker.clienttext import REASON_STRING_MAX, clip, words
-from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, Connections
+from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Connections
 from common.broker.listener import StateListener
+from common.broker.output import Output
 from common.broker.route import REASON_MASK, TopicCache, route
 from common.broker.routing import Routing
 from common.broker.session import Sessions
+from common.broker.stats import Stats
 from common.broker.topics import parse_shared
 from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
@@ -56,16 +62,10 @@ REFUSAL_SLOTS = 4
 # up; then they are read again and queue_full decides for as long.
 THROTTLE_MAX_S = 30
 
-# Connection.deadline of a connection closed by its timer (is_silent).
-SILENT = -1
-
 # Topic names cached (Broker.topics): at least this many slots, and one
 # more per this many bytes of match_cache_bytes (about what an entry costs).
 TOPIC_CACHE_MIN = 16
 TOPIC_CACHE_COST = 256
-
-# Broker.out_chunk at least (bytes).
-OUT_CHUNK_MIN = 512
 
 
 def keep_alive_deadline(ms, keep_alive):
@@ -75,50 +75,6 @@ def keep_alive_deadline(ms, keep_alive):
     that millisecond and its CONNACK went out after it, so from the end on,
     no client measures less than 1.5 x keep-alive, however its clock rounds."""
     return ticks_deadline(ms, keep_alive * 1500 + 1)
-
-
-class Stats:
-    """Counters for $SYS and metrics.
-
-    They are never reset: on a 32-bit MicroPython port a counter past 2**30
-    stops being a small int and each increment allocates a few bytes.
-    """
-
-    def __init__(self):
-        self.connections_total = 0
-        self.clients_maximum = 0
-        self.messages_received = 0
-        self.messages_sent = 0
-        # The same two by QoS (index 0..2): PUBLISHes received, PUBLISHes written.
-        self.received_by_qos = [0, 0, 0]
-        self.sent_by_qos = [0, 0, 0]
-        self.bytes_received = 0
-        self.bytes_sent = 0
-        self.dropped_qos0 = 0  # QoS 0 dropped for a slow or offline client
-        self.dropped_queue_full = 0  # dropped: a session's queue was full
-        self.dropped_too_large = 0  # larger than a v5 client's Maximum Packet Size
-        self.dropped_no_slab = 0  # the message pool was exhausted
-        self.dropped_retained = 0  # retained store full
-        self.refused_queue_full = 0  # publishes refused: a subscriber's queue was full (queue_full = refuse)
-        self.dropped_queue_total = 0  # dropped: all queues together were full (max_queued_total_bytes)
-        self.refused_queue_total = 0  # publishes refused: all queues together were full
-        self.expired = 0  # v5 Message Expiry reached before delivery
-        self.refused_connections = 0
-        self.login_failed = 0  # logins refused for a bad user name or password (CONNECT, the host's HTTP)
-        self.denied_publish = 0  # PUBLISHes the ACL refused
-        self.denied_subscribe = 0  # filters the ACL refused (or removed after a change)
-        self.denied_delivery = 0  # messages not sent: the ACL does not let their client read them
-        self.closed_replay_stalled = 0  # closed: a retained replay's output did not drain (replay_stall_timeout)
-        self.denied_takeover = 0  # CONNECTs refused: their client id's session belongs to another user
-        self.tls_failed = 0  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
-        self.websocket_refused = 0  # host WebSocket listeners: upgrades refused, connections closed for bad frames
-        self.closed_out_of_memory = 0  # closed: handling their packet ran out of heap (MemoryError; boards)
-        # The host's per-client figures (cpython_host/client_figures.py, for
-        # the status page): lists `received` and `sent` indexed by
-        # connection id, `connected(cid)` when a CONNECT is accepted,
-        # `detached(client_id)` when a session loses its client. None on a
-        # board: a Connection holds no counter of its own (its RAM per client).
-        self.by_client = None
 
 
 # ------------------------------------------------------------ dispatch
@@ -153,7 +109,7 @@ def _decode_ack(broker, first, reader, level):
 
 
 def _pingreq(broker, conn, pkt, now):
-    broker.write(conn, PINGRESP_BYTES)
+    broker.output.write(conn, PINGRESP_BYTES)
 
 
 PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
@@ -225,6 +181,9 @@ class Broker:
         self.routing = Routing(s, self.stats, self.listener)
         self.sessions = Sessions(s)
         self.connections = Connections()
+        # What each connection is sent and when it may leave (the store's sync):
+        # the driver's face of the broker's output (output.py).
+        self.output = Output(self.connections, self.stats, self.listener, s)
         self.started = None  # first `now` seen, for uptime
         # The next timers, for the driver to sleep until (0 = none): the
         # earliest connection deadline in ms ticks (a lower bound: keep-alive
@@ -280,22 +239,11 @@ class Broker:
         self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
         self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
-        # Reused for every PUBLISH and ack received (decode_packet_into),
-        # the warm topic names, and the spare output buffer take_output
-        # swaps in: none of them is allocated per message.
+        # Reused for every PUBLISH and ack received (decode_packet_into)
+        # and the warm topic names: none of them is allocated per message.
         self.inbound = Publish()
         self.inbound_ack = PubAck()
         self.topics = TopicCache(TOPIC_CACHE_MIN + s.match_cache_bytes // TOPIC_CACHE_COST)
-        self.spare_out = bytearray()
-        # The most a connection's output buffer holds before a backlog goes
-        # to separate objects (Connection.more): a quarter of max_out_buffer.
-        self.out_chunk = s.max_out_buffer // 4 if s.max_out_buffer >= OUT_CHUNK_MIN * 4 else OUT_CHUNK_MIN
-        # store_sync = "always": cid -> where in its output (a byte count)
-        # the output that waits for the store's sync begins, -1 = none
-        # (write, take_output; "Deliveries before the sync" in
-        # docs/persistence.md); None: nothing ever waits.
-        self.sync_from = [] if self.listener.durable and s.store_sync == "always" else None
-        self.sync_waiting = 0  # how many of them are not -1
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -348,10 +296,7 @@ class Broker:
         if refuse:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
-        sync_from = self.sync_from
-        if sync_from is not None:
-            while len(sync_from) <= conn.cid:
-                sync_from.append(-1)  # (connection_lost sets a freed id's back to -1)
+        self.output.opened(conn.cid)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -434,12 +379,10 @@ class Broker:
         if conn.state != CLOSING:
             if conn.state == CONNECTED:
                 self.log(20, "%s disconnected without DISCONNECT", (self.client_name(conn),))
-            self._detach(conn, now)
+            session_life.end(self, conn, now)
         if cid in self.throttled:
             self.throttled.remove(cid)
-        if self.sync_from is not None and self.sync_from[cid] >= 0:
-            self.sync_from[cid] = -1  # (its output is dropped with it)
-            self.sync_waiting -= 1
+        self.output.lost(cid)
         self.connections.release(conn)
 
     def tick(self, now, ms=None):
@@ -463,7 +406,7 @@ class Broker:
         # Session timers are whole seconds: strictly after, so a timer never
         # fires before its full time has passed.
         if self.session_due and now > self.session_due:
-            self.session_due = handle_connect.run_session_timers(self, now)
+            self.session_due = session_life.run_session_timers(self, now)
         if self.replaying:
             replay.close_stalled(self, now)
 
@@ -535,142 +478,20 @@ class Broker:
         self.replay_changed = False
         return changed
 
-    def _detach(self, conn, now, publish_will=True):
-        # The end of a connection; a will delay or session expiry it starts
-        # becomes a session timer. Its queue no longer drains: publishers
-        # held back for it are read again.
-        session = conn.session
-        if session is not None and session.queue.count:
-            self.release_throttled()
-        replay.end(self, conn)
-        if self.qos2_late:
-            self.qos2_late.pop(conn.cid, None)
-        handle_connect.detach(self, conn, now, publish_will)
-        if session is not None:
-            due = session.will_at
-            if session.expires_at and (not due or session.expires_at < due):
-                due = session.expires_at
-            if due and (not self.session_due or due < self.session_due):
-                self.session_due = due
-
     def restore(self, now, wall):
         """Load the persistent state from the store (once, before serving).
 
         `wall` is the wall-clock time in seconds matching `now`, so expiry
-        keeps running across a restart. Returns counts of what came back.
+        keeps running across a restart. Returns counts of what came back
+        (common/startup.py logs them).
         """
         counts = self.listener.restore(self, now, wall)
         self.session_due = now  # restored wills and expiries: scan at the next second
-        self.log(
-            20,
-            "restored %d sessions, %d subscriptions, %d queued messages, %d retained (%d dropped, %d damaged records skipped)",
-            (counts["sessions"], counts["subscriptions"], counts["messages"], counts["retained"], counts["dropped"], counts["skipped"]),
-        )
         return counts
 
     def sync_store(self):
         """Make every stored change durable now (the store's fsync)."""
         self.listener.sync()
-
-    def next_dirty(self, early=False):
-        """The next id of a connection with output to take or a close to
-        perform; -1 at the end of the round (the next call starts another)."""
-        # A round names the connections dirty when it began, in order. With
-        # `store_sync = always`, output that acknowledges something (PUBACK,
-        # PUBREC, PUBCOMP, CONNACK, SUBACK...: all but a QoS 0/1 PUBLISH)
-        # and a close leave only when the store holds no change not yet
-        # synced (take_output keeps them back till then): a round syncs the
-        # store as it begins, unless `early` (the driver's round before the
-        # sync: what may leave before it). (Comments, not a docstring: a
-        # board that compiles this module from source parses docstrings.)
-        conns = self.connections
-        if not conns.next and conns.ndirty and not early:
-            self.sync_pending()
-        return conns.next_dirty()
-
-    def sync_pending(self):
-        # store_sync = always: sync the store if it has changes not yet synced.
-        if self.sync_from is not None and self.listener.pending():
-            self.listener.sync()
-
-    def take_output(self, cid):
-        """The bytes waiting for connection `cid` (None if none or paused):
-        a bytearray of the broker's, valid until the next take_output (it
-        is the spare that call swaps in); bytes after a backlog."""
-        # With `store_sync = always`, while the store has changes not yet
-        # synced, only the output before the first packet that waits for the
-        # sync (write) is taken; the connection is named again in the next
-        # round for the rest.
-        conn = self.connections.by_id[cid]
-        if conn.paused and conn.state != CLOSING:
-            return None
-        sync_from = self.sync_from
-        if sync_from is not None:
-            at = sync_from[cid]
-            if at >= 0:
-                if self.listener.pending():
-                    return self._take_before_sync(conn, at)
-                sync_from[cid] = -1
-                self.sync_waiting -= 1
-        if not conn.out_bytes:
-            return None
-        return self._take_all(conn)
-
-    def _take_all(self, conn):
-        self.stats.bytes_sent += conn.out_bytes
-        conn.out_bytes = 0
-        out = conn.out
-        more = conn.more
-        if more is not None:
-            # A backlog: joined (a slow reader's, not the per-message path).
-            conn.more = None
-            more.insert(0, out)
-            data = b"".join(more)
-            out[:] = b""
-            return data
-        spare = self.spare_out
-        spare[:] = b""
-        conn.out = spare
-        self.spare_out = out
-        return out
-
-    def _take_before_sync(self, conn, at):
-        # Of the output, the first `at` bytes (QoS 0/1 PUBLISHes) go now;
-        # the rest waits for the sync, kept in order as the connection's
-        # output (held from its start), and the connection stays dirty.
-        self.connections.mark_dirty(conn)
-        if not at:
-            return None
-        n = conn.out_bytes
-        data = self._take_all(conn)
-        self.stats.bytes_sent -= n - at
-        self.sync_from[conn.cid] = 0  # (write() leaves it there)
-        self.write(conn, data[at:])  # (a copy: a client that publishes and receives)
-        if isinstance(data, bytes):
-            return data[:at]  # (a backlog joined)
-        data[at:] = b""
-        return data
-
-    def is_closing(self, cid):
-        # Closing, and nothing waits for the store's sync (take_output).
-        if self.connections.by_id[cid].state != CLOSING:
-            return False
-        return self.sync_from is None or self.sync_from[cid] < 0
-
-    def is_silent(self, cid):
-        """Closed because the peer fell silent (keep-alive, connect timeout).
-
-        Such a connection has no input to drain before the close, so the
-        shell need not linger (where it cannot half-close, a linger would
-        keep the peer waiting for nothing).
-        """
-        return self.connections.by_id[cid].deadline == SILENT
-
-    def set_paused(self, cid, paused):
-        conn = self.connections.by_id[cid]
-        conn.paused = paused
-        if not paused and conn.out_bytes:
-            self.connections.mark_dirty(conn)
 
     def snapshot(self):
         """The public counters ($SYS, metrics): a new dict of name -> int
@@ -712,48 +533,18 @@ class Broker:
         self.routing.add(sub, share_name)
         return sub
 
-    def write(self, conn, data, early=False):
-        """Append `data` to the connection's output; the buffer it landed in
-        (it ends with `data`: a caller may patch its copy there)."""
-        # `early`: a QoS 0/1 PUBLISH to a subscriber, which may leave before
-        # the store's sync. Anything else written with store_sync = always
-        # (an ack, a CONNACK, a QoS 2 PUBLISH...) waits for it, and so does
-        # everything written after it to that connection (its order kept).
-        n = len(data)
-        if not early and self.sync_from is not None:
-            self._wait_for_sync(conn)
-        conn.out_bytes += n
-        buf = conn.out
-        if conn.more is None and len(buf) + n <= self.out_chunk:
-            buf.extend(data)
-        else:
-            buf = bytearray(data)  # (a copy: `data` may be a caller's buffer)
-            if conn.more is None:
-                conn.more = [buf]
-            else:
-                conn.more.append(buf)
-        if not conn.dirty:  # (the common case, without a call, on the hot path)
-            self.connections.mark_dirty(conn)
-        return buf
-
-    def _wait_for_sync(self, conn):
-        # What is written to `conn` from here on (or its close) waits for
-        # the store's sync (store_sync = always): take_output.
-        sync_from = self.sync_from
-        if sync_from[conn.cid] < 0:
-            sync_from[conn.cid] = conn.out_bytes
-            self.sync_waiting += 1
-
     def close(self, conn, now, publish_will=True):
         """Start closing a connection: no more input, output flushed by the shell."""
         if conn.state == CLOSING or conn.state == FREE:
             return
-        self._detach(conn, now, publish_will)
+        session_life.end(self, conn, now, publish_will)
         conn.state = CLOSING
         conn.deadline = 0
-        if self.sync_from is not None:
-            self._wait_for_sync(conn)  # (the session's end is kept before the close, as before an ack)
-        self.connections.mark_dirty(conn)
+        self.output.closing(conn)
+
+    def close_id(self, cid, now):
+        """The shell ends connection `cid` for a reason of its own (Driver.close)."""
+        self.close(self.connections.by_id[cid], now)
 
     def fail(self, conn, reason, now, publish_will=True, text=None):
         """Close after an error, telling the client `reason` where its protocol can.
@@ -764,7 +555,7 @@ class Broker:
         in words for the log line that names the code the client received.
         """
         if conn.state == CONNECTED and conn.level == C.LEVEL_5:
-            self.write(conn, self.with_reason_string(conn, Disconnect(reason, None), text))
+            self.output.write(conn, self.with_reason_string(conn, Disconnect(reason, None), text))
             sent = "DISCONNECT reason 0x%02x" % reason
         elif conn.state == NEW and conn.level == C.LEVEL_5:
             # A v5 CONNECT malformed or a protocol error (or an unknown
@@ -772,12 +563,12 @@ class Broker:
             # above before closing (4.13.1).
             if reason not in C.REASONS_CONNACK:
                 reason = C.RC_UNSPECIFIED_ERROR
-            self.write(conn, self.with_reason_string(conn, Connack(False, reason, None), text))
+            self.output.write(conn, self.with_reason_string(conn, Connack(False, reason, None), text))
             sent = "CONNACK reason 0x%02x" % reason
         elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
             # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
             # the client's level is unknown, so answer in the oldest format.
-            self.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
+            self.output.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
             sent = "CONNACK return code 0x01"
         else:
             sent = "no code (3.1.1 closes without one)"

@@ -13,6 +13,9 @@ NEW = const(1)
 CONNECTED = const(2)
 CLOSING = const(3)
 
+# Connection.deadline of a connection closed by its timer (Output.is_silent).
+SILENT = -1
+
 
 class Connection:
     # Slots on CPython: no per-object dict (about 80 B less per connection on
@@ -50,8 +53,8 @@ class Connection:
         self.level = 4  # wire format used for output: 4 (3.1 and 3.1.1) or 5
         self.session = None
         # Encoded packets waiting for the shell, back to back: a bytearray
-        # that Broker.take_output swaps for a spare (no new object per
-        # flush), up to Broker.out_chunk bytes; beyond, a backlog (a slow
+        # that Output.take swaps for a spare (no new object per
+        # flush), up to Output.chunk bytes; beyond, a backlog (a slow
         # reader) goes to `more`, a list of separate copies, so that no
         # connection's output needs one large block of a board's heap.
         self.out = bytearray()
@@ -93,7 +96,6 @@ class Extras:
     """
 
     refuse_reason = 0  # accepted only to refuse its CONNECT politely
-    assigned_id = False  # v5: its client id is the broker's (CONNACK says it)
     # The peer's own limits (v5 CONNECT properties).
     max_packet_out = 0  # 0 = no limit
     alias_max_out = 0

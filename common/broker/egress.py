@@ -105,7 +105,7 @@ def _write_publish(broker, conn, data, qos):
     if extras is not None and extras.max_packet_out and len(data) > extras.max_packet_out:
         st.dropped_too_large += 1  # [MQTT-3.1.2-25]
         return False
-    out = broker.write(conn, data, qos != 2)  # QoS 0/1: may leave before the store's sync
+    out = broker.output.write(conn, data, qos != 2)  # QoS 0/1: may leave before the store's sync
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
     by_client = st.by_client
@@ -144,13 +144,13 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
         pkt = PubAck(ptype, packet_id, reason, None)
         if text is not None:
             # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
-            broker.write(conn, broker.with_reason_string(conn, pkt, text))
+            broker.output.write(conn, broker.with_reason_string(conn, pkt, text))
         else:
-            broker.write(conn, encode_packet(pkt, C.LEVEL_5))
+            broker.output.write(conn, encode_packet(pkt, C.LEVEL_5))
         return
     # Four bytes, the same at both levels (v5 leaves out reason 0, 3.4.2.1):
     # written without a packet object.
-    out = broker.write(conn, ACK4)
+    out = broker.output.write(conn, ACK4)
     n = len(out) - 4
     out[n] = (ptype << 4) | 0x02 if ptype == C.PUBREL else ptype << 4
     out[n + 2] = packet_id >> 8

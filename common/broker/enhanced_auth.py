@@ -50,7 +50,7 @@ def _send_auth(broker, conn, reason, data):
     props = [(C.PROP_AUTHENTICATION_METHOD, conn.extras.method.name)]
     if data:
         props.append((C.PROP_AUTHENTICATION_DATA, data))
-    broker.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
+    broker.output.write(conn, encode_packet(Auth(reason, props), C.LEVEL_5))
 
 
 def _auth_step(broker, conn, pkt):

@@ -1,25 +1,23 @@
-# CONNECT, DISCONNECT and AUTH; session lifetime, takeover and wills.
+# CONNECT, DISCONNECT and AUTH: whether a client is let in, and the answer.
 # The AUTH exchange itself (v5 enhanced authentication) is enhanced_auth.py,
 # loaded only with a configured method; here are its refusals without one.
+# What follows from an accepted CONNECT (the session taken, resumed or made,
+# its will, its end) is session_life.py.
 #
-# Theory of operation. A CONNECT is checked in the order of the spec's
-# statements; each refusal is a CONNACK with the level's code, then close.
-# An accepted CONNECT either resumes the session of its client id or starts a
-# new one with a new generation number. A live connection already serving
-# that client id is taken over: it is closed (v5: DISCONNECT 0x8E) and its
-# will published as for any abnormal close [MQTT-3.1.4-2].
-#
-# When a connection ends, detach() decides the fate of its will (published at
-# once, delayed by the v5 Will Delay Interval, or discarded after a normal
-# DISCONNECT) and of its session (destroyed, or kept orphaned until its expiry
-# time). run_session_timers() publishes delayed wills and expires orphans.
+# Theory of operation. accept() runs the checks of CONNECT_CHECKS in the
+# order of the spec's statements. A check only judges: it answers a refusal
+# (a CONNACK with the level's code, then close), _WAIT (an AUTH exchange
+# must run first), or None, and what it found (the user, the client id, the
+# ACL rules) goes into a Found that the checks after it read; nothing of
+# the connection changes until every check passed, when _apply() sets it in
+# one step. Then the session is taken (session_life.take/attach) and the
+# CONNECT answered (_answer: CONNACK, the log line, what a resumed session
+# is owed).
 
-from common.broker import handle_subscribe, login, outbox
+from common.broker import login, outbox, session_life
 from common.broker.clienttext import words
-from common.broker.connection import CONNECTED, NEW
-from common.broker.handle_publish import forwarded, write_denied
-from common.broker.route import route
-from common.broker.session import NEVER
+from common.broker.connection import NEW
+from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
@@ -38,11 +36,11 @@ _V3_CONNACK = {
 def send_connack(broker, conn, session_present, reason, props=None):
     """Send the CONNACK; the code the client receives (3.1.1: its return code)."""
     if conn.level == C.LEVEL_5:
-        broker.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
+        broker.output.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
         return reason
     # 3.1.1: four fixed bytes (one per connection in a connect storm).
     code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
-    broker.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
+    broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
     return code
 
 
@@ -51,7 +49,7 @@ def refuse(broker, conn, reason, now, why):
     value, for the log and the v5 Reason String: a str, or (format, args)
     with the client's text in args (both cut and escaped: broker.words)."""
     if conn.level == C.LEVEL_5:
-        broker.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
+        broker.output.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
         sent = "reason"
     else:
         reason = send_connack(broker, conn, False, reason)
@@ -72,18 +70,33 @@ def handle_connect(broker, conn, pkt, now):
     accept(broker, conn, pkt, now, None)
 
 
-# A step's answer that stops the CONNECT without a refusal: it waits for
-# its AUTH exchange (or was answered by it).
+# A check's answer that stops the CONNECT without a refusal: an AUTH
+# exchange runs first (its method in Found.method).
 _WAIT = (0, None)
 
 
-def _check_level(broker, conn, pkt, now):
+class Found:
+    """What the checks of one CONNECT found, for the checks after them and
+    for _apply(): the client's user (None: anonymous), its client id (one of
+    the broker's if it sent none), its ACL rules, the enhanced
+    authentication method to start, a restored session it claims."""
+
+    def __init__(self, conn, pkt):
+        self.user = conn.user  # (a SCRAM exchange's, or None)
+        self.client_id = pkt.client_id
+        self.assigned = False
+        self.acl = None
+        self.method = None
+        self.claim = None
+
+
+def _check_level(broker, conn, pkt, found, now):
     if pkt.level == C.LEVEL_31 and not broker.settings.allow_mqtt31:
         return C.RC_UNSUPPORTED_PROTOCOL_VERSION, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false"  # [MQTT-3.1.2-2]
     return None
 
 
-def _check_capacity(broker, conn, pkt, now):
+def _check_capacity(broker, conn, pkt, found, now):
     if conn.extras is not None and conn.extras.refuse_reason:
         # Accepted beyond max_connections only to say so.
         reason = C.RC_SERVER_BUSY if conn.level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
@@ -91,7 +104,7 @@ def _check_capacity(broker, conn, pkt, now):
     return None
 
 
-def _check_auth_method(broker, conn, pkt, now):
+def _check_auth_method(broker, conn, pkt, found, now):
     # v5 enhanced authentication (4.12): a method that is not configured is
     # refused; a configured one runs its exchange first (enhanced_auth.py),
     # and the CONNECT comes back here once it succeeded (the method set).
@@ -103,30 +116,26 @@ def _check_auth_method(broker, conn, pkt, now):
     method = broker.auth_methods.get(name)
     if method is None:
         return C.RC_BAD_AUTHENTICATION_METHOD, ("authentication method '%s' not configured", (name,))
-    # (Loaded with the methods by the Broker: no import from the network.)
-    from common.broker import enhanced_auth
-
-    _exchanged(broker, conn, pkt, now, enhanced_auth.start(broker, conn, pkt, method))
+    found.method = method
     return _WAIT
 
 
-def _check_login(broker, conn, pkt, now):
+def _check_login(broker, conn, pkt, found, now):
     # Who the client is, and whether it may connect (login.py): 3.1.1
     # CONNACK 0x04 / v5 0x86 for a bad user name or password, 0x05 / 0x87
     # for a client that is not allowed in.
-    return login.login(broker, conn, pkt, now) or None
+    return login.login(broker, conn.peer, pkt, found, now) or None
 
 
-def _check_client_id(broker, conn, pkt, now):
+def _check_client_id(broker, conn, pkt, found, now):
     # [MQTT-3.1.3-*]. An empty one is given an id of the broker's here, so
-    # that the steps after this one (the ACL's rules) see the id it will have.
+    # that the checks after this one (the ACL's rules) see the id it will have.
     client_id = pkt.client_id
     if not client_id:
         if conn.level != C.LEVEL_5 and not pkt.clean_start:
             return C.RC_CLIENT_IDENTIFIER_NOT_VALID, "empty client id without clean session"  # [MQTT-3.1.3-8]
-        pkt.client_id = _generate_client_id(broker)  # [MQTT-3.1.3-6]
-        if conn.level == C.LEVEL_5:
-            conn.extra().assigned_id = True  # told in CONNACK (Assigned Client Identifier)
+        found.client_id = _generate_client_id(broker)  # [MQTT-3.1.3-6]
+        found.assigned = conn.level == C.LEVEL_5  # told in CONNACK (Assigned Client Identifier)
         return None
     limit = broker.settings.max_client_id_length
     if len(client_id) > limit:
@@ -135,7 +144,7 @@ def _check_client_id(broker, conn, pkt, now):
     return None
 
 
-def _check_keep_alive(broker, conn, pkt, now):
+def _check_keep_alive(broker, conn, pkt, found, now):
     # The keep-alive cap: v5 is told the server's value (CONNACK); 3.1.1 has
     # no way to be told, so it is refused as mosquitto does.
     cap = broker.settings.max_keepalive
@@ -145,20 +154,24 @@ def _check_keep_alive(broker, conn, pkt, now):
     return None
 
 
-def _check_owner(broker, conn, pkt, now):
-    # Another user's session (live or kept) is not this client's to take.
-    session = broker.sessions.find(pkt.client_id)
+def _check_owner(broker, conn, pkt, found, now):
+    # Another user's session (live or kept) is not this client's to take; a
+    # restored one without its owner is claimed by the first who resumes it.
+    session = broker.sessions.find(found.client_id)
     if session is not None:
-        why = login.owner_refusal(broker, conn, session, pkt.client_id)
-        if why is not None:
-            return C.RC_NOT_AUTHORIZED, why
+        if session.user is OWNER_UNKNOWN:
+            found.claim = session
+        else:
+            why = login.owner_refusal(broker, found.user, conn.peer, session, found.client_id)
+            if why is not None:
+                return C.RC_NOT_AUTHORIZED, why
     # Its ACL rules, before the will is judged by them; a resumed session's
-    # subscriptions are re-checked at the accept.
-    login.grant(broker, conn, pkt.client_id)
+    # subscriptions are re-checked when it is taken.
+    found.acl = login.rules_for(broker, found.user, conn.peer, found.client_id)
     return None
 
 
-def _check_will(broker, conn, pkt, now):
+def _check_will(broker, conn, pkt, found, now):
     """The CONNECT refusal for its will and its words, or None; the codec
     checked the rest of the topic (not empty, no wildcard, no U+0000), as it
     does a PUBLISH's, and the checks here are handle_publish's: the will is
@@ -171,9 +184,9 @@ def _check_will(broker, conn, pkt, now):
         return C.RC_TOPIC_NAME_INVALID, why
     if pkt.will_topic.startswith("$SYS"):
         return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
-    if conn.acl is not None and not conn.acl.can_write(pkt.will_topic):
+    if found.acl is not None and not found.acl.can_write(pkt.will_topic):
         broker.stats.denied_publish += 1
-        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (conn.user, pkt.will_topic))
+        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (found.user, pkt.will_topic))
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
             return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
@@ -183,9 +196,9 @@ def _check_will(broker, conn, pkt, now):
 
 
 # The checks of a CONNECT, in this order (that of the spec's statements,
-# and each needs what the ones before it found: the user for the owner,
+# and each reads what the ones before it found: the user for the owner,
 # the client id and rules for the will). Each answers None (go on),
-# (reason, why) for refuse(), or _WAIT.
+# (reason, why) for refuse(), or _WAIT; none changes the connection.
 CONNECT_CHECKS = (
     _check_level,
     _check_capacity,
@@ -198,6 +211,15 @@ CONNECT_CHECKS = (
 )
 
 
+def _apply(conn, pkt, found):
+    # What the checks found, set in one step once they all passed.
+    conn.user = found.user
+    conn.acl = found.acl
+    pkt.client_id = found.client_id
+    if found.claim is not None:
+        found.claim.user = found.user
+
+
 def accept(broker, conn, pkt, now, auth_out):
     """Check and accept a CONNECT; `auth_out` (bytes) is set once enhanced
     authentication succeeded (enhanced_auth.py), else None."""
@@ -208,34 +230,37 @@ def accept(broker, conn, pkt, now, auth_out):
         limit = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
         if limit:
             conn.extra().max_packet_out = limit
+    found = Found(conn, pkt)
     for check in CONNECT_CHECKS:
-        refusal = check(broker, conn, pkt, now)
-        if refusal is not None:
-            if refusal[0]:
-                refuse(broker, conn, refusal[0], now, refusal[1])
-            return
-    s = broker.settings
-    v5 = level == C.LEVEL_5
+        verdict = check(broker, conn, pkt, found, now)
+        if verdict is not None:
+            break
+    if verdict is _WAIT:
+        # (Loaded with the methods by the Broker: no import from the network.)
+        from common.broker import enhanced_auth
 
-    # The will is kept (a message slab held) before CONNACK acknowledges it.
+        _exchanged(broker, conn, pkt, now, enhanced_auth.start(broker, conn, pkt, found.method))
+        return
+    if verdict is not None:
+        refuse(broker, conn, verdict[0], now, verdict[1])
+        return
+    _apply(conn, pkt, found)
+    _take_session(broker, conn, pkt, now, found.assigned, auth_out)
+
+
+def _take_session(broker, conn, pkt, now, assigned, auth_out):
+    # The accepted CONNECT's session (session_life), then the answer. The
+    # will is kept (a message slab held) before CONNACK acknowledges it.
+    s = broker.settings
+    v5 = pkt.level == C.LEVEL_5
     will = None
     if pkt.will_topic is not None:
-        will = _new_will(broker, pkt)
+        will = session_life.new_will(broker, pkt)
         if will is None:
             broker.stats.dropped_no_slab += 1
             why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages
             refuse(broker, conn, C.RC_QUOTA_EXCEEDED if v5 else C.RC_SERVER_UNAVAILABLE, now, why)
             return
-
-    client_id = pkt.client_id
-    extras = conn.extras
-    assigned = client_id if extras is not None and extras.assigned_id else None
-    keep_alive = pkt.keep_alive
-    server_keep_alive = None
-    if s.max_keepalive and (keep_alive == 0 or keep_alive > s.max_keepalive):
-        keep_alive = server_keep_alive = s.max_keepalive  # v5 (3.1.1 was refused)
-
-    # Session expiry.
     if v5:
         expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, 0)
         if expiry > s.max_session_expiry:
@@ -244,51 +269,29 @@ def accept(broker, conn, pkt, now, auth_out):
         expiry = 0
     else:
         expiry = s.persistent_session_expiry or NEVER
-
-    # Takeover and session resumption.
-    sessions = broker.sessions
-    session = sessions.find(client_id)
-    took_over = session is not None and session.conn is not None
-    if took_over:
-        broker.fail(session.conn, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
-        session = sessions.find(client_id)  # the close may have ended it
-    if session is not None and pkt.clean_start:
-        destroy_session(broker, session, now)  # [MQTT-3.1.2-6] [MQTT-3.1.2-4]
-        session = None
-    session_present = session is not None
+    session, taken = session_life.take(broker, conn, pkt.client_id, pkt.clean_start, now)
     if session is None:
-        session = sessions.create(client_id)
-        if session is None:
-            if will is not None:
-                broker.routing.messages.drop(will[0])
-            refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
-            return
-        session.user = conn.user
-    else:
-        session.drop_will(broker.routing.messages)
-        if conn.acl is not None:
-            # Its owner or the rules may have changed since it was made.
-            from common.broker import secured  # (loaded with the rules: login.set_security)
-
-            secured.recheck(broker, conn, session, now)
-            secured.drop_unreadable_inflight(broker, conn, session)
-    session.level = conn.level
-    session.expiry_interval = expiry
-    session.expires_at = 0
-    session.conn = conn
-    conn.session = session
-    conn.keep_alive = keep_alive
+        if will is not None:
+            broker.routing.messages.drop(will[0])
+        refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
+        return
+    session_life.attach(broker, conn, session, expiry, will)
     conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
-    conn.state = CONNECTED
-    by_client = broker.stats.by_client
-    if by_client is not None:
-        by_client.connected(conn.cid)
-    if will is not None:
-        session.will = will
-    broker.listener.session_saved(session)
+    _answer(broker, conn, pkt, now, taken, assigned, auth_out)
 
+
+def _answer(broker, conn, pkt, now, taken, assigned, auth_out):
+    # CONNACK (v5: the server's limits and what it chose), the log line, and
+    # what a resumed session is owed.
+    s = broker.settings
+    level = pkt.level
+    keep_alive = pkt.keep_alive
+    server_keep_alive = None
+    if s.max_keepalive and (keep_alive == 0 or keep_alive > s.max_keepalive):
+        keep_alive = server_keep_alive = s.max_keepalive  # v5 (3.1.1 was refused)
+    conn.keep_alive = keep_alive
     ack_props = None
-    if v5:
+    if level == C.LEVEL_5:
         props = pkt.props
         conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
         alias_max = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
@@ -296,27 +299,28 @@ def accept(broker, conn, pkt, now, auth_out):
             conn.extra().alias_max_out = alias_max
         if prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) != 1:
             conn.extra().problem_info = False
-        ack_props = _connack_props(broker, pkt, assigned, server_keep_alive, expiry)
+        ack_props = _connack_props(broker, pkt, pkt.client_id if assigned else None, server_keep_alive, conn.session.expiry_interval)
         extras = conn.extras
         if extras is not None and extras.method is not None:
             ack_props.append((C.PROP_AUTHENTICATION_METHOD, extras.method.name))
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
-    send_connack(broker, conn, session_present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
+    present = taken & session_life.PRESENT
+    send_connack(broker, conn, present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
     # One line, a takeover's included (a storm of them logs one line per connection).
     broker.log(
         20,
         "%s connected (level %d, keep-alive %d, session %s%s)",
-        (client_id, level, keep_alive, "resumed" if session_present else "new", ", taking over its live connection" if took_over else ""),
+        (pkt.client_id, level, keep_alive, "resumed" if present else "new", ", taking over its live connection" if taken & session_life.TOOK_OVER else ""),
     )
     st = broker.stats
     live = broker.connections.live
     if live > st.clients_maximum:
         st.clients_maximum = live
-    if session_present:
+    if present:
         # [MQTT-4.4.0-1] resend what is unacknowledged, in order, then the
         # queue (a new session has neither).
-        outbox.resume(broker, conn, session, now)
+        outbox.resume(broker, conn, conn.session, now)
 
 
 def _exchanged(broker, conn, connect, now, done):
@@ -367,136 +371,6 @@ def _generate_client_id(broker):
             client_id += "0123456789abcdef"[b >> 4] + "0123456789abcdef"[b & 15]
         if broker.sessions.find(client_id) is None:
             return client_id
-
-
-def _new_will(broker, pkt):
-    """(held Message, delay, expiry) for the CONNECT's will; None if the
-    message pool has no room for it."""
-    props = pkt.will_props
-    delay = 0
-    expiry = 0
-    fwd = None
-    if props:
-        taken = 0
-        for prop_id, value in props:
-            if prop_id == C.PROP_WILL_DELAY_INTERVAL:
-                delay = value
-                taken += 1
-            elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
-                expiry = value
-                taken += 1
-        fwd = forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
-    messages = broker.routing.messages
-    msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
-    if msg is None:
-        return None
-    messages.hold(msg)
-    return msg, delay, expiry
-
-
-def _publish_will(broker, session, now):
-    will = session.will
-    session.will = None
-    session.will_at = 0
-    if will is None:
-        return
-    msg = will[0]
-    # A will is a publish by its owner, judged by the rules in force now.
-    acl = broker.acl
-    payload = msg.payload
-    if broker.sparkplug is not None:
-        payload = broker.sparkplug.will_payload(broker, session, msg.topic, payload, now)  # None: refused
-    if payload is not None and (acl is None or not write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will")):
-        route(broker, None, msg, payload, will[2], now)
-    broker.routing.messages.drop(msg)
-
-
-# ----------------------------------------------------- end of a connection
-
-
-def detach(broker, conn, now, publish_will=True):
-    """The connection ends (any reason): decide the will and the session.
-    `publish_will` False: it ends without its will (a normal DISCONNECT,
-    Broker.close's callers)."""
-    session = conn.session
-    if session is None or session.conn is not conn:
-        conn.session = None
-        return
-    session.conn = None
-    conn.session = None
-    by_client = broker.stats.by_client
-    if by_client is not None:
-        by_client.detached(session.client_id)
-    if _has_shared(session):
-        outbox.hand_over_shared(broker, session, now)
-    if conn.state == CONNECTED and publish_will and session.will is not None:
-        delay = session.will[1]
-        if delay == 0 or session.expiry_interval == 0:
-            _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
-        else:
-            if delay > session.expiry_interval:
-                delay = session.expiry_interval
-            session.will_at = now + delay
-    elif session.will is not None and session.will_at == 0:
-        session.drop_will(broker.routing.messages)  # [MQTT-3.1.2-10] normal DISCONNECT
-    if session.expiry_interval == 0:
-        destroy_session(broker, session, now)
-        return
-    if session.expiry_interval != NEVER:
-        session.expires_at = now + session.expiry_interval
-    broker.listener.session_saved(session)  # the disconnect time and a DISCONNECT's new expiry
-
-
-def destroy_session(broker, session, now):
-    """End a session: publish a pending will, free its subscriptions and queue."""
-    if session.will is not None:
-        if session.will_at:
-            _publish_will(broker, session, now)  # the session ends before the delay
-        else:
-            session.drop_will(broker.routing.messages)
-    if _has_shared(session):
-        outbox.hand_over_shared(broker, session, now)
-    handle_subscribe.remove_all(broker, session, now)
-    outbox.release_session_messages(broker, session)
-    broker.sessions.release(session)
-
-
-def _has_shared(session):
-    for sub in session.subs.values():
-        if sub.share is not None:
-            return True
-    return False
-
-
-def run_session_timers(broker, now):
-    """Publish due delayed wills and expire orphaned sessions.
-
-    Returns the earliest timer still pending (s), 0 for none; `now` when
-    something fired (what is left of those sessions is found a second later).
-    """
-    due = None
-    nearest = 0
-    for session in broker.sessions.by_client_id.values():
-        will_at = session.will_at
-        expires_at = session.expires_at if session.conn is None else 0
-        if (will_at and now > will_at) or (expires_at and now > expires_at):
-            if due is None:
-                due = []
-            due.append(session)
-            continue
-        if expires_at and (not will_at or expires_at < will_at):
-            will_at = expires_at
-        if will_at and (not nearest or will_at < nearest):
-            nearest = will_at
-    if due is None:
-        return nearest
-    for session in due:
-        if session.will_at and now > session.will_at:
-            _publish_will(broker, session, now)
-    for session in due:
-        if session.expires_at and now > session.expires_at and session.conn is None:
-            destroy_session(broker, session, now)
-    return now
 
 
 # ---------------------------------------------------------- DISCONNECT, AUTH

@@ -33,7 +33,7 @@ def handle_subscribe(broker, conn, pkt, now):
         codes.append(code)
         if sub is not None:
             owed.append(sub)
-    broker.write(conn, encode_packet(Suback(pkt.packet_id, codes, None), conn.level))
+    broker.output.write(conn, encode_packet(Suback(pkt.packet_id, codes, None), conn.level))
     if owed:
         replay.start(broker, conn, owed, now)
 
@@ -98,7 +98,7 @@ def handle_unsubscribe(broker, conn, pkt, now):
             remove(broker, sub, now)
             codes.append(C.RC_SUCCESS)
     # [MQTT-3.10.4-4] UNSUBACK even when nothing was subscribed.
-    broker.write(conn, encode_packet(Unsuback(pkt.packet_id, codes, None), conn.level))
+    broker.output.write(conn, encode_packet(Unsuback(pkt.packet_id, codes, None), conn.level))
 
 
 def remove(broker, sub, now):

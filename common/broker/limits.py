@@ -1,5 +1,5 @@
-# The broker's limits at run time: the Settings object every part of the
-# broker reads (s.max_connections, ...), one attribute per key of
+# The broker's limits at run time: the Limits object (`broker.settings`)
+# every part of the broker reads (s.max_connections, ...), one attribute per key of
 # settings.LIMITS.
 #
 # Why a module of its own: the schema and its checks (settings.py) run only
@@ -16,7 +16,7 @@ class ConfigError(ValueError):
     """A configuration mistake; str() is the one-line message for the user."""
 
 
-class Settings:
+class Limits:
     """The broker's limits: one attribute per key of settings.LIMITS, set by
     settings.new_settings / update_settings (a plain object, so that it
     holds no reference to the schema's module)."""

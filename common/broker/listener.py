@@ -32,7 +32,7 @@ class StateListener:
     """The listener interface, with every hook a no-op."""
 
     # True when sync() has work to do: Broker asks pending() only then (and
-    # then holds its acks back until it is synced: Broker.take_output).
+    # then holds its acks back until it is synced: Output.take).
     durable = False
 
     # session_saved(session): a session connected, disconnected or changed

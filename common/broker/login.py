@@ -4,7 +4,7 @@
 #
 # Theory of operation. handle_connect calls login() once a CONNECT passed
 # its protocol checks. The client's user is, in this order: the user a v5
-# SCRAM exchange proved (conn.user, set by handle_connect), the identity of
+# SCRAM exchange proved (conn.user, set by enhanced_auth), the identity of
 # its TLS client certificate (the shell's peer[1], for a listener with
 # use_identity_as_username), or the CONNECT's user name checked against the
 # password file. A wrong password and an unknown user get the same answer
@@ -42,7 +42,8 @@
 # subscriptions and queued messages to someone else. Without users every
 # client is anonymous, so takeover works as the spec describes [MQTT-3.1.4-2].
 #
-# set_security() installs new users and rules (start, SIGHUP on the host):
+# security_files.set_security() installs new users and rules (start, SIGHUP
+# on the host; start-up only on a board):
 # every connected client gets its rules again and loses the subscriptions
 # they no longer allow; a held will (of a live client, or waiting out its
 # v5 delay) its owner may no longer publish is discarded, counted as a
@@ -56,7 +57,6 @@
 # and its penalty, the re-checks against new rules) is secured.py, loaded
 # by set_security with them: a board without users or ACL never loads it.
 
-from common.broker.session import OWNER_UNKNOWN
 from common.mqtt import consts as C
 
 BAD_LOGIN = "bad user name or password"
@@ -88,19 +88,18 @@ def source_address(peer):
     return text[:colon] if colon > 0 else text
 
 
-def login(broker, conn, pkt, now):
-    """Decide who the client of `pkt` (a CONNECT) is; 0 or (reason, why).
-
-    Sets conn.user (None: anonymous)."""
-    peer = conn.peer
+def login(broker, peer, pkt, found, now):
+    """Decide who the client of `pkt` (a CONNECT through `peer`) is; 0 or
+    (reason, why). Sets found.user (None: anonymous; handle_connect.Found,
+    which holds the user a SCRAM exchange proved)."""
     identity = peer[1] if peer is not None else None
     users = broker.users
-    if conn.user is not None:
+    if found.user is not None:
         pass  # proved by enhanced authentication (SCRAM)
     elif identity is not None:
-        conn.user = identity  # proved by the TLS client certificate
+        found.user = identity  # proved by the TLS client certificate
     elif users is not None and (pkt.username is not None or pkt.password is not None):
-        from common.broker.secured import check_password, held_why  # (loaded with the users: set_security)
+        from common.broker.secured import check_password, held_why  # (loaded with the users)
 
         address = source_address(peer)
         wait = check_password(broker, address, pkt.username, pkt.password, now)
@@ -112,27 +111,24 @@ def login(broker, conn, pkt, now):
             # (format, args): the client's text is cut and escaped (broker.words).
             why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
             return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
-        conn.user = pkt.username
-    if conn.user is None and not anonymous_allowed(broker, peer):
+        found.user = pkt.username
+    if found.user is None and not anonymous_allowed(broker, peer):
         return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
     return 0
 
 
-def owner_refusal(broker, conn, session, client_id):
-    """None if the client of `conn` may take over or resume `session`; else
-    the words of its refusal (counted; the log line names both users)."""
+def owner_refusal(broker, user, peer, session, client_id):
+    """None if `user`'s client (through `peer`) may take over or resume
+    `session` (one with a known owner); else the words of its refusal
+    (counted; the log line names both users)."""
     owner = session.user
-    if owner is OWNER_UNKNOWN:
-        session.user = conn.user  # restored without its owner: claimed by the first who resumes it
-        return None
-    if owner == conn.user:
+    if owner == user:
         return None
     broker.stats.denied_takeover += 1
-    peer = conn.peer
     broker.log(
         30,
         "client id %s from %s (user %s) refused: its session belongs to user %s",
-        (client_id, peer[0] if peer is not None else "-", _user_text(conn.user), _user_text(owner)),
+        (client_id, peer[0] if peer is not None else "-", _user_text(user), _user_text(owner)),
     )
     return "client id in use by another user's session"
 
@@ -141,19 +137,18 @@ def _user_text(user):
     return "(anonymous)" if user is None else user
 
 
-def client_rules(broker, conn, client_id):
-    """The ACL rules of `conn` (None without an ACL): its user's and client
-    id's; a bridge's own local connection (the peer address "bridge NAME"
-    its runner registered in broker.bridge_grants, with a callable that
-    gives its grants: no socket has such an address) is also let read its
-    "out" filters and write its "in" topics,
-    so an ACL written for devices cannot silently stop a bridge; a deny
-    rule for user bridge:NAME still wins (docs/bridge.md)."""
+def client_rules(broker, user, peer, client_id):
+    """The ACL rules of a client (None without an ACL): its user's and client
+    id's; a bridge's own local connection (`peer` with the address "bridge
+    NAME" its runner registered in broker.bridge_grants, with a callable
+    that gives its grants: no socket has such an address) is also let read
+    its "out" filters and write its "in" topics, so an ACL written for
+    devices cannot silently stop a bridge; a deny rule for user bridge:NAME
+    still wins (docs/bridge.md)."""
     acl = broker.acl
     if acl is None:
         return None
-    rules = acl.for_client(conn.user, client_id)
-    peer = conn.peer
+    rules = acl.for_client(user, client_id)
     own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
     if own is not None:
         from common.broker.acl import ClientAcl
@@ -162,49 +157,13 @@ def client_rules(broker, conn, client_id):
     return rules
 
 
-def grant(broker, conn, client_id):
-    """Give the connection the ACL rules of its user and client id."""
-    conn.acl = client_rules(broker, conn, client_id)
-    if conn.acl is not None and conn.acl.refused is not None:
+def rules_for(broker, user, peer, client_id):
+    """A CONNECT's rules (client_rules), the log line said when a pattern left it none."""
+    rules = client_rules(broker, user, peer, client_id)
+    if rules is not None and rules.refused is not None:
         broker.log(
             30,
             "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
-            (client_id, _user_text(conn.user)),
+            (client_id, _user_text(user)),
         )
-
-
-def set_security(broker, users, acl, allow_anonymous, now):
-    """Install users (users.Users or None), rules (acl.Acl or None) and the
-    anonymous switch (True, False, None = not set); re-check connected clients."""
-    if users is not None or acl is not None:
-        # Loaded here, with the users or the rules (start-up, reload), so
-        # that no CONNECT has to load it; a broker without either never does.
-        from common.broker import secured
-    broker.users = users
-    broker.acl = acl
-    broker.allow_anonymous = allow_anonymous
-    for conn in broker.connections.by_id:
-        session = conn.session
-        if session is None or session.conn is not conn:
-            continue
-        conn.acl = client_rules(broker, conn, session.client_id)
-        if conn.acl is not None:
-            secured.recheck(broker, conn, session, now)
-    if acl is not None:
-        secured.recheck_wills(broker, acl, now)
-
-
-def describe(broker):
-    """The start-up (and reload) log line's words: what is on."""
-    users = broker.users
-    acl = broker.acl
-    allow = broker.allow_anonymous
-    if allow is None:
-        anon = "only on loopback-only listeners (allow_anonymous not set)" if users is None else "refused (a password file is set, allow_anonymous not set)"
-    else:
-        anon = "allowed (allow_anonymous = true)" if allow else "refused (allow_anonymous = false)"
-    return "users: %s; ACL: %s; anonymous clients: %s" % (
-        "%d in the password file" % len(users) if users is not None else "none (no password file)",
-        "%d rules, deny by default" % acl.rule_count() if acl is not None else "off (every client reads and writes every topic but $SYS/ writes)",
-        anon,
-    )
+    return rules

@@ -191,7 +191,7 @@ def _forward(broker, origin, topic, matches, frame):
         elif conn.acl is not None and not conn.acl.can_read(topic):
             st.denied_delivery += 1  # as egress.send_publish
         else:
-            broker.write(conn, frame, True)  # (QoS 0: before the store's sync)
+            broker.output.write(conn, frame, True)  # (QoS 0: before the store's sync)
             st.messages_sent += 1
             st.sent_by_qos[0] += 1
             if by_client is not None:

@@ -1,6 +1,6 @@
 # The parts of login (login.py) that only a broker with a password file or
 # an ACL runs: the password check under the login back-off, and the
-# re-checks of a session against new or changed rules. login.set_security
+# re-checks of a session against new or changed rules. security_files.set_security
 # loads this module when it installs users or rules, so that no CONNECT
 # loads it; a broker without either (a board's default) never does.
 # login.py's theory of operation describes the rules.
@@ -19,7 +19,7 @@ def check_password(broker, address, username, password, now):
     that user name, and the address's budget: 0 if they are right, -1 if
     not (that pair is held back, the address's budget spent by one), or
     the seconds a hold still lasts (nothing is checked). MQTT's CONNECT and
-    the host's HTTP basic auth (cpython_host/web.py) share it, and its tables."""
+    the host's HTTP basic auth (cpython_host/operations/http_server.py) share it, and its tables."""
     failures = broker.login_failures
     key = (address, username[:NAME_KEPT] if username else username)
     entry = failures.get(key)

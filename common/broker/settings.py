@@ -16,7 +16,7 @@
 #
 #     site.toml: [limits]: max_inflight = 0: wants an integer 1..65535; fix the value.
 #
-# LIMITS is the broker's schema (Settings); the shells declare their own
+# LIMITS is the broker's schema (limits.Limits); the shells declare their own
 # listener/device tables in the same form (cpython_host/config.py,
 # firmware/boardcfg.py) and check them here, so both shells accept, refuse
 # and explain alike. docs/limits.md lists what the broker answers when each
@@ -24,13 +24,13 @@
 #
 # Start-up only: nothing here runs per packet, and a board unloads this
 # module once started (firmware/startup_only.py); the broker reads
-# its limits from a small Settings object (limits.py) that new_settings
+# its limits from a small Limits object (limits.py) that new_settings
 # fills. The
 # "why" of each key is a comment, not a string, so it costs no RAM even
 # while the module is loaded.
 
 from common.broker.limits import ConfigError as ConfigError  # (re-exported: the API of this module)
-from common.broker.limits import Settings
+from common.broker.limits import Limits
 from common.broker.topics import validate_topic_filter
 from common.mqtt.consts import U16_MAX, U32_MAX
 
@@ -139,6 +139,61 @@ LIMITS = (
 
 LIMITS_DOC = "boards/linux.toml"  # explains every key of LIMITS
 
+# ---------------------------------------------------------------------------
+# The schemas both shells' loaders extend (the host's TOML tables in
+# cpython_host/config.py, a board's JSON in firmware/boardcfg.py): a key here
+# means the same on both, with the same default, unless its comment says why
+# not. A file name a config gives is taken from the config file's directory
+# when it is relative (resolve()).
+
+# Users, access control, anonymous access (docs/security.md); None = not set:
+# no password file, no ACL, anonymous clients served on a loopback-only
+# listener only. The host adds `acl` (the rules inline: a board reads them
+# from acl_file only, its JSON having no room to spare for a second form).
+SECURITY = (
+    ("password_file", None, K_STR, None, None),  # users: `siskin passwd` (or mosquitto_passwd) lines
+    ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules; deny by default once set
+    ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
+)
+
+# TLS on a listener (docs/security.md); "" = not set, certfile set = TLS.
+# PEM files on the host, DER on a board (mbedTLS; tools/deploy converts).
+# The host adds use_identity_as_username, identity and tls_version (OpenSSL
+# reads a certificate's fields and bounds the version; a board's mbedTLS
+# module does neither).
+TLS = (
+    ("certfile", "", K_STR, None, None),  # the server's certificate (then its chain)
+    ("keyfile", "", K_STR, None, None),  # the certificate's private key, unencrypted
+    ("cafile", "", K_STR, None, None),  # the CA(s) client certificates must chain to
+    ("require_certificate", False, K_BOOL, None, None),  # mutual TLS: no valid client certificate, no connection
+)
+
+# The server keys of both shells, with a board's defaults; the host's differ
+# where its scale does (HOST_SERVER_DEFAULTS): a listen() backlog of 1,024
+# (a board's lwIP holds a handful of sockets in all) and 5 s for thousands
+# of clients to close at a shutdown (3 s for a board's few).
+SERVER = (
+    ("backlog", 2, K_INT, 0, None),  # listen() backlog
+    # s a closing connection is drained (input read and discarded) after the
+    # half-close, so the last CONNACK/DISCONNECT is not destroyed by a reset.
+    ("close_linger", 2, K_NUMBER, 0, None),
+    ("shutdown_timeout", 3, K_NUMBER, 0, None),  # s to wait for the connections to close at a graceful stop
+)
+HOST_SERVER_DEFAULTS = {"backlog": 1024, "shutdown_timeout": 5}
+
+
+def with_defaults(schema, new):
+    """`schema` with the defaults of the keys in `new` changed."""
+    return tuple((e[0], new[e[0]], e[2], e[3], e[4]) if e[0] in new else e for e in schema)
+
+
+def resolve(base, name):
+    """A file name from a config file in directory `base`: a relative one
+    taken from there ("" or "." for base: as it is)."""
+    if not name or name.startswith("/") or base in ("", "."):
+        return name
+    return base + name if base.endswith("/") else base + "/" + name
+
 
 def _is_number(value, kind):
     if value is True or value is False:
@@ -224,9 +279,9 @@ def wants(kind, lo, hi):
 
 
 def new_settings(overrides=None, where="settings"):
-    """The broker's limits (limits.Settings): every key of LIMITS at its
+    """The broker's limits (limits.Limits): every key of LIMITS at its
     default, then `overrides` (update_settings)."""
-    settings = Settings()
+    settings = Limits()
     values = defaults(LIMITS)
     for name in values:
         setattr(settings, name, values[name])

@@ -13,37 +13,10 @@
 
 from common import VERSION
 from common.broker.connection import CONNECTED
+from common.broker.stats import STATS_COUNTERS
 
 PREFIX = "$SYS/broker/"
 
-# The names of the Stats counters, in a stable order (snapshot()).
-STATS_COUNTERS = (
-    "connections_total",
-    "clients_maximum",
-    "messages_received",
-    "messages_sent",
-    "bytes_received",
-    "bytes_sent",
-    "dropped_qos0",
-    "dropped_queue_full",
-    "dropped_too_large",
-    "dropped_no_slab",
-    "dropped_retained",
-    "refused_queue_full",
-    "dropped_queue_total",
-    "refused_queue_total",
-    "expired",
-    "refused_connections",
-    "login_failed",
-    "denied_publish",
-    "denied_subscribe",
-    "denied_delivery",
-    "closed_replay_stalled",
-    "denied_takeover",
-    "tls_failed",
-    "websocket_refused",
-    "closed_out_of_memory",
-)
 
 
 def snapshot(broker):
@@ -89,7 +62,7 @@ DROP_COUNTERS = (
 
 # THE table of the public figures: (topic suffix under $SYS/broker/, snapshot
 # key), in publishing order. $SYS is published from it (sys_values) and the
-# host's /metrics is generated from it (cpython_host/metrics.py), so neither
+# host's /metrics is generated from it (cpython_host/operations/metrics.py), so neither
 # can show a figure the other lacks.
 SYS_FIGURES = (
     ("clients/connected", "connected"),

@@ -2,7 +2,7 @@
 #
 # Theory of operation
 # -------------------
-# The host backend (POSIX files through cpython_host/posix_fs.py) and the
+# The host backend (POSIX files through cpython_host/runtime/posix_fs.py) and the
 # board fallback when no raw flash partition is used (a littlefs file through
 # firmware/littlefs_fs.py). All I/O goes through the `fs` adapter handed in:
 #
@@ -44,7 +44,7 @@
 # "scan", bytes read, file size) as the open reads the log (at its start,
 # every SCAN_STEP bytes and at its end), so the shell can say what long work
 # is going on. (The host hears of each compaction too, through a subclass
-# of its own that wraps rewrite(): cpython_host/storage.py; a board has no
+# of its own that wraps rewrite(): cpython_host/runtime/storage.py; a board has no
 # monitor, and keeps no code for one.)
 #
 # Durability: sync() flushes and syncs the file; what was put before it

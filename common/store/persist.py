@@ -7,7 +7,7 @@
 # retained messages are stored. A session carries a `stored` flag, set
 # here: while it is set, every change to the session's delivery state is
 # written by the hooks below (the hooks ignore other sessions), and no ack
-# leaves before a store sync (Broker.next_dirty, take_output; a QoS 0/1
+# leaves before a store sync (common/broker/output.py; a QoS 0/1
 # delivery may: docs/persistence.md), so nothing is acknowledged to a
 # publisher before it is durable for every persistent session that must
 # receive it. restore()

@@ -147,7 +147,7 @@ class Store:
 
     `keys` maps key ids (0..255) to AEAD objects with encrypt(nonce, data,
     aad) / decrypt(nonce, data, aad) (common/crypto/aesgcm.py on MicroPython,
-    cpython_host/crypto.py on CPython); `key_id` names the one new records
+    cpython_host/runtime/crypto.py on CPython); `key_id` names the one new records
     use. With no keys the store is plain (CRC-checked by the backend only).
     `log` is an optional callable(level, text). `monitor`, optional (set by
     storeboot.open_store), hears of the restore's progress:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cpython_host.cli.cert import write
 from cpython_host.config import ConfigError
-from cpython_host.mosquitto_conf import convert, to_toml
+from cpython_host.mosquitto.conf import convert, to_toml
 
 
 def main(argv: Sequence[str]) -> int:

@@ -1,6 +1,6 @@
 """`siskin ctl`: look at and act on a running broker through its [http] listener's API.
 
-A thin client of cpython_host/web.py's JSON API (urllib, no dependency):
+A thin client of cpython_host/operations/http_server.py's JSON API (urllib, no dependency):
 each command is one GET or POST, printed as a table for people (or as the
 JSON itself with --json). The broker's address comes from --url, else from
 the [http] table of --config, else the default http://127.0.0.1:9883. When

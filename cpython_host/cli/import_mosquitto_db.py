@@ -39,9 +39,9 @@ from common.broker.topics import topic_matches
 from common.mqtt import consts as C
 from common.mqtt.properties import decode_properties
 from common.store.store import StoreError
-from cpython_host import mosquitto_db as M
 from cpython_host.config import ConfigError, load_config
-from cpython_host.storage import LOG_NAME, open_store
+from cpython_host.mosquitto import db as M
+from cpython_host.runtime.storage import LOG_NAME, open_store
 
 EPILOG = """\
 examples:
@@ -104,7 +104,7 @@ def main(argv: Sequence[str]) -> int:
         with open(args.store_key_file) as f:
             key = f.read()
     key = key or os.environ.get("SISKIN_STORE_KEY") or None
-    from cpython_host.serve import make_broker
+    from cpython_host.runtime.run import make_broker
 
     try:
         store = open_store(data_dir, key)

@@ -210,7 +210,7 @@ def version() -> str:
 
 def mosquitto_reader(ignore_unsupported: bool) -> Callable[[str], dict[str, Any]]:
     """load_config's reader for --mosquitto-conf: the converted tables; the notes go to stderr."""
-    from cpython_host.mosquitto_conf import convert
+    from cpython_host.mosquitto.conf import convert
 
     def read(path: str) -> dict[str, Any]:
         conv = convert(path, ignore_unsupported)
@@ -223,6 +223,10 @@ def mosquitto_reader(ignore_unsupported: bool) -> Callable[[str], dict[str, Any]
 
 def _store_log(level: int, text: str) -> None:
     logging.getLogger("siskin.store").log(level, "%s", text)
+
+
+def _bridge_log(level: int, text: str) -> None:
+    logging.getLogger("siskin.bridge").log(level, "%s", text)
 
 
 def setup_logging(level: str) -> None:
@@ -238,11 +242,11 @@ def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] 
     """(the loop's factory, whether it is uvloop's); ImportError if uvloop is demanded but missing.
 
     asyncio's own loop, where there is epoll, shares its epoll with the plain
-    listeners' hub (cpython_host/epoll_hub.py); None: asyncio's default.
+    listeners' hub (cpython_host/transports/epoll_hub.py); None: asyncio's default.
     """
-    from cpython_host import epoll_hub
+    from cpython_host.transports import epoll_hub, shared_selector
 
-    own = epoll_hub.new_event_loop if epoll_hub.AVAILABLE else None
+    own = shared_selector.new_event_loop if epoll_hub.AVAILABLE else None
     if choice == "asyncio":
         return own, False
     try:
@@ -323,11 +327,12 @@ def main(argv: Sequence[str]) -> int:
     except ImportError:
         print(f"siskin: --event-loop uvloop: {_no_uvloop()}; or use --event-loop asyncio", file=sys.stderr)
         return 2
+    from common import startup
     from common.store.store import StoreError
-    from cpython_host.listeners import tls_contexts
-    from cpython_host.serve import make_broker, make_driver, serve
-    from cpython_host.storage import LOG_NAME, give_back_heap, open_store
-    from cpython_host.store_monitor import StoreMonitor
+    from cpython_host.operations.store_monitor import StoreMonitor
+    from cpython_host.runtime.run import host_clock, make_driver, serve, wall_ms
+    from cpython_host.runtime.storage import LOG_NAME, give_back_heap, open_store
+    from cpython_host.transports.listeners import tls_contexts
 
     try:
         contexts = tls_contexts(cfg)
@@ -362,14 +367,14 @@ def main(argv: Sequence[str]) -> int:
         print("siskin: --wipe-store and --store-key-file need --data-dir", file=sys.stderr)
         return 2
     try:
-        broker = make_broker(cfg, store)
+        driver = startup.assemble(cfg.settings, os.urandom, store, *host_clock(cfg))
     except ValueError as e:  # e.g. a malformed scram_users line
         print(f"siskin: config error: {cfg.source}: [limits]: {e}; fix the value.", file=sys.stderr)
         return 2
-    driver = make_driver(cfg, broker)
+    driver.broker.wall_ms = wall_ms  # Sparkplug timestamps (docs/sparkplug.md)
     driver.set_security(*security)
     if cfg.warm_up:
-        from cpython_host.warmup import warm_up
+        from cpython_host.runtime.warmup import warm_up
 
         store_in = (data_dir, bool(store.keys)) if store is not None and data_dir is not None else None
         warmed = warm_up(cfg.settings, lambda b: make_driver(cfg, b), security, store_in=store_in)
@@ -381,7 +386,7 @@ def main(argv: Sequence[str]) -> int:
                 "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
             )
     if store is not None:
-        driver.restore(int(time.time()))
+        startup.restore(driver, int(time.time()), [b.name for b in cfg.bridges], _bridge_log)
         give_back_heap()
         monitor.starting = False  # serving from here: READY=1 and the listeners' STATUS=
     try:

@@ -74,10 +74,10 @@ def heap_per_packet(h, cid, data, mem_alloc, n=8):
 
     def route():
         broker.data_received(cid, data, h.now)
-        out = broker.next_dirty()
+        out = broker.output.next_dirty()
         while out >= 0:
-            broker.take_output(out)
-            out = broker.next_dirty()
+            broker.output.take(out)
+            out = broker.output.next_dirty()
 
     route()
     route()
@@ -136,17 +136,17 @@ class Harness:
         while True:
             if broker.replaying:
                 broker.run_replays(self.now)
-            cid = broker.next_dirty()
+            cid = broker.output.next_dirty()
             while cid >= 0:
                 client = self.clients.get(cid)
-                data = broker.take_output(cid)  # valid until the next take_output
+                data = broker.output.take(cid)  # valid until the next take
                 if client is not None:
                     if data:
                         client.receive(data)
-                    if broker.is_closing(cid) and not client.closed:
+                    if broker.output.is_closing(cid) and not client.closed:
                         client.closed = True
                         broker.connection_lost(cid, self.now)
-                cid = broker.next_dirty()
+                cid = broker.output.next_dirty()
             if broker.take_replay_changes():
                 for client in list(self.clients.values()):
                     if not client.closed and client.cid not in broker.replaying:

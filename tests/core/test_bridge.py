@@ -328,10 +328,10 @@ class TestReconnect(unittest.TestCase):
             self.assertTrue(cap // 2 <= d <= cap, (delays, caps))
 
     def test_refused_credentials_logged_once_per_attempt(self):
-        from common.broker import login
+        from common.broker import security_files
 
         p = Pair()
-        login.set_security(p.cloud.broker, None, None, False, p.cloud.now)
+        security_files.set_security(p.cloud.broker, None, None, False, p.cloud.now)
         p.connect_up()
         self.assertEqual(p.bridge.close_wanted, "CONNACK 0x05 (not authorized)")
         p.bridge.up_failed(p.bridge.close_wanted, 0)

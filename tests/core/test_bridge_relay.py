@@ -21,14 +21,14 @@ def to_client(wire):
     """What `wire`'s broker has for its clients goes to them (half a round)."""
     h = wire.h
     moved = False
-    cid = h.broker.next_dirty()
+    cid = h.broker.output.next_dirty()
     while cid >= 0:
         client = h.clients.get(cid)
-        data = h.broker.take_output(cid)
+        data = h.broker.output.take(cid)
         if data and client is not None:
             client.receive(bytes(data))
             moved = True
-        cid = h.broker.next_dirty()
+        cid = h.broker.output.next_dirty()
     return moved
 
 

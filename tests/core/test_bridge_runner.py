@@ -9,7 +9,7 @@ import unittest
 
 from common.bridge.link import local_peer
 from common.bridge.runner import Runner
-from common.broker import login
+from common.broker import login, security_files
 from common.broker.acl import Acl
 from common.broker.settings import new_settings
 from common.driver import Driver
@@ -194,7 +194,7 @@ class TestSupervisor(unittest.TestCase):
 
     def test_a_write_that_throws_is_contained_and_the_bridge_restarts(self):
         # uvloop's "unable to perform operation on <TCPTransport closed=True>"
-        # once killed the task for good (issue 26, failure 1).
+        # once killed the task for good.
         e = Edge()
         cons = e.cloud.client(4)
         cons.connect("consumer", clean=False)
@@ -338,7 +338,7 @@ class TestUnderAnAcl(unittest.TestCase):
 
     def edge(self, extra=""):
         e = Edge()
-        login.set_security(e.broker, None, Acl.parse(self.DEVICES + extra, "aclfile"), True, e.driver.now)
+        security_files.set_security(e.broker, None, Acl.parse(self.DEVICES + extra, "aclfile"), True, e.driver.now)
         return e
 
     def test_the_bridge_carries_both_ways_with_no_rule_of_its_own(self):
@@ -367,7 +367,7 @@ class TestUnderAnAcl(unittest.TestCase):
         self.assertIn("local subscription up/# refused (0x87)", e.runner.status()["last_error"])
         self.assertEqual(e.runner.status()["refused_subscriptions"], ["up/#"])
         self.assertTrue(any(level == 40 and "refused its subscription up/#" in text for level, text in e.logged))
-        login.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
+        security_files.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
         e.runner.resubscribe()
         e.settle()
         self.assertEqual(e.retained("refused_subscriptions"), "-")
@@ -384,7 +384,7 @@ class TestUnderAnAcl(unittest.TestCase):
         session = e.broker.sessions.find("siskin-bridge-cloud")
         self.assertNotIn("up/#", session.subs)
         self.assertIsNone(session.conn)
-        login.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
+        security_files.set_security(e.broker, None, Acl.parse(self.DEVICES, "aclfile"), True, e.driver.now)
         e.runner.resubscribe()
         e.settle()
         self.assertIn("up/#", session.subs)  # online once to ask, then offline: it queues for the upstream
@@ -397,13 +397,11 @@ class TestUnderAnAcl(unittest.TestCase):
         e = self.edge()
         e.connect()
 
-        class Conn:
-            user = "bridge:cloud"
-            peer = ("192.0.2.7:5000", "bridge:cloud", False)  # a TLS identity that says so: no grant
-
-        self.assertFalse(login.client_rules(e.broker, Conn(), "x").may_subscribe("up/#"))
-        Conn.peer = local_peer("cloud")
-        self.assertTrue(login.client_rules(e.broker, Conn(), "x").may_subscribe("up/#"))
+        user = "bridge:cloud"
+        peer = ("192.0.2.7:5000", "bridge:cloud", False)  # a TLS identity that says so: no grant
+        self.assertFalse(login.client_rules(e.broker, user, peer, "x").may_subscribe("up/#"))
+        peer = local_peer("cloud")
+        self.assertTrue(login.client_rules(e.broker, user, peer, "x").may_subscribe("up/#"))
         e.runner.stop()
         self.assertNotIn(local_peer("cloud")[0], e.broker.bridge_grants)
 

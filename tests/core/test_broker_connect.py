@@ -184,13 +184,13 @@ class TestKeepAlive(unittest.TestCase):
             now = 5
             cid = broker.connection_made(now, connect_ms)
             broker.data_received(cid, encode_packet(Connect(4, True, 2, "ka"), 4), now, connect_ms)
-            self.assertEqual(bytes(broker.take_output(cid)), b"\x20\x02\x00\x00")  # the CONNACK
-            broker.next_dirty()
+            self.assertEqual(bytes(broker.output.take(cid)), b"\x20\x02\x00\x00")  # the CONNACK
+            broker.output.next_dirty()
             closed_at = None
             for step in range(2900, 3100):
                 ms = (connect_ms + step) & TICKS_MASK
                 broker.tick(now + step // 1000, ms)
-                if broker.is_closing(cid):
+                if broker.output.is_closing(cid):
                     closed_at = step
                     break
             self.assertIsNotNone(closed_at)

@@ -467,12 +467,12 @@ class TestFlowControl(unittest.TestCase):
     def test_slow_reader_qos0_dropped_beyond_out_buffer(self):
         h = Harness(max_out_buffer=100)
         sub, pub = pair(h, 0)
-        h.broker.set_paused(sub.cid, True)
+        h.broker.output.set_paused(sub.cid, True)
         for _ in range(20):
             pub.publish("t", b"x" * 20)
         self.assertTrue(h.broker.stats.dropped_qos0 > 0)
         self.assertTrue(h.broker.connections.by_id[sub.cid].out_bytes <= 100 + 30)
-        h.broker.set_paused(sub.cid, False)
+        h.broker.output.set_paused(sub.cid, False)
         h.pump()
         got = [m for m in sub.take() if m.ptype == C.PUBLISH]
         self.assertEqual(len(got) + h.broker.stats.dropped_qos0, 20)

@@ -33,13 +33,13 @@ def paused_subscriber(h, level=4, client_id="sub", keep_alive=0):
     """A client connected, then its transport full (the shell said so)."""
     c = h.client(level)
     c.connect(client_id, keep_alive=keep_alive)
-    h.broker.set_paused(c.cid, True)
+    h.broker.output.set_paused(c.cid, True)
     return c
 
 
 def drain(h, c):
     """The client reads: its transport drains, the broker goes on."""
-    h.broker.set_paused(c.cid, False)
+    h.broker.output.set_paused(c.cid, False)
     h.pump()
 
 
@@ -48,16 +48,16 @@ def read_one_bound(h, c):
     bound more (as the driver's flush does: run_replays, then write), and
     the transport is full again; the PUBLISHes it got."""
     broker = h.broker
-    broker.set_paused(c.cid, False)
+    broker.output.set_paused(c.cid, False)
     for _ in range(2):
-        cid = broker.next_dirty()
+        cid = broker.output.next_dirty()
         while cid >= 0:
-            data = broker.take_output(cid)
+            data = broker.output.take(cid)
             if cid == c.cid and data:
                 c.receive(data)
-            cid = broker.next_dirty()
+            cid = broker.output.next_dirty()
         broker.run_replays(h.now)
-    broker.set_paused(c.cid, True)
+    broker.output.set_paused(c.cid, True)
     return publishes(c.take())
 
 
@@ -101,7 +101,7 @@ class TestReplayIsPaced(unittest.TestCase):
         self.assertEqual(topics, ORDER)
 
     def test_fifty_subscribes_in_one_read_cannot_stack_replays(self):
-        # The abuse of issue 12: SUBSCRIBE '#' again and again, never reading.
+        # The abuse: SUBSCRIBE '#' again and again, never reading.
         h, _pub = retained_broker()
         c = paused_subscriber(h)
         burst = b"".join(encode_packet(Subscribe(i + 1, [("#", 0)], None), 4) for i in range(50))

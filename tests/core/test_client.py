@@ -56,10 +56,10 @@ class TestConnect(unittest.TestCase):
             self.assertEqual(h.broker.snapshot()["connected"], 1)
 
     def test_refusal_is_told(self):
-        from common.broker import login
+        from common.broker import security_files
 
         h = Harness()
-        login.set_security(h.broker, None, None, False, h.now)
+        security_files.set_security(h.broker, None, None, False, h.now)
         rec, client, _ = joined(h, 4)
         self.assertEqual(rec.events, [("refused", 5)])
         self.assertEqual(client.state, DISCONNECTED)

@@ -306,7 +306,7 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.driver.open, 0)
 
     def test_a_close_of_the_shells_publishes_the_will_and_lingers(self):
-        # A WebSocket close frame (cpython_host/websocket.py): the network
+        # A WebSocket close frame (cpython_host/transports/websocket.py): the network
         # connection is gone for the session, closed as the broker closes.
         watcher, hw = self.open("watcher")
         self.send(watcher, Subscribe(1, [("will/#", 0)], None))

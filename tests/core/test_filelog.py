@@ -130,7 +130,7 @@ class TestFileLogBasics(unittest.TestCase):
         self.assertEqual(kv3.get(b"d"), b"four")
 
     def test_monitor_hears_the_scan(self):
-        # The shell says what long work goes on (cpython_host/store_monitor.py):
+        # The shell says what long work goes on (cpython_host/operations/store_monitor.py):
         # the open's reading of the log, in bytes, at its start, every
         # SCAN_STEP bytes and at its end. (Compactions: the host's own
         # FileLog, tests/host/test_store_monitor.py.)
@@ -307,7 +307,7 @@ def scenario_ops():
 
 class GatheringLog(FileLog):
     """A FileLog that holds more records back for one write (the host's
-    gathers 32 KB: cpython_host/storage.py)."""
+    gathers 32 KB: cpython_host/runtime/storage.py)."""
 
     batch = 4096
 

@@ -269,7 +269,7 @@ class TestRestart(unittest.TestCase):
     def test_restore_reports_its_progress(self):
         # monitor.progress("restore", records read, records in the store): at
         # the start, every PROGRESS_STEP records and at the end (the shell
-        # logs it and tells systemd: cpython_host/store_monitor.py).
+        # logs it and tells systemd: cpython_host/operations/store_monitor.py).
         import common.store.store as S
 
         # A step of 8 records instead of 4096: the store fits a MicroPython heap.
@@ -619,7 +619,7 @@ class TestGroupCommit(unittest.TestCase):
         h = Harness(store=open_store(kv), store_sync=store_sync)
         broker = h.broker
         late = [0, 0]
-        take = broker.take_output
+        take = broker.output.take
 
         def observed(cid):
             data = take(cid)
@@ -629,7 +629,7 @@ class TestGroupCommit(unittest.TestCase):
                     late[0] += 1
             return data
 
-        broker.take_output = observed
+        broker.output.take = observed
         sub3 = h.client()
         sub3.connect("sub3", clean=False)
         sub3.subscribe("t/#", qos=2)

@@ -242,6 +242,7 @@ LAYERS = {
     "bridge": 3,  # store-and-forward to an upstream broker
     "driver": 4,  # what both shells would otherwise repeat
     "turns": 5,  # fairness between connections, for a shell that reads many at once
+    "startup": 5,  # the start-up both shells run (assemble, restore, security lines)
 }
 
 

@@ -4,8 +4,8 @@
 
 import unittest
 
-from common.broker import login
 from common.broker import secured as secured_login
+from common.broker import security_files
 from common.broker.acl import Acl, filters_overlap, substitute
 from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable
 from common.broker.clienttext import words as client_words
@@ -57,7 +57,7 @@ def secured(passwd=PASSWD, acl=ACL, allow=None, **settings):
     h = Harness(**settings)
     users = Users.parse(passwd, "passwd") if passwd is not None else None
     rules = Acl.parse(acl, "acl") if acl is not None else None
-    login.set_security(h.broker, users, rules, allow, h.now)
+    security_files.set_security(h.broker, users, rules, allow, h.now)
     return h
 
 
@@ -652,7 +652,7 @@ class TestAccessControl(unittest.TestCase):
 
     def test_a_will_still_allowed_is_sent(self):
         h, _lines, watcher, c = self.will_watched()
-        login.set_security(h.broker, h.broker.users, Acl.parse(self.WILL_ACL, "acl"), True, h.now)
+        security_files.set_security(h.broker, h.broker.users, Acl.parse(self.WILL_ACL, "acl"), True, h.now)
         c.drop()
         self.assertEqual([p.topic for p in watcher.take()], ["alerts/w"])
         self.assertEqual(h.broker.stats.denied_publish, 0)
@@ -665,7 +665,7 @@ class TestAccessControl(unittest.TestCase):
                 self.assertTrue(h.broker.sessions.find("dev").will_at)
             else:
                 h, lines, watcher, c = self.will_watched()
-            login.set_security(h.broker, h.broker.users, Acl.parse(self.NO_WILL_ACL, "acl"), True, h.now)
+            security_files.set_security(h.broker, h.broker.users, Acl.parse(self.NO_WILL_ACL, "acl"), True, h.now)
             self.assertIsNone(h.broker.sessions.find("dev").will, delayed)
             self.assertEqual(h.broker.stats.denied_publish, 1)
             self.assertIn("dev: will to alerts/w refused by the ACL (user alice; 1 refused so far)", lines)
@@ -750,7 +750,7 @@ class TestAccessControl(unittest.TestCase):
         # him. His home/# is re-checked when he comes back (removed: it can
         # match home/secret), and what was queued before the change is
         # filtered on its way out.
-        login.set_security(
+        security_files.set_security(
             h.broker, h.broker.users, Acl.parse(ACL + "user bob\ntopic deny home/secret\n", "acl"), True, h.now
         )
         b = h.client(peer=REMOTE)
@@ -768,13 +768,13 @@ class TestAccessControl(unittest.TestCase):
         b = h.client(5, peer=REMOTE)
         b.connect("bob", username="bob", password=b"hunter2")
         b.subscribe("home/#")
-        login.set_security(
+        security_files.set_security(
             h.broker, h.broker.users, Acl.parse("user bob\ntopic read home/kitchen\n", "acl"), True, h.now
         )
         self.assertEqual(list(h.broker.sessions.find("bob").subs), [])
         self.assertIn("subscription home/# removed", lines[-1])
         # With no ACL any more, everything is allowed again.
-        login.set_security(h.broker, h.broker.users, None, True, h.now)
+        security_files.set_security(h.broker, h.broker.users, None, True, h.now)
         self.assertEqual(b.subscribe("#", packet_id=2).reasons, [0])
 
     def test_session_resumed_after_its_rules_changed(self):
@@ -789,7 +789,7 @@ class TestAccessControl(unittest.TestCase):
         h.broker.publish("home/secret", b"queued", 1, False, h.now)
         # bob loses home/# while away: at resume his subscription goes and
         # neither message is sent to him.
-        login.set_security(h.broker, h.broker.users, Acl.parse("user bob\ntopic read other/#\n", "acl"), True, h.now)
+        security_files.set_security(h.broker, h.broker.users, Acl.parse("user bob\ntopic read other/#\n", "acl"), True, h.now)
         b = h.client(peer=REMOTE)
         ack = b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
         self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
@@ -871,7 +871,7 @@ class TestSessionOwnership(unittest.TestCase):
 
         kv = MemKV()
         h = Harness(store=open_store(kv))
-        login.set_security(h.broker, Users.parse(PASSWD, "passwd"), None, True, h.now)
+        security_files.set_security(h.broker, Users.parse(PASSWD, "passwd"), None, True, h.now)
         b = h.client(peer=REMOTE)
         b.connect("bob-id", clean=False, username="bob", password=b"hunter2")
         b.drop()
@@ -880,10 +880,15 @@ class TestSessionOwnership(unittest.TestCase):
         h.broker.listener.store.put(b"S", b"old-id", [4, 0xFFFFFFFF, 0, 7, 3, []])
         h.broker.listener.store.sync()
         h2, _kv = restart(kv)
-        login.set_security(h2.broker, Users.parse(PASSWD, "passwd"), None, True, h2.now)
+        security_files.set_security(h2.broker, Users.parse(PASSWD, "passwd"), None, True, h2.now)
         self.assertEqual(alice(h2, 4, "bob-id", clean=False)[1].reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
         b = h2.client(peer=REMOTE)
         self.assertTrue(b.connect("bob-id", clean=False, username="bob", password=b"hunter2").session_present)
+        # A CONNECT refused by a check after the owner's (its will in $SYS)
+        # claims nothing: the checks only judge (handle_connect._apply).
+        b3 = h2.client(peer=REMOTE)
+        ack = b3.connect("old-id", clean=False, will=("$SYS/x", b"w", 0, False), username="bob", password=b"hunter2")
+        self.assertEqual(ack.reason, C.CONNACK_REFUSED_NOT_AUTHORIZED)
         a, ack = alice(h2, 4, "old-id", clean=False)
         self.assertEqual((ack.reason, ack.session_present), (C.CONNACK_ACCEPTED, True))
         a.drop()

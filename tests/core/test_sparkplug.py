@@ -6,7 +6,7 @@
 
 import unittest
 
-from common.broker import login
+from common.broker import security_files
 from common.broker.acl import Acl
 from common.broker.protobuf import stamp
 from common.broker.sparkplug import classify
@@ -45,7 +45,7 @@ NDEATH = "spBv1.0/G1/NDEATH/E1"
 def aware(acl=None, **settings):
     h = Harness(sparkplug_aware=True, **settings)
     if acl is not None:
-        login.set_security(h.broker, Users.parse(user_line("trusted", "pw") + "\n", "passwd"), Acl.parse(acl, "acl"), True, h.now)
+        security_files.set_security(h.broker, Users.parse(user_line("trusted", "pw") + "\n", "passwd"), Acl.parse(acl, "acl"), True, h.now)
     return h
 
 

@@ -1,4 +1,4 @@
-# Store damage is never silent and never spreads (issue 12, finding 5), on
+# Store damage is never silent and never spreads, on
 # both backends: common/store/filelog.py over tests/core/memfs.py and
 # common/store/kvlog.py over tests/core/flashsim.py (real files:
 # tests/host/test_filelog_posix.py; a whole broker: tests/host/test_persist_host.py).

@@ -1,6 +1,6 @@
 # What the store writes per message for a persistent subscriber, and that
-# what it no longer writes still comes back after a crash (issue 27,
-# durable sessions at speed; docs/persistence.md "Records per message").
+# what it no longer writes still comes back after a crash
+# (docs/persistence.md "Records per message").
 # A delivery's record holds its message inline while it is the message's
 # only stored delivery (no M record), and a QoS 1 delivery's move from the
 # queue to the window is not written (a shutdown writes it). Runs under

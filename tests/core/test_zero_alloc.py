@@ -59,12 +59,12 @@ class Rig:
         """Route one message as a shell does, keeping only what `outputs` asks."""
         broker = self.h.broker
         broker.data_received(self.pub.cid, self.frame, self.h.now)
-        cid = broker.next_dirty()
+        cid = broker.output.next_dirty()
         while cid >= 0:
-            out = broker.take_output(cid)
+            out = broker.output.take(cid)
             if self.outputs is not None:
                 self.outputs.append((cid, bytes(out), out))
-            cid = broker.next_dirty()
+            cid = broker.output.next_dirty()
 
 
 class TestZeroAllocation(unittest.TestCase):

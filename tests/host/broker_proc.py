@@ -108,7 +108,7 @@ def write_config(
     tables = {
         "limits": {**doc.get("limits", {}), **(limits or {})},
         # No JIT warm-up unless a test asks for it: on PyPy it would add
-        # seconds to each start (cpython_host/warmup.py; test_pypy.py tests it).
+        # seconds to each start (cpython_host/runtime/warmup.py; test_pypy.py tests it).
         "server": {**doc.get("server", {}), "warm_up": False, **(server or {})},
     }
     if "log" in doc:

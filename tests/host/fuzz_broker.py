@@ -126,7 +126,7 @@ def run(data):
             c.drop()
             continue
         elif op == 8:
-            h.broker.set_paused(c.cid, not h.broker.connections.by_id[c.cid].paused)
+            h.broker.output.set_paused(c.cid, not h.broker.connections.by_id[c.cid].paused)
             h.pump()
             continue
         else:
@@ -137,7 +137,7 @@ def run(data):
             c.send_raw(data)
     for c in clients:
         if not c.closed:
-            h.broker.set_paused(c.cid, False)
+            h.broker.output.set_paused(c.cid, False)
             c.drop()
     for _ in range(3):  # will delays, then session expiries, then what they left
         h.now += EXPIRED

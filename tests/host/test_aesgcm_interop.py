@@ -2,9 +2,9 @@
 
 - Property (hypothesis): for random keys (AES-128/192/256), nonces, plaintext
   and AAD lengths, common.crypto.aesgcm.AesGcm over an ECB block function from
-  `cryptography` and cpython_host.crypto (cryptography's AESGCM) produce the
+  `cryptography` and cpython_host.runtime.crypto (cryptography's AESGCM) produce the
   same bytes, each opens the other's output, and both refuse a flipped byte.
-- Across interpreters: a record sealed by cpython_host.crypto opens under
+- Across interpreters: a record sealed by cpython_host.runtime.crypto opens under
   the venv's MicroPython through firmware/crypto.py (cryptolib's AES-ECB and
   our CTR and GHASH), and a record sealed there opens here.
 
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.crypto.aesgcm import AesGcm, AuthError
-from cpython_host.crypto import make_aead
+from cpython_host.runtime.crypto import make_aead
 from tests.core.ecb_helper import make_ecb
 from tests.host.test_micropython import run_micropython
 

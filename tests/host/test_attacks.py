@@ -1,4 +1,4 @@
-"""The attacks of issue 24's outside run, over real sockets against the real
+"""Attacks from outside, over real sockets against the real
 host broker, each a class of bug fixed at its root (docs/security.md):
 
 1. an identity put into an ACL pattern cannot widen it (user "%c", client

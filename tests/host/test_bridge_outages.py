@@ -1,4 +1,4 @@
-"""The bridge through broken links (issue 26): resets, a cut with a kill -9
+"""The bridge through broken links: resets, a cut with a kill -9
 of Siskin during it, a silent upstream — against a real Mosquitto, the
 link made and broken by a proxy the test drives (tools/link_proxy.py), on
 the host and on the firmware (MicroPython unix port). Short versions of

@@ -1,5 +1,5 @@
-"""Bridges changed while the broker runs (issue 26, item 7) and their health
-in view (item 8): `siskin ctl bridge list|add|remove|pause|resume` through
+"""Bridges changed while the broker runs and their health
+in view: `siskin ctl bridge list|add|remove|pause|resume` through
 the HTTP API, SIGHUP picking up [[bridge]] changes without losing a queued
 message, a removed bridge's queue dead-lettered with a count (at run time
 and at start), and the link's figures in $SYS, /metrics and the API.
@@ -124,21 +124,27 @@ def test_sighup_picks_up_bridge_changes_without_losing_a_queued_message(
         assert "Traceback" not in siskin.log_text()
 
 
+def queue_four_while_the_upstream_stalls(broker: BrokerProcess, mosquitto: Mosquitto, clients: list[Paho]) -> None:
+    """Start `broker`, let its bridge connect, stall the upstream, publish 4
+    QoS 1 messages for it (they stay queued in its session) and stop it."""
+    with broker:
+        broker.wait_log("bridge cloud: connected to", 15)
+        os.kill(mosquitto.pid, signal.SIGSTOP)
+        try:
+            broker.wait_log(r"bridge cloud: connection to \S+ lost", 15)
+            dev = paho(broker.port, clients, "dev")
+            for i in range(4):
+                dev.publish("up/s", b"%d" % i, 1)
+            assert broker.stop() == 0
+        finally:
+            os.kill(mosquitto.pid, signal.SIGCONT)
+
+
 def test_a_removed_bridges_queue_is_dead_lettered_at_start(
     tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]
 ) -> None:
     siskin = BrokerProcess(tmp_path, {"sys_interval": 0}, bridges=[table(mosquitto.port)])
-    with siskin:
-        siskin.wait_log("bridge cloud: connected to", 15)
-        os.kill(mosquitto.pid, signal.SIGSTOP)
-        try:
-            siskin.wait_log(r"bridge cloud: connection to \S+ lost", 10)
-            dev = paho(siskin.port, clients, "dev")
-            for i in range(4):
-                dev.publish("up/s", b"%d" % i, 1)
-            assert siskin.stop() == 0
-        finally:
-            os.kill(mosquitto.pid, signal.SIGCONT)
+    queue_four_while_the_upstream_stalls(siskin, mosquitto, clients)
     write_config(siskin.config_path, {"sys_interval": 0})  # the bridge is gone from the config
     with siskin:
         siskin.wait_log(r"bridge cloud removed: its session siskin-bridge-cloud ended, 4 queued message\(s\) dead-lettered")
@@ -172,3 +178,25 @@ def test_link_health_in_sys_metrics_and_the_api(tmp_path: Path, mosquitto: Mosqu
         # A clean shutdown: the broker's DISCONNECT 0x8B to the bridge's session is no error.
         assert siskin.stop() == 0
         assert not re.search(r"\bERROR\b", siskin.log_text()), siskin.log_text()
+
+
+def test_a_removed_bridges_queue_is_dead_lettered_at_start_on_a_board(
+    tmp_path: Path, mosquitto: Mosquitto, clients: list[Paho]
+) -> None:
+    # The same on the firmware (common/startup.py's restore runs on both):
+    # a board whose config lost its bridge ends the bridge's stored session
+    # instead of queueing for no one.
+    from tests.host.test_firmware_bridge_tls import board_bridge
+    from tests.host.upy_broker_proc import BRIDGE_HEAP, UpyBrokerProcess
+
+    board = UpyBrokerProcess(tmp_path, heap=BRIDGE_HEAP, device={"bridge": [board_bridge(mosquitto.port)]})
+    queue_four_while_the_upstream_stalls(board, mosquitto, clients)
+    device = json.loads(board.config_path.read_text())
+    device["bridge"] = []  # the bridge is gone from the device config
+    board.config_path.write_text(json.dumps(device))
+    with board:
+        board.wait_log(r"bridge cloud removed: its session siskin-bridge-cloud ended, 4 queued message\(s\) dead-lettered")
+        assert board.stop() == 0
+    with board:  # and it stays gone (each start writes a new log)
+        assert board.stop() == 0
+    assert "bridge cloud removed" not in board.log_text(), board.log_text()

@@ -302,7 +302,7 @@ class BrokerMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, MAX_CLIENTS), paused=st.booleans())
     def pause(self, i, paused):
         c = self._pick(i, accepted=False)
-        self.h.broker.set_paused(c.cid, paused)
+        self.h.broker.output.set_paused(c.cid, paused)
         self.h.pump()
 
     @rule(seconds=st.integers(1, 40))
@@ -401,7 +401,7 @@ class BrokerMachine(RuleBasedStateMachine):
             return
         for c in self.conns:
             if not c.closed:
-                h.broker.set_paused(c.cid, False)
+                h.broker.output.set_paused(c.cid, False)
                 c.drop()
         # Will delays, then session expiries (both at most FUZZ_SETTINGS'
         # max_session_expiry), then what they left a second later.

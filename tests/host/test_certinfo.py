@@ -1,4 +1,4 @@
-"""cpython_host/certinfo.py reads a certificate's name and validity as `cryptography` does.
+"""cpython_host/operations/certs.py reads a certificate's name and validity as `cryptography` does.
 
 Certificates made by `cryptography` itself (EC and RSA keys; validity
 dates before 2050, written as UTCTime, and after, as GeneralizedTime;
@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpython_host.certinfo import BadCertificate, CertificateFiles, describe, pem_certificates
+from cpython_host.operations.certs import BadCertificate, CertificateFiles, describe, pem_certificates
 
 UTC = datetime.UTC
 

@@ -205,3 +205,36 @@ def test_linux_toml_bridge_example_documents_every_key_and_loads(tmp_path: Path)
         "mqtt2.example.com:8883",
         "edge-1/sensors/",
     )
+
+
+def test_shared_keys_mean_the_same_on_both_shells() -> None:
+    # The security, TLS and common server keys come from one schema each
+    # (common/broker/settings.py): the host's tables and the board's device
+    # config and board file hold the same entries, the host's server
+    # defaults where HOST_SERVER_DEFAULTS says (and why, above it).
+    from common.broker import settings
+    from cpython_host import config
+    from firmware import boardcfg
+
+    host = {e[0]: e for e in config.SERVER + config.LISTENER + config.SECURITY}
+    board = {e[0]: e for e in boardcfg.SERVER + boardcfg.DEVICE}
+    for entry in settings.SECURITY + settings.TLS + settings.SERVER:
+        name = entry[0]
+        assert board[name] == entry, name
+        expected = settings.with_defaults((entry,), settings.HOST_SERVER_DEFAULTS)[0]
+        assert host[name] == expected, name
+    assert set(settings.HOST_SERVER_DEFAULTS) <= {e[0] for e in settings.SERVER}
+
+
+def test_a_relative_file_name_is_taken_from_the_config_files_directory(tmp_path: Path) -> None:
+    from common.broker.settings import resolve
+    from firmware import boardcfg
+
+    assert resolve("/etc/siskin", "users") == "/etc/siskin/users"
+    assert resolve("/etc/siskin/", "/abs/users") == "/abs/users"
+    assert resolve("", "users") == resolve(".", "users") == "users"
+    device = tmp_path / "siskin.json"
+    device.write_text(json.dumps({"password_file": "users", "acl_file": "/abs/acl"}))
+    cfg = boardcfg.load_device(str(device))
+    assert cfg["password_file"] == str(tmp_path / "users")
+    assert cfg["acl_file"] == "/abs/acl"

@@ -1,5 +1,5 @@
 """Nothing acknowledged is lost for an offline persistent subscriber, with
-every shipped host settings file (issue 12, finding 1).
+every shipped host settings file.
 
 The built-in defaults once dropped every QoS 1 message beyond the 1,000th
 queued for an offline 3.1.1 subscriber (max_queued_messages), after the

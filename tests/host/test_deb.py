@@ -70,7 +70,7 @@ def test_control_names_debians_packages(deb: Path) -> None:
     assert info.stdout.split() == ["/etc/siskin/siskin.toml"]
     listing = subprocess.run([tool("dpkg-deb"), "-c", str(deb)], capture_output=True, text=True, check=True).stdout
     for path in ("./usr/bin/siskin", "./lib/systemd/system/siskin.service", "./etc/siskin/siskin.toml",
-                 "./usr/share/siskin/cpython_host/web/index.html", "./usr/share/man/man1/siskin.1.gz"):  # fmt: skip
+                 "./usr/share/siskin/cpython_host/operations/status_page/index.html", "./usr/share/man/man1/siskin.1.gz"):  # fmt: skip
         assert path in listing, path
     assert "root/root" in listing and "__pycache__" not in listing
 

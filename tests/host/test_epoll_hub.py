@@ -1,4 +1,4 @@
-"""The epoll hub's own behaviour (cpython_host/epoll_hub.py), on real sockets.
+"""The epoll hub's own behaviour (cpython_host/transports/epoll_hub.py), on real sockets.
 
 Plain MQTT listeners are served by the host's own epoll instead of asyncio's
 transports ([server] epoll_hub, on by default): what a transport did, the

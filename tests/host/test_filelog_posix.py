@@ -1,4 +1,4 @@
-"""common/store/filelog.py on real files through cpython_host/posix_fs.py: reopen,
+"""common/store/filelog.py on real files through cpython_host/runtime/posix_fs.py: reopen,
 compaction by rename, a leftover .compact, a torn tail, and a writer process
 killed with SIGKILL in the middle of its appends."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from common.store.filelog import COMPACT_SUFFIX, FILE_HEADER_SIZE
 from common.store.filelog_open import open_file_log
-from cpython_host.posix_fs import PosixFS
+from cpython_host.runtime.posix_fs import PosixFS
 from tests.conftest import REPO_ROOT
 from tests.core import test_store_damage
 from tests.core.kv_contract import items
@@ -68,7 +68,7 @@ WRITER = r"""
 import sys
 sys.path.insert(0, sys.argv[2])
 from common.store.filelog_open import open_file_log
-from cpython_host.posix_fs import PosixFS
+from cpython_host.runtime.posix_fs import PosixFS
 
 kv = open_file_log(PosixFS(), sys.argv[1], compact_min=16384)
 i = 0

@@ -139,7 +139,7 @@ def test_readme_service_block_has_every_step() -> None:
 
 
 def test_mosquitto_user_note_names_what_the_unit_does() -> None:
-    from cpython_host.mosquitto_conf import NOTED
+    from cpython_host.mosquitto.conf import NOTED
 
     note = NOTED["user"]
     settings = re.findall(r"\b([A-Z][A-Za-z]+=\S+?)\)", note)

@@ -1,4 +1,4 @@
-"""Coming over from Mosquitto: mosquitto.conf read by Siskin (cpython_host/mosquitto_conf.py).
+"""Coming over from Mosquitto: mosquitto.conf read by Siskin (cpython_host/mosquitto/conf.py).
 
 The configuration files are written the way mosquitto.conf(5) and the
 Debian package show them. The last test starts the real `mosquitto -c FILE`
@@ -26,7 +26,7 @@ import pytest
 
 from common.broker.settings import ConfigError
 from cpython_host.config import load_config, load_security
-from cpython_host.mosquitto_conf import convert, to_toml
+from cpython_host.mosquitto.conf import convert, to_toml
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import Paho, run_cli, wait_until
 from tests.host.upy_broker_proc import free_port

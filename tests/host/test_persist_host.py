@@ -201,7 +201,7 @@ def test_damaged_store_loses_only_the_damaged_records_and_says_so(tmp_path: Path
     from common.store.filelog_open import open_file_log
     from common.store.store import Store
     from common.store.store_open import open_records
-    from cpython_host.posix_fs import PosixFS
+    from cpython_host.runtime.posix_fs import PosixFS
 
     kept = [(f"r/{i}", b"kept-%d" % i, True) for i in range(20)]
     seed_store(tmp_path, messages=kept + [(f"q/{i}", b"queued-%d" % i, False) for i in range(30)])

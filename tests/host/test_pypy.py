@@ -94,9 +94,9 @@ def test_on_pypy_the_jit_is_warmed_up_before_the_listeners_open(tmp_path: Path) 
 WARM_UP = """
 import gc, json, logging, sys, weakref
 from cpython_host.config import load_config
-from cpython_host.serve import make_driver
+from cpython_host.runtime.run import make_driver
 from cpython_host.server import ticks_ms
-from cpython_host.warmup import warm_up
+from cpython_host.runtime.warmup import warm_up
 
 class Lines(logging.Handler):
     def __init__(self):
@@ -169,11 +169,11 @@ def test_the_warm_up_stays_within_max_connections(tmp_path: Path) -> None:
 
 WARM_UP_STORED = """
 import json, os, sys
-import cpython_host.storage as storage
+import cpython_host.runtime.storage as storage
 from common.store.store import Store
 from cpython_host.config import load_config
-from cpython_host.serve import make_driver
-from cpython_host.warmup import warm_up
+from cpython_host.runtime.run import make_driver
+from cpython_host.runtime.warmup import warm_up
 
 opened = []
 real_open = storage.open_store
@@ -224,8 +224,8 @@ def test_a_warm_up_store_that_cannot_be_made_leaves_the_warm_up_without_one(tmp_
     not_a_dir = tmp_path / "data"
     not_a_dir.write_bytes(b"")
     code = (
-        "import sys; from cpython_host.config import load_config; from cpython_host.serve import make_driver; "
-        "from cpython_host.warmup import warm_up; cfg = load_config(sys.argv[1]); "
+        "import sys; from cpython_host.config import load_config; from cpython_host.runtime.run import make_driver; "
+        "from cpython_host.runtime.warmup import warm_up; cfg = load_config(sys.argv[1]); "
         "print(warm_up(cfg.settings, lambda b: make_driver(cfg, b), (None, None, True), rounds=64, "
         "store_in=(sys.argv[2], False))[0])"
     )
@@ -234,8 +234,8 @@ def test_a_warm_up_store_that_cannot_be_made_leaves_the_warm_up_without_one(tmp_
 
 START_AFTER_WARM_UP = """
 import socket, sys
-import cpython_host.storage as storage
-import cpython_host.warmup as warmup
+import cpython_host.runtime.storage as storage
+import cpython_host.runtime.warmup as warmup
 from cpython_host.cli import serve
 
 events = []

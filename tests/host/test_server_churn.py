@@ -1,4 +1,4 @@
-"""Connection churn must not hurt bystanders (issue 12, finding 8).
+"""Connection churn must not hurt bystanders.
 
 A bystander does QoS 1 publish -> own-subscription round trips every 2 ms
 (open loop, so a stall counts for as long as it lasts) while 800 clients

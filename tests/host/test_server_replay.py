@@ -1,4 +1,4 @@
-"""Retained replay under abuse, on the real host server (issue 12, finding 2).
+"""Retained replay under abuse, on the real host server.
 
 10,000 retained messages of 1,000 bytes; one client sends 50 SUBSCRIBEs to
 `#` in one burst and never reads. Before the replay was paced, every copy

@@ -143,11 +143,11 @@ def test_every_sys_figure_has_its_metrics_family(tmp_path: Path) -> None:
     figure published under $SYS/broker/ is served by /metrics under its own
     name (FAMILIES), with the value $SYS shows for the counters that stand
     still meanwhile (tls_failed and denied_takeover were once missing)."""
-    from cpython_host.metrics import FAMILIES
+    from cpython_host.operations.metrics import FAMILIES
     from tests.host.test_web import scrape
 
     unnamed = [suffix for suffix, key in SYS_FIGURES if key not in FAMILIES]
-    assert not unnamed, f"$SYS figures without a /metrics name (cpython_host/metrics.py FAMILIES): {unnamed}"
+    assert not unnamed, f"$SYS figures without a /metrics name (cpython_host/operations/metrics.py FAMILIES): {unnamed}"
     with BrokerProcess(tmp_path, limits={"sys_interval": 1}, http={"port": 0}) as b:
         url = b.http_url()
         sub = Paho(b.port, "sys-sub").connect()

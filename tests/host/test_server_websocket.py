@@ -62,7 +62,7 @@ from tests.host.conftest import RUNTIMES, runtime_args
 pytestmark = pytest.mark.interop
 
 CONNECT_TIMEOUT = 2  # s
-MAX_PACKET = 4096  # a message may be this + 64 KiB (cpython_host/websocket.py MESSAGE_HEADROOM)
+MAX_PACKET = 4096  # a message may be this + 64 KiB (cpython_host/transports/websocket.py MESSAGE_HEADROOM)
 ORIGIN = "https://dash.example"
 # Listener order in the module's broker.
 TCP, WS, WSS, WS_ANY = range(4)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from common import VERSION
-from cpython_host import sdnotify
+from cpython_host.operations import sdnotify
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import RawClient, run_cli, wait_until
 
@@ -170,10 +170,10 @@ def test_wheel_installs_the_siskin_command(tmp_path: Path, notify_socket: socket
     gives the `siskin` command with every module, data file and dependency."""
     require("build", importlib.util.find_spec("build"), "pip install build==1.6.1 (make test does)")
     # A copy of what the wheel is made of, so the build leaves nothing in the tree;
-    # plus a probe under cpython_host/web/, whose files must come along.
+    # plus a probe under cpython_host/operations/status_page/, whose files must come along.
     src = source_copy(tmp_path / "src")
-    (src / "cpython_host" / "web" / "sub").mkdir(parents=True, exist_ok=True)
-    (src / "cpython_host" / "web" / "sub" / "probe.css").write_text("/* probe */\n")
+    (src / "cpython_host" / "operations" / "status_page" / "sub").mkdir(parents=True, exist_ok=True)
+    (src / "cpython_host" / "operations" / "status_page" / "sub" / "probe.css").write_text("/* probe */\n")
     before = set(src.rglob("*"))
     built = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(src)],
@@ -191,7 +191,7 @@ def test_wheel_installs_the_siskin_command(tmp_path: Path, notify_socket: socket
         if p.is_file() and "__pycache__" not in p.parts
     }
     assert wanted <= names, sorted(wanted - names)
-    assert "cpython_host/web/sub/probe.css" in names
+    assert "cpython_host/operations/status_page/sub/probe.css" in names
     # A fresh venv; pip from this one installs into it (its cache serves the dependencies).
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)

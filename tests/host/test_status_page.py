@@ -333,9 +333,9 @@ def value_of(text: str) -> float:
 
 
 def test_what_sys_counts_as_drops_is_on_the_page() -> None:
-    """Every $SYS counter of a drop, refusal or closure has its row and its limit (cpython_host/status.py DROPS)."""
+    """Every $SYS counter of a drop, refusal or closure has its row and its limit (cpython_host/operations/status.py DROPS)."""
     from common.broker.settings import new_settings
-    from cpython_host.status import DROPS, HTTP_REFUSED
+    from cpython_host.operations.status import DROPS, HTTP_REFUSED
 
     traffic = {
         "connected", "sessions", "clients_maximum", "connections_total", "messages_received", "messages_sent",
@@ -362,7 +362,7 @@ def test_the_page_names_each_element_once() -> None:
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             ids.extend(v for k, v in attrs if k == "id" and v)
 
-    Ids().feed((REPO_ROOT / "cpython_host" / "web" / "index.html").read_text())
+    Ids().feed((REPO_ROOT / "cpython_host" / "operations" / "status_page" / "index.html").read_text())
     assert "bridges" in ids and "clients" in ids
     assert sorted({i for i in ids if ids.count(i) > 1}) == []
 
@@ -675,7 +675,7 @@ def test_an_action_from_another_origin_is_refused(gateway: Gateway) -> None:
 def test_last_seen_table_stays_bounded() -> None:
     """A client id is network input: the last-seen table keeps the sessions
     held and at most their number plus SEEN_SLACK of ended ones."""
-    from cpython_host.client_figures import SEEN_SLACK, ClientFigures
+    from cpython_host.operations.client_figures import SEEN_SLACK, ClientFigures
 
     sessions = {f"kept-{i}": object() for i in range(10)}
     figures = ClientFigures(sessions, clock=lambda: 1.0)

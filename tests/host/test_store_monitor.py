@@ -1,7 +1,7 @@
 """Long store work says what it is doing: progress lines and systemd's STATUS=/EXTEND_TIMEOUT_USEC=.
 
 A real store on disk (the core's in-memory broker harness filling it through
-cpython_host/storage.py) is opened and restored with the host's StoreMonitor,
+cpython_host/runtime/storage.py) is opened and restored with the host's StoreMonitor,
 whose clock the test drives: the lines logged and the datagrams on a real
 NOTIFY_SOCKET follow the records read, not the machine's speed. Then the
 real broker on such a store tells systemd the same before READY=1.
@@ -23,9 +23,9 @@ from common.mqtt import consts as C
 from common.store.filelog import FILE_HEADER_SIZE
 from common.store.filelog_open import open_log
 from common.store.kvrecord import OVERHEAD
-from cpython_host.posix_fs import PosixFS
-from cpython_host.storage import LOG_NAME, MonitoredFileLog, open_store
-from cpython_host.store_monitor import EXTEND_USEC, StoreMonitor
+from cpython_host.operations.store_monitor import EXTEND_USEC, StoreMonitor
+from cpython_host.runtime.posix_fs import PosixFS
+from cpython_host.runtime.storage import LOG_NAME, MonitoredFileLog, open_store
 from tests.core.harness import Harness
 from tests.host.test_service import fields, ready_then_port, start, stop
 
@@ -119,7 +119,7 @@ def test_compaction_is_logged_with_sizes_and_time(caplog: pytest.LogCaptureFixtu
 
 
 def test_the_hosts_log_tells_its_monitor_of_each_compaction(tmp_path: Path) -> None:
-    """cpython_host/storage.py's FileLog: before a compaction (file size, live
+    """cpython_host/runtime/storage.py's FileLog: before a compaction (file size, live
     records) and after it (size before and after, live records); the core's
     FileLog keeps no code for it (a board has no monitor)."""
     calls: list[tuple[object, ...]] = []

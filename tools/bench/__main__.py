@@ -104,11 +104,11 @@ def plan(p: dict[str, Any]) -> list[tuple[str, Callable[[int, int | None, str], 
 
 # -------------------------------------------------------------------- figures
 
-# Targets on Siskin/Mosquitto, per runtime: issue 27's (PyPy: every throughput
+# Targets on Siskin/Mosquitto, per runtime (PyPy: every throughput
 # >= 1.5, latency p50 <= 0.9, connect >= 1.0, set-up <= 1.0, takeover >= 1.0,
-# RSS at start <= 80 MB; CPython: no figure below where issue 27 found it,
+# RSS at start <= 80 MB; CPython: no figure below docs/benchmarks.md's,
 # connect >= 0.7, set-up <= 1.5); a target ending in B or MB is on Siskin's
-# own figure. The amqtt targets are issue 16's.
+# own figure (docs/benchmarks.md says where each comes from).
 def per_runtime(cpython: str, pypy: str) -> dict[str, str]:
     return {"CPython": cpython, "PyPy": pypy}
 

@@ -18,7 +18,7 @@
 # with gc.disable() and gc.mem_alloc() deltas over `N` messages:
 #   route   the publisher's PUBLISH in (feed, frame, decode, route) and every
 #           delivery encoded, plus the shell taking the output (next_dirty,
-#           take_output): bytes per message;
+#           Output.take): bytes per message;
 #   acks    the subscribers' PUBACKs for QoS 1 (bytes per PUBACK);
 # and the messages per second of the route phase (collector on).
 # With the argument "gc" (unix port, e.g. -X heapsize=110K for a board's
@@ -142,10 +142,10 @@ class Rig:
 
     def drain(self):
         broker = self.broker
-        cid = broker.next_dirty()
+        cid = broker.output.next_dirty()
         while cid >= 0:
-            broker.take_output(cid)
-            cid = broker.next_dirty()
+            broker.output.take(cid)
+            cid = broker.output.next_dirty()
 
 
 def measure(fn, n):
@@ -197,10 +197,10 @@ class Case:
 
     def drain(self):
         broker = self.broker
-        cid = broker.next_dirty()
+        cid = broker.output.next_dirty()
         while cid >= 0:
-            broker.take_output(cid)
-            cid = broker.next_dirty()
+            broker.output.take(cid)
+            cid = broker.output.next_dirty()
 
     def route(self, i):
         """One message in, out to every subscriber; their PUBACKs (QoS 1)."""

@@ -1,6 +1,8 @@
 """The host's listeners: one per [[listener]] table, plain or TLS, MQTT over
-TCP or WebSockets; they hand each accepted socket to the server's protocol
-class (cpython_host/server.py).
+TCP or WebSockets; they hand each accepted socket to its listener's
+protocol class (client_protocol.py, websocket.py) or to the epoll hub
+(epoll_hub.py), all of which report to the server through events.py's
+interface.
 
 A plain listener is an asyncio server. A TLS one accepts in its own loop
 (sock_accept) and runs each handshake as a task, loop.connect_accepted_socket
@@ -22,17 +24,13 @@ import logging
 import socket
 import ssl
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
-from cpython_host import epoll_hub
 from cpython_host.config import HostConfig, Listener, loopback_name
 from cpython_host.hints import explain_listen_failure
-from cpython_host.tls import handshake_failure, peer_identity, server_context, usable_identity
-
-if TYPE_CHECKING:
-    from cpython_host.client_protocol import ClientProtocol
-    from cpython_host.epoll_hub import EpollHub
-    from cpython_host.server import BrokerServer
+from cpython_host.transports import epoll_hub
+from cpython_host.transports.events import ConnectionEvents
+from cpython_host.transports.tls import handshake_failure, peer_identity, server_context, usable_identity
 
 log = logging.getLogger("siskin.host")
 
@@ -64,14 +62,16 @@ class Listening:
         "sockets",
     )
 
-    def __init__(self, config: Listener, context: ssl.SSLContext | None, client: type[ClientProtocol]) -> None:
+    def __init__(self, config: Listener, context: ssl.SSLContext | None, client: Callable[..., Any]) -> None:
         self.config = config
         self.context = context
-        self.client = client  # what each accepted socket gets (server.py: the protocol class)
+        # What each accepted socket gets: its protocol class, made as
+        # client(events, listening[, accepted]) (server.py picks it).
+        self.client = client
         # the certificate field that is the user name (use_identity_as_username), or None
         self.identity_field = config.identity if config.use_identity_as_username else None
         self.server: asyncio.Server | None = None  # a plain listener's on asyncio (WebSockets; no epoll)
-        self.hub: EpollHub | None = None  # a plain MQTT listener's (cpython_host/epoll_hub.py)
+        self.hub: epoll_hub.EpollHub | None = None  # a plain MQTT listener's (cpython_host/epoll_hub.py)
         self.sockets: list[socket.socket] = []  # a TLS or hub listener's; a TLS one's accept loops
         self.accepting: list[asyncio.Task[None]] = []
         self.local = True  # bound to loopback addresses only (set once bound)
@@ -118,26 +118,46 @@ def certificate_identity(listening: Listening, transport: asyncio.BaseTransport,
     return None
 
 
-async def open_listeners(server: BrokerServer) -> None:
-    """Open every listener of `server`; OSError naming the one that failed (those opened are closed)."""
-    loop = server.loop
-    assert loop is not None
-    backlog = server.config.backlog
-    for listening in server.listening:
+class Accepting:
+    """What the listeners hold while they accept: the plain ones' epoll hub
+    (None: none), the TLS handshakes going on (tasks), the loop they run on."""
+
+    def __init__(self, events: ConnectionEvents, loop: asyncio.AbstractEventLoop) -> None:
+        self.events = events
+        self.loop = loop
+        self.hub: epoll_hub.EpollHub | None = None
+        self.handshakes: set[asyncio.Task[None]] = set()
+
+    def close(self) -> None:
+        """The end of serving: handshakes cancelled (their sockets closed), the hub's epoll gone."""
+        for task in list(self.handshakes):
+            task.cancel()  # connect_accepted_socket closes its socket
+        if self.hub is not None:
+            self.hub.close()
+
+
+async def open_listeners(events: ConnectionEvents, listening_list: list[Listening]) -> Accepting:
+    """Open every listener of `listening_list` for `events` (the server); OSError
+    naming the one that failed (those opened are closed)."""
+    loop = asyncio.get_running_loop()
+    accepting = Accepting(events, loop)
+    config = events.config
+    backlog = config.backlog
+    for listening in listening_list:
         cfg = listening.config
         try:
-            if listening.context is None and not cfg.websockets and server.config.epoll_hub and epoll_hub.AVAILABLE:
+            if listening.context is None and not cfg.websockets and config.epoll_hub and epoll_hub.AVAILABLE:
                 # Plain MQTT: accepted and served by the host's own epoll.
-                if server.hub is None:
-                    server.hub = epoll_hub.EpollHub(server, loop)
+                if accepting.hub is None:
+                    accepting.hub = epoll_hub.EpollHub(events, loop)
                 listening.sockets = bind(cfg.host, cfg.port, backlog)
-                listening.hub = server.hub
+                listening.hub = accepting.hub
                 for sock in listening.sockets:
-                    server.hub.listen(listening, sock)
+                    accepting.hub.listen(listening, sock)
                 names = [sock.getsockname() for sock in listening.sockets]
             elif listening.context is None:
                 listening.server = await loop.create_server(
-                    functools.partial(listening.client, server, listening),
+                    functools.partial(listening.client, events, listening),
                     cfg.host,
                     cfg.port,
                     backlog=backlog,
@@ -148,16 +168,18 @@ async def open_listeners(server: BrokerServer) -> None:
                 listening.sockets = bind(cfg.host, cfg.port, backlog)
                 names = [sock.getsockname() for sock in listening.sockets]
         except OSError as e:
-            close_listeners(server.listening)
+            close_listeners(listening_list)
+            accepting.close()
             e.filename = f"{cfg.host}:{cfg.port}"
             explain_listen_failure(e, cfg.port)
             raise
         listening.name = address(names[0])
         listening.local = all(loopback_name(name[0]) for name in names)
-    for listening in server.listening:
+    for listening in listening_list:
         if listening.hub is None:
             for sock in listening.sockets:
-                listening.accepting.append(loop.create_task(_accept(server, listening, sock)))
+                listening.accepting.append(loop.create_task(_accept(accepting, listening, sock)))
+    return accepting
 
 
 async def listeners_closed(listening: list[Listening]) -> None:
@@ -184,10 +206,11 @@ def close_listeners(listening: list[Listening]) -> None:
         lst.sockets = []
 
 
-async def _accept(server: BrokerServer, listening: Listening, sock: socket.socket) -> None:
+async def _accept(accepting: Accepting, listening: Listening, sock: socket.socket) -> None:
     """A TLS listener's accept loop: each socket's handshake runs as a task of its own."""
-    loop = server.loop
-    assert loop is not None
+    loop = accepting.loop
+    events = accepting.events
+    handshakes = accepting.handshakes
     while True:
         try:
             conn, peername = await loop.sock_accept(sock)
@@ -197,31 +220,33 @@ async def _accept(server: BrokerServer, listening: Listening, sock: socket.socke
             log.error("accept on %s failed: %s; retrying in 1 s", listening.name, e.strerror or e)
             await asyncio.sleep(1)
             continue
-        accepted = server.ticks_ms()
-        if len(server.handshakes) >= server.broker.settings.max_connections:
+        accepted = events.ticks_ms()
+        if len(handshakes) >= events.settings.max_connections:
             # Sockets that stall their handshake must not pile up beyond
             # what the broker would hold as connections.
             log.warning(
                 "refused TLS connection from %s: %d handshakes in progress (max_connections)",
                 address(peername),
-                len(server.handshakes),
+                len(handshakes),
             )
             conn.close()
             continue
-        task = loop.create_task(_handshake(server, listening, conn, address(peername), accepted))
-        server.handshakes.add(task)
-        task.add_done_callback(server.handshakes.discard)
+        task = loop.create_task(_handshake(accepting, listening, conn, address(peername), accepted))
+        handshakes.add(task)
+        task.add_done_callback(handshakes.discard)
 
 
-async def _handshake(server: BrokerServer, listening: Listening, conn: socket.socket, peer: str, accepted: int) -> None:
-    assert server.loop is not None and listening.context is not None
+async def _handshake(accepting: Accepting, listening: Listening, conn: socket.socket, peer: str, accepted: int) -> None:
+    assert listening.context is not None
+    events = accepting.events
+    loop = accepting.loop
     # Seconds a TLS handshake may take: the connect timeout, which the
     # handshake spends (asyncio wants a positive figure).
-    timeout = float(max(server.broker.settings.connect_timeout, 1))
+    timeout = float(max(events.settings.connect_timeout, 1))
     try:
-        protocol = functools.partial(listening.client, server, listening, accepted)
+        protocol = functools.partial(listening.client, events, listening, accepted)
         if sys.version_info >= (3, 11):
-            await server.loop.connect_accepted_socket(
+            await loop.connect_accepted_socket(
                 protocol,
                 conn,
                 ssl=listening.context,
@@ -229,16 +254,14 @@ async def _handshake(server: BrokerServer, listening: Listening, conn: socket.so
                 # A closing connection waits this long for the peer's
                 # close_notify (asyncio's default, 30 s, would let a silent
                 # peer hold its slot): the linger of a plain connection.
-                ssl_shutdown_timeout=max(server.config.close_linger, 0.1),
+                ssl_shutdown_timeout=max(events.config.close_linger, 0.1),
             )
         else:  # PyPy 3.9: asyncio has no TLS shutdown timeout before 3.11
-            await server.loop.connect_accepted_socket(
-                protocol, conn, ssl=listening.context, ssl_handshake_timeout=timeout
-            )
+            await loop.connect_accepted_socket(protocol, conn, ssl=listening.context, ssl_handshake_timeout=timeout)
     except Exception as e:  # the socket is closed
         why = handshake_failure(e, timeout)
         log.warning("TLS handshake from %s on %s failed: %s; closed", peer, listening.name, why)
-        server.driver.tls_failed()
+        events.tls_failed()
 
 
 def reload_certificates(listening_list: list[Listening]) -> int:

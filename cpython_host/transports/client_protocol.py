@@ -1,7 +1,7 @@
 """An accepted connection on asyncio's transports (TLS listeners; plain ones
 with `[server] epoll_hub = false`): the protocol is also the driver's handle
-for the connection. WebSocketClient (cpython_host/websocket.py) is this with
-wsproto in front; cpython_host/server.py's BrokerServer owns them.
+for the connection. WebSocketClient (cpython_host/transports/websocket.py) is this with
+wsproto in front. It reports to its server through events.py's interface.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from cpython_host.listeners import address, certificate_identity
+from cpython_host.transports.events import ConnectionEvents
+from cpython_host.transports.listeners import address, certificate_identity
 
 if TYPE_CHECKING:
-    from cpython_host.listeners import Listening
-    from cpython_host.server import BrokerServer
+    from cpython_host.transports.listeners import Listening
 
 log = logging.getLogger("siskin.host")
 
@@ -24,7 +24,7 @@ class ClientProtocol(asyncio.Protocol):
 
     __slots__ = ("accepted", "cid", "listening", "peer", "server", "transport")
 
-    def __init__(self, server: BrokerServer, listening: Listening, accepted: int | None = None) -> None:
+    def __init__(self, server: ConnectionEvents, listening: Listening, accepted: int | None = None) -> None:
         self.server = server
         self.listening = listening
         self.accepted = accepted  # ticks_ms() of the accept, when it came before a TLS handshake
@@ -44,10 +44,10 @@ class ClientProtocol(asyncio.Protocol):
         if self.listening.identity_field is not None:
             identity = certificate_identity(self.listening, transport, self.peer)
             if identity is None:
-                server.driver.tls_failed()  # the certificate gives no user name: refused as a handshake
+                server.tls_failed()  # the certificate gives no user name: refused as a handshake
                 transport.abort()  # type: ignore[attr-defined]
                 return
-        cid = server.driver.connection_made(self, (self.peer, identity, self.listening.local), self.accepted)
+        cid = server.connection_made(self, (self.peer, identity, self.listening.local), self.accepted)
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)
@@ -76,12 +76,12 @@ class ClientProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self.cid >= 0:
-            self.server.driver.set_paused(self.cid, True)
+            self.server.set_paused(self.cid, True)
 
     def resume_writing(self) -> None:
         if self.cid >= 0:
-            self.server.driver.set_paused(self.cid, False)
-            self.server.schedule_flush()
+            self.server.set_paused(self.cid, False)
+            self.server.flush_soon()
 
     def connection_lost(self, exc: Exception | None) -> None:
         cid = self.cid

@@ -3,7 +3,7 @@
 The core reports its long work to a monitor (common/store/filelog.py's
 Monitor and common/store/store.py's Store.monitor): the open reading the
 log ("scan", in bytes) and the restore ("restore", in records); the host's
-FileLog (cpython_host/storage.py MonitoredFileLog) adds each compaction. This one, the host's, logs progress at most every `interval`
+FileLog (cpython_host/runtime/storage.py MonitoredFileLog) adds each compaction. This one, the host's, logs progress at most every `interval`
 seconds of its clock (records read, of how many, the rate) and the end of
 a phase that took that long, and, while the broker starts (before
 READY=1), tells systemd what it is doing (STATUS=) and that it is alive
@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from cpython_host import sdnotify
+from cpython_host.operations import sdnotify
 
 log = logging.getLogger("siskin.store")
 

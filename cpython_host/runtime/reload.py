@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.driver import Driver
 from cpython_host.config import HostConfig
-from cpython_host.listeners import reload_certificates
+from cpython_host.transports.listeners import reload_certificates
 
 if TYPE_CHECKING:
     from cpython_host.server import BrokerServer
@@ -34,7 +34,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     """SIGHUP: read the config file's [security] and its files again and
     apply them (connected clients are re-checked, common/broker/login.py); a
     file that cannot be used is logged and the rules in force are kept (None)."""
-    from common.broker import login
+    from common.startup import describe
     from cpython_host.config import ConfigError, load_config, load_security
 
     try:
@@ -45,7 +45,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
         return None
     config.security = fresh.security
     driver.set_security(users, acl, allow)
-    log.info("SIGHUP: security reloaded: %s", login.describe(driver.broker))
+    log.info("SIGHUP: security reloaded: %s", describe(driver.broker))
     return fresh
 
 
@@ -74,7 +74,7 @@ def reload_all(config: HostConfig, server: BrokerServer, web: Any) -> None:
             parts.append(f"log level {config.log_level} -> {level}")
             config.log_level = level
             set_log_level(level, server.driver)
-            server.debug = log.isEnabledFor(logging.DEBUG)
+            server.log_level_changed()
         else:
             parts.append(f"log level {level} (unchanged{', set by --log-level' if config.log_level_flag else ''})")
         bridges = server.bridges.reload(fresh.bridges)

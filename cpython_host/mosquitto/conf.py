@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from common.broker.settings import ConfigError
-from cpython_host import mosquitto_bridge
+from cpython_host.mosquitto import bridge as mosquitto_bridge
 
 _BOOL = {"true": True, "false": False}
 # log_type -> how verbose Siskin's log must be to show it (the most verbose wins).

@@ -1,6 +1,6 @@
 """What a PEM certificate file says about itself: its name and when it expires.
 
-For the status page's certificate table (cpython_host/status.py): the
+For the status page's certificate table (cpython_host/operations/status.py): the
 TLS listeners' and the bridges' certificate and CA files. The standard
 library loads certificates into an SSLContext but shows none of a server
 certificate's fields, and `cryptography` is optional, so this reads the

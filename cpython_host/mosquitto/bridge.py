@@ -17,12 +17,27 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from common.bridge.settings import BRIDGE
+from common.broker.limits import ConfigError
 
-if TYPE_CHECKING:
-    from cpython_host.mosquitto_conf import _Reader
+
+class _Reader(Protocol):
+    """What the `connection` sections use of mosquitto_conf.py's reader
+    (typed here, not imported: that module imports this one)."""
+
+    where: str
+    bridges: list[Bridge]
+
+    def note(self, text: str) -> None: ...
+    def unsupported(self, option: str, why: str) -> None: ...
+    def bad(self, option: str, why: str) -> ConfigError: ...
+    def one(self, option: str, args: list[str]) -> str: ...
+    def boolean(self, option: str, args: list[str]) -> bool: ...
+    def integer(self, option: str, args: list[str], low: int = 0) -> int: ...
+    def path(self, option: str, args: list[str], base: Path) -> str: ...
+
 
 DIRECTIONS = ("out", "in", "both")
 PROTOCOLS = {"mqttv311": 4, "mqttv50": 5}

@@ -1,8 +1,8 @@
 """The host's persistent store: an append-only log in the data directory.
 
 `open_store(data_dir, key_text, wipe)` opens common/store/storeboot.py's store over
-common/store/filelog.py on POSIX files (cpython_host/posix_fs.py: fsync of the file
-and of the directory), sealed with AES-GCM (cpython_host/crypto.py, the
+common/store/filelog.py on POSIX files (cpython_host/runtime/posix_fs.py: fsync of the file
+and of the directory), sealed with AES-GCM (cpython_host/runtime/crypto.py, the
 `cryptography` package) when key text is given (--store-key-file or
 SISKIN_STORE_KEY; the format in common/store/keytext.py; `python -m cpython_host
 store-key` prints a fresh key).
@@ -19,7 +19,7 @@ from common.store.filelog_open import open_log
 from common.store.keytext import parse_keys
 from common.store.store import Store, StoreError
 from common.store.storeboot import open_store as open_backend
-from cpython_host.posix_fs import PosixFS
+from cpython_host.runtime.posix_fs import PosixFS
 
 LOG_NAME = "siskin.log"
 # Zeros kept written ahead of the log (FileLog's room): a sync then changes
@@ -30,7 +30,7 @@ COMPACT_MIN = 4 << 20
 
 
 class MonitoredFileLog(FileLog):
-    """The host's FileLog: its monitor (cpython_host/store_monitor.py) hears
+    """The host's FileLog: its monitor (cpython_host/operations/store_monitor.py) hears
     of each compaction, before (file size, live records) and after (size
     before and after, live records), to log what it did and how long it
     took. (Here rather than in common/store/filelog.py: a board has no
@@ -58,7 +58,7 @@ def open_store(
     monitor: Any = None,
 ) -> Store:
     """The opened store in `data_dir`; StoreError with advice if it cannot be used.
-    `monitor`: hears of the long work (cpython_host/store_monitor.py)."""
+    `monitor`: hears of the long work (cpython_host/operations/store_monitor.py)."""
     os.makedirs(data_dir, exist_ok=True)
     keys = None
     make_aead: Callable[[bytes], Any] | None = None
@@ -66,7 +66,7 @@ def open_store(
         keys = parse_keys(key_text)
         try:
             # Only an encrypted store needs the `cryptography` package.
-            from cpython_host import crypto
+            from cpython_host.runtime import crypto
         except ImportError:
             from cpython_host.hints import install_advice
 

@@ -10,7 +10,7 @@ has seen it thousands of times; on CPython it is most of a connect's CPU.
 So a plain listener (TCP, no TLS, no WebSocket) puts its listening socket
 and every socket it accepts into one `select.epoll` of its own, whose file
 descriptor is the one thing the event loop watches (`loop.add_reader`:
-uvloop's loop). On asyncio's own loop (`new_event_loop()` below: always on
+uvloop's loop). On asyncio's own loop (`shared_selector.new_event_loop()`: always on
 PyPy) there is one epoll, not two: the loop's selector is a
 `SharedEpollSelector`, the hub registers its sockets in the selector's
 epoll, and the selector hands their events to the hub from the same
@@ -24,8 +24,8 @@ event but the system call:
   registered for reading, handed to the driver (a `PlainConnection` is its
   handle);
 - a readable socket: `recv_into` one buffer the hub shares between all its
-  connections, handed to the server's input path (server.py,
-  common/turns.py) as a memoryview: the core copies what it keeps
+  connections, handed to the server's input path (events.py's input:
+  server.py, common/turns.py) as a memoryview: the core copies what it keeps
   (FrameReader.keep, Turns put off);
 - a writable one: what the kernel did not take before goes now.
 
@@ -45,22 +45,20 @@ the event's read or write then finds not ready (EAGAIN): no event is acted
 on by its flags alone.
 
 Where there is no epoll (not Linux), listeners.py keeps asyncio's server
-for plain listeners too.
+for plain listeners too. The selector that shares asyncio's epoll, and the
+private fields it reads, are cpython_host/transports/shared_selector.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import select
-import selectors
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cpython_host.listeners import Listening
-    from cpython_host.server import BrokerServer
+from cpython_host.transports.events import ConnectionEvents
+from cpython_host.transports.shared_selector import MAX_EVENTS, SharedEpollSelector, raw_accept
 
 log = logging.getLogger("siskin.host")
 
@@ -71,9 +69,6 @@ RECV_SIZE = 262144
 # Sockets accepted per listener per poll: a storm of connections is taken
 # in batches, the established clients' events in between.
 ACCEPT_BATCH = 256
-# Events taken per poll; more stay ready for the next turn (level-triggered).
-MAX_EVENTS = 1024
-
 _IN = select.EPOLLIN if AVAILABLE else 1
 _OUT = select.EPOLLOUT if AVAILABLE else 4
 _TCP_NODELAY = getattr(socket, "TCP_NODELAY", 1)
@@ -128,7 +123,7 @@ class PlainConnection:
             self.hub.watch(self)
         if not self.paused and len(out) > self.hub.high:
             self.paused = True
-            self.hub.server.driver.set_paused(self.cid, True)
+            self.hub.events.set_paused(self.cid, True)
 
     def half_close(self) -> None:
         if self.state != _OPEN:
@@ -193,8 +188,8 @@ class PlainConnection:
         hub = self.hub
         if self.paused and len(out) <= hub.low:
             self.paused = False
-            hub.server.driver.set_paused(self.cid, False)
-            hub.server.schedule_flush()
+            hub.events.set_paused(self.cid, False)
+            hub.events.flush_soon()
         if out:
             return
         self.out = None
@@ -209,11 +204,11 @@ class PlainConnection:
 class EpollHub:
     """The plain listeners' sockets and their connections, in one epoll."""
 
-    def __init__(self, server: BrokerServer, loop: asyncio.AbstractEventLoop) -> None:
-        self.server = server
+    def __init__(self, events: ConnectionEvents, loop: asyncio.AbstractEventLoop) -> None:
+        self.events = events
         self.loop = loop
-        self.high = server.write_high
-        self.low = server.write_low
+        self.high = events.write_high
+        self.low = events.write_low
         self.by_fd: dict[int, Any] = {}  # fd -> PlainConnection, or (Listening, listening socket)
         self.buf = bytearray(RECV_SIZE)
         self.view = memoryview(self.buf)
@@ -228,7 +223,7 @@ class EpollHub:
             self.epoll = select.epoll()
             loop.add_reader(self.epoll.fileno(), self.poll)
 
-    def listen(self, listening: Listening, sock: socket.socket) -> None:
+    def listen(self, listening: Any, sock: socket.socket) -> None:
         """Accept on `sock` (bound, listening, non-blocking) for `listening`."""
         fd = sock.fileno()
         # (its family as an int: socket.family converts to an enum at each read)
@@ -278,28 +273,27 @@ class EpollHub:
         except OSError as e:
             self.failed(c, e)
             return
-        server = self.server
+        events = self.events
         if n:
             if c.state == _OPEN:
-                server.input(c.cid, self.view[:n])
+                events.input(c.cid, self.view[:n])
             # else half-closed: what comes until the EOF is discarded, as the driver would
             return
         # The peer's EOF.
-        if c.state == _OPEN and server.eof(c.cid, True):
+        if c.state == _OPEN and events.eof(c.cid, True):
             c.reading = False  # input still waits for its turn (common/turns.py); closed after it
             self.watch(c)
             return
         c.close()
 
-    def accept(self, listening: Listening, lsock: socket.socket, family: int) -> None:
-        server = self.server
-        driver = server.driver
+    def accept(self, listening: Any, lsock: socket.socket, family: int) -> None:
+        events = self.events
         for _ in range(ACCEPT_BATCH):
             try:
                 # The system call alone: socket.accept() would read the
                 # listening socket's type and family as enums, and ask the
                 # new socket for its own.
-                fd, addr = lsock._accept()  # type: ignore[attr-defined]
+                fd, addr = raw_accept(lsock)
             except _AGAIN:
                 return
             except ConnectionAbortedError:
@@ -321,7 +315,7 @@ class EpollHub:
                 continue
             c = PlainConnection(self, sock, fd, peer)
             self.by_fd[fd] = c
-            cid = driver.connection_made(c, (peer, None, listening.local))
+            cid = events.connection_made(c, (peer, None, listening.local))
             if cid < 0:
                 # Far beyond max_connections: not even a polite CONNACK.
                 log.warning("refused connection from %s: too many connections", peer)
@@ -330,10 +324,10 @@ class EpollHub:
                 sock.close()
                 continue
             c.cid = cid
-            if server.debug:
+            if events.debug:
                 log.debug("connection #%d from %s opened", cid, peer)
 
-    def _relisten(self, listening: Listening, lsock: socket.socket) -> None:
+    def _relisten(self, listening: Any, lsock: socket.socket) -> None:
         if lsock.fileno() >= 0 and lsock in listening.sockets:
             self.listen(listening, lsock)
 
@@ -382,69 +376,9 @@ class EpollHub:
     def _report_lost(self) -> None:
         lost = self.lost
         self.lost = []
-        server = self.server
+        events = self.events
         for c, exc in lost:
             if c.cid >= 0:
                 cid = c.cid
                 c.cid = -1
-                server.lost(cid, c.peer, exc)
-
-
-class SharedEpollSelector(selectors.EpollSelector):
-    """asyncio's epoll selector, whose epoll also holds the hub's sockets.
-
-    `select()` is EpollSelector's, except that the events of sockets the hub
-    owns go to `hub.dispatch()` (before the loop runs its own callbacks) and
-    the loop sees the rest. Without a hub it is EpollSelector.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.epoll: Any = self._selector  # type: ignore[attr-defined]  # (selectors' select.epoll)
-        self.hub: EpollHub | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None  # for the exception handler
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None:
-            wait = -1.0
-        elif timeout <= 0:
-            wait = 0.0
-        else:  # epoll's resolution is a millisecond: round up, as EpollSelector does
-            wait = math.ceil(timeout * 1e3) * 1e-3
-        fd_to_key = self._fd_to_key  # type: ignore[attr-defined]
-        try:
-            events = self.epoll.poll(wait, len(fd_to_key) + MAX_EVENTS)
-        except InterruptedError:
-            return []
-        ready = []
-        hub = self.hub
-        ours = None
-        for fd, ev in events:
-            key = fd_to_key.get(fd)
-            if key is not None:
-                mask = 0
-                if ev & ~select.EPOLLIN:
-                    mask |= selectors.EVENT_WRITE
-                if ev & ~select.EPOLLOUT:
-                    mask |= selectors.EVENT_READ
-                ready.append((key, mask & key.events))
-            elif hub is not None:
-                if ours is None:
-                    ours = []
-                ours.append((fd, ev))
-        if ours is not None and hub is not None:
-            try:
-                hub.dispatch(ours)
-            except Exception as e:  # as a failing callback of the loop's would be: logged, the loop goes on
-                if self.loop is not None:
-                    self.loop.call_exception_handler({"message": "exception in the epoll hub", "exception": e})
-        return ready
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """asyncio's own loop on a SharedEpollSelector (`loop.shared_selector`)."""
-    selector = SharedEpollSelector()
-    loop = asyncio.SelectorEventLoop(selector)
-    selector.loop = loop
-    loop.shared_selector = selector  # type: ignore[attr-defined]
-    return loop
+                events.lost(cid, c.peer, exc)

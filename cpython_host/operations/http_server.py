@@ -11,9 +11,9 @@ so they read the broker's tables directly (common/broker/admin.py) and an
 action's output (a DISCONNECT) goes out with the server's next flush.
 
 Routes:
-  GET  /metrics               Prometheus text format (cpython_host/metrics.py)
-  GET  /, /status.js, ...     the status page: static files of cpython_host/web/
-  GET  /api/status            what the page shows (cpython_host/status.py)
+  GET  /metrics               Prometheus text format (cpython_host/operations/metrics.py)
+  GET  /, /status.js, ...     the status page: static files of cpython_host/operations/status_page/
+  GET  /api/status            what the page shows (cpython_host/operations/status.py)
   GET  /api/clients           connected clients
   GET  /api/sessions          every session with its queue
   GET  /api/retained?filter=F retained messages matching F (default "#")
@@ -72,13 +72,13 @@ from common.broker.clienttext import clip, words
 from common.driver import Driver
 from cpython_host.config import HttpConfig, loopback_name
 from cpython_host.hints import explain_listen_failure
-from cpython_host.listeners import address
-from cpython_host.metrics import registry
-from cpython_host.status import Status
+from cpython_host.operations.metrics import registry
+from cpython_host.operations.status import Status
+from cpython_host.transports.listeners import address
 
 log = logging.getLogger("siskin.http")
 
-STATIC = Path(__file__).resolve().parent / "web"
+STATIC = Path(__file__).resolve().parent / "status_page"
 STATIC_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -128,7 +128,7 @@ class WebServer:
         self.status = Status(driver, store_path, config.sample_interval, bridges, tls, lambda: self.refused, listeners)
         self.context: ssl.SSLContext | None = None
         if config.tls:
-            from cpython_host.tls import server_context
+            from cpython_host.transports.tls import server_context
 
             self.context = server_context(config.listener())
         self.server: asyncio.Server | None = None
@@ -183,7 +183,7 @@ class WebServer:
         if self.context is None:
             return False
         from cpython_host.config import ConfigError
-        from cpython_host.tls import server_context
+        from cpython_host.transports.tls import server_context
 
         lst = self.config.listener()
         try:

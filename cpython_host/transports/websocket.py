@@ -65,11 +65,11 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from common.broker.clienttext import clip
-from cpython_host.client_protocol import ClientProtocol
+from cpython_host.transports.client_protocol import ClientProtocol
+from cpython_host.transports.events import ConnectionEvents
 
 if TYPE_CHECKING:
-    from cpython_host.listeners import Listening
-    from cpython_host.server import BrokerServer
+    from cpython_host.transports.listeners import Listening
 
 log = logging.getLogger("siskin.host")
 
@@ -100,13 +100,13 @@ class WebSocketClient(ClientProtocol):
 
     __slots__ = ("close_code", "close_reason", "head", "max_message", "message", "phase", "ws")
 
-    def __init__(self, server: BrokerServer, listening: Listening, accepted: int | None = None) -> None:
+    def __init__(self, server: ConnectionEvents, listening: Listening, accepted: int | None = None) -> None:
         super().__init__(server, listening, accepted)
         self.ws = WSConnection(ConnectionType.SERVER)
         self.phase = _UPGRADING
         self.head = bytearray()  # the request head read so far
         self.message = 0  # bytes of the binary message being received
-        self.max_message = server.broker.settings.max_packet_size + MESSAGE_HEADROOM
+        self.max_message = server.settings.max_packet_size + MESSAGE_HEADROOM
         self.close_code = NORMAL  # what our close frame says
         self.close_reason = ""
 
@@ -176,20 +176,18 @@ class WebSocketClient(ClientProtocol):
             why,
             code,
         )
-        self.server.broker.stats.websocket_refused += 1
+        self.server.websocket_refused()
         self.close_code = code
         self.close_reason = why[:100]  # a close frame's payload is at most 125 bytes
         self.end()
 
     def end(self) -> None:
         """Hand the close to the driver (Driver.close) after any input still waiting."""
-        cid = self.cid
-        if cid >= 0:
-            self.server.turns.run_now(cid)
-        if self.cid == cid and cid >= 0:  # (run_now ran the core, which may have closed it)
-            self.server.driver.close(cid)
+        if self.cid >= 0:
+            self.server.end(self.cid)
+        else:
+            self.server.flush_soon()
         self.phase = _ENDED
-        self.server.schedule_flush()
 
     # ------------------------------------------------------------- upgrade
 
@@ -276,7 +274,7 @@ class WebSocketClient(ClientProtocol):
             why,
             status,
         )
-        self.server.broker.stats.websocket_refused += 1
+        self.server.websocket_refused()
         body = (
             f"siskin: MQTT over WebSocket (subprotocol mqtt) refused this request: {why}\n"
             f"MQTT clients connect to {self.url_for_client()}\n"
@@ -319,7 +317,7 @@ class WebSocketClient(ClientProtocol):
             )
         elif self.ws.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             code = self.close_code
-            if code == NORMAL and self.server.stopping.is_set():
+            if code == NORMAL and self.server.is_stopping():
                 code = GOING_AWAY
             if not self.transport.is_closing():
                 self.transport.write(self.ws.send(CloseConnection(code=code, reason=self.close_reason or None)))

@@ -39,10 +39,10 @@ from common.broker import admin
 from common.broker.broker import Broker
 from common.broker.session import NEVER
 from common.driver import Driver
-from cpython_host.certinfo import CertificateFiles
-from cpython_host.client_figures import install
 from cpython_host.logtext import recent
-from cpython_host.metrics import store_size
+from cpython_host.operations.certs import CertificateFiles
+from cpython_host.operations.client_figures import install
+from cpython_host.operations.metrics import store_size
 
 SAMPLES = 120  # samples kept, one every [http] sample_interval s
 MAX_LISTED = 1000  # entries of a list on the page (the full lists: /api/clients, /api/sessions)

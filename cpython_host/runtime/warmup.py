@@ -176,7 +176,7 @@ def _scratch_store(data_dir: str, encrypted: bool) -> tuple[Any, str]:
     is sealed: (the store, its directory), or (None, "") if it cannot be
     made (a full disk): the warm-up then goes without. One that a start
     cut short left behind (a kill -9) is removed first."""
-    from cpython_host.storage import open_store
+    from cpython_host.runtime.storage import open_store
 
     where = ""
     try:
@@ -282,9 +282,9 @@ async def warm_up_sockets(
     its own, on the running loop, before the real listeners open.
     (takeovers, seconds), or None without a JIT or a plain MQTT listener
     on the hub."""
-    from cpython_host import epoll_hub
-    from cpython_host.listeners import bind
     from cpython_host.server import BrokerServer
+    from cpython_host.transports import epoll_hub
+    from cpython_host.transports.listeners import bind
 
     plain = any(not lst.tls and not lst.websockets for lst in config.listeners())
     if not has_jit() or not (plain and epoll_hub.AVAILABLE and config.epoll_hub):
@@ -293,8 +293,7 @@ async def warm_up_sockets(
     loop = asyncio.get_running_loop()
     broker, driver = _quiet_broker(config.settings, make_driver, security)
     server = BrokerServer(driver, config, {})
-    server.loop = loop
-    hub = server.hub = epoll_hub.EpollHub(server, loop)
+    hub = epoll_hub.EpollHub(server, loop)
     lsock = bind("127.0.0.1", 0, 128)[0]
     hub.listen(server.listening[0], lsock)
     address = lsock.getsockname()
@@ -336,7 +335,7 @@ async def warm_up_sockets(
     return done[0], elapsed
 
 
-if __name__ == "__main__":  # python -m cpython_host.warmup: how long the in-memory part takes here
+if __name__ == "__main__":  # python -m cpython_host.runtime.warmup: how long the in-memory part takes here
     # (Not serve.make_driver: serve.py imports this module. The clock is the host's.)
     from cpython_host.config import load_config, load_security
     from cpython_host.server import ticks_ms

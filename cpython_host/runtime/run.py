@@ -2,7 +2,7 @@
 store, the server started with its listeners, the start-up log lines, the
 signals (SIGINT/SIGTERM stop it, SIGHUP reloads: reload.py) and systemd's
 notifications (Type=notify: READY=1 once every listener accepts, RELOADING=1
-around a SIGHUP, STOPPING=1 at shutdown; cpython_host/sdnotify.py).
+around a SIGHUP, STOPPING=1 at shutdown; cpython_host/operations/sdnotify.py).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import ssl
 import time
 from typing import Any
 
-from common import VERSION
+from common import VERSION, startup
 from common.broker.broker import Broker
 from common.driver import Driver
 from common.store.store import Store
 from common.store.storeboot import new_broker
-from cpython_host import sdnotify
 from cpython_host.config import HostConfig
-from cpython_host.listeners import Listening, close_listeners
-from cpython_host.reload import core_log, core_logger, reload_all
+from cpython_host.operations import sdnotify
+from cpython_host.runtime.reload import core_log, core_logger, reload_all
 from cpython_host.server import BrokerServer, ticks_ms
+from cpython_host.transports.listeners import Listening, close_listeners
 
 log = logging.getLogger("siskin.host")
 
@@ -44,28 +44,23 @@ def rss_bytes() -> int | None:
 
 
 def log_security(broker: Broker, listening: list[Listening]) -> None:
-    """The start-up lines: users, ACL, and the anonymous decision with why."""
-    from common.broker import login
+    """The start-up lines: users, ACL, and the anonymous decision with why (common/startup.py)."""
+    hint = "[security] password_file, or allow_anonymous = true to let anyone in"
+    for level, text in startup.security_lines(broker, [(lst.name, lst.local) for lst in listening], hint):
+        log.log(level, "%s", text)
 
-    log.info("security: %s", login.describe(broker))
-    if broker.users is not None or broker.allow_anonymous is not None:
-        return
-    for lst in listening:
-        if lst.local:
-            log.info("%s: no users configured: serving anonymous clients of this host only (loopback)", lst.name)
-        else:
-            log.warning(
-                "%s is reachable from the network (not loopback-only) without users: anonymous clients are "
-                "refused there (CONNACK 0x05 / 0x87). Set [security] password_file, or allow_anonymous = true "
-                "to let anyone in",
-                lst.name,
-            )
+
+def host_clock(config: HostConfig) -> tuple[Any, ...]:
+    """What common/startup.py's assemble and new_driver take of the host after
+    the broker: its ms clock, [server] close_linger and shutdown_timeout, the
+    $SYS heap figure (RSS) and the core's log."""
+    return ticks_ms, (config.close_linger, config.shutdown_timeout), rss_bytes, (core_logger, core_log.getEffectiveLevel())
 
 
 def make_driver(config: HostConfig, broker: Broker) -> Driver:
     """The driver around `broker`, with the host's clock and [server] settings."""
-    broker.set_logger(core_logger, core_log.getEffectiveLevel())
-    return Driver(broker, ticks_ms, config.close_linger, config.shutdown_timeout, rss_bytes)
+    driver: Driver = startup.new_driver(broker, *host_clock(config))
+    return driver
 
 
 def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
@@ -74,7 +69,6 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     With a `store` (common/store/storeboot.py), call driver.restore() before serving.
     """
     broker: Broker = new_broker(config.settings, os.urandom, store)
-    broker.wall_ms = wall_ms  # Sparkplug timestamps (docs/sparkplug.md)
     return broker
 
 
@@ -95,8 +89,8 @@ async def serve(
     the users, ACL and anonymous switch, for PyPy's socket warm-up
     (warmup.py; [server] warm_up)."""
     if security is not None and config.warm_up:
-        from cpython_host.storage import give_back_heap
-        from cpython_host.warmup import warm_up_sockets
+        from cpython_host.runtime.storage import give_back_heap
+        from cpython_host.runtime.warmup import warm_up_sockets
 
         warmed = await warm_up_sockets(config, lambda b: make_driver(config, b), security)
         if warmed is not None:
@@ -107,8 +101,8 @@ async def serve(
     web = None
     if config.http is not None:
         from cpython_host.config import ConfigError
-        from cpython_host.status import listener_lines, tls_files
-        from cpython_host.web import WebServer
+        from cpython_host.operations.http_server import WebServer
+        from cpython_host.operations.status import listener_lines, tls_files
 
         try:
             web = WebServer(
@@ -136,7 +130,7 @@ async def serve(
     def on_signal(name: str) -> None:
         if not stop_reason:
             stop_reason.append(name)
-            server.stopping.set()
+            server.request_stop()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)

@@ -1,0 +1,81 @@
+# The broker's counters: what $SYS, the metrics and the status page show of
+# what happened. STATS_COUNTERS names them in a stable order (sys_topics.py
+# snapshot(): $SYS, and the host's metrics.py and status.py through
+# Broker.snapshot()), and Stats is made from it, so a counter is added in
+# one place (tests/core/test_output.py TestStats).
+#
+# They are never reset: on a 32-bit MicroPython port a counter past 2**30
+# stops being a small int and each increment allocates a few bytes.
+
+STATS_COUNTERS = (
+    "connections_total",
+    "clients_maximum",
+    "messages_received",
+    "messages_sent",
+    "bytes_received",
+    "bytes_sent",
+    "dropped_qos0",  # QoS 0 dropped for a slow or offline client
+    "dropped_queue_full",  # dropped: a session's queue was full
+    "dropped_too_large",  # larger than a v5 client's Maximum Packet Size
+    "dropped_no_slab",  # the message pool was exhausted
+    "dropped_retained",  # retained store full
+    "refused_queue_full",  # publishes refused: a subscriber's queue was full (queue_full = refuse)
+    "dropped_queue_total",  # dropped: all queues together were full (max_queued_total_bytes)
+    "refused_queue_total",  # publishes refused: all queues together were full
+    "expired",  # v5 Message Expiry reached before delivery
+    "refused_connections",
+    "login_failed",  # logins refused for a bad user name or password (CONNECT, the host's HTTP)
+    "denied_publish",  # PUBLISHes the ACL refused
+    "denied_subscribe",  # filters the ACL refused (or removed after a change)
+    "denied_delivery",  # messages not sent: the ACL does not let their client read them
+    "closed_replay_stalled",  # closed: a retained replay's output did not drain (replay_stall_timeout)
+    "denied_takeover",  # CONNECTs refused: their client id's session belongs to another user
+    "tls_failed",  # TLS connections refused before MQTT: a failed or stalled handshake (the shells count)
+    "websocket_refused",  # host WebSocket listeners: upgrades refused, connections closed for bad frames
+    "closed_out_of_memory",  # closed: handling their packet ran out of heap (MemoryError; boards)
+)
+
+
+class Stats:
+    """Counters for $SYS and metrics: one int attribute per STATS_COUNTERS
+    name, and the message counters by QoS."""
+
+    # (For mypy: the attributes __init__ sets by name.)
+    connections_total: int
+    clients_maximum: int
+    messages_received: int
+    messages_sent: int
+    bytes_received: int
+    bytes_sent: int
+    dropped_qos0: int
+    dropped_queue_full: int
+    dropped_too_large: int
+    dropped_no_slab: int
+    dropped_retained: int
+    refused_queue_full: int
+    dropped_queue_total: int
+    refused_queue_total: int
+    expired: int
+    refused_connections: int
+    login_failed: int
+    denied_publish: int
+    denied_subscribe: int
+    denied_delivery: int
+    closed_replay_stalled: int
+    denied_takeover: int
+    tls_failed: int
+    websocket_refused: int
+    closed_out_of_memory: int
+
+    def __init__(self):
+        for name in STATS_COUNTERS:
+            setattr(self, name, 0)
+        # messages_received and messages_sent by QoS (index 0..2).
+        self.received_by_qos = [0, 0, 0]
+        self.sent_by_qos = [0, 0, 0]
+        # The host's per-client figures (cpython_host/operations/client_figures.py, for
+        # the status page): lists `received` and `sent` indexed by
+        # connection id, `connected(cid)` when a CONNECT is accepted,
+        # `detached(client_id)` when a session loses its client. None on a
+        # board: a Connection holds no counter of its own (its RAM per client).
+        self.by_client = None

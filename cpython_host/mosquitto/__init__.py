@@ -1,0 +1,1 @@
+"""Moving from Mosquitto: its configuration (conf), its bridge sections (bridge), its persistence file (db)."""
