@@ -351,5 +351,82 @@ class TestEdgeNode(unittest.TestCase):
                 EdgeNode(h.broker, h.broker.settings)
 
 
+class TestBridgeHold(unittest.TestCase):
+    """A bridge with sparkplug_host: what goes up waits while the primary
+    host application's STATE upstream is not online (common/bridge/bridge.py)."""
+
+    def pair(self):
+        from tests.core.test_bridge import Pair, rule
+
+        p = Pair(rules=[rule("out", "spBv1.0/#")], sparkplug_host="scada", protocol=5)
+        p.connect_up()
+        host = p.cloud.client(5)
+        host.connect("scada-host")
+        host.subscribe("spBv1.0/Plant1/#", 1)
+        return p, host
+
+    def state(self, p, online):
+        scada = p.cloud.client(5)
+        scada.connect("scada")
+        scada.publish("spBv1.0/STATE/scada", b'{"online": %s, "timestamp": 5}' % (b"true" if online else b"false"), 1, retain=True)
+        scada.disconnect()
+        p.settle()
+
+    def data(self, p, first, n):
+        self.assertEqual(publish_acked_dev(p.edge, first, n), n)  # acknowledged here: queued, kept
+        p.settle()
+
+    def test_held_until_the_host_is_online_then_in_order(self):
+        from tests.core.test_bridge import payloads
+
+        p, host = self.pair()
+        session = p.edge.broker.sessions.find("siskin-bridge-cloud")
+        self.data(p, 0, 5)  # no STATE yet: held
+        self.assertEqual(payloads(host), [])
+        self.assertEqual(session.queue.count, 5)
+        self.assertIsNone(session.conn)
+        self.state(p, False)
+        self.data(p, 5, 3)
+        self.assertEqual(payloads(host), [])
+        self.assertEqual(session.queue.count, 8)
+        self.state(p, True)  # online: everything, in order
+        self.assertEqual(payloads(host), [b"%d" % i for i in range(8)])
+        self.assertEqual(session.queue.count, 0)
+        self.data(p, 8, 2)  # online: straight through
+        self.assertEqual(payloads(host), [b"8", b"9"])
+        self.state(p, False)
+        self.data(p, 10, 2)
+        self.assertEqual(payloads(host), [])
+        self.assertTrue(any("primary host scada offline" in line for line in p.logged), p.logged)
+        self.state(p, True)
+        self.assertEqual(payloads(host), [b"10", b"11"])
+        self.assertEqual(p.bridge.sent, 12)
+
+    def test_a_new_upstream_connection_waits_for_the_state_again(self):
+        from tests.core.test_bridge import payloads
+
+        p, host = self.pair()
+        self.state(p, True)
+        self.data(p, 0, 2)
+        self.assertEqual(payloads(host), [b"0", b"1"])
+        p.drop_up()
+        self.data(p, 2, 3)
+        p.connect_up()  # the retained STATE (online) comes with the subscription: then the queue
+        self.assertEqual(payloads(host), [b"2", b"3", b"4"])
+        self.assertTrue(p.bridge.host_online)
+
+
+def publish_acked_dev(h, first, n):
+    """`n` NDATA (QoS 1) of an edge node of harness `h`; how many it got an ack for."""
+    dev = h.client(4)
+    dev.connect("press-7")
+    acked = 0
+    for i in range(first, first + n):
+        dev.publish("spBv1.0/Plant1/NDATA/press-7", b"%d" % i, 1, packet_id=i + 1)
+        acked += len([x for x in dev.take() if x.ptype == C.PUBACK])
+    dev.disconnect()
+    return acked
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -314,3 +314,13 @@ def test_the_docs_example_serves_as_it_says(tmp_path: Path, clients: list[Paho])
         assert host.get().payload == b"sentinel"
     finally:
         b.kill()
+
+
+def test_the_docs_bridge_example_loads(tmp_path: Path) -> None:
+    from cpython_host.config import load_config
+
+    text = (REPO_ROOT / "docs" / "sparkplug.md").read_text()
+    block = text[text.index("## The bridge:") :].split("```")[1].removeprefix("toml\n")
+    (tmp_path / "b.toml").write_text(block)
+    (b,) = load_config(str(tmp_path / "b.toml")).bridges
+    assert (b.name, b.sparkplug_host, b.topics[0]["direction"]) == ("scada", "scada-primary", "out")
