@@ -253,6 +253,9 @@ class Bridge:
         # whether it said online (since this upstream connection began).
         self.state_topic = "spBv1.0/STATE/" + s.sparkplug_host if s.sparkplug_host else None
         self.host_online = False
+        # Held, what the local session handed over before (its start-up
+        # connection, a window in flight) stays in `up`'s queue too.
+        up.held = self.state_topic is not None
 
     # ------------------------------------------------------------ local side
 
@@ -513,6 +516,9 @@ class Bridge:
         self.up.connection_lost()
         self.close_wanted = None
         self.last_error = why
+        if self.state_topic is not None:
+            self.host_online = False  # until the next connection's STATE says so
+            self.up.held = True
         if was:
             self.failures = 0
             # (a renewal is routine: not a warning)
@@ -553,7 +559,6 @@ class Bridge:
         if self.state_topic is not None:
             # The primary host's STATE (retained: it comes at once); what goes
             # up waits for it (local_wanted).
-            self.host_online = False
             topics.append((self.state_topic, 1 | C.SUBOPT_NO_LOCAL if v5 else 1))
         if topics:
             self.up.subscribe(topics)
@@ -564,6 +569,9 @@ class Bridge:
         online = _says_online(payload)
         if online != self.host_online:
             self.host_online = online
+            self.up.held = not online
+            if online:
+                self.up.pump()
             why = "online: what waited goes up" if online else "offline: what goes up waits here"
             self.log(20, "bridge %s: primary host %s %s" % (self.name, self.settings.sparkplug_host, why))
             self._state()

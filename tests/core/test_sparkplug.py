@@ -415,6 +415,29 @@ class TestBridgeHold(unittest.TestCase):
         self.assertEqual(payloads(host), [b"2", b"3", b"4"])
         self.assertTrue(p.bridge.host_online)
 
+    def test_what_the_start_up_connection_hands_over_waits_too(self):
+        # After a restart the local session comes online once (to resume its
+        # subscriptions) and hands the bridge a window of what it queued:
+        # that too waits in the bridge for the host's STATE.
+        from tests.core.memkv import MemKV
+        from tests.core.test_bridge import Pair, payloads, rule
+        from tests.core.test_persist import open_store, restart
+
+        backend = MemKV()
+        rules = [rule("out", "spBv1.0/#")]
+        p = Pair(rules=rules, edge=Harness(store=open_store(backend)), sparkplug_host="scada", protocol=5, window=4)
+        self.data(p, 0, 6)  # never connected upstream: queued
+        edge2, _ = restart(backend)
+        p2 = Pair(rules=rules, edge=edge2, cloud=p.cloud, sparkplug_host="scada", protocol=5, window=4)
+        self.assertEqual(len(p2.bridge.up.queue), 4)  # the start-up connection's window, in the bridge
+        host = p2.cloud.client(5)
+        host.connect("scada-host")
+        host.subscribe("spBv1.0/Plant1/#", 1)
+        p2.connect_up()
+        self.assertEqual(payloads(host), [])  # connected upstream, the host not online: nothing
+        self.state(p2, True)
+        self.assertEqual(payloads(host), [b"%d" % i for i in range(6)])
+
 
 def publish_acked_dev(h, first, n):
     """`n` NDATA (QoS 1) of an edge node of harness `h`; how many it got an ack for."""
