@@ -12,7 +12,6 @@ before any later message, and one publisher's messages keep their order)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, require
+from tests.conftest import REPO_ROOT, node_with, require
 from tests.host.broker_proc import BrokerProcess, Paho, RawClient, wait_until
 from tests.host.test_server_security import siskin_passwd
 
@@ -50,12 +49,7 @@ USERS = ("scada", "node1", "node2")
 
 
 def node_js() -> str:
-    node = shutil.which("node")
-    require("node", node, "apt-get install nodejs")
-    assert node is not None
-    found = subprocess.run([node, "-e", "require.resolve('sparkplug-payload')"], cwd=REPO_ROOT, capture_output=True)
-    require("npm sparkplug-payload", found.returncode == 0, "npm ci installs it")
-    return node
+    return node_with("sparkplug-payload")
 
 
 def tahu(op: str, arg: str) -> str:
