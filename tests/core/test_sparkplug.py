@@ -438,6 +438,29 @@ class TestBridgeHold(unittest.TestCase):
         self.state(p2, True)
         self.assertEqual(payloads(host), [b"%d" % i for i in range(6)])
 
+    def test_qos0_births_need_queue_qos0_offline(self):
+        # Held, the bridge's session is offline: a QoS 0 NBIRTH is queued only
+        # with queue_qos0_offline (else dropped, counted, and said at start).
+        from tests.core.test_bridge import Pair, payloads, rule
+        from tests.core.test_bridge_runner import Edge
+
+        for queue in (True, False):
+            p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=queue), sparkplug_host="scada", protocol=5)
+            p.connect_up()
+            host = p.cloud.client(5)
+            host.connect("scada-host")
+            host.subscribe("spBv1.0/Plant1/#", 1)
+            node = p.edge.client(4)
+            node.connect("press-7")
+            node.publish("spBv1.0/Plant1/NBIRTH/press-7", b"birth", 0)
+            p.settle()
+            self.data(p, 0, 2)
+            self.state(p, True)
+            self.assertEqual(payloads(host), ([b"birth"] if queue else []) + [b"0", b"1"])
+            self.assertEqual(p.edge.broker.stats.dropped_qos0, 0 if queue else 1)
+        edge = Edge(sparkplug_host="scada")
+        self.assertTrue(any("set [limits] queue_qos0_offline = true" in text for _level, text in edge.logged), edge.logged)
+
 
 def publish_acked_dev(h, first, n):
     """`n` NDATA (QoS 1) of an edge node of harness `h`; how many it got an ack for."""
