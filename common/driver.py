@@ -153,6 +153,11 @@ class Driver:
 
             self.publish_sys = publish_sys
             self.sys_at = self.now
+        self.edge = None  # sparkplug_group: the gateway's own Sparkplug edge node
+        if s.sparkplug_group:
+            from common.broker.spb_node import EdgeNode  # (only when on)
+
+            self.edge = EdgeNode(broker, s)
 
     # ------------------------------------------------------------ clock
 
@@ -404,6 +409,8 @@ class Driver:
             if self.sys_at and now >= self.sys_at:
                 self.sys_at = now + self.sys_interval
                 self.publish_sys(broker, now, self.heap() if self.heap is not None else None)
+            if self.edge is not None and self.edge.wants(broker, now):
+                self.edge.tick(broker, now, self.heap() if self.heap is not None else None)
         except Exception as e:  # a core bug must not stop the clock
             broker.log(40, "tick failed: %r", (e,))
             print_exception(e)
@@ -446,6 +453,9 @@ class Driver:
         self.clock()
         self.sync_at = 0
         self.sys_at = 0
+        if self.edge is not None:
+            self.edge.death(self.broker, self.now)  # before the clients are closed
+            self.edge = None
         self.broker.shutdown(self.now)
         self.flush()
         handles = self.handles

@@ -50,6 +50,17 @@ def require(component: str, available: object, hint: str = "") -> None:
     pytest.skip(message)
 
 
+def node_with(package: str) -> str:
+    """The node executable, once `package` (an npm dev dependency) resolves
+    from the tree; else the test is skipped (require)."""
+    node = shutil.which("node")
+    require("node", node, "apt-get install nodejs")
+    assert node is not None
+    found = subprocess.run([node, "-e", f"require.resolve('{package}')"], cwd=REPO_ROOT, capture_output=True)
+    require(f"npm {package}", found.returncode == 0, "npm ci installs it")
+    return node
+
+
 def tool_path(name: str) -> str | None:
     """A console tool installed in the running venv, else found on PATH."""
     beside = Path(sys.executable).parent / name

@@ -1,6 +1,8 @@
 // Run the core tests under the 32-bit WebAssembly MicroPython port.
 //
 //   node tools/wasm_run.mjs [--heap 4M] [--] [run.py args...]
+//   node tools/wasm_run.mjs [--heap 4M] --script PATH.py [args...]   (a MicroPython
+//        script of the tree instead of the runner, e.g. tests/upy/sparkplug_heap.py)
 //
 // The port is the npm package @micropython/micropython-webassembly-pyscript
 // (MicroPython 1.27, Emscripten, 32-bit object model: 31-bit small ints,
@@ -41,10 +43,12 @@ function parseSize(text) {
 }
 
 let heap = 4 * 1048576;
+let script = null;
 const args = process.argv.slice(2);
 const runnerArgs = [];
 for (let i = 0; i < args.length; i++) {
   if (args[i] === "--heap") heap = parseSize(args[++i]);
+  else if (args[i] === "--script") script = args[++i];
   else if (args[i] === "--") runnerArgs.push(...args.slice(i + 1)), (i = args.length);
   else runnerArgs.push(args[i]);
 }
@@ -81,11 +85,22 @@ function copyInto(rel) {
 }
 
 let copied = 0;
-for (const rel of COPY) copied += copyInto(rel);
+for (const rel of script ? [...COPY, script] : COPY) copied += copyInto(rel);
 console.log(`wasm: copied ${copied} files into ${MOUNT}; heap ${heap} bytes; node ${process.version}`);
 
 mp.globals.set("runner_args", runnerArgs);
 let status;
+if (script) {
+  mp.runPython(`
+import os, sys
+os.chdir("${MOUNT}")
+sys.path.insert(0, "${MOUNT}/tests/upy/lib")
+sys.path.insert(0, "${MOUNT}")
+sys.argv[1:] = [str(a) for a in runner_args]
+exec(open("${script}").read(), {"__name__": "__main__"})
+`);
+  process.exit(0);
+}
 try {
   mp.runPython(`
 import os, sys

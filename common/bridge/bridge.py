@@ -101,6 +101,18 @@ CONNACK_WHY = {
 }
 
 
+def _says_online(payload):
+    # Sparkplug 3.0's STATE payload: JSON {"online": true|false, "timestamp": ...}.
+    # Anything else (2.2's "ONLINE" text, not JSON) is not online.
+    import json  # (loaded only with sparkplug_host)
+
+    try:
+        state = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(state, dict) and state.get("online") is True
+
+
 def rules_of(settings):
     """The Rules of a BridgeSettings' topic dicts (settings.py checked them)."""
     return [Rule(r["direction"], r["local"], r["remote"], r["qos"], r["retain"]) for r in settings.topics]
@@ -243,15 +255,27 @@ class Bridge:
             from common.bridge.pacing import Pacer
 
             self.pacer = Pacer(rates[0], rates[1], s.window)
+        # sparkplug_host: the primary host's STATE topic upstream, None off;
+        # whether it said online (since this upstream connection began).
+        self.state_topic = "spBv1.0/STATE/" + s.sparkplug_host if s.sparkplug_host else None
+        self.host_online = False
+        # Held, what the local session handed over before (its start-up
+        # connection, a window in flight) stays in `up`'s queue too.
+        up.held = self.state_topic is not None
 
     # ------------------------------------------------------------ local side
 
     def local_wanted(self):
         """Whether the local session should be online: while the upstream is
-        connected, and once at start (to create it and its subscriptions).
+        connected (and, with sparkplug_host, its primary host online), and
+        once at start (to create it and its subscriptions).
         Offline, its messages queue as any offline session's do (bounded by
         the queue budget and queue_full)."""
-        return self.up.state == CONNECTED or not self.local_ready
+        if not self.local_ready:
+            return True
+        # sparkplug_host: held (queued here) while the primary host is not
+        # online upstream, drained in order once it is.
+        return self.up.state == CONNECTED and (self.state_topic is None or self.host_online)
 
     def sync_local(self):
         """True: the shell opens the local connection (then local_open());
@@ -510,6 +534,9 @@ class Bridge:
         self.up.connection_lost()
         self.close_wanted = None
         self.last_error = why
+        if self.state_topic is not None:
+            self.host_online = False  # until the next connection's STATE says so
+            self.up.held = True
         if was:
             self.failures = 0
             # (a renewal is routine: not a warning)
@@ -549,9 +576,25 @@ class Bridge:
                 if v5:
                     opts |= C.SUBOPT_NO_LOCAL | C.SUBOPT_RETAIN_AS_PUBLISHED
                 topics.append((r.remote, opts))
+        if self.state_topic is not None:
+            # The primary host's STATE (retained: it comes at once); what goes
+            # up waits for it (local_wanted).
+            topics.append((self.state_topic, 1 | C.SUBOPT_NO_LOCAL if v5 else 1))
         if topics:
             self.up.subscribe(topics)
         self._state()
+
+    def _host_state(self, payload):
+        """The primary host's STATE came (sparkplug_host): online or not."""
+        online = _says_online(payload)
+        if online != self.host_online:
+            self.host_online = online
+            self.up.held = not online
+            if online:
+                self.up.pump()
+            why = "online: what waited goes up" if online else "offline: what goes up waits here"
+            self.log(20, "bridge %s: primary host %s %s" % (self.name, self.settings.sparkplug_host, why))
+            self._state()
 
     def _up_refused(self, reason):
         why = CONNACK_WHY.get(reason, "refused")
@@ -567,6 +610,12 @@ class Bridge:
             if local is not None:
                 rule = r
                 break
+        if topic == self.state_topic:
+            self._host_state(pkt.payload)
+            if rule is None:  # the bridge's own subscription only: taken here
+                if pkt.qos:
+                    self.up.ack(pkt.packet_id)
+                return
         if rule is None:  # an upstream subscription of a rule since removed (kept by a resumed session)
             self._dead_letter(topic, "no rule brings it down any more (unsubscribe it upstream)")
             self.up.ack(pkt.packet_id)

@@ -74,6 +74,14 @@ class Runner:
         # The broker never slows a publisher for this session's queue: only
         # its budget and queue_full apply (docs/bridge.md).
         driver.broker.routing.unthrottled.append(self.bridge.local.client_id)
+        if settings.sparkplug_host and not driver.broker.settings.queue_qos0_offline:
+            # Held, the local session is offline: a QoS 0 message for it
+            # (an NBIRTH, as Sparkplug sends it) is dropped, not queued.
+            log(
+                30,
+                "bridge %s: sparkplug_host with queue_qos0_offline = false: QoS 0 messages (an NBIRTH) are dropped while the primary host is away (messages/dropped/qos0); set [limits] queue_qos0_offline = true"
+                % self.name,
+            )
         # Under an ACL its local client may read its "out" filters and write
         # its "in" topics (common/broker/login.py client_rules).
         self.peer = local_peer(self.name)[0]

@@ -60,6 +60,9 @@ BRIDGE = (
     ("hub", "", K_STR, None, None),  # azure: the IoT Hub's host name ("" = the address's host)
     ("device_key", "", K_STR, None, None),  # azure: the device's key (base64): SAS tokens are made of it
     ("sas_ttl", 3600, K_INT, 60, None),  # azure: s a SAS token lasts (renewed at 4/5 of it)
+    # Sparkplug: the primary host application's id upstream ("" = off): while
+    # its spBv1.0/STATE/<id> there is not online, nothing goes up (docs/sparkplug.md)
+    ("sparkplug_host", "", K_STR, None, None),
 )
 DIRECTION_NAMES = ("out", "in", "both")
 # [[bridge.topic]]: one rule. Either `local` and `remote` (rules.py: a filter

@@ -222,6 +222,14 @@ class Broker:
             from common.broker.enhanced_auth import methods
 
             self.auth_methods = methods(s.scram_users)
+        # sparkplug_aware: the Sparkplug B checks and certificates; or the
+        # gateway's own edge node's commands (sparkplug.py; not loaded without).
+        self.sparkplug = None
+        self.wall_ms = None  # the shell's wall clock: () -> ms since 1970 UTC (Sparkplug timestamps), or None
+        if s.sparkplug_aware or s.sparkplug_group:
+            from common.broker.sparkplug import Sparkplug
+
+            self.sparkplug = Sparkplug(s)
         # Users, access control and the anonymous switch (common/broker/login.py
         # set_security): None = no password file, no ACL, allow_anonymous not set.
         self.users = None

@@ -97,9 +97,14 @@ def handle_publish(broker, conn, pkt, now):
     at = pkt.payload_at
     end = reader.stop
     text = None
+    spb = broker.sparkplug  # sparkplug_aware or sparkplug_group: sparkplug.py; else None
+    refused = 0 if spb is None else spb.check(broker, session.client_id, topic, now)
     if topic.startswith("$SYS"):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
         text = "only the broker publishes under $SYS/"
+    elif refused:
+        reason = refused  # under $sparkplug/certificates/, or a malformed Sparkplug topic
+        text = spb.text
     elif conn.acl is not None and write_denied(broker, conn.acl, session, conn.user, topic, now):
         # v5: PUBACK/PUBREC 0x87; 3.1.1 has no code for it: acknowledged
         # (the reason is not encoded at that level) and dropped, counted.
@@ -135,6 +140,8 @@ def handle_publish(broker, conn, pkt, now):
         if outcome & BACKLOG:
             broker.throttle(conn, now)
         reason = outcome & REASON_MASK
+        if spb is not None and spb.after and reason < 0x80:
+            spb.after_route(broker, conn, fwd, topic, take_bytes(reader.buf, pkt.payload_at, end), pkt.qos, now)
         if reason == C.RC_QUOTA_EXCEEDED:
             text = refusal_text(broker, session.client_id, pkt, outcome, len(topic) + end - pkt.payload_at)
             if qos and conn.level != C.LEVEL_5:

@@ -66,3 +66,8 @@ class StateListener:
     def syncs(self):
         """How many times sync() made the store durable (the boards' heap line)."""
         return 0
+
+    def store_health(self):
+        """(boot counter, records skipped at restore, writes that failed) of
+        the store; None without one (the Sparkplug edge node's figures)."""
+        return None

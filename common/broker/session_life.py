@@ -118,8 +118,11 @@ def _publish_will(broker, session, now):
     msg = will[0]
     # A will is a publish by its owner, judged by the rules in force now.
     acl = broker.acl
-    if acl is None or not write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will"):
-        route(broker, None, msg, msg.payload, will[2], now)
+    payload = msg.payload
+    if broker.sparkplug is not None:
+        payload = broker.sparkplug.will_payload(broker, session, msg.topic, payload, now)  # None: refused
+    if payload is not None and (acl is None or not write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will")):
+        route(broker, None, msg, payload, will[2], now)
     broker.routing.messages.drop(msg)
 
 

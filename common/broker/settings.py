@@ -128,6 +128,16 @@ LIMITS = (
     # lose the acks of that last window.
     ("store_sync", "always", K_CHOICE, ("always", "batch"), None),
     ("store_sync_ms", 100, K_INT, 0, None),
+    # -- Sparkplug B (docs/sparkplug.md) --
+    # NBIRTH/DBIRTH republished retained under $sparkplug/certificates/ (if
+    # the publisher may write there), that space closed to clients,
+    # malformed spBv1.0/ topics refused, NDEATH wills stamped when sent
+    ("sparkplug_aware", False, K_BOOL, None, None),
+    # the gateway as its own edge node: its group id ("" = off), its edge
+    # node id and the s between its NDATA reports (0 = the NBIRTH only)
+    ("sparkplug_group", "", K_STR, None, None),
+    ("sparkplug_node", "siskin", K_STR, None, None),
+    ("sparkplug_interval", 10, K_INT, 0, None),
     # -- housekeeping --
     ("sys_interval", 10, K_INT, 0, None),  # s between $SYS updates, 0 = off
     ("prealloc", False, K_BOOL, None, None),  # create every pool object at start-up (boards)

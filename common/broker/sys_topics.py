@@ -45,6 +45,8 @@ def snapshot(broker):
     counts["messages"] = broker.routing.messages.in_use()
     counts["queued_total"] = broker.routing.queued_total
     counts["started"] = broker.started
+    spb = broker.sparkplug
+    counts["refused_sparkplug"] = 0 if spb is None else spb.refused
     return counts
 
 
@@ -74,6 +76,7 @@ SYS_FIGURES = (
     ("messages/refused/queue_full", "refused_queue_full"),
     ("clients/closed/replay_stalled", "closed_replay_stalled"),
     ("messages/refused/queue_total", "refused_queue_total"),
+    ("messages/refused/sparkplug", "refused_sparkplug"),  # sparkplug_aware: $sparkplug/certificates/, malformed spBv1.0/
     ("messages/expired", "expired"),
     ("messages/denied/publish", "denied_publish"),  # PUBLISHes and wills the ACL refused
     ("messages/denied/delivery", "denied_delivery"),  # messages not sent: their client may not read them

@@ -149,6 +149,7 @@ class Client:
         self.pids_from_tokens = False
         self.hold_release = False
         self.hold_complete = False
+        self.held = False  # the app holds the queue: nothing new is sent (a bridge's Sparkplug host away)
         # State
         self.state = DISCONNECTED
         self.reader = None
@@ -509,7 +510,7 @@ class Client:
 
     def pump(self, ms=None):
         """Move queued messages into the window (after publish(), acks, CONNACK)."""
-        if self.state != CONNECTED:
+        if self.state != CONNECTED or self.held:
             return
         if ms is None:
             ms = self.now

@@ -211,6 +211,34 @@ def write_vbi(buf, off, value):
             return off + 1
 
 
+# Base-128 varints of any length (protobuf's; MQTT's VBI above stops at 4
+# bytes): the store's records (store.py, store_open.py) and Sparkplug's
+# payloads (broker/protobuf.py).
+
+
+def read_varint(buf, i, end):
+    """(value, next offset) of the varint at buf[i] (at most 10 bytes, before
+    `end`); -1 offset: malformed or truncated."""
+    value = 0
+    shift = 0
+    while i < end and shift < 70:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+    return 0, -1
+
+
+def write_varint(out, value):
+    """Append `value` (>= 0) to the bytearray `out` as a varint."""
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
 def write_raw(buf, off, data):
     n = len(data)
     buf[off:off + n] = data

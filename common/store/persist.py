@@ -91,6 +91,10 @@ class Persist(StateListener):
     def syncs(self):
         return self.store.syncs
 
+    def store_health(self):
+        store = self.store
+        return store.boot, store.skipped, store.errors
+
     def sync(self):
         self.store.sync()
 

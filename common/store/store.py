@@ -29,6 +29,7 @@
 import struct
 
 from common.compat import const
+from common.mqtt.codec import write_varint
 
 SCHEMA = 2
 MAGIC = b"SKNS"
@@ -67,13 +68,6 @@ TAG_BYTES = const(5)
 TAG_LIST = const(6)
 
 
-def _put_varint(out, n):
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def _pack_into(out, value):
     if value is None:
         out.append(TAG_NONE)
@@ -83,19 +77,19 @@ def _pack_into(out, value):
         out.append(TAG_FALSE)
     elif isinstance(value, int):
         out.append(TAG_INT)
-        _put_varint(out, value * 2 if value >= 0 else -value * 2 - 1)  # zigzag
+        write_varint(out, value * 2 if value >= 0 else -value * 2 - 1)  # zigzag
     elif isinstance(value, str):
         data = value.encode()
         out.append(TAG_STR)
-        _put_varint(out, len(data))
+        write_varint(out, len(data))
         out.extend(data)
     elif isinstance(value, (bytes, bytearray, memoryview)):
         out.append(TAG_BYTES)
-        _put_varint(out, len(value))
+        write_varint(out, len(value))
         out.extend(value)
     elif isinstance(value, (list, tuple)):
         out.append(TAG_LIST)
-        _put_varint(out, len(value))
+        write_varint(out, len(value))
         for item in value:
             # The items of a record are mostly None, a flag, an int (a QoS,
             # a state, an id), a short str or bytes (a topic, a
@@ -114,7 +108,7 @@ def _pack_into(out, value):
                     if z < 128:
                         out.append(z)  # (a one-byte varint)
                     else:
-                        _put_varint(out, z)
+                        write_varint(out, z)
                 elif t is bytes or t is str:
                     if t is str:
                         out.append(TAG_STR)
@@ -125,7 +119,7 @@ def _pack_into(out, value):
                     if n < 128:
                         out.append(n)  # (a one-byte varint)
                     else:
-                        _put_varint(out, n)
+                        write_varint(out, n)
                     out.extend(item)
                 else:
                     _pack_into(out, item)

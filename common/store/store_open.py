@@ -7,6 +7,7 @@
 # store.py's theory of operation describes the records.
 
 from common.compat import const
+from common.mqtt.codec import read_varint
 from common.store import store as S
 
 _NONCE_LEN = const(12)
@@ -163,17 +164,10 @@ def _u32(data, i):
 
 
 def _get_varint(buf, i):
-    n = 0
-    shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return n, i
-        shift += 7
-        if shift > 70:
-            raise ValueError("varint too long")
+    n, i = read_varint(buf, i, len(buf))
+    if i < 0:
+        raise ValueError("varint truncated or too long")
+    return n, i
 
 
 def _unpack_at(buf, i, depth):

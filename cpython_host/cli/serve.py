@@ -333,7 +333,7 @@ def main(argv: Sequence[str]) -> int:
     from common import startup
     from common.store.store import StoreError
     from cpython_host.operations.store_monitor import StoreMonitor
-    from cpython_host.runtime.run import host_clock, make_driver, serve
+    from cpython_host.runtime.run import host_clock, make_driver, serve, wall_ms
     from cpython_host.runtime.storage import LOG_NAME, give_back_heap, open_store
     from cpython_host.transports.listeners import tls_contexts
 
@@ -387,6 +387,7 @@ def main(argv: Sequence[str]) -> int:
         from cpython_host.auth.http_hook import HttpAuth
 
         HttpAuth(driver, cfg.security["http"]).install()
+    driver.broker.wall_ms = wall_ms  # Sparkplug timestamps (docs/sparkplug.md)
     driver.set_security(*security)
     if cfg.warm_up:
         from cpython_host.runtime.warmup import warm_up

@@ -81,6 +81,12 @@ FAMILIES = {
         "QoS 1/2 PUBLISHes refused because queues were full",
         ("cause", "queue_total"),
     ),
+    "refused_sparkplug": (
+        "siskin_sparkplug_refused_total",
+        COUNTER,
+        "sparkplug_aware: PUBLISHes and wills refused (under $sparkplug/certificates/, malformed spBv1.0/ topics)",
+        None,
+    ),
     "closed_replay_stalled": (
         "siskin_replay_stalled_closes_total",
         COUNTER,

@@ -94,6 +94,7 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ),
     ("expired", "messages expired before delivery", lambda s: "the publisher's Message Expiry Interval (v5)"),
     ("denied_publish", "publishes and wills refused by the ACL", lambda s: "[security] ACL: write rules"),
+    ("refused_sparkplug", "Sparkplug publishes and wills refused: malformed topic, or under $sparkplug/certificates/", lambda s: "sparkplug_aware (docs/sparkplug.md)"),
     ("denied_subscribe", "subscriptions refused or removed by the ACL", lambda s: "[security] ACL: read rules"),
     ("denied_delivery", "messages not sent: their client may no longer read them", lambda s: "[security] ACL: read rules"),
     (

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import ssl
+import time
 from typing import Any
 
 from common import VERSION, startup
@@ -69,6 +70,11 @@ def make_broker(config: HostConfig, store: Store | None = None) -> Broker:
     """
     broker: Broker = new_broker(config.settings, os.urandom, store)
     return broker
+
+
+def wall_ms() -> int:
+    """The wall clock in ms since 1970 UTC (a Sparkplug timestamp)."""
+    return time.time_ns() // 1_000_000
 
 
 async def serve(

@@ -100,6 +100,7 @@ NOT_LOADED_BY_DEFAULT = (
     "common.broker.settings_hint",  # a refused config's words only
     "common.broker.enhanced_auth",  # AUTH exchanges: scram_users only
     "common.crypto.auth_scram",
+    "common.broker.sparkplug",  # sparkplug_aware only
     "common.broker.users",  # users and ACL: their files only
     "common.broker.secured",
     "common.broker.acl",

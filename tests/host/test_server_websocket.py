@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -41,7 +40,7 @@ from wsproto.events import (
 )
 
 from cpython_host.config import LISTENER
-from tests.conftest import require
+from tests.conftest import node_with
 from tests.host.broker_proc import (
     DISCONNECT,
     REPO_ROOT,
@@ -244,15 +243,6 @@ def http_exchange(port: int, request: bytes, timeout: float = 5.0) -> bytes:
 # ----------------------------------------------------------------- MQTT.js
 
 
-def node_with_mqtt_js() -> str:
-    node = shutil.which("node")
-    require("node", node, "apt-get install nodejs")
-    assert node is not None
-    found = subprocess.run([node, "-e", "require.resolve('mqtt')"], cwd=REPO_ROOT, capture_output=True)
-    require("MQTT.js (npm mqtt)", found.returncode == 0, "npm ci installs it")
-    return node
-
-
 # [MQTT-6.0.0-1] (3.1.1) [MQTT-6.0.0-4] (3.1.1)
 # 5.0 [MQTT-6.0.0-1] 5.0 [MQTT-6.0.0-4]
 # (MQTT.js's `ws` fails the handshake unless the server selects "mqtt", the
@@ -262,7 +252,7 @@ def node_with_mqtt_js() -> str:
 def test_mqtt_js_publishes_and_subscribes_at_every_qos(
     broker: BrokerProcess, certs: Certs, scheme: str, version: int
 ) -> None:
-    node = node_with_mqtt_js()
+    node = node_with("mqtt")  # MQTT.js
     port = broker.ports()[WS if scheme == "ws" else WSS]
     host = "127.0.0.1" if scheme == "ws" else "localhost"
     env = dict(os.environ, NODE_EXTRA_CA_CERTS=str(certs.ca_file))
