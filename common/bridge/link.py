@@ -177,7 +177,7 @@ class Link:
         self.cid = cid
         # Its window is the bridge's `window`, not a device's max_inflight:
         # else the upstream window could never fill (docs/bridge.md).
-        self.driver.broker.connections.by_id[cid].window_cap = b.local.receive_max
+        self.driver.broker.connections.by_id[cid].extra().window_cap = b.local.receive_max
         session = self.driver.broker.sessions.find(b.local.client_id)
         if session is None:
             b.local_open(self.ticks_ms())

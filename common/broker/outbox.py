@@ -51,7 +51,8 @@ DROP_LOG_INTERVAL = 10
 
 
 def window(broker, conn):
-    cap = conn.window_cap or broker.settings.max_inflight
+    extras = conn.extras
+    cap = extras.window_cap if extras is not None and extras.window_cap else broker.settings.max_inflight
     peer = conn.receive_maximum
     return peer if peer < cap else cap
 
