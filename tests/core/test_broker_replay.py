@@ -129,6 +129,30 @@ class TestReplayIsPaced(unittest.TestCase):
         kinds = [p.ptype for p in c.take()]
         self.assertEqual(kinds, [C.SUBACK] + [C.PUBLISH] * RETAINED + [C.PINGRESP])
 
+    def test_the_first_message_goes_before_the_others_are_looked_at(self):
+        # The replay walks the retained store as it sends: when SUBSCRIBE's
+        # turn ends, it has looked at the messages it sent and at most one
+        # more, not at all 40 (each one looked at is checked for expiry).
+        h, _pub = retained_broker()
+        retained = h.broker.routing.retained
+        looked_at = []
+        expired = retained._expired
+
+        def counting(msg, now):
+            looked_at.append(msg.topic)
+            return expired(msg, now)
+
+        retained._expired = counting
+        c = paused_subscriber(h)
+        c.send(Subscribe(1, [("r/#", 0)], None))
+        retained._expired = expired
+        h.broker.output.set_paused(c.cid, False)
+        c.receive(h.broker.output.take(c.cid))  # what SUBSCRIBE's turn wrote
+        sent = [m.topic for m in publishes(c.take())]
+        self.assertTrue(0 < len(sent) < RETAINED, len(sent))
+        self.assertEqual(sent, ORDER[: len(sent)])
+        self.assertLessEqual(len(looked_at), len(sent) + 1)
+
     def test_a_reading_client_gets_everything_at_once(self):
         h, _pub = retained_broker()
         c = h.client()
