@@ -32,8 +32,10 @@
 # is its *current* retained message: a message retained on that topic
 # meanwhile (which also reached the new subscription live) is never
 # overtaken by the value it replaced, so the client ends with the newest; a
-# cleared or expired one is skipped. A topic retained meanwhile where the
-# cursor has not been yet is sent too (after its live copy). The Replay
+# cleared or expired one is skipped. A topic first retained meanwhile
+# below a node the cursor has not entered yet is replayed too (after its
+# live copy, with RETAIN 1); one elsewhere is not (a node's child names are
+# sorted when the cursor enters it): it reached the client live. The Replay
 # holds Subscriptions and tree nodes, never a pooled Message (pooled
 # objects are reused; a node leaves the tree empty), so ending it releases
 # nothing but itself: the connection's end, a takeover or the removal of a

@@ -190,6 +190,27 @@ class TestReplayAndLiveMessages(unittest.TestCase):
         self.assertEqual(mine[-1], b"new")
         self.assertNotIn(PAYLOAD, mine)  # the old value was replaced before its turn
 
+    def test_a_topic_retained_meanwhile_comes_live_and_from_the_replay_only_below_a_node_not_yet_entered(self):
+        h, pub = retained_broker()
+        c = paused_subscriber(h)
+        c.send(Subscribe(1, [("r/#", 1)], None))  # QoS 1: the live copies are queued, not dropped
+        # r/5 is near the end of the order (ORDER[-5]), not reached yet.
+        pub.publish("r/5/new", b"below", qos=1, retain=True, packet_id=98)
+        pub.publish("r/99", b"beside", qos=1, retain=True, packet_id=99)  # "r"'s names were sorted on entry
+        drain(h, c)
+        got = []
+        msgs = publishes(c.take())
+        while msgs:  # the client acknowledges: what waits behind the inflight window comes
+            got += [(m.topic, m.retain) for m in msgs]
+            for m in msgs:
+                c.ack(m)
+            msgs = publishes(c.take())
+        # Live with RETAIN 0 [MQTT-3.3.1-9]; from the replay with RETAIN 1 [MQTT-3.3.1-8], after r/5.
+        self.assertEqual([r for t, r in got if t == "r/5/new"], [False, True])
+        self.assertEqual([r for t, r in got if t == "r/99"], [False])
+        replayed = [t for t, r in got if r]
+        self.assertEqual(replayed, ORDER[: ORDER.index("r/5") + 1] + ["r/5/new"] + ORDER[ORDER.index("r/5") + 1 :])
+
     def test_an_expired_message_is_skipped_when_its_turn_comes(self):
         h = Harness(max_out_buffer=BOUND)
         pub = h.client(level=5)
