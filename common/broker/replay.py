@@ -107,7 +107,7 @@ def advance(broker, replay, now, bound):
             cursor = replay.cursor = retained.cursor(sub.filter)
             continue
         moved = True
-        if retained.live(msg, now):
+        if not msg.expiry or retained.live(msg, now):  # (most never expire: no call)
             qos = msg.qos if msg.qos < sub.qos else sub.qos
             deliver(broker, session, msg, qos | C.PUBLISH_RETAIN, ids, now)
             replay.sent += 1
