@@ -87,14 +87,6 @@ def probe_strict_utf8():
 STRICT_UTF8_DECODE = probe_strict_utf8()
 
 
-def decode_str_strict(data):
-    """Decode UTF-8 bytes with the interpreter's decoder, or None if it refuses them."""
-    try:
-        return str(data, "utf-8")
-    except (UnicodeError, ValueError):
-        return None
-
-
 try:  # MicroPython
     from sys import print_exception  # type: ignore[attr-defined]
 except ImportError:  # CPython

@@ -3,26 +3,41 @@
 #
 # Theory of operation. The retained messages matching a new or replaced
 # subscription are sent with the retain flag set [MQTT-3.3.1-8], but not all
-# at once: their topics are listed, in order, into a Replay the broker keeps
-# for the connection (Broker.replays, its connection's id at the same index
-# of Broker.replaying: a Connection itself costs not a byte more on a board),
-# and PUBLISHes are made from it only while the connection's output is below
-# max_out_buffer and its transport is not paused. The driver advances it again each time it
-# flushes and finds that connection's output drained (Broker.run_replays),
-# so a client that does not read costs at most max_out_buffer of output
-# plus its list of topics, however many messages are retained.
+# at once: the broker keeps a Replay for the connection (Broker.replays, its
+# connection's id at the same index of Broker.replaying: a Connection itself
+# costs not a byte more on a board) holding the subscriptions owed and a
+# cursor over the retained store for the one being replayed
+# (topics.FilterCursor: the stack of tree nodes it is inside of, their child
+# names sorted). PUBLISHes are made from it only while the connection's
+# output is below max_out_buffer and its transport is not paused; the first
+# goes out before the walk has looked at the others. The driver advances it
+# again each time it flushes and finds that connection's output drained
+# (Broker.run_replays), so a client that does not read costs at most
+# max_out_buffer of output plus its cursor, however many messages are
+# retained.
+#
+# The first message leaves at once: the SUBSCRIBE's turn makes at most
+# FIRST_BYTES of the replay (the driver writes them at the end of that turn)
+# and the next flush's run() leaves that replay alone (its first part not
+# yet written); the flushes after it make up to max_out_buffer each.
 #
 # While a replay is pending, the connection's further input waits in its
 # frame reader (Broker.data_received stops there) and the driver stops
 # reading its socket: a burst of SUBSCRIBEs cannot stack replays, TCP pushes
 # back on the client. Its input runs again when the replay ends.
 #
-# Each topic is looked up again when its turn comes and its *current*
-# retained message is sent: a message retained on that topic meanwhile
-# (which also reached the new subscription live) is never overtaken by the
-# value it replaced, so the client ends with the newest; a cleared or
-# expired one is skipped. The Replay holds topic strings and Subscriptions,
-# never a pooled Message (pooled objects are reused), so ending it releases
+# Order: subscription by subscription as in the SUBSCRIBE, each one's
+# topics in the retained store's order (topics.py, TopicTree). Each topic's
+# message is read from the tree when the cursor reaches it, so what is sent
+# is its *current* retained message: a message retained on that topic
+# meanwhile (which also reached the new subscription live) is never
+# overtaken by the value it replaced, so the client ends with the newest; a
+# cleared or expired one is skipped. A topic first retained meanwhile
+# below a node the cursor has not entered yet is replayed too (after its
+# live copy, with RETAIN 1); one elsewhere is not (a node's child names are
+# sorted when the cursor enters it): it reached the client live. The Replay
+# holds Subscriptions and tree nodes, never a pooled Message (pooled
+# objects are reused; a node leaves the tree empty), so ending it releases
 # nothing but itself: the connection's end, a takeover or the removal of a
 # subscription ends it.
 #
@@ -33,20 +48,23 @@
 # reads nothing) ends its connection: v5 DISCONNECT 0x97, 3.1.1 close.
 
 from common.broker.outbox import deliver
+from common.compat import const
 from common.mqtt import consts as C
+
+FIRST_BYTES = const(4096)  # at most this much of a replay in the SUBSCRIBE's turn
 
 
 class Replay:
-    """The retained messages a connection is still owed, by topic."""
+    """The retained messages a connection is still owed."""
 
-    def __init__(self, conn, items, now):
+    def __init__(self, conn, subs, cursor, now):
         self.conn = conn
-        # Each Subscription followed by the topics owed for it, in order;
-        # entries are set to None once sent.
-        self.items = items
-        self.next = 0  # index of the next entry of `items`
-        self.sub = None  # the Subscription of the topics being sent
+        self.subs = subs  # the Subscriptions owed, in the SUBSCRIBE's order
+        self.index = 0  # of the one being replayed
+        self.cursor = cursor  # over the retained messages it matches; None: all sent
+        self.sent = 0  # messages sent (the stall rule's log)
         self.moved = now  # s: when it last sent something (the stall rule)
+        self.fresh = True  # its first part not written yet: run() leaves it once
 
 
 def start(broker, conn, subs, now):
@@ -57,54 +75,44 @@ def start(broker, conn, subs, now):
     retained = broker.routing.retained
     if not retained.count():
         return
-    items = []
-    found = []
-    for sub in subs:
-        retained.matching(sub.filter, found, now)
-        if found:
-            items.append(sub)
-            for msg in found:
-                items.append(msg.topic)
-            del found[:]
-    if not items:
-        return
-    replay = Replay(conn, items, now)
-    broker.replays.append(replay)
-    broker.replaying.append(conn.cid)
-    broker.replay_changed = True
-    advance(broker, replay, now)
+    replay = Replay(conn, subs, retained.cursor(subs[0].filter), now)
+    bound = broker.settings.max_out_buffer
+    advance(broker, replay, now, FIRST_BYTES if FIRST_BYTES < bound else bound)
+    if replay.cursor is not None:
+        broker.replays.append(replay)
+        broker.replaying.append(conn.cid)
+        broker.replay_changed = True
 
 
-def advance(broker, replay, now):
-    """Send from `replay` while its connection's output is below max_out_buffer
+def advance(broker, replay, now, bound):
+    """Send from `replay` while its connection's output is below `bound`
     (at least one message into an empty output); end it when all is sent."""
     conn = replay.conn
-    items = replay.items
-    n = len(items)
-    i = replay.next
-    bound = broker.settings.max_out_buffer
     retained = broker.routing.retained
     session = conn.session
-    sub = replay.sub
-    ids = [sub.sub_id] if sub is not None and sub.sub_id else None
-    while i < n and (conn.out_bytes < bound or not conn.out_bytes):
-        item = items[i]
-        items[i] = None
-        i += 1
-        if not isinstance(item, str):
-            sub = item
+    cursor = replay.cursor
+    sub = replay.subs[replay.index]
+    ids = [sub.sub_id] if sub.sub_id else None
+    moved = False
+    while conn.out_bytes < bound or not conn.out_bytes:
+        msg = cursor.next()
+        if msg is None:  # this subscription's are all sent: the next one's
+            replay.index += 1
+            if replay.index >= len(replay.subs):
+                replay.cursor = None
+                end(broker, conn)
+                return
+            sub = replay.subs[replay.index]
             ids = [sub.sub_id] if sub.sub_id else None
+            cursor = replay.cursor = retained.cursor(sub.filter)
             continue
-        msg = retained.current(item, now)
-        if msg is not None:
+        moved = True
+        if not msg.expiry or retained.live(msg, now):  # (most never expire: no call)
             qos = msg.qos if msg.qos < sub.qos else sub.qos
             deliver(broker, session, msg, qos | C.PUBLISH_RETAIN, ids, now)
-    if i > replay.next:
+            replay.sent += 1
+    if moved:
         replay.moved = now
-    replay.next = i
-    replay.sub = sub
-    if i >= n:
-        end(broker, conn)
 
 
 def end(broker, conn):
@@ -120,11 +128,14 @@ def end(broker, conn):
 def run(broker, now):
     """Advance every replay whose connection's output has drained."""
     replays = broker.replays
+    bound = broker.settings.max_out_buffer
     i = len(replays) - 1
     while i >= 0:  # (backwards: a replay that ends leaves the list)
         replay = replays[i]
-        if not replay.conn.paused:
-            advance(broker, replay, now)
+        if replay.fresh:
+            replay.fresh = False
+        elif not replay.conn.paused:
+            advance(broker, replay, now, bound)
         i -= 1
 
 
@@ -149,13 +160,9 @@ def close_stalled(broker, now):
         if now - replay.moved < limit:
             continue
         broker.stats.closed_replay_stalled += 1
-        owed = 0
-        for item in replay.items:
-            if isinstance(item, str):
-                owed += 1
         conn = replay.conn
-        text = "retained replay stalled: %d message(s) owed, output not drained for %d s (replay_stall_timeout %d)" % (
-            owed,
+        text = "retained replay stalled: %d message(s) sent, more owed, output not drained for %d s (replay_stall_timeout %d)" % (
+            replay.sent,
             now - replay.moved,
             limit,
         )

@@ -95,6 +95,16 @@ class Retained:
             return None
         return msg
 
+    def cursor(self, flt):
+        """The retained messages matching `flt`, one at a time, in order
+        (topics.FilterCursor: next() gives the next, or None; an expired one
+        too, which live() removes)."""
+        return self.tree.cursor(flt)
+
+    def live(self, msg, now):
+        """True unless `msg` (from cursor()) has expired; an expired one is removed."""
+        return not self._expired(msg, now)
+
     def _expired(self, msg, now):
         # An expired message is removed when next looked at [MQTT-3.3.2-5].
         if msg.expiry and now >= msg.expiry:

@@ -82,6 +82,10 @@
 # compared lexicographically (tuple order of topic.split("/")), a parent
 # before its children: "a", "a/", "a//x", "a/b", "a/b/c", "b".
 # The first-level "$" rule applies to "+" and "#" at level 0.
+# cursor(flt) gives the same values one at a time (FilterCursor: an
+# explicit stack of the nodes being walked), so a retained replay sends its
+# first message before it has looked at the others; match_filter(flt, out)
+# gathers them all (the admin API).
 # Recursion depth of every walk is bounded by the number of levels, which
 # the broker bounds with max_topic_levels.
 
@@ -440,55 +444,87 @@ class SubscriptionTrie:
 # ---------------------------------------------------------------- retained
 
 
-def _collect_all(node, out):
-    # preorder, children in sorted order: a parent before its children
-    v = node[_VALUE]
-    if v is not None:
-        out.append(v)
-    kids = node[_KIDS]
-    if kids is not None:
-        for k in sorted(kids):
-            _collect_all(kids[k], out)
+class FilterCursor:
+    """The values of the topics a filter matches, one at a time (next()), in
+    the order of the header's TopicTree paragraph.
 
+    The walk keeps a stack of frames, one per node with children it is
+    inside of: [node, its child names sorted, index of the next, mode]
+    (mode: the filter level of a "+" there, or -1 when every topic below
+    matches, "#"). A child is looked up by name when its turn comes, so the
+    tree may change between calls: a topic removed meanwhile is skipped, one
+    added under a node not yet entered is found, one added under a node
+    being walked is not (its names were sorted on entry). Nothing is
+    allocated per value, only per node with children entered.
+    """
 
-def _match_levels(node, levels, i, out):
-    lv = levels[i]
-    kids = node[_KIDS]
-    if lv == "#":
-        if i > 0:  # "a/#" matches "a" [MQTT-4.7.1-2]
-            v = node[_VALUE]
+    def __init__(self, root, flt: str) -> None:
+        self.root = root
+        self.levels = flt.split("/")
+        self.stack: list = []
+
+    def next(self):
+        """The next matching value, or None when the walk is over."""
+        root = self.root
+        if root is not None:  # the first call: down the filter's exact levels
+            self.root = None
+            v = self._enter(root, 0)
             if v is not None:
-                out.append(v)
-        if kids is not None:
-            for k in sorted(kids):
-                if i == 0 and k.startswith("$"):  # [MQTT-4.7.2-1]
-                    continue
-                _collect_all(kids[k], out)
-        return
-    if kids is None:
-        return
-    last = i + 1 == len(levels)
-    if lv == "+":
-        for k in sorted(kids):
-            if i == 0 and k.startswith("$"):  # [MQTT-4.7.2-1]
+                return v
+        stack = self.stack
+        last = len(self.levels) - 1
+        while stack:
+            frame = stack[-1]
+            j = frame[2]
+            keys = frame[1]
+            if j >= len(keys):
+                stack.pop()
                 continue
-            child = kids[k]
-            if last:
+            frame[2] = j + 1
+            kids = frame[0][_KIDS]
+            child = kids.get(keys[j]) if kids is not None else None
+            if child is None:
+                continue  # removed since its names were sorted
+            i = frame[3]
+            if i < 0:  # below a "#": the child, then all below it (preorder)
+                if child[_KIDS] is not None:
+                    self._push(child, -1, -1)
                 v = child[_VALUE]
-                if v is not None:
-                    out.append(v)
+            elif i == last:  # a "+" as the last level
+                v = child[_VALUE]
             else:
-                _match_levels(child, levels, i + 1, out)
-        return
-    child = kids.get(lv)
-    if child is None:
-        return
-    if last:
-        v = child[_VALUE]
-        if v is not None:
-            out.append(v)
-    else:
-        _match_levels(child, levels, i + 1, out)
+                v = self._enter(child, i + 1)
+            if v is not None:
+                return v
+        return None
+
+    def _push(self, node, mode, level):
+        keys = sorted(node[_KIDS])
+        if level == 0:  # [MQTT-4.7.2-1] a wildcard first level skips "$" topics
+            keys = [k for k in keys if not k.startswith("$")]
+        self.stack.append([node, keys, 0, mode])
+
+    def _enter(self, node, i):
+        # `node` stands before filter level i: follow exact levels, push a
+        # frame at a wildcard; the value to yield now, or None
+        levels = self.levels
+        last = len(levels) - 1
+        while True:
+            lv = levels[i]
+            kids = node[_KIDS]
+            if lv == "#":
+                if kids is not None:
+                    self._push(node, -1, i)
+                return node[_VALUE] if i else None  # "a/#" matches "a" [MQTT-4.7.1-2]
+            if kids is None:
+                return None
+            if lv == "+":
+                self._push(node, i, i)
+                return None
+            node = kids.get(lv)
+            if node is None or i == last:
+                return None if node is None else node[_VALUE]
+            i += 1
 
 
 class TopicTree:
@@ -555,6 +591,14 @@ class TopicTree:
             node = parent
         return value
 
+    def cursor(self, flt: str) -> FilterCursor:
+        """The values of the topics the valid filter `flt` matches, one at a time."""
+        return FilterCursor(self._root, flt)
+
     def match_filter(self, flt: str, out) -> None:
         """Append the value of every topic matched by the valid filter `flt`."""
-        _match_levels(self._root, flt.split("/"), 0, out)
+        cursor = FilterCursor(self._root, flt)
+        v = cursor.next()
+        while v is not None:
+            out.append(v)
+            v = cursor.next()

@@ -32,7 +32,7 @@ whose decoder is already strict (feature-detected in compat) it decodes first
 and only has to look for U+0000; elsewhere it validates, then decodes.
 """
 
-from common.compat import STRICT_UTF8_DECODE, decode_str_strict
+from common.compat import STRICT_UTF8_DECODE
 from common.mqtt.errors import MalformedPacket
 
 
@@ -110,8 +110,10 @@ def decode_utf8(buf, start, end):
     if start == end:
         return ""
     if STRICT_UTF8_DECODE:
-        s = decode_str_strict(buf[start:end])
-        if s is None:
+        # (the interpreter's decoder, in line: every topic and client id comes here)
+        try:
+            s = str(buf[start:end], "utf-8")
+        except (UnicodeError, ValueError):  # (some builds raise a plain ValueError)
             raise MalformedPacket("invalid UTF-8 string")  # [MQTT-1.5.4-1]
         if "\x00" in s:
             raise MalformedPacket("U+0000 in a UTF-8 string")  # [MQTT-1.5.4-2]

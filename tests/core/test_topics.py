@@ -637,5 +637,55 @@ class TestTopicTree(unittest.TestCase):
         self.assertEqual(got[:3], [0, 1, 10])  # level "0" < "1" < "10"
 
 
+class TestFilterCursor(unittest.TestCase):
+    # TopicTree.cursor: match_filter's values one at a time (the retained
+    # replay streams them), while the tree may change between calls.
+    def setUp(self):
+        self.tree = TopicTree()
+        for t in ("a", "a/", "a//x", "a/b", "a/b/c", "a/c", "b", "c/a", "$SYS/x"):
+            self.tree.set(t, t)
+
+    def take(self, cursor, n=1000):
+        out = []
+        while len(out) < n:
+            v = cursor.next()
+            if v is None:
+                break
+            out.append(v)
+        return out
+
+    def test_the_first_value_comes_before_the_walk_has_seen_the_rest(self):
+        cursor = self.tree.cursor("#")
+        self.assertEqual(cursor.next(), "a")
+        # everything after "a" is looked up when its turn comes: removed now, never given
+        for t in ("a/", "a//x", "a/b", "a/b/c", "a/c", "b"):
+            self.tree.remove(t)
+        self.assertEqual(self.take(cursor), ["c/a"])
+        self.assertIsNone(cursor.next())  # and stays over
+
+    def test_a_value_replaced_ahead_of_the_cursor_is_given_as_it_is_then(self):
+        cursor = self.tree.cursor("a/+")
+        self.assertEqual(cursor.next(), "a/")
+        self.tree.set("a/c", "new")
+        self.tree.remove("a/b")
+        self.tree.set("a/b", "again")  # a new node under the node being walked
+        self.assertEqual(self.take(cursor), ["again", "new"])
+
+    def test_a_topic_under_a_node_not_yet_entered_is_found(self):
+        cursor = self.tree.cursor("#")
+        self.assertEqual(self.take(cursor, 2), ["a", "a/"])
+        self.tree.set("c/0", "c/0")  # below "c", not entered yet
+        self.tree.set("a/0", "a/0")  # below "a", whose names were sorted: not given
+        self.assertEqual(self.take(cursor), ["a//x", "a/b", "a/b/c", "a/c", "b", "c/0", "c/a"])
+
+    def test_every_filter_walks_like_match_filter(self):
+        for flt in ("#", "a/#", "a/+", "+", "+/+", "+/#", "a", "a/b/c", "$SYS/#", "+/a", "x/#", "a//+"):
+            want = []
+            self.tree.match_filter(flt, want)
+            want2 = sorted((t for t in ("a", "a/", "a//x", "a/b", "a/b/c", "a/c", "b", "c/a", "$SYS/x") if topic_matches(flt, t)), key=lambda t: t.split("/"))
+            self.assertEqual(want, want2, flt)
+            self.assertEqual(self.take(self.tree.cursor(flt)), want, flt)
+
+
 if __name__ == "__main__":
     unittest.main()
