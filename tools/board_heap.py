@@ -40,6 +40,7 @@ def heap_bytes(heap: str) -> int:
 
 def measure(exe: str, board: str, heap: str, timeout: float = 30.0) -> dict[str, int]:
     """Start the frozen firmware with `board`'s settings in `heap`; its first heap line."""
+    exe = str(Path(exe).resolve())  # (it runs in a directory of its own: a relative path would not be found)
     with tempfile.TemporaryDirectory(prefix="siskin-heap-") as tmp:
         work = Path(tmp)
         with socket.socket() as s:

@@ -74,7 +74,7 @@ def _numbers(pattern: str, text: str) -> tuple[int, int]:
 def after_start(uf2: Path, bootrom: Path) -> dict[str, int]:
     """The configured image's first heap line: free, alloc, and t_ms (emulated)."""
     with tempfile.TemporaryDirectory(prefix="siskin-emu-") as tmp:
-        with EmuBoard(uf2, bootrom, LAYOUTS["RPI_PICO_W"], files=config_files(), workdir=Path(tmp)) as b:
+        with EmuBoard(uf2, bootrom, LAYOUTS["rp2040_picow"], files=config_files(), workdir=Path(tmp)) as b:
             b.expect(r"listening on 127\.0\.0\.1:1883", ms=15_000)
             free, alloc = _numbers(HEAP_LINE, b.expect(HEAP_LINE, ms=3000))
             return {"free": free, "alloc": alloc, "t_ms": b.t_ms}
@@ -83,7 +83,7 @@ def after_start(uf2: Path, bootrom: Path) -> dict[str, int]:
 def core_selftest(uf2: Path, bootrom: Path) -> dict[str, int]:
     """The self-test's heap: once its broker is made, and at the limits."""
     with tempfile.TemporaryDirectory(prefix="siskin-emu-") as tmp:
-        with EmuBoard(uf2, bootrom, LAYOUTS["RPI_PICO_W"], files=selftest_files(), workdir=Path(tmp)) as b:
+        with EmuBoard(uf2, bootrom, LAYOUTS["rp2040_picow"], files=selftest_files(), workdir=Path(tmp)) as b:
             start = _numbers(SELFTEST_HEAP % "start", b.expect(SELFTEST_HEAP % "start", ms=60_000))
             limits = _numbers(SELFTEST_HEAP % "limits", b.expect(SELFTEST_HEAP % "limits", ms=240_000))
             b.expect(r"SELFTEST ok", ms=30_000)
