@@ -11,8 +11,25 @@
 # the UART from the UART's RX-idle interrupt), waits for an address, then
 # checks the link every WATCH_MS. A link that drops, or a dial that fails,
 # is closed (the UART back to this task) and dialled again after the
-# back-off. The listener (bound to 0.0.0.0) serves on the PPP interface as
-# on any other; the bridge reconnects over it by its own back-off.
+# back-off.
+#
+# A link is taken for lost as soon as its address is gone: when the peer
+# ends LCP, lwIP takes the interface down at once but reports the end
+# (network.PPP's isconnected() False) only after its LCP timer, and
+# MicroPython's rp2 port runs lwIP's timers only while a netif link is up
+# or a TCP connection is open, so that report may never come (seen in the
+# emulator: the board still "connected" 1,900 s after the peer's Terminate-
+# Request). The link is closed the same way: network.PPP's finaliser
+# would close it as for a lost carrier, but lwIP ignores that while LCP is
+# terminating; so while a link negotiates or ends, this task kicks lwIP's
+# timers (a blocking UDP receive of KICK_S polls lwIP, which starts them
+# for a tick) until it has ended, then closes it: lwIP has one PPP control
+# block, and the next dial needs it free.
+#
+# The listener (bound to 0.0.0.0) serves on the PPP interface as on any
+# other; the bridge reconnects over it by its own back-off. An error of an
+# attempt (an OSError of the UART or of network.PPP) counts as a failed
+# dial: the task never dies.
 
 import asyncio
 import os
@@ -23,6 +40,9 @@ from common.uplink.link import Uplink
 
 POLL_MS = 20
 WATCH_MS = 500
+NO_ADDRESS = "0.0.0.0"
+KICK_S = 0.01  # s a kick of lwIP's timers blocks the loop
+CLOSE_MS = 20000  # ms a link's LCP may take to end before it is closed as for a lost carrier
 
 
 def open_uart(ppp):
@@ -58,12 +78,77 @@ async def dial(uart, steps, now):
     return "" if script.state == DONE else script.reason
 
 
-def _close(link):
+def _kick():
+    """Run lwIP's timers once (see above): a blocking socket call polls lwIP,
+    which starts them for a tick."""
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        link.disconnect()
-        link.__del__()  # the UART's interrupt released now, not at a collection
+        s.settimeout(KICK_S)
+        s.recv(1)
     except OSError:
         pass
+    finally:
+        s.close()
+
+
+def _ended(link):
+    # network.PPP's status(): 0 inactive, 1 active, < 0 an error (ended);
+    # 3 connecting, 4 connected.
+    return link.status() <= 1
+
+
+async def _close(link):
+    """End the link and free lwIP's PPP for the next dial: LCP's terminate
+    runs on lwIP's timers (FSM_DEFTIMEOUT, 6 s), kicked meanwhile; then the
+    finaliser closes it as for a lost carrier."""
+    waited = 0
+    while not _ended(link) and waited < CLOSE_MS:
+        _kick()
+        await asyncio.sleep_ms(WATCH_MS)
+        waited += WATCH_MS
+    try:
+        link.__del__()  # (not disconnect(): it waits for the same timer)
+    except OSError:
+        pass
+
+
+def _up(link):
+    return link.isconnected() and link.ifconfig()[0] != NO_ADDRESS
+
+
+async def _attempt(uart, ppp, uplink, security, server):
+    """One dial: the script, PPP, the watch until the link is lost."""
+    import network
+
+    now = time.ticks_ms
+    why = await dial(uart, ppp["dial"], now) if ppp["dial"] else ""
+    if why:
+        uplink.failed(now(), why)
+        return
+    link = network.PPP(uart)
+    try:
+        link.connect(security=security, user=ppp["user"], key=ppp["password"])
+        deadline = uplink.negotiating(now())
+        while not _up(link) and time.ticks_diff(deadline, now()) > 0:
+            _kick()  # (LCP and IPCP retransmit on lwIP's timers)
+            await asyncio.sleep_ms(WATCH_MS)
+        if not _up(link):
+            status = link.status()
+            await _close(link)
+            uplink.failed(now(), "PPP gave no address within %d ms (status %r)" % (ppp["connect_timeout_ms"], status))
+            return
+        uplink.up(now(), link.ifconfig()[0])
+        _publish(server, uplink)
+        while _up(link):
+            await asyncio.sleep_ms(WATCH_MS)
+        why = "its address is gone (LCP ended)" if link.isconnected() else "PPP down (status %r)" % (link.status(),)
+        await _close(link)
+        uplink.lost(now(), why)
+    except OSError as e:
+        await _close(link)
+        raise e
 
 
 async def run(server, ppp):
@@ -86,30 +171,12 @@ async def run(server, ppp):
             await asyncio.sleep_ms(wait)
         uplink.dialing(now())
         _publish(server, uplink)
-        why = await dial(uart, ppp["dial"], now) if ppp["dial"] else ""
-        if why:
-            uplink.failed(now(), why)
-            _publish(server, uplink)
-            continue
-        link = network.PPP(uart)
-        link.connect(security=security, user=ppp["user"], key=ppp["password"])
-        deadline = uplink.negotiating(now())
-        while not link.isconnected() and time.ticks_diff(deadline, now()) > 0:
-            await asyncio.sleep_ms(POLL_MS * 5)
-        if not link.isconnected():
-            _close(link)
-            uplink.failed(
-                now(), "PPP gave no address within %d ms (status %r)" % (ppp["connect_timeout_ms"], link.status())
-            )
-            _publish(server, uplink)
-            continue
-        uplink.up(now(), link.ifconfig()[0])
-        _publish(server, uplink)
-        while link.isconnected():
-            await asyncio.sleep_ms(WATCH_MS)
-        status = link.status()
-        _close(link)
-        uplink.lost(now(), "PPP down (status %r)" % (status,))
+        try:
+            await _attempt(uart, ppp, uplink, security, server)
+        except OSError as e:
+            # (lwIP out of PPP control blocks, a UART error): counted and
+            # logged as a failed dial, and dialled again: the task never dies.
+            uplink.failed(now(), "error %r" % (e,))
         _publish(server, uplink)
 
 

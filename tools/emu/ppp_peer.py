@@ -40,6 +40,19 @@ def open_tun(name: str) -> int:
     return fd
 
 
+def describe(packet: bytes) -> str:
+    """One line for an IPv4 packet (--trace): addresses, and a TCP segment's ports and flags."""
+    if len(packet) < 20 or packet[0] >> 4 != 4:
+        return f"not IPv4 ({len(packet)} B)"
+    src, dst = socket.inet_ntoa(packet[12:16]), socket.inet_ntoa(packet[16:20])
+    head = (packet[0] & 15) * 4
+    if packet[9] == 6 and len(packet) >= head + 14:
+        sport, dport = struct.unpack(">HH", packet[head : head + 4])
+        flags = "".join(c for c, bit in zip("FSRPAU", (1, 2, 4, 8, 16, 32)) if packet[head + 13] & bit)
+        return f"{src}:{sport} > {dst}:{dport} {flags} {len(packet)} B"
+    return f"{src} > {dst} proto {packet[9]} {len(packet)} B"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tools/emu/ppp_peer", description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True, help="the Unix socket run.js --uart0 connects to")
@@ -47,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--remote", default="10.0.0.2", help="the board's address")
     ap.add_argument("--tun", default="siskin0")
     ap.add_argument("--no-modem", action="store_true", help="PPP from the first byte (no AT commands)")
+    ap.add_argument("--trace", action="store_true", help="a line per IP packet, each way")
     args = ap.parse_args(argv)
     tun = open_tun(args.tun)
     for cmd in (
@@ -84,11 +98,16 @@ def main(argv: list[str] | None = None) -> int:
                     return 0
                 out += peer.feed(data)
                 for pkt in peer.take_ip():
+                    if args.trace:
+                        print("board> " + describe(pkt), flush=True)
                     os.write(tun, pkt)
             else:
                 try:
                     while True:
-                        out += peer.send_ip(os.read(tun, 65536))
+                        pkt = os.read(tun, 65536)
+                        if args.trace:
+                            print("board< " + describe(pkt) + ("" if peer.ip_up else " (dropped: IPCP not open)"), flush=True)
+                        out += peer.send_ip(pkt)
                 except BlockingIOError:
                     pass
         if out:
