@@ -112,6 +112,11 @@ async def _close(link):
         link.__del__()  # (not disconnect(): it waits for the same timer)
     except OSError:
         pass
+    # The object's finaliser runs again when the heap is collected, and would
+    # switch the UART's interrupt off under the next link (seen in the
+    # emulator: after a redial the board's input stopped at the first
+    # collection): the stream is not its own any more.
+    link.config(stream=None)
 
 
 def _up(link):

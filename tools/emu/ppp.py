@@ -137,6 +137,14 @@ def options(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+def unpack_control(payload: bytes) -> tuple[int, int, bytes]:
+    """(code, identifier, data) of an LCP/IPCP packet; code 0 (none of ours) for a runt."""
+    if len(payload) < 4:
+        return 0, 0, b""
+    code, ident, length = struct.unpack(">BBH", payload[:4])
+    return code, ident, payload[4:length]
+
+
 def packet(code: int, ident: int, data: bytes) -> bytes:
     return struct.pack(">BBH", code, ident, 4 + len(data)) + data
 
@@ -228,10 +236,7 @@ class PppPeer:
         return encode_frame(PROTO_LCP, packet(PROTO_REJ, self._next_id(), struct.pack(">H", protocol) + payload))
 
     def _lcp(self, payload: bytes) -> bytes:
-        if len(payload) < 4:
-            return b""
-        code, ident, length = struct.unpack(">BBH", payload[:4])
-        data = payload[4:length]
+        code, ident, data = unpack_control(payload)
         out = bytearray()
         if code == CONF_REQ:
             if self.lcp_up:  # renegotiation: everything above starts over
@@ -264,10 +269,7 @@ class PppPeer:
         return encode_frame(PROTO_LCP, packet(CONF_REQ, self._next_id(), option(LCP_MAGIC, self.magic)))
 
     def _ipcp(self, payload: bytes) -> bytes:
-        if len(payload) < 4:
-            return b""
-        code, ident, length = struct.unpack(">BBH", payload[:4])
-        data = payload[4:length]
+        code, ident, data = unpack_control(payload)
         out = bytearray()
         if code == CONF_REQ:
             wanted = {IPCP_ADDRESS: self.remote, IPCP_DNS1: self.local, IPCP_DNS2: self.local}
