@@ -59,6 +59,7 @@ def build(argv, root):
 
     try:
         server.on_tick = bring_up(cfg, log)
+        server.uplink = cfg["ppp"]
     finally:
         unload("firmware.netup")
     return server, log

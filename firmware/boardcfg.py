@@ -108,6 +108,9 @@ _DEVICE_DOC = "docs/boards.md"  # explains every key of DEVICE and BOARD
 # appear in it, case ignored.
 MACHINES = (
     (("pico w", "rp2040"), "rp2040_picow"),
+    # The plain Pico (a modem gateway over PPP): the same chip, lwIP and
+    # sockets as the Pico W, and 9 KB more heap (no CYW43).
+    (("pico", "rp2040"), "rp2040_picow"),
     (("spiram", "esp32"), "esp32_psram"),
     (("esp32",), "esp32"),
 )
@@ -194,7 +197,14 @@ def load_device(path, missing_ok=False):
     cfg = defaults(DEVICE)
     data = _strip_comments(read_json(path, "{}" if missing_ok else None))
     bridges = data.pop("bridge", None)
+    ppp = data.pop("ppp", None)
     cfg.update(check(path, data, DEVICE, _DEVICE_DOC))
+    cfg["ppp"] = None
+    if ppp is not None:
+        # The PPP uplink over a modem's UART (docs/boards.md); imported only then.
+        from common.uplink.settings import parse_ppp
+
+        cfg["ppp"] = parse_ppp(path, ppp)
     cfg["bridge"] = []
     if bridges is not None:
         # The host's [[bridge]] tables as a list of objects, each with its

@@ -21,10 +21,19 @@
 # (measured in the emulated RP2040, make test-emu), where nothing feeds the
 # watchdog. The port's `network` and `machine.WDT` are found by feature
 # detection: the unix port (the tests) runs without either.
+#
+# PPP: with a "ppp" uplink in the device config the link is dialled by the
+# server once it serves (firmware/uplink.py, redialled for ever), not here;
+# Wi-Fi is then brought up only for a configured wifi_ssid (sensors on
+# Wi-Fi, the uplink on the modem), never the provisioning access point. A
+# board with `network` but no Wi-Fi (the plain Pico's image) and no "ppp"
+# has nothing to serve on: that stops the start before the watchdog, at the
+# REPL (firmware/app.py), not in a reset loop.
 
 import time
 
-from firmware.board import has_network
+from common.broker.limits import ConfigError
+from firmware.board import has_network, machine_name
 
 NO_ADDRESS = "0.0.0.0"
 RETRY_MAX_MS = 60000
@@ -32,12 +41,23 @@ RETRY_MAX_MS = 60000
 
 def bring_up(cfg, log):
     """Start the watchdog, then the network; the watchdog's feed (or None)."""
+    loopback_only = cfg["host"].startswith("127.") and not cfg["bridge"]
+    ppp = cfg["ppp"]
+    if has_network() and not has_wifi() and ppp is None and not loopback_only:
+        raise ConfigError(
+            '%s has no Wi-Fi and no PPP uplink is configured: nothing to serve on. Add "ppp" to the device'
+            ' config (a modem on a UART, docs/boards.md "PPP uplink"); the REPL is yours' % machine_name()
+        )
     wdt = start_watchdog(cfg["watchdog_ms"], log)
     feed = wdt.feed if wdt is not None else None
     if not has_network():
         log.log(20, "no network module on this port: serving on the host's network")
         return feed
-    if cfg["host"].startswith("127.") and not cfg["bridge"]:
+    if ppp is not None:
+        log.log(20, "uplink %s: PPP over UART %d, dialled once the broker serves" % (ppp["name"], ppp["uart"]))
+        if not cfg["wifi_ssid"] or not has_wifi():
+            return feed
+    if loopback_only:
         # Serving the board's own clients only, no uplink: nothing needs Wi-Fi.
         log.log(20, "Wi-Fi: not brought up (listening on loopback %s only, no bridge)" % cfg["host"])
         return feed
@@ -47,6 +67,13 @@ def bring_up(cfg, log):
         _sleep_fed(delay, feed)
         delay = delay * 2 if delay < RETRY_MAX_MS // 2 else RETRY_MAX_MS
     return feed
+
+
+def has_wifi():
+    """The port's network module has Wi-Fi (network.WLAN)."""
+    import network
+
+    return hasattr(network, "WLAN")
 
 
 def start_watchdog(timeout_ms, log):

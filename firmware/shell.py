@@ -96,6 +96,8 @@ class Server:
         self.heap_next = 0
         self.bridges = []  # (BridgeSettings, SSLContext or None) pairs; firmware/bridge.py runs them
         self.bridge_runners = []
+        self.uplink = None  # the device config's "ppp" settings; firmware/uplink.py runs the link
+        self.uplink_task = None
 
     # ---------------------------------------------------------- lifecycle
 
@@ -123,6 +125,10 @@ class Server:
             from firmware.bridge import start_bridges  # only with bridges: RAM
 
             self.bridge_runners = start_bridges(self, self.bridges)
+        if self.uplink is not None:
+            from firmware.uplink import start_uplink  # only with a PPP uplink: RAM
+
+            self.uplink_task = start_uplink(self, self.uplink)
         s = self.driver.broker.settings
         self.log.log(
             20,
@@ -151,7 +157,7 @@ class Server:
         started = time.ticks_ms()
         for runner in self.bridge_runners:
             runner.stop()
-        for task in (self.accept_task, self.clock_task):
+        for task in (self.accept_task, self.clock_task, self.uplink_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         if self.lsock is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 UNIX32 = REPO_ROOT / "dist" / "unix32" / "micropython"
-BOARD_HEAPS = {"rp2040_picow": "210016", "esp32": "110K"}
+BOARD_HEAPS = {"rp2040_picow": "209260", "esp32": "110K"}
 _HEAP = re.compile(r"^heap t=\d+ free=(\d+) alloc=(\d+)", re.M)
 
 
@@ -40,6 +40,7 @@ def heap_bytes(heap: str) -> int:
 
 def measure(exe: str, board: str, heap: str, timeout: float = 30.0) -> dict[str, int]:
     """Start the frozen firmware with `board`'s settings in `heap`; its first heap line."""
+    exe = str(Path(exe).resolve())  # (it runs in a directory of its own: a relative path would not be found)
     with tempfile.TemporaryDirectory(prefix="siskin-heap-") as tmp:
         work = Path(tmp)
         with socket.socket() as s:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         "--micropython", default=str(UNIX32), help="a MicroPython with Siskin frozen (default: %(default)s)"
     )
     ap.add_argument(
-        "--board", action="append", default=[], help="BOARD=HEAP (default: rp2040_picow=210016, esp32=110K)"
+        "--board", action="append", default=[], help="BOARD=HEAP (default: rp2040_picow=209260, esp32=110K)"
     )
     args = ap.parse_args(argv)
     if not os.access(args.micropython, os.X_OK):

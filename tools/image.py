@@ -15,10 +15,12 @@ which its build makes in place). Everything missing (the checkout, a
 submodule, the version, a compiler, picotool) stops the build before it
 starts, with what to install or set.
 
-- rp2040_picow: ports/rp2, BOARD=RPI_PICO_W, through CMake with the
-  pico-sdk of the checkout (or PICO_SDK_PATH) and a picotool built from
-  source (PICOTOOL_DIR: pico-sdk 2.x needs it to write the .uf2 and would
-  otherwise download and build it). Result: dist/rp2040_picow/siskin-<version>.uf2,
+- rp2040_picow, rp2040_pico: ports/rp2 through CMake with a board folder
+  of this repository (boards/rp2/SISKIN_PICO_W, SISKIN_PICO: MicroPython's
+  RPI_PICO_W and RPI_PICO with lwIP's PPP on, network.PPP), the pico-sdk of
+  the checkout (or PICO_SDK_PATH) and a picotool built from source
+  (PICOTOOL_DIR: pico-sdk 2.x needs it to write the .uf2 and would
+  otherwise download and build it). Result: dist/<board>/siskin-<version>.uf2,
   with the heap size and the flash left read from the ELF's symbols.
 - unix32: ports/unix with MICROPY_FORCE_32BIT=1 (4-byte words and 31-bit
   small ints, as on the boards), the "standard" variant's frozen set
@@ -53,9 +55,13 @@ GET_MICROPY = (
 @dataclass(frozen=True)
 class Image:
     port: str
-    board: str  # MicroPython's board (rp2) or variant (unix)
+    board: str  # MicroPython's board (rp2) or variant (unix) ours is made from
     libs: tuple[str, ...]  # submodules of the checkout the build needs (lib/<name>)
     tools: tuple[str, ...]  # commands the build needs, with the Debian package that has each
+    board_dir: str = ""  # our board folder (rp2), relative to this repository
+
+    def board_folder(self) -> Path:
+        return REPO_ROOT / self.board_dir
 
 
 # lib/<name> -> a file that is there once the submodule is checked out.
@@ -81,10 +87,13 @@ IMAGES = {
         "RPI_PICO_W",
         ("pico-sdk", "tinyusb", "cyw43-driver", "lwip", "mbedtls", "btstack", "micropython-lib"),
         RP2_TOOLS,
+        "boards/rp2/SISKIN_PICO_W",
     ),
-    # The plain Pico: the same RP2040 without the CYW43 and without `network`
-    # (a serial-only broker; make test-emu boots it).
-    "rp2040_pico": Image("rp2", "RPI_PICO", ("pico-sdk", "tinyusb", "mbedtls", "micropython-lib"), RP2_TOOLS),
+    # The plain Pico: the same RP2040 without the CYW43; its only network is
+    # PPP over a UART (a modem gateway; make test-emu serves clients over it).
+    "rp2040_pico": Image(
+        "rp2", "RPI_PICO", ("pico-sdk", "tinyusb", "lwip", "mbedtls", "micropython-lib"), RP2_TOOLS, "boards/rp2/SISKIN_PICO"
+    ),
     "unix32": Image("unix", "standard", ("mbedtls", "micropython-lib"), ("make", "gcc")),
 }
 
@@ -163,6 +172,16 @@ def elf_symbols(elf: Path) -> dict[str, int]:
     return symbols
 
 
+def storage_bytes(name: str) -> int:
+    """MICROPY_HW_FLASH_STORAGE_BYTES of our board folder for image `name`:
+    the file system at the end of the flash."""
+    header = IMAGES[name].board_folder() / "mpconfigboard.h"
+    found = re.search(r"#define MICROPY_HW_FLASH_STORAGE_BYTES\s+\((\d+) \* 1024\)", header.read_text())
+    if found is None:
+        raise fail(f"no MICROPY_HW_FLASH_STORAGE_BYTES in {header}")
+    return int(found.group(1)) * 1024
+
+
 def build_rp2(
     name: str, root: Path, pico_sdk: str | None, picotool: str | None, out_root: Path, build_root: Path, jobs: int
 ) -> Path:
@@ -187,8 +206,8 @@ def build_rp2(
             "-B",
             str(build),
             "-DPICO_BUILD_DOCS=0",
-            f"-DMICROPY_BOARD={image.board}",
-            f"-DMICROPY_BOARD_DIR={port / 'boards' / image.board}",
+            f"-DMICROPY_BOARD={image.board_folder().name}",
+            f"-DMICROPY_BOARD_DIR={image.board_folder()}",
             f"-DMICROPY_FROZEN_MANIFEST={MANIFEST}",
             f"-DPICO_SDK_PATH_OVERRIDE={sdk}",
             f"-Dpicotool_DIR={config}",
@@ -196,19 +215,21 @@ def build_rp2(
         log,
     )
     run(["cmake", "--build", str(build), "-j", str(jobs)], log)
+    sym = elf_symbols(build / "firmware.elf")
+    heap = sym["__GcHeapEnd"] - sym["__GcHeapStart"]
+    # The file system takes the end of the flash (its size is in our board
+    # header); the image the rest, and the two must not overlap.
+    firmware_region = sym["__micropy_flash_size__"] - storage_bytes(name)
+    flash_left = firmware_region - (sym["__flash_binary_end"] - sym["__flash_binary_start"])
+    if flash_left < 0:
+        raise fail(
+            f"the image overlaps the file system by {-flash_left} B: lower MICROPY_HW_FLASH_STORAGE_BYTES "
+            f"in {image.board_folder() / 'mpconfigboard.h'}"
+        )
     dest = out_root / name
     dest.mkdir(parents=True, exist_ok=True)
     uf2 = dest / f"siskin-{VERSION}.uf2"
     shutil.copyfile(build / "firmware.uf2", uf2)
-    sym = elf_symbols(build / "firmware.elf")
-    heap = sym["__GcHeapEnd"] - sym["__GcHeapStart"]
-    # The file system takes the end of the flash; the firmware the rest.
-    board_h = (port / "boards" / image.board / "mpconfigboard.h").read_text()
-    storage = re.search(r"#define MICROPY_HW_FLASH_STORAGE_BYTES\s+\((\d+) \* 1024\)", board_h)
-    if storage is None:
-        raise fail(f"no MICROPY_HW_FLASH_STORAGE_BYTES in the {image.board} board header")
-    firmware_region = sym["__micropy_flash_size__"] - int(storage.group(1)) * 1024
-    flash_left = firmware_region - (sym["__flash_binary_end"] - sym["__flash_binary_start"])
     print(
         f"{uf2}: {uf2.stat().st_size} bytes; MicroPython heap {heap} B; flash left before the file system {flash_left} B"
     )

@@ -70,6 +70,7 @@ A silent upstream (an ack or PINGRESP owed for `stall_timeout`) is shown
 "stalled"; after `keepalive` seconds of that silence it is dropped.
 """
 
+from common.backoff import backoff_ms
 from common.bridge.profiles import profile_named
 from common.bridge.rules import IN, OUT, Rule
 from common.client.client import CONNECTED, DISCONNECTED, RECEIVED, Client
@@ -550,13 +551,8 @@ class Bridge:
 
     def back_off(self, ms):
         """The next attempt after the back-off for the failures so far."""
-        delay = self.backoff_min_ms << min(self.failures, 16)
-        if delay > self.backoff_max_ms:
-            delay = self.backoff_max_ms
-        half = delay >> 1
-        r = self.entropy(2)
-        jitter = ((r[0] << 8) | r[1]) * half // 65535
-        self.retry_at = ticks_deadline(ms, half + jitter)
+        delay = backoff_ms(self.backoff_min_ms, self.backoff_max_ms, self.failures, self.entropy)
+        self.retry_at = ticks_deadline(ms, delay)
         self._state()
 
     def _up_connected(self, present):

@@ -236,10 +236,12 @@ LAYERS = {
     "compat": 0,  # platform shims
     "mqtt": 1,  # the wire: codec, packets, properties, reason codes
     "crypto": 1,  # AES-GCM, HKDF, HMAC, SCRAM
+    "backoff": 1,  # the back-off between attempts (the bridge's reconnects, the uplink's redials)
     "broker": 2,  # the state machine
     "client": 2,  # the MQTT client (the bridge's two ends)
     "store": 3,  # records, backends, the persistence listener
     "bridge": 3,  # store-and-forward to an upstream broker
+    "uplink": 3,  # the PPP uplink's dial-up script and supervisor
     "driver": 4,  # what both shells would otherwise repeat
     "turns": 5,  # fairness between connections, for a shell that reads many at once
     "startup": 5,  # the start-up both shells run (assemble, restore, security lines)

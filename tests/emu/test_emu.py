@@ -49,7 +49,7 @@ def test_fresh_flash_first_boot_uses_the_built_in_defaults_and_claims_no_address
     # Before: "/siskin.json: cannot read ([Errno 2] ENOENT)", the board
     # stopped; with a config it claimed "access point 'siskin-setup' up,
     # address 0.0.0.0" and "listening on 0.0.0.0:1883" with the CYW43 dead.
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W") as b:
+    with board(tmp_path, PICOW_UF2, "rp2040_picow") as b:
         b.expect(r"no /siskin\.json: the built-in defaults", ms=5000)
         b.expect(r"Raspberry Pi Pico W with RP2040: rp2040_picow \(recognised\)", ms=1000)
         b.expect(r"restored 0 sessions", ms=5000)
@@ -68,7 +68,7 @@ def test_fresh_flash_first_boot_uses_the_built_in_defaults_and_claims_no_address
 
 
 def test_configured_boot_listens_and_reports_its_heap(tmp_path: Path) -> None:
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", config_files()) as b:
+    with board(tmp_path, PICOW_UF2, "rp2040_picow", config_files()) as b:
         b.expect(r"Wi-Fi: not brought up \(listening on loopback", ms=10_000)
         b.expect(r"listening on 127\.0\.0\.1:1883", ms=5000)
         free, alloc = (int(g) for g in re.search(HEAP_LINE, b.expect(HEAP_LINE, ms=3000)).groups())  # type: ignore[union-attr]
@@ -78,7 +78,7 @@ def test_configured_boot_listens_and_reports_its_heap(tmp_path: Path) -> None:
 
 
 def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", selftest_files()) as b:
+    with board(tmp_path, PICOW_UF2, "rp2040_picow", selftest_files()) as b:
         start = b.expect(r"SELFTEST heap start free=(\d+) alloc=(\d+)", ms=60_000)
         assert "Traceback" not in start, start
         b.expect(r"SELFTEST delivered 100 retained 1", ms=120_000)
@@ -105,14 +105,14 @@ def test_core_self_test_then_the_store_survives_a_reset(tmp_path: Path) -> None:
         assert free > 0.3 * (free + alloc), (free, alloc)
         flash = tmp_path / "flash.bin"
         b.save_flash(flash)
-    files_after = read_fs_files(LAYOUTS["RPI_PICO_W"], flash.read_bytes())
+    files_after = read_fs_files(LAYOUTS["rp2040_picow"], flash.read_bytes())
     assert "main.py" not in files_after and "siskin.store" in files_after
 
 
 def test_a_stop_at_start_up_stays_stopped_through_three_watchdog_periods(tmp_path: Path) -> None:
     # Before: the watchdog (watchdog_ms 8000) started first and reset the
     # stopped board 8 s later, into the same stop: a reset loop.
-    with board(tmp_path, PICOW_UF2, "RPI_PICO_W", config_files(storage="/no-such-dir/siskin.store")) as b:
+    with board(tmp_path, PICOW_UF2, "rp2040_picow", config_files(storage="/no-such-dir/siskin.store")) as b:
         b.expect(r"cannot be opened", ms=10_000)
         b.expect(r">>> ", ms=2000)
         b.run(3 * WATCHDOG_MS + 1000)
@@ -121,11 +121,14 @@ def test_a_stop_at_start_up_stays_stopped_through_three_watchdog_periods(tmp_pat
         assert b.exec_raw("print(6 * 7)", ms=2000).strip() == "42"
 
 
-def test_plain_pico_is_serial_only_without_a_reboot_loop(tmp_path: Path) -> None:
+def test_plain_pico_without_an_uplink_stops_at_the_repl_without_a_reboot_loop(tmp_path: Path) -> None:
     # Before: sys.exit(2) in _stop without `network`: MicroPython soft-reboots
-    # into main.py again, for ever.
-    with board(tmp_path, PICO_UF2, "RPI_PICO") as b:
-        b.expect(r"serial-only: Raspberry Pi Pico with RP2040 has no network stack", ms=10_000)
+    # into main.py again, for ever. The plain Pico's image has lwIP and
+    # network.PPP now but no Wi-Fi: with no "ppp" in the device config there
+    # is nothing to serve on, which stops the start before the watchdog.
+    with board(tmp_path, PICO_UF2, "rp2040_pico") as b:
+        b.expect(r"Raspberry Pi Pico with RP2040: rp2040_picow \(recognised\)", ms=10_000)
+        b.expect(r"Raspberry Pi Pico with RP2040 has no Wi-Fi and no PPP uplink is configured", ms=10_000)
         b.expect(r">>> ", ms=2000)
         b.run(3 * WATCHDOG_MS)
         assert "soft reboot" not in b.console().lower() and b.resets == 0, b.console()

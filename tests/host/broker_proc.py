@@ -444,6 +444,7 @@ class Paho:
         username: str | None = None,
         password: str | None = None,
         protocol: int = 4,
+        host: str = "127.0.0.1",
     ) -> None:
         import queue
         import threading
@@ -452,6 +453,7 @@ class Paho:
         from paho.mqtt.enums import CallbackAPIVersion
 
         self.port = port
+        self.host = host
         self.messages: queue.Queue[Any] = queue.Queue()
         self.connected = threading.Event()
         self.disconnected = threading.Event()
@@ -493,7 +495,7 @@ class Paho:
             self.sub_event.notify_all()
 
     def connect(self, timeout: float = 5.0) -> Paho:
-        self.client.connect("127.0.0.1", self.port, keepalive=self.keep_alive)
+        self.client.connect(self.host, self.port, keepalive=self.keep_alive)
         self.client.loop_start()
         if not self.connected.wait(timeout):
             raise AssertionError("paho client did not get CONNACK")

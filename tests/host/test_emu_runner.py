@@ -27,7 +27,7 @@ def test_runner_unit_tests_pass() -> None:
     assert node is not None
     proc = subprocess.run([node, "--test", "tools/emu/"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "# pass 8" in proc.stdout and "# fail 0" in proc.stdout, proc.stdout
+    assert "# pass 12" in proc.stdout and "# fail 0" in proc.stdout, proc.stdout
 
 
 def test_fs_image_round_trip_at_the_boards_offsets() -> None:

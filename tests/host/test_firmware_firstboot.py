@@ -29,6 +29,7 @@ from tests.conftest import REPO_ROOT
     ("machine", "board"),
     [
         ("Raspberry Pi Pico W with RP2040", "rp2040_picow"),
+        ("Raspberry Pi Pico with RP2040", "rp2040_picow"),  # the plain Pico: the same chip, lwIP and sockets
         ("Generic ESP32 module with ESP32", "esp32"),
         ("Generic ESP32 module with SPIRAM with ESP32", "esp32_psram"),
         ("ESP32S3 module with SPIRAM with ESP32S3", "esp32_psram"),

@@ -36,6 +36,7 @@ class EmuBoard:
         files: dict[str, bytes] | None = None,
         flash: Path | None = None,
         workdir: Path | None = None,
+        uart0: Path | None = None,
     ) -> None:
         node = shutil.which("node")
         if node is None:
@@ -43,6 +44,8 @@ class EmuBoard:
         cmd = [node, str(RUNNER), "--bootrom", str(bootrom), "--uf2", str(uf2)]
         if flash is not None:
             cmd += ["--flash", str(flash)]
+        if uart0 is not None:
+            cmd += ["--uart0", str(uart0)]  # a Unix socket: the PPP peer (tools/emu/ppp_peer.py)
         if files is not None:
             if workdir is None:
                 raise EmuError("files need a workdir for the file-system image")
@@ -86,6 +89,10 @@ class EmuBoard:
 
     def run(self, ms: int) -> str:
         return str(self.command("run", ms=ms)["text"])
+
+    def serve(self, ms: int) -> str:
+        """Run `ms` emulated ms with the UART's host side served meanwhile; the console output."""
+        return str(self.command("serve", ms=ms)["text"])
 
     def send(self, data: str) -> None:
         self.command("send", data=data)

@@ -1,7 +1,7 @@
 """The littlefs image MicroPython's rp2 port mounts at `/`, made on the host.
 
 MicroPython's rp2 `_boot.py` mounts `rp2.Flash()` (the end of the flash:
-MICROPY_HW_FLASH_STORAGE_BYTES of the board) as littlefs v2 with 4 KB blocks
+MICROPY_HW_FLASH_STORAGE_BYTES of our board folder) as littlefs v2 with 4 KB blocks
 and `progsize=256`, and formats it when the mount fails. An image made here
 with the same geometry (littlefs-python, PyPI) and written at that offset
 is a board whose files were copied before it booted.
@@ -10,6 +10,8 @@ is a board whose files were copied before it booted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tools.image import storage_bytes
 
 FLASH_BYTES = 2 * 1024 * 1024
 BLOCK = 4096
@@ -28,11 +30,8 @@ class FsLayout:
         return self.storage_bytes // BLOCK
 
 
-# ports/rp2/boards/<BOARD>/mpconfigboard.h of MicroPython v1.28.0
-LAYOUTS = {
-    "RPI_PICO_W": FsLayout(848 * 1024),
-    "RPI_PICO": FsLayout(1408 * 1024),
-}
+# image name -> its file system, as our board folder sets it (boards/rp2/*/mpconfigboard.h)
+LAYOUTS = {name: FsLayout(storage_bytes(name)) for name in ("rp2040_picow", "rp2040_pico")}
 
 
 def make_fs_image(layout: FsLayout, files: dict[str, bytes]) -> bytes:

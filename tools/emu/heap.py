@@ -41,7 +41,7 @@ from tools.emu.board import EmuBoard  # noqa: E402
 from tools.emu.fsimage import LAYOUTS  # noqa: E402
 
 BOARD = "rp2040_picow"
-IMAGE_HEAP = "210016"  # the Pico W image's heap (tools/image.py prints it): the stand-in's -X heapsize
+IMAGE_HEAP = "209260"  # the Pico W image's heap (tools/image.py prints it): the stand-in's -X heapsize
 CONFIGURED = {"host": "127.0.0.1", "server": {"heap_report": 1}}
 HEAP_LINE = r"heap t=\d+ free=(\d+) alloc=(\d+)"
 SELFTEST_HEAP = r"SELFTEST heap %s free=(\d+) alloc=(\d+)"
@@ -74,7 +74,7 @@ def _numbers(pattern: str, text: str) -> tuple[int, int]:
 def after_start(uf2: Path, bootrom: Path) -> dict[str, int]:
     """The configured image's first heap line: free, alloc, and t_ms (emulated)."""
     with tempfile.TemporaryDirectory(prefix="siskin-emu-") as tmp:
-        with EmuBoard(uf2, bootrom, LAYOUTS["RPI_PICO_W"], files=config_files(), workdir=Path(tmp)) as b:
+        with EmuBoard(uf2, bootrom, LAYOUTS["rp2040_picow"], files=config_files(), workdir=Path(tmp)) as b:
             b.expect(r"listening on 127\.0\.0\.1:1883", ms=15_000)
             free, alloc = _numbers(HEAP_LINE, b.expect(HEAP_LINE, ms=3000))
             return {"free": free, "alloc": alloc, "t_ms": b.t_ms}
@@ -83,7 +83,7 @@ def after_start(uf2: Path, bootrom: Path) -> dict[str, int]:
 def core_selftest(uf2: Path, bootrom: Path) -> dict[str, int]:
     """The self-test's heap: once its broker is made, and at the limits."""
     with tempfile.TemporaryDirectory(prefix="siskin-emu-") as tmp:
-        with EmuBoard(uf2, bootrom, LAYOUTS["RPI_PICO_W"], files=selftest_files(), workdir=Path(tmp)) as b:
+        with EmuBoard(uf2, bootrom, LAYOUTS["rp2040_picow"], files=selftest_files(), workdir=Path(tmp)) as b:
             start = _numbers(SELFTEST_HEAP % "start", b.expect(SELFTEST_HEAP % "start", ms=60_000))
             limits = _numbers(SELFTEST_HEAP % "limits", b.expect(SELFTEST_HEAP % "limits", ms=240_000))
             b.expect(r"SELFTEST ok", ms=30_000)
@@ -104,7 +104,7 @@ def table(real: dict[str, int], core: dict[str, int], standin: dict[str, int] | 
             f"BOARD=rp2040_picow`) in rp2040js, {total:,} B of heap as `gc.mem_free() + gc.mem_alloc()` count it:"
         ),
         "",
-        "| Pico W image, `boards/rp2040_picow.json` | real image (emulated RP2040) | 32-bit unix stand-in (same code, `-X heapsize=210016`) | real - stand-in |",
+        f"| Pico W image, `boards/rp2040_picow.json` | real image (emulated RP2040) | 32-bit unix stand-in (same code, `-X heapsize={IMAGE_HEAP}`) | real - stand-in |",
         "|---|---|---|---|",
     ]
     if standin is not None:
@@ -136,12 +136,13 @@ def table(real: dict[str, int], core: dict[str, int], standin: dict[str, int] | 
     return "\n".join(lines)
 
 
-def write(path: Path, text: str) -> None:
+def write(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace what lies between the markers `begin` and `end` of `path` (markers included) by `text`."""
     doc = path.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"tools/emu/heap: {path} has no {BEGIN} ... {END} markers")
-    head, rest = doc.split(BEGIN, 1)
-    path.write_text(head + text + rest.split(END, 1)[1])
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"tools/emu: {path} has no {begin} ... {end} markers")
+    head, rest = doc.split(begin, 1)
+    path.write_text(head + text + rest.split(end, 1)[1])
 
 
 def main(argv: list[str] | None = None) -> int:

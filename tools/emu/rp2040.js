@@ -50,6 +50,7 @@
 'use strict';
 
 const { RP2040, USBCDC } = require('rp2040js');
+const { UartModel } = require('./uart.js');
 
 const FLASH_BASE = 0x10000000;
 const FLASH_BYTES = 2 * 1024 * 1024; // the Pico's W25Q16 (2 MB)
@@ -158,6 +159,8 @@ class Board {
     this.nanosBefore = 0; // emulated time of the boots before this one
     this.pendingReset = null;
     this.logger = new QuietLogger();
+    this.uartHost = null; // {write(byte)}: the host at UART0's other end (tools/emu/uart.js), or none
+    this.uart0 = null;
   }
 
   get nanos() {
@@ -193,6 +196,8 @@ class Board {
         this.feedConsole();
       }
     };
+    // A reset drops what was on the wire: the new chip's UART starts empty.
+    this.uart0 = this.uartHost ? new UartModel(mcu, 0, this.uartHost) : null;
     mcu.core.reset(); // SP and PC from the ROM's vectors
     mcu.core.PC = FLASH_BASE; // then straight to boot2 (see the header)
   }
@@ -233,6 +238,11 @@ class Board {
     const chunk = Uint8Array.from(this.input.splice(0, this.armedRead));
     this.armedRead = 0;
     this.mcu.usbCtrl.endpointReadDone(this.cdc.outEndpoint, chunk);
+  }
+
+  /** Bytes from the host for UART0's RX (paced at its baud rate). */
+  feedUart(bytes) {
+    if (this.uart0) this.uart0.feed(bytes);
   }
 
   takeOutput() {

@@ -3,10 +3,14 @@
 // with one JSON command per line on stdin; each gets one JSON line back.
 //
 //   node tools/emu/run.js --bootrom bootrom.bin --uf2 firmware.uf2 [--fs OFFSET:FILE ...] [--flash FILE]
+//       [--uart0 SOCKET]
 //
 // --flash starts from a whole flash image saved by `save_flash` (the .uf2 is
 // then written over it, as a copy to the BOOTSEL drive would); --fs writes a
-// file (a littlefs image) at a byte offset of the flash.
+// file (a littlefs image) at a byte offset of the flash. --uart0 connects
+// UART0 (GP0 TX, GP1 RX; tools/emu/uart.js) to a Unix socket: what the chip
+// sends goes there, what comes from it is the chip's RX (a PPP peer,
+// tools/emu/ppp_peer.py).
 //
 // Commands (times are emulated milliseconds; every answer has t_ms, the
 // emulated time since power-on, and resets, the resets so far):
@@ -15,6 +19,8 @@
 //       most N ms: {"found": bool, "text": the consumed (or, not found, the
 //       pending) output}
 //   {"op": "run", "ms": N}        run N ms: {"text": the output meanwhile}
+//   {"op": "serve", "ms": N}      run N ms in 1 ms slices, the UART socket
+//       served between them (so the host side talks to the chip meanwhile)
 //   {"op": "send", "data": STR}   queue console input (latin-1 bytes)
 //   {"op": "reset"}               reset the chip (the RUN pin): flash kept
 //   {"op": "save_flash", "path": FILE}
@@ -24,6 +30,7 @@
 'use strict';
 
 const fs = require('fs');
+const net = require('net');
 const readline = require('readline');
 const { Board, loadUf2 } = require('./rp2040.js');
 
@@ -35,6 +42,7 @@ function parseArgs(argv) {
     if (key === '--bootrom') opts.bootrom = value;
     else if (key === '--uf2') opts.uf2 = value;
     else if (key === '--flash') opts.flash = value;
+    else if (key === '--uart0') opts.uart0 = value;
     else if (key === '--fs') {
       const [offset, file] = [value.slice(0, value.indexOf(':')), value.slice(value.indexOf(':') + 1)];
       opts.fs.push({ offset: Number(offset), file });
@@ -46,9 +54,29 @@ function parseArgs(argv) {
   return opts;
 }
 
+/** UART0 to a Unix socket: the chip's bytes batched per turn of Node's loop. */
+function connectUart(board, path) {
+  const sock = net.createConnection(path);
+  let out = [];
+  board.uartHost = {
+    write(byte) {
+      out.push(byte);
+    },
+  };
+  sock.on('data', (data) => board.feedUart(data));
+  sock.on('error', (e) => process.stderr.write(`uart0: ${e}\n`));
+  return () => {
+    if (out.length) {
+      sock.write(Buffer.from(out));
+      out = [];
+    }
+  };
+}
+
 function main() {
   const opts = parseArgs(process.argv.slice(2));
   const board = new Board(fs.readFileSync(opts.bootrom));
+  const flushUart = opts.uart0 ? connectUart(board, opts.uart0) : () => {};
   if (opts.flash) board.flash.set(fs.readFileSync(opts.flash));
   const blocks = loadUf2(fs.readFileSync(opts.uf2), board.flash);
   for (const { offset, file } of opts.fs) board.flash.set(fs.readFileSync(file), offset);
@@ -70,6 +98,7 @@ function main() {
         match = re.exec(pending);
         return match !== null;
       });
+      flushUart();
       if (!found) return { found, text: pending };
       const end = match.index + match[0].length;
       const text = pending.slice(0, end);
@@ -78,6 +107,7 @@ function main() {
     },
     run({ ms }) {
       board.run(board.nanos + ms * 1e6);
+      flushUart();
       drain();
       const text = pending;
       pending = '';
@@ -100,6 +130,27 @@ function main() {
       return { flash_ops: board.flashOps, warnings: board.logger.warnings, reset_log: board.resets };
     },
   };
+  // serve: emulated time in 1 ms slices, Node's loop (the UART's socket) turned between them.
+  const serve = ({ ms }) =>
+    new Promise((resolve, reject) => {
+      const until = board.nanos + ms * 1e6;
+      const step = () => {
+        try {
+          board.run(Math.min(until, board.nanos + 1e6));
+          flushUart();
+        } catch (e) {
+          reject(e);
+          return;
+        }
+        if (board.nanos >= until) {
+          drain();
+          const text = pending;
+          pending = '';
+          resolve({ text });
+        } else setImmediate(step);
+      };
+      step();
+    });
   reply({ ready: true, uf2_blocks: blocks });
   const rl = readline.createInterface({ input: process.stdin });
   rl.on('line', (line) => {
@@ -108,6 +159,10 @@ function main() {
     try {
       cmd = JSON.parse(line);
       if (cmd.op === 'quit') process.exit(0);
+      if (cmd.op === 'serve') {
+        serve(cmd).then(reply, (e) => reply({ error: String(e && e.stack ? e.stack : e) }));
+        return;
+      }
       if (!commands[cmd.op]) throw new Error(`unknown op ${JSON.stringify(cmd.op)}`);
       reply(commands[cmd.op](cmd));
     } catch (e) {
