@@ -71,17 +71,13 @@ A silent upstream (an ack or PINGRESP owed for `stall_timeout`) is shown
 """
 
 from common.backoff import backoff_ms
+from common.bridge.figures import Figures
 from common.bridge.profiles import profile_named
 from common.bridge.rules import IN, OUT, Rule
+from common.bridge.sides import LocalSide, UpSide
 from common.client.client import CONNECTED, DISCONNECTED, RECEIVED, Client
 from common.compat import ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
-
-SYS_PREFIX = "$SYS/broker/bridge/"
-
-# States, as $SYS says them (client states, then the one of the bridge's own)
-STATE_NAMES = ("disconnected", "connecting", "connected")
-STALLED = "stalled"  # connected, an answer overdue
 
 # v5 properties of a local delivery not to forward: they are this hop's.
 _HOP_PROPS = (C.PROP_SUBSCRIPTION_IDENTIFIER, C.PROP_TOPIC_ALIAS)
@@ -119,67 +115,7 @@ def rules_of(settings):
     return [Rule(r["direction"], r["local"], r["remote"], r["qos"], r["retain"]) for r in settings.topics]
 
 
-class _LocalSide:
-    """The handler of the `local` client (methods, no closures)."""
-
-    def __init__(self, bridge):
-        self.b = bridge
-
-    def on_connected(self, present):
-        self.b._local_connected(present)
-
-    def on_refused(self, reason):
-        self.b._local_failed("the local broker refused the bridge's session (0x%02x)" % reason)
-
-    def on_message(self, pkt):
-        self.b._outbound(pkt)
-
-    def on_delivered(self, token, reason):
-        self.b._stored_locally(token, reason)
-
-    def on_completed(self, token):
-        pass  # (the local client does not hold its PUBRELs)
-
-    def on_release(self, pid):
-        self.b._local_release(pid)
-
-    def on_suback(self, pid, reasons):
-        self.b._local_suback(pid, reasons)
-
-    def on_closed(self, why):
-        self.b._local_failed(why)
-
-
-class _UpSide:
-    def __init__(self, bridge):
-        self.b = bridge
-
-    def on_connected(self, present):
-        self.b._up_connected(present)
-
-    def on_refused(self, reason):
-        self.b._up_refused(reason)
-
-    def on_message(self, pkt):
-        self.b._inbound(pkt)
-
-    def on_delivered(self, token, reason):
-        self.b._delivered_up(token, reason)
-
-    def on_completed(self, token):
-        self.b._completed_up(token)
-
-    def on_release(self, pid):
-        pass  # (the upstream client answers PUBREL itself)
-
-    def on_suback(self, pid, reasons):
-        self.b._suback("upstream", reasons)
-
-    def on_closed(self, why):
-        self.b.close_wanted = why
-
-
-class Bridge:
+class Bridge(Figures):
     def __init__(self, settings, log, entropy):
         """`settings`: a BridgeSettings (settings.py, checked); `log(level,
         text)`; `entropy(n)`: n random bytes."""
@@ -194,7 +130,7 @@ class Bridge:
         p = self.profile
         level = p.level or s.protocol
         self.max_qos = p.max_qos
-        up = self.up = Client(_UpSide(self), s.client_id or "siskin-" + s.name, level, s.clean_session)
+        up = self.up = Client(UpSide(self), s.client_id or "siskin-" + s.name, level, s.clean_session)
         up.keep_alive = s.keepalive
         # A v5 upstream gets No Local instead; some refuse the bit (profiles).
         up.bridge = s.bridge_bit and p.bridge_bit and level == 4
@@ -204,7 +140,7 @@ class Bridge:
         up.stall_ms = int(s.stall_timeout * 1000)
         up.pids_from_tokens = True  # the local packet id upstream too (theory above)
         up.hold_release = True
-        local = self.local = Client(_LocalSide(self), s.local_client_id or "siskin-bridge-" + s.name, 5, False)
+        local = self.local = Client(LocalSide(self), s.local_client_id or "siskin-bridge-" + s.name, 5, False)
         local.keep_alive = 0
         local.session_expiry = C.U32_MAX
         local.max_inflight = s.window
@@ -676,62 +612,3 @@ class Bridge:
                 )
             self._state()
         return due
-
-    # --------------------------------------------------------------- figures
-
-    def _state(self):
-        self.state_changed = True
-
-    def state_name(self):
-        if self.paused and self.up.state == DISCONNECTED:
-            return "paused"
-        if self.stalled and self.up.state == CONNECTED:
-            return STALLED
-        return STATE_NAMES[self.up.state]
-
-    def health(self, ms):
-        """(in flight upstream, the upstream's window, s since the last upstream
-        ack or -1): the link's figures besides the counters."""
-        up = self.up
-        since = ticks_diff(ms, up.acked_at) // 1000 if up.acked_at else -1
-        return len(up.inflight), up.window_max, since
-
-    def update_rate(self, ms):
-        """The send rate since the last call (at least a second ago)."""
-        at, sent = self.rate_mark
-        elapsed = ticks_diff(ms, at)
-        if at and elapsed < 1000:
-            return
-        if at:
-            self.rate = (self.sent - sent) * 1000 // elapsed
-        self.rate_mark = (ms or 1, self.sent)
-
-    def sys_values(self, queued, queued_bytes, ms, oldest=-1):
-        """(topic, text) for $SYS; `queued`/`queued_bytes`: the local session's
-        queue, `oldest`: the age in s of its oldest message (-1 none: the
-        shell reads them)."""
-        base = SYS_PREFIX + self.name + "/"
-        up = self.up
-        inflight, window, since = self.health(ms)
-        self.update_rate(ms)
-        return [
-            (base + "state", self.state_name()),
-            # (an empty retained payload would clear the topic: "-" for none)
-            (base + "address", self.address if up.state == CONNECTED else "-"),
-            (base + "queued", str(queued + len(up.queue))),
-            (base + "queued_bytes", str(queued_bytes)),
-            (base + "oldest_queued_age", str(oldest) if oldest >= 0 else "-"),
-            (base + "inflight", str(inflight)),
-            (base + "inflight_max", str(window) if up.state == CONNECTED else "-"),
-            (base + "last_ack_age", str(since) if since >= 0 else "-"),
-            (base + "send_rate", str(self.rate)),
-            (base + "sent", str(self.sent)),
-            (base + "received", str(self.received)),
-            (base + "dead_lettered", str(self.dead_lettered)),
-            (base + "dropped", str(self.dropped)),
-            (base + "retried", str(up.retried)),
-            (base + "faults", str(self.faults)),
-            (base + "restarts", str(self.restarts)),
-            (base + "last_error", self.last_error or "-"),
-            (base + "refused_subscriptions", " ".join([t[0] for t in self.refused]) or "-"),
-        ]

@@ -80,7 +80,13 @@ def test_flooders_are_held_back_then_closed(tmp_path: Path) -> None:
         watcher = Paho(b.port, "watch", protocol=5).connect()
         watcher.client.on_message = lambda c, u, m: values.__setitem__(m.topic, m.payload.decode())
         watcher.subscribe("$SYS/broker/clients/#", 0)
-        wait_until(lambda: values.get("$SYS/broker/clients/closed/rate_limited") == "2", 15, "closed_rate_limited 2")
+        # (The retained $SYS topics arrive one by one: wait for both.)
+        wait_until(
+            lambda: values.get("$SYS/broker/clients/closed/rate_limited") == "2"
+            and "$SYS/broker/clients/rate_held/messages" in values,
+            15,
+            lambda: f"closed_rate_limited 2 and rate_held/messages: {values}",
+        )
         assert int(values["$SYS/broker/clients/rate_held/messages"]) >= 2
         for p in (counter, bystander, watcher):
             p.close()
