@@ -35,7 +35,7 @@ from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Conn
 from common.broker.listener import StateListener
 from common.broker.output import Output
 from common.broker.route import REASON_MASK, TopicCache, route
-from common.broker.routing import Routing
+from common.broker.routing_table import Routing
 from common.broker.session import Sessions
 from common.broker.stats import Stats
 from common.broker.topics import parse_shared

@@ -1,4 +1,5 @@
-# Who gets a message: the subscriptions it matches, one delivery per session.
+# Routing one message (the act; routing_table.py holds the table it reads):
+# who gets it, the subscriptions it matches, one delivery per session.
 #
 # Theory of operation. route() looks up the subscriptions whose filter
 # matches the topic (in the topic's TopicCache entry while the trie has not

@@ -1,4 +1,6 @@
-# The routing part of the broker: where a message goes and what it is held in.
+# The routing table of the broker (Broker.routing): what a message is routed
+# by and held in. It decides nothing about a message; routing one is
+# route.py's job, which reads this table.
 #
 # It owns the subscription trie (normal subscriptions, and one SharedGroup
 # per `$share/{name}/{filter}` in place of its members), the retained store,
