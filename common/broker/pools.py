@@ -123,7 +123,7 @@ class MessagePool:
 
 
 # The first slots of a ring made empty (initial 0).
-RING_FIRST = const(4)
+_RING_FIRST = const(4)
 
 
 class Ring:
@@ -131,7 +131,7 @@ class Ring:
 
     __slots__ = ("buf", "cap", "count", "head")
 
-    def __init__(self, cap, initial=RING_FIRST):
+    def __init__(self, cap, initial=_RING_FIRST):
         self.cap = cap
         size = initial if initial < cap else cap
         self.buf = [None] * size if size > 0 else ()
@@ -182,7 +182,7 @@ class Ring:
 
     def _grow(self):
         old = self.items()
-        size = len(self.buf) * 2 or RING_FIRST
+        size = len(self.buf) * 2 or _RING_FIRST
         if size > self.cap:
             size = self.cap
         self.buf = old + [None] * (size - len(old))
