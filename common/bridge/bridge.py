@@ -199,6 +199,12 @@ class Bridge(Figures):
         # Held, what the local session handed over before (its start-up
         # connection, a window in flight) stays in `up`'s queue too.
         up.held = self.state_topic is not None
+        self.notifier = None  # notify.Notifier: the link's state published (notifications), None off
+        if s.notifications:
+            from common.bridge.notify import Notifier, notification_topic
+
+            self.notifier = Notifier(notification_topic(s, up.client_id), not s.notifications_local_only)
+            self.notifier.arm(up)
 
     # ------------------------------------------------------------ local side
 
@@ -514,6 +520,8 @@ class Bridge(Figures):
             topics.append((self.state_topic, 1 | C.SUBOPT_NO_LOCAL if v5 else 1))
         if topics:
             self.up.subscribe(topics)
+        if self.notifier is not None:
+            self.notifier.tell_upstream(self.up, True)
         self._state()
 
     def _host_state(self, payload):

@@ -231,6 +231,8 @@ bridge_outgoing_retain false
 connection second
 address 10.0.0.2
 topic # in
+notification_topic gw/second/link
+notifications_local_only true
 """
 
 
@@ -241,6 +243,7 @@ def test_bridges_are_converted(tmp_path: Path) -> None:
     certs = str(tmp_path / "certs")
     assert {k: v for k, v in cloud.items() if k != "topic"} == {
         "name": "cloud",
+        "notifications": False,
         "addresses": ["broker.example.com:8883", "backup.example.com:1883"],
         "client_id": "gw-7",
         "username": "gw",
@@ -263,13 +266,18 @@ def test_bridges_are_converted(tmp_path: Path) -> None:
         {"pattern": "", "direction": "out", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw", "retain": False},
         {"pattern": "", "direction": "in", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw"},
     ]  # fmt: skip
-    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0.
+    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0, notifications on.
     assert second["client_id"] == f"{socket.gethostname()}.second" and second["addresses"] == ["10.0.0.2:1883"]
+    assert (second["notifications"], second["notification_topic"], second["notifications_local_only"]) == (
+        True,
+        "gw/second/link",
+        True,
+    )
     assert second["topic"] == [{"pattern": "#", "direction": "in", "qos": 0}]
     notes = "\n".join(conv.notes)
-    for option in ("bridge_tls_version", "notifications", "local_username", "idle_timeout"):
+    for option in ("bridge_tls_version", "local_username", "idle_timeout"):
         assert f"{option}" in notes
-    assert "$SYS/broker/bridge/cloud/state" in notes
+    assert "notifications" not in notes  # converted, not noted
     # The TOML loads as Siskin's [[bridge]] (the certificate files need not exist to be checked).
     out = tmp_path / "siskin.toml"
     out.write_text(to_toml(conv, str(conf)))
