@@ -162,6 +162,15 @@ def test_debian_default_configuration(tmp_path: Path) -> None:
     assert f"{main}:8: log_dest file /var/log/mosquitto/mosquitto.log: Siskin logs to stderr" in notes
 
 
+def test_log_dest_syslog_becomes_log_syslog(tmp_path: Path) -> None:
+    conv = convert(str(write(tmp_path / "a.conf", "log_type warning\nlog_dest syslog\nlog_dest stderr\n")))
+    assert conv.doc["log"] == {"level": "warning", "syslog": "/dev/log"}
+    assert not [n for n in conv.notes if "log_dest syslog" in n]  # converted, not noted
+    out = tmp_path / "siskin.toml"
+    out.write_text(to_toml(conv, str(tmp_path / "a.conf")))
+    assert load_config(str(out)).syslog == "/dev/log"
+
+
 def test_old_style_default_listener_and_no_listener(tmp_path: Path) -> None:
     doc = convert(str(write(tmp_path / "a.conf", "port 1884\nbind_address 127.0.0.1\nallow_anonymous true\n"))).doc
     assert doc["listener"] == [{"host": "127.0.0.1", "port": 1884}]
