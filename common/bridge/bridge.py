@@ -201,10 +201,9 @@ class Bridge(Figures):
         up.held = self.state_topic is not None
         self.notifier = None  # notify.Notifier: the link's state published (notifications), None off
         if s.notifications:
-            from common.bridge.notify import Notifier, notification_topic
+            from common.bridge.notify import Notifier
 
-            self.notifier = Notifier(notification_topic(s, up.client_id), not s.notifications_local_only)
-            self.notifier.arm(up)
+            self.notifier = Notifier(s, up)
 
     # ------------------------------------------------------------ local side
 

@@ -12,19 +12,13 @@ CONNECTED_PAYLOAD = b"1"
 DOWN_PAYLOAD = b"0"
 
 
-def notification_topic(settings, client_id):
-    """The topic of a bridge's notifications (settings.notification_topic, or Mosquitto's default)."""
-    return settings.notification_topic or "$SYS/broker/connection/" + client_id + "/state"
-
-
 class Notifier:
-    def __init__(self, topic, upstream):
-        self.topic = topic
-        self.upstream = upstream  # false: notifications_local_only
+    def __init__(self, settings, up):
+        """`settings`: the bridge's (notification_topic, or Mosquitto's default
+        topic; notifications_local_only); `up`: its upstream client, given its will."""
+        self.topic = settings.notification_topic or "$SYS/broker/connection/" + up.client_id + "/state"
+        self.upstream = not settings.notifications_local_only
         self.shown = None  # the payload published here last (None: none yet)
-
-    def arm(self, up):
-        """The will of the upstream client `up` (before its connect())."""
         if self.upstream:
             up.will = (self.topic, DOWN_PAYLOAD, 1, True)
 
