@@ -8,15 +8,22 @@
 # before its DISCONNECT (which discards the will). Here, the broker
 # publishes the value (QoS 1, retained) at each change (link.py).
 
+from common.bridge.profiles import client_id_of
+
 CONNECTED_PAYLOAD = b"1"
 DOWN_PAYLOAD = b"0"
 
 
+def topic_of(settings):
+    """notification_topic, or Mosquitto's default: with the upstream client id."""
+    return settings.notification_topic or "$SYS/broker/connection/" + client_id_of(settings) + "/state"
+
+
 class Notifier:
     def __init__(self, settings, up):
-        """`settings`: the bridge's (notification_topic, or Mosquitto's default
-        topic; notifications_local_only); `up`: its upstream client, given its will."""
-        self.topic = settings.notification_topic or "$SYS/broker/connection/" + up.client_id + "/state"
+        """`settings`: the bridge's (its topic: topic_of; notifications_local_only);
+        `up`: its upstream client, given its will."""
+        self.topic = topic_of(settings)
         self.upstream = not settings.notifications_local_only
         self.shown = None  # the payload published here last (None: none yet)
         if self.upstream:

@@ -153,7 +153,22 @@ def parse_bridge(at, body):
     level = profile.level or b.protocol
     if level == 4 and not (b.bridge_bit and profile.bridge_bit):
         _no_echo(at, b)
+    if b.notifications and not b.notifications_local_only:
+        _notifications_up(at, b, profile)
     return b
+
+
+def _notifications_up(at, b, profile):
+    """The upstream must take the notifications' retained messages and will (notify.py)."""
+    from common.bridge.notify import topic_of
+
+    why = "%s keeps no retained messages" % b.profile if not profile.retain else None
+    why = why or profile.refusal(topic_of(b), b"1", None)
+    if why:
+        raise ConfigError(
+            "%s: notifications upstream: %s; set notification_topic to one it takes, or notifications_local_only = true."
+            % (at, why)
+        )
 
 
 def _check_profile(at, b, profile):

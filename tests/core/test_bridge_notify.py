@@ -70,6 +70,14 @@ class TestNotifications(unittest.TestCase):
         with self.assertRaises(ConfigError):
             bridge_settings(notifications=True, notification_topic="gw/+/state")
 
+    def test_an_upstream_that_would_refuse_them_is_said_at_start(self):
+        aws = dict(profile="aws", certfile="c.pem", keyfile="k.pem", notifications=True)
+        with self.assertRaises(ConfigError) as e:
+            bridge_settings(**aws)  # $SYS/broker/connection/...: AWS IoT takes no "$" topic but its own
+        self.assertIn("notifications upstream: aws takes no topic starting with $", str(e.exception))
+        bridge_settings(notification_topic="gw/link", **aws)  # one it takes
+        bridge_settings(notifications_local_only=True, **aws)  # or here only
+
 
 if __name__ == "__main__":
     unittest.main()
