@@ -72,7 +72,7 @@ A silent upstream (an ack or PINGRESP owed for `stall_timeout`) is shown
 
 from common.backoff import backoff_ms
 from common.bridge.figures import Figures
-from common.bridge.profiles import profile_named
+from common.bridge.profiles import client_id_of, profile_named
 from common.bridge.rules import IN, OUT, Rule
 from common.bridge.sides import LocalSide, UpSide
 from common.client.client import CONNECTED, DISCONNECTED, RECEIVED, Client
@@ -130,7 +130,7 @@ class Bridge(Figures):
         p = self.profile
         level = p.level or s.protocol
         self.max_qos = p.max_qos
-        up = self.up = Client(UpSide(self), s.client_id or "siskin-" + s.name, level, s.clean_session)
+        up = self.up = Client(UpSide(self), client_id_of(s), level, s.clean_session)
         up.keep_alive = s.keepalive
         # A v5 upstream gets No Local instead; some refuse the bit (profiles).
         up.bridge = s.bridge_bit and p.bridge_bit and level == 4
@@ -199,6 +199,11 @@ class Bridge(Figures):
         # Held, what the local session handed over before (its start-up
         # connection, a window in flight) stays in `up`'s queue too.
         up.held = self.state_topic is not None
+        self.notifier = None  # notify.Notifier: the link's state published (notifications), None off
+        if s.notifications:
+            from common.bridge.notify import Notifier
+
+            self.notifier = Notifier(s, up)
 
     # ------------------------------------------------------------ local side
 
@@ -514,6 +519,8 @@ class Bridge(Figures):
             topics.append((self.state_topic, 1 | C.SUBOPT_NO_LOCAL if v5 else 1))
         if topics:
             self.up.subscribe(topics)
+        if self.notifier is not None:
+            self.notifier.tell_upstream(self.up, True)
         self._state()
 
     def _host_state(self, payload):

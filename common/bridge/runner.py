@@ -293,6 +293,7 @@ class Runner:
         if self.conn is not None:
             self._disconnect()
             self._let_go()
+        self.link.notify(False)
         broker = self.driver.broker
         routing = broker.routing
         if self.bridge.local.client_id in routing.unthrottled:
@@ -336,6 +337,8 @@ class Runner:
     def _disconnect(self):
         up = self.bridge.up
         if up.state == CONNECTED and self.opened:
+            if self.bridge.notifier is not None:
+                self.bridge.notifier.tell_upstream(up, False)  # (DISCONNECT discards the will)
             up.disconnect()
             out = up.take_output()
             if out:

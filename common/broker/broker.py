@@ -185,6 +185,7 @@ class Broker:
         # the driver's face of the broker's output (output.py).
         self.output = Output(self.connections, self.stats, self.listener, s)
         self.started = None  # first `now` seen, for uptime
+        self.sys_load = None  # sys_load.Load: $SYS's load/ averages (made by the first $SYS round)
         # The next timers, for the driver to sleep until (0 = none): the
         # earliest connection deadline in ms ticks (a lower bound: keep-alive
         # deadlines only move later, so it is recomputed when it comes due),

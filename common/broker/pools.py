@@ -95,6 +95,7 @@ class MessagePool:
     def __init__(self, capacity, prealloc, listener):
         self.pool = SlotPool(Message, capacity, prealloc)
         self.listener = listener
+        self.payload_bytes = 0  # of the messages held ($SYS store/messages/bytes)
 
     def new(self, topic, payload, qos, retain, props, expiry):
         msg = self.pool.alloc()
@@ -102,6 +103,7 @@ class MessagePool:
             return None
         msg.topic = topic
         msg.payload = payload
+        self.payload_bytes += len(payload)
         msg.qos = qos
         msg.retain = retain
         msg.props = props
@@ -116,7 +118,12 @@ class MessagePool:
         if msg.refs <= 0:
             if msg.store_id:
                 self.listener.message_freed(msg)
-            self.pool.release(msg)
+            self.release(msg)
+
+    def release(self, msg):
+        """Back to the pool: nothing refers to it."""
+        self.payload_bytes -= len(msg.payload)
+        self.pool.release(msg)
 
     def in_use(self):
         return self.pool.in_use

@@ -166,7 +166,7 @@ def route_frame(broker, origin, pub, frame, at, now):
         if conn is None or conn.level == C.LEVEL_5:
             break
     else:
-        _forward(broker, origin, topic, matches, frame)
+        _forward(broker, origin, topic, matches, frame, len(frame) - at)
         _done(routing, matches)
         return C.RC_SUCCESS if matches else C.RC_NO_MATCHING_SUBSCRIBERS
     outcome = _route(broker, origin, pub, take_bytes(frame, at, len(frame)), 0, now, matches)
@@ -174,7 +174,7 @@ def route_frame(broker, origin, pub, frame, at, now):
     return outcome
 
 
-def _forward(broker, origin, topic, matches, frame):
+def _forward(broker, origin, topic, matches, frame, size):
     # Each copy is the frame's bytes appended to the client's output, as it
     # came: no encoding (so here, not in egress.py).
     stamp = broker.routing.next_stamp()  # several filters of one session: one copy [MQTT-3.3.5-1]
@@ -194,6 +194,7 @@ def _forward(broker, origin, topic, matches, frame):
         else:
             broker.output.write(conn, frame, True)  # (QoS 0: before the store's sync)
             st.messages_sent += 1
+            st.publish_bytes_sent += size  # (the payload's)
             st.sent_by_qos[0] += 1
             if by_client is not None:
                 by_client.sent[conn.cid] += 1

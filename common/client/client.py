@@ -150,6 +150,7 @@ class Client:
         self.hold_release = False
         self.hold_complete = False
         self.held = False  # the app holds the queue: nothing new is sent (a bridge's Sparkplug host away)
+        self.will = None  # (topic, payload, qos, retain) sent in CONNECT (a bridge's notifications), None: none
         # State
         self.state = DISCONNECTED
         self.reader = None
@@ -206,6 +207,8 @@ class Client:
             password=self.password,
             props=props,
         )
+        if self.will is not None:
+            pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain = self.will
         if self.bridge:
             pkt.level = self.level | BRIDGE_BIT
         self._write(encode_connect(pkt), ms)
