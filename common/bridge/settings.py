@@ -63,6 +63,10 @@ BRIDGE = (
     # Sparkplug: the primary host application's id upstream ("" = off): while
     # its spBv1.0/STATE/<id> there is not online, nothing goes up (docs/sparkplug.md)
     ("sparkplug_host", "", K_STR, None, None),
+    # Sparkplug: births first -- the NBIRTH and DBIRTHs that went up, at most
+    # this many kept, are sent again before anything else whenever sending
+    # starts on an upstream connection (0 = off; docs/sparkplug.md)
+    ("sparkplug_births", 0, K_INT, 0, 65535),
 )
 DIRECTION_NAMES = ("out", "in", "both")
 # [[bridge.topic]]: one rule. Either `local` and `remote` (rules.py: a filter

@@ -462,6 +462,125 @@ class TestBridgeHold(unittest.TestCase):
         self.assertTrue(any("set [limits] queue_qos0_offline = true" in text for _level, text in edge.logged), edge.logged)
 
 
+class TestBirthsFirst(unittest.TestCase):
+    """A bridge with sparkplug_births: whenever it starts sending on an
+    upstream connection, the births that went up go again first, so no
+    DATA reaches the host before its node's birth (common/bridge/births.py)."""
+
+    def pair(self, births=8, **table):
+        from tests.core.test_bridge import Pair, rule
+
+        p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=True), protocol=5,
+                 sparkplug_births=births, **table)  # fmt: skip
+        p.connect_up()
+        host = p.cloud.client(5)
+        host.connect("scada-host")
+        host.subscribe("spBv1.0/Plant1/#", 1)
+        node = p.edge.client(4)
+        node.connect("press-7")
+        return p, host, node
+
+    def send(self, p, node, *messages):
+        for kind, payload in messages:
+            qos = 1 if "DATA" in kind else 0  # (DATA at QoS 1: acknowledged here, so queued, never lost)
+            topic = "spBv1.0/Plant1/%s/press-7" % kind.split(":")[0] + ("/" + kind.split(":")[1] if ":" in kind else "")
+            node.publish(topic, payload, qos, packet_id=1 if qos else 0)
+            node.take()
+        p.settle()
+
+    def cut(self, p):
+        p.drop_up()
+        p.settle()  # the local session offline: what comes now is queued (QoS 0 too)
+
+    def got(self, host):
+        from tests.core.test_bridge import payloads
+
+        return payloads(host)
+
+    def test_births_first_on_every_reconnect(self):
+        p, host, node = self.pair()
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"), ("DBIRTH:d2", b"db2"), ("NDATA", b"nd"))
+        self.assertEqual(self.got(host), [b"nb1", b"db1", b"db2", b"nd"])
+        for i in range(3):
+            self.cut(p)
+            self.send(p, node, ("DDATA:d1", b"dd%d" % i), ("NDATA", b"nd%d" % i))
+            p.connect_up()  # NBIRTH, then the DBIRTHs in order, then what was queued
+            self.assertEqual(self.got(host), [b"nb1", b"db1", b"db2", b"dd%d" % i, b"nd%d" % i])
+        self.assertTrue(any("3 birth(s) sent again" in line for line in p.logged), p.logged)
+
+    def test_queued_data_keeps_the_birth_it_was_sent_under(self):
+        # Queued: DATA of the old birth, then a new birth and its DATA. The
+        # old birth goes first (its aliases are the queued DATA's), then the
+        # queue in order: never the newer birth before the older DATA.
+        p, host, node = self.pair()
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"))
+        self.got(host)
+        self.cut(p)
+        self.send(p, node, ("NDATA", b"old"), ("NBIRTH", b"nb2"), ("NDATA", b"new"))
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"nb1", b"db1", b"old", b"nb2", b"new"])
+        self.cut(p)
+        p.connect_up()  # the new birth now; d1 was not born again after it
+        self.assertEqual(self.got(host), [b"nb2"])
+        self.assertEqual(p.bridge.births.kept, 1)
+
+    def test_deaths_forget(self):
+        p, host, node = self.pair()
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"), ("DBIRTH:d2", b"db2"), ("DDEATH:d1", b"dd"))
+        self.got(host)
+        self.cut(p)
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"nb1", b"db2"])
+        self.send(p, node, ("NDEATH", b"nd"))
+        self.got(host)
+        self.cut(p)
+        p.connect_up()  # a dead node is not announced alive again
+        self.assertEqual(self.got(host), [])
+        self.assertEqual(p.bridge.births.kept, 0)
+
+    def test_bounded(self):
+        p, host, node = self.pair(births=2)
+        other = p.edge.client(4)
+        other.connect("press-8")
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"), ("DBIRTH:d2", b"db2"))
+        other.publish("spBv1.0/Plant1/NBIRTH/press-8", b"nb8", 0)
+        p.settle()
+        self.assertEqual(self.got(host), [b"nb1", b"db1", b"db2", b"nb8"])  # each goes up as it comes
+        self.cut(p)
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"nb1", b"db1"])  # two kept
+        self.assertEqual(p.bridge.births.unkept, 2)
+        self.assertTrue(any("birth spBv1.0/Plant1/NBIRTH/press-8 not kept (2 so far)" in line for line in p.logged), p.logged)
+
+    def test_with_the_hold_births_go_when_the_host_is_online(self):
+        p, host, node = self.pair(sparkplug_host="scada")
+        TestBridgeHold.state(self, p, True)
+        self.send(p, node, ("NBIRTH", b"nb1"), ("NDATA", b"a"))
+        self.assertEqual(self.got(host), [b"nb1", b"a"])
+        TestBridgeHold.state(self, p, False)
+        self.send(p, node, ("NDATA", b"b"))
+        self.assertEqual(self.got(host), [])
+        TestBridgeHold.state(self, p, True)
+        self.assertEqual(self.got(host), [b"nb1", b"b"])
+        self.cut(p)
+        self.send(p, node, ("NDATA", b"c"))
+        p.connect_up()  # the retained STATE says online: births, then the queue
+        self.assertEqual(self.got(host), [b"nb1", b"c"])
+
+    def test_off_by_default(self):
+        from tests.core.test_bridge import bridge_settings
+
+        self.assertEqual(bridge_settings().sparkplug_births, 0)
+        p, host, node = self.pair(births=0)
+        self.assertIsNone(p.bridge.births)
+        self.send(p, node, ("NBIRTH", b"nb1"), ("NDATA", b"a"))
+        self.got(host)
+        self.cut(p)
+        self.send(p, node, ("NDATA", b"b"))
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"b"])
+
+
 def publish_acked_dev(h, first, n):
     """`n` NDATA (QoS 1) of an edge node of harness `h`; how many it got an ack for."""
     dev = h.client(4)
