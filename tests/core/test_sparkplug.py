@@ -290,6 +290,53 @@ class TestEdgeNode(unittest.TestCase):
         host.subscribe("spBv1.0/Edge/#", qos=1)
         return h, host, EdgeNode(h.broker, h.broker.settings)
 
+    def test_free_heap_and_bridge_backlogs(self):
+        # After the $SYS figures: a board's free heap, then each running
+        # bridge's backlog by its name; another set of bridges: a new birth.
+        from common.broker.protobuf import UINT64, add_metric
+        from common.broker.spb_node import METRICS
+
+        def metric(alias, value):
+            out = bytearray()
+            add_metric(out, None, alias, UINT64, value)
+            return bytes(out)
+
+        h, host, edge = self.node(sparkplug_interval=5)
+        free, cloud = len(METRICS) + 1, len(METRICS) + 2
+        edge.tick(h.broker, h.now, None, 90000, [("cloud", 3)])
+        h.pump()
+        (birth,) = publishes(host)
+        self.assertIn(b"Heap/Free Bytes", birth.payload)
+        self.assertIn(b"Bridges/cloud/Queued", birth.payload)
+        edge.tick(h.broker, h.now + 5, None, 80000, [("cloud", 7)])
+        h.pump()
+        (data,) = publishes(host)
+        self.assertEqual(data.topic, "spBv1.0/Edge/NDATA/gw1")
+        self.assertIn(metric(free, 80000), data.payload)
+        self.assertIn(metric(cloud, 7), data.payload)
+        edge.tick(h.broker, h.now + 10, None, 80000, [("cloud", 7), ("aws", 0)])  # a bridge added
+        h.pump()
+        (birth,) = publishes(host)
+        self.assertEqual(birth.topic, "spBv1.0/Edge/NBIRTH/gw1")
+        self.assertIn(b"Bridges/aws/Queued", birth.payload)
+        self.assertTrue(birth.payload.endswith(b"\x18\x00"))  # seq 0 again
+
+    def test_the_driver_hands_it_the_bridges_backlogs(self):
+        from tests.core.test_bridge_runner import Edge
+
+        e = Edge()
+        self.assertEqual(e.driver.bridge_runners, [e.runner])
+        conn = e.connect()
+        conn.cut()
+        e.turn()
+        for i in range(4):  # the upstream away: queued
+            e.publish("up/x", b"%d" % i)
+        e.turn()
+        self.assertEqual(e.runner.backlog(), 4)
+        self.assertEqual(e.runner.status()["queued"], 4)
+        e.runner.stop()
+        self.assertEqual(e.driver.bridge_runners, [])
+
     def test_birth_data_death(self):
         h, host, edge = self.node(sparkplug_interval=5)
         edge.tick(h.broker, h.now, None)
