@@ -597,6 +597,7 @@ class TestBirthsFirst(unittest.TestCase):
         p.connect_up()
         self.assertEqual(self.got(host), [b"nb1", b"db1"])  # two kept
         self.assertEqual(p.bridge.births.unkept, 2)
+        self.assertIn(("$SYS/broker/bridge/cloud/births_unkept", "2"), p.bridge.sys_values(0, 0, 0))
         self.assertTrue(any("birth spBv1.0/Plant1/NBIRTH/press-8 not kept (2 so far)" in line for line in p.logged), p.logged)
 
     def test_with_the_hold_births_go_when_the_host_is_online(self):

@@ -322,6 +322,26 @@ def test_the_gateway_reports_each_bridges_backlog(tmp_path: Path, clients: list[
         b.kill()
 
 
+def test_a_board_reports_its_free_heap(tmp_path: Path, clients: list[Paho]) -> None:
+    # The firmware (MicroPython unix port, the Pico W's settings): its
+    # NBIRTH names "Heap/Free Bytes" (gc.mem_free) beside "Heap/Bytes"
+    # (gc.mem_alloc); the two fill the heap it was given.
+    from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
+
+    node_js()
+    limits = {"sparkplug_group": "Edge", "sparkplug_node": "gw1", "sparkplug_interval": 1}
+    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, limits=limits) as b:
+        host = Paho(b.port, "scada", True)
+        clients.append(host.connect())
+        host.subscribe("spBv1.0/Edge/+/gw1", 1)
+        host.publish("spBv1.0/Edge/NCMD/gw1", encode({"metrics": [{"name": "Node Control/Rebirth", "type": "Boolean", "value": True}]}), 1)
+        birth = decode(wait_until(lambda: (m := host.get(10)).topic.endswith("NBIRTH/gw1") and m, 10, "the NBIRTH").payload)
+        names = metrics_of(birth)
+        free, used = int(names["Heap/Free Bytes"]), int(names["Heap/Bytes"])
+        heap = int(PICOW_HEAP.rstrip("kK")) * 1024 if PICOW_HEAP[-1] in "kK" else int(PICOW_HEAP)
+        assert 0 < free < heap and 0 < used < heap and free + used <= heap, (free, used, PICOW_HEAP)
+
+
 def test_the_docs_example_serves_as_it_says(tmp_path: Path, clients: list[Paho]) -> None:
     # docs/sparkplug.md opens with a config and its acl file: both run here as
     # written, and do what the page says of them.
