@@ -488,17 +488,11 @@ class TestBridgeHold(unittest.TestCase):
     def test_qos0_births_need_queue_qos0_offline(self):
         # Held, the bridge's session is offline: a QoS 0 NBIRTH is queued only
         # with queue_qos0_offline (else dropped, counted, and said at start).
-        from tests.core.test_bridge import Pair, payloads, rule
+        from tests.core.test_bridge import payloads
         from tests.core.test_bridge_runner import Edge
 
         for queue in (True, False):
-            p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=queue), sparkplug_host="scada", protocol=5)
-            p.connect_up()
-            host = p.cloud.client(5)
-            host.connect("scada-host")
-            host.subscribe("spBv1.0/Plant1/#", 1)
-            node = p.edge.client(4)
-            node.connect("press-7")
+            p, host, node = spb_pair(queue, sparkplug_host="scada")
             node.publish("spBv1.0/Plant1/NBIRTH/press-7", b"birth", 0)
             p.settle()
             self.data(p, 0, 2)
@@ -515,17 +509,7 @@ class TestBirthsFirst(unittest.TestCase):
     DATA reaches the host before its node's birth (common/bridge/births.py)."""
 
     def pair(self, births=8, **table):
-        from tests.core.test_bridge import Pair, rule
-
-        p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=True), protocol=5,
-                 sparkplug_births=births, **table)  # fmt: skip
-        p.connect_up()
-        host = p.cloud.client(5)
-        host.connect("scada-host")
-        host.subscribe("spBv1.0/Plant1/#", 1)
-        node = p.edge.client(4)
-        node.connect("press-7")
-        return p, host, node
+        return spb_pair(True, sparkplug_births=births, **table)
 
     def send(self, p, node, *messages):
         for kind, payload in messages:
@@ -628,6 +612,21 @@ class TestBirthsFirst(unittest.TestCase):
         p.connect_up()
         self.assertEqual(self.got(host), [b"b"])
 
+
+def spb_pair(queue_qos0_offline, **table):
+    """A bridge (v5, spBv1.0/# out; `table`: more [[bridge]] keys) connected
+    upstream, a host application there subscribed to spBv1.0/Plant1/#, and
+    edge node press-7 connected here: (Pair, host, node)."""
+    from tests.core.test_bridge import Pair, rule
+
+    p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=queue_qos0_offline), protocol=5, **table)
+    p.connect_up()
+    host = p.cloud.client(5)
+    host.connect("scada-host")
+    host.subscribe("spBv1.0/Plant1/#", 1)
+    node = p.edge.client(4)
+    node.connect("press-7")
+    return p, host, node
 
 def publish_acked_dev(h, first, n):
     """`n` NDATA (QoS 1) of an edge node of harness `h`; how many it got an ack for."""
