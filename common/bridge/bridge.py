@@ -204,6 +204,14 @@ class Bridge(Figures):
             from common.bridge.notify import Notifier
 
             self.notifier = Notifier(s, up)
+        # sparkplug_births: the births that went up, sent again first
+        # whenever sending starts (births.py); None off.
+        self.births = None
+        if s.sparkplug_births:
+            from common.bridge.births import Births
+
+            self.births = Births(s.sparkplug_births, log, s.name)
+            up.preamble = True
 
     # ------------------------------------------------------------ local side
 
@@ -372,13 +380,18 @@ class Bridge(Figures):
         props = None
         if pkt.props:
             props = [p for p in pkt.props if p[0] not in _HOP_PROPS]
+        births = self.births
         if not pkt.qos:
             self.departed += 1
             if self.up.publish(remote, pkt.payload, 0, retain, props):
                 self.sent += 1
+                if births is not None:
+                    births.went_up(topic, remote, pkt.payload, retain, props)
             else:
                 self.dropped += 1  # QoS 0 while the upstream is away
             return
+        if births is not None:  # (a QoS 1/2 birth: when handed to the upstream client)
+            births.went_up(topic, remote, pkt.payload, retain, props)
         # The token is the local packet id, and its upstream packet id too:
         # the session keeps it across local connections and restarts
         # [MQTT-4.4.0-1], so an ack after a reconnect still names the same
@@ -530,10 +543,23 @@ class Bridge(Figures):
             self.host_online = online
             self.up.held = not online
             if online:
+                self._births_first(False)
                 self.up.pump()
             why = "online: what waited goes up" if online else "offline: what goes up waits here"
             self.log(20, "bridge %s: primary host %s %s" % (self.name, self.settings.sparkplug_host, why))
             self._state()
+
+    def _births_first(self, connack):
+        """Sending starts on this upstream connection (its CONNACK, before
+        anything is resent; or the primary host came online): the births
+        kept go up first. Held at CONNACK, they wait for the host unless
+        something in flight is resent now."""
+        births = self.births
+        if births is None or (connack and self.up.held and not self.up.inflight):
+            return
+        n = births.replay(self.up)
+        if n:
+            self.log(20, "bridge %s: %d birth(s) sent again before anything else" % (self.name, n))
 
     def _up_refused(self, reason):
         why = CONNACK_WHY.get(reason, "refused")

@@ -68,6 +68,10 @@ BRIDGE = (
     ("notifications", False, K_BOOL, None, None),
     ("notification_topic", "", K_STR, None, None),  # "" = $SYS/broker/connection/<client_id>/state
     ("notifications_local_only", False, K_BOOL, None, None),  # true: here only, not upstream
+    # Sparkplug: births first -- the NBIRTH and DBIRTHs that went up, at most
+    # this many kept, are sent again before anything else whenever sending
+    # starts on an upstream connection (0 = off; docs/sparkplug.md)
+    ("sparkplug_births", 0, K_INT, 0, 65535),
 )
 DIRECTION_NAMES = ("out", "in", "both")
 # [[bridge.topic]]: one rule. Either `local` and `remote` (rules.py: a filter
