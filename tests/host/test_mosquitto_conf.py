@@ -343,7 +343,7 @@ def test_converted_file_loads_and_relative_names(tmp_path: Path) -> None:
     assert [(lst.host, lst.port) for lst in cfg.listeners()] == [("127.0.0.1", 1883)]
     # Siskin's store apart from Mosquitto's directory (data, here), which is left as it is.
     assert cfg.data_dir == "/var/lib/siskin" and cfg.log_level == "debug"
-    users, acl, allow = load_security(cfg)
+    users, acl, allow, _ = load_security(cfg)
     assert users is not None and acl is not None and allow is False
     group = grp.getgrgid(os.getgid()).gr_name
     proc = run_cli("convert-mosquitto-conf", str(conf), "-o", str(out), "--group", group)

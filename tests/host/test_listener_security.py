@@ -1,0 +1,193 @@
+"""Per-listener security and mount points on the real host server
+(Mosquitto's per_listener_settings and mount_point), over real sockets
+with real clients: paho (3.1.1 and 5), mosquitto_pub, raw sockets; two or
+three listeners of one broker, each with its own users, ACL and anonymous
+switch ([listener.security]) or a topic prefix (mount_point); a SIGHUP
+reload of the per-listener files. The core's side:
+common/broker/listener_policy.py, login.security_of.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient, wait_until
+from tests.host.test_server_security import mosquitto_tool, siskin_passwd
+
+
+def start_with(work: Path, config: str) -> BrokerProcess:
+    """A broker (started by `with`) on the config text `config` (the first
+    listener's address is --host 127.0.0.1 --port 0, as BrokerProcess makes it)."""
+    b = BrokerProcess(work)
+    b.config_path.write_text(config)
+    return b
+
+
+PER_LISTENER = """\
+[server]
+warm_up = false
+
+# 1: no security of its own: the broker's [security] (anonymous allowed)
+[[listener]]
+port = 0
+
+# 2: its own users and ACL, no anonymous clients
+[[listener]]
+port = 0
+[listener.security]
+password_file = "passwd_net"
+acl_file = "acl_net"
+allow_anonymous = false
+
+# 3: another password file, no ACL
+[[listener]]
+port = 0
+[listener.security]
+password_file = "passwd_ops"
+
+[security]
+allow_anonymous = true
+"""
+
+
+def test_each_listener_has_its_own_users_acl_and_anonymous_switch(tmp_path: Path) -> None:
+    siskin_passwd(tmp_path / "passwd_net", "alice", "wonderland", "-c")
+    siskin_passwd(tmp_path / "passwd_ops", "carol", "opsopsops", "-c")
+    (tmp_path / "acl_net").write_text("user alice\ntopic readwrite home/#\n")
+    with start_with(tmp_path, PER_LISTENER) as b:
+        local, net, ops = b.ports()
+        b.wait_log(r"security of its own: users: 1 in the password file; ACL: 1 rules")
+        # Anonymous: the broker's [security] on 1, refused on 2 (allow_anonymous
+        # false) and on 3 (a password file, allow_anonymous not set).
+        assert RawClient(local).connect("anon") == b"\x00\x00"
+        assert RawClient(net).connect("anon-net") == b"\x00\x05"
+        assert RawClient(ops).connect("anon-ops") == b"\x00\x05"
+        b.wait_log(r"refused CONNECT.*a password file is configured and allow_anonymous is not set")
+        # Each listener's password file, and no other (a failure holds that
+        # name back from this address for a while: the failures come last).
+        alice = RawClient(net)
+        assert alice.connect("alice", username="alice", password=b"wonderland") == b"\x00\x00"
+        assert RawClient(ops).connect("c1", username="carol", password=b"opsopsops") == b"\x00\x00"
+        # Listener 2's ACL binds its clients only [MQTT-3.9.3-1]: a refused filter gets 0x80.
+        assert alice.subscribe("other/#", 0) == 0x80
+        anon = Paho(local, "reader").connect()
+        anon.subscribe("#", 0)
+        # mosquitto_pub as alice on listener 2: home/ is hers, other/ is not
+        # (3.1.1: acknowledged and dropped); the anonymous reader on 1 sees home/ only.
+        pub = mosquitto_tool("mosquitto_pub")
+        for topic in ("other/x", "home/door"):
+            args = [pub, "-p", str(net), "-u", "alice", "-P", "wonderland", "-q", "1", "-t", topic, "-m", topic]
+            subprocess.run(args, check=True, timeout=20, capture_output=True)
+        msg = anon.get()
+        assert (msg.topic, msg.payload) == ("home/door", b"home/door")
+        anon.close()
+        assert RawClient(ops).connect("a2", username="alice", password=b"wonderland") == b"\x00\x04"
+        assert RawClient(net).connect("c2", username="carol", password=b"opsopsops") == b"\x00\x04"
+
+
+def test_sighup_reloads_each_listeners_files(tmp_path: Path) -> None:
+    siskin_passwd(tmp_path / "passwd_net", "alice", "wonderland", "-c")
+    siskin_passwd(tmp_path / "passwd_ops", "carol", "opsopsops", "-c")
+    (tmp_path / "acl_net").write_text("user alice\ntopic readwrite home/#\n")
+    with start_with(tmp_path, PER_LISTENER) as b:
+        _, net, ops = b.ports()
+        alice = RawClient(net)
+        assert alice.connect("alice", username="alice", password=b"wonderland") == b"\x00\x00"
+        assert alice.subscribe("home/#", 0) == 0
+        assert RawClient(ops).connect("d1", username="dave", password=b"divingdave") == b"\x00\x04"
+        # dave joins listener 3's file; listener 2's ACL narrows alice to home/door.
+        siskin_passwd(tmp_path / "passwd_ops", "dave", "divingdave")
+        (tmp_path / "acl_net").write_text("user alice\ntopic readwrite home/door\n")
+        b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        b.wait_log(r"SIGHUP: security reloaded")
+        b.wait_log(r"alice: subscription home/# removed")
+        # (dave's held-back name from the failure above: wait out its 1 s hold.)
+        wait_until(
+            lambda: RawClient(ops).connect("d2", username="dave", password=b"divingdave") == b"\x00\x00",
+            10,
+            "dave never logged in on listener 3 after the reload",
+        )
+        assert RawClient(net).connect("d3", username="dave", password=b"divingdave") == b"\x00\x04"
+
+
+MOUNTED = """\
+[server]
+warm_up = false
+
+[limits]
+sys_interval = 1
+
+[[listener]]
+port = 0
+
+[[listener]]
+port = 0
+mount_point = "site1/"
+
+[security]
+allow_anonymous = true
+"""
+
+
+def test_mount_point_puts_a_listeners_clients_under_a_prefix(tmp_path: Path) -> None:
+    with start_with(tmp_path, MOUNTED) as b:
+        plain, mounted = b.ports()
+        b.wait_log(r"mount point 'site1/': its clients' topics are under it")
+        outside = Paho(plain, "outside").connect()
+        outside.publish("site1/room/temp", b"21", qos=1, retain=True)
+        outside.publish("other/room/temp", b"-5", qos=1, retain=True)
+        outside.subscribe("site1/room/hum", 1)
+        # Retained messages under the prefix reach a wildcard subscriber
+        # without it [MQTT-3.3.1-6]; the one outside the prefix does not.
+        inside = Paho(mounted, "inside").connect()
+        inside.subscribe("room/#", 1)
+        msg = inside.get()
+        assert (msg.topic, msg.payload, msg.retain) == ("room/temp", b"21", True)  # [MQTT-3.3.2-3]
+        v5 = Paho(mounted, "inside-v5", protocol=5).connect()
+        v5.subscribe("#", 1)
+        msg = v5.get()
+        assert (msg.topic, msg.payload, msg.retain) == ("room/temp", b"21", True)
+        # What a mounted client publishes lands under the prefix for the others...
+        inside.publish("room/hum", b"40", qos=1)
+        assert outside.get().topic == "site1/room/hum"
+        assert inside.get().topic == "room/hum"
+        # ...and a message outside the prefix never reaches it: the marker
+        # published after it is the first it sees.
+        outside.publish("other/room/hum", b"x", qos=1)
+        outside.publish("site1/room/marker", b"m", qos=1)
+        assert inside.get().topic == "room/marker"
+        # A shared subscription's inner filter is under the prefix too.
+        shared = Paho(mounted, "shared", protocol=5).connect()
+        shared.subscribe("$share/g/room/+", 1)
+        outside.publish("site1/room/co2", b"400", qos=1)
+        assert shared.get().topic == "room/co2"
+        for c in (outside, inside, v5, shared):
+            c.close()
+
+
+def test_mount_point_hides_sys_and_mounts_the_will(tmp_path: Path) -> None:
+    with start_with(tmp_path, MOUNTED) as b:
+        plain, mounted = b.ports()
+        inside = Paho(mounted, "inside").connect()
+        inside.subscribe("$SYS/#", 0)  # as Mosquitto: site1/$SYS/#, which the broker's $SYS never matches
+        inside.subscribe("marker", 1)
+        outside = Paho(plain, "outside").connect()
+        outside.subscribe("$SYS/broker/uptime", 0)
+        # A live $SYS round (not the retained replay) routed after both
+        # subscriptions: had inside's matched, its copy would come before the marker.
+        wait_until(lambda: not outside.get().retain, 10, "no live $SYS round")
+        outside.subscribe("site1/#", 1)
+        outside.publish("site1/marker", b"m", qos=1)
+        assert inside.get().topic == "marker"
+        # The will of a mounted client is published under its prefix.
+        dev = RawClient(mounted)
+        assert dev.connect("dev", keep_alive=60, will=("status/dev", b"gone", 1, False)) == b"\x00\x00"
+        dev.close()  # no DISCONNECT: the will goes out
+        msg = outside.get()
+        while msg.topic != "site1/status/dev":
+            msg = outside.get()
+        assert (msg.topic, msg.payload) == ("site1/status/dev", b"gone")  # [MQTT-3.1.2-8]
+        outside.close()
+        inside.close()
