@@ -75,7 +75,7 @@ SERVER = (
     ("epoll_hub", True, K_BOOL, None, None),  # plain MQTT listeners on the host's own epoll (epoll_hub.py)
 )
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
-IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
+IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri", "subject")  # subject: the whole DN, as Mosquitto's use_subject_as_username
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
 PROTOCOLS = ("mqtt", "websockets")
 LISTENER: tuple[tuple[Any, ...], ...] = (

@@ -103,6 +103,8 @@ def peer_identity(cert: dict[str, Any] | None, field: str) -> str | None:
     """The identity in a verified client certificate (getpeercert()): its CN or first SAN of a type, or None."""
     if not cert:
         return None
+    if field == "subject":
+        return subject_text(cert.get("subject", ()))
     if field == "cn":
         for rdn in cert.get("subject", ()):
             for name, value in rdn:
@@ -114,6 +116,38 @@ def peer_identity(cert: dict[str, Any] | None, field: str) -> str | None:
         if kind == wanted:
             return str(value)
     return None
+
+
+# getpeercert()'s attribute names -> the short names OpenSSL prints (RFC 2253, RFC 4519).
+_SHORT_NAMES = {
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "street",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def subject_text(subject: Any) -> str | None:
+    """A certificate's subject as Mosquitto's use_subject_as_username makes
+    it (OpenSSL's XN_FLAG_RFC2253): the last RDN first, "CN=dev1,O=Acme,C=GB",
+    RFC 2253's special characters escaped; None for an empty subject."""
+    parts = []
+    for rdn in reversed(subject):
+        atoms = []
+        for name, value in rdn:
+            text = "".join("\\" + ch if ch in ',+"\\<>;' else ch for ch in str(value))
+            if text[:1] in ("#", " "):
+                text = "\\" + text
+            if text.endswith(" "):
+                text = text[:-1] + "\\ "
+            atoms.append(f"{_SHORT_NAMES.get(name, name)}={text}")
+        parts.append("+".join(atoms))
+    return ",".join(parts) or None
 
 
 def usable_identity(identity: str) -> bool:

@@ -191,3 +191,31 @@ def test_mount_point_hides_sys_and_mounts_the_will(tmp_path: Path) -> None:
         assert (msg.topic, msg.payload) == ("site1/status/dev", b"gone")  # [MQTT-3.1.2-8]
         outside.close()
         inside.close()
+
+
+def test_the_whole_certificate_subject_as_the_user_name(tmp_path: Path) -> None:
+    # Mosquitto's use_subject_as_username: identity = "subject" makes the
+    # subject, as OpenSSL prints it in RFC 2253 form (what Mosquitto uses), the user name.
+    from tests.host.test_server_tls import Pki, TlsRawClient, tls_client
+
+    pki = Pki(tmp_path)
+    printed = subprocess.run(
+        ["openssl", "x509", "-in", pki.alice[0], "-noout", "-subject", "-nameopt", "RFC2253"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
+    ).stdout.strip()
+    subject = printed.removeprefix("subject=")
+    assert subject.startswith("CN=alice,"), printed
+    (tmp_path / "acl").write_text(f"user {subject}\ntopic readwrite alice/#\n")
+    mutual = pki.listener(
+        cafile=pki.ca_file, require_certificate=True, use_identity_as_username=True, identity="subject"
+    )
+    b = BrokerProcess(tmp_path / "b", listeners=[mutual], security={"acl_file": str(tmp_path / "acl")})
+    with b:
+        b.wait_log(r"its subject is the user name")
+        c = TlsRawClient(tls_client(b.port, pki.client_context(pki.alice)))
+        assert c.connect("cert-client") == b"\x00\x00"
+        assert c.subscribe("alice/#", 1) == 1
+        assert c.subscribe("other/#", 0, packet_id=2) == 0x80

@@ -182,7 +182,7 @@ def test_unsupported_option_is_named_with_its_line(tmp_path: Path) -> None:
         "topic # out 1\n"
         "start_type lazy\n"
         "bridge_psk 0123\n"
-        "mount_point site/\n",
+        "psk_hint site\n",
     )
     with pytest.raises(ConfigError, match=rf"^{conf}:6: 'start_type' is not supported: lazy: Siskin's bridge") as e:
         convert(str(conf))
@@ -194,7 +194,7 @@ def test_unsupported_option_is_named_with_its_line(tmp_path: Path) -> None:
     proc = run_cli("convert-mosquitto-conf", str(conf))
     assert proc.returncode == 2 and proc.stdout == ""
     assert f"{conf}:6: 'start_type' is not supported" in proc.stderr
-    assert f"{conf}:8: 'mount_point' is not supported" in proc.stderr
+    assert f"{conf}:8: 'psk_hint' is not supported" in proc.stderr
     # --ignore-unsupported goes on and lists every one.
     conv = convert(str(conf), ignore_unsupported=True)
     assert conv.doc["listener"] == [{"host": "", "port": 1883}]
@@ -300,11 +300,11 @@ def test_bridge_refusals(tmp_path: Path, line: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("per_listener_settings true\n", "'per_listener_settings' is not supported: Siskin's users"),
+        ("allow_anonymous true\nper_listener_settings true\n", ":2: per_listener_settings: must come before allow_anonymous"),
         ("listener 8883\ntls_version tlsv1.1\n", ":2: 'tls_version' is not supported: tlsv1.1"),
         ("listener 0 /run/mosquitto.sock\n", "'listener' is not supported: unix socket"),
         ("log_dest topic\n", "'log_dest' is not supported"),
-        ("use_subject_as_username true\n", "'use_subject_as_username' is not supported"),
+        ("listener 8883\nuse_subject_as_username yes\n", ":2: use_subject_as_username: wants true or false"),
         ("allow_anonymous maybe\n", ":1: allow_anonymous: wants true or false, not 'maybe'"),
         ("max_queued_messages lots\n", "max_queued_messages: wants a whole number"),
         ("persistent_client_expiration 3q\n", "wants a number and a unit h, d, w, m or y"),
@@ -475,7 +475,7 @@ def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
 
 
 def test_command_line_refusals(tmp_path: Path) -> None:
-    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\nmount_point site/\n")
+    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\npsk_hint site\n")
     both = run_cli("--mosquitto-conf", str(conf), "--config", str(conf))
     assert both.returncode == 2 and "give one of them" in both.stderr
     alone = run_cli("--ignore-unsupported")
@@ -483,7 +483,7 @@ def test_command_line_refusals(tmp_path: Path) -> None:
     # Running on a file with an option Siskin cannot honour: exit 2 before listening, naming the line.
     refused = run_cli("--mosquitto-conf", str(conf))
     assert refused.returncode == 2
-    assert f"config error: {conf}:2: 'mount_point' is not supported" in refused.stderr
+    assert f"config error: {conf}:2: 'psk_hint' is not supported" in refused.stderr
 
 
 def test_sighup_rereads_the_mosquitto_conf(tmp_path: Path) -> None:
