@@ -75,7 +75,13 @@ SERVER = (
     ("epoll_hub", True, K_BOOL, None, None),  # plain MQTT listeners on the host's own epoll (epoll_hub.py)
 )
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
-IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri", "subject")  # subject: the whole DN, as Mosquitto's use_subject_as_username
+IDENTITY_FIELDS = (
+    "cn",
+    "san_dns",
+    "san_email",
+    "san_uri",
+    "subject",
+)  # subject: the whole DN, as Mosquitto's use_subject_as_username
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
 PROTOCOLS = ("mqtt", "websockets")
 LISTENER: tuple[tuple[Any, ...], ...] = (
@@ -88,6 +94,14 @@ LISTENER: tuple[tuple[Any, ...], ...] = (
     ("use_identity_as_username", False, K_BOOL, None, None),  # the certificate's identity is the user name
     ("identity", "cn", K_CHOICE, IDENTITY_FIELDS, None),  # which field is the identity: CN or a SAN type
     ("tls_version", "tlsv1.2", K_CHOICE, TLS_VERSIONS, None),  # the oldest TLS version accepted
+    ("ciphers", "", K_STR, None, None),  # OpenSSL cipher list for TLS 1.2 (1.3's are OpenSSL's); "" = Python's default
+    (
+        "crlfile",
+        "",
+        K_STR,
+        None,
+        None,
+    ),  # PEM revocation list(s) of cafile's CA: a revoked client certificate is refused
     # -- per listener (Mosquitto's per_listener_settings; common/broker/listener_policy.py) --
     ("mount_point", "", K_STR, None, None),  # a prefix put before every topic its clients name; "" = none
     ("security", None, K_OBJECT, None, None),  # [listener.security]: its own users, ACL, anonymous switch
@@ -155,6 +169,8 @@ class Listener:
     use_identity_as_username: bool
     identity: str
     tls_version: str
+    ciphers: str
+    crlfile: str
     protocol: str
     path: str
     origins: list[str]
@@ -181,7 +197,7 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: must be a table ([[listener]] with keys under it).")
     values = check(where, body, LISTENER)
-    for name in ("certfile", "keyfile", "cafile"):
+    for name in ("certfile", "keyfile", "cafile", "crlfile"):
         if values.get(name):
             values[name] = resolve(str(base), values[name])
     if "security" in values:
@@ -194,7 +210,16 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
     lst = Listener(where, values, key)
     if "port" not in body:
         raise ConfigError(f"{where}: port is missing; add e.g. port = 1883 (plain) or port = 8883 (TLS).")
-    files = ("keyfile", "cafile", "require_certificate", "use_identity_as_username", "identity", "tls_version")
+    files = (
+        "keyfile",
+        "cafile",
+        "require_certificate",
+        "use_identity_as_username",
+        "identity",
+        "tls_version",
+        "ciphers",
+        "crlfile",
+    )
     if not lst.tls:
         for name in files:
             if name in body:
@@ -205,6 +230,8 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
         raise ConfigError(
             f"{where}: require_certificate = true needs cafile, the CA that signs the clients' certificates."
         )
+    if lst.crlfile and not lst.cafile:
+        raise ConfigError(f"{where}: crlfile needs cafile, the CA whose revocations it lists.")
     if lst.use_identity_as_username and not lst.require_certificate:
         raise ConfigError(
             f"{where}: use_identity_as_username = true needs require_certificate = true "

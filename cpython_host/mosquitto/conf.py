@@ -436,9 +436,7 @@ _UNSUPPORTED = {
     "psk_file": "TLS-PSK is not supported; use certificates",
     "psk_hint": "TLS-PSK is not supported; use certificates",
     "capath": "use cafile (one PEM file with the CAs)",
-    "crlfile": "certificate revocation lists are not checked",
-    "ciphers": "the TLS ciphers are Python's defaults for the tls_version",
-    "ciphers_tls1.3": "the TLS ciphers are Python's defaults for the tls_version",
+    "ciphers_tls1.3": "Python's ssl module cannot narrow TLS 1.3's cipher suites (OpenSSL's defaults are used)",
     "dhparamfile": "the TLS key exchange is Python's default (ECDHE)",
     "http_dir": "the HTTP listener serves Siskin's own status page only",
     "socket_domain": "a listener's address family follows its address (0.0.0.0: IPv4, :: : IPv6)",
@@ -561,7 +559,7 @@ def _tls_version(r: _Reader, option: str, args: list[str], base: Path) -> str | 
     return None
 
 
-def _mount_point(r: _Reader, option: str, args: list[str], base: Path) -> str:
+def _listener_str(r: _Reader, option: str, args: list[str], base: Path) -> str:
     return r.one(option, args)
 
 
@@ -581,7 +579,9 @@ LISTENER_OPTIONS: dict[str, tuple[str, Callable[[_Reader, str, list[str], Path],
     "require_certificate": ("require_certificate", _listener_bool),
     "use_identity_as_username": ("use_identity_as_username", _listener_bool),
     "tls_version": ("tls_version", _tls_version),
-    "mount_point": ("mount_point", _mount_point),
+    "mount_point": ("mount_point", _listener_str),
+    "ciphers": ("ciphers", _listener_str),
+    "crlfile": ("crlfile", _listener_path),
     "use_subject_as_username": ("use_identity_as_username", _use_subject_as_username),
 }
 

@@ -10,10 +10,22 @@ common/broker/listener_policy.py, login.security_of.
 from __future__ import annotations
 
 import signal
+import ssl
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from tests.host.broker_proc import BrokerProcess, Paho, RawClient, wait_until
+import pytest
+
+from tests.host.broker_proc import (
+    BrokerProcess,
+    Paho,
+    RawClient,
+    connect_packet,
+    run_cli,
+    wait_until,
+    write_config,
+)
 from tests.host.test_server_security import mosquitto_tool, siskin_passwd
 
 
@@ -219,3 +231,69 @@ def test_the_whole_certificate_subject_as_the_user_name(tmp_path: Path) -> None:
         assert c.connect("cert-client") == b"\x00\x00"
         assert c.subscribe("alice/#", 1) == 1
         assert c.subscribe("other/#", 0, packet_id=2) == 0x80
+
+
+def revocation_list(pki: Any, revoked: str) -> bytes:
+    """A PEM CRL of pki's CA revoking the certificate in file `revoked`."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert_pem.bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca.private_key_pem.bytes(), None)
+    cert = x509.load_pem_x509_certificate(Path(revoked).read_bytes())
+    now = datetime.datetime.now(datetime.UTC)
+    entry = x509.RevokedCertificateBuilder().serial_number(cert.serial_number).revocation_date(now).build()
+    crl = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca_cert.subject)
+        .last_update(now - datetime.timedelta(minutes=1))
+        .next_update(now + datetime.timedelta(days=1))
+        .add_revoked_certificate(entry)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    return crl.public_bytes(serialization.Encoding.PEM)
+
+
+def not_served(port: int, ctx: ssl.SSLContext) -> bool:
+    """Whether a TLS client of `ctx` is refused: in the handshake, or (TLS 1.3: the
+    server judges the client's certificate after the client's side is done) closed before CONNACK."""
+    from tests.host.test_server_tls import TlsRawClient, tls_client
+
+    try:
+        c = TlsRawClient(tls_client(port, ctx))
+        c.send(connect_packet("x"))
+        return c.read_packet() is None
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def test_crlfile_and_ciphers_per_listener(tmp_path: Path) -> None:
+    # Mosquitto's crlfile and ciphers on a listener: a revoked client
+    # certificate fails the handshake, another passes; the listener speaks
+    # the ciphers given (TLS 1.2) and no other.
+    from tests.host.test_server_tls import Pki, TlsRawClient, tls_client
+
+    pki = Pki(tmp_path)
+    (tmp_path / "revoked.crl").write_bytes(revocation_list(pki, pki.alice[0]))
+    strict = pki.listener(cafile=pki.ca_file, require_certificate=True, crlfile="revoked.crl")
+    strict["ciphers"] = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384"
+    b = BrokerProcess(tmp_path, listeners=[{"port": 0}, strict])
+    with b:
+        _, port = wait_until(lambda: len(b.ports()) == 2 and b.ports(), 5, b.log_text)
+        assert not_served(port, pki.client_context(pki.alice))
+        b.wait_log(r"certificate revoked")
+        tls12 = pki.client_context(pki.no_email)
+        tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+        good = tls_client(port, tls12)
+        assert "AES256-GCM" in good.cipher()[0]
+        assert TlsRawClient(good).connect("bob") == b"\x00\x00"
+        weaker = pki.client_context(pki.no_email)
+        weaker.maximum_version = ssl.TLSVersion.TLSv1_2
+        weaker.set_ciphers("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256")
+        with pytest.raises(ssl.SSLError):
+            tls_client(port, weaker)
+    bad = write_config(tmp_path / "bad.toml", listeners=[pki.listener(ciphers="NO-SUCH-CIPHER")])
+    proc = run_cli("--config", str(bad))
+    assert proc.returncode == 2 and "ciphers = 'NO-SUCH-CIPHER': OpenSSL knows no cipher of it" in proc.stderr

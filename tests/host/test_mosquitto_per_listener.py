@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from common.broker.settings import ConfigError
 from cpython_host.config import load_config, load_security
 from cpython_host.mosquitto.conf import convert, to_toml
 from tests.conftest import require, tool_path
@@ -116,3 +117,24 @@ def test_same_answers_as_mosquitto_per_listener(tmp_path: Path) -> None:
     told = "site1/cmd/fan" if bug_2244 else "cmd/fan"
     assert answers["mosquitto"] == ("Success", "Not authorized", "Success", "site1/temp", told)
     assert answers["siskin"] == ("Success", "Not authorized", "Success", "site1/temp", "cmd/fan")
+
+
+def test_tls_listener_options_are_converted(tmp_path: Path) -> None:
+    conf = write(
+        tmp_path / "mosquitto.conf",
+        "listener 8883\n"
+        "certfile server.crt\n"
+        "keyfile server.key\n"
+        "cafile ca.crt\n"
+        "require_certificate true\n"
+        "use_subject_as_username true\n"
+        "ciphers ECDHE-RSA-AES256-GCM-SHA384\n"
+        "crlfile revoked.crl\n"
+        "ciphers_tls1.3 TLS_AES_256_GCM_SHA384\n",
+    )
+    with pytest.raises(ConfigError, match=r":9: 'ciphers_tls1.3' is not supported: Python's ssl module cannot"):
+        convert(str(conf))
+    (listener,) = convert(str(conf), ignore_unsupported=True).doc["listener"]
+    assert listener["use_identity_as_username"] is True and listener["identity"] == "subject"
+    assert listener["ciphers"] == "ECDHE-RSA-AES256-GCM-SHA384"
+    assert listener["crlfile"] == str(tmp_path / "revoked.crl")
