@@ -9,6 +9,7 @@ common/broker/listener_policy.py, login.security_of.
 
 from __future__ import annotations
 
+import re
 import signal
 import ssl
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.host.broker_proc import (
     BrokerProcess,
     Paho,
@@ -297,3 +299,23 @@ def test_crlfile_and_ciphers_per_listener(tmp_path: Path) -> None:
     bad = write_config(tmp_path / "bad.toml", listeners=[pki.listener(ciphers="NO-SUCH-CIPHER")])
     proc = run_cli("--config", str(bad))
     assert proc.returncode == 2 and "ciphers = 'NO-SUCH-CIPHER': OpenSSL knows no cipher of it" in proc.stderr
+
+
+def test_the_commented_per_listener_example_of_linux_toml_works(tmp_path: Path) -> None:
+    """boards/linux.toml's per-listener example, uncommented with this test's files, serves its listener."""
+    text = (REPO_ROOT / "boards" / "linux.toml").read_text()
+    start = text.index("# Per listener")
+    block = text[start : text.index("\n\n", start)]
+    code = re.compile(r"# (\[|[a-z_]+ = )")  # the example's lines, not its prose
+    example = "\n".join(line[2:] for line in block.splitlines() if code.match(line))
+    siskin_passwd(tmp_path / "passwd.site1", "dev", "device-pw", "-c")
+    (tmp_path / "acl.site1").write_text("user dev\ntopic readwrite #\n")
+    example = example.replace("/etc/siskin/", f"{tmp_path}/").replace('"0.0.0.0"', '"127.0.0.1"').replace("1884", "0")
+    b = BrokerProcess(tmp_path)
+    b.config_path.write_text(text[:start] + example + "\n" + text[start + len(block) :])
+    with b:
+        _, port = wait_until(lambda: len(b.ports()) == 2 and b.ports(), 5, b.log_text)
+        assert RawClient(port).connect("anon") == b"\x00\x05"
+        dev = RawClient(port)
+        assert dev.connect("dev", username="dev", password=b"device-pw") == b"\x00\x00"
+        b.wait_log(r"mount point 'site1/'")
