@@ -66,11 +66,16 @@ allow_anonymous = true
 """
 
 
+def start_per_listener(work: Path) -> BrokerProcess:
+    """PER_LISTENER with its files: alice in listener 2's, carol in 3's; alice's home/# in 2's ACL."""
+    siskin_passwd(work / "passwd_net", "alice", "wonderland", "-c")
+    siskin_passwd(work / "passwd_ops", "carol", "opsopsops", "-c")
+    (work / "acl_net").write_text("user alice\ntopic readwrite home/#\n")
+    return start_with(work, PER_LISTENER)
+
+
 def test_each_listener_has_its_own_users_acl_and_anonymous_switch(tmp_path: Path) -> None:
-    siskin_passwd(tmp_path / "passwd_net", "alice", "wonderland", "-c")
-    siskin_passwd(tmp_path / "passwd_ops", "carol", "opsopsops", "-c")
-    (tmp_path / "acl_net").write_text("user alice\ntopic readwrite home/#\n")
-    with start_with(tmp_path, PER_LISTENER) as b:
+    with start_per_listener(tmp_path) as b:
         local, net, ops = b.ports()
         b.wait_log(r"security of its own: users: 1 in the password file; ACL: 1 rules")
         # Anonymous: the broker's [security] on 1, refused on 2 (allow_anonymous
@@ -102,10 +107,7 @@ def test_each_listener_has_its_own_users_acl_and_anonymous_switch(tmp_path: Path
 
 
 def test_sighup_reloads_each_listeners_files(tmp_path: Path) -> None:
-    siskin_passwd(tmp_path / "passwd_net", "alice", "wonderland", "-c")
-    siskin_passwd(tmp_path / "passwd_ops", "carol", "opsopsops", "-c")
-    (tmp_path / "acl_net").write_text("user alice\ntopic readwrite home/#\n")
-    with start_with(tmp_path, PER_LISTENER) as b:
+    with start_per_listener(tmp_path) as b:
         _, net, ops = b.ports()
         alice = RawClient(net)
         assert alice.connect("alice", username="alice", password=b"wonderland") == b"\x00\x00"

@@ -430,12 +430,18 @@ def what_alice_reads(port: int) -> list[str]:
         bob.close()
 
 
-@pytest.mark.interop
-def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
+def mosquitto_tools() -> tuple[str, str]:
+    """The paths of mosquitto and mosquitto_passwd (the test is skipped without them)."""
     mosquitto = tool_path("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
     mosquitto_passwd = tool_path("mosquitto_passwd")
     require("mosquitto", mosquitto and mosquitto_passwd, "apt-get install mosquitto")
     assert mosquitto is not None and mosquitto_passwd is not None
+    return mosquitto, mosquitto_passwd
+
+
+@pytest.mark.interop
+def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
+    mosquitto, mosquitto_passwd = mosquitto_tools()
     passwd = tmp_path / "passwd"
     for user, password in (("alice", "wonderland"), ("bob", "builder")):
         subprocess.run([mosquitto_passwd, *(["-c"] if user == "alice" else []), "-b", str(passwd), user, password],

@@ -17,9 +17,8 @@ import pytest
 from common.broker.settings import ConfigError
 from cpython_host.config import load_config, load_security
 from cpython_host.mosquitto.conf import convert, to_toml
-from tests.conftest import require, tool_path
 from tests.host.broker_proc import Paho
-from tests.host.test_mosquitto_conf import answer, running, write
+from tests.host.test_mosquitto_conf import answer, mosquitto_tools, running, write
 from tests.host.upy_broker_proc import free_port
 
 
@@ -91,10 +90,7 @@ def what_each_side_sees(local: int, net: int) -> tuple[str, str, str, str, str]:
 
 @pytest.mark.interop
 def test_same_answers_as_mosquitto_per_listener(tmp_path: Path) -> None:
-    mosquitto = tool_path("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
-    mosquitto_passwd = tool_path("mosquitto_passwd")
-    require("mosquitto", mosquitto and mosquitto_passwd, "apt-get install mosquitto")
-    assert mosquitto is not None and mosquitto_passwd is not None
+    mosquitto, mosquitto_passwd = mosquitto_tools()
     subprocess.run(
         [mosquitto_passwd, "-c", "-b", str(tmp_path / "passwd"), "alice", "wonderland"], check=True, timeout=20
     )
