@@ -73,6 +73,22 @@ class TestMountPoint(unittest.TestCase):
         self.assertEqual(inside.inbox, [])
         self.assertEqual(inside.unsubscribe("room/+").reasons, [C.RC_SUCCESS])
 
+    def test_a_forwarded_qos0_frame_is_not_sent_under_the_prefix(self):
+        # 3.1.1 QoS 0 goes to 3.1.1 subscribers as the publisher's frame
+        # (route_frame), except to a mounted one: it gets its own topic [MQTT-3.3.2-3].
+        h = with_policies()
+        inside = h.client(peer=MOUNTED)
+        inside.connect("inside311")
+        inside.subscribe("room/+")
+        outside = h.client(peer=OPEN)
+        outside.connect("outside311")
+        outside.publish("site1/room/x", b"1")
+        self.assertEqual(inside.expect(C.PUBLISH).topic, "room/x")
+        # ...nor from a mounted publisher: the others get the whole topic.
+        outside.subscribe("site1/#")
+        inside.publish("room/y", b"2")
+        self.assertEqual(outside.expect(C.PUBLISH).topic, "site1/room/y")
+
     def test_shared_filters_keep_their_share_name_in_front(self):
         self.assertEqual(mount_filter("m/", "$share/g/a/#"), "$share/g/m/a/#")
         self.assertEqual(mount_filter("m/", "a/+"), "m/a/+")
