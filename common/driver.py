@@ -182,14 +182,15 @@ class Driver:
         self.clock()
         return self.broker.restore(self.now, wall)
 
-    def set_security(self, users, acl, allow_anonymous):
-        """Install the users, ACL and anonymous switch (security_files.set_security):
+    def set_security(self, users, acl, allow_anonymous, listeners=None):
+        """Install the users, ACL and anonymous switch, and the listeners' own
+        (`listeners`: key -> listener_policy.ListenerPolicy; security_files.set_security):
         at start and on a reload; what it changes for connected clients
         (a shared subscription's messages handed over) goes out now."""
         self.clock()
         from common.broker.security_files import set_security  # (start-up only on a board)
 
-        set_security(self.broker, users, acl, allow_anonymous, self.now)
+        set_security(self.broker, users, acl, allow_anonymous, self.now, listeners)
         self.flush()
 
     # ------------------------------------------------------ connections

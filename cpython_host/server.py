@@ -109,7 +109,7 @@ class BrokerServer:
     # ------------------------------------------ a connection's events
     # (events.py's ConnectionEvents: what the transports report)
 
-    def connection_made(self, handle: Any, peer: tuple[str, str | None, bool], accepted: int | None = None) -> int:
+    def connection_made(self, handle: Any, peer: tuple[str, str | None, bool, int], accepted: int | None = None) -> int:
         cid: int = self.driver.connection_made(handle, peer, accepted)
         return cid
 

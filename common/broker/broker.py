@@ -237,6 +237,7 @@ class Broker:
         self.acl = None
         self.bridge_grants = {}  # "bridge NAME" (its local peer) -> () -> its ACL grants (login.client_rules)
         self.allow_anonymous = None
+        self.listener_policies = {}  # the shell's listener key -> listener_policy.ListenerPolicy (set_security)
         self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
         self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
         self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
@@ -304,6 +305,11 @@ class Broker:
         if refuse:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
+        conn.mount = None
+        if peer is not None and len(peer) > 3:
+            policy = self.listener_policies.get(peer[3])
+            if policy is not None:
+                conn.mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
             self.rates.opened(conn.cid, now)

@@ -32,6 +32,7 @@ class Connection:
         "keep_alive",
         "level",
         "more",
+        "mount",
         "out",
         "out_bytes",
         "paused",
@@ -66,7 +67,8 @@ class Connection:
         # CONNECT timeout or keep-alive deadline in wrapping ms ticks
         # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.
         self.deadline = 0
-        self.peer = None  # (address, TLS identity, loopback listener) from the shell
+        self.peer = None  # (address, TLS identity, loopback listener[, listener key]) from the shell
+        self.mount = None  # its listener's mount_point (a topic prefix, listener_policy.py), None: none
         self.user = None  # the logged-in user (login.py), None: anonymous
         self.acl = None  # its rules (acl.ClientAcl), None: no ACL configured
         self.receive_maximum = 65535  # the peer's (v5 CONNECT property)

@@ -39,6 +39,8 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
         return False
     qos = bits & C.PUBLISH_QOS_MASK
     level = conn.level
+    if conn.mount is not None:
+        return _send_unmounted(broker, conn, msg, bits, sub_ids, now)
     if level != C.LEVEL_5:
         data = msg.wire4
         if data is not None and (data[0] >> 1) & 3 == qos:
@@ -59,7 +61,17 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
         if data is None:
             data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, bits, C.LEVEL_5, items)
             return _write_publish(broker, conn, data, qos, len(msg.payload))
-    topic = msg.topic
+    return _send_own(broker, conn, msg, msg.topic, bits, sub_ids, now)
+
+
+def _send_own(broker, conn, msg, topic, bits, sub_ids, now):
+    """A v5 PUBLISH of its own (not the message's shared one) on `topic`."""
+    items = msg.props
+    if items is not None and not isinstance(items, bytearray):
+        items = msg.props = encode_property_items(items)  # the first v5 delivery
+    extras = conn.extras
+    alias_max = 0 if extras is None else extras.alias_max_out
+    qos = bits & C.PUBLISH_QOS_MASK
     left = -1
     if msg.expiry:
         left = msg.expiry - now
@@ -73,6 +85,23 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
             topic = ""  # the client knows the alias: the topic is left out
     data = encode_publish_props(topic, msg.payload, bits, items, left, sub_ids, alias)
     return _write_publish(broker, conn, data, qos, len(msg.payload))
+
+
+def _send_unmounted(broker, conn, msg, bits, sub_ids, now):
+    """send_publish to a client under a mount point (listener_policy.py): the
+    topic without the prefix, encoded for this copy (the shared encoding
+    names the whole topic). A topic outside the prefix is not sent (only
+    its filters, all under the prefix, route to it)."""
+    mount = conn.mount
+    topic = msg.topic
+    if not topic.startswith(mount) or len(topic) == len(mount):
+        broker.stats.denied_delivery += 1  # (a session resumed through another listener)
+        return False
+    topic = topic[len(mount) :]
+    if conn.level != C.LEVEL_5:
+        data = encode_publish_parts(topic, msg.payload, bits, conn.level, None)
+        return _write_publish(broker, conn, data, bits & C.PUBLISH_QOS_MASK, len(msg.payload))
+    return _send_own(broker, conn, msg, topic, bits, sub_ids, now)
 
 
 def _write_shared(broker, conn, data, bits, size):

@@ -40,14 +40,14 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
 
     try:
         fresh = load_config(str(config.path), config.reader) if config.path is not None else config
-        users, acl, allow = load_security(fresh)
+        security = load_security(fresh)
         jwt = load_jwt(fresh)  # (its keys read again: a rotated key)
     except ConfigError as e:
         log.error("SIGHUP: %s; keeping the users and rules in force", e)
         return None
     config.security = fresh.security
     install(driver.broker, jwt)
-    driver.set_security(users, acl, allow)
+    driver.set_security(*security)
     log.info("SIGHUP: security reloaded: %s", describe(driver.broker))
     return fresh
 

@@ -43,7 +43,7 @@ def address(peername: Any) -> str:
     return f"[{host}]:{peername[1]}" if ":" in host else f"{host}:{peername[1]}"
 
 
-IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN"}
+IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN", "subject": "subject"}
 
 
 class Listening:
