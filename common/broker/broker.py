@@ -305,11 +305,10 @@ class Broker:
         if refuse:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
-        conn.mount = None
         if peer is not None and len(peer) > 3:
             policy = self.listener_policies.get(peer[3])
-            if policy is not None:
-                conn.mount = policy.mount
+            if policy is not None and policy.mount is not None:
+                conn.extra().mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
             self.rates.opened(conn.cid, now)

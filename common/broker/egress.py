@@ -39,7 +39,8 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
         return False
     qos = bits & C.PUBLISH_QOS_MASK
     level = conn.level
-    if conn.mount is not None:
+    extras = conn.extras
+    if extras is not None and extras.mount is not None:
         return _send_unmounted(broker, conn, msg, bits, sub_ids, now)
     if level != C.LEVEL_5:
         data = msg.wire4
@@ -92,7 +93,7 @@ def _send_unmounted(broker, conn, msg, bits, sub_ids, now):
     topic without the prefix, encoded for this copy (the shared encoding
     names the whole topic). A topic outside the prefix is not sent (only
     its filters, all under the prefix, route to it)."""
-    mount = conn.mount
+    mount = conn.extras.mount
     topic = msg.topic
     if not topic.startswith(mount) or len(topic) == len(mount):
         broker.stats.denied_delivery += 1  # (a session resumed through another listener)

@@ -16,7 +16,7 @@
 
 from common.broker import login, outbox, session_life
 from common.broker.clienttext import words
-from common.broker.connection import NEW
+from common.broker.connection import NEW, mount_of
 from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
@@ -186,7 +186,8 @@ def _check_will(broker, conn, pkt, found, now):
     if pkt.will_topic is None:
         return None
     s = broker.settings
-    topic = pkt.will_topic if conn.mount is None else conn.mount + pkt.will_topic  # (listener_policy.py)
+    mount = mount_of(conn)
+    topic = pkt.will_topic if mount is None else mount + pkt.will_topic  # (listener_policy.py)
     if over_limits(topic, s.max_topic_levels, s.max_topic_length):
         why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
         return C.RC_TOPIC_NAME_INVALID, why
@@ -271,7 +272,7 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
     v5 = pkt.level == C.LEVEL_5
     will = None
     if pkt.will_topic is not None:
-        will = session_life.new_will(broker, pkt, conn.mount)
+        will = session_life.new_will(broker, pkt, mount_of(conn))
         if will is None:
             broker.stats.dropped_no_slab += 1
             why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages

@@ -76,7 +76,8 @@ def handle_publish(broker, conn, pkt, now):
             raise MqttError(C.RC_RETAIN_NOT_SUPPORTED, "retain not available")  # [MQTT-3.2.2-14]
     if not topic:
         raise ProtocolError("empty topic without a topic alias")  # [MQTT-3.3.2-1] (Topic Alias 0)
-    mount = conn.mount
+    extras = conn.extras
+    mount = None if extras is None else extras.mount
     if mount is not None:
         topic = mount + topic  # its listener's mount point (listener_policy.py)
     if over_limits(topic, s.max_topic_levels, s.max_topic_length):

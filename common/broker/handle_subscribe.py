@@ -28,7 +28,7 @@ def handle_subscribe(broker, conn, pkt, now):
         broker.rates.charge(broker, conn, 2, len(pkt.topics), now)  # (ratelimit.py)
     codes = []
     owed = []  # the subscriptions that get retained messages
-    mount = conn.mount
+    mount = None if conn.extras is None else conn.extras.mount
     if mount is not None:
         from common.broker.listener_policy import mount_filter  # (host only: a board has no mount point)
     for flt, options in pkt.topics:
@@ -97,7 +97,7 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
 def handle_unsubscribe(broker, conn, pkt, now):
     session = conn.session
     codes = []
-    mount = conn.mount
+    mount = None if conn.extras is None else conn.extras.mount
     if mount is not None:
         from common.broker.listener_policy import mount_filter
     for flt in pkt.filters:

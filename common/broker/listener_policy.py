@@ -19,7 +19,7 @@
 # sees its own part only, and nothing outside the prefix matches its
 # filters (its "$SYS/#" is "PREFIX$SYS/#": the broker's $SYS is not
 # visible there, as in Mosquitto). Set on a connection at accept
-# (conn.mount): a change of mount_point at a reload reaches new connections.
+# (Extras.mount): a change of mount_point at a reload reaches new connections.
 # Host only: a board's shell names no listener and never loads this module.
 
 

@@ -163,7 +163,7 @@ def route_frame(broker, origin, pub, frame, at, now):
         if entry.is_group:
             break
         conn = entry.session.conn
-        if conn is None or conn.level == C.LEVEL_5 or conn.mount is not None:
+        if conn is None or conn.level == C.LEVEL_5 or (conn.extras is not None and conn.extras.mount is not None):
             break  # (a mount point's client gets the topic without its prefix: egress.py)
     else:
         _forward(broker, origin, topic, matches, frame, len(frame) - at)
