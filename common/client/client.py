@@ -142,6 +142,7 @@ class Client:
         self.password = None
         self.bridge = False
         self.session_expiry = 0
+        self.will = None  # (topic, payload, qos, retain): an MQTT-SN client's will (common/mqttsn)
         self.max_inflight = 20
         self.receive_max = 65535
         self.connect_timeout_ms = 10000
@@ -206,6 +207,8 @@ class Client:
             password=self.password,
             props=props,
         )
+        if self.will is not None:
+            pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain = self.will
         if self.bridge:
             pkt.level = self.level | BRIDGE_BIT
         self._write(encode_connect(pkt), ms)
