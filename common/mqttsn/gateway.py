@@ -30,7 +30,7 @@ the client has no id for waits for the REGACK of the gateway's REGISTER
 (§6.10); messages behind it wait too, so the order is kept.
 """
 
-from common.client.client import Client
+from common.client.client import CONNECTED, Client
 from common.compat import ticks_deadline, ticks_diff
 from common.mqttsn import consts as S
 from common.mqttsn.codec import SnMessage, encode_message, parse_datagram
@@ -41,7 +41,12 @@ WILL_TOPIC = 0  # CONNECT with the Will flag: WILLTOPICREQ sent (§6.3)
 WILL_MSG = 1  # WILLMSGREQ sent
 CONNECTING = 2  # the MQTT CONNECT is on its way
 ACTIVE = 3
-GONE = 4
+ASLEEP = 4  # DISCONNECT with a Duration (§6.14): no MQTT connection, the session queues
+AWAKE = 5  # PINGREQ while asleep: connected again until what waited is delivered and acked
+EXPIRING = 6  # asleep past its Duration: connected once more only to be lost (its will)
+GONE = 7
+
+QOS_M1_CLIENT = "mqtt-sn-qos-1"  # the one session QoS -1 PUBLISHes go through (§6.8)
 
 KEEP_ALIVE_GRACE = 1.5  # a client is lost after 1.5 x its Duration of silence (as MQTT [MQTT-3.1.2-24])
 
@@ -55,6 +60,9 @@ class SnSettings:
         self.max_topic_ids = 32  # normal ids per client
         self.predefined = {}  # {topic id: topic name}, for every client (§6.7)
         self.loopback = True  # the listener is bound to loopback (anonymous access)
+        # v5 Session Expiry of an SN client's session (s): how long a sleeping
+        # or lost client's messages are kept for it
+        self.session_expiry = 86400
 
 
 class SnClient:
@@ -74,6 +82,9 @@ class SnClient:
         self.ended_cid = -1  # a connection the broker ended: connection_lost owed
         self.heard_at = 0
         self.will_topic = None  # (topic, qos, retain) during the will handshake
+        self.will = None  # (topic, payload, qos, retain): given again at every wake-up
+        self.sleep_until = 0  # ticks: ASLEEP, lost after this
+        self.sleep_ms = 0  # 1.5 x the Duration of its last DISCONNECT
         self.waiting = []  # MQTT PUBLISHes from the broker behind a REGISTER
         self.reg_msg_id = 0  # the msg id of our REGISTER awaiting its REGACK (0 none)
         self.next_msg_id = 1
@@ -118,8 +129,12 @@ class SnClient:
     # ------------------------------------------------ MQTT client events
 
     def on_connected(self, session_present):
-        self.state = ACTIVE
-        self.send(SnMessage(S.CONNACK, return_code=S.RC_ACCEPTED))
+        if self.state == CONNECTING:
+            self.state = ACTIVE
+            self.send(SnMessage(S.CONNACK, return_code=S.RC_ACCEPTED))
+        elif self.state == EXPIRING:
+            self.gw.expired.append(self)
+        # AWAKE: the queued messages follow; PINGRESP once they are acked (Gateway.pump)
 
     def on_refused(self, reason):
         # v1.2 has no "not authorized": 0x03 "rejected: not supported" (§5.3.10)
@@ -139,6 +154,8 @@ class SnClient:
         if token is None:
             return
         msg_id, topic_id, qos = token
+        if qos < 0:
+            return  # QoS -1: nothing to answer (§6.8)
         if qos == 2:
             self.qos2_in.append(msg_id)
             self.send(SnMessage(S.PUBREC, msg_id=msg_id))
@@ -173,7 +190,8 @@ class SnClient:
     # ------------------------------------------------ to the SN client
 
     def send(self, msg):
-        self.gw.out.append((self.addr, encode_message(msg)))
+        if self.addr is not None:  # (None: the QoS -1 session, no SN client)
+            self.gw.out.append((self.addr, encode_message(msg)))
 
     def _msg_id(self):
         n = self.next_msg_id
@@ -252,7 +270,12 @@ class SnClient:
                 topic, qos, retain = self.will_topic
                 self._open((topic, msg.data, qos, retain), ms)
             return
-        if self.state != ACTIVE:
+        if self.state == ASLEEP:
+            self._asleep(msg, ms)
+            return
+        if self.state == AWAKE and t == S.PINGREQ:
+            return  # its PINGRESP comes once what waited is delivered (Gateway.pump)
+        if self.state != ACTIVE and self.state != AWAKE:
             return
         if t == S.PUBLISH:
             self._publish(msg)
@@ -276,23 +299,59 @@ class SnClient:
         elif t == S.PINGREQ:
             self.send(SnMessage(S.PINGRESP))
         elif t == S.DISCONNECT:
-            self.send(SnMessage(S.DISCONNECT))
-            self.mqtt.disconnect()
-            self.state = GONE
-            self.gw.leaving.append(self)
+            self._disconnect(msg, ms)
         elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
             # MQTT 3.1.1 cannot change a will on a live connection
             rtype = S.WILLTOPICRESP if t == S.WILLTOPICUPD else S.WILLMSGRESP
             self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
 
-    def _open(self, will, ms):
+    def _disconnect(self, msg, ms):
+        """§6.13 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
+        MQTT connection ends politely (no will); asleep, the session stays
+        and queues what comes for the client."""
+        self.send(SnMessage(S.DISCONNECT))
+        if self.mqtt is not None and self.cid >= 0:
+            # a clean client's session ends with it; asleep, it must stay
+            self.mqtt.disconnect(self.clean and not msg.duration)
+        if msg.duration:
+            self.state = ASLEEP
+            self.sleep_ms = int(msg.duration * KEEP_ALIVE_GRACE * 1000)
+            self.sleep_until = ticks_deadline(ms, self.sleep_ms)
+        else:
+            self.state = GONE
+            self.gw.leaving.append(self)
+
+    def _asleep(self, msg, ms):
+        t = msg.mtype
+        if t == S.PINGREQ:
+            # §6.14: awake: the session's queued messages are sent, then PINGRESP
+            self.state = AWAKE
+            self._open(self.will, ms, False)
+        elif t == S.DISCONNECT:
+            self._disconnect(msg, ms)
+
+    def settled(self):
+        """AWAKE: everything the session held was delivered and acknowledged."""
+        c = self.mqtt
+        if c is None or c.state != CONNECTED or self.waiting or self.reg_msg_id or c.incoming or c.out:
+            return False
+        session = self.gw.driver.broker.sessions.find(self.client_id)
+        if session is None:
+            return True
+        return not session.inflight and (session.queue is None or not session.queue.count)
+
+    def _open(self, will, ms, clean=None):
         gw = self.gw
-        c = Client(self, self.client_id, 4, self.clean)
+        c = Client(self, self.client_id, 5, self.clean if clean is None else clean)
         c.keep_alive = 0  # in memory: the gateway watches the SN client's Duration instead
+        c.session_expiry = gw.settings.session_expiry
         c.will = will
+        self.will = will
         self.mqtt = c
-        self.state = CONNECTING
-        cid = gw.driver.connection_made(self, ("mqtt-sn " + gw.addr_text(self.addr), None, gw.settings.loopback))
+        if self.state != AWAKE and self.state != EXPIRING:
+            self.state = CONNECTING
+        where = "QoS -1" if self.addr is None else gw.addr_text(self.addr)
+        cid = gw.driver.connection_made(self, ("mqtt-sn " + where, None, gw.settings.loopback))
         if cid < 0:
             gw.count("sn_refused_connects")
             self.send(SnMessage(S.CONNACK, return_code=S.RC_CONGESTION))
@@ -361,6 +420,8 @@ class Gateway:
         self.out = []  # (addr, datagram)
         self.lost = []  # SnClients whose connection the broker ended
         self.leaving = []  # SnClients that sent DISCONNECT (their MQTT DISCONNECT goes first)
+        self.expired = []  # SnClients asleep too long, connected again: now lost (their will)
+        self.qos_m1 = None  # the SnClient QoS -1 PUBLISHes go through (made at the first)
 
     def log(self, level, fmt, args):
         self.driver.broker.log(level, fmt, args)
@@ -382,6 +443,9 @@ class Gateway:
             self.out.append((addr, encode_message(SnMessage(S.GWINFO, gw_id=self.settings.gw_id))))
             return
         client = self.clients.get(addr)
+        if t == S.PUBLISH and msg.qos == -1 and client is None:
+            self._publish_qos_m1(msg, ms)
+            return
         if t == S.CONNECT:
             self._connect(addr, client, msg, ms)
             return
@@ -408,6 +472,26 @@ class Gateway:
             client.send(SnMessage(S.WILLTOPICREQ))
         else:
             client._open(None, ms)
+
+    def _publish_qos_m1(self, msg, ms):
+        """§6.8: a PUBLISH without a connection, to a predefined id or a short
+        name; it goes through one session of its own (client id
+        QOS_M1_CLIENT), so the ACL judges it as that client's."""
+        c = self.qos_m1
+        if c is None or c.state == GONE:
+            hello = SnMessage(S.CONNECT, clean=True, client_id=QOS_M1_CLIENT)
+            c = SnClient(self, None, hello)
+            self.qos_m1 = c
+            self.clients[None] = c
+            c._open(None, ms)
+        name = None
+        if msg.topic_id_type != S.TOPIC_NORMAL:  # a normal id means nothing without a connection
+            name = c.ids.name_of(msg.topic_id_type, msg.topic_id)
+        if name is None:
+            self.count("sn_unknown_topic_ids")
+            return
+        c.mqtt.publish(name, msg.data, 0, msg.retain, None, (0, 0, -1))
+        c.mqtt.pump(ms)
 
     def _end(self, client, lost=False):
         """Forget `client`; its MQTT connection ends (lost: without DISCONNECT, so its will is published)."""
@@ -441,12 +525,29 @@ class Gateway:
                     driver.flush()
             while self.leaving:
                 self._end(self.leaving.pop())
+            while self.expired:
+                # lost, not disconnected: the broker publishes its will
+                c = self.expired.pop()
+                self.count("sn_keep_alive_lost")
+                self._end(c, True)
+                moved = True
+            for addr in list(self.clients):
+                c = self.clients.get(addr)
+                if c is not None and c.state == AWAKE and c.settled():
+                    # §6.14: everything delivered: PINGRESP last, then asleep again
+                    c.send(SnMessage(S.PINGRESP))
+                    c.state = ASLEEP
+                    c.sleep_until = ticks_deadline(self.ticks_ms(), c.sleep_ms)
+                    c.mqtt.disconnect()
+                    moved = True
             while self.lost:
                 c = self.lost.pop()
                 if c.ended_cid >= 0:
                     driver.connection_lost(c.ended_cid)
                     c.ended_cid = -1
                     driver.flush()
+                if c.state == ASLEEP:
+                    continue  # its session queues what comes for it
                 if self.clients.get(c.addr) is c:
                     del self.clients[c.addr]
                     if c.state != GONE:
@@ -468,14 +569,27 @@ class Gateway:
         due = 0
         for addr in list(self.clients):
             c = self.clients[addr]
-            if not c.duration:
+            if c.state == ASLEEP:
+                deadline = c.sleep_until
+            elif c.duration and c.state != EXPIRING:
+                deadline = ticks_deadline(c.heard_at, int(c.duration * KEEP_ALIVE_GRACE * 1000))
+            else:
                 continue
-            deadline = ticks_deadline(c.heard_at, int(c.duration * KEEP_ALIVE_GRACE * 1000))
-            if ticks_diff(ms, deadline) >= 0:
+            if ticks_diff(ms, deadline) < 0:
+                if not due or ticks_diff(deadline, due) < 0:
+                    due = deadline
+            elif c.state == ASLEEP:
+                # §6.14: asleep past its Duration: lost. Its will goes out
+                # through the broker, so connect once more with it, then drop.
+                self.log(30, "MQTT-SN client %s asleep past its Duration: lost", (c.client_id,))
+                c.state = EXPIRING
+                if c.will is None:
+                    self.expired.append(c)
+                else:
+                    c._open(c.will, ms, False)
+            else:
                 self.count("sn_keep_alive_lost")
                 self.log(30, "MQTT-SN client %s silent for %d s: lost", (c.client_id, c.duration))
                 self._end(c, True)
-            elif not due or ticks_diff(deadline, due) < 0:
-                due = deadline
         self.pump()
         return due

@@ -234,3 +234,81 @@ class TestDeliveryToSn(GatewayTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestSleepingClients(GatewayTest):
+    def sleep(self, duration=100):
+        got = self.sn(SnMessage(S.DISCONNECT, duration=duration))
+        self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
+
+    def test_buffered_while_asleep_flushed_on_pingreq_pingresp_last(self):
+        # §6.14: DISCONNECT with Duration -> asleep; the session queues; PINGREQ -> the
+        # buffered messages, then PINGRESP last; asleep again after it
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=1, topic_name="s/+"))
+        self.sleep()
+        self.assertEqual(self.broker.connections.live, 0)
+        cid, _h = self.mqtt("pub")
+        for i in range(3):
+            self.publish(cid, "s/t", b"m%d" % i, 1)
+        self.assertEqual(self.replies(), [])
+        self.assertEqual(self.broker.sessions.find("s1").queue.count, 3)
+        got = self.sn(SnMessage(S.PINGREQ, client_id="s1"))
+        self.assertEqual([m.mtype for m in got], [S.REGISTER])
+        got = self.sn(SnMessage(S.REGACK, topic_id=got[0].topic_id, msg_id=got[0].msg_id))
+        self.assertEqual([(m.mtype, m.data) for m in got], [(S.PUBLISH, b"m0"), (S.PUBLISH, b"m1"), (S.PUBLISH, b"m2")])
+        answers = []
+        for m in got:
+            answers += self.sn(SnMessage(S.PUBACK, topic_id=m.topic_id, msg_id=m.msg_id))
+        self.assertEqual([m.mtype for m in answers], [S.PINGRESP])  # last, after every PUBACK
+        self.assertEqual(self.broker.connections.live, 1)  # (the publisher only: asleep again)
+        self.publish(cid, "s/t", b"later", 1)
+        self.assertEqual(self.replies(), [])
+        # awake with nothing more than the one queued: PUBLISH (known id now), PUBACK, PINGRESP
+        got = self.sn(SnMessage(S.PINGREQ, client_id="s1"))
+        self.assertEqual([(m.mtype, m.data) for m in got], [(S.PUBLISH, b"later")])
+        got = self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=got[0].msg_id))
+        self.assertEqual([m.mtype for m in got], [S.PINGRESP])
+
+    def test_pingreq_with_nothing_buffered(self):
+        self.connect("s1")
+        self.sleep()
+        self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ, client_id="s1"))], [S.PINGRESP])
+
+    def test_sleep_expiry_publishes_the_will(self):
+        # §6.14: a client asleep past its Duration is lost: its will goes out
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/s1"))
+        self.sn(SnMessage(S.WILLMSG, data=b"gone"))
+        self.sleep(20)
+        self.clock.ms = 29999
+        self.gw.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 30000  # 1.5 x 20 s
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
+        self.assertEqual(self.gw.clients, {})
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_clean_client_disconnect_ends_its_session(self):
+        self.connect("s1")
+        self.sn(SnMessage(S.DISCONNECT))
+        self.assertIsNone(self.broker.sessions.find("s1"))
+
+
+class TestQosMinusOne(GatewayTest):
+    def test_publish_without_connection(self):
+        # §6.8: QoS -1 to a predefined id and a short name, no CONNECT; a normal id is refused
+        _cid, h = self.mqtt("watcher", "#")
+        self.assertEqual(
+            self.sn(SnMessage(S.PUBLISH, qos=-1, topic_id_type=S.TOPIC_PREDEFINED, topic_id=7, data=b"a")), []
+        )
+        self.sn(SnMessage(S.PUBLISH, qos=-1, topic_id_type=S.TOPIC_SHORT, topic_id=0x6162, data=b"b"))
+        self.sn(SnMessage(S.PUBLISH, qos=-1, topic_id=1, data=b"c"))
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("plant/alarm", b"a"), ("ab", b"b")])
+        self.assertEqual(self.broker.stats.sn_unknown_topic_ids, 1)
