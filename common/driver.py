@@ -154,6 +154,8 @@ class Driver:
             self.publish_sys = publish_sys
             self.sys_at = self.now
         self.edge = None  # sparkplug_group: the gateway's own Sparkplug edge node
+        self.free_heap = None  # a board's free heap figure (a function; the edge node's metric), None: none
+        self.bridge_runners = []  # the bridges running (common/bridge/runner.py): their backlogs are metrics
         if s.sparkplug_group:
             from common.broker.spb_node import EdgeNode  # (only when on)
 
@@ -410,7 +412,9 @@ class Driver:
                 self.sys_at = now + self.sys_interval
                 self.publish_sys(broker, now, self.heap() if self.heap is not None else None)
             if self.edge is not None and self.edge.wants(broker, now):
-                self.edge.tick(broker, now, self.heap() if self.heap is not None else None)
+                free = self.free_heap() if self.free_heap is not None else None
+                backlogs = [(r.name, r.backlog()) for r in self.bridge_runners]
+                self.edge.tick(broker, now, self.heap() if self.heap is not None else None, free, backlogs)
         except Exception as e:  # a core bug must not stop the clock
             broker.log(40, "tick failed: %r", (e,))
             print_exception(e)

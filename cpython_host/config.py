@@ -89,7 +89,10 @@ LISTENER: tuple[tuple[Any, ...], ...] = (
     ("tls_version", "tlsv1.2", K_CHOICE, TLS_VERSIONS, None),  # the oldest TLS version accepted
 )
 # [log]
-LOG = (("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),)  # how much to log (case does not matter)
+LOG = (
+    ("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),  # how much to log (case does not matter)
+    ("syslog", "", K_STR, None, None),  # a syslog socket ("/dev/log") to log to as well; "" none
+)
 # [security] (docs/security.md). A key left out is "not set": no password
 # file, no ACL, and allow_anonymous decided by the listener (loopback only).
 SECURITY = (
@@ -313,6 +316,7 @@ class HostConfig:
         self.settings = new_settings()
         self.log_level = "info"
         self.log_level_flag: str | None = None  # --log-level: beats [log] level, at start and on SIGHUP
+        self.syslog = ""  # [log] syslog: the socket's path, "" none
         self.apply(defaults(SERVER))
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
@@ -393,8 +397,10 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         ]
     if cfg.write_buffer_low > cfg.write_buffer_high:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
-    log = {k: v.lower() if isinstance(v, str) else v for k, v in doc.get("log", {}).items()}
-    cfg.log_level = check(f"{path}: [log]", log, LOG).get("level", cfg.log_level)
+    log = {k: v.lower() if isinstance(v, str) and k == "level" else v for k, v in doc.get("log", {}).items()}
+    log = check(f"{path}: [log]", log, LOG)
+    cfg.log_level = log.get("level", cfg.log_level)
+    cfg.syslog = log.get("syslog", cfg.syslog)
     if "bridge" in doc:
         from common.bridge.settings import parse_bridges
 

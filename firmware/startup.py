@@ -102,6 +102,7 @@ def start(argv, root):
         gc.mem_alloc,
         (log.log, log.level),
     )
+    driver.free_heap = gc.mem_free  # (the Sparkplug edge node's "Heap/Free Bytes")
     driver.set_security(*security)
     if store is not None:
         # The restore reads the store one record at a time and makes the

@@ -43,6 +43,7 @@ def handle_publish(broker, conn, pkt, now):
     st = broker.stats
     st.messages_received += 1
     st.received_by_qos[qos] += 1
+    st.publish_bytes_received += conn.reader.stop - pkt.payload_at
     rates = broker.rates
     if rates is not None:  # (ratelimit.py: charged now, held back once in debt)
         rates.charge(broker, conn, 0, 1, now)

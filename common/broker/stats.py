@@ -14,6 +14,8 @@ STATS_COUNTERS = (
     "messages_sent",
     "bytes_received",
     "bytes_sent",
+    "publish_bytes_received",  # PUBLISH payload bytes from clients
+    "publish_bytes_sent",  # PUBLISH payload bytes to clients
     "dropped_qos0",  # QoS 0 dropped for a slow or offline client
     "dropped_queue_full",  # dropped: a session's queue was full
     "dropped_too_large",  # larger than a v5 client's Maximum Packet Size
@@ -63,6 +65,8 @@ class Stats:
     messages_sent: int
     bytes_received: int
     bytes_sent: int
+    publish_bytes_received: int
+    publish_bytes_sent: int
     dropped_qos0: int
     dropped_queue_full: int
     dropped_too_large: int

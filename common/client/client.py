@@ -151,6 +151,8 @@ class Client:
         self.hold_release = False
         self.hold_complete = False
         self.held = False  # the app holds the queue: nothing new is sent (a bridge's Sparkplug host away)
+        self.will = None  # (topic, payload, qos, retain) sent in CONNECT (a bridge's notifications), None: none
+        self.preamble = False  # handler.on_preamble() at CONNACK, before anything is resent (a bridge's births)
         # State
         self.state = DISCONNECTED
         self.reader = None
@@ -341,6 +343,8 @@ class Client:
         # whose session the server lost was delivered already (PUBREC): done;
         # a RECEIVED one waits for release() either way (a PUBREL the server
         # does not know is answered all the same).
+        if self.preamble:
+            self.handler.on_preamble()
         kept = []
         done = []
         for m in self.inflight:

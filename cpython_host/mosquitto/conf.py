@@ -114,6 +114,7 @@ class _Reader:
         self.listeners: list[dict[str, Any]] = []
         self.current = self.default
         self.log_levels: list[str] = []
+        self.syslog = False  # log_dest syslog: [log] syslog = "/dev/log"
         self.persistence = False
         self.location: str | None = None
         self.where = ""
@@ -289,7 +290,9 @@ class _Reader:
 
     def h_log_dest(self, option: str, args: list[str], base: Path) -> None:
         dest = args[0] if args else ""
-        if dest in ("stderr", "stdout", "syslog", "file"):
+        if dest == "syslog":
+            self.syslog = True
+        elif dest in ("stderr", "stdout", "file"):
             self.note(
                 f"log_dest {' '.join(args)}: Siskin logs to stderr; under systemd that is the journal "
                 "(journalctl -u siskin; StandardError=append:FILE in the unit for a file)"
@@ -411,6 +414,8 @@ class _Reader:
             doc["security"] = self.security
         if self.log_levels:
             doc["log"] = {"level": max(self.log_levels, key=_VERBOSITY.index)}
+        if self.syslog:
+            doc.setdefault("log", {})["syslog"] = "/dev/log"
         return self.out
 
 

@@ -213,6 +213,24 @@ FAMILIES = {
     ),
     "bytes_received": ("siskin_received_bytes_total", COUNTER, "Bytes read from MQTT clients", None),
     "bytes_sent": ("siskin_sent_bytes_total", COUNTER, "Bytes written to MQTT clients", None),
+    "publish_bytes_received": (
+        "siskin_publish_payload_received_bytes_total",
+        COUNTER,
+        "Payload bytes of the PUBLISHes received from MQTT clients",
+        None,
+    ),
+    "publish_bytes_sent": (
+        "siskin_publish_payload_sent_bytes_total",
+        COUNTER,
+        "Payload bytes of the PUBLISHes written to MQTT clients",
+        None,
+    ),
+    "stored_bytes": (
+        "siskin_message_slabs_payload_bytes",
+        GAUGE,
+        "Payload bytes of the messages held in memory (queued, in flight or retained; each once)",
+        None,
+    ),
     "subscriptions": ("siskin_subscriptions", GAUGE, "Subscriptions of all sessions", None),
     "retained": (
         "siskin_retained_messages",

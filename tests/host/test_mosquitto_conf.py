@@ -162,6 +162,15 @@ def test_debian_default_configuration(tmp_path: Path) -> None:
     assert f"{main}:8: log_dest file /var/log/mosquitto/mosquitto.log: Siskin logs to stderr" in notes
 
 
+def test_log_dest_syslog_becomes_log_syslog(tmp_path: Path) -> None:
+    conv = convert(str(write(tmp_path / "a.conf", "log_type warning\nlog_dest syslog\nlog_dest stderr\n")))
+    assert conv.doc["log"] == {"level": "warning", "syslog": "/dev/log"}
+    assert not [n for n in conv.notes if "log_dest syslog" in n]  # converted, not noted
+    out = tmp_path / "siskin.toml"
+    out.write_text(to_toml(conv, str(tmp_path / "a.conf")))
+    assert load_config(str(out)).syslog == "/dev/log"
+
+
 def test_old_style_default_listener_and_no_listener(tmp_path: Path) -> None:
     doc = convert(str(write(tmp_path / "a.conf", "port 1884\nbind_address 127.0.0.1\nallow_anonymous true\n"))).doc
     assert doc["listener"] == [{"host": "127.0.0.1", "port": 1884}]
@@ -231,6 +240,8 @@ bridge_outgoing_retain false
 connection second
 address 10.0.0.2
 topic # in
+notification_topic gw/second/link
+notifications_local_only true
 """
 
 
@@ -241,6 +252,7 @@ def test_bridges_are_converted(tmp_path: Path) -> None:
     certs = str(tmp_path / "certs")
     assert {k: v for k, v in cloud.items() if k != "topic"} == {
         "name": "cloud",
+        "notifications": False,
         "addresses": ["broker.example.com:8883", "backup.example.com:1883"],
         "client_id": "gw-7",
         "username": "gw",
@@ -263,13 +275,18 @@ def test_bridges_are_converted(tmp_path: Path) -> None:
         {"pattern": "", "direction": "out", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw", "retain": False},
         {"pattern": "", "direction": "in", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw"},
     ]  # fmt: skip
-    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0.
+    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0, notifications on.
     assert second["client_id"] == f"{socket.gethostname()}.second" and second["addresses"] == ["10.0.0.2:1883"]
+    assert (second["notifications"], second["notification_topic"], second["notifications_local_only"]) == (
+        True,
+        "gw/second/link",
+        True,
+    )
     assert second["topic"] == [{"pattern": "#", "direction": "in", "qos": 0}]
     notes = "\n".join(conv.notes)
-    for option in ("bridge_tls_version", "notifications", "local_username", "idle_timeout"):
+    for option in ("bridge_tls_version", "local_username", "idle_timeout"):
         assert f"{option}" in notes
-    assert "$SYS/broker/bridge/cloud/state" in notes
+    assert "notifications" not in notes  # converted, not noted
     # The TOML loads as Siskin's [[bridge]] (the certificate files need not exist to be checked).
     out = tmp_path / "siskin.toml"
     out.write_text(to_toml(conv, str(conf)))
