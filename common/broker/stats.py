@@ -43,6 +43,14 @@ STATS_COUNTERS = (
     "rate_held_bytes",
     "rate_held_subscribes",
     "closed_rate_limited",
+    # MQTT-SN (common/mqttsn/gateway.py): refusals, by cause (docs/mqtt-sn.md)
+    "sn_malformed",  # datagrams the codec refused (length, truncation, type, flags, UTF-8)
+    "sn_unknown_clients",  # datagrams from an address with no connection: answered with DISCONNECT
+    "sn_refused_connects",  # CONNECTs refused: max SN clients, max_connections, the broker's CONNACK
+    "sn_refused_subscriptions",  # SUBSCRIBEs the broker refused (ACL, limits): SUBACK 0x03
+    "sn_topic_ids_refused",  # topic ids not given: a client's table full (0x01), an invalid name (0x02)
+    "sn_unknown_topic_ids",  # PUBLISH/SUBSCRIBE naming an id the client has not got: 0x02
+    "sn_keep_alive_lost",  # SN clients silent for 1.5 x their Duration: lost, will published
 )
 
 
@@ -85,6 +93,13 @@ class Stats:
     rate_held_bytes: int
     rate_held_subscribes: int
     closed_rate_limited: int
+    sn_malformed: int
+    sn_unknown_clients: int
+    sn_refused_connects: int
+    sn_refused_subscriptions: int
+    sn_topic_ids_refused: int
+    sn_unknown_topic_ids: int
+    sn_keep_alive_lost: int
 
     def __init__(self):
         for name in STATS_COUNTERS:

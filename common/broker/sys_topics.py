@@ -94,6 +94,14 @@ SYS_FIGURES = (
     ("clients/rate_held/bytes", "rate_held_bytes"),  # over rate_bytes
     ("clients/rate_held/subscribes", "rate_held_subscribes"),  # over rate_subscribes
     ("clients/closed/rate_limited", "closed_rate_limited"),  # over their rates for rate_grace s: closed (0x96)
+    # MQTT-SN listeners (common/mqttsn/gateway.py): refusals by cause, docs/mqtt-sn.md
+    ("mqtt-sn/refused/malformed", "sn_malformed"),
+    ("mqtt-sn/refused/unknown_client", "sn_unknown_clients"),
+    ("mqtt-sn/refused/connect", "sn_refused_connects"),
+    ("mqtt-sn/refused/subscribe", "sn_refused_subscriptions"),
+    ("mqtt-sn/refused/topic_ids", "sn_topic_ids_refused"),
+    ("mqtt-sn/refused/unknown_topic_id", "sn_unknown_topic_ids"),
+    ("mqtt-sn/refused/keep_alive", "sn_keep_alive_lost"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("publish/bytes/received", "publish_bytes_received"),  # PUBLISH payload bytes (Mosquitto's name)

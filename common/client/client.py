@@ -142,6 +142,7 @@ class Client:
         self.password = None
         self.bridge = False
         self.session_expiry = 0
+        self.will = None  # (topic, payload, qos, retain): an MQTT-SN client's will (common/mqttsn)
         self.max_inflight = 20
         self.receive_max = 65535
         self.connect_timeout_ms = 10000
@@ -225,10 +226,15 @@ class Client:
         # Messages waiting for the window stay where they are; QoS 0 ones
         # without a token were written or dropped already.
 
-    def disconnect(self):
-        """A polite DISCONNECT (the shell closes the stream after writing it)."""
+    def disconnect(self, end_session=False):
+        """A polite DISCONNECT (the shell closes the stream after writing it);
+        end_session (v5): with Session Expiry Interval 0, so the server ends
+        the session now (allowed when the CONNECT had a non-zero one, v5 3.14.2.2.2)."""
         if self.state != DISCONNECTED:
-            self.out.append(b"\xe0\x00")
+            if end_session and self.level == C.LEVEL_5 and self.session_expiry:
+                self.out.append(b"\xe0\x07\x00\x05\x11\x00\x00\x00\x00")
+            else:
+                self.out.append(b"\xe0\x00")
             self.state = DISCONNECTED
 
     def take_output(self):

@@ -169,6 +169,48 @@ FAMILIES = {
         "Clients closed for staying over their rate limits for rate_grace seconds (v5 DISCONNECT 0x96)",
         None,
     ),
+    "sn_malformed": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "malformed"),
+    ),
+    "sn_unknown_clients": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "unknown_client"),
+    ),
+    "sn_refused_connects": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "connect"),
+    ),
+    "sn_refused_subscriptions": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "subscribe"),
+    ),
+    "sn_topic_ids_refused": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "topic_ids"),
+    ),
+    "sn_unknown_topic_ids": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "unknown_topic_id"),
+    ),
+    "sn_keep_alive_lost": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "keep_alive"),
+    ),
     "bytes_received": ("siskin_received_bytes_total", COUNTER, "Bytes read from MQTT clients", None),
     "bytes_sent": ("siskin_sent_bytes_total", COUNTER, "Bytes written to MQTT clients", None),
     "publish_bytes_received": (
