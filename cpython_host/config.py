@@ -58,6 +58,7 @@ from common.broker.settings import SECURITY as COMMON_SECURITY
 from common.broker.settings import SERVER as COMMON_SERVER
 from common.broker.settings import TLS as COMMON_TLS
 from common.broker.settings_hint import did_you_mean
+from common.mqttsn.settings import SN_KEYS, SN_LISTENER
 from cpython_host.compat import tomllib
 
 __all__ = ["LISTENER", "SECURITY", "SERVER", "ConfigError", "HostConfig", "Listener", "load_config", "load_security"]
@@ -83,11 +84,11 @@ IDENTITY_FIELDS = (
     "subject",
 )  # subject: the whole DN, as Mosquitto's use_subject_as_username
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
-PROTOCOLS = ("mqtt", "websockets")
+PROTOCOLS = ("mqtt", "websockets", "mqtt-sn")
 LISTENER: tuple[tuple[Any, ...], ...] = (
     ("host", "127.0.0.1", K_STR, None, None),  # address to listen on ("0.0.0.0": every IPv4 interface)
     ("port", -1, K_INT, 0, 65535),  # TCP port (required; 0 = any free port, logged at start)
-    ("protocol", "mqtt", K_CHOICE, PROTOCOLS, None),  # "websockets": MQTT over WebSockets (ws://, wss:// with TLS)
+    ("protocol", "mqtt", K_CHOICE, PROTOCOLS, None),  # "websockets": MQTT over WebSockets; "mqtt-sn": MQTT-SN v1.2 over UDP
     ("path", "/mqtt", K_STR, None, None),  # websockets: the URL path clients upgrade on; "" = any path
     ("origins", [], K_LIST, None, None),  # websockets: allowed Origin headers; [] = not checked
     *COMMON_TLS,  # certfile (TLS on), keyfile, cafile, require_certificate: PEM files
@@ -105,6 +106,8 @@ LISTENER: tuple[tuple[Any, ...], ...] = (
     # -- per listener (Mosquitto's per_listener_settings; common/broker/listener_policy.py) --
     ("mount_point", "", K_STR, None, None),  # a prefix put before every topic its clients name; "" = none
     ("security", None, K_OBJECT, None, None),  # [listener.security]: its own users, ACL, anonymous switch
+    # -- protocol = "mqtt-sn" only (common/mqttsn/settings.py; docs/mqtt-sn.md) --
+    *SN_LISTENER,
 )
 # [log]
 LOG = (
@@ -179,6 +182,15 @@ class Listener:
     origins: list[str]
     mount_point: str
     security: dict[str, Any] | None
+    # protocol = "mqtt-sn" (common/mqttsn/settings.py SN_LISTENER)
+    gw_id: int
+    max_clients: int
+    max_topic_ids: int
+    predefined: dict[str, str]
+    max_buffered: int
+    max_packet_size: int
+    session_expiry: int
+    allow_remote: bool
 
     def __init__(self, where: str, values: dict[str, Any], key: int = 0) -> None:
         self.where = where  # names the table in messages: "site.toml: [[listener]] #2"
@@ -193,6 +205,14 @@ class Listener:
     @property
     def websockets(self) -> bool:
         return self.protocol == "websockets"
+
+    @property
+    def mqttsn(self) -> bool:
+        return self.protocol == "mqtt-sn"
+
+    def sn_values(self) -> dict[str, Any]:
+        """An MQTT-SN listener's own keys (common/mqttsn/settings.py's sn_settings reads them)."""
+        return {name: getattr(self, name) for name in SN_KEYS}
 
 
 def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
@@ -240,6 +260,12 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
             f"{where}: use_identity_as_username = true needs require_certificate = true "
             "(a client without a certificate would have no identity)."
         )
+    if lst.mqttsn:
+        _sn_listener(where, body, lst)
+    else:
+        for name in SN_KEYS:
+            if name in body:
+                raise ConfigError(f'{where}: {name} is set but protocol is not "mqtt-sn"; add protocol = "mqtt-sn".')
     if not lst.websockets:
         for name in ("path", "origins"):
             if name in body:
@@ -255,6 +281,23 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
                 "install it (pip install wsproto) or remove the listener."
             )
     return lst
+
+
+def _sn_listener(where: str, body: dict[str, Any], lst: Listener) -> None:
+    """An MQTT-SN listener (UDP): no TLS (v1.2 has no DTLS here), and off
+    loopback only with allow_remote, as v1.2 has no authentication."""
+    if lst.tls:
+        raise ConfigError(f'{where}: certfile is set but protocol = "mqtt-sn" is UDP without TLS; remove certfile.')
+    from common.mqttsn.settings import sn_settings
+
+    sn_settings(where, lst.sn_values(), True, lst.key)  # the predefined topic ids checked
+    if not loopback_name(lst.host) and not lst.allow_remote:
+        raise ConfigError(
+            f'{where}: protocol = "mqtt-sn" on host {lst.host!r}, which is not loopback: MQTT-SN v1.2 has no '
+            "authentication, so anyone who can reach this UDP port would publish and subscribe as an anonymous "
+            "client; set allow_remote = true to serve it anyway (with allow_anonymous and an ACL for its clients), "
+            'or host = "127.0.0.1".'
+        )
 
 
 def loopback_name(host: str) -> bool:

@@ -19,8 +19,9 @@ messages (the `on_*` handler methods of `SnClient`).
 
 Nothing here re-enters the driver from inside its flush: the driver's writes
 land in the MQTT client at once, and what the client wants to send back is
-moved by `pump()` afterwards (the shell calls it after every datagram and
-tick, as a bridge runner pumps its link).
+moved by `pump()` afterwards: the shell calls it after every datagram and
+tick, and soon after the gateway's `wake` callable asks it to (the broker
+wrote to an SN client: a delivery, an ack), as a bridge runner pumps its link.
 
 Addresses are opaque to the core (the shell's own values: an (ip, port)
 tuple on the host); `addr_text` is what the log and the broker see.
@@ -60,6 +61,9 @@ class SnSettings:
         self.max_topic_ids = 32  # normal ids per client
         self.predefined = {}  # {topic id: topic name}, for every client (§6.7)
         self.loopback = True  # the listener is bound to loopback (anonymous access)
+        self.listener_key = 0  # the shell's listener key (the peer's 4th item: per-listener security)
+        self.max_buffered = 1000  # messages a sleeping client's session queues; then queue_full's policy
+        self.max_packet_size = 1024  # bytes of a datagram, both ways
         # v5 Session Expiry of an SN client's session (s): how long a sleeping
         # or lost client's messages are kept for it
         self.session_expiry = 86400
@@ -97,6 +101,7 @@ class SnClient:
         # A copy: the driver reuses its buffer after the call.
         if self.mqtt is not None:
             self.mqtt.data_received(bytes(data), self.gw.ticks_ms())
+            self.gw.wake()  # what the client answers, and the SN datagrams, at the shell's next pump
 
     def half_close(self):
         self._ended()
@@ -129,6 +134,10 @@ class SnClient:
     # ------------------------------------------------ MQTT client events
 
     def on_connected(self, session_present):
+        session = self.gw.driver.broker.sessions.find(self.client_id)
+        if session is not None and session.queue is not None:
+            # What its session may queue while it sleeps: the listener's bound, not the broker's
+            session.queue.cap = self.gw.settings.max_buffered
         if self.state == CONNECTING:
             self.state = ACTIVE
             self.send(SnMessage(S.CONNACK, return_code=S.RC_ACCEPTED))
@@ -160,7 +169,9 @@ class SnClient:
             self.qos2_in.append(msg_id)
             self.send(SnMessage(S.PUBREC, msg_id=msg_id))
         else:
-            self.send(SnMessage(S.PUBACK, topic_id=topic_id, msg_id=msg_id, return_code=S.RC_ACCEPTED))
+            # the broker refused it (the ACL, a full queue): v1.2 has no better word than 0x03 (§5.3.10)
+            rc = S.RC_NOT_SUPPORTED if reason and reason >= 0x80 else S.RC_ACCEPTED
+            self.send(SnMessage(S.PUBACK, topic_id=topic_id, msg_id=msg_id, return_code=rc))
 
     def on_suback(self, pid, reasons):
         entry = self.subs.pop(pid, None)
@@ -215,6 +226,13 @@ class SnClient:
             return
         topic_type, topic_id = kind
         qos = pkt.qos
+        if len(pkt.payload) + 7 > self.gw.settings.max_packet_size:  # 7: a PUBLISH's header (§5.4.12)
+            self.gw.count("sn_too_large")
+            why = "MQTT-SN client %s: a message on %s over max_packet_size dropped"
+            self.gw.log(30, why, (self.client_id, pkt.topic))
+            if qos:
+                self.mqtt.ack(pkt.packet_id)
+            return
         self.send(
             SnMessage(
                 S.PUBLISH,
@@ -351,7 +369,8 @@ class SnClient:
         if self.state != AWAKE and self.state != EXPIRING:
             self.state = CONNECTING
         where = "QoS -1" if self.addr is None else gw.addr_text(self.addr)
-        cid = gw.driver.connection_made(self, ("mqtt-sn " + where, None, gw.settings.loopback))
+        peer = ("mqtt-sn " + where, None, gw.settings.loopback, gw.settings.listener_key)
+        cid = gw.driver.connection_made(self, peer)
         if cid < 0:
             gw.count("sn_refused_connects")
             self.send(SnMessage(S.CONNACK, return_code=S.RC_CONGESTION))
@@ -411,11 +430,13 @@ class SnClient:
 class Gateway:
     """Every SN client of one listener, and the datagrams waiting to go out."""
 
-    def __init__(self, driver, settings, ticks_ms, addr_text):
+    def __init__(self, driver, settings, ticks_ms, addr_text, wake):
         self.driver = driver
         self.settings = settings
         self.ticks_ms = ticks_ms
         self.addr_text = addr_text  # the shell's address -> text for the log
+        # The shell calls pump() soon (not now: this runs inside the driver's flush)
+        self.wake = wake
         self.clients = {}  # addr -> SnClient
         self.out = []  # (addr, datagram)
         self.lost = []  # SnClients whose connection the broker ended
@@ -433,6 +454,11 @@ class Gateway:
     def datagram_received(self, addr, data):
         """One datagram from `addr`; then pump() and take_datagrams()."""
         ms = self.ticks_ms()
+        if len(data) > self.settings.max_packet_size:
+            self.count("sn_too_large")
+            why = "MQTT-SN datagram from %s refused: %d bytes, over max_packet_size"
+            self.log(30, why, (self.addr_text(addr), len(data)))
+            return
         msg, why = parse_datagram(data)
         if msg is None:
             self.count("sn_malformed")

@@ -57,7 +57,11 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             "san_dns" | "san_email" | "san_uri", tls_version = "tlsv1.2" |
             "tlsv1.3" (the oldest accepted); protocol = "websockets" (MQTT
             over WebSockets, ws:// or wss:// with TLS): path = "/mqtt" ("" =
-            any path), origins = [...] (browser pages allowed; [] = any).
+            any path), origins = [...] (browser pages allowed; [] = any);
+            protocol = "mqtt-sn" (MQTT-SN v1.2 over UDP, docs/mqtt-sn.md:
+            gw_id, max_clients, max_topic_ids, predefined, max_buffered,
+            max_packet_size, session_expiry; loopback only unless
+            allow_remote = true).
             --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous

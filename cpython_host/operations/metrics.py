@@ -211,6 +211,12 @@ FAMILIES = {
         "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
         ("cause", "keep_alive"),
     ),
+    "sn_too_large": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "too_large"),
+    ),
     "bytes_received": ("siskin_received_bytes_total", COUNTER, "Bytes read from MQTT clients", None),
     "bytes_sent": ("siskin_sent_bytes_total", COUNTER, "Bytes written to MQTT clients", None),
     "publish_bytes_received": (

@@ -26,6 +26,9 @@ class ConnectionEvents(Protocol):
     debug: bool
     settings: Any
     config: Any
+    # The driver itself: an MQTT-SN listener's gateway (mqttsn_udp.py) makes
+    # its clients' in-memory connections through it, as a bridge's link does.
+    driver: Any
 
     def ticks_ms(self) -> int:
         """The clock of an accept (the connect timeout counts from it)."""
@@ -63,3 +66,6 @@ class ConnectionEvents(Protocol):
 
     def is_stopping(self) -> bool:
         """Whether the server is shutting down."""
+
+    def note_closed(self) -> None:
+        """A connection of the server's own ended (an MQTT-SN client's, at shutdown): the last one?"""

@@ -59,6 +59,7 @@ class Listening:
         "local",
         "name",
         "server",
+        "sn",
         "sockets",
     )
 
@@ -74,6 +75,7 @@ class Listening:
         self.hub: epoll_hub.EpollHub | None = None  # a plain MQTT listener's (cpython_host/epoll_hub.py)
         self.sockets: list[socket.socket] = []  # a TLS or hub listener's; a TLS one's accept loops
         self.accepting: list[asyncio.Task[None]] = []
+        self.sn: Any = None  # an MQTT-SN listener's UDP endpoint (mqttsn_udp.py SnEndpoint)
         self.local = True  # bound to loopback addresses only (set once bound)
         self.name = f"{config.host}:{config.port}"  # the bound address once bound
 
@@ -85,6 +87,12 @@ class Listening:
     def describe(self) -> str:
         """What the start-up log says of it."""
         cfg = self.config
+        if cfg.mqttsn:
+            kind = (
+                f"MQTT-SN v1.2 over UDP (gateway id {cfg.gw_id}, {cfg.max_clients} clients, "
+                f"{len(cfg.predefined)} predefined topic ids; no authentication)"
+            )
+            return kind + ("; loopback only" if self.local else "; reachable from the network (allow_remote)")
         kind = "plain MQTT" if self.hub is None else "plain MQTT (epoll hub)"
         if cfg.websockets:
             kind = f"MQTT over WebSocket at {self.url()}"
@@ -146,7 +154,11 @@ async def open_listeners(events: ConnectionEvents, listening_list: list[Listenin
     for listening in listening_list:
         cfg = listening.config
         try:
-            if listening.context is None and not cfg.websockets and config.epoll_hub and epoll_hub.AVAILABLE:
+            if cfg.mqttsn:
+                from cpython_host.transports.mqttsn_udp import open_sn
+
+                listening.sn, names = await open_sn(events, listening)
+            elif listening.context is None and not cfg.websockets and config.epoll_hub and epoll_hub.AVAILABLE:
                 # Plain MQTT: accepted and served by the host's own epoll.
                 if accepting.hub is None:
                     accepting.hub = epoll_hub.EpollHub(events, loop)
@@ -175,6 +187,8 @@ async def open_listeners(events: ConnectionEvents, listening_list: list[Listenin
             raise
         listening.name = address(names[0])
         listening.local = all(loopback_name(name[0]) for name in names)
+        if listening.sn is not None:
+            listening.sn.start(listening.local)
     for listening in listening_list:
         if listening.hub is None:
             for sock in listening.sockets:
@@ -196,6 +210,9 @@ def close_listeners(listening: list[Listening]) -> None:
     for lst in listening:
         if lst.server is not None:
             lst.server.close()
+        if lst.sn is not None:
+            lst.sn.close()
+            lst.sn = None
         for task in lst.accepting:
             task.cancel()
         for sock in lst.sockets:

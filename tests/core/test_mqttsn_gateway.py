@@ -27,7 +27,11 @@ class GatewayTest(unittest.TestCase):
         sn.max_clients = 2
         sn.max_topic_ids = 2
         sn.predefined = {7: "plant/alarm"}
-        self.gw = Gateway(self.driver, sn, self.clock.read, lambda a: "%s:%d" % a)
+        self.woken = 0
+        self.gw = Gateway(self.driver, sn, self.clock.read, lambda a: "%s:%d" % a, self.wake)
+
+    def wake(self):
+        self.woken += 1
 
     def sn(self, msg, addr=SENSOR):
         """Send one SN message (or raw bytes); the SN messages that came back to addr."""
@@ -232,9 +236,6 @@ class TestDeliveryToSn(GatewayTest):
         self.assertEqual(self.replies(), [])
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class TestSleepingClients(GatewayTest):
     def sleep(self, duration=100):
@@ -312,3 +313,47 @@ class TestQosMinusOne(GatewayTest):
         self.driver.flush()
         self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("plant/alarm", b"a"), ("ab", b"b")])
         self.assertEqual(self.broker.stats.sn_unknown_topic_ids, 1)
+
+
+class TestShellHooks(GatewayTest):
+    def test_wake_when_the_broker_writes_to_an_sn_client(self):
+        # the shell pumps the gateway when the broker has output for an SN client
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, topic_id_type=S.TOPIC_SHORT, msg_id=1, topic_id=0x6162))
+        woken = self.woken
+        cid, _h = self.mqtt("pub")
+        self.driver.data_received(cid, encode_packet(Publish("ab", b"x", 0, False, False, 0, None), 4))
+        self.driver.flush()
+        self.assertGreater(self.woken, woken)
+        self.gw.pump()
+        self.assertEqual([(m.mtype, m.data) for m in self.replies()], [(S.PUBLISH, b"x")])
+
+    def test_max_packet_size_both_ways(self):
+        # a limit: a datagram over max_packet_size is dropped, and so is a delivery; counted
+        self.gw.settings.max_packet_size = 40
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_SHORT, msg_id=1, topic_id=0x6162))
+        big = SnMessage(S.PUBLISH, qos=1, topic_id_type=S.TOPIC_SHORT, topic_id=0x6162, msg_id=2, data=b"x" * 40)
+        self.assertEqual(self.sn(big), [])
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "ab", b"y" * 34, 1)
+        self.assertEqual(self.replies(), [])
+        self.assertEqual(self.broker.stats.sn_too_large, 2)
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)  # acked: not owed again
+        self.publish(cid, "ab", b"y" * 33, 1)
+        self.assertEqual([m.mtype for m in self.replies()], [S.PUBLISH])
+
+    def test_max_buffered_bounds_a_sleeping_clients_queue(self):
+        # §6.14 buffered while asleep, bounded by max_buffered (the broker's queue_full policy past it)
+        self.gw.settings.max_buffered = 2
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_SHORT, msg_id=1, topic_id=0x6162))
+        self.sn(SnMessage(S.DISCONNECT, duration=100))
+        cid, _h = self.mqtt("pub")
+        for i in range(3):
+            self.publish(cid, "ab", b"m%d" % i, 1)
+        self.assertEqual(self.broker.sessions.find("s1").queue.count, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

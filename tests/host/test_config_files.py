@@ -207,6 +207,21 @@ def test_linux_toml_bridge_example_documents_every_key_and_loads(tmp_path: Path)
     )
 
 
+def test_linux_toml_mqttsn_example_documents_every_key_and_loads(tmp_path: Path) -> None:
+    from common.mqttsn.settings import SN_LISTENER
+
+    text = (REPO_ROOT / LIMITS_DOC).read_text()
+    start = text.index('\n# protocol = "mqtt-sn"\n')
+    block = text[start : text.index("\n\n", start)]
+    missing = [e[0] for e in SN_LISTENER if f"\n# {e[0]} = " not in block]
+    assert not missing, f"{LIMITS_DOC}'s MQTT-SN listener example does not set and explain {missing}"
+    lines = [line[2:] for line in block.splitlines() if line.startswith("# ") and not line.startswith("# # ")]
+    path = tmp_path / "sn.toml"
+    path.write_text("[[listener]]\n" + "\n".join(line for line in lines if " = " in line) + "\n")
+    (lst,) = load_config(str(path)).listeners()
+    assert (lst.mqttsn, lst.port, lst.predefined["1"]) == (True, 1884, "plant/alarm")
+
+
 def test_shared_keys_mean_the_same_on_both_shells() -> None:
     # The security, TLS and common server keys come from one schema each
     # (common/broker/settings.py): the host's tables and the board's device

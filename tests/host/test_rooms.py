@@ -111,7 +111,7 @@ def test_connect_checks_only_judge() -> None:
 
 # The host's transports: they report to the server through events.py's
 # ConnectionEvents and never import server.py, not even for types.
-TRANSPORTS = ("client_protocol", "websocket", "epoll_hub", "listeners", "shared_selector", "events")
+TRANSPORTS = ("client_protocol", "websocket", "epoll_hub", "listeners", "shared_selector", "events", "mqttsn_udp")
 
 
 def imported_modules(text: str) -> set[str]:

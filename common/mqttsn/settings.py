@@ -1,0 +1,53 @@
+"""The settings of one MQTT-SN listener (docs/mqtt-sn.md): the schema both
+shells check them with (the host's [[listener]] table with protocol =
+"mqtt-sn"; a board's device config) and `sn_settings`, which turns the
+checked values into the gateway's `SnSettings`. Start-up only.
+"""
+
+from common.broker.settings import K_BOOL, K_INT, K_OBJECT, ConfigError
+from common.broker.topics import validate_topic_name
+from common.mqttsn.gateway import SnSettings
+
+# (name, default, kind, lo, hi), as common/broker/settings.py's schemas
+SN_LISTENER = (
+    ("gw_id", 1, K_INT, 0, 255),  # the gateway id GWINFO answers a SEARCHGW with (§6.1)
+    ("max_clients", 16, K_INT, 1, None),  # SN clients at once; one more: CONNACK 0x01 congestion
+    ("max_topic_ids", 32, K_INT, 1, 65534),  # normal topic ids per client; one more: REGACK/SUBACK 0x01
+    ("predefined", {}, K_OBJECT, None, None),  # predefined topic ids for every client: {"1" = "plant/alarm"}
+    ("max_buffered", 1000, K_INT, 1, None),  # messages kept for a sleeping client; then queue_full's policy
+    ("max_packet_size", 1024, K_INT, 16, 65535),  # bytes of a datagram, both ways; longer: dropped, counted
+    ("session_expiry", 86400, K_INT, 0, None),  # s a sleeping or lost client's session and messages are kept
+    ("allow_remote", False, K_BOOL, None, None),  # serve SN off loopback (v1.2 has no authentication)
+)
+SN_KEYS = tuple(e[0] for e in SN_LISTENER)
+
+
+def sn_settings(where, values, loopback, key):
+    """The gateway's SnSettings from checked `values` (missing keys at their
+    default); `loopback`: the listener is bound to loopback only; `key`: the
+    shell's listener key (per-listener security). ConfigError for a bad
+    predefined topic id."""
+    s = SnSettings()
+    for e in SN_LISTENER:
+        name = e[0]
+        if name != "predefined" and name != "allow_remote":
+            setattr(s, name, values.get(name, e[1]))
+    s.loopback = loopback
+    s.listener_key = key
+    predefined = {}
+    table = values.get("predefined", {})
+    for name in table:
+        topic = table[name]
+        try:
+            topic_id = int(name)
+        except ValueError:
+            topic_id = 0
+        if not 1 <= topic_id <= 0xFFFE:
+            raise ConfigError(
+                '%s: predefined: id %r: wants 1..65534, e.g. predefined = { "1" = "a/b" }.' % (where, name)
+            )
+        if not isinstance(topic, str) or validate_topic_name(topic):
+            raise ConfigError("%s: predefined: %s = %r: wants a topic name without wildcards." % (where, name, topic))
+        predefined[topic_id] = topic
+    s.predefined = predefined
+    return s

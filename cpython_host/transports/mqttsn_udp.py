@@ -1,0 +1,120 @@
+"""An MQTT-SN listener: one UDP socket feeding the core's gateway
+(common/mqttsn/gateway.py, docs/mqtt-sn.md).
+
+The gateway decides everything; this endpoint moves datagrams and time.
+Each datagram goes to `Gateway.datagram_received` with the sender's
+(host, port) as its opaque address, then `pump()` and the datagrams the
+gateway has for its clients are sent. The gateway's timers (keep-alive,
+sleep expiry) run from its `tick()`, at the deadline it returns or every
+second at most (a client's Duration is whole seconds). When the broker writes to an SN client (inside the driver's
+flush) the gateway calls `wake`: the endpoint pumps on the next loop turn,
+never from inside the flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from common.compat import TICKS_MASK, ticks_diff
+from common.mqttsn.gateway import Gateway
+from common.mqttsn.settings import sn_settings
+from cpython_host.transports.events import ConnectionEvents
+
+TICK_MAX_S = 1.0  # the gateway's timers run at least this often
+
+
+def ticks_ms() -> int:
+    """The gateway's clock: wrapping ms ticks, as the core's compat.ticks_diff expects."""
+    return int(time.monotonic() * 1000) & int(TICKS_MASK)
+
+
+def address_text(addr: Any) -> str:
+    """A UDP sender's (host, port[, ...]) as text for the log and the broker."""
+    host = addr[0]
+    return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+
+
+class SnEndpoint(asyncio.DatagramProtocol):
+    """One MQTT-SN listener's socket and gateway."""
+
+    def __init__(self, events: ConnectionEvents, listening: Any) -> None:
+        self.events = events
+        self.listening = listening
+        self.gateway: Gateway | None = None  # made once bound (whether it is loopback only is known then)
+        self.transport: asyncio.DatagramTransport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.pump_scheduled = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self, loopback: bool) -> None:
+        cfg = self.listening.config
+        settings = sn_settings(cfg.where, cfg.sn_values(), loopback, cfg.key)
+        self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake)
+        self._on_timer()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        gw = self.gateway
+        if gw is None or self.events.is_stopping():
+            return
+        gw.datagram_received(addr[:2], data)
+        self.pump()
+
+    def error_received(self, exc: Exception) -> None:
+        pass  # an ICMP error for an earlier datagram (a client gone): its keep-alive tells
+
+    def wake(self) -> None:
+        if not self.pump_scheduled:
+            self.pump_scheduled = True
+            self.loop.call_soon(self.pump)
+
+    def pump(self) -> None:
+        self.pump_scheduled = False
+        gw = self.gateway
+        if gw is None:
+            return
+        gw.pump()
+        self._send()
+        events = self.events
+        events.flush_soon()  # what the gateway's clients made the broker write to others
+        if events.is_stopping():
+            events.note_closed()  # (its clients' connections end with the broker's shutdown)
+
+    def _send(self) -> None:
+        assert self.gateway is not None
+        out = self.gateway.take_datagrams()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        for addr, data in out:
+            transport.sendto(data, addr)
+
+    def _on_timer(self) -> None:
+        gw = self.gateway
+        if gw is None:
+            return
+        due = gw.tick()
+        self._send()
+        wait = TICK_MAX_S if not due else min(max(0, ticks_diff(due, ticks_ms())) / 1000, TICK_MAX_S)
+        self.timer = self.loop.call_later(wait, self._on_timer)
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def open_sn(events: ConnectionEvents, listening: Any) -> tuple[SnEndpoint, list[Any]]:
+    """Bind an MQTT-SN listener's UDP socket; (its endpoint, the bound names). OSError if it cannot."""
+    cfg = listening.config
+    loop = asyncio.get_running_loop()
+    transport, endpoint = await loop.create_datagram_endpoint(
+        lambda: SnEndpoint(events, listening), local_addr=(cfg.host, cfg.port)
+    )
+    return endpoint, [transport.get_extra_info("sockname")]
