@@ -1,0 +1,153 @@
+"""MQTT-SN beside MQTT on one host broker: sequential QoS 1 round trips.
+
+    python -m tools.bench.sn_rtt [--count 2000] [--python pypy3]
+
+Starts the host broker (a plain MQTT and an MQTT-SN listener on loopback,
+memory only) and measures, one message at a time, 64 B payloads:
+
+- sn->mqtt: an SN client's PUBLISH QoS 1 until a TCP subscriber has it and
+  until the SN client has its PUBACK;
+- tcp->mqtt: the same from a TCP MQTT 3.1.1 client (PUBLISH QoS 1, PUBACK);
+- mqtt->sn: a TCP client's PUBLISH QoS 1 until the SN subscriber has it
+  (the SN client PUBACKs it).
+
+Prints one JSON line of percentiles in ms. The datagrams are hand-made
+(v1.2 §5.4), not our codec's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools import procgroup
+from tools.bench.mqtt import do_subscribe, open_client, publish, recv_exact
+
+REPO = Path(__file__).resolve().parent.parent.parent
+PAYLOAD = bytes(64)
+
+
+def read_packet(sock: socket.socket) -> tuple[int, bytes]:
+    first = recv_exact(sock, 1)[0]
+    length, mult = 0, 1
+    while True:
+        b = recv_exact(sock, 1)[0]
+        length += (b & 0x7F) * mult
+        mult *= 128
+        if b < 0x80:
+            break
+    return first, recv_exact(sock, length)
+
+
+def sn(sock: socket.socket, mtype: int, body: bytes) -> None:
+    sock.send(bytes([len(body) + 2, mtype]) + body)
+
+
+def sn_expect(sock: socket.socket, mtype: int) -> bytes:
+    data = sock.recv(65536)
+    if data[1] != mtype:
+        raise RuntimeError(f"wanted 0x{mtype:02x}, got {data.hex()}")
+    return data[2:]
+
+
+def sn_client(port: int, client_id: str) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    sn(s, 0x04, b"\x04\x01\x00\x3c" + client_id.encode())  # CONNECT clean, Duration 60
+    if sn_expect(s, 0x05) != b"\x00":
+        raise RuntimeError("CONNACK refused")
+    return s
+
+
+def pct(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+    return {p: round(s[min(len(s) - 1, int(len(s) * q))] * 1000, 3) for p, q in (("p50", 0.5), ("p99", 0.99))}
+
+
+def run(tcp: int, udp: int, count: int) -> dict[str, dict[str, dict[str, float]]]:
+    sub = open_client(tcp, "bench-sub")
+    do_subscribe(sub, "b/#", 0)
+    pub = open_client(tcp, "bench-pub")
+    snc = sn_client(udp, "bench-sn")
+    sn(snc, 0x0A, b"\x00\x00\x00\x01b/sn")  # REGISTER
+    topic_id = sn_expect(snc, 0x0B)[0:2]
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    deliver: list[float] = []
+    acked: list[float] = []
+    for i in range(1, count + 1):
+        t0 = time.perf_counter()
+        sn(snc, 0x0C, b"\x20" + topic_id + (i & 0xFFFF or 1).to_bytes(2, "big") + PAYLOAD)
+        read_packet(sub)
+        deliver.append(time.perf_counter() - t0)
+        sn_expect(snc, 0x0D)
+        acked.append(time.perf_counter() - t0)
+    out["sn->mqtt"] = {"delivered": pct(deliver), "puback": pct(acked)}
+    deliver, acked = [], []
+    for i in range(1, count + 1):
+        t0 = time.perf_counter()
+        pub.sendall(publish("b/tcp", PAYLOAD, 1, i & 0xFFFF or 1))
+        read_packet(sub)
+        deliver.append(time.perf_counter() - t0)
+        read_packet(pub)
+        acked.append(time.perf_counter() - t0)
+    out["tcp->mqtt"] = {"delivered": pct(deliver), "puback": pct(acked)}
+    sn(snc, 0x12, b"\x20\x00\x02d/+")  # SUBSCRIBE d/+ QoS 1
+    sn_expect(snc, 0x13)
+    deliver = []
+    for i in range(1, count + 1):
+        t0 = time.perf_counter()
+        pub.sendall(publish("d/x", PAYLOAD, 1, i & 0xFFFF or 1))
+        data = snc.recv(65536)
+        if data[1] == 0x0A:  # the gateway's REGISTER first (§6.10)
+            sn(snc, 0x0B, data[2:6] + b"\x00")
+            data = snc.recv(65536)
+        deliver.append(time.perf_counter() - t0)
+        sn(snc, 0x0D, data[3:7] + b"\x00")  # PUBACK: topic id, msg id
+        read_packet(pub)
+    out["mqtt->sn"] = {"delivered": pct(deliver)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=2000)
+    ap.add_argument("--python", default=sys.executable, help="the broker's interpreter")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "sn.toml"
+        cfg.write_text(
+            '[server]\nwarm_up = false\n[[listener]]\nport = 0\n[[listener]]\nprotocol = "mqtt-sn"\nport = 0\n'
+        )
+        logf = (Path(tmp) / "log").open("wb")
+        proc = procgroup.spawn(
+            [args.python, "-m", "cpython_host", "--config", str(cfg)],
+            cwd=REPO,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            ports: list[int] = []
+            deadline = time.monotonic() + 20
+            while len(ports) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                ports = [int(p) for p in re.findall(r"listening on [0-9.]+:(\d+)", (Path(tmp) / "log").read_text())]
+            if len(ports) < 2:
+                raise RuntimeError("the broker did not start: " + (Path(tmp) / "log").read_text())
+            result = run(ports[0], ports[1], args.count)
+        finally:
+            procgroup.kill(proc)
+            logf.close()
+    print(json.dumps({"count": args.count, "broker": args.python, "round_trip_ms": result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
