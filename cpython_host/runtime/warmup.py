@@ -286,7 +286,7 @@ async def warm_up_sockets(
     from cpython_host.transports import epoll_hub
     from cpython_host.transports.listeners import bind
 
-    plain = any(not lst.tls and not lst.websockets for lst in config.listeners())
+    plain = any(not (lst.tls or lst.websockets or lst.mqttsn) for lst in config.listeners())
     if not has_jit() or not (plain and epoll_hub.AVAILABLE and config.epoll_hub):
         return None
     started = time.monotonic()
