@@ -66,7 +66,7 @@ class Connection:
         # CONNECT timeout or keep-alive deadline in wrapping ms ticks
         # (compat.ticks_diff), 0 = none; a computed 0 is stored as 1.
         self.deadline = 0
-        self.peer = None  # (address, TLS identity, loopback listener) from the shell
+        self.peer = None  # (address, TLS identity, loopback listener[, listener index]) from the shell
         self.user = None  # the logged-in user (login.py), None: anonymous
         self.acl = None  # its rules (acl.ClientAcl), None: no ACL configured
         self.receive_maximum = 65535  # the peer's (v5 CONNECT property)

@@ -102,6 +102,17 @@ LIMITS = (
     # s a client may stay over them (held back, not read) before v5 DISCONNECT
     # 0x96 / 3.1.1 close; 0 = never (back-pressure only)
     ("rate_grace", 10, K_INT, 0, None),
+    # the same, shared by all connections of one user name (anonymous: none)
+    # and by all clients of one listener; held back and closed as above
+    ("user_rate_messages", 0, K_INT, 0, None),
+    ("user_rate_bytes", 0, K_INT, 0, None),
+    ("user_rate_subscribes", 0, K_INT, 0, None),
+    ("listener_rate_messages", 0, K_INT, 0, None),
+    ("listener_rate_bytes", 0, K_INT, 0, None),
+    ("listener_rate_subscribes", 0, K_INT, 0, None),
+    # CONNECTs/s one source address may send (connect_rate.py); over it:
+    # CONNACK v5 0x9F (Connection rate exceeded), 3.1.1 0x03; 0 = off
+    ("rate_connects", 0, K_INT, 0, None),
     # -- v5 capabilities announced in CONNACK --
     ("maximum_qos", 2, K_INT, 0, 2),  # highest QoS accepted
     ("retain_available", True, K_BOOL, None, None),

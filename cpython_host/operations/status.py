@@ -122,7 +122,14 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("rate_held_messages", "clients held back: over their PUBLISHes/s", lambda s: f"rate_messages {s.rate_messages or 'off'}"),
     ("rate_held_bytes", "clients held back: over their PUBLISH bytes/s", lambda s: f"rate_bytes {s.rate_bytes or 'off'}"),
     ("rate_held_subscribes", "clients held back: over their subscribes/s", lambda s: f"rate_subscribes {s.rate_subscribes or 'off'}"),
+    ("rate_held_user_messages", "clients held back: their user over its PUBLISHes/s", lambda s: f"user_rate_messages {s.user_rate_messages or 'off'}"),
+    ("rate_held_user_bytes", "clients held back: their user over its PUBLISH bytes/s", lambda s: f"user_rate_bytes {s.user_rate_bytes or 'off'}"),
+    ("rate_held_user_subscribes", "clients held back: their user over its subscribes/s", lambda s: f"user_rate_subscribes {s.user_rate_subscribes or 'off'}"),
+    ("rate_held_listener_messages", "clients held back: their listener over its PUBLISHes/s", lambda s: f"listener_rate_messages {s.listener_rate_messages or 'off'}"),
+    ("rate_held_listener_bytes", "clients held back: their listener over its PUBLISH bytes/s", lambda s: f"listener_rate_bytes {s.listener_rate_bytes or 'off'}"),
+    ("rate_held_listener_subscribes", "clients held back: their listener over its subscribes/s", lambda s: f"listener_rate_subscribes {s.listener_rate_subscribes or 'off'}"),
     ("closed_rate_limited", "clients closed: over their rates for rate_grace s", lambda s: f"rate_grace {s.rate_grace} s"),
+    ("refused_connect_rate", "CONNECTs refused: their address over its connects/s", lambda s: f"rate_connects {s.rate_connects or 'off'}"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")
 # Each bridge's: (figure, what happened, the rule that decided), as "bridge NAME figure".

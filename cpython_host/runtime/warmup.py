@@ -229,7 +229,7 @@ def warm_up(
         batch = []
         for i in range(done, done + BATCH):
             sink = _Sink()
-            cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
+            cid = driver.connection_made(sink, ("127.0.0.1:1", None, True, 0))
             if cid >= 0:  # (else beyond max_connections: the live ones go first)
                 batch.append((i, cid, sink))
         # Each packet of the script from every client of the batch, one poll each.

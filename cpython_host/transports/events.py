@@ -30,7 +30,7 @@ class ConnectionEvents(Protocol):
     def ticks_ms(self) -> int:
         """The clock of an accept (the connect timeout counts from it)."""
 
-    def connection_made(self, handle: Any, peer: tuple[str, str | None, bool], accepted: int | None = None) -> int:
+    def connection_made(self, handle: Any, peer: tuple[str, str | None, bool, int], accepted: int | None = None) -> int:
         """A socket was accepted (`handle`: the driver's handle for it): its id, or -1 to abort it."""
 
     def tls_failed(self) -> None:

@@ -56,14 +56,18 @@ class Listening:
         "context",
         "hub",
         "identity_field",
+        "index",
         "local",
         "name",
         "server",
         "sockets",
     )
 
-    def __init__(self, config: Listener, context: ssl.SSLContext | None, client: Callable[..., Any]) -> None:
+    def __init__(
+        self, config: Listener, context: ssl.SSLContext | None, client: Callable[..., Any], index: int = 0
+    ) -> None:
         self.config = config
+        self.index = index  # its place among the [[listener]] tables: the core's listener_rate_* bucket
         self.context = context
         # What each accepted socket gets: its protocol class, made as
         # client(events, listening[, accepted]) (server.py picks it).
