@@ -38,10 +38,10 @@ KINDS = ("messages", "bytes", "subscribes")  # bucket kind (0: PUBLISHes, 1: the
 WORDS = ("PUBLISHes/s", "PUBLISH bytes/s", "subscribed filters/s")
 # Scope -> the prefix of its settings and counters, and whose bucket it is
 # in the log. Cause = scope * 3 + kind.
-SCOPES = (("", "its own"), ("user_", "its user's"), ("listener_", "its listener's"))
+SCOPES = (("", ""), ("user_", ", its user's"), ("listener_", ", its listener's"))
 # Cause -> (setting, Stats counter of holds, words for the log)
 CAUSES = tuple(
-    (scope[0] + "rate_" + KINDS[k], "rate_held_" + scope[0] + KINDS[k], WORDS[k] + ", " + scope[1])
+    (scope[0] + "rate_" + KINDS[k], "rate_held_" + scope[0] + KINDS[k], WORDS[k] + scope[1])
     for scope in SCOPES
     for k in range(3)
 )
@@ -81,8 +81,8 @@ class RateLimits:
         self.hit[cid] = 0
         self.held[cid] = 0
         self.user_of[cid] = -1
-        listeners = self.listeners
-        self.listener_of[cid] = -1 if listeners is None else listeners.slot(peer[3] if peer is not None and len(peer) > 3 else 0)
+        if self.listeners is not None:
+            self.listener_of[cid] = self.listeners.slot(peer[3] if peer is not None and len(peer) > 3 else 0)
 
     def logged_in(self, broker, conn):
         """Its CONNECT was accepted: a named user takes from its user's bucket."""
