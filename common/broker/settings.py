@@ -174,6 +174,24 @@ SECURITY = (
     ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
 )
 
+# JWT logins (docs/security.md "JWT logins"): the host's [security.jwt],
+# a board's "jwt" object; on when present. Both verify HMAC secrets (HS256/
+# 384/512, hashlib + hmac); the host adds public_key_file, jwks_url and
+# jwks_refresh (RSA, EC and EdDSA keys need the `cryptography` package).
+JWT = (
+    ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
+    ("secret", None, K_STR, None, None),  # the HMAC secret itself (go-auth's jwt_secret); prefer secret_file
+    ("algorithms", [], K_LIST, None, None),  # narrow the algorithms the keys allow; [] = every one of their type
+    ("token_in", "password", K_CHOICE, ("password", "username"), None),  # the CONNECT field that carries the token
+    ("issuer", None, K_STR, None, None),  # the iss a token must name; not set: not checked
+    ("audience", None, K_STR, None, None),  # a value a token's aud must hold; not set: not checked
+    ("leeway", 0, K_INT, 0, 3600),  # s of clock skew allowed on exp and nbf
+    ("require_exp", True, K_BOOL, None, None),  # refuse tokens without exp
+    ("user_claim", "sub", K_STR, None, None),  # the claim that names the user
+    ("acl_claim", "acl", K_STR, None, None),  # the claim {publish: [...], subscribe: [...]} of ACL rules
+    ("max_token_bytes", 4096, K_INT, 256, 65536),  # longer tokens are refused before parsing
+)
+
 # TLS on a listener (docs/security.md); "" = not set, certfile set = TLS.
 # PEM files on the host, DER on a board (mbedTLS; tools/deploy converts).
 # The host adds use_identity_as_username, identity and tls_version (OpenSSL
