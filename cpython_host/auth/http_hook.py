@@ -29,6 +29,14 @@ the core waits (its connect timeout keeps running). The answer:
 At most `max_pending` questions are in flight; one more is a "no answer".
 The answer goes to the core through the driver (external_auth.answer, then
 a flush): the CONNACK leaves at once.
+
+SIGHUP (reload_hook): the table read again makes a new hook. What the
+core's ExternalAuth holds (the CONNECTs waiting for an answer, the rules
+each connected client's allow brought) carries over, so an answer asked
+before the reload still reaches its CONNECT; the cache (and with it the
+offline grace) carries over while the url stays the same, and is dropped
+when it changes (another service's answers). The table removed: no hook;
+connected clients keep their connection, judged by the file rules alone.
 """
 
 from __future__ import annotations
@@ -219,3 +227,26 @@ def _judge(body: bytes) -> tuple[bool, Any]:
         if isinstance(rules, str):
             raise NoAnswer(f"the answer's acl: {rules}")
     return allowed, rules
+
+
+def reload_hook(driver: Any, options: dict[str, Any] | None) -> str:
+    """SIGHUP: the hook of `options` ([security.http] read again; None: the
+    table is gone) in place of the one in force; what changed, in words.
+    ValueError (the message) for a url it cannot use: the hook in force stays."""
+    broker = driver.broker
+    old = broker.hook
+    before: HttpAuth | None = getattr(old.ask, "__self__", None) if old is not None else None
+    if options is None:
+        broker.hook = None
+        return "auth hook removed" if old is not None else ""
+    fresh = HttpAuth(driver, options)
+    kept = before is not None and before.url == fresh.url
+    if before is not None and kept:
+        fresh.cache = before.cache  # (same service: its answers and the offline grace stay)
+        fresh.tasks = before.tasks  # (still in flight: they count toward max_pending)
+    hook = fresh.install()
+    if old is not None:
+        hook.serial, hook.waiting, hook.answers, hook.rules = old.serial, old.waiting, old.answers, old.rules
+    if before is None:
+        return f"auth hook {fresh.url} added"
+    return f"auth hook {fresh.url} reloaded" + ("" if kept else f" (was {before.url}: its cache dropped)")

@@ -9,6 +9,8 @@ cache no client id or wrong password can poison, and the offline grace
 from __future__ import annotations
 
 import json
+import re
+import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +29,7 @@ class AuthServer:
     """A loopback HTTP auth service; `mode` says how it behaves."""
 
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | hang | garbage | status500
+        self.mode = "ok"  # ok | hang | garbage | status500 | deny
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()
         outer = self
@@ -46,6 +48,8 @@ class AuthServer:
                     self._send(200, b"<html>allow</html>")
                 elif outer.mode == "status500":
                     self._send(500, b"{}")
+                elif outer.mode == "deny":
+                    self._send(403, b"")
                 elif USERS.get(body["username"]) == body["password"]:
                     self._send(200, json.dumps({"allow": True, "acl": ACL}).encode())
                 elif body["username"] in USERS:
@@ -202,3 +206,38 @@ def test_offline_grace_ends(tmp_path: Path, auth: AuthServer) -> None:
         auth.stop()
         # Within the grace alice gets in; once it is over she is refused.
         wait_until(lambda: connack(b, "alice", "wonderland", "dev1") == b"\x00\x03", 15, "the grace ends")
+
+
+def test_sighup_reloads_the_hook(tmp_path: Path, auth: AuthServer) -> None:
+    # [security.http] read again on SIGHUP: another url is asked from then on
+    # (the old one's cache dropped: its allows no longer count); the table
+    # removed, no hook is asked any more.
+    other = AuthServer()
+    other.mode = "deny"
+    try:
+        with start(tmp_path, auth, cache_ttl=3600) as b:
+            assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
+            text = b.config_path.read_text()
+            b.config_path.write_text(text.replace(auth.url(), other.url()))
+            b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            b.wait_log(
+                r"SIGHUP: security reloaded: .*; auth hook "
+                + re.escape(other.url())
+                + r" reloaded \(was "
+                + re.escape(auth.url())
+                + r": its cache dropped\)"
+            )
+            asked = len(auth.requests)
+            # A cached allow of the old service would have let her in: refused now (403).
+            assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x04"
+            assert [r["username"] for r in other.requests] == ["alice"]
+            assert len(auth.requests) == asked
+            b.config_path.write_text(text[: text.index("[security.http]")])
+            b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            b.wait_log(r"SIGHUP: security reloaded: .*; auth hook removed")
+            # No hook, no password file, allow_anonymous false: the user name is not checked by anyone.
+            assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x05"
+            assert len(other.requests) == 1
+            assert "Traceback" not in b.log_text()
+    finally:
+        other.stop()
