@@ -49,13 +49,21 @@ CAUSES = tuple(
 
 class RateLimits:
     def __init__(self, settings, slots):
-        from common.broker.rate_groups import ListenerBuckets, UserBuckets
-
         rates = [getattr(settings, cause[0]) for cause in CAUSES]
         self.rates = rates[0:3]
         self.on = [rates[k] or rates[3 + k] or rates[6 + k] for k in range(3)]  # kind -> any scope limits it
-        self.users = UserBuckets(rates[3:6], slots) if rates[3] or rates[4] or rates[5] else None
-        self.listeners = ListenerBuckets(rates[6:9]) if rates[6] or rates[7] or rates[8] else None
+        # The shared buckets' module only when one is set (a board's
+        # default sets per-client rates only: its heap holds no more).
+        self.users = None
+        self.listeners = None
+        if rates[3] or rates[4] or rates[5]:
+            from common.broker.rate_groups import UserBuckets
+
+            self.users = UserBuckets(rates[3:6], slots)
+        if rates[6] or rates[7] or rates[8]:
+            from common.broker.rate_groups import ListenerBuckets
+
+            self.listeners = ListenerBuckets(rates[6:9])
         self.grace = settings.rate_grace
         self.tokens = [[rate] * slots for rate in self.rates]  # bucket -> cid -> tokens
         self.last = [0] * slots  # cid -> the second of its last refill
