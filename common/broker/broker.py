@@ -350,6 +350,15 @@ class Broker:
                 ptype = first >> 4
                 pkt = DECODE[ptype](self, first, reader, conn.level)
                 if LEGAL_IN[conn.state] >> ptype & 1:
+                    hook = self.hook
+                    if (
+                        hook is not None
+                        and hook.ask_topic is not None
+                        and (ptype == C.PUBLISH or ptype == C.SUBSCRIBE)
+                        and not hook.topics_known(self, conn, ptype, pkt, now)
+                    ):
+                        reader.again()  # (it waits for the hook's answer: external_auth.py)
+                        break
                     HANDLE[ptype](self, conn, pkt, now)
                 elif conn.state == NEW:
                     self.close(conn, now, publish_will=False)  # not legal before CONNACK (above)
