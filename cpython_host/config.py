@@ -108,6 +108,7 @@ JWT: tuple[tuple[Any, ...], ...] = (
 # [security.http] (docs/security.md "The HTTP auth hook"): on when the table is present.
 AUTH_HOOK: tuple[tuple[Any, ...], ...] = (
     ("url", "", K_STR, None, None),  # where each CONNECT's check is POSTed (http:// or https://); required
+    ("acl_url", "", K_STR, None, None),  # where each PUBLISH's and SUBSCRIBE's check is POSTed; "" = none
     ("timeout", 2.0, K_NUMBER, 0.05, 30),  # s for the whole answer; then "no answer"
     ("cache_ttl", 300, K_NUMBER, 0, None),  # s an allow is used without asking again
     ("negative_ttl", 30, K_NUMBER, 0, None),  # s a refusal is used without asking again

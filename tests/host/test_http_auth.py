@@ -41,6 +41,13 @@ class AuthServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
+                if "topic" in body:  # the acl_url's question: a PUBLISH's topic or a filter
+                    if body["topic"] == "slow/x":
+                        outer.release.wait(30)  # hangs
+                        return
+                    mine = body["topic"].startswith(f"devices/{body['clientid']}/") and body["clientid"] != "dev2"
+                    self._send(200, json.dumps({"allow": mine}).encode())
+                    return
                 if outer.mode == "hang":
                     outer.release.wait(30)
                     return
@@ -241,3 +248,42 @@ def test_sighup_reloads_the_hook(tmp_path: Path, auth: AuthServer) -> None:
             assert "Traceback" not in b.log_text()
     finally:
         other.stop()
+
+
+def test_publish_and_subscribe_checks(tmp_path: Path, auth: AuthServer) -> None:
+    # acl_url: each PUBLISH and SUBSCRIBE of a client with a user name is
+    # asked (then cached), besides the login ACL (devices/%c/out, devices/+/out);
+    # the service allows devices/<client id>/... except for dev2. A refusal
+    # is v5 0x87; a hanging answer holds that client only (bob's round trips
+    # go on) until the timeout.
+    with start(tmp_path, auth, acl_url=auth.url().replace("/auth", "/acl")) as b:
+        bob = Paho(b.port, "bob", username="bob", password="builder", protocol=5).connect()
+        assert [r.value for r in bob.subscribe("devices/bob/out", 1)] == [1]
+        alice = Paho(b.port, "dev1", username="alice", password="wonderland", protocol=5)
+        codes: list[int] = []
+        alice.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
+        alice.connect()
+        assert [r.value for r in alice.subscribe("devices/dev1/out", 1)] == [1]
+        assert [r.value for r in alice.subscribe("devices/+/out", 1)] == [0x87]  # the ACL allows it, the service not
+        for _ in range(2):
+            alice.client.publish("devices/dev1/out", b"1", 1).wait_for_publish(5)
+        asked = [(r["topic"], r["acc"]) for r in auth.requests if "topic" in r and r["clientid"] == "dev1"]
+        assert sorted(asked) == [("devices/+/out", 1), ("devices/dev1/out", 1), ("devices/dev1/out", 2)]  # (once: cached)
+        dev2 = Paho(b.port, "dev2", username="alice", password="wonderland", protocol=5)
+        dev2.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
+        dev2.connect()
+        dev2.client.publish("devices/dev2/out", b"2", 1).wait_for_publish(5)
+        assert codes == [0, 0, 0x87], codes
+        # (one refusal line a second: the first, the SUBSCRIBE's)
+        b.wait_log(r"dev1: SUBSCRIBE devices/\+/out refused by the auth hook \(user alice\)")
+        info = alice.client.publish("slow/x", b"4", 1)
+        wait_until(lambda: any(r.get("topic") == "slow/x" for r in auth.requests), 10, "the hook asked for slow/x")
+        for i in range(3):  # meanwhile bob is served
+            bob.publish("devices/bob/out", b"%d" % i, 1)
+            assert bob.get(timeout=10).payload == b"%d" % i
+        info.wait_for_publish(10)
+        assert codes[-1] == 0x87
+        b.wait_log(r"auth hook http://127\.0\.0\.1:\d+/mqtt/acl: no answer within 0\.5 s")
+        for p in (alice, dev2, bob):
+            p.close()
+        assert "Traceback" not in b.log_text()
