@@ -104,12 +104,12 @@ except ImportError:  # CPython
 # unix port) and keeps every value a small int. A difference is right while
 # the two times are less than 2**29 ms (6 days) apart.
 TICKS_MASK = const(0x3FFFFFFF)
-TICKS_HALF = const(0x20000000)
+_TICKS_HALF = const(0x20000000)
 
 
 def ticks_diff(a, b):
     """a - b in ms for 30-bit wrapping ticks (time.ticks_diff of MicroPython)."""
-    return ((a - b + TICKS_HALF) & TICKS_MASK) - TICKS_HALF
+    return ((a - b + _TICKS_HALF) & TICKS_MASK) - _TICKS_HALF
 
 
 def ticks_deadline(t, ms):

@@ -154,6 +154,8 @@ class Driver:
             self.publish_sys = publish_sys
             self.sys_at = self.now
         self.edge = None  # sparkplug_group: the gateway's own Sparkplug edge node
+        self.free_heap = None  # a board's free heap figure (a function; the edge node's metric), None: none
+        self.bridge_runners = []  # the bridges running (common/bridge/runner.py): their backlogs are metrics
         if s.sparkplug_group:
             from common.broker.spb_node import EdgeNode  # (only when on)
 
@@ -180,14 +182,15 @@ class Driver:
         self.clock()
         return self.broker.restore(self.now, wall)
 
-    def set_security(self, users, acl, allow_anonymous):
-        """Install the users, ACL and anonymous switch (security_files.set_security):
+    def set_security(self, users, acl, allow_anonymous, listeners=None):
+        """Install the users, ACL and anonymous switch, and the listeners' own
+        (`listeners`: key -> listener_policy.ListenerPolicy; security_files.set_security):
         at start and on a reload; what it changes for connected clients
         (a shared subscription's messages handed over) goes out now."""
         self.clock()
         from common.broker.security_files import set_security  # (start-up only on a board)
 
-        set_security(self.broker, users, acl, allow_anonymous, self.now)
+        set_security(self.broker, users, acl, allow_anonymous, self.now, listeners)
         self.flush()
 
     # ------------------------------------------------------ connections
@@ -410,7 +413,9 @@ class Driver:
                 self.sys_at = now + self.sys_interval
                 self.publish_sys(broker, now, self.heap() if self.heap is not None else None)
             if self.edge is not None and self.edge.wants(broker, now):
-                self.edge.tick(broker, now, self.heap() if self.heap is not None else None)
+                free = self.free_heap() if self.free_heap is not None else None
+                backlogs = [(r.name, r.backlog()) for r in self.bridge_runners]
+                self.edge.tick(broker, now, self.heap() if self.heap is not None else None, free, backlogs)
         except Exception as e:  # a core bug must not stop the clock
             broker.log(40, "tick failed: %r", (e,))
             print_exception(e)

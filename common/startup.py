@@ -69,14 +69,22 @@ def retire_orphans(broker, names, now, log):
 
 def security_lines(broker, listeners, hint):
     """The start-up (level, text) lines on users, the ACL and anonymous
-    clients, and per listener what anonymous clients meet there;
-    `listeners`: (name, loopback only) pairs; `hint`: where the shell's
-    config sets users or allow_anonymous."""
+    clients, and per listener what anonymous clients meet there and its
+    own security and mount point (listener_policy.py); `listeners`: (name,
+    loopback only[, listener key]) tuples; `hint`: where the shell's config
+    sets users or allow_anonymous."""
     lines = [(20, "security: " + describe(broker))]
-    if broker.users is not None or broker.allow_anonymous is not None:
-        return lines
-    for name, local in listeners:
-        if local:
+    configured = broker.users is not None or broker.allow_anonymous is not None
+    for item in listeners:
+        name, local = item[0], item[1]
+        policy = broker.listener_policies.get(item[2]) if len(item) > 2 else None
+        if policy is not None and policy.mount is not None:
+            lines.append((20, "%s: mount point %r: its clients' topics are under it" % (name, policy.mount)))
+        if policy is not None and policy.own:
+            lines.append((20, "%s: security of its own: %s" % (name, describe(policy))))
+        elif configured:
+            continue
+        elif local:
             lines.append((20, "%s: no users configured: serving anonymous clients of this host only (loopback)" % name))
         else:
             lines.append(
@@ -90,7 +98,8 @@ def security_lines(broker, listeners, hint):
 
 
 def describe(broker):
-    """The start-up (and reload) log line's words: what is on."""
+    """The start-up (and reload) log line's words: what is on (of the
+    broker, or of a listener's own policy: the same three attributes)."""
     users = broker.users
     acl = broker.acl
     allow = broker.allow_anonymous

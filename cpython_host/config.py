@@ -44,6 +44,7 @@ from common.broker.settings import (
     K_INT,
     K_LIST,
     K_NUMBER,
+    K_OBJECT,
     K_STR,
     LOG_LEVEL_NAMES,
     ConfigError,
@@ -75,7 +76,13 @@ SERVER = (
     ("epoll_hub", True, K_BOOL, None, None),  # plain MQTT listeners on the host's own epoll (epoll_hub.py)
 )
 # [[listener]]: TLS is on when certfile is set. Names as in mosquitto.conf.
-IDENTITY_FIELDS = ("cn", "san_dns", "san_email", "san_uri")
+IDENTITY_FIELDS = (
+    "cn",
+    "san_dns",
+    "san_email",
+    "san_uri",
+    "subject",
+)  # subject: the whole DN, as Mosquitto's use_subject_as_username
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
 PROTOCOLS = ("mqtt", "websockets")
 LISTENER: tuple[tuple[Any, ...], ...] = (
@@ -88,9 +95,23 @@ LISTENER: tuple[tuple[Any, ...], ...] = (
     ("use_identity_as_username", False, K_BOOL, None, None),  # the certificate's identity is the user name
     ("identity", "cn", K_CHOICE, IDENTITY_FIELDS, None),  # which field is the identity: CN or a SAN type
     ("tls_version", "tlsv1.2", K_CHOICE, TLS_VERSIONS, None),  # the oldest TLS version accepted
+    ("ciphers", "", K_STR, None, None),  # OpenSSL cipher list for TLS 1.2 (1.3's are OpenSSL's); "" = Python's default
+    (
+        "crlfile",
+        "",
+        K_STR,
+        None,
+        None,
+    ),  # PEM revocation list(s) of cafile's CA: a revoked client certificate is refused
+    # -- per listener (Mosquitto's per_listener_settings; common/broker/listener_policy.py) --
+    ("mount_point", "", K_STR, None, None),  # a prefix put before every topic its clients name; "" = none
+    ("security", None, K_OBJECT, None, None),  # [listener.security]: its own users, ACL, anonymous switch
 )
 # [log]
-LOG = (("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),)  # how much to log (case does not matter)
+LOG = (
+    ("level", "info", K_CHOICE, LOG_LEVEL_NAMES, None),  # how much to log (case does not matter)
+    ("syslog", "", K_STR, None, None),  # a syslog socket ("/dev/log") to log to as well; "" none
+)
 # [security] (docs/security.md). A key left out is "not set": no password
 # file, no ACL, and allow_anonymous decided by the listener (loopback only).
 SECURITY = (
@@ -144,12 +165,17 @@ class Listener:
     use_identity_as_username: bool
     identity: str
     tls_version: str
+    ciphers: str
+    crlfile: str
     protocol: str
     path: str
     origins: list[str]
+    mount_point: str
+    security: dict[str, Any] | None
 
-    def __init__(self, where: str, values: dict[str, Any]) -> None:
+    def __init__(self, where: str, values: dict[str, Any], key: int = 0) -> None:
         self.where = where  # names the table in messages: "site.toml: [[listener]] #2"
+        self.key = key  # its index among the listeners: the core's listener key (peer[3], listener_policy.py)
         for name, value in defaults(LISTENER).items():
             setattr(self, name, values.get(name, value))
 
@@ -162,18 +188,34 @@ class Listener:
         return self.protocol == "websockets"
 
 
-def _listener(where: str, body: Any, base: Path) -> Listener:
+def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
     """A [[listener]] table, checked; its relative file names are taken from `base` (the config file's directory)."""
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: must be a table ([[listener]] with keys under it).")
     values = check(where, body, LISTENER)
-    for name in ("certfile", "keyfile", "cafile"):
+    for name in ("certfile", "keyfile", "cafile", "crlfile"):
         if values.get(name):
             values[name] = resolve(str(base), values[name])
-    lst = Listener(where, values)
+    if "security" in values:
+        values["security"] = _security(f"{where}: [listener.security]", values["security"], base)
+    mount = values.get("mount_point", "")
+    if any(c in mount for c in "+#\0") or mount.startswith("$"):
+        raise ConfigError(
+            f'{where}: mount_point = {mount!r}: wants a topic prefix without +, # or a leading $, e.g. "site1/".'
+        )
+    lst = Listener(where, values, key)
     if "port" not in body:
         raise ConfigError(f"{where}: port is missing; add e.g. port = 1883 (plain) or port = 8883 (TLS).")
-    files = ("keyfile", "cafile", "require_certificate", "use_identity_as_username", "identity", "tls_version")
+    files = (
+        "keyfile",
+        "cafile",
+        "require_certificate",
+        "use_identity_as_username",
+        "identity",
+        "tls_version",
+        "ciphers",
+        "crlfile",
+    )
     if not lst.tls:
         for name in files:
             if name in body:
@@ -184,6 +226,8 @@ def _listener(where: str, body: Any, base: Path) -> Listener:
         raise ConfigError(
             f"{where}: require_certificate = true needs cafile, the CA that signs the clients' certificates."
         )
+    if lst.crlfile and not lst.cafile:
+        raise ConfigError(f"{where}: crlfile needs cafile, the CA whose revocations it lists.")
     if lst.use_identity_as_username and not lst.require_certificate:
         raise ConfigError(
             f"{where}: use_identity_as_username = true needs require_certificate = true "
@@ -306,6 +350,7 @@ class HostConfig:
         self.settings = new_settings()
         self.log_level = "info"
         self.log_level_flag: str | None = None  # --log-level: beats [log] level, at start and on SIGHUP
+        self.syslog = ""  # [log] syslog: the socket's path, "" none
         self.apply(defaults(SERVER))
         # [[listener]] tables; None: the one plain listener [server] host:port
         self.listener_tables: list[Listener] | None = None
@@ -382,12 +427,14 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
                     "(with [[listener]] tables, they say where to listen)."
                 )
         cfg.listener_tables = [
-            _listener(f"{path}: [[listener]] #{i}", body, p.parent) for i, body in enumerate(doc["listener"], 1)
+            _listener(f"{path}: [[listener]] #{i}", body, p.parent, i - 1) for i, body in enumerate(doc["listener"], 1)
         ]
     if cfg.write_buffer_low > cfg.write_buffer_high:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
-    log = {k: v.lower() if isinstance(v, str) else v for k, v in doc.get("log", {}).items()}
-    cfg.log_level = check(f"{path}: [log]", log, LOG).get("level", cfg.log_level)
+    log = {k: v.lower() if isinstance(v, str) and k == "level" else v for k, v in doc.get("log", {}).items()}
+    log = check(f"{path}: [log]", log, LOG)
+    cfg.log_level = log.get("level", cfg.log_level)
+    cfg.syslog = log.get("syslog", cfg.syslog)
     if "bridge" in doc:
         from common.bridge.settings import parse_bridges
 
@@ -396,11 +443,7 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
             for name in ("cafile", "certfile", "keyfile"):
                 setattr(b, name, resolve(str(p.parent), getattr(b, name)))
     security = doc.get("security", {})
-    acl = security.get("acl")
-    # The rules are tables: checked by Acl.from_rules, not as a list of strings.
-    cfg.security = check(
-        f"{path}: [security]", {k: v for k, v in security.items() if k not in ("acl", "jwt", "http")}, SECURITY
-    )
+    cfg.security = _security(f"{path}: [security]", {k: v for k, v in security.items() if k not in ("jwt", "http")})
     if "jwt" in security:
         if not isinstance(security["jwt"], dict):
             raise ConfigError(f"{path}: [security] jwt wants a table [security.jwt].")
@@ -411,33 +454,62 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
         hook = cfg.security["http"] = check(f"{path}: [security.http]", security["http"], AUTH_HOOK)
         if not str(hook.get("url", "")).startswith(("http://", "https://")):
             raise ConfigError(f"{path}: [security.http]: url wants http://HOST[:PORT]/PATH or https://...; set it.")
-    if acl is not None:
-        if not isinstance(acl, list):
-            raise ConfigError(f"{path}: [security]: acl wants a list of tables {{user, topic | pattern, access}}.")
-        cfg.security["acl"] = acl
     if "http" in doc:
         cfg.http = _http(f"{path}: [http]", doc["http"], p.parent, cfg.security)
     return cfg
 
 
-def load_security(cfg: HostConfig) -> tuple[Any, Any, bool | None]:
-    """(Users or None, Acl or None, allow_anonymous) from [security] and the
-    files it names; ConfigError "FILE:LINE: reason" for a file it cannot use.
+def _security(where: str, body: Any, base: Path | None = None) -> dict[str, Any]:
+    """A [security] table's users, ACL and anonymous keys, checked (also a
+    [listener.security], whose relative file names are taken from `base`)."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: wants a table of password_file, acl_file, acl, allow_anonymous.")
+    # The rules are tables: checked by Acl.from_rules, not as a list of strings.
+    values: dict[str, Any] = check(where, {k: v for k, v in body.items() if k != "acl"}, SECURITY)
+    acl = body.get("acl")
+    if acl is not None:
+        if not isinstance(acl, list):
+            raise ConfigError(f"{where}: acl wants a list of tables {{user, topic | pattern, access}}.")
+        values["acl"] = acl
+    for name in ("password_file", "acl_file"):
+        if base is not None and values.get(name) is not None:
+            values[name] = resolve(str(base), values[name])
+    return values
+
+
+def load_security(cfg: HostConfig) -> tuple[Any, Any, bool | None, dict[int, Any]]:
+    """(Users or None, Acl or None, allow_anonymous, listener policies) from
+    [security], each [listener.security] and mount_point, and the files they
+    name; ConfigError "FILE:LINE: reason" for a file it cannot use. The
+    policies: listener key -> common/broker/listener_policy.ListenerPolicy,
+    for the listeners with security or a mount point of their own.
 
     A relative file name is taken from the config file's directory.
     """
+    base = str(cfg.path.parent) if cfg.path is not None else ""
+    users, acl = _load(cfg.security, base, f"{cfg.source}: [security] acl")
+    policies: dict[int, Any] = {}
+    for lst in cfg.listeners():
+        if lst.security is None and not lst.mount_point:
+            continue
+        from common.broker.listener_policy import ListenerPolicy
+
+        if lst.security is None:
+            policies[lst.key] = ListenerPolicy(False, mount=lst.mount_point)
+            continue
+        own = _load(lst.security, base, f"{lst.where}: [listener.security] acl")
+        policies[lst.key] = ListenerPolicy(True, *own, lst.security.get("allow_anonymous"), lst.mount_point)
+    return users, acl, cfg.security.get("allow_anonymous"), policies
+
+
+def _load(sec: dict[str, Any], base: str, rules_source: str) -> tuple[Any, Any]:
     from common.broker.security_files import load_security as load
 
-    sec = cfg.security
-    base = str(cfg.path.parent) if cfg.path is not None else ""
     named = {key: None if sec.get(key) is None else resolve(base, sec[key]) for key in ("password_file", "acl_file")}
     users, acl = load(
-        lambda name, key: _read(Path(name), key),
-        acl_rules=sec.get("acl"),
-        rules_source=f"{cfg.source}: [security] acl",
-        **named,
+        lambda name, key: _read(Path(name), key), acl_rules=sec.get("acl"), rules_source=rules_source, **named
     )
-    return users, acl, sec.get("allow_anonymous")
+    return users, acl
 
 
 def _read(path: Path, key: str) -> str:

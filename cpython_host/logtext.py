@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import logging.handlers
 import os
+import stat
 import sys
 
 from common.broker.clienttext import clip, printable
@@ -83,6 +85,18 @@ class JournalFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         n = next((p for level, p in PRIORITIES if record.levelno >= level), DEBUG_PRIORITY)
         return "\n".join(f"<{n}>{line}" for line in super().format(record).split("\n"))
+
+
+def to_syslog(address: str) -> None:
+    """Log to the syslog socket `address` ("/dev/log") as well, as Mosquitto's log_dest
+    syslog: facility daemon, "siskin[PID]: LOGGER: text", the priority of each level
+    (SysLogHandler maps them as PRIORITIES does). OSError when `address` is no socket (a
+    typo); a daemon that is away is tried again at each line, as syslog(3) does."""
+    if not stat.S_ISSOCK(os.stat(address).st_mode):
+        raise OSError(f"{address} is not a socket")
+    handler = logging.handlers.SysLogHandler(address=address, facility=logging.handlers.SysLogHandler.LOG_DAEMON)
+    handler.setFormatter(logging.Formatter(f"siskin[{os.getpid()}]: %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
 
 
 RECENT_WARNINGS = 20

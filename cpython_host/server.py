@@ -86,7 +86,7 @@ class BrokerServer:
         self.turns = Turns(driver)  # fairness between connections (common/turns.py)
         self.turn_scheduled = False
         listeners = config.listeners()
-        self.listening = [Listening(lst, contexts.get(i), client_class(lst), i) for i, lst in enumerate(listeners)]
+        self.listening = [Listening(lst, contexts.get(i), client_class(lst)) for i, lst in enumerate(listeners)]
         self.ticks_ms = ticks_ms  # the clock of an accept (listeners.py)
         self.timer: asyncio.TimerHandle | None = None
         self.stopping = asyncio.Event()

@@ -102,6 +102,7 @@ def start(argv, root):
         gc.mem_alloc,
         (log.log, log.level),
     )
+    driver.free_heap = gc.mem_free  # (the Sparkplug edge node's "Heap/Free Bytes")
     driver.set_security(*security)
     if cfg["jwt"] is not None:
         from firmware.board import wall

@@ -15,7 +15,8 @@ python3-prometheus-client (Depends), python3-uvloop and python3-cryptography
   /usr/share/doc/siskin/            copyright, changelog.gz
   /usr/share/man/man1/siskin.1.gz   the --help of the command and its subcommands
 
-The maintainer scripts create the system user and group `siskin` (adduser),
+The maintainer scripts create the system user and group `siskin` (adduser,
+with its home /var/lib/siskin, the state directory, 0700),
 give /etc/siskin to root:siskin (0750, the config 0640) and enable and start
 the unit as debhelper's dh_installsystemd would write it (deb-systemd-helper,
 deb-systemd-invoke), stop it on removal and forget it on purge. Only
@@ -76,8 +77,12 @@ set -e
 
 if [ "$1" = "configure" ]; then
     if ! getent passwd siskin >/dev/null; then
-        adduser --system --group --home /var/lib/siskin --no-create-home \\
+        # adduser makes the home, the state directory (with --no-create-home
+        # it warned that it could not be accessed); 0700 as the unit's
+        # StateDirectoryMode: sessions and messages are the clients' data.
+        adduser --system --group --home /var/lib/siskin \\
             --gecos "Siskin MQTT broker" siskin >/dev/null
+        chmod 0700 /var/lib/siskin
     fi
     # The service reads its configuration through the group siskin; others may not
     # (a password file and keys go here too).

@@ -72,7 +72,7 @@ A silent upstream (an ack or PINGRESP owed for `stall_timeout`) is shown
 
 from common.backoff import backoff_ms
 from common.bridge.figures import Figures
-from common.bridge.profiles import profile_named
+from common.bridge.profiles import client_id_of, profile_named
 from common.bridge.rules import IN, OUT, Rule
 from common.bridge.sides import LocalSide, UpSide
 from common.client.client import CONNECTED, DISCONNECTED, RECEIVED, Client
@@ -130,7 +130,7 @@ class Bridge(Figures):
         p = self.profile
         level = p.level or s.protocol
         self.max_qos = p.max_qos
-        up = self.up = Client(UpSide(self), s.client_id or "siskin-" + s.name, level, s.clean_session)
+        up = self.up = Client(UpSide(self), client_id_of(s), level, s.clean_session)
         up.keep_alive = s.keepalive
         # A v5 upstream gets No Local instead; some refuse the bit (profiles).
         up.bridge = s.bridge_bit and p.bridge_bit and level == 4
@@ -200,6 +200,19 @@ class Bridge(Figures):
         # Held, what the local session handed over before (its start-up
         # connection, a window in flight) stays in `up`'s queue too.
         up.held = self.state_topic is not None
+        self.notifier = None  # notify.Notifier: the link's state published (notifications), None off
+        if s.notifications:
+            from common.bridge.notify import Notifier
+
+            self.notifier = Notifier(s, up)
+        # sparkplug_births: the births that went up, sent again first
+        # whenever sending starts (births.py); None off.
+        self.births = None
+        if s.sparkplug_births:
+            from common.bridge.births import Births
+
+            self.births = Births(s.sparkplug_births, log, s.name)
+            up.preamble = True
 
     # ------------------------------------------------------------ local side
 
@@ -368,13 +381,18 @@ class Bridge(Figures):
         props = None
         if pkt.props:
             props = [p for p in pkt.props if p[0] not in _HOP_PROPS]
+        births = self.births
         if not pkt.qos:
             self.departed += 1
             if self.up.publish(remote, pkt.payload, 0, retain, props):
                 self.sent += 1
+                if births is not None:
+                    births.went_up(topic, remote, pkt.payload, retain, props)
             else:
                 self.dropped += 1  # QoS 0 while the upstream is away
             return
+        if births is not None:  # (a QoS 1/2 birth: when handed to the upstream client)
+            births.went_up(topic, remote, pkt.payload, retain, props)
         # The token is the local packet id, and its upstream packet id too:
         # the session keeps it across local connections and restarts
         # [MQTT-4.4.0-1], so an ack after a reconnect still names the same
@@ -515,6 +533,8 @@ class Bridge(Figures):
             topics.append((self.state_topic, 1 | C.SUBOPT_NO_LOCAL if v5 else 1))
         if topics:
             self.up.subscribe(topics)
+        if self.notifier is not None:
+            self.notifier.tell_upstream(self.up, True)
         self._state()
 
     def _host_state(self, payload):
@@ -524,10 +544,23 @@ class Bridge(Figures):
             self.host_online = online
             self.up.held = not online
             if online:
+                self._births_first(False)
                 self.up.pump()
             why = "online: what waited goes up" if online else "offline: what goes up waits here"
             self.log(20, "bridge %s: primary host %s %s" % (self.name, self.settings.sparkplug_host, why))
             self._state()
+
+    def _births_first(self, connack):
+        """Sending starts on this upstream connection (its CONNACK, before
+        anything is resent; or the primary host came online): the births
+        kept go up first. Held at CONNACK, they wait for the host unless
+        something in flight is resent now."""
+        births = self.births
+        if births is None or (connack and self.up.held and not self.up.inflight):
+            return
+        n = births.replay(self.up)
+        if n:
+            self.log(20, "bridge %s: %d birth(s) sent again before anything else" % (self.name, n))
 
     def _up_refused(self, reason):
         why = CONNACK_WHY.get(reason, "refused")

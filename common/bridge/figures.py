@@ -71,4 +71,6 @@ class Figures:
             (base + "restarts", str(self.restarts)),
             (base + "last_error", self.last_error or "-"),
             (base + "refused_subscriptions", " ".join([t[0] for t in self.refused]) or "-"),
+            # sparkplug_births: births over the bound, not kept for a replay ("-": off)
+            (base + "births_unkept", str(self.births.unkept) if self.births is not None else "-"),
         ]

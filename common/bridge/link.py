@@ -24,6 +24,7 @@ this module imports neither the driver nor a shell):
 """
 
 from common.broker.delivery import RELEASED
+from common.client.client import CONNECTED
 from common.compat import ticks_deadline, ticks_diff
 
 ARRIVAL_SAMPLES = 32  # (ms, count) pairs kept: halved in resolution when full
@@ -234,4 +235,12 @@ class Link:
         now = self.driver.now
         for topic, text in self.bridge.sys_values(queued, queued_bytes, ms, self.oldest_age(ms)):
             broker.publish(topic, text.encode(), 0, True, now)
+        self.notify(self.bridge.up.state == CONNECTED)
         self.flush()
+
+    def notify(self, connected):
+        """notifications: the link's state here (notify.py), when it changed."""
+        n = self.bridge.notifier
+        payload = n.due_here(connected) if n is not None else None
+        if payload is not None:
+            self.driver.broker.publish(n.topic, payload, 1, True, self.driver.now)

@@ -29,6 +29,11 @@ a profile needs at start; `refusal()` checks each message on its way up.
 AZURE_API_VERSION = "2021-04-12"
 
 
+def client_id_of(settings):
+    """The upstream client id of a bridge's settings ("" = "siskin-<name>")."""
+    return settings.client_id or "siskin-" + settings.name
+
+
 class Profile:
     """One kind of upstream (the module's table)."""
 

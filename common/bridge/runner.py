@@ -74,6 +74,7 @@ class Runner:
         # The broker never slows a publisher for this session's queue: only
         # its budget and queue_full apply (docs/bridge.md).
         driver.broker.routing.unthrottled.append(self.bridge.local.client_id)
+        driver.bridge_runners.append(self)
         if settings.sparkplug_host and not driver.broker.settings.queue_qos0_offline:
             # Held, the local session is offline: a QoS 0 message for it
             # (an NBIRTH, as Sparkplug sends it) is dropped, not queued.
@@ -293,12 +294,15 @@ class Runner:
         if self.conn is not None:
             self._disconnect()
             self._let_go()
+        self.link.notify(False)
         broker = self.driver.broker
         routing = broker.routing
         if self.bridge.local.client_id in routing.unthrottled:
             routing.unthrottled.remove(self.bridge.local.client_id)
         if broker.bridge_grants.get(self.peer) is self.grants:  # (not a successor's)
             del broker.bridge_grants[self.peer]
+        if self in self.driver.bridge_runners:
+            self.driver.bridge_runners.remove(self)
         # Its local connection ends now: with the task stopped nobody would
         # hear the broker close it, and a shutdown would wait out its timeout.
         self.link.drop()
@@ -336,6 +340,8 @@ class Runner:
     def _disconnect(self):
         up = self.bridge.up
         if up.state == CONNECTED and self.opened:
+            if self.bridge.notifier is not None:
+                self.bridge.notifier.tell_upstream(up, False)  # (DISCONNECT discards the will)
             up.disconnect()
             out = up.take_output()
             if out:
@@ -343,17 +349,21 @@ class Runner:
 
     # ---------------------------------------------------------------- figures
 
+    def backlog(self):
+        """Messages waiting to go up: the local session's queue and the bridge's own."""
+        return self.link.queued()[0] + len(self.bridge.up.queue)
+
     def status(self):
         """The bridge's figures for the API and /metrics (a dict)."""
         b = self.bridge
         now = self.runtime.now()
-        queued, queued_bytes, _ = self.link.queued()
+        queued_bytes = self.link.queued()[1]
         inflight, window, since = b.health(now)
         return {
             "name": self.name,
             "state": b.state_name(),
             "address": b.address if b.up.state == CONNECTED else "",
-            "queued": queued + len(b.up.queue),
+            "queued": self.backlog(),
             "queued_bytes": queued_bytes,
             "oldest_queued_age": self.link.oldest_age(now),
             "inflight": inflight,

@@ -68,6 +68,15 @@ BRIDGE = (
     # Sparkplug: the primary host application's id upstream ("" = off): while
     # its spBv1.0/STATE/<id> there is not online, nothing goes up (docs/sparkplug.md)
     ("sparkplug_host", "", K_STR, None, None),
+    # Mosquitto's notifications: the link's state, retained "1" connected /
+    # "0" not (a will upstream says "0" when the link is cut), here and upstream
+    ("notifications", False, K_BOOL, None, None),
+    ("notification_topic", "", K_STR, None, None),  # "" = $SYS/broker/connection/<client_id>/state
+    ("notifications_local_only", False, K_BOOL, None, None),  # true: here only, not upstream
+    # Sparkplug: births first -- the NBIRTH and DBIRTHs that went up, at most
+    # this many kept, are sent again before anything else whenever sending
+    # starts on an upstream connection (0 = off; docs/sparkplug.md)
+    ("sparkplug_births", 0, K_INT, 0, 65535),
 )
 DIRECTION_NAMES = ("out", "in", "both")
 # [[bridge.topic]]: one rule. Either `local` and `remote` (rules.py: a filter
@@ -140,6 +149,8 @@ def parse_bridge(at, body):
             raise ConfigError('%s: address %r wants "host:port".' % (at, a))
     if bool(b.certfile) != bool(b.keyfile):
         raise ConfigError("%s: certfile and keyfile go together (the client certificate and its key)." % at)
+    if b.notification_topic and validate_topic_name(b.notification_topic):
+        raise ConfigError("%s: notification_topic %r is not a topic name (no wildcards)." % (at, b.notification_topic))
     if b.backoff_max < b.backoff_min:
         raise ConfigError("%s: backoff_max must not be below backoff_min." % at)
     profile = profile_named(b.profile)
@@ -151,7 +162,22 @@ def parse_bridge(at, body):
     level = profile.level or b.protocol
     if level == 4 and not (b.bridge_bit and profile.bridge_bit):
         _no_echo(at, b)
+    if b.notifications and not b.notifications_local_only:
+        _notifications_up(at, b, profile)
     return b
+
+
+def _notifications_up(at, b, profile):
+    """The upstream must take the notifications' retained messages and will (notify.py)."""
+    from common.bridge.notify import topic_of
+
+    why = "%s keeps no retained messages" % b.profile if not profile.retain else None
+    why = why or profile.refusal(topic_of(b), b"1", None)
+    if why:
+        raise ConfigError(
+            "%s: notifications upstream: %s; set notification_topic to one it takes, or notifications_local_only = true."
+            % (at, why)
+        )
 
 
 def _check_profile(at, b, profile):

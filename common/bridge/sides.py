@@ -47,6 +47,9 @@ class UpSide:
     def on_refused(self, reason):
         self.b._up_refused(reason)
 
+    def on_preamble(self):
+        self.b._births_first(True)
+
     def on_message(self, pkt):
         self.b._inbound(pkt)
 

@@ -35,11 +35,11 @@ from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Conn
 from common.broker.listener import StateListener
 from common.broker.output import Output
 from common.broker.route import REASON_MASK, TopicCache, route
-from common.broker.routing import Routing
+from common.broker.routing_table import Routing
 from common.broker.session import Sessions
 from common.broker.stats import Stats
 from common.broker.topics import parse_shared
-from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
+from common.compat import TICKS_MASK, const, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
@@ -64,8 +64,8 @@ THROTTLE_MAX_S = 30
 
 # Topic names cached (Broker.topics): at least this many slots, and one
 # more per this many bytes of match_cache_bytes (about what an entry costs).
-TOPIC_CACHE_MIN = 16
-TOPIC_CACHE_COST = 256
+_TOPIC_CACHE_MIN = const(16)
+_TOPIC_CACHE_COST = const(256)
 
 
 def keep_alive_deadline(ms, keep_alive):
@@ -185,6 +185,7 @@ class Broker:
         # the driver's face of the broker's output (output.py).
         self.output = Output(self.connections, self.stats, self.listener, s)
         self.started = None  # first `now` seen, for uptime
+        self.sys_load = None  # sys_load.Load: $SYS's load/ averages (made by the first $SYS round)
         # The next timers, for the driver to sleep until (0 = none): the
         # earliest connection deadline in ms ticks (a lower bound: keep-alive
         # deadlines only move later, so it is recomputed when it comes due),
@@ -236,6 +237,7 @@ class Broker:
         self.acl = None
         self.bridge_grants = {}  # "bridge NAME" (its local peer) -> () -> its ACL grants (login.client_rules)
         self.allow_anonymous = None
+        self.listener_policies = {}  # the shell's listener key -> listener_policy.ListenerPolicy (set_security)
         self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
         self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
         self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
@@ -259,7 +261,7 @@ class Broker:
         # and the warm topic names: none of them is allocated per message.
         self.inbound = Publish()
         self.inbound_ack = PubAck()
-        self.topics = TopicCache(TOPIC_CACHE_MIN + s.match_cache_bytes // TOPIC_CACHE_COST)
+        self.topics = TopicCache(_TOPIC_CACHE_MIN + s.match_cache_bytes // _TOPIC_CACHE_COST)
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -315,6 +317,10 @@ class Broker:
         if refuse:
             conn.extra().refuse_reason = refuse
         conn.peer = peer
+        if peer is not None and len(peer) > 3:
+            policy = self.listener_policies.get(peer[3])
+            if policy is not None and policy.mount is not None:
+                conn.extra().mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
             self.rates.opened(conn.cid, now, peer)

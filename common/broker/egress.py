@@ -39,14 +39,17 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
         return False
     qos = bits & C.PUBLISH_QOS_MASK
     level = conn.level
+    extras = conn.extras
+    if extras is not None and extras.mount is not None:
+        return _send_unmounted(broker, conn, msg, bits, sub_ids, now)
     if level != C.LEVEL_5:
         data = msg.wire4
         if data is not None and (data[0] >> 1) & 3 == qos:
-            return _write_shared(broker, conn, data, bits)
+            return _write_shared(broker, conn, data, bits, len(msg.payload))
         data = encode_publish_parts(msg.topic, msg.payload, bits, level, None)
         if msg.wire4 is None:
             msg.wire4 = data  # the first copy's: the next ones patch it
-        return _write_publish(broker, conn, data, qos)
+        return _write_publish(broker, conn, data, qos, len(msg.payload))
     items = msg.props
     if items is not None and not isinstance(items, bytearray):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
@@ -55,11 +58,21 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
     if not (msg.expiry or sub_ids or alias_max):
         data = msg.wire5
         if data is not None and (data[0] >> 1) & 3 == qos:
-            return _write_shared(broker, conn, data, bits)
+            return _write_shared(broker, conn, data, bits, len(msg.payload))
         if data is None:
             data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, bits, C.LEVEL_5, items)
-            return _write_publish(broker, conn, data, qos)
-    topic = msg.topic
+            return _write_publish(broker, conn, data, qos, len(msg.payload))
+    return _send_own(broker, conn, msg, msg.topic, bits, sub_ids, now)
+
+
+def _send_own(broker, conn, msg, topic, bits, sub_ids, now):
+    """A v5 PUBLISH of its own (not the message's shared one) on `topic`."""
+    items = msg.props
+    if items is not None and not isinstance(items, bytearray):
+        items = msg.props = encode_property_items(items)  # the first v5 delivery
+    extras = conn.extras
+    alias_max = 0 if extras is None else extras.alias_max_out
+    qos = bits & C.PUBLISH_QOS_MASK
     left = -1
     if msg.expiry:
         left = msg.expiry - now
@@ -72,16 +85,33 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
             alias = -alias
             topic = ""  # the client knows the alias: the topic is left out
     data = encode_publish_props(topic, msg.payload, bits, items, left, sub_ids, alias)
-    return _write_publish(broker, conn, data, qos)
+    return _write_publish(broker, conn, data, qos, len(msg.payload))
 
 
-def _write_shared(broker, conn, data, bits):
+def _send_unmounted(broker, conn, msg, bits, sub_ids, now):
+    """send_publish to a client under a mount point (listener_policy.py): the
+    topic without the prefix, encoded for this copy (the shared encoding
+    names the whole topic). A topic outside the prefix is not sent (only
+    its filters, all under the prefix, route to it)."""
+    mount = conn.extras.mount
+    topic = msg.topic
+    if not topic.startswith(mount) or len(topic) == len(mount):
+        broker.stats.denied_delivery += 1  # (a session resumed through another listener)
+        return False
+    topic = topic[len(mount) :]
+    if conn.level != C.LEVEL_5:
+        data = encode_publish_parts(topic, msg.payload, bits, conn.level, None)
+        return _write_publish(broker, conn, data, bits & C.PUBLISH_QOS_MASK, len(msg.payload))
+    return _send_own(broker, conn, msg, topic, bits, sub_ids, now)
+
+
+def _write_shared(broker, conn, data, bits, size):
     """Write a message's shared PUBLISH `data` (Message.wire4/wire5: its
     first copy, encoded once), and patch this copy's flags and packet id in
     the client's output: every copy of a message at one QoS is the same
     bytes but for those."""
     qos = bits & C.PUBLISH_QOS_MASK
-    out = _write_publish(broker, conn, data, qos)
+    out = _write_publish(broker, conn, data, qos, size)
     if not out:
         return False
     n = len(out) - len(data)
@@ -97,9 +127,9 @@ def _write_shared(broker, conn, data, bits):
     return True
 
 
-def _write_publish(broker, conn, data, qos):
-    """Write one PUBLISH: the buffer it landed in (Broker.write), or False
-    beyond the client's Maximum Packet Size."""
+def _write_publish(broker, conn, data, qos, size):
+    """Write one PUBLISH (`size`: its payload's bytes): the buffer it landed
+    in (Broker.write), or False beyond the client's Maximum Packet Size."""
     st = broker.stats
     extras = conn.extras
     if extras is not None and extras.max_packet_out and len(data) > extras.max_packet_out:
@@ -108,6 +138,7 @@ def _write_publish(broker, conn, data, qos):
     out = broker.output.write(conn, data, qos != 2)  # QoS 0/1: may leave before the store's sync
     st.messages_sent += 1
     st.sent_by_qos[qos] += 1
+    st.publish_bytes_sent += size
     by_client = st.by_client
     if by_client is not None:
         by_client.sent[conn.cid] += 1

@@ -16,7 +16,7 @@
 
 from common.broker import login, outbox, session_life
 from common.broker.clienttext import words
-from common.broker.connection import NEW
+from common.broker.connection import NEW, mount_of
 from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.broker.topics import over_limits
 from common.mqtt import consts as C
@@ -193,14 +193,16 @@ def _check_will(broker, conn, pkt, found, now):
     if pkt.will_topic is None:
         return None
     s = broker.settings
-    if over_limits(pkt.will_topic, s.max_topic_levels, s.max_topic_length):
+    mount = mount_of(conn)
+    topic = pkt.will_topic if mount is None else mount + pkt.will_topic  # (listener_policy.py)
+    if over_limits(topic, s.max_topic_levels, s.max_topic_length):
         why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
         return C.RC_TOPIC_NAME_INVALID, why
     if pkt.will_topic.startswith("$SYS"):
         return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
-    if found.acl is not None and not found.acl.can_write(pkt.will_topic):
+    if found.acl is not None and not found.acl.can_write(topic):
         broker.stats.denied_publish += 1
-        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (found.user, pkt.will_topic))
+        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (found.user, topic))
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
             return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
@@ -280,7 +282,7 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
     v5 = pkt.level == C.LEVEL_5
     will = None
     if pkt.will_topic is not None:
-        will = session_life.new_will(broker, pkt)
+        will = session_life.new_will(broker, pkt, mount_of(conn))
         if will is None:
             broker.stats.dropped_no_slab += 1
             why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages
@@ -301,6 +303,7 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
         refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
         return
     session_life.attach(broker, conn, session, expiry, will)
+    session.listener = login.listener_key(conn.peer)  # (its will's rules: login.security_of)
     conn.deadline = 0  # the connect timeout ends; data_received sets the keep-alive's
     _answer(broker, conn, pkt, now, taken, assigned, auth_out)
 

@@ -43,6 +43,7 @@ def handle_publish(broker, conn, pkt, now):
     st = broker.stats
     st.messages_received += 1
     st.received_by_qos[qos] += 1
+    st.publish_bytes_received += conn.reader.stop - pkt.payload_at
     rates = broker.rates
     if rates is not None:  # (ratelimit.py: charged now, held back once in debt)
         rates.charge(broker, conn, 0, 1, now)
@@ -75,6 +76,10 @@ def handle_publish(broker, conn, pkt, now):
             raise MqttError(C.RC_RETAIN_NOT_SUPPORTED, "retain not available")  # [MQTT-3.2.2-14]
     if not topic:
         raise ProtocolError("empty topic without a topic alias")  # [MQTT-3.3.2-1] (Topic Alias 0)
+    extras = conn.extras
+    mount = None if extras is None else extras.mount
+    if mount is not None:
+        topic = mount + topic  # its listener's mount point (listener_policy.py)
     if over_limits(topic, s.max_topic_levels, s.max_topic_length):
         raise MqttError(C.RC_TOPIC_NAME_INVALID, "topic name over the limits")
     pid = pkt.packet_id
@@ -99,7 +104,7 @@ def handle_publish(broker, conn, pkt, now):
     text = None
     spb = broker.sparkplug  # sparkplug_aware or sparkplug_group: sparkplug.py; else None
     refused = 0 if spb is None else spb.check(broker, session.client_id, topic, now)
-    if topic.startswith("$SYS"):
+    if topic.startswith("$SYS") or (mount is not None and topic.startswith("$SYS", len(mount))):
         reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
         text = "only the broker publishes under $SYS/"
     elif refused:
@@ -126,7 +131,7 @@ def handle_publish(broker, conn, pkt, now):
         reason = C.RC_QUOTA_EXCEEDED
         text = "retained store full (max_retained %d, max_retained_bytes %d)" % (s.max_retained, s.max_retained_bytes)
     else:
-        if qos == 0 and not pkt.retain and conn.level != C.LEVEL_5:
+        if qos == 0 and not pkt.retain and conn.level != C.LEVEL_5 and mount is None:
             # A QoS 0 3.1.1 PUBLISH is what a 3.1.1 subscriber gets, byte
             # for byte (retain 0 [MQTT-3.3.1-9], no DUP). It is the whole
             # buffer when it came alone (a board's usual read: nothing

@@ -28,7 +28,12 @@ def handle_subscribe(broker, conn, pkt, now):
         broker.rates.charge(broker, conn, 2, len(pkt.topics), now)  # (ratelimit.py)
     codes = []
     owed = []  # the subscriptions that get retained messages
+    mount = None if conn.extras is None else conn.extras.mount
+    if mount is not None:
+        from common.broker.listener_policy import mount_filter  # (host only: a board has no mount point)
     for flt, options in pkt.topics:
+        if mount is not None:
+            flt = mount_filter(mount, flt)  # its listener's mount point (listener_policy.py)
         code, sub = _subscribe_one(broker, session, flt, options, sub_id, v5, now)
         if code >= 0x80 and not v5:
             code = C.SUBACK_FAILURE_311  # 3.1.1 knows one failure code
@@ -95,8 +100,11 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5, now):
 def handle_unsubscribe(broker, conn, pkt, now):
     session = conn.session
     codes = []
+    mount = None if conn.extras is None else conn.extras.mount
+    if mount is not None:
+        from common.broker.listener_policy import mount_filter
     for flt in pkt.filters:
-        sub = session.subs.get(flt)
+        sub = session.subs.get(flt if mount is None else mount_filter(mount, flt))
         if sub is None:
             codes.append(C.RC_NO_SUBSCRIPTION_EXISTED)
         else:

@@ -64,19 +64,33 @@ from common.mqtt import consts as C
 BAD_LOGIN = "bad user name or password"
 
 
+def listener_key(peer):
+    """The shell's key of the listener `peer` came in on (its 4th item), or None."""
+    return peer[3] if peer is not None and len(peer) > 3 else None
+
+
+def security_of(broker, key):
+    """Whose users, ACL and anonymous switch rule listener `key`'s clients:
+    its own (listener_policy.ListenerPolicy with `own`), else the broker's."""
+    policy = broker.listener_policies.get(key) if key is not None else None
+    return policy if policy is not None and policy.own else broker
+
+
 def anonymous_allowed(broker, peer):
     """Whether a client without a user may connect through `peer`'s listener."""
-    allow = broker.allow_anonymous
+    sec = security_of(broker, listener_key(peer))
+    allow = sec.allow_anonymous
     if allow is not None:
         return allow
-    return broker.users is None and (peer is None or peer[2])
+    return sec.users is None and (peer is None or peer[2])
 
 
 def _anonymous_why(broker, peer):
     # (format, args) pairs: our words, not cut as client text would be (broker.words).
-    if broker.allow_anonymous is False:
+    sec = security_of(broker, listener_key(peer))
+    if sec.allow_anonymous is False:
         return "anonymous client refused: allow_anonymous is false", ()
-    if broker.users is not None:
+    if sec.users is not None:
         return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)", ()
     return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)", ()
 
@@ -95,7 +109,7 @@ def login(broker, peer, pkt, found, now):
     (reason, why). Sets found.user (None: anonymous; handle_connect.Found,
     which holds the user a SCRAM exchange proved)."""
     identity = peer[1] if peer is not None else None
-    users = broker.users
+    users = security_of(broker, listener_key(peer)).users
     if found.user is not None:
         pass  # proved by enhanced authentication (SCRAM)
     elif identity is not None:
@@ -108,7 +122,7 @@ def login(broker, peer, pkt, found, now):
         from common.broker.secured import check_password, held_why  # (loaded with the users)
 
         address = source_address(peer)
-        wait = check_password(broker, address, pkt.username, pkt.password, now)
+        wait = check_password(broker, address, pkt.username, pkt.password, now, users)
         if wait:
             broker.stats.login_failed += 1
             held = ""
@@ -153,7 +167,7 @@ def client_rules(broker, user, peer, client_id, brought=None):
     bridge; a deny rule for user bridge:NAME still wins (docs/bridge.md).
     `brought`: (rules, source) a login brought (a JWT's claim, an auth
     hook's answer: granted.py), put after the file's rules."""
-    acl = broker.acl
+    acl = security_of(broker, listener_key(peer)).acl
     rules = None
     if acl is not None:
         rules = acl.for_client(user, client_id)

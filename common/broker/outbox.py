@@ -47,7 +47,7 @@ FULL_TOTAL = const(2)
 
 # A session's drops, and the drops and refusals of all queues full, are
 # logged at most once per this many seconds.
-DROP_LOG_INTERVAL = 10
+_DROP_LOG_INTERVAL = const(10)
 
 
 def window(broker, conn):
@@ -191,7 +191,7 @@ def _drop_oldest(broker, session, size, full, now):
 def _dropped(broker, session, full, now):
     """Count a message dropped for `session` (`full`: FULL_SESSION or
     FULL_TOTAL); a warning names the client, its count so far and the
-    limits (at most one per DROP_LOG_INTERVAL)."""
+    limits (at most one per _DROP_LOG_INTERVAL)."""
     session.dropped += 1
     if full == FULL_TOTAL:
         broker.stats.dropped_queue_total += 1
@@ -206,11 +206,11 @@ def _dropped(broker, session, full, now):
         "%s: queue full, %d message(s) dropped so far (max_queued_messages %d, max_queued_bytes %d, queue_full = %s)",
         (session.client_id, session.dropped, s.max_queued_messages, s.max_queued_bytes, s.queue_full),
     )
-    session.drop_log_at = now + DROP_LOG_INTERVAL
+    session.drop_log_at = now + _DROP_LOG_INTERVAL
 
 
 def log_total(broker, client_id, now):
-    """A warning, at most one per DROP_LOG_INTERVAL for the whole broker
+    """A warning, at most one per _DROP_LOG_INTERVAL for the whole broker
     (a flood over many sessions is one line), when all queues together are
     full: what was dropped and refused so far, the latest for whom."""
     routing = broker.routing
@@ -223,7 +223,7 @@ def log_total(broker, client_id, now):
         "all queues full (max_queued_total_bytes %d, queue_full = %s): %d message(s) dropped, %d publish(es) refused so far, the latest for %s",
         (s.max_queued_total_bytes, s.queue_full, st.dropped_queue_total, st.refused_queue_total, client_id),
     )
-    routing.total_log_at = now + DROP_LOG_INTERVAL
+    routing.total_log_at = now + _DROP_LOG_INTERVAL
 
 
 # ----------------------------------------------------------- the window

@@ -95,6 +95,7 @@ class MessagePool:
     def __init__(self, capacity, prealloc, listener):
         self.pool = SlotPool(Message, capacity, prealloc)
         self.listener = listener
+        self.payload_bytes = 0  # of the messages held ($SYS store/messages/bytes)
 
     def new(self, topic, payload, qos, retain, props, expiry):
         msg = self.pool.alloc()
@@ -102,6 +103,7 @@ class MessagePool:
             return None
         msg.topic = topic
         msg.payload = payload
+        self.payload_bytes += len(payload)
         msg.qos = qos
         msg.retain = retain
         msg.props = props
@@ -116,14 +118,19 @@ class MessagePool:
         if msg.refs <= 0:
             if msg.store_id:
                 self.listener.message_freed(msg)
-            self.pool.release(msg)
+            self.release(msg)
+
+    def release(self, msg):
+        """Back to the pool: nothing refers to it."""
+        self.payload_bytes -= len(msg.payload)
+        self.pool.release(msg)
 
     def in_use(self):
         return self.pool.in_use
 
 
 # The first slots of a ring made empty (initial 0).
-RING_FIRST = const(4)
+_RING_FIRST = const(4)
 
 
 class Ring:
@@ -131,7 +138,7 @@ class Ring:
 
     __slots__ = ("buf", "cap", "count", "head")
 
-    def __init__(self, cap, initial=RING_FIRST):
+    def __init__(self, cap, initial=_RING_FIRST):
         self.cap = cap
         size = initial if initial < cap else cap
         self.buf = [None] * size if size > 0 else ()
@@ -182,7 +189,7 @@ class Ring:
 
     def _grow(self):
         old = self.items()
-        size = len(self.buf) * 2 or RING_FIRST
+        size = len(self.buf) * 2 or _RING_FIRST
         if size > self.cap:
             size = self.cap
         self.buf = old + [None] * (size - len(old))

@@ -32,8 +32,9 @@
 # not limited here.
 
 from common.broker.connection import CONNECTED
+from common.compat import const
 
-MESSAGE_RATE_TOO_HIGH = 0x96  # v5 DISCONNECT reason
+_MESSAGE_RATE_TOO_HIGH = const(0x96)  # v5 DISCONNECT reason
 KINDS = ("messages", "bytes", "subscribes")  # bucket kind (0: PUBLISHes, 1: their bytes, 2: filters)
 WORDS = ("PUBLISHes/s", "PUBLISH bytes/s", "subscribed filters/s")
 # Scope -> the prefix of its settings and counters, and whose bucket it is
@@ -228,7 +229,7 @@ class RateLimits:
     def _close(self, broker, conn, now):
         broker.stats.closed_rate_limited += 1
         name = broker.client_name(conn)
-        sent = broker.fail(conn, MESSAGE_RATE_TOO_HIGH, now, text="message rate too high")
+        sent = broker.fail(conn, _MESSAGE_RATE_TOO_HIGH, now, text="message rate too high")
         broker.log(
             30,
             "closing %s: over its rate limits for rate_grace %d s; sent %s (closed_rate_limited %d)",

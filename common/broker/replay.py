@@ -17,7 +17,7 @@
 # retained.
 #
 # The first message leaves at once: the SUBSCRIBE's turn makes at most
-# FIRST_BYTES of the replay (the driver writes them at the end of that turn)
+# _FIRST_BYTES of the replay (the driver writes them at the end of that turn)
 # and the next flush's run() leaves that replay alone (its first part not
 # yet written); the flushes after it make up to max_out_buffer each.
 #
@@ -51,7 +51,7 @@ from common.broker.outbox import deliver
 from common.compat import const
 from common.mqtt import consts as C
 
-FIRST_BYTES = const(4096)  # at most this much of a replay in the SUBSCRIBE's turn
+_FIRST_BYTES = const(4096)  # at most this much of a replay in the SUBSCRIBE's turn
 
 
 class Replay:
@@ -77,7 +77,7 @@ def start(broker, conn, subs, now):
         return
     replay = Replay(conn, subs, retained.cursor(subs[0].filter), now)
     bound = broker.settings.max_out_buffer
-    advance(broker, replay, now, FIRST_BYTES if FIRST_BYTES < bound else bound)
+    advance(broker, replay, now, _FIRST_BYTES if _FIRST_BYTES < bound else bound)
     if replay.cursor is not None:
         broker.replays.append(replay)
         broker.replaying.append(conn.cid)

@@ -1,4 +1,5 @@
-# Who gets a message: the subscriptions it matches, one delivery per session.
+# Routing one message (the act; routing_table.py holds the table it reads):
+# who gets it, the subscriptions it matches, one delivery per session.
 #
 # Theory of operation. route() looks up the subscriptions whose filter
 # matches the topic (in the topic's TopicCache entry while the trie has not
@@ -38,8 +39,8 @@ from common.mqtt.codec import take_bytes
 # Outcome bits above the reason code (BACKLOG: outbox.py): refused whole,
 # a subscriber's own queue full, or all queues together (queue_full =
 # refuse); a Quota exceeded without either: the message pool was full.
-FULL_SESSION_HIT = const(0x200)
-FULL_TOTAL_HIT = const(0x400)
+_FULL_SESSION_HIT = const(0x200)
+_FULL_TOTAL_HIT = const(0x400)
 REASON_MASK = const(0xFF)
 
 _FOLD_RETAIN = const(4)  # in Session.route_fold, above the QoS bits (PUBLISH_RETAIN)
@@ -74,10 +75,10 @@ def _route(broker, origin, pub, payload, expiry_interval, now, matches):
             # was told is accepted goes missing.
             if no_room(broker, full, len(topic) + len(payload)) == FULL_SESSION:
                 broker.stats.refused_queue_full += 1
-                return C.RC_QUOTA_EXCEEDED | FULL_SESSION_HIT
+                return C.RC_QUOTA_EXCEEDED | _FULL_SESSION_HIT
             broker.stats.refused_queue_total += 1
             log_total(broker, origin, now)
-            return C.RC_QUOTA_EXCEEDED | FULL_TOTAL_HIT
+            return C.RC_QUOTA_EXCEEDED | _FULL_TOTAL_HIT
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
     msg = None
@@ -162,10 +163,10 @@ def route_frame(broker, origin, pub, frame, at, now):
         if entry.is_group:
             break
         conn = entry.session.conn
-        if conn is None or conn.level == C.LEVEL_5:
-            break
+        if conn is None or conn.level == C.LEVEL_5 or (conn.extras is not None and conn.extras.mount is not None):
+            break  # (a mount point's client gets the topic without its prefix: egress.py)
     else:
-        _forward(broker, origin, topic, matches, frame)
+        _forward(broker, origin, topic, matches, frame, len(frame) - at)
         _done(routing, matches)
         return C.RC_SUCCESS if matches else C.RC_NO_MATCHING_SUBSCRIBERS
     outcome = _route(broker, origin, pub, take_bytes(frame, at, len(frame)), 0, now, matches)
@@ -173,7 +174,7 @@ def route_frame(broker, origin, pub, frame, at, now):
     return outcome
 
 
-def _forward(broker, origin, topic, matches, frame):
+def _forward(broker, origin, topic, matches, frame, size):
     # Each copy is the frame's bytes appended to the client's output, as it
     # came: no encoding (so here, not in egress.py).
     stamp = broker.routing.next_stamp()  # several filters of one session: one copy [MQTT-3.3.5-1]
@@ -193,6 +194,7 @@ def _forward(broker, origin, topic, matches, frame):
         else:
             broker.output.write(conn, frame, True)  # (QoS 0: before the store's sync)
             st.messages_sent += 1
+            st.publish_bytes_sent += size  # (the payload's)
             st.sent_by_qos[0] += 1
             if by_client is not None:
                 by_client.sent[conn.cid] += 1
@@ -210,9 +212,9 @@ def refusal_text(broker, origin, pub, outcome, size):
     was full is looked up again: refusals are rare, and route() keeps no
     side results."""
     s = broker.settings
-    if outcome & FULL_TOTAL_HIT:
+    if outcome & _FULL_TOTAL_HIT:
         return "all queues full (max_queued_total_bytes %d)" % s.max_queued_total_bytes
-    if outcome & FULL_SESSION_HIT:
+    if outcome & _FULL_SESSION_HIT:
         routing = broker.routing
         matches = broker.topics.matches(pub.topic, routing.trie, routing.matches)
         full = full_subscriber(broker, matches, origin, pub.qos, size)

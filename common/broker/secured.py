@@ -13,9 +13,9 @@ BUDGET_WINDOW_S = 60  # login_failures_per_address counts failures of this windo
 NAME_KEPT = 64  # characters of a user name its key keeps (a bound on the table's memory)
 
 
-def check_password(broker, address, username, password, now):
+def check_password(broker, address, username, password, now, users=None):
     """Check `username` and `password` (bytes) against the password file
-    (broker.users, set), under the back-off of the source `address` and
+    (`users`, else broker.users, set), under the back-off of the source `address` and
     that user name, and the address's budget: 0 if they are right, -1 if
     not (that pair is held back, the address's budget spent by one), or
     the seconds a hold still lasts (nothing is checked). MQTT's CONNECT and
@@ -28,7 +28,9 @@ def check_password(broker, address, username, password, now):
     wait = _budget_wait(broker, address, now)
     if wait:
         return wait
-    if not broker.users.check(username, password):
+    if users is None:
+        users = broker.users
+    if not users.check(username, password):
         _penalise(failures, key, now)
         _spend(broker.address_failures, address, now)
         return -1
@@ -136,17 +138,24 @@ def drop_unreadable_inflight(broker, conn, session):
             i += 1
 
 
-def recheck_wills(broker, acl, now):
-    """After new rules (`acl`, set): discard every held will, of a live
-    client or waiting out its delay, that its owner may no longer publish:
-    counted and logged as the PUBLISH would be (handle_publish.write_denied).
-    A will kept here is judged again when it is sent."""
+def recheck_wills(broker, security_of, now):
+    """After new rules: discard every held will, of a live client or waiting
+    out its delay, that its owner may no longer publish (by the rules of the
+    listener it came in on: `security_of`, login.security_of, passed in as
+    login imports this module): counted and logged as the PUBLISH would be
+    (handle_publish.write_denied). A will kept here is judged again when it
+    is sent."""
     refused = []
     for session in broker.sessions.by_client_id.values():
         will = session.will
         if will is not None:
-            rules = session.conn.acl if session.conn is not None else acl.for_client(session.user, session.client_id)
-            if handle_publish.write_denied(broker, rules, session, session.user, will[0].topic, now, "will"):
+            conn = session.conn
+            if conn is not None:
+                rules = conn.acl
+            else:
+                acl = security_of(broker, session.listener).acl
+                rules = None if acl is None else acl.for_client(session.user, session.client_id)
+            if rules is not None and handle_publish.write_denied(broker, rules, session, session.user, will[0].topic, now, "will"):
                 refused.append(session)
     for session in refused:
         session.drop_will(broker.routing.messages)

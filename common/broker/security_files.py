@@ -31,18 +31,28 @@ def load_security(read, password_file=None, acl_file=None, acl_rules=None, rules
     return users, acl
 
 
-def set_security(broker, users, acl, allow_anonymous, now):
+def set_security(broker, users, acl, allow_anonymous, now, listeners=None):
     """Install users (users.Users or None), rules (acl.Acl or None) and the
-    anonymous switch (True, False, None = not set); re-check connected clients."""
-    from common.broker.login import brought_by, client_rules
+    anonymous switch (True, False, None = not set), and the listeners' own
+    (`listeners`: the shell's listener key -> listener_policy.ListenerPolicy,
+    or None); re-check connected clients."""
+    from common.broker.login import brought_by, client_rules, security_of
 
-    if users is not None or acl is not None or broker.jwt is not None or broker.hook is not None:
+    listeners = listeners or {}
+    secured_needed = users is not None or acl is not None or broker.jwt is not None or broker.hook is not None
+    any_acl = acl is not None
+    for key in listeners:
+        policy = listeners[key]
+        secured_needed = secured_needed or policy.users is not None or policy.acl is not None
+        any_acl = any_acl or policy.acl is not None
+    if secured_needed:
         # Loaded here, with the users or the rules (start-up, reload), so
         # that no CONNECT has to load it; a broker without either never does.
         from common.broker import secured
     broker.users = users
     broker.acl = acl
     broker.allow_anonymous = allow_anonymous
+    broker.listener_policies = listeners
     for conn in broker.connections.by_id:
         session = conn.session
         if session is None or session.conn is not conn:
@@ -50,5 +60,5 @@ def set_security(broker, users, acl, allow_anonymous, now):
         conn.acl = client_rules(broker, conn.user, conn.peer, session.client_id, brought_by(broker, conn))
         if conn.acl is not None:
             secured.recheck(broker, conn, session, now)
-    if acl is not None:
-        secured.recheck_wills(broker, acl, now)
+    if any_acl:
+        secured.recheck_wills(broker, security_of, now)

@@ -67,6 +67,7 @@ class Session:
         "held_back",
         "inflight",
         "level",
+        "listener",
         "next_packet_id",
         "qos2_in",
         "queue",
@@ -92,6 +93,10 @@ class Session:
         # OWNER_UNKNOWN: restored from a record that did not say.
         self.user = None
         self.generation = 0
+        # The shell's key of the listener its client came in on last (None: the
+        # broker's security applies; login.security_of): its will is judged by
+        # that listener's rules. Not persisted: a restored session has None.
+        self.listener = None
         self.stored = False  # persisted: changes are written to the store
         self.level = 4
         self.expiry_interval = 0  # s the session outlives its connection

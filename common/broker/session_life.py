@@ -21,6 +21,7 @@
 from common.broker import handle_subscribe, outbox, replay
 from common.broker.connection import CONNECTED
 from common.broker.handle_publish import forwarded, write_denied
+from common.broker.login import security_of
 from common.broker.route import route
 from common.broker.session import NEVER
 from common.compat import const
@@ -84,9 +85,10 @@ def attach(broker, conn, session, expiry, will):
 # ------------------------------------------------------------------ wills
 
 
-def new_will(broker, pkt):
-    """(held Message, delay, expiry) for the CONNECT's will; None if the
-    message pool has no room for it."""
+def new_will(broker, pkt, mount=None):
+    """(held Message, delay, expiry) for the CONNECT's will (its topic under
+    the listener's `mount` point, if any); None if the message pool has no
+    room for it."""
     props = pkt.will_props
     delay = 0
     expiry = 0
@@ -102,7 +104,7 @@ def new_will(broker, pkt):
                 taken += 1
         fwd = forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
     messages = broker.routing.messages
-    msg = messages.new(pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
+    msg = messages.new(pkt.will_topic if mount is None else mount + pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
     if msg is None:
         return None
     messages.hold(msg)
@@ -117,7 +119,7 @@ def _publish_will(broker, session, now):
         return
     msg = will[0]
     # A will is a publish by its owner, judged by the rules in force now.
-    acl = broker.acl
+    acl = security_of(broker, session.listener).acl  # (its listener's: login.security_of)
     payload = msg.payload
     if broker.sparkplug is not None:
         payload = broker.sparkplug.will_payload(broker, session, msg.topic, payload, now)  # None: refused

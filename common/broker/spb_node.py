@@ -45,6 +45,9 @@ METRICS = (
     ("Store/Write Errors", "store_errors"),
     ("Heap/Bytes", "heap"),
 )
+# After METRICS (aliases on in this order): a board's free heap, then each
+# running bridge's backlog ("Bridges/<name>/Queued", the bridges' order).
+HEAP_FREE = "Heap/Free Bytes"
 BD_SEQ = "bdSeq"
 
 
@@ -69,24 +72,33 @@ class EdgeNode:
         health = broker.listener.store_health()
         self.bd_seq = 0 if health is None else health[0] & 0xFF
         self.seq = 0
-        self.last = None  # the values reported last, in METRICS order (None: born not yet)
+        self.last = None  # the values reported last, in alias order (None: born not yet)
+        self.bridges = []  # the bridges' names in the birth (another set: a new birth)
         self.due = 0  # s: the next report (0: now)
 
     def wants(self, broker, now):
         """Whether tick() has something to do: a report due, a rebirth asked for."""
         return now >= self.due or broker.sparkplug.rebirth
 
-    def tick(self, broker, now, heap):
-        """The NBIRTH the first time and when an NCMD asked for a rebirth,
-        else an NDATA if one is due."""
+    def tick(self, broker, now, heap, free=None, bridges=()):
+        """The NBIRTH the first time, when an NCMD asked for a rebirth and
+        when the bridges running changed (their metrics are new), else an
+        NDATA if one is due. `free`: a board's free heap (None: not
+        measured); `bridges`: [(name, messages queued)] of those running."""
         spb = broker.sparkplug
         if now >= self.due:
             self.due = now + self.interval if self.interval else 1 << 29
         elif not spb.rebirth:
             return
         values = self.values(broker, heap)
-        if self.last is None or spb.rebirth:
+        values.append(free)
+        names = []
+        for name, queued in bridges:
+            names.append(name)
+            values.append(queued)
+        if self.last is None or spb.rebirth or names != self.bridges:
             spb.rebirth = False
+            self.bridges = names
             self.birth(broker, now, values)
             return
         out = None
@@ -107,9 +119,11 @@ class EdgeNode:
         out = payload_start(self._ms(broker))
         add_metric(out, BD_SEQ, 0, INT64, self.bd_seq)
         add_metric(out, REBIRTH, 0, BOOLEAN, False)
-        for i in range(len(METRICS)):
+        n = len(METRICS)
+        for i in range(len(values)):
             if values[i] is not None:
-                add_metric(out, METRICS[i][0], i + 1, UINT64, values[i])
+                name = METRICS[i][0] if i < n else HEAP_FREE if i == n else "Bridges/" + self.bridges[i - n - 1] + "/Queued"
+                add_metric(out, name, i + 1, UINT64, values[i])
         self.seq = 0
         add_seq(out, 0)
         payload = bytes(out)

@@ -14,6 +14,8 @@ STATS_COUNTERS = (
     "messages_sent",
     "bytes_received",
     "bytes_sent",
+    "publish_bytes_received",  # PUBLISH payload bytes from clients
+    "publish_bytes_sent",  # PUBLISH payload bytes to clients
     "dropped_qos0",  # QoS 0 dropped for a slow or offline client
     "dropped_queue_full",  # dropped: a session's queue was full
     "dropped_too_large",  # larger than a v5 client's Maximum Packet Size
@@ -48,6 +50,14 @@ STATS_COUNTERS = (
     "rate_held_listener_subscribes",
     "closed_rate_limited",
     "refused_connect_rate",  # CONNECTs refused: over rate_connects from their source address (connect_rate.py)
+    # MQTT-SN (common/mqttsn/gateway.py): refusals, by cause (docs/mqtt-sn.md)
+    "sn_malformed",  # datagrams the codec refused (length, truncation, type, flags, UTF-8)
+    "sn_unknown_clients",  # datagrams from an address with no connection: answered with DISCONNECT
+    "sn_refused_connects",  # CONNECTs refused: max SN clients, max_connections, the broker's CONNACK
+    "sn_refused_subscriptions",  # SUBSCRIBEs the broker refused (ACL, limits): SUBACK 0x03
+    "sn_topic_ids_refused",  # topic ids not given: a client's table full (0x01), an invalid name (0x02)
+    "sn_unknown_topic_ids",  # PUBLISH/SUBSCRIBE naming an id the client has not got: 0x02
+    "sn_keep_alive_lost",  # SN clients silent for 1.5 x their Duration: lost, will published
 )
 
 
@@ -62,6 +72,8 @@ class Stats:
     messages_sent: int
     bytes_received: int
     bytes_sent: int
+    publish_bytes_received: int
+    publish_bytes_sent: int
     dropped_qos0: int
     dropped_queue_full: int
     dropped_too_large: int
@@ -95,6 +107,13 @@ class Stats:
     rate_held_listener_subscribes: int
     closed_rate_limited: int
     refused_connect_rate: int
+    sn_malformed: int
+    sn_unknown_clients: int
+    sn_refused_connects: int
+    sn_refused_subscriptions: int
+    sn_topic_ids_refused: int
+    sn_unknown_topic_ids: int
+    sn_keep_alive_lost: int
 
     def __init__(self):
         for name in STATS_COUNTERS:

@@ -44,6 +44,7 @@ def snapshot(broker):
     counts["retained"] = broker.routing.retained.count()
     counts["messages"] = broker.routing.messages.in_use()
     counts["queued_total"] = broker.routing.queued_total
+    counts["stored_bytes"] = broker.routing.messages.payload_bytes
     counts["started"] = broker.started
     spb = broker.sparkplug
     counts["refused_sparkplug"] = 0 if spb is None else spb.refused
@@ -100,8 +101,19 @@ SYS_FIGURES = (
     ("clients/rate_held/listener_subscribes", "rate_held_listener_subscribes"),
     ("clients/closed/rate_limited", "closed_rate_limited"),  # over their rates for rate_grace s: closed (0x96)
     ("clients/refused/connect_rate", "refused_connect_rate"),  # CONNECTs over rate_connects per address (0x9F / 0x03)
+    # MQTT-SN listeners (common/mqttsn/gateway.py): refusals by cause, docs/mqtt-sn.md
+    ("mqtt-sn/refused/malformed", "sn_malformed"),
+    ("mqtt-sn/refused/unknown_client", "sn_unknown_clients"),
+    ("mqtt-sn/refused/connect", "sn_refused_connects"),
+    ("mqtt-sn/refused/subscribe", "sn_refused_subscriptions"),
+    ("mqtt-sn/refused/topic_ids", "sn_topic_ids_refused"),
+    ("mqtt-sn/refused/unknown_topic_id", "sn_unknown_topic_ids"),
+    ("mqtt-sn/refused/keep_alive", "sn_keep_alive_lost"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
+    ("publish/bytes/received", "publish_bytes_received"),  # PUBLISH payload bytes (Mosquitto's name)
+    ("publish/bytes/sent", "publish_bytes_sent"),
+    ("store/messages/bytes", "stored_bytes"),  # payload bytes of the messages held (Mosquitto's name)
     ("subscriptions/count", "subscriptions"),
     ("retained messages/count", "retained"),
 )
@@ -129,9 +141,7 @@ def sys_values(snap, now, heap=None):
     `snap` is a broker.snapshot(); `heap` the shell's heap figure or None.
     """
     started = snap["started"]
-    dropped = 0
-    for _name, key in DROP_COUNTERS:
-        dropped += snap[key]
+    dropped = dropped_sum(snap)
     values = [
         ("version", "siskin " + VERSION),
         ("uptime", "%d seconds" % (now - (started if started is not None else now))),
@@ -151,7 +161,24 @@ def sys_values(snap, now, heap=None):
     return values
 
 
+def dropped_sum(snap):
+    """messages/dropped: the sum of the drops."""
+    dropped = 0
+    for _name, key in DROP_COUNTERS:
+        dropped += snap[key]
+    return dropped
+
+
 def publish_sys(broker, now, heap=None):
-    """Publish every $SYS topic as a retained QoS 0 message."""
-    for suffix, text in sys_values(broker.snapshot(), now, heap):
+    """Publish every $SYS topic as a retained QoS 0 message: sys_values, then
+    Mosquitto's load/ averages (sys_load.py, kept in broker.sys_load)."""
+    snap = broker.snapshot()
+    load = broker.sys_load
+    if load is None:
+        from common.broker.sys_load import Load
+
+        load = broker.sys_load = Load(snap, dropped_sum(snap), now)
+    else:
+        load.update(snap, dropped_sum(snap), now)
+    for suffix, text in sys_values(snap, now, heap) + load.values():
         broker.publish(PREFIX + suffix, text.encode(), 0, True, now)

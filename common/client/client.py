@@ -142,6 +142,7 @@ class Client:
         self.password = None
         self.bridge = False
         self.session_expiry = 0
+        self.will = None  # (topic, payload, qos, retain): an MQTT-SN client's will (common/mqttsn)
         self.max_inflight = 20
         self.receive_max = 65535
         self.connect_timeout_ms = 10000
@@ -150,6 +151,8 @@ class Client:
         self.hold_release = False
         self.hold_complete = False
         self.held = False  # the app holds the queue: nothing new is sent (a bridge's Sparkplug host away)
+        self.will = None  # (topic, payload, qos, retain) sent in CONNECT (a bridge's notifications), None: none
+        self.preamble = False  # handler.on_preamble() at CONNACK, before anything is resent (a bridge's births)
         # State
         self.state = DISCONNECTED
         self.reader = None
@@ -206,6 +209,8 @@ class Client:
             password=self.password,
             props=props,
         )
+        if self.will is not None:
+            pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain = self.will
         if self.bridge:
             pkt.level = self.level | BRIDGE_BIT
         self._write(encode_connect(pkt), ms)
@@ -221,10 +226,15 @@ class Client:
         # Messages waiting for the window stay where they are; QoS 0 ones
         # without a token were written or dropped already.
 
-    def disconnect(self):
-        """A polite DISCONNECT (the shell closes the stream after writing it)."""
+    def disconnect(self, end_session=False):
+        """A polite DISCONNECT (the shell closes the stream after writing it);
+        end_session (v5): with Session Expiry Interval 0, so the server ends
+        the session now (allowed when the CONNECT had a non-zero one, v5 3.14.2.2.2)."""
         if self.state != DISCONNECTED:
-            self.out.append(b"\xe0\x00")
+            if end_session and self.level == C.LEVEL_5 and self.session_expiry:
+                self.out.append(b"\xe0\x07\x00\x05\x11\x00\x00\x00\x00")
+            else:
+                self.out.append(b"\xe0\x00")
             self.state = DISCONNECTED
 
     def take_output(self):
@@ -333,6 +343,8 @@ class Client:
         # whose session the server lost was delivered already (PUBREC): done;
         # a RECEIVED one waits for release() either way (a PUBREL the server
         # does not know is answered all the same).
+        if self.preamble:
+            self.handler.on_preamble()
         kept = []
         done = []
         for m in self.inflight:

@@ -1,15 +1,32 @@
-"""The encoders of the packets only a client sends: CONNECT, SUBSCRIBE, UNSUBSCRIBE.
+"""The encoders of the packets only a client sends (CONNECT, SUBSCRIBE,
+UNSUBSCRIBE) and the decoders of those only a client receives (CONNACK,
+SUBACK, UNSUBACK).
 
-Apart from packets.py so that a broker, which never sends them, does not
-hold their code: the client (common/client/client.py) and the tests load
-this module; ``packets.encode_packet`` finds them here through
-``CLIENT_ENCODERS`` (indexed by packet type). They follow packets.py's
-rules: add up the size, allocate once, write front to back.
+Apart from packets.py so that a broker, which never sends nor receives them
+(a client that sends one is told off), does not hold their code: the client
+(common/client/client.py) and the tests load this module;
+``packets.encode_packet`` finds the encoders here through
+``CLIENT_ENCODERS`` and ``packets.decode_packet`` the decoders through
+``CLIENT_DECODERS`` (by packet type). The encoders follow packets.py's
+rules: add up the size, allocate once, write front to back. A decoder
+returns its packet's fields (packets.py makes the object: this module
+imports nothing of it).
 """
 
 from common.mqtt import consts as C
-from common.mqtt.codec import new_packet_buffer, utf8_bytes, vbi_size, write_prefixed, write_u8, write_u16
-from common.mqtt.properties import properties_size, write_properties
+from common.mqtt.codec import (
+    check_end,
+    decode_packet_id,
+    decode_u8,
+    new_packet_buffer,
+    utf8_bytes,
+    vbi_size,
+    write_prefixed,
+    write_u8,
+    write_u16,
+)
+from common.mqtt.errors import MalformedPacket, ProtocolError
+from common.mqtt.properties import decode_properties, properties_size, write_properties
 
 
 def encode_connect(p, level=None):
@@ -102,3 +119,60 @@ def encode_unsubscribe(p, level):
 
 
 CLIENT_ENCODERS = {C.CONNECT: encode_connect, C.SUBSCRIBE: encode_subscribe, C.UNSUBSCRIBE: encode_unsubscribe}
+
+
+def decode_reason_list(buf, start, end, allowed):
+    """The payload of SUBACK/UNSUBACK: one or more reason codes from ``allowed``."""
+    if start >= end:
+        raise ProtocolError("acknowledgement without reason codes")
+    reasons = []
+    i = start
+    while i < end:
+        r = buf[i]
+        if r not in allowed:
+            raise ProtocolError("invalid reason code 0x%02X" % r)
+        reasons.append(r)
+        i += 1
+    return reasons
+
+
+def decode_connack(buf, start, end, level):
+    flags, i = decode_u8(buf, start, end)
+    if flags & 0xFE:
+        raise MalformedPacket("CONNACK reserved flags set")  # [MQTT-3.2.2-1]
+    reason, i = decode_u8(buf, i, end)
+    props = None
+    if level == C.LEVEL_5:
+        if reason not in C.REASONS_CONNACK:
+            raise ProtocolError("invalid CONNACK reason code")
+        props, i = decode_properties(buf, i, end, C.CONNACK)
+    elif reason not in C.RETURN_CODES_CONNACK_311:
+        raise ProtocolError("invalid CONNACK return code")
+    if reason and flags:
+        # 3.1.1 [MQTT-3.2.2-4], 5.0 [MQTT-3.2.2-6]
+        raise ProtocolError("session present with a refusal")
+    check_end(i, end)
+    return flags == 1, reason, props
+
+
+def decode_suback(buf, start, end, level):
+    pid, i = decode_packet_id(buf, start, end)
+    props = None
+    if level == C.LEVEL_5:
+        props, i = decode_properties(buf, i, end, C.SUBACK)
+        allowed = C.REASONS_SUBACK
+    else:
+        allowed = C.RETURN_CODES_SUBACK_311  # [MQTT-3.9.3-2]
+    return pid, decode_reason_list(buf, i, end, allowed), props
+
+
+def decode_unsuback(buf, start, end, level):
+    pid, i = decode_packet_id(buf, start, end)
+    if level != C.LEVEL_5:
+        check_end(i, end)
+        return pid, [], None
+    props, i = decode_properties(buf, i, end, C.UNSUBACK)
+    return pid, decode_reason_list(buf, i, end, C.REASONS_UNSUBACK), props
+
+
+CLIENT_DECODERS = {C.CONNACK: decode_connack, C.SUBACK: decode_suback, C.UNSUBACK: decode_unsuback}

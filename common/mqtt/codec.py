@@ -141,21 +141,6 @@ def decode_packet_id(buf, start, end):
     return pid, i
 
 
-def decode_reason_list(buf, start, end, allowed):
-    """The payload of SUBACK/UNSUBACK: one or more reason codes from ``allowed``."""
-    if start >= end:
-        raise ProtocolError("acknowledgement without reason codes")
-    reasons = []
-    i = start
-    while i < end:
-        r = buf[i]
-        if r not in allowed:
-            raise ProtocolError("invalid reason code 0x%02X" % r)
-        reasons.append(r)
-        i += 1
-    return reasons
-
-
 # ---------------------------------------------------------------------------
 # Encoding primitives
 # ---------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from common.mqtt.codec import (
     check_end,
     decode_bin,
     decode_packet_id,
-    decode_reason_list,
     decode_str,
     decode_u8,
     decode_u16,
@@ -310,25 +309,6 @@ def connect_level(buf):
         return 0
 
 
-def decode_connack(first, buf, start, end, level):
-    flags, i = decode_u8(buf, start, end)
-    if flags & 0xFE:
-        raise MalformedPacket("CONNACK reserved flags set")  # [MQTT-3.2.2-1]
-    reason, i = decode_u8(buf, i, end)
-    props = None
-    if level == C.LEVEL_5:
-        if reason not in C.REASONS_CONNACK:
-            raise ProtocolError("invalid CONNACK reason code")
-        props, i = decode_properties(buf, i, end, C.CONNACK)
-    elif reason not in C.RETURN_CODES_CONNACK_311:
-        raise ProtocolError("invalid CONNACK return code")
-    if reason and flags:
-        # 3.1.1 [MQTT-3.2.2-4], 5.0 [MQTT-3.2.2-6]
-        raise ProtocolError("session present with a refusal")
-    check_end(i, end)
-    return Connack(flags == 1, reason, props)
-
-
 def decode_publish(first, buf, start, end, level):
     pkt = Publish()
     pkt.payload = take_bytes(buf, decode_publish_into(pkt, first, buf, start, end, level, None), end)
@@ -449,17 +429,6 @@ def decode_subscribe(first, buf, start, end, level):
     return Subscribe(pid, topics, props)
 
 
-def decode_suback(first, buf, start, end, level):
-    pid, i = decode_packet_id(buf, start, end)
-    props = None
-    if level == C.LEVEL_5:
-        props, i = decode_properties(buf, i, end, C.SUBACK)
-        allowed = C.REASONS_SUBACK
-    else:
-        allowed = C.RETURN_CODES_SUBACK_311  # [MQTT-3.9.3-2]
-    return Suback(pid, decode_reason_list(buf, i, end, allowed), props)
-
-
 def decode_unsubscribe(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     props = None
@@ -474,15 +443,6 @@ def decode_unsubscribe(first, buf, start, end, level):
     return Unsubscribe(pid, filters, props)
 
 
-def decode_unsuback(first, buf, start, end, level):
-    pid, i = decode_packet_id(buf, start, end)
-    if level != C.LEVEL_5:
-        check_end(i, end)
-        return Unsuback(pid, [], None)
-    props, i = decode_properties(buf, i, end, C.UNSUBACK)
-    return Unsuback(pid, decode_reason_list(buf, i, end, C.REASONS_UNSUBACK), props)
-
-
 def decode_ping(first, buf, start, end, level):
     check_end(start, end)  # PINGREQ and PINGRESP have no body
     return Pingreq() if first >> 4 == C.PINGREQ else Pingresp()
@@ -494,10 +454,21 @@ def decode_disconnect_auth(first, buf, start, end, level):
     return Disconnect(*decode_reason_props(buf, start, end, level, C.DISCONNECT, C.REASONS_DISCONNECT))
 
 
+def decode_client_only(first, buf, start, end, level):
+    # CONNACK, SUBACK, UNSUBACK: only a client receives them, so their checks
+    # live in client_packets.py, out of a broker's heap (a client sending
+    # one to the broker loads them to be told off the same way).
+    from common.mqtt.client_packets import CLIENT_DECODERS  # (never on the broker's path)
+
+    ptype = first >> 4
+    made = Connack if ptype == C.CONNACK else Suback if ptype == C.SUBACK else Unsuback
+    return made(*CLIENT_DECODERS[ptype](buf, start, end, level))
+
+
 DECODERS = (
-    None, decode_connect, decode_connack, decode_publish, decode_puback,
-    decode_puback, decode_puback, decode_puback, decode_subscribe, decode_suback,
-    decode_unsubscribe, decode_unsuback, decode_ping, decode_ping,
+    None, decode_connect, decode_client_only, decode_publish, decode_puback,
+    decode_puback, decode_puback, decode_puback, decode_subscribe, decode_client_only,
+    decode_unsubscribe, decode_client_only, decode_ping, decode_ping,
     decode_disconnect_auth, decode_disconnect_auth,
 )
 

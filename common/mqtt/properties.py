@@ -45,16 +45,10 @@ from common.mqtt.codec import (
 )
 from common.mqtt.consts import (
     AUTH,
-    CONNACK,
-    CONNECT,
     DISCONNECT,
     LEVEL_5,
     PACKET_NAMES,
-    PROP_MAXIMUM_PACKET_SIZE,
-    PROP_RECEIVE_MAXIMUM,
     PROP_RESPONSE_TOPIC,
-    PROP_SUBSCRIPTION_IDENTIFIER,
-    PROP_TOPIC_ALIAS,
     PT_BIN,
     PT_BYTE,
     PT_PAIR,
@@ -62,78 +56,71 @@ from common.mqtt.consts import (
     PT_U16,
     PT_U32,
     PT_VBI,
-    PUBACK,
-    PUBCOMP,
     PUBLISH,
-    PUBREC,
-    PUBREL,
-    SUBACK,
-    SUBSCRIBE,
-    UNSUBACK,
-    UNSUBSCRIBE,
     WILL,
 )
 from common.mqtt.errors import MalformedPacket, ProtocolError
 
-M_CONNECT = 1 << CONNECT
-M_CONNACK = 1 << CONNACK
-M_PUBLISH = 1 << PUBLISH
-M_ACKS = (1 << PUBACK) | (1 << PUBREC) | (1 << PUBREL) | (1 << PUBCOMP)
-M_SUBSCRIBE = 1 << SUBSCRIBE
-M_SUBACK = 1 << SUBACK
-M_UNSUBSCRIBE = 1 << UNSUBSCRIBE
-M_UNSUBACK = 1 << UNSUBACK
-M_DISCONNECT = 1 << DISCONNECT
-M_AUTH = 1 << AUTH
-M_WILL = 1 << WILL
-M_ALL = (
-    M_CONNECT | M_CONNACK | M_PUBLISH | M_ACKS | M_SUBSCRIBE | M_SUBACK
-    | M_UNSUBSCRIBE | M_UNSUBACK | M_DISCONNECT | M_AUTH | M_WILL
-)
 
-# Table 2-4 of MQTT 5.0 (2.2.2.2): id -> (data type, where allowed, repeat bit).
-# (C.PROP_x for the ids this module names nowhere else: each imported name
-# would be one more global in a board's heap.)
-PROPERTIES = {
-    C.PROP_PAYLOAD_FORMAT_INDICATOR: (PT_BYTE, M_PUBLISH | M_WILL, 1 << 0),
-    C.PROP_MESSAGE_EXPIRY_INTERVAL: (PT_U32, M_PUBLISH | M_WILL, 1 << 1),
-    C.PROP_CONTENT_TYPE: (PT_STR, M_PUBLISH | M_WILL, 1 << 2),
-    PROP_RESPONSE_TOPIC: (PT_STR, M_PUBLISH | M_WILL, 1 << 3),
-    C.PROP_CORRELATION_DATA: (PT_BIN, M_PUBLISH | M_WILL, 1 << 4),
-    PROP_SUBSCRIPTION_IDENTIFIER: (PT_VBI, M_PUBLISH | M_SUBSCRIBE, 1 << 5),
-    C.PROP_SESSION_EXPIRY_INTERVAL: (PT_U32, M_CONNECT | M_CONNACK | M_DISCONNECT, 1 << 6),
-    C.PROP_ASSIGNED_CLIENT_IDENTIFIER: (PT_STR, M_CONNACK, 1 << 7),
-    C.PROP_SERVER_KEEP_ALIVE: (PT_U16, M_CONNACK, 1 << 8),
-    C.PROP_AUTHENTICATION_METHOD: (PT_STR, M_CONNECT | M_CONNACK | M_AUTH, 1 << 9),
-    C.PROP_AUTHENTICATION_DATA: (PT_BIN, M_CONNECT | M_CONNACK | M_AUTH, 1 << 10),
-    C.PROP_REQUEST_PROBLEM_INFORMATION: (PT_BYTE, M_CONNECT, 1 << 11),
-    C.PROP_WILL_DELAY_INTERVAL: (PT_U32, M_WILL, 1 << 12),
-    C.PROP_REQUEST_RESPONSE_INFORMATION: (PT_BYTE, M_CONNECT, 1 << 13),
-    C.PROP_RESPONSE_INFORMATION: (PT_STR, M_CONNACK, 1 << 14),
-    C.PROP_SERVER_REFERENCE: (PT_STR, M_CONNACK | M_DISCONNECT, 1 << 15),
-    C.PROP_REASON_STRING: (
-        PT_STR,
-        M_CONNACK | M_ACKS | M_SUBACK | M_UNSUBACK | M_DISCONNECT | M_AUTH,
-        1 << 16,
-    ),
-    PROP_RECEIVE_MAXIMUM: (PT_U16, M_CONNECT | M_CONNACK, 1 << 17),
-    C.PROP_TOPIC_ALIAS_MAXIMUM: (PT_U16, M_CONNECT | M_CONNACK, 1 << 18),
-    PROP_TOPIC_ALIAS: (PT_U16, M_PUBLISH, 1 << 19),
-    C.PROP_MAXIMUM_QOS: (PT_BYTE, M_CONNACK, 1 << 20),
-    C.PROP_RETAIN_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 21),
-    C.PROP_USER_PROPERTY: (PT_PAIR, M_ALL, 0),  # User Property: may repeat everywhere
-    PROP_MAXIMUM_PACKET_SIZE: (PT_U32, M_CONNECT | M_CONNACK, 1 << 22),
-    C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 23),
-    C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 24),
-    C.PROP_SHARED_SUBSCRIPTION_AVAILABLE: (PT_BYTE, M_CONNACK, 1 << 25),
-}
+def _table():
+    # Table 2-4 of MQTT 5.0 (2.2.2.2): id -> (data type, where allowed, repeat
+    # bit). Made by a function run once at import, so that its names (the
+    # packet types as bits, the property ids named only here) are not
+    # globals: each would stay in a board's heap.
+    connect = 1 << C.CONNECT
+    connack = 1 << C.CONNACK
+    publish = 1 << PUBLISH
+    acks = (1 << C.PUBACK) | (1 << C.PUBREC) | (1 << C.PUBREL) | (1 << C.PUBCOMP)
+    subscribe = 1 << C.SUBSCRIBE
+    suback = 1 << C.SUBACK
+    unsuback = 1 << C.UNSUBACK
+    disconnect = 1 << DISCONNECT
+    auth = 1 << AUTH
+    will = 1 << WILL
+    every = (
+        connect | connack | publish | acks | subscribe | suback
+        | (1 << C.UNSUBSCRIBE) | unsuback | disconnect | auth | will
+    )  # fmt: skip
+    return {
+        C.PROP_PAYLOAD_FORMAT_INDICATOR: (PT_BYTE, publish | will, 1 << 0),
+        C.PROP_MESSAGE_EXPIRY_INTERVAL: (PT_U32, publish | will, 1 << 1),
+        C.PROP_CONTENT_TYPE: (PT_STR, publish | will, 1 << 2),
+        PROP_RESPONSE_TOPIC: (PT_STR, publish | will, 1 << 3),
+        C.PROP_CORRELATION_DATA: (PT_BIN, publish | will, 1 << 4),
+        C.PROP_SUBSCRIPTION_IDENTIFIER: (PT_VBI, publish | subscribe, 1 << 5),
+        C.PROP_SESSION_EXPIRY_INTERVAL: (PT_U32, connect | connack | disconnect, 1 << 6),
+        C.PROP_ASSIGNED_CLIENT_IDENTIFIER: (PT_STR, connack, 1 << 7),
+        C.PROP_SERVER_KEEP_ALIVE: (PT_U16, connack, 1 << 8),
+        C.PROP_AUTHENTICATION_METHOD: (PT_STR, connect | connack | auth, 1 << 9),
+        C.PROP_AUTHENTICATION_DATA: (PT_BIN, connect | connack | auth, 1 << 10),
+        C.PROP_REQUEST_PROBLEM_INFORMATION: (PT_BYTE, connect, 1 << 11),
+        C.PROP_WILL_DELAY_INTERVAL: (PT_U32, will, 1 << 12),
+        C.PROP_REQUEST_RESPONSE_INFORMATION: (PT_BYTE, connect, 1 << 13),
+        C.PROP_RESPONSE_INFORMATION: (PT_STR, connack, 1 << 14),
+        C.PROP_SERVER_REFERENCE: (PT_STR, connack | disconnect, 1 << 15),
+        C.PROP_REASON_STRING: (PT_STR, connack | acks | suback | unsuback | disconnect | auth, 1 << 16),
+        C.PROP_RECEIVE_MAXIMUM: (PT_U16, connect | connack, 1 << 17),
+        C.PROP_TOPIC_ALIAS_MAXIMUM: (PT_U16, connect | connack, 1 << 18),
+        C.PROP_TOPIC_ALIAS: (PT_U16, publish, 1 << 19),
+        C.PROP_MAXIMUM_QOS: (PT_BYTE, connack, 1 << 20),
+        C.PROP_RETAIN_AVAILABLE: (PT_BYTE, connack, 1 << 21),
+        C.PROP_USER_PROPERTY: (PT_PAIR, every, 0),  # User Property: may repeat everywhere
+        C.PROP_MAXIMUM_PACKET_SIZE: (PT_U32, connect | connack, 1 << 22),
+        C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE: (PT_BYTE, connack, 1 << 23),
+        C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE: (PT_BYTE, connack, 1 << 24),
+        C.PROP_SHARED_SUBSCRIPTION_AVAILABLE: (PT_BYTE, connack, 1 << 25),
+    }
+
+
+PROPERTIES = _table()
+del _table  # (its code is not kept)
 
 SUBSCRIPTION_IDENTIFIER_BIT = 1 << 5
 
 # Properties whose value must be 1 or more (the text of 3.1.2.11, 3.2.2.3,
 # 3.3.2.3.8, 3.3.2.3.4): Subscription Identifier (VBI 1..268435455), Receive
 # Maximum, Topic Alias, Maximum Packet Size.
-NONZERO_PROPS = (PROP_SUBSCRIPTION_IDENTIFIER, PROP_RECEIVE_MAXIMUM, PROP_TOPIC_ALIAS, PROP_MAXIMUM_PACKET_SIZE)
+NONZERO_PROPS = (C.PROP_SUBSCRIPTION_IDENTIFIER, C.PROP_RECEIVE_MAXIMUM, C.PROP_TOPIC_ALIAS, C.PROP_MAXIMUM_PACKET_SIZE)
 
 
 def prop_get(props, pid, default=None):

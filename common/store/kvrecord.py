@@ -26,12 +26,12 @@ import struct
 from common.compat import const, crc32
 
 MAGIC = const(0xA5)
-FLAG_TOMBSTONE = const(0x01)
-FLAGS_KNOWN = const(0x01)
+_FLAG_TOMBSTONE = const(0x01)
+_FLAGS_KNOWN = const(0x01)
 HEADER_SIZE = const(8)
 CRC_SIZE = const(4)
 OVERHEAD = const(12)  # HEADER_SIZE + CRC_SIZE
-MAX_KEY = const(0xFFFF)
+_MAX_KEY = const(0xFFFF)
 
 # `decode` results that are not a record.
 INVALID = const(-1)  # torn, damaged, truncated or not a record at all
@@ -69,12 +69,12 @@ def encode_into(buf, offset, key, value, tombstone=False):
     record_size(len(key), len(value)) bytes from `offset`.
     """
     klen = len(key)
-    if klen > MAX_KEY:
+    if klen > _MAX_KEY:
         raise ValueError("key too long")
     if tombstone:
         value = b""
     vlen = len(value)
-    struct.pack_into(HEADER_FORMAT, buf, offset, MAGIC, FLAG_TOMBSTONE if tombstone else 0, klen, vlen)
+    struct.pack_into(HEADER_FORMAT, buf, offset, MAGIC, _FLAG_TOMBSTONE if tombstone else 0, klen, vlen)
     p = offset + HEADER_SIZE
     buf[p : p + klen] = key
     p += klen
@@ -101,9 +101,9 @@ def decode_header(buf, offset):
     magic, flags, klen, vlen = struct.unpack_from(HEADER_FORMAT, buf, offset)
     if magic != MAGIC:
         return ERASED if magic == 0xFF else INVALID
-    if flags & ~FLAGS_KNOWN & 0xFF:
+    if flags & ~_FLAGS_KNOWN & 0xFF:
         return INVALID
-    if flags & FLAG_TOMBSTONE and vlen:
+    if flags & _FLAG_TOMBSTONE and vlen:
         return INVALID
     return flags, klen, vlen
 
@@ -136,7 +136,7 @@ def decode(buf, offset, end):
 
 
 def is_tombstone(flags):
-    return flags & FLAG_TOMBSTONE != 0
+    return flags & _FLAG_TOMBSTONE != 0
 
 
 # -- damage reports -------------------------------------------------------------

@@ -173,7 +173,7 @@ def restore(persist, broker, now, wall):
 
     for msg in by_mid.values():
         if msg.refs == 0:
-            messages.pool.release(msg)  # no delivery refers to it
+            messages.release(msg)  # no delivery refers to it
             if msg.store_id > 0:
                 store.delete(NS_MESSAGE, u64be(msg.store_id))
         else:

@@ -32,25 +32,12 @@ from common.compat import const
 from common.mqtt.codec import write_varint
 
 SCHEMA = 2
-MAGIC = b"SKNS"
-META_KEY = b"V"
-CHECK_KEY = b"K"
-CHECK_TEXT = "siskin key check"
 
 FLAG_ENCRYPTED = 1
-PROGRESS_STEP = const(4096)  # records between two progress reports of the restore
 _PLAIN = bytes([SCHEMA, 0])  # a plain record's schema and flags
 
-# Schema migrations: MIGRATIONS[v](full_key, value) returns the value of a
-# version-v record as version v + 1 has it. A record is upgraded step by step
-# when it is read (and written back in the current schema whenever the broker
-# next changes it), so an older store opens as long as every step from its
-# version exists; otherwise open() refuses it with what to do.
-#   1 -> 2: nothing changes in a record. Schema 2 adds a delivery record
-#   that holds its message inline (persist.py), which a Siskin of schema 1
-#   would read as a delivery of a missing message and drop: the version
-#   makes it refuse such a store instead.
-MIGRATIONS = {1: lambda full, value: value}
+# (The meta and key-check records, the schema migrations and the restore
+# progress step are store_open.py's: only a start-up reads them.)
 
 
 class StoreError(Exception):
@@ -152,7 +139,7 @@ class Store:
     `log` is an optional callable(level, text). `monitor`, optional (set by
     storeboot.open_store), hears of the restore's progress:
     monitor.progress("restore", records read, records in the store) every
-    PROGRESS_STEP records and at the end (the shell logs it and tells
+    store_open.PROGRESS_STEP records and at the end (the shell logs it and tells
     systemd).
     """
 
@@ -175,10 +162,6 @@ class Store:
 
     # (Opening it and reading its records back are store_open.py's, at
     # start-up only: open_records, read_items.)
-
-    def meta_record(self):
-        """The meta record's value: magic, schema, boot counter, key state."""
-        return MAGIC + bytes([SCHEMA]) + u64be(self.boot)[4:] + bytes([1 if self.keys else 0, self.key_id])
 
     # -- records
 

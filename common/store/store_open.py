@@ -13,6 +13,28 @@ from common.store import store as S
 _NONCE_LEN = const(12)
 _TAG_LEN = const(16)
 
+MAGIC = b"SKNS"  # the meta record's first bytes
+META_KEY = b"V"
+CHECK_KEY = b"K"
+CHECK_TEXT = "siskin key check"
+PROGRESS_STEP = 4096  # records between two progress reports of the restore
+
+# Schema migrations: MIGRATIONS[v](full_key, value) returns the value of a
+# version-v record as version v + 1 has it. A record is upgraded step by step
+# when it is read (and written back in the current schema whenever the broker
+# next changes it), so an older store opens as long as every step from its
+# version exists; otherwise open() refuses it with what to do.
+#   1 -> 2: nothing changes in a record. Schema 2 adds a delivery record
+#   that holds its message inline (persist.py), which a Siskin of schema 1
+#   would read as a delivery of a missing message and drop: the version
+#   makes it refuse such a store instead.
+MIGRATIONS = {1: lambda full, value: value}
+
+
+def meta_record(store):
+    """The meta record's value: magic, schema, boot counter, key state."""
+    return MAGIC + bytes([S.SCHEMA]) + S.u64be(store.boot)[4:] + bytes([1 if store.keys else 0, store.key_id])
+
 
 def open_records(store, wipe=False):
     """Check the meta record, bump the boot counter; StoreError if unusable."""
@@ -25,7 +47,7 @@ def open_records(store, wipe=False):
     if wipe:
         for key in backend.keys(b""):
             backend.delete(key)
-    meta = backend.get(S.META_KEY)
+    meta = backend.get(META_KEY)
     encrypted = bool(store.keys)
     if meta is None:
         if len(backend):
@@ -39,16 +61,16 @@ def open_records(store, wipe=False):
     store.boot = (store.boot + 1) & 0xFFFFFFFF
     if store.boot == 0:
         raise S.StoreError("the boot counter wrapped: rotate the key (new key id) and start with --wipe-store")
-    backend.put(S.META_KEY, store.meta_record())
+    backend.put(META_KEY, meta_record(store))
     backend.sync()  # the new boot counter is durable before any nonce uses it
     if encrypted:
         if meta is None or _check_key(store) != store.key_id:
-            store.put(S.CHECK_KEY, b"", S.CHECK_TEXT)  # new store, or a new current key
+            store.put(CHECK_KEY, b"", CHECK_TEXT)  # new store, or a new current key
         store.sync()
 
 
 def _check_meta(store, meta, encrypted):
-    if len(meta) < 11 or meta[:4] != S.MAGIC:
+    if len(meta) < 11 or meta[:4] != MAGIC:
         raise S.StoreError("the store's meta record is not Siskin's: start with --wipe-store to discard the store")
     schema = meta[4]
     if schema > S.SCHEMA:
@@ -78,20 +100,20 @@ def _check_meta(store, meta, encrypted):
 
 def _check_key(store):
     """The key id of the key-check record, after checking it authenticates."""
-    value = store.backend.get(S.CHECK_KEY)
+    value = store.backend.get(CHECK_KEY)
     if value is None or len(value) < 3 + _NONCE_LEN + _TAG_LEN:
         raise S.StoreError("the store's key-check record is missing: start with --wipe-store to discard the store")
     kid = value[2]
     if kid not in store.keys:
         raise S.StoreError("the store is encrypted with key id %d, which is not configured: add that key" % kid)
     try:
-        text = _open_record(store, S.CHECK_KEY, value)
+        text = _open_record(store, CHECK_KEY, value)
     except ValueError:
         raise S.StoreError(
             "wrong key: the store's key-check record does not authenticate under key id %d; "
             "give the key the store was written with" % kid
         )
-    if text != S.CHECK_TEXT:
+    if text != CHECK_TEXT:
         raise S.StoreError("the store's key-check record is damaged: start with --wipe-store to discard the store")
     return kid
 
@@ -109,7 +131,7 @@ def read_items(store, ns, by_key=False):
     for full in keys:
         raw = backend.get(full)  # None: deleted meanwhile, or damaged (the backend counted it)
         store.read += 1
-        if monitor is not None and store.read % S.PROGRESS_STEP == 0:
+        if monitor is not None and store.read % PROGRESS_STEP == 0:
             monitor.progress("restore", store.read, store.total)
         if raw is None:
             continue
@@ -148,14 +170,14 @@ def _can_migrate(schema):
     if schema > S.SCHEMA or schema < 1:
         return False
     for v in range(schema, S.SCHEMA):
-        if v not in S.MIGRATIONS:
+        if v not in MIGRATIONS:
             return False
     return True
 
 
 def _migrate(full, schema, value):
     for v in range(schema, S.SCHEMA):
-        value = S.MIGRATIONS[v](full, value)
+        value = MIGRATIONS[v](full, value)
     return value
 
 

@@ -231,12 +231,14 @@ def _bridge_log(level: int, text: str) -> None:
     logging.getLogger("siskin.bridge").log(level, "%s", text)
 
 
-def setup_logging(level: str) -> None:
+def setup_logging(level: str, syslog: str = "") -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if syslog:
+        logtext.to_syslog(syslog)
     logtext.install()  # every argument of every line is escaped and bounded
 
 
@@ -342,7 +344,11 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as e:
         print(f"siskin: config error: {e}", file=sys.stderr)
         return 2
-    setup_logging(cfg.log_level)
+    try:
+        setup_logging(cfg.log_level, cfg.syslog)
+    except OSError as e:
+        print(f"siskin: config error: [log] syslog = {cfg.syslog!r}: {e}", file=sys.stderr)
+        return 2
     if not uvloop_on and args.event_loop == "auto":
         logging.getLogger("siskin.host").info("event loop: asyncio's own: %s", _no_uvloop())
     nursery = nursery_bytes()

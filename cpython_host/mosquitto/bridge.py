@@ -4,12 +4,12 @@
 topic, remote_clientid, bridge_cafile, ...) belong to it until the next
 `connection`. OPTIONS maps each to what sets the same in the [[bridge]]
 table (common/bridge/settings.py), with a note where the meaning differs
-a little (notifications: Siskin keeps the state in
-$SYS/broker/bridge/NAME/); what has no equivalent is refused with the
+a little; what has no equivalent is refused with the
 reason (start_type lazy, TLS-PSK, bridge_insecure, ...), like any option of
 cpython_host/mosquitto_conf.py. Mosquitto's defaults are written out where
 Siskin's differ and matter: the QoS of a `topic` line (0), the remote
-client id (HOSTNAME.NAME, so the upstream keeps the session it had).
+client id (HOSTNAME.NAME, so the upstream keeps the session it had),
+notifications (on).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class Bridge:
 
     def __init__(self, name: str, where: str) -> None:
         self.where = where
-        self.table: dict[str, Any] = {"name": name}
+        # Mosquitto's bridges publish notifications unless told not to.
+        self.table: dict[str, Any] = {"name": name, "notifications": True}
         self.topics: list[dict[str, Any]] = []
         self.outgoing_retain = True
 
@@ -208,14 +209,6 @@ def outgoing_retain(r: _Reader, bridge: Bridge, option: str, args: list[str], ba
     bridge.outgoing_retain = r.boolean(option, args)
 
 
-def notifications(r: _Reader, bridge: Bridge, option: str, args: list[str], base: Path) -> None:
-    r.note(
-        f"{option} {' '.join(args)}: Siskin keeps the bridge's state in $SYS/broker/bridge/"
-        f"{bridge.table['name']}/state (and queued, sent, last_error...), here only: Mosquitto's "
-        "$SYS/broker/connection/CLIENTID/state is not published, here or upstream"
-    )
-
-
 def noted(why: str) -> Callable[..., None]:
     def handler(r: _Reader, bridge: Bridge, option: str, args: list[str], base: Path) -> None:
         r.note(f"'{option}' has no Siskin setting: {why}")
@@ -256,9 +249,9 @@ OPTIONS: dict[str, Callable[..., None]] = {
     "restart_timeout": restart_timeout,
     "start_type": start_type,
     "bridge_outgoing_retain": outgoing_retain,
-    "notifications": notifications,
-    "notification_topic": notifications,
-    "notifications_local_only": notifications,
+    "notifications": _set("notifications", _bool),
+    "notification_topic": _set("notification_topic", _one),
+    "notifications_local_only": _set("notifications_local_only", _bool),
     "idle_timeout": noted(LAZY_ONLY),
     "threshold": noted(LAZY_ONLY),
     "local_username": noted(INSIDE),

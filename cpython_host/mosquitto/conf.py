@@ -114,12 +114,14 @@ class _Reader:
         self.listeners: list[dict[str, Any]] = []
         self.current = self.default
         self.log_levels: list[str] = []
+        self.syslog = False  # log_dest syslog: [log] syslog = "/dev/log"
         self.persistence = False
         self.location: str | None = None
         self.where = ""
         self.bridges: list[mosquitto_bridge.Bridge] = []  # `connection` sections, in order
         self.refused: list[str] = []  # "FILE:LINE: 'option' is not supported: why", in order
         self.goauth = GoAuth()  # auth_plugin and auth_opt_* lines (mosquitto-go-auth)
+        self.per_listener = False  # per_listener_settings true
 
     # ------------------------------------------------------------ messages
 
@@ -212,7 +214,9 @@ class _Reader:
             key, convert = OPTIONS[option]
             table, name = key
             value = convert(self, option, args)
-            if value is not None:
+            if value is not None and table == "security" and self.per_listener:
+                self.current.setdefault("security", {})[name] = value  # that listener's own ([listener.security])
+            elif value is not None:
                 (self.limits if table == "limits" else self.security)[name] = value
         elif option in NOTED:
             self.note(f"'{option}' has no Siskin setting: {NOTED[option]}")
@@ -266,12 +270,11 @@ class _Reader:
         self.where = where
 
     def h_per_listener_settings(self, option: str, args: list[str], base: Path) -> None:
-        if self.boolean(option, args):
-            self.unsupported(
-                option,
-                "Siskin's users, ACL and anonymous access apply to every listener alike; set them once "
-                "(password_file, acl_file, allow_anonymous) and remove per_listener_settings",
-            )
+        # Then password_file, acl_file and allow_anonymous belong to the
+        # listener they follow: its [listener.security] (finish()).
+        self.per_listener = self.boolean(option, args)
+        if self.per_listener and self.security:
+            raise self.bad(option, f"must come before {', '.join(sorted(self.security))} (as Mosquitto wants)")
 
     def h_persistence(self, option: str, args: list[str], base: Path) -> None:
         self.persistence = self.boolean(option, args)
@@ -289,7 +292,9 @@ class _Reader:
 
     def h_log_dest(self, option: str, args: list[str], base: Path) -> None:
         dest = args[0] if args else ""
-        if dest in ("stderr", "stdout", "syslog", "file"):
+        if dest == "syslog":
+            self.syslog = True
+        elif dest in ("stderr", "stdout", "file"):
             self.note(
                 f"log_dest {' '.join(args)}: Siskin logs to stderr; under systemd that is the journal "
                 "(journalctl -u siskin; StandardError=append:FILE in the unit for a file)"
@@ -355,6 +360,13 @@ class _Reader:
             doc["listener"] = listeners
             # Mosquitto 2: with a listener configured, anonymous clients are refused unless allowed.
             self.security.setdefault("allow_anonymous", False)
+            if self.per_listener:
+                for lst in listeners:  # (each one: a listener's own security leaves [security] aside)
+                    lst.setdefault("security", {}).setdefault("allow_anonymous", False)
+                self.out.notes.append(
+                    "per_listener_settings true: each listener's password_file, acl_file and allow_anonymous "
+                    "are its own [listener.security] table"
+                )
         # Listener options in Mosquitto, one bound for the broker in Siskin.
         counts = [lst.pop("_max_connections", None) for lst in listeners]
         qos = [lst.pop("_max_qos", 2) for lst in listeners]
@@ -411,6 +423,8 @@ class _Reader:
             doc["security"] = self.security
         if self.log_levels:
             doc["log"] = {"level": max(self.log_levels, key=_VERBOSITY.index)}
+        if self.syslog:
+            doc.setdefault("log", {})["syslog"] = "/dev/log"
         return self.out
 
 
@@ -427,12 +441,8 @@ _UNSUPPORTED = {
     "psk_file": "TLS-PSK is not supported; use certificates",
     "psk_hint": "TLS-PSK is not supported; use certificates",
     "capath": "use cafile (one PEM file with the CAs)",
-    "crlfile": "certificate revocation lists are not checked",
-    "ciphers": "the TLS ciphers are Python's defaults for the tls_version",
-    "ciphers_tls1.3": "the TLS ciphers are Python's defaults for the tls_version",
+    "ciphers_tls1.3": "Python's ssl module cannot narrow TLS 1.3's cipher suites (OpenSSL's defaults are used)",
     "dhparamfile": "the TLS key exchange is Python's default (ECDHE)",
-    "use_subject_as_username": "use use_identity_as_username (the CN, or a SAN with [[listener]] identity)",
-    "mount_point": "topics are not rewritten per listener",
     "http_dir": "the HTTP listener serves Siskin's own status page only",
     "socket_domain": "a listener's address family follows its address (0.0.0.0: IPv4, :: : IPv6)",
     "allow_zero_length_clientid": "Siskin's handling of empty client ids is fixed (MQTT's rules)",
@@ -443,7 +453,7 @@ _UNSUPPORTED = {
     "check_retain_source": "retained messages are not re-checked against the publisher's ACL",
     "websockets_log_level": "no WebSocket library log to tune",
     "websockets_headers_size": "no WebSocket header size to tune",
-    "listener_allow_anonymous": "set allow_anonymous (for every listener)",
+    "listener_allow_anonymous": "set allow_anonymous (with per_listener_settings true: per listener)",
     "listener_auto_id_prefix": "Siskin's handling of empty client ids is fixed (MQTT's rules)",
     "accept_protocol_versions": "Siskin accepts MQTT 3.1.1 and 5 (and 3.1 with [limits] allow_mqtt31)",
     "enable_control_api": "use siskin ctl",
@@ -554,6 +564,17 @@ def _tls_version(r: _Reader, option: str, args: list[str], base: Path) -> str | 
     return None
 
 
+def _listener_str(r: _Reader, option: str, args: list[str], base: Path) -> str:
+    return r.one(option, args)
+
+
+def _use_subject_as_username(r: _Reader, option: str, args: list[str], base: Path) -> bool | None:
+    if not r.boolean(option, args):
+        return None
+    r.current["identity"] = "subject"  # the whole subject, as Mosquitto prints it (RFC 2253: "CN=x,O=y")
+    return True
+
+
 # Listener options: mosquitto option -> ([[listener]] key, converter).
 LISTENER_OPTIONS: dict[str, tuple[str, Callable[[_Reader, str, list[str], Path], Any]]] = {
     "protocol": ("protocol", _protocol),
@@ -563,6 +584,10 @@ LISTENER_OPTIONS: dict[str, tuple[str, Callable[[_Reader, str, list[str], Path],
     "require_certificate": ("require_certificate", _listener_bool),
     "use_identity_as_username": ("use_identity_as_username", _listener_bool),
     "tls_version": ("tls_version", _tls_version),
+    "mount_point": ("mount_point", _listener_str),
+    "ciphers": ("ciphers", _listener_str),
+    "crlfile": ("crlfile", _listener_path),
+    "use_subject_as_username": ("use_identity_as_username", _use_subject_as_username),
 }
 
 
@@ -607,9 +632,12 @@ def to_toml(conv: Conversion, source: str) -> str:
                     out += [f"{k} = {_value(v)}" for k, v in sub.items()]
     for lst in doc.get("listener", ()):
         out += ["", "[[listener]]"]
-        out += [f"{k} = {_value(v)}" for k, v in lst.items()]
-        if lst.get("host") == "":
-            out[-len(lst)] += "  # every interface, IPv4 and IPv6 (as Mosquitto)"
+        every = "  # every interface, IPv4 and IPv6 (as Mosquitto)"
+        out += [
+            f"{k} = {_value(v)}" + (every if k == "host" and v == "" else "") for k, v in lst.items() if k != "security"
+        ]
+        if "security" in lst:
+            out += ["[listener.security]"] + [f"{k} = {_value(v)}" for k, v in lst["security"].items()]
     for bridge in doc.get("bridge", ()):
         out += ["", "[[bridge]]"]
         out += [f"{k} = {_value(v)}" for k, v in bridge.items() if k != "topic"]

@@ -130,6 +130,13 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("rate_held_listener_subscribes", "clients held back: their listener over its subscribes/s", lambda s: f"listener_rate_subscribes {s.listener_rate_subscribes or 'off'}"),
     ("closed_rate_limited", "clients closed: over their rates for rate_grace s", lambda s: f"rate_grace {s.rate_grace} s"),
     ("refused_connect_rate", "CONNECTs refused: their address over its connects/s", lambda s: f"rate_connects {s.rate_connects or 'off'}"),
+    ("sn_malformed", "MQTT-SN: datagrams the codec refused (length, truncation, unknown type, flags, UTF-8)", lambda s: "MQTT-SN v1.2 §5.2 (docs/mqtt-sn.md)"),
+    ("sn_unknown_clients", "MQTT-SN: datagrams from an address with no connection (answered with DISCONNECT)", lambda s: "a CONNECT first"),
+    ("sn_refused_connects", "MQTT-SN: CONNECTs refused: SN clients over max_clients, the broker's max_connections or CONNACK", lambda s: "[[listener]] mqtt-sn max_clients; max_connections"),
+    ("sn_refused_subscriptions", "MQTT-SN: SUBSCRIBEs the broker refused (ACL, limits): SUBACK 0x03", lambda s: "the ACL; max_subscriptions_per_client"),
+    ("sn_topic_ids_refused", "MQTT-SN: topic ids not given: the client's table full (0x01) or an invalid name (0x02)", lambda s: "[[listener]] mqtt-sn max_topic_ids"),
+    ("sn_unknown_topic_ids", "MQTT-SN: PUBLISH, SUBSCRIBE naming a topic id the client has not got: 0x02", lambda s: "REGISTER first; predefined ids"),
+    ("sn_keep_alive_lost", "MQTT-SN: SN clients silent for 1.5 x their Duration: lost, will published", lambda s: "the client's CONNECT Duration"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")
 # Each bridge's: (figure, what happened, the rule that decided), as "bridge NAME figure".

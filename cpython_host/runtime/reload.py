@@ -42,7 +42,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
 
     try:
         fresh = load_config(str(config.path), config.reader) if config.path is not None else config
-        users, acl, allow = load_security(fresh)
+        security = load_security(fresh)
         jwt = load_jwt(fresh)  # (its keys read again: a rotated key)
         if "http" in fresh.security:
             HttpAuth(driver, fresh.security["http"])  # (a url it cannot use: nothing changes)
@@ -52,7 +52,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     config.security = fresh.security
     install(driver.broker, jwt)
     hook = reload_hook(driver, fresh.security.get("http"))  # ([security.http], before the rules are re-checked)
-    driver.set_security(users, acl, allow)
+    driver.set_security(*security)
     log.info("SIGHUP: security reloaded: %s%s", describe(driver.broker), f"; {hook}" if hook else "")
     return fresh
 

@@ -46,7 +46,7 @@ def rss_bytes() -> int | None:
 def log_security(broker: Broker, listening: list[Listening]) -> None:
     """The start-up lines: users, ACL, and the anonymous decision with why (common/startup.py)."""
     hint = "[security] password_file, or allow_anonymous = true to let anyone in"
-    for level, text in startup.security_lines(broker, [(lst.name, lst.local) for lst in listening], hint):
+    for level, text in startup.security_lines(broker, [(lst.name, lst.local, lst.config.key) for lst in listening], hint):
         log.log(level, "%s", text)
 
 
@@ -82,7 +82,7 @@ async def serve(
     driver: Driver,
     data_dir: str | None,
     contexts: dict[int, ssl.SSLContext],
-    security: tuple[Any, Any, Any] | None = None,
+    security: tuple[Any, ...] | None = None,
 ) -> int:
     """Run the broker until SIGINT/SIGTERM (SIGHUP reloads certificates and
     the [security] users and rules); the process exit code. `security`:

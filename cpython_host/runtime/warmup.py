@@ -153,7 +153,7 @@ class _Shell:
 
 
 def _quiet_broker(
-    settings: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any], store: Any = None
+    settings: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, ...], store: Any = None
 ) -> tuple[Any, Driver]:
     """A broker of the warm-up's own and its driver, made as the real ones
     are (make_driver, the real security), its logger's level above all."""
@@ -194,7 +194,7 @@ def _scratch_store(data_dir: str, encrypted: bool) -> tuple[Any, str]:
 def warm_up(
     settings: Any,
     make_driver: Callable[[Any], Driver],
-    security: tuple[Any, Any, Any],
+    security: tuple[Any, ...],
     rounds: int = ROUNDS,
     budget_s: float = BUDGET_S,
     store_in: tuple[str, bool] | None = None,
@@ -229,7 +229,7 @@ def warm_up(
         batch = []
         for i in range(done, done + BATCH):
             sink = _Sink()
-            cid = driver.connection_made(sink, ("127.0.0.1:1", None, True, 0))
+            cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
             if cid >= 0:  # (else beyond max_connections: the live ones go first)
                 batch.append((i, cid, sink))
         # Each packet of the script from every client of the batch, one poll each.
@@ -273,7 +273,7 @@ TAKEOVERS = 1500
 
 
 async def warm_up_sockets(
-    config: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, Any, Any]
+    config: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, ...]
 ) -> tuple[int, float] | None:
     """The shell's socket code (epoll_hub.py: accept, read, write, the
     half-close and close of a taken-over connection, the loss reported to

@@ -47,7 +47,7 @@ class ClientProtocol(asyncio.Protocol):
                 server.tls_failed()  # the certificate gives no user name: refused as a handshake
                 transport.abort()  # type: ignore[attr-defined]
                 return
-        cid = server.connection_made(self, (self.peer, identity, self.listening.local, self.listening.index), self.accepted)
+        cid = server.connection_made(self, (self.peer, identity, self.listening.local, self.listening.config.key), self.accepted)
         if cid < 0:
             # Far beyond max_connections: not even a polite CONNACK.
             log.warning("refused connection from %s: too many connections", self.peer)

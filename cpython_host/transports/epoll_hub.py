@@ -315,7 +315,7 @@ class EpollHub:
                 continue
             c = PlainConnection(self, sock, fd, peer)
             self.by_fd[fd] = c
-            cid = events.connection_made(c, (peer, None, listening.local, listening.index))
+            cid = events.connection_made(c, (peer, None, listening.local, listening.config.key))
             if cid < 0:
                 # Far beyond max_connections: not even a polite CONNACK.
                 log.warning("refused connection from %s: too many connections", peer)

@@ -43,7 +43,7 @@ def address(peername: Any) -> str:
     return f"[{host}]:{peername[1]}" if ":" in host else f"{host}:{peername[1]}"
 
 
-IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN"}
+IDENTITY_NAMES = {"cn": "CN", "san_dns": "DNS SAN", "san_email": "email SAN", "san_uri": "URI SAN", "subject": "subject"}
 
 
 class Listening:
@@ -56,18 +56,14 @@ class Listening:
         "context",
         "hub",
         "identity_field",
-        "index",
         "local",
         "name",
         "server",
         "sockets",
     )
 
-    def __init__(
-        self, config: Listener, context: ssl.SSLContext | None, client: Callable[..., Any], index: int = 0
-    ) -> None:
+    def __init__(self, config: Listener, context: ssl.SSLContext | None, client: Callable[..., Any]) -> None:
         self.config = config
-        self.index = index  # its place among the [[listener]] tables: the core's listener_rate_* bucket
         self.context = context
         # What each accepted socket gets: its protocol class, made as
         # client(events, listening[, accepted]) (server.py picks it).

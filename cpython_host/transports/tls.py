@@ -74,6 +74,14 @@ def server_context(lst: Listener) -> ssl.SSLContext:
         )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3 if lst.tls_version == "tlsv1.3" else ssl.TLSVersion.TLSv1_2
+    if lst.ciphers:
+        try:
+            ctx.set_ciphers(lst.ciphers)
+        except ssl.SSLError:
+            raise ConfigError(
+                f"{lst.where}: ciphers = {lst.ciphers!r}: OpenSSL knows no cipher of it; "
+                "give an OpenSSL cipher list (openssl ciphers -v 'LIST' shows what it selects)."
+            ) from None
     try:
         ctx.load_cert_chain(lst.certfile, lst.keyfile, password=_no_password)
     except _EncryptedKey:
@@ -96,13 +104,34 @@ def server_context(lst: Listener) -> ssl.SSLContext:
         # Without require_certificate a client certificate is optional, but
         # one that is sent must still verify: a bad one fails the handshake.
         ctx.verify_mode = ssl.CERT_REQUIRED if lst.require_certificate else ssl.CERT_OPTIONAL
+    if lst.crlfile:
+        _load_crl(lst, ctx)
     return ctx
+
+
+def _load_crl(lst: Listener, ctx: ssl.SSLContext) -> None:
+    """The listener's revocation list(s): a client certificate they revoke fails the handshake (read again with the
+    certificates on SIGHUP). Only the client's own certificate is checked (OpenSSL's CRL_CHECK_LEAF, as Mosquitto)."""
+    text = _read(lst, "crlfile")
+    if "-----BEGIN X509 CRL-----" not in text:
+        raise ConfigError(
+            f"{lst.where}: crlfile {lst.crlfile}: no PEM revocation list in it (-----BEGIN X509 CRL-----)."
+        )
+    try:
+        ctx.load_verify_locations(cafile=lst.crlfile)  # (a file: cadata takes certificates only)
+    except ssl.SSLError as e:
+        raise ConfigError(
+            f"{lst.where}: crlfile {lst.crlfile}: not a valid PEM revocation list ({e.reason or e})."
+        ) from None
+    ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
 
 
 def peer_identity(cert: dict[str, Any] | None, field: str) -> str | None:
     """The identity in a verified client certificate (getpeercert()): its CN or first SAN of a type, or None."""
     if not cert:
         return None
+    if field == "subject":
+        return subject_text(cert.get("subject", ()))
     if field == "cn":
         for rdn in cert.get("subject", ()):
             for name, value in rdn:
@@ -114,6 +143,38 @@ def peer_identity(cert: dict[str, Any] | None, field: str) -> str | None:
         if kind == wanted:
             return str(value)
     return None
+
+
+# getpeercert()'s attribute names -> the short names OpenSSL prints (RFC 2253, RFC 4519).
+_SHORT_NAMES = {
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "street",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def subject_text(subject: Any) -> str | None:
+    """A certificate's subject as Mosquitto's use_subject_as_username makes
+    it (OpenSSL's XN_FLAG_RFC2253): the last RDN first, "CN=dev1,O=Acme,C=GB",
+    RFC 2253's special characters escaped; None for an empty subject."""
+    parts = []
+    for rdn in reversed(subject):
+        atoms = []
+        for name, value in rdn:
+            text = "".join("\\" + ch if ch in ',+"\\<>;' else ch for ch in str(value))
+            if text[:1] in ("#", " "):
+                text = "\\" + text
+            if text.endswith(" "):
+                text = text[:-1] + "\\ "
+            atoms.append(f"{_SHORT_NAMES.get(name, name)}={text}")
+        parts.append("+".join(atoms))
+    return ",".join(parts) or None
 
 
 def usable_identity(identity: str) -> bool:

@@ -4,7 +4,7 @@
 import unittest
 
 from common.broker.outbox import QUEUED_COST
-from common.broker.routing import THROTTLE_COUNT
+from common.broker.routing_table import THROTTLE_COUNT
 from common.broker.sys_topics import sys_values
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck

@@ -82,6 +82,7 @@ class TestStoreOpen(unittest.TestCase):
 
     def test_older_schema_migrated_when_a_path_exists(self):
         from common.store import store as store_module
+        from common.store import store_open
 
         kv = MemKV()
         h = Harness(store=open_store(kv))
@@ -101,13 +102,13 @@ class TestStoreOpen(unittest.TestCase):
             with self.assertRaises(StoreError) as cm:
                 open_store(MemKV(survivor.durable))  # no migration from `saved` yet
             self.assertIn("cannot migrate", str(cm.exception))
-            store_module.MIGRATIONS[saved] = double_expiry
+            store_open.MIGRATIONS[saved] = double_expiry
             h2 = Harness(store=open_store(survivor))
             self.assertEqual(h2.broker.sessions.find("old").expiry_interval, 100)
             self.assertEqual(survivor.get(b"V")[4], saved + 1)  # the meta record is upgraded
         finally:
             store_module.SCHEMA = saved
-            store_module.MIGRATIONS.pop(saved, None)
+            store_open.MIGRATIONS.pop(saved, None)
 
     def test_records_without_meta_refused(self):
         kv = MemKV()
@@ -271,11 +272,12 @@ class TestRestart(unittest.TestCase):
         # the start, every PROGRESS_STEP records and at the end (the shell
         # logs it and tells systemd: cpython_host/operations/store_monitor.py).
         import common.store.store as S
+        import common.store.store_open as opener
 
         # A step of 8 records instead of 4096: the store fits a MicroPython heap.
-        step = S.PROGRESS_STEP
-        S.PROGRESS_STEP = PROGRESS_STEP = 8
-        self.addCleanup(setattr, S, "PROGRESS_STEP", step)
+        step = opener.PROGRESS_STEP
+        opener.PROGRESS_STEP = PROGRESS_STEP = 8
+        self.addCleanup(setattr, opener, "PROGRESS_STEP", step)
         u64be = S.u64be
         kv = MemKV()
         store = open_store(kv)

@@ -239,6 +239,7 @@ LAYERS = {
     "backoff": 1,  # the back-off between attempts (the bridge's reconnects, the uplink's redials)
     "broker": 2,  # the state machine
     "client": 2,  # the MQTT client (the bridge's two ends)
+    "mqttsn": 3,  # MQTT-SN v1.2: the wire codec, topic ids (the gateway will drive the broker)
     "store": 3,  # records, backends, the persistence listener
     "bridge": 3,  # store-and-forward to an upstream broker
     "uplink": 3,  # the PPP uplink's dial-up script and supervisor

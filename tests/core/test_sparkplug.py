@@ -290,6 +290,53 @@ class TestEdgeNode(unittest.TestCase):
         host.subscribe("spBv1.0/Edge/#", qos=1)
         return h, host, EdgeNode(h.broker, h.broker.settings)
 
+    def test_free_heap_and_bridge_backlogs(self):
+        # After the $SYS figures: a board's free heap, then each running
+        # bridge's backlog by its name; another set of bridges: a new birth.
+        from common.broker.protobuf import UINT64, add_metric
+        from common.broker.spb_node import METRICS
+
+        def metric(alias, value):
+            out = bytearray()
+            add_metric(out, None, alias, UINT64, value)
+            return bytes(out)
+
+        h, host, edge = self.node(sparkplug_interval=5)
+        free, cloud = len(METRICS) + 1, len(METRICS) + 2
+        edge.tick(h.broker, h.now, None, 90000, [("cloud", 3)])
+        h.pump()
+        (birth,) = publishes(host)
+        self.assertIn(b"Heap/Free Bytes", birth.payload)
+        self.assertIn(b"Bridges/cloud/Queued", birth.payload)
+        edge.tick(h.broker, h.now + 5, None, 80000, [("cloud", 7)])
+        h.pump()
+        (data,) = publishes(host)
+        self.assertEqual(data.topic, "spBv1.0/Edge/NDATA/gw1")
+        self.assertIn(metric(free, 80000), data.payload)
+        self.assertIn(metric(cloud, 7), data.payload)
+        edge.tick(h.broker, h.now + 10, None, 80000, [("cloud", 7), ("aws", 0)])  # a bridge added
+        h.pump()
+        (birth,) = publishes(host)
+        self.assertEqual(birth.topic, "spBv1.0/Edge/NBIRTH/gw1")
+        self.assertIn(b"Bridges/aws/Queued", birth.payload)
+        self.assertTrue(birth.payload.endswith(b"\x18\x00"))  # seq 0 again
+
+    def test_the_driver_hands_it_the_bridges_backlogs(self):
+        from tests.core.test_bridge_runner import Edge
+
+        e = Edge()
+        self.assertEqual(e.driver.bridge_runners, [e.runner])
+        conn = e.connect()
+        conn.cut()
+        e.turn()
+        for i in range(4):  # the upstream away: queued
+            e.publish("up/x", b"%d" % i)
+        e.turn()
+        self.assertEqual(e.runner.backlog(), 4)
+        self.assertEqual(e.runner.status()["queued"], 4)
+        e.runner.stop()
+        self.assertEqual(e.driver.bridge_runners, [])
+
     def test_birth_data_death(self):
         h, host, edge = self.node(sparkplug_interval=5)
         edge.tick(h.broker, h.now, None)
@@ -441,17 +488,11 @@ class TestBridgeHold(unittest.TestCase):
     def test_qos0_births_need_queue_qos0_offline(self):
         # Held, the bridge's session is offline: a QoS 0 NBIRTH is queued only
         # with queue_qos0_offline (else dropped, counted, and said at start).
-        from tests.core.test_bridge import Pair, payloads, rule
+        from tests.core.test_bridge import payloads
         from tests.core.test_bridge_runner import Edge
 
         for queue in (True, False):
-            p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=queue), sparkplug_host="scada", protocol=5)
-            p.connect_up()
-            host = p.cloud.client(5)
-            host.connect("scada-host")
-            host.subscribe("spBv1.0/Plant1/#", 1)
-            node = p.edge.client(4)
-            node.connect("press-7")
+            p, host, node = spb_pair(queue, sparkplug_host="scada")
             node.publish("spBv1.0/Plant1/NBIRTH/press-7", b"birth", 0)
             p.settle()
             self.data(p, 0, 2)
@@ -461,6 +502,131 @@ class TestBridgeHold(unittest.TestCase):
         edge = Edge(sparkplug_host="scada")
         self.assertTrue(any("set [limits] queue_qos0_offline = true" in text for _level, text in edge.logged), edge.logged)
 
+
+class TestBirthsFirst(unittest.TestCase):
+    """A bridge with sparkplug_births: whenever it starts sending on an
+    upstream connection, the births that went up go again first, so no
+    DATA reaches the host before its node's birth (common/bridge/births.py)."""
+
+    def pair(self, births=8, **table):
+        return spb_pair(True, sparkplug_births=births, **table)
+
+    def send(self, p, node, *messages):
+        for kind, payload in messages:
+            qos = 1 if "DATA" in kind else 0  # (DATA at QoS 1: acknowledged here, so queued, never lost)
+            topic = "spBv1.0/Plant1/%s/press-7" % kind.split(":")[0] + ("/" + kind.split(":")[1] if ":" in kind else "")
+            node.publish(topic, payload, qos, packet_id=1 if qos else 0)
+            node.take()
+        p.settle()
+
+    def cut(self, p):
+        p.drop_up()
+        p.settle()  # the local session offline: what comes now is queued (QoS 0 too)
+
+    def got(self, host):
+        from tests.core.test_bridge import payloads
+
+        return payloads(host)
+
+    def test_births_first_on_every_reconnect(self):
+        p, host, node = self.pair()
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"), ("DBIRTH:d2", b"db2"), ("NDATA", b"nd"))
+        self.assertEqual(self.got(host), [b"nb1", b"db1", b"db2", b"nd"])
+        for i in range(3):
+            self.cut(p)
+            self.send(p, node, ("DDATA:d1", b"dd%d" % i), ("NDATA", b"nd%d" % i))
+            p.connect_up()  # NBIRTH, then the DBIRTHs in order, then what was queued
+            self.assertEqual(self.got(host), [b"nb1", b"db1", b"db2", b"dd%d" % i, b"nd%d" % i])
+        self.assertTrue(any("3 birth(s) sent again" in line for line in p.logged), p.logged)
+
+    def test_queued_data_keeps_the_birth_it_was_sent_under(self):
+        # Queued: DATA of the old birth, then a new birth and its DATA. The
+        # old birth goes first (its aliases are the queued DATA's), then the
+        # queue in order: never the newer birth before the older DATA.
+        p, host, node = self.pair()
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"))
+        self.got(host)
+        self.cut(p)
+        self.send(p, node, ("NDATA", b"old"), ("NBIRTH", b"nb2"), ("NDATA", b"new"))
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"nb1", b"db1", b"old", b"nb2", b"new"])
+        self.cut(p)
+        p.connect_up()  # the new birth now; d1 was not born again after it
+        self.assertEqual(self.got(host), [b"nb2"])
+        self.assertEqual(p.bridge.births.kept, 1)
+
+    def test_deaths_forget(self):
+        p, host, node = self.pair()
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"), ("DBIRTH:d2", b"db2"), ("DDEATH:d1", b"dd"))
+        self.got(host)
+        self.cut(p)
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"nb1", b"db2"])
+        self.send(p, node, ("NDEATH", b"nd"))
+        self.got(host)
+        self.cut(p)
+        p.connect_up()  # a dead node is not announced alive again
+        self.assertEqual(self.got(host), [])
+        self.assertEqual(p.bridge.births.kept, 0)
+
+    def test_bounded(self):
+        p, host, node = self.pair(births=2)
+        other = p.edge.client(4)
+        other.connect("press-8")
+        self.send(p, node, ("NBIRTH", b"nb1"), ("DBIRTH:d1", b"db1"), ("DBIRTH:d2", b"db2"))
+        other.publish("spBv1.0/Plant1/NBIRTH/press-8", b"nb8", 0)
+        p.settle()
+        self.assertEqual(self.got(host), [b"nb1", b"db1", b"db2", b"nb8"])  # each goes up as it comes
+        self.cut(p)
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"nb1", b"db1"])  # two kept
+        self.assertEqual(p.bridge.births.unkept, 2)
+        self.assertIn(("$SYS/broker/bridge/cloud/births_unkept", "2"), p.bridge.sys_values(0, 0, 0))
+        self.assertTrue(any("birth spBv1.0/Plant1/NBIRTH/press-8 not kept (2 so far)" in line for line in p.logged), p.logged)
+
+    def test_with_the_hold_births_go_when_the_host_is_online(self):
+        p, host, node = self.pair(sparkplug_host="scada")
+        TestBridgeHold.state(self, p, True)
+        self.send(p, node, ("NBIRTH", b"nb1"), ("NDATA", b"a"))
+        self.assertEqual(self.got(host), [b"nb1", b"a"])
+        TestBridgeHold.state(self, p, False)
+        self.send(p, node, ("NDATA", b"b"))
+        self.assertEqual(self.got(host), [])
+        TestBridgeHold.state(self, p, True)
+        self.assertEqual(self.got(host), [b"nb1", b"b"])
+        self.cut(p)
+        self.send(p, node, ("NDATA", b"c"))
+        p.connect_up()  # the retained STATE says online: births, then the queue
+        self.assertEqual(self.got(host), [b"nb1", b"c"])
+
+    def test_off_by_default(self):
+        from tests.core.test_bridge import bridge_settings
+
+        self.assertEqual(bridge_settings().sparkplug_births, 0)
+        p, host, node = self.pair(births=0)
+        self.assertIsNone(p.bridge.births)
+        self.send(p, node, ("NBIRTH", b"nb1"), ("NDATA", b"a"))
+        self.got(host)
+        self.cut(p)
+        self.send(p, node, ("NDATA", b"b"))
+        p.connect_up()
+        self.assertEqual(self.got(host), [b"b"])
+
+
+def spb_pair(queue_qos0_offline, **table):
+    """A bridge (v5, spBv1.0/# out; `table`: more [[bridge]] keys) connected
+    upstream, a host application there subscribed to spBv1.0/Plant1/#, and
+    edge node press-7 connected here: (Pair, host, node)."""
+    from tests.core.test_bridge import Pair, rule
+
+    p = Pair(rules=[rule("out", "spBv1.0/#")], edge=Harness(queue_qos0_offline=queue_qos0_offline), protocol=5, **table)
+    p.connect_up()
+    host = p.cloud.client(5)
+    host.connect("scada-host")
+    host.subscribe("spBv1.0/Plant1/#", 1)
+    node = p.edge.client(4)
+    node.connect("press-7")
+    return p, host, node
 
 def publish_acked_dev(h, first, n):
     """`n` NDATA (QoS 1) of an edge node of harness `h`; how many it got an ack for."""

@@ -11,8 +11,8 @@ import unittest
 from common.mqtt import consts as C
 from common.mqtt.packets import PubAck
 from common.store import store as store_module
-from common.store.store import MAGIC, pack
-from common.store.store_open import unpack
+from common.store.store import pack
+from common.store.store_open import MAGIC, unpack
 from tests.core.harness import Harness
 from tests.core.kv_contract import items
 from tests.core.memkv import MemKV

@@ -162,6 +162,15 @@ def test_debian_default_configuration(tmp_path: Path) -> None:
     assert f"{main}:8: log_dest file /var/log/mosquitto/mosquitto.log: Siskin logs to stderr" in notes
 
 
+def test_log_dest_syslog_becomes_log_syslog(tmp_path: Path) -> None:
+    conv = convert(str(write(tmp_path / "a.conf", "log_type warning\nlog_dest syslog\nlog_dest stderr\n")))
+    assert conv.doc["log"] == {"level": "warning", "syslog": "/dev/log"}
+    assert not [n for n in conv.notes if "log_dest syslog" in n]  # converted, not noted
+    out = tmp_path / "siskin.toml"
+    out.write_text(to_toml(conv, str(tmp_path / "a.conf")))
+    assert load_config(str(out)).syslog == "/dev/log"
+
+
 def test_old_style_default_listener_and_no_listener(tmp_path: Path) -> None:
     doc = convert(str(write(tmp_path / "a.conf", "port 1884\nbind_address 127.0.0.1\nallow_anonymous true\n"))).doc
     assert doc["listener"] == [{"host": "127.0.0.1", "port": 1884}]
@@ -182,7 +191,7 @@ def test_unsupported_option_is_named_with_its_line(tmp_path: Path) -> None:
         "topic # out 1\n"
         "start_type lazy\n"
         "bridge_psk 0123\n"
-        "mount_point site/\n",
+        "psk_hint site\n",
     )
     with pytest.raises(ConfigError, match=rf"^{conf}:6: 'start_type' is not supported: lazy: Siskin's bridge") as e:
         convert(str(conf))
@@ -194,7 +203,7 @@ def test_unsupported_option_is_named_with_its_line(tmp_path: Path) -> None:
     proc = run_cli("convert-mosquitto-conf", str(conf))
     assert proc.returncode == 2 and proc.stdout == ""
     assert f"{conf}:6: 'start_type' is not supported" in proc.stderr
-    assert f"{conf}:8: 'mount_point' is not supported" in proc.stderr
+    assert f"{conf}:8: 'psk_hint' is not supported" in proc.stderr
     # --ignore-unsupported goes on and lists every one.
     conv = convert(str(conf), ignore_unsupported=True)
     assert conv.doc["listener"] == [{"host": "", "port": 1883}]
@@ -231,6 +240,8 @@ bridge_outgoing_retain false
 connection second
 address 10.0.0.2
 topic # in
+notification_topic gw/second/link
+notifications_local_only true
 """
 
 
@@ -241,6 +252,7 @@ def test_bridges_are_converted(tmp_path: Path) -> None:
     certs = str(tmp_path / "certs")
     assert {k: v for k, v in cloud.items() if k != "topic"} == {
         "name": "cloud",
+        "notifications": False,
         "addresses": ["broker.example.com:8883", "backup.example.com:1883"],
         "client_id": "gw-7",
         "username": "gw",
@@ -263,13 +275,18 @@ def test_bridges_are_converted(tmp_path: Path) -> None:
         {"pattern": "", "direction": "out", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw", "retain": False},
         {"pattern": "", "direction": "in", "qos": 0, "local_prefix": "status/gw", "remote_prefix": "remote/status/gw"},
     ]  # fmt: skip
-    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0.
+    # Mosquitto's defaults where Siskin's differ: HOSTNAME.NAME as the remote client id, QoS 0, notifications on.
     assert second["client_id"] == f"{socket.gethostname()}.second" and second["addresses"] == ["10.0.0.2:1883"]
+    assert (second["notifications"], second["notification_topic"], second["notifications_local_only"]) == (
+        True,
+        "gw/second/link",
+        True,
+    )
     assert second["topic"] == [{"pattern": "#", "direction": "in", "qos": 0}]
     notes = "\n".join(conv.notes)
-    for option in ("bridge_tls_version", "notifications", "local_username", "idle_timeout"):
+    for option in ("bridge_tls_version", "local_username", "idle_timeout"):
         assert f"{option}" in notes
-    assert "$SYS/broker/bridge/cloud/state" in notes
+    assert "notifications" not in notes  # converted, not noted
     # The TOML loads as Siskin's [[bridge]] (the certificate files need not exist to be checked).
     out = tmp_path / "siskin.toml"
     out.write_text(to_toml(conv, str(conf)))
@@ -300,11 +317,11 @@ def test_bridge_refusals(tmp_path: Path, line: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("per_listener_settings true\n", "'per_listener_settings' is not supported: Siskin's users"),
+        ("allow_anonymous true\nper_listener_settings true\n", ":2: per_listener_settings: must come before allow_anonymous"),
         ("listener 8883\ntls_version tlsv1.1\n", ":2: 'tls_version' is not supported: tlsv1.1"),
         ("listener 0 /run/mosquitto.sock\n", "'listener' is not supported: unix socket"),
         ("log_dest topic\n", "'log_dest' is not supported"),
-        ("use_subject_as_username true\n", "'use_subject_as_username' is not supported"),
+        ("listener 8883\nuse_subject_as_username yes\n", ":2: use_subject_as_username: wants true or false"),
         ("allow_anonymous maybe\n", ":1: allow_anonymous: wants true or false, not 'maybe'"),
         ("max_queued_messages lots\n", "max_queued_messages: wants a whole number"),
         ("persistent_client_expiration 3q\n", "wants a number and a unit h, d, w, m or y"),
@@ -343,7 +360,7 @@ def test_converted_file_loads_and_relative_names(tmp_path: Path) -> None:
     assert [(lst.host, lst.port) for lst in cfg.listeners()] == [("127.0.0.1", 1883)]
     # Siskin's store apart from Mosquitto's directory (data, here), which is left as it is.
     assert cfg.data_dir == "/var/lib/siskin" and cfg.log_level == "debug"
-    users, acl, allow = load_security(cfg)
+    users, acl, allow, _ = load_security(cfg)
     assert users is not None and acl is not None and allow is False
     group = grp.getgrgid(os.getgid()).gr_name
     proc = run_cli("convert-mosquitto-conf", str(conf), "-o", str(out), "--group", group)
@@ -430,12 +447,18 @@ def what_alice_reads(port: int) -> list[str]:
         bob.close()
 
 
-@pytest.mark.interop
-def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
+def mosquitto_tools() -> tuple[str, str]:
+    """The paths of mosquitto and mosquitto_passwd (the test is skipped without them)."""
     mosquitto = tool_path("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
     mosquitto_passwd = tool_path("mosquitto_passwd")
     require("mosquitto", mosquitto and mosquitto_passwd, "apt-get install mosquitto")
     assert mosquitto is not None and mosquitto_passwd is not None
+    return mosquitto, mosquitto_passwd
+
+
+@pytest.mark.interop
+def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
+    mosquitto, mosquitto_passwd = mosquitto_tools()
     passwd = tmp_path / "passwd"
     for user, password in (("alice", "wonderland"), ("bob", "builder")):
         subprocess.run([mosquitto_passwd, *(["-c"] if user == "alice" else []), "-b", str(passwd), user, password],
@@ -475,7 +498,7 @@ def test_same_answers_as_mosquitto(tmp_path: Path) -> None:
 
 
 def test_command_line_refusals(tmp_path: Path) -> None:
-    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\nmount_point site/\n")
+    conf = write(tmp_path / "m.conf", "listener 1883 127.0.0.1\npsk_hint site\n")
     both = run_cli("--mosquitto-conf", str(conf), "--config", str(conf))
     assert both.returncode == 2 and "give one of them" in both.stderr
     alone = run_cli("--ignore-unsupported")
@@ -483,7 +506,7 @@ def test_command_line_refusals(tmp_path: Path) -> None:
     # Running on a file with an option Siskin cannot honour: exit 2 before listening, naming the line.
     refused = run_cli("--mosquitto-conf", str(conf))
     assert refused.returncode == 2
-    assert f"config error: {conf}:2: 'mount_point' is not supported" in refused.stderr
+    assert f"config error: {conf}:2: 'psk_hint' is not supported" in refused.stderr
 
 
 def test_sighup_rereads_the_mosquitto_conf(tmp_path: Path) -> None:

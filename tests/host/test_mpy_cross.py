@@ -109,6 +109,8 @@ NOT_LOADED_BY_DEFAULT = (
     "common.store.kvlog",  # the raw-flash log: a partition only
     "common.store.restore",  # dropped by the store after its one run
     "common.bridge.bridge",
+    "common.bridge.notify",  # a bridge's notifications only
+    "common.broker.sys_load",  # $SYS's load averages: sys_interval > 0 only
     "common.mqtt.client_packets",  # what only a client (a bridge's) sends
     "firmware.tls",
     "firmware.bridge",

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.interop
 __all__ = ["nats_cluster", "nats_server", "nats_single"]  # fixtures, imported for pytest
 
 CONNECT_TIMEOUT = 15.0  # a client's first CONNECT makes NATS create its session in JetStream
+NATS_ACK_WAIT = 30.0  # nats-server's mqtt ack_wait default: an undelivered QoS 1 message comes again after it
 
 
 @pytest.fixture
@@ -105,11 +107,31 @@ def test_qos1_across_nodes(nats_cluster: NatsCluster, clients: list[Paho]) -> No
     for sub in subs:
         assert [r.value for r in sub.subscribe("across/#", 1)] == [1]
     pub = paho(clients, port_a, "q1-pub")
+    # A SUBACK on node 2 or 3 may come before the cluster's routes carry the
+    # new subscription to node 1; a message published in between would come
+    # only when NATS redelivers it (ack_wait, 30 s), out of order. Wait for
+    # that state instead of for a time: a probe published on node 1 has
+    # reached both subscribers (at the latest by redelivery).
+    pub.publish("across/probe", b"probe", qos=1)
+    for sub in subs:
+        assert [m.topic for m in receive(sub, 1, NATS_ACK_WAIT + CONNECT_TIMEOUT, nats_cluster)] == ["across/probe"]
     for i in range(5):
         pub.publish(f"across/{i}", f"m{i}".encode(), qos=1)
     for sub in subs:
-        got = [sub.get(timeout=10) for _ in range(5)]
+        got = receive(sub, 5, NATS_ACK_WAIT, nats_cluster)
         assert [(m.topic, m.payload, m.qos) for m in got] == [(f"across/{i}", f"m{i}".encode(), 1) for i in range(5)]
+
+
+def receive(sub: Paho, count: int, timeout: float, cluster: NatsCluster) -> list[Any]:
+    """`count` messages, each within `timeout`; a shortfall names what did come and each node's log tail."""
+    got: list[Any] = []
+    try:
+        for _ in range(count):
+            got.append(sub.get(timeout=timeout))
+    except AssertionError:
+        logs = "\n".join(f"--- {node.name}:\n{node.log_tail(1500)}" for node in cluster.nodes)
+        raise AssertionError(f"{len(got)} of {count} arrived: {[(m.topic, m.payload) for m in got]}\n{logs}") from None
+    return got
 
 
 def test_retained_across_nodes(nats_cluster: NatsCluster, clients: list[Paho]) -> None:

@@ -394,7 +394,7 @@ def test_toml_rules_and_security_key_errors(tmp_path: Path) -> None:
         '  { user = "alice", topic = "home/#" },\n'
         '  { pattern = "devices/%c/#", access = "write" },\n]\n'
     )
-    users, acl, allow = load_security(load_config(str(cfg)))
+    users, acl, allow, _ = load_security(load_config(str(cfg)))
     assert users is None and allow is True
     assert acl.for_client(None, "x").may_subscribe("public/#")
     assert acl.for_client("alice", "d").can_write("home/a") and acl.for_client("alice", "d").can_write("devices/d/t")

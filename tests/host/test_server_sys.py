@@ -170,3 +170,57 @@ def test_every_sys_figure_has_its_metrics_family(tmp_path: Path) -> None:
             assert k in samples, (suffix, k)
         if key in ("tls_failed", "denied_takeover", "login_failed", "refused_connections"):
             assert samples[keys[0]] == float(values[suffix]), (suffix, samples[keys[0]], values[suffix])
+
+
+def test_mosquitto_load_averages_and_payload_bytes(tmp_path: Path) -> None:
+    """Mosquitto's load/ averages, publish/bytes/* and store/messages/bytes,
+    read by a real subscriber from a running broker (docs/host.md)."""
+    from common.broker.sys_load import HORIZONS, LOAD_FIGURES
+
+    load_topics = [f"load/{name}/{h}" for name, _ in LOAD_FIGURES for h, _ in HORIZONS]
+    with BrokerProcess(tmp_path, limits={"sys_interval": 1}) as b:
+        sub = Paho(b.port, "sys-sub").connect()
+        dev = Paho(b.port, "dev").connect()
+        reader = Paho(b.port, "reader").connect()
+        try:
+            reader.subscribe("m/#", 1)
+            dev.publish("m/kept", b"x" * 100, 1, retain=True)
+            for i in range(10):
+                dev.publish(f"m/{i}", b"y" * 10, 1)
+            for _ in range(11):
+                reader.get()
+            sub.subscribe("$SYS/broker/#", 0)
+
+            def settled(v: dict[str, str]) -> bool:
+                return (
+                    all(t in v for t in load_topics)
+                    and v.get("publish/bytes/received") == "200"
+                    and int(v.get("publish/bytes/sent", "0")) >= 200  # (and the $SYS values to sys-sub)
+                    # (a whole round with the traffic: each figure, each horizon)
+                    and all(float(v[t]) > 0 for t in load_topics if "dropped" not in t)
+                )
+
+            v = collect_until(sub, settled, timeout=10.0)
+            # Held: the retained 100 bytes, and the $SYS values themselves.
+            assert int(v["store/messages/bytes"]) >= 100
+            assert float(v["load/messages/received/1min"]) == float(v["load/publish/received/1min"])
+            assert float(v["load/bytes/received/1min"]) > 200 * (1 - 2.72 ** (-1 / 60))  # packets, not payloads
+            assert float(v["load/connections/1min"]) > 0
+            assert v["load/publish/dropped/1min"] == "0.00"
+            for t in load_topics:
+                whole, _, cents = v[t].partition(".")
+                assert whole.isdigit() and len(cents) == 2, (t, v[t])  # "12.34", as Mosquitto
+        finally:
+            for c in (sub, dev, reader):
+                c.close()
+
+
+def test_host_doc_names_mosquittos_figures() -> None:
+    from common.broker.sys_load import HORIZONS, LOAD_FIGURES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "host.md").read_text()
+    names = [f"`{name}`" for name, _ in LOAD_FIGURES] + [f"`/{h}`" for h, _ in HORIZONS[1:]]
+    mosquittos = ("publish_bytes_received", "publish_bytes_sent", "stored_bytes")
+    names += [f"`$SYS/broker/{s}`" for s, key in SYS_FIGURES if key in mosquittos]
+    missing = [n for n in names if n not in doc]
+    assert not missing, f"docs/host.md's $SYS section does not name {missing}"

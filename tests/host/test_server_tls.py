@@ -516,7 +516,12 @@ def test_the_commented_tls_listener_of_linux_toml_works(tmp_path: Path, pki: Pki
     start = text.index("# [[listener]]")
     block = text[start : text.index("\n\n", start)]
     example = "\n".join(line[2:] for line in block.splitlines() if not line.startswith("# #"))
+    from tests.host.test_listener_security import revocation_list
+
+    crl = tmp_path / "revoked.crl"  # (revokes another client's certificate)
+    crl.write_bytes(revocation_list(pki, pki.expired[0]))
     ours = {"certfile": pki.server[0], "keyfile": pki.server[1], "cafile": pki.ca_file, "host": "127.0.0.1", "port": 0}
+    ours["crlfile"] = str(crl)
     lines = example.splitlines()
     for i, line in enumerate(lines):
         key = line.split(" =")[0]

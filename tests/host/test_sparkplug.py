@@ -283,6 +283,65 @@ def test_the_gateway_is_an_edge_node(tmp_path: Path, clients: list[Paho]) -> Non
     assert boots[1] == (boots[0] + 1) % 256  # a new run, a new bdSeq (the store's boot counter)
 
 
+def test_the_gateway_reports_each_bridges_backlog(tmp_path: Path, clients: list[Paho]) -> None:
+    # The gateway's NBIRTH names "Bridges/<name>/Queued" (after the $SYS
+    # figures; the host has no free-heap figure: no "Heap/Free Bytes"), and
+    # its NDATA moves as messages for an unreachable upstream queue here.
+    from tests.host.upy_broker_proc import free_port
+
+    node_js()
+    limits = {"sparkplug_group": "Edge", "sparkplug_node": "gw1", "sparkplug_interval": 1, "sys_interval": 0}
+    bridge = {
+        "name": "cloud",
+        "addresses": [f"127.0.0.1:{free_port()}"],  # nothing listens: the messages wait here
+        "backoff_min": 0.2,
+        "backoff_max": 1.0,
+        "topic": [{"pattern": "plant/#", "direction": "out", "qos": 1}],
+    }
+    b = BrokerProcess(tmp_path, limits=limits, bridges=[bridge]).start()
+    try:
+        host = Paho(b.port, "scada", True)
+        clients.append(host.connect())
+        host.subscribe("spBv1.0/Edge/+/gw1", 1)
+        host.publish("spBv1.0/Edge/NCMD/gw1", encode({"metrics": [{"name": "Node Control/Rebirth", "type": "Boolean", "value": True}]}), 1)
+        birth = decode(wait_until(lambda: (m := host.get(10)).topic.endswith("NBIRTH/gw1") and m, 10, "the NBIRTH").payload)
+        aliases = {x["name"]: x["alias"] for x in birth["metrics"] if "alias" in x}
+        assert metrics_of(birth)["Bridges/cloud/Queued"] == "0" and "Heap/Free Bytes" not in aliases, birth
+        device = Paho(b.port, "sensor", True)
+        clients.append(device.connect())
+        for i in range(5):
+            device.publish("plant/t", b"%d" % i, 1)  # PUBACK: queued for the bridge
+
+        def backlog() -> str | None:
+            data = decode(host.get(10).payload)
+            values = {x.get("alias"): x["value"] for x in data["metrics"]}
+            return values.get(aliases["Bridges/cloud/Queued"])
+
+        wait_until(lambda: backlog() == "5", 20, "the backlog of 5 in an NDATA")
+    finally:
+        b.kill()
+
+
+def test_a_board_reports_its_free_heap(tmp_path: Path, clients: list[Paho]) -> None:
+    # The firmware (MicroPython unix port, the Pico W's settings): its
+    # NBIRTH names "Heap/Free Bytes" (gc.mem_free) beside "Heap/Bytes"
+    # (gc.mem_alloc); the two fill the heap it was given.
+    from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
+
+    node_js()
+    limits = {"sparkplug_group": "Edge", "sparkplug_node": "gw1", "sparkplug_interval": 1}
+    with UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, limits=limits) as b:
+        host = Paho(b.port, "scada", True)
+        clients.append(host.connect())
+        host.subscribe("spBv1.0/Edge/+/gw1", 1)
+        host.publish("spBv1.0/Edge/NCMD/gw1", encode({"metrics": [{"name": "Node Control/Rebirth", "type": "Boolean", "value": True}]}), 1)
+        birth = decode(wait_until(lambda: (m := host.get(10)).topic.endswith("NBIRTH/gw1") and m, 10, "the NBIRTH").payload)
+        names = metrics_of(birth)
+        free, used = int(names["Heap/Free Bytes"]), int(names["Heap/Bytes"])
+        heap = int(PICOW_HEAP.rstrip("kK")) * 1024 if PICOW_HEAP[-1] in "kK" else int(PICOW_HEAP)
+        assert 0 < free < heap and 0 < used < heap and free + used <= heap, (free, used, PICOW_HEAP)
+
+
 def test_the_docs_example_serves_as_it_says(tmp_path: Path, clients: list[Paho]) -> None:
     # docs/sparkplug.md opens with a config and its acl file: both run here as
     # written, and do what the page says of them.

@@ -339,7 +339,8 @@ def test_what_sys_counts_as_drops_is_on_the_page() -> None:
 
     traffic = {
         "connected", "sessions", "clients_maximum", "connections_total", "messages_received", "messages_sent",
-        "bytes_received", "bytes_sent", "subscriptions", "retained",
+        "bytes_received", "bytes_sent", "subscriptions", "retained", "publish_bytes_received", "publish_bytes_sent",
+        "stored_bytes",
     }  # fmt: skip
     counters = {key for _, key in SYS_FIGURES} - traffic
     assert counters == {key for key, _, _ in DROPS}

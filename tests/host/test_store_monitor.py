@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import common.store.store as S
+import common.store.store_open as opener
 from common.mqtt import consts as C
 from common.store.filelog import FILE_HEADER_SIZE
 from common.store.filelog_open import open_log
@@ -36,7 +36,7 @@ MESSAGES = 3 * PROGRESS_STEP + 100  # one delivery record each, holding its mess
 
 @pytest.fixture(autouse=True)
 def progress_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(S, "PROGRESS_STEP", PROGRESS_STEP)
+    monkeypatch.setattr(opener, "PROGRESS_STEP", PROGRESS_STEP)
 
 
 def fill(data: Path, messages: int) -> None:

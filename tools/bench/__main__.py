@@ -275,6 +275,12 @@ def compare(args: argparse.Namespace) -> int:
         "amqtt": brokers.Amqtt,
         **scenarios_durable.broker_classes(args.siskin_python, args.siskin_root, pypy),
     }
+    if args.before_root:  # A/B in one run: the same brokers from another checkout, alternating with these
+        for n in ("siskin", "siskin-uvloop"):
+            classes[n + "-before"] = functools.partial(
+                brokers.Siskin, python=args.siskin_python, root=args.before_root, name=n + "-before",
+                loop="uvloop" if n == "siskin-uvloop" else "asyncio",
+            )  # fmt: skip
     for n in wanted:
         if n.startswith("siskin-pypy@"):  # siskin-pypy@16M: another PYPY_GC_NURSERY (@0: PyPy's own)
             classes[n] = functools.partial(brokers.Siskin, python=pypy, root=args.siskin_root, name=n, loop="asyncio",
@@ -457,6 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--siskin-python", metavar="EXE", help="interpreter for Siskin (default .venv/bin/python)")
     p.add_argument("--pypy-python", metavar="EXE", help="interpreter for siskin-pypy (default .venv-pypy/bin/python)")
     p.add_argument("--siskin-root", metavar="DIR", help="run Siskin from another checkout (A/B comparisons)")
+    p.add_argument(
+        "--before-root",
+        metavar="DIR",
+        help="also offer brokers siskin-before and siskin-uvloop-before: Siskin from the checkout DIR, so that "
+        "before and after run in one sitting, alternating within each scenario (--brokers siskin,siskin-before)",
+    )
     sub = p.add_subparsers(dest="cmd")
     r = sub.add_parser("run", help="one scenario against a running broker; prints one JSON line")
     r.add_argument(

@@ -1,4 +1,6 @@
-# The routing part of the broker: where a message goes and what it is held in.
+# The routing table of the broker (Broker.routing): what a message is routed
+# by and held in. It decides nothing about a message; routing one is
+# route.py's job, which reads this table.
 #
 # It owns the subscription trie (normal subscriptions, and one SharedGroup
 # per `$share/{name}/{filter}` in place of its members), the retained store,
@@ -16,7 +18,7 @@ from common.compat import const
 
 # Spare delivery records kept for reuse at most (a burst's beyond go back
 # to the heap): enough for a steady flow, not a burst's worth on the host.
-SPARE_DELIVERIES = const(4096)
+_SPARE_DELIVERIES = const(4096)
 # An online subscriber's queue past half its limits, but at most this many
 # messages or bytes, throttles the publisher feeding it (deliver()): with the
 # host's large queues a burst still waits in the publisher's socket, not in RAM.
@@ -29,9 +31,9 @@ class Routing:
         self.trie = SubscriptionTrie(settings.match_cache_bytes)
         self.groups = {}  # SharedGroup.key() -> SharedGroup
         self.messages = MessagePool(settings.max_messages, settings.prealloc, listener)
-        # As many spare deliveries as messages, up to SPARE_DELIVERIES.
+        # As many spare deliveries as messages, up to _SPARE_DELIVERIES.
         keep = settings.max_messages
-        self.deliveries = DeliveryPool(self.messages, keep if keep < SPARE_DELIVERIES else SPARE_DELIVERIES)
+        self.deliveries = DeliveryPool(self.messages, keep if keep < _SPARE_DELIVERIES else _SPARE_DELIVERIES)
         self.retained = Retained(settings, self.messages, stats, listener)
         # Scratch reused by route(): the trie's matches (for a topic the
         # broker's TopicCache does not hold), and the stamp that marks a

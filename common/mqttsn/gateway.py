@@ -1,0 +1,595 @@
+"""The MQTT-SN v1.2 gateway inside the broker: each SN client is an ordinary
+MQTT session.
+
+Theory of operation
+-------------------
+The gateway translates at the edge of the broker (a "transparent" gateway,
+§4.2, without a second broker): every SN client gets its own sans-I/O MQTT
+client (common/client) whose connection into the broker is in memory, made
+through the driver the way a bridge's local connection is (bridge/link.py).
+So the broker's users, ACL, retained messages, wills, persistent sessions and
+their store, and $SYS apply to SN clients unchanged: the gateway only turns
+SN messages into MQTT calls and the MQTT client's events back into SN
+messages (the `on_*` handler methods of `SnClient`).
+
+    shell datagram ─► Gateway.datagram_received(addr, data) ─► SnClient
+        ─► Client (MQTT 3.1.1) ─► driver.data_received ─► broker
+    broker output ─► SnClient.write (the driver's handle) ─► Client
+        ─► handler events ─► SN datagrams ─► Gateway.take_datagrams()
+
+Nothing here re-enters the driver from inside its flush: the driver's writes
+land in the MQTT client at once, and what the client wants to send back is
+moved by `pump()` afterwards (the shell calls it after every datagram and
+tick, as a bridge runner pumps its link).
+
+Addresses are opaque to the core (the shell's own values: an (ip, port)
+tuple on the host); `addr_text` is what the log and the broker see.
+
+Topic ids: common/mqttsn/topicids.py. A message from the broker on a topic
+the client has no id for waits for the REGACK of the gateway's REGISTER
+(§6.10); messages behind it wait too, so the order is kept.
+"""
+
+from common.client.client import CONNECTED, Client
+from common.compat import ticks_deadline, ticks_diff
+from common.mqttsn import consts as S
+from common.mqttsn.codec import SnMessage, encode_message, parse_datagram
+from common.mqttsn.topicids import TopicIds, short_name
+
+# SnClient states
+WILL_TOPIC = 0  # CONNECT with the Will flag: WILLTOPICREQ sent (§6.3)
+WILL_MSG = 1  # WILLMSGREQ sent
+CONNECTING = 2  # the MQTT CONNECT is on its way
+ACTIVE = 3
+ASLEEP = 4  # DISCONNECT with a Duration (§6.14): no MQTT connection, the session queues
+AWAKE = 5  # PINGREQ while asleep: connected again until what waited is delivered and acked
+EXPIRING = 6  # asleep past its Duration: connected once more only to be lost (its will)
+GONE = 7
+
+QOS_M1_CLIENT = "mqtt-sn-qos-1"  # the one session QoS -1 PUBLISHes go through (§6.8)
+
+KEEP_ALIVE_GRACE = 1.5  # a client is lost after 1.5 x its Duration of silence (as MQTT [MQTT-3.1.2-24])
+
+
+class SnSettings:
+    """What the gateway needs of the settings (the shell fills it)."""
+
+    def __init__(self):
+        self.gw_id = 1
+        self.max_clients = 16
+        self.max_topic_ids = 32  # normal ids per client
+        self.predefined = {}  # {topic id: topic name}, for every client (§6.7)
+        self.loopback = True  # the listener is bound to loopback (anonymous access)
+        # v5 Session Expiry of an SN client's session (s): how long a sleeping
+        # or lost client's messages are kept for it
+        self.session_expiry = 86400
+
+
+class SnClient:
+    """One SN client: its MQTT client, the driver's handle for its in-memory
+    connection, its topic ids and what waits for a REGACK."""
+
+    def __init__(self, gw, addr, msg):
+        self.gw = gw
+        self.addr = addr
+        self.client_id = msg.client_id
+        self.clean = msg.clean
+        self.duration = msg.duration
+        self.state = CONNECTING
+        self.ids = TopicIds(gw.settings.max_topic_ids, gw.settings.predefined)
+        self.mqtt = None
+        self.cid = -1
+        self.ended_cid = -1  # a connection the broker ended: connection_lost owed
+        self.heard_at = 0
+        self.will_topic = None  # (topic, qos, retain) during the will handshake
+        self.will = None  # (topic, payload, qos, retain): given again at every wake-up
+        self.sleep_until = 0  # ticks: ASLEEP, lost after this
+        self.sleep_ms = 0  # 1.5 x the Duration of its last DISCONNECT
+        self.waiting = []  # MQTT PUBLISHes from the broker behind a REGISTER
+        self.reg_msg_id = 0  # the msg id of our REGISTER awaiting its REGACK (0 none)
+        self.next_msg_id = 1
+        self.subs = {}  # MQTT packet id -> (SN type of the ack, SN msg id, topic id)
+        self.qos2_in = []  # SN msg ids of QoS 2 PUBLISHes answered with PUBREC, PUBREL awaited
+
+    # ------------------------------------------------ the driver's handle
+
+    def write(self, data):
+        # A copy: the driver reuses its buffer after the call.
+        if self.mqtt is not None:
+            self.mqtt.data_received(bytes(data), self.gw.ticks_ms())
+
+    def half_close(self):
+        self._ended()
+
+    def close(self):
+        self._ended()
+
+    def abort(self):
+        self._ended()
+
+    def pending(self):
+        return 0
+
+    def pause_reading(self):
+        pass  # an SN client has no stream to hold: its QoS 1/2 publishes wait for their acks
+
+    def resume_reading(self):
+        pass
+
+    def _ended(self):
+        # The broker ended the connection (a takeover, a refusal, our own
+        # DISCONNECT): inside the driver's flush, so connection_lost is told
+        # at the next pump; the SN client hears DISCONNECT (§6.13) unless it
+        # asked to leave, and is forgotten.
+        if self.cid >= 0:
+            self.ended_cid = self.cid
+            self.cid = -1
+            self.gw.lost.append(self)
+
+    # ------------------------------------------------ MQTT client events
+
+    def on_connected(self, session_present):
+        if self.state == CONNECTING:
+            self.state = ACTIVE
+            self.send(SnMessage(S.CONNACK, return_code=S.RC_ACCEPTED))
+        elif self.state == EXPIRING:
+            self.gw.expired.append(self)
+        # AWAKE: the queued messages follow; PINGRESP once they are acked (Gateway.pump)
+
+    def on_refused(self, reason):
+        # v1.2 has no "not authorized": 0x03 "rejected: not supported" (§5.3.10)
+        self.gw.count("sn_refused_connects")
+        self.gw.log(30, "MQTT-SN client %s refused by the broker (CONNACK 0x%02x)", (self.client_id, reason))
+        self.send(SnMessage(S.CONNACK, return_code=S.RC_NOT_SUPPORTED))
+        self.state = GONE
+        self.gw.lost.append(self)
+
+    def on_message(self, pkt):
+        if self.waiting or self.reg_msg_id:
+            self.waiting.append(pkt)  # in order, behind the REGISTER
+        else:
+            self._deliver(pkt)
+
+    def on_delivered(self, token, reason):
+        if token is None:
+            return
+        msg_id, topic_id, qos = token
+        if qos < 0:
+            return  # QoS -1: nothing to answer (§6.8)
+        if qos == 2:
+            self.qos2_in.append(msg_id)
+            self.send(SnMessage(S.PUBREC, msg_id=msg_id))
+        else:
+            self.send(SnMessage(S.PUBACK, topic_id=topic_id, msg_id=msg_id, return_code=S.RC_ACCEPTED))
+
+    def on_suback(self, pid, reasons):
+        entry = self.subs.pop(pid, None)
+        if entry is None:
+            return
+        mtype, msg_id, topic_id = entry
+        if mtype == S.UNSUBACK:
+            self.send(SnMessage(S.UNSUBACK, msg_id=msg_id))
+            return
+        granted = reasons[0] if reasons else 0x80
+        if granted >= 0x80:  # the ACL or a limit refused it
+            self.gw.count("sn_refused_subscriptions")
+            self.send(SnMessage(S.SUBACK, topic_id=0, msg_id=msg_id, return_code=S.RC_NOT_SUPPORTED))
+        else:
+            self.send(SnMessage(S.SUBACK, qos=granted, topic_id=topic_id, msg_id=msg_id, return_code=0))
+
+    def on_completed(self, token):
+        pass  # (hold_release is off)
+
+    def on_release(self, pid):
+        pass  # (hold_complete is off)
+
+    def on_closed(self, why):
+        self.gw.log(30, "MQTT-SN client %s: %s", (self.client_id, why))
+        self._ended()
+
+    # ------------------------------------------------ to the SN client
+
+    def send(self, msg):
+        if self.addr is not None:  # (None: the QoS -1 session, no SN client)
+            self.gw.out.append((self.addr, encode_message(msg)))
+
+    def _msg_id(self):
+        n = self.next_msg_id
+        self.next_msg_id = n + 1 if n < 0xFFFF else 1
+        return n
+
+    def _deliver(self, pkt):
+        """Send one MQTT PUBLISH from the broker, or a REGISTER first (§6.10)."""
+        kind = self.ids.id_for(pkt.topic)
+        if kind is None:
+            topic_id, rc = self.ids.register(pkt.topic)
+            if rc:
+                # No id left for it: the message cannot be named to this client.
+                self.gw.count("sn_topic_ids_refused")
+                self.gw.log(30, "MQTT-SN client %s: no topic id for %s; message dropped", (self.client_id, pkt.topic))
+                self.mqtt.ack(pkt.packet_id)
+                return
+            self.reg_msg_id = self._msg_id()
+            self.waiting.insert(0, pkt)
+            self.send(SnMessage(S.REGISTER, topic_id=topic_id, msg_id=self.reg_msg_id, topic_name=pkt.topic))
+            return
+        topic_type, topic_id = kind
+        qos = pkt.qos
+        self.send(
+            SnMessage(
+                S.PUBLISH,
+                qos=qos,
+                retain=pkt.retain,
+                dup=pkt.dup,
+                topic_id_type=topic_type,
+                topic_id=topic_id,
+                msg_id=pkt.packet_id if qos else 0,
+                data=bytes(pkt.payload),
+            )
+        )
+
+    def _regack(self, msg):
+        if msg.msg_id != self.reg_msg_id:
+            return
+        self.reg_msg_id = 0
+        if msg.return_code:
+            # The client refused the id: what waited for it cannot be sent.
+            self.gw.count("sn_topic_ids_refused")
+            keep = []
+            for pkt in self.waiting:
+                if pkt.topic == self.ids.name_of(S.TOPIC_NORMAL, msg.topic_id):
+                    self.mqtt.ack(pkt.packet_id)
+                else:
+                    keep.append(pkt)
+            self.waiting = keep
+        waiting = self.waiting
+        self.waiting = []
+        for i in range(len(waiting)):
+            self._deliver(waiting[i])
+            if self.reg_msg_id:  # another REGISTER: the rest waits again, in order
+                self.waiting = self.waiting + waiting[i + 1 :]
+                return
+
+    # ------------------------------------------------ from the SN client
+
+    def received(self, msg, ms):
+        t = msg.mtype
+        self.heard_at = ms
+        if self.state == WILL_TOPIC:
+            if t != S.WILLTOPIC:
+                return
+            if msg.topic_name is None:  # an empty WILLTOPIC: no will after all (§6.3)
+                self._open(None, ms)
+            else:
+                self.will_topic = (msg.topic_name, msg.qos if msg.qos > 0 else 0, msg.retain)
+                self.state = WILL_MSG
+                self.send(SnMessage(S.WILLMSGREQ))
+            return
+        if self.state == WILL_MSG:
+            if t == S.WILLMSG:
+                topic, qos, retain = self.will_topic
+                self._open((topic, msg.data, qos, retain), ms)
+            return
+        if self.state == ASLEEP:
+            self._asleep(msg, ms)
+            return
+        if self.state == AWAKE and t == S.PINGREQ:
+            return  # its PINGRESP comes once what waited is delivered (Gateway.pump)
+        if self.state != ACTIVE and self.state != AWAKE:
+            return
+        if t == S.PUBLISH:
+            self._publish(msg)
+        elif t == S.REGISTER:
+            topic_id, rc = self.ids.register(msg.topic_name)
+            if rc:
+                self.gw.count("sn_topic_ids_refused")
+            self.send(SnMessage(S.REGACK, topic_id=topic_id, msg_id=msg.msg_id, return_code=rc))
+        elif t == S.REGACK:
+            self._regack(msg)
+        elif t == S.PUBACK or t == S.PUBREC:
+            self.mqtt.ack(msg.msg_id)  # MQTT PUBACK / PUBREC of the same id
+            if t == S.PUBREC:
+                self.send(SnMessage(S.PUBREL, msg_id=msg.msg_id))
+        elif t == S.PUBREL:
+            if msg.msg_id in self.qos2_in:
+                self.qos2_in.remove(msg.msg_id)
+            self.send(SnMessage(S.PUBCOMP, msg_id=msg.msg_id))
+        elif t == S.SUBSCRIBE or t == S.UNSUBSCRIBE:
+            self._subscribe(msg)
+        elif t == S.PINGREQ:
+            self.send(SnMessage(S.PINGRESP))
+        elif t == S.DISCONNECT:
+            self._disconnect(msg, ms)
+        elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
+            # MQTT 3.1.1 cannot change a will on a live connection
+            rtype = S.WILLTOPICRESP if t == S.WILLTOPICUPD else S.WILLMSGRESP
+            self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
+
+    def _disconnect(self, msg, ms):
+        """§6.13 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
+        MQTT connection ends politely (no will); asleep, the session stays
+        and queues what comes for the client."""
+        self.send(SnMessage(S.DISCONNECT))
+        if self.mqtt is not None and self.cid >= 0:
+            # a clean client's session ends with it; asleep, it must stay
+            self.mqtt.disconnect(self.clean and not msg.duration)
+        if msg.duration:
+            self.state = ASLEEP
+            self.sleep_ms = int(msg.duration * KEEP_ALIVE_GRACE * 1000)
+            self.sleep_until = ticks_deadline(ms, self.sleep_ms)
+        else:
+            self.state = GONE
+            self.gw.leaving.append(self)
+
+    def _asleep(self, msg, ms):
+        t = msg.mtype
+        if t == S.PINGREQ:
+            # §6.14: awake: the session's queued messages are sent, then PINGRESP
+            self.state = AWAKE
+            self._open(self.will, ms, False)
+        elif t == S.DISCONNECT:
+            self._disconnect(msg, ms)
+
+    def settled(self):
+        """AWAKE: everything the session held was delivered and acknowledged."""
+        c = self.mqtt
+        if c is None or c.state != CONNECTED or self.waiting or self.reg_msg_id or c.incoming or c.out:
+            return False
+        session = self.gw.driver.broker.sessions.find(self.client_id)
+        if session is None:
+            return True
+        return not session.inflight and (session.queue is None or not session.queue.count)
+
+    def _open(self, will, ms, clean=None):
+        gw = self.gw
+        c = Client(self, self.client_id, 5, self.clean if clean is None else clean)
+        c.keep_alive = 0  # in memory: the gateway watches the SN client's Duration instead
+        c.session_expiry = gw.settings.session_expiry
+        c.will = will
+        self.will = will
+        self.mqtt = c
+        if self.state != AWAKE and self.state != EXPIRING:
+            self.state = CONNECTING
+        where = "QoS -1" if self.addr is None else gw.addr_text(self.addr)
+        cid = gw.driver.connection_made(self, ("mqtt-sn " + where, None, gw.settings.loopback))
+        if cid < 0:
+            gw.count("sn_refused_connects")
+            self.send(SnMessage(S.CONNACK, return_code=S.RC_CONGESTION))
+            self.state = GONE
+            gw.lost.append(self)
+            return
+        self.cid = cid
+        c.connect(ms)
+
+    def _publish(self, msg):
+        name = self.ids.name_of(msg.topic_id_type, msg.topic_id)
+        if name is None:
+            # §6.6: unknown topic id -> PUBACK "rejected: invalid topic ID"
+            self.gw.count("sn_unknown_topic_ids")
+            self.send(SnMessage(S.PUBACK, topic_id=msg.topic_id, msg_id=msg.msg_id, return_code=S.RC_INVALID_TOPIC_ID))
+            return
+        qos = msg.qos
+        if qos <= 0:
+            self.mqtt.publish(name, msg.data, 0, msg.retain)
+            return
+        if qos == 2 and msg.msg_id in self.qos2_in:
+            self.send(SnMessage(S.PUBREC, msg_id=msg.msg_id))  # a resent one: not published twice
+            return
+        self.mqtt.publish(name, msg.data, qos, msg.retain, None, (msg.msg_id, msg.topic_id, qos))
+        self.mqtt.pump(self.gw.ticks_ms())
+
+    def _subscribe(self, msg):
+        topic_id = 0
+        if msg.topic_id_type == S.TOPIC_NORMAL:
+            name = msg.topic_name
+            if msg.mtype == S.SUBSCRIBE and "+" not in name and "#" not in name:
+                topic_id, rc = self.ids.register(name)
+                if rc:
+                    self.gw.count("sn_topic_ids_refused")
+                    self.send(SnMessage(S.SUBACK, msg_id=msg.msg_id, return_code=rc))
+                    return
+        elif msg.topic_id_type == S.TOPIC_PREDEFINED:
+            name = self.ids.name_of(S.TOPIC_PREDEFINED, msg.topic_id)
+            topic_id = msg.topic_id
+            if name is None:
+                self.gw.count("sn_unknown_topic_ids")
+                ack = S.SUBACK if msg.mtype == S.SUBSCRIBE else S.UNSUBACK
+                self.send(SnMessage(ack, msg_id=msg.msg_id, return_code=S.RC_INVALID_TOPIC_ID))
+                return
+        else:
+            name = short_name(msg.topic_id)
+            topic_id = msg.topic_id
+        if msg.mtype == S.SUBSCRIBE:
+            qos = msg.qos if msg.qos > 0 else 0
+            pid = self.mqtt.subscribe([(name, qos)])
+            self.subs[pid] = (S.SUBACK, msg.msg_id, topic_id)
+        else:
+            pid = self.mqtt.unsubscribe([name])
+            self.subs[pid] = (S.UNSUBACK, msg.msg_id, 0)
+
+
+class Gateway:
+    """Every SN client of one listener, and the datagrams waiting to go out."""
+
+    def __init__(self, driver, settings, ticks_ms, addr_text):
+        self.driver = driver
+        self.settings = settings
+        self.ticks_ms = ticks_ms
+        self.addr_text = addr_text  # the shell's address -> text for the log
+        self.clients = {}  # addr -> SnClient
+        self.out = []  # (addr, datagram)
+        self.lost = []  # SnClients whose connection the broker ended
+        self.leaving = []  # SnClients that sent DISCONNECT (their MQTT DISCONNECT goes first)
+        self.expired = []  # SnClients asleep too long, connected again: now lost (their will)
+        self.qos_m1 = None  # the SnClient QoS -1 PUBLISHes go through (made at the first)
+
+    def log(self, level, fmt, args):
+        self.driver.broker.log(level, fmt, args)
+
+    def count(self, name):
+        stats = self.driver.broker.stats
+        setattr(stats, name, getattr(stats, name) + 1)
+
+    def datagram_received(self, addr, data):
+        """One datagram from `addr`; then pump() and take_datagrams()."""
+        ms = self.ticks_ms()
+        msg, why = parse_datagram(data)
+        if msg is None:
+            self.count("sn_malformed")
+            self.log(30, "MQTT-SN datagram from %s refused: %s", (self.addr_text(addr), why))
+            return
+        t = msg.mtype
+        if t == S.SEARCHGW:  # §6.1: answered with GWINFO (unicast: the shell has the address)
+            self.out.append((addr, encode_message(SnMessage(S.GWINFO, gw_id=self.settings.gw_id))))
+            return
+        client = self.clients.get(addr)
+        if t == S.PUBLISH and msg.qos == -1 and client is None:
+            self._publish_qos_m1(msg, ms)
+            return
+        if t == S.CONNECT:
+            self._connect(addr, client, msg, ms)
+            return
+        if client is None or client.state == GONE:
+            # Not connected (a gateway restart, an expired client): DISCONNECT tells it to CONNECT again
+            self.count("sn_unknown_clients")
+            self.out.append((addr, encode_message(SnMessage(S.DISCONNECT))))
+            return
+        client.received(msg, ms)
+
+    def _connect(self, addr, client, msg, ms):
+        if client is not None:
+            self._end(client)  # a CONNECT again: the old connection ends first
+        elif len(self.clients) >= self.settings.max_clients:
+            self.count("sn_refused_connects")
+            self.log(30, "MQTT-SN client %s refused: max_clients (%d)", (msg.client_id, self.settings.max_clients))
+            self.out.append((addr, encode_message(SnMessage(S.CONNACK, return_code=S.RC_CONGESTION))))
+            return
+        client = SnClient(self, addr, msg)
+        client.heard_at = ms
+        self.clients[addr] = client
+        if msg.will:
+            client.state = WILL_TOPIC
+            client.send(SnMessage(S.WILLTOPICREQ))
+        else:
+            client._open(None, ms)
+
+    def _publish_qos_m1(self, msg, ms):
+        """§6.8: a PUBLISH without a connection, to a predefined id or a short
+        name; it goes through one session of its own (client id
+        QOS_M1_CLIENT), so the ACL judges it as that client's."""
+        c = self.qos_m1
+        if c is None or c.state == GONE:
+            hello = SnMessage(S.CONNECT, clean=True, client_id=QOS_M1_CLIENT)
+            c = SnClient(self, None, hello)
+            self.qos_m1 = c
+            self.clients[None] = c
+            c._open(None, ms)
+        name = None
+        if msg.topic_id_type != S.TOPIC_NORMAL:  # a normal id means nothing without a connection
+            name = c.ids.name_of(msg.topic_id_type, msg.topic_id)
+        if name is None:
+            self.count("sn_unknown_topic_ids")
+            return
+        c.mqtt.publish(name, msg.data, 0, msg.retain, None, (0, 0, -1))
+        c.mqtt.pump(ms)
+
+    def _end(self, client, lost=False):
+        """Forget `client`; its MQTT connection ends (lost: without DISCONNECT, so its will is published)."""
+        if self.clients.get(client.addr) is client:
+            del self.clients[client.addr]
+        client.state = GONE
+        cid = client.cid
+        client.cid = -1
+        if cid >= 0:
+            if not lost and client.mqtt is not None:
+                client.mqtt.disconnect()
+                out = client.mqtt.take_output()
+                if out:
+                    self.driver.data_received(cid, out)
+            self.driver.connection_lost(cid)
+            self.driver.flush()
+
+    def pump(self):
+        """Move every MQTT client's bytes into the driver until all is said."""
+        driver = self.driver
+        for _ in range(8):  # each round answers the last one's acks: a few at most
+            moved = False
+            for addr in list(self.clients):
+                c = self.clients.get(addr)
+                if c is None or c.cid < 0 or c.mqtt is None:
+                    continue
+                out = c.mqtt.take_output()
+                if out:
+                    moved = True
+                    driver.data_received(c.cid, out)
+                    driver.flush()
+            while self.leaving:
+                self._end(self.leaving.pop())
+            while self.expired:
+                # lost, not disconnected: the broker publishes its will
+                c = self.expired.pop()
+                self.count("sn_keep_alive_lost")
+                self._end(c, True)
+                moved = True
+            for addr in list(self.clients):
+                c = self.clients.get(addr)
+                if c is not None and c.state == AWAKE and c.settled():
+                    # §6.14: everything delivered: PINGRESP last, then asleep again
+                    c.send(SnMessage(S.PINGRESP))
+                    c.state = ASLEEP
+                    c.sleep_until = ticks_deadline(self.ticks_ms(), c.sleep_ms)
+                    c.mqtt.disconnect()
+                    moved = True
+            while self.lost:
+                c = self.lost.pop()
+                if c.ended_cid >= 0:
+                    driver.connection_lost(c.ended_cid)
+                    c.ended_cid = -1
+                    driver.flush()
+                if c.state == ASLEEP:
+                    continue  # its session queues what comes for it
+                if self.clients.get(c.addr) is c:
+                    del self.clients[c.addr]
+                    if c.state != GONE:
+                        c.state = GONE
+                        c.send(SnMessage(S.DISCONNECT))
+                moved = True
+            if not moved:
+                return
+
+    def take_datagrams(self):
+        out = self.out
+        self.out = []
+        return out
+
+    def tick(self):
+        """Keep-alive (§6.7... Duration): a silent client is lost, its will
+        published. The next deadline (ms ticks, 0 none)."""
+        ms = self.ticks_ms()
+        due = 0
+        for addr in list(self.clients):
+            c = self.clients[addr]
+            if c.state == ASLEEP:
+                deadline = c.sleep_until
+            elif c.duration and c.state != EXPIRING:
+                deadline = ticks_deadline(c.heard_at, int(c.duration * KEEP_ALIVE_GRACE * 1000))
+            else:
+                continue
+            if ticks_diff(ms, deadline) < 0:
+                if not due or ticks_diff(deadline, due) < 0:
+                    due = deadline
+            elif c.state == ASLEEP:
+                # §6.14: asleep past its Duration: lost. Its will goes out
+                # through the broker, so connect once more with it, then drop.
+                self.log(30, "MQTT-SN client %s asleep past its Duration: lost", (c.client_id,))
+                c.state = EXPIRING
+                if c.will is None:
+                    self.expired.append(c)
+                else:
+                    c._open(c.will, ms, False)
+            else:
+                self.count("sn_keep_alive_lost")
+                self.log(30, "MQTT-SN client %s silent for %d s: lost", (c.client_id, c.duration))
+                self._end(c, True)
+        self.pump()
+        return due

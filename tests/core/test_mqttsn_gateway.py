@@ -1,0 +1,314 @@
+# The MQTT-SN gateway (common/mqttsn/gateway.py) over a real Broker and
+# Driver: SN clients as datagrams by hand, an MQTT client on an in-memory
+# handle (tests/core/test_driver.py's), a hand-turned clock. Each test names
+# the MQTT-SN v1.2 flow (§6.x) it drives. Runs under MicroPython too.
+
+import unittest
+
+from common.broker.settings import new_settings
+from common.driver import Driver
+from common.mqtt import consts as C
+from common.mqtt.packets import Connect, Publish, Subscribe, encode_packet
+from common.mqttsn import consts as S
+from common.mqttsn.codec import SnMessage, encode_message, parse_datagram
+from common.mqttsn.gateway import Gateway, SnSettings
+from common.store.storeboot import new_broker
+from tests.core.test_driver import Clock, Handle
+
+SENSOR = ("10.0.0.7", 5000)  # an address: opaque to the core
+
+
+class GatewayTest(unittest.TestCase):
+    def setUp(self):
+        self.clock = Clock(0)
+        self.broker = new_broker(new_settings({}), lambda n: bytes(n), None)
+        self.driver = Driver(self.broker, self.clock.read, 2, 5)
+        sn = SnSettings()
+        sn.max_clients = 2
+        sn.max_topic_ids = 2
+        sn.predefined = {7: "plant/alarm"}
+        self.gw = Gateway(self.driver, sn, self.clock.read, lambda a: "%s:%d" % a)
+
+    def sn(self, msg, addr=SENSOR):
+        """Send one SN message (or raw bytes); the SN messages that came back to addr."""
+        data = msg if isinstance(msg, bytes) else encode_message(msg)
+        self.gw.datagram_received(addr, data)
+        self.gw.pump()
+        return self.replies(addr)
+
+    def replies(self, addr=SENSOR):
+        got = []
+        for to, data in self.gw.take_datagrams():
+            self.assertEqual(to, addr)
+            msg, why = parse_datagram(data)
+            self.assertIsNone(why)
+            got.append(msg)
+        return got
+
+    def connect(self, client_id="s1", addr=SENSOR, duration=60):
+        got = self.sn(SnMessage(S.CONNECT, clean=True, duration=duration, client_id=client_id), addr)
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, 0)])
+
+    def mqtt(self, client_id, *filters):
+        h = Handle(4)
+        cid = self.driver.connection_made(h)
+        self.driver.data_received(cid, encode_packet(Connect(4, True, 0, client_id), 4))
+        for i, f in enumerate(filters):
+            self.driver.data_received(cid, encode_packet(Subscribe(i + 1, [(f, 1)]), 4))
+        self.driver.flush()
+        h.types()
+        return cid, h
+
+    def publish(self, cid, topic, payload, qos=0, retain=False):
+        self.driver.data_received(
+            cid, encode_packet(Publish(topic, payload, qos, retain, False, 1 if qos else 0, None), 4)
+        )
+        self.driver.flush()
+        self.gw.pump()
+
+
+class TestConnect(GatewayTest):
+    def test_connect_connack_and_a_broker_session(self):
+        # §6.2: CONNECT -> CONNACK accepted; the client is an ordinary session
+        self.connect("s1")
+        self.assertIsNotNone(self.broker.sessions.find("s1"))
+
+    def test_will_handshake(self):
+        # §6.3: CONNECT with Will -> WILLTOPICREQ, WILLTOPIC -> WILLMSGREQ, WILLMSG -> CONNACK;
+        # the will is published when the client is lost (§6.7 keep alive)
+        _cid, h = self.mqtt("watcher", "w/#")
+        got = self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=10, client_id="s1"))
+        self.assertEqual([m.mtype for m in got], [S.WILLTOPICREQ])
+        got = self.sn(SnMessage(S.WILLTOPIC, qos=1, topic_name="w/s1"))
+        self.assertEqual([m.mtype for m in got], [S.WILLMSGREQ])
+        got = self.sn(SnMessage(S.WILLMSG, data=b"gone"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, 0)])
+        self.clock.ms = 14999
+        self.gw.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 15000  # 1.5 x Duration
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_max_clients_is_congestion(self):
+        # a limit: CONNACK 0x01 "rejected: congestion", counted
+        self.connect("a", ("h", 1))
+        self.connect("b", ("h", 2))
+        got = self.sn(SnMessage(S.CONNECT, clean=True, duration=60, client_id="c"), ("h", 3))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_refused_connects, 1)
+
+    def test_disconnect(self):
+        # §6.13: DISCONNECT -> DISCONNECT; the MQTT connection ends politely (no will)
+        self.connect("s1")
+        got = self.sn(SnMessage(S.DISCONNECT))
+        self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
+        self.assertEqual(self.gw.clients, {})
+        self.assertEqual(self.broker.connections.live, 0)
+
+    def test_unknown_client_gets_disconnect(self):
+        got = self.sn(SnMessage(S.PINGREQ))
+        self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
+        self.assertEqual(self.broker.stats.sn_unknown_clients, 1)
+
+    def test_pingreq_pingresp_and_searchgw(self):
+        # §6.15 PINGREQ -> PINGRESP; §6.1 SEARCHGW -> GWINFO
+        self.connect("s1")
+        self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ))], [S.PINGRESP])
+        got = self.sn(SnMessage(S.SEARCHGW, radius=1), ("x", 9))
+        self.assertEqual([(m.mtype, m.gw_id) for m in got], [(S.GWINFO, 1)])
+
+    def test_malformed_counted(self):
+        for data in (b"", b"\x03\x0d", b"\x02\x03", b"\x01\x00\x09\x16"):
+            self.assertEqual(self.sn(data), [])
+        self.assertEqual(self.broker.stats.sn_malformed, 4)
+
+
+class TestPublishFromSn(GatewayTest):
+    def test_register_then_publish_qos0_1_2(self):
+        # §6.5 REGISTER/REGACK, §6.6 PUBLISH QoS 0/1 (PUBACK), QoS 2 (PUBREC, PUBREL, PUBCOMP)
+        _cid, h = self.mqtt("watcher", "a/#")
+        self.connect("s1")
+        got = self.sn(SnMessage(S.REGISTER, msg_id=1, topic_name="a/b"))
+        self.assertEqual([(m.mtype, m.topic_id, m.msg_id, m.return_code) for m in got], [(S.REGACK, 1, 1, 0)])
+        self.assertEqual(self.sn(SnMessage(S.PUBLISH, topic_id=1, data=b"q0")), [])
+        got = self.sn(SnMessage(S.PUBLISH, qos=1, topic_id=1, msg_id=5, data=b"q1"))
+        self.assertEqual([(m.mtype, m.msg_id, m.return_code) for m in got], [(S.PUBACK, 5, 0)])
+        got = self.sn(SnMessage(S.PUBLISH, qos=2, topic_id=1, msg_id=6, data=b"q2"))
+        self.assertEqual([(m.mtype, m.msg_id) for m in got], [(S.PUBREC, 6)])
+        # a resent QoS 2 PUBLISH is not published twice
+        got = self.sn(SnMessage(S.PUBLISH, qos=2, dup=True, topic_id=1, msg_id=6, data=b"q2"))
+        self.assertEqual([(m.mtype, m.msg_id) for m in got], [(S.PUBREC, 6)])
+        got = self.sn(SnMessage(S.PUBREL, msg_id=6))
+        self.assertEqual([(m.mtype, m.msg_id) for m in got], [(S.PUBCOMP, 6)])
+        self.driver.flush()
+        pubs = [p for p in h.inbox if p.ptype == C.PUBLISH]
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in pubs], [("a/b", b"q0"), ("a/b", b"q1"), ("a/b", b"q2")])
+
+    def test_unknown_topic_id_rejected(self):
+        # §6.6: PUBLISH with an unknown topic id -> PUBACK 0x02
+        self.connect("s1")
+        got = self.sn(SnMessage(S.PUBLISH, qos=1, topic_id=9, msg_id=2, data=b"x"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.PUBACK, S.RC_INVALID_TOPIC_ID)])
+        self.assertEqual(self.broker.stats.sn_unknown_topic_ids, 1)
+
+    def test_predefined_and_short_topics(self):
+        # §6.7: predefined ids (settings) and short names need no REGISTER
+        _cid, h = self.mqtt("watcher", "#")
+        self.connect("s1")
+        self.sn(SnMessage(S.PUBLISH, topic_id_type=S.TOPIC_PREDEFINED, topic_id=7, data=b"p"))
+        self.sn(SnMessage(S.PUBLISH, topic_id_type=S.TOPIC_SHORT, topic_id=0x6162, data=b"s"))
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("plant/alarm", b"p"), ("ab", b"s")])
+
+    def test_topic_id_table_full(self):
+        # the per-client bound: REGACK 0x01 congestion, counted
+        self.connect("s1")
+        self.sn(SnMessage(S.REGISTER, msg_id=1, topic_name="t/1"))
+        self.sn(SnMessage(S.REGISTER, msg_id=2, topic_name="t/2"))
+        got = self.sn(SnMessage(S.REGISTER, msg_id=3, topic_name="t/3"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.REGACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_topic_ids_refused, 1)
+
+
+class TestDeliveryToSn(GatewayTest):
+    def test_wildcard_subscription_register_before_publish(self):
+        # §6.9 SUBSCRIBE with a wildcard -> SUBACK topic id 0; §6.10 the gateway's REGISTER
+        # comes before the first PUBLISH on a new topic, which waits for the REGACK
+        self.connect("s1")
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=3, topic_name="s/+"))
+        self.assertEqual([(m.mtype, m.topic_id, m.msg_id, m.qos, m.return_code) for m in got], [(S.SUBACK, 0, 3, 1, 0)])
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "s/t", b"one", 1)
+        self.publish(cid, "s/t", b"two", 1)
+        got = self.replies()
+        self.assertEqual([(m.mtype, m.topic_name) for m in got], [(S.REGISTER, "s/t")])
+        got = self.sn(SnMessage(S.REGACK, topic_id=got[0].topic_id, msg_id=got[0].msg_id))
+        self.assertEqual(
+            [(m.mtype, m.topic_id, m.qos, m.data) for m in got], [(S.PUBLISH, 1, 1, b"one"), (S.PUBLISH, 1, 1, b"two")]
+        )
+        # PUBACK from the SN client acknowledges the MQTT delivery
+        for m in got:
+            self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=m.msg_id))
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
+
+    def test_subscribe_topic_name_gets_id_and_retained(self):
+        # §6.9: SUBSCRIBE to a name -> SUBACK with its topic id; a retained message follows
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "r/x", b"kept", 0, True)
+        self.connect("s1")
+        got = self.sn(SnMessage(S.SUBSCRIBE, msg_id=4, topic_name="r/x"))
+        self.assertEqual([(m.mtype, m.topic_id) for m in got], [(S.SUBACK, 1), (S.PUBLISH, 1)])
+        self.assertTrue(got[1].retain)
+        self.assertEqual(got[1].data, b"kept")
+
+    def test_subscribe_short_and_predefined_qos2(self):
+        # §6.7 and §6.9; QoS 2 to the SN client: PUBLISH, PUBREC -> PUBREL, PUBCOMP
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=2, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "plant/alarm", b"fire", 2)
+        got = self.replies()
+        self.assertEqual(
+            [(m.mtype, m.topic_id_type, m.topic_id, m.qos) for m in got], [(S.PUBLISH, S.TOPIC_PREDEFINED, 7, 2)]
+        )
+        got = self.sn(SnMessage(S.PUBREC, msg_id=got[0].msg_id))
+        self.assertEqual([m.mtype for m in got], [S.PUBREL])
+        self.sn(SnMessage(S.PUBCOMP, msg_id=got[0].msg_id))
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
+
+    def test_unsubscribe(self):
+        # §6.11 UNSUBSCRIBE -> UNSUBACK; nothing more is delivered
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, topic_id_type=S.TOPIC_SHORT, msg_id=1, topic_id=0x6162))
+        got = self.sn(SnMessage(S.UNSUBSCRIBE, topic_id_type=S.TOPIC_SHORT, msg_id=2, topic_id=0x6162))
+        self.assertEqual([(m.mtype, m.msg_id) for m in got], [(S.UNSUBACK, 2)])
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "ab", b"x")
+        self.assertEqual(self.replies(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class TestSleepingClients(GatewayTest):
+    def sleep(self, duration=100):
+        got = self.sn(SnMessage(S.DISCONNECT, duration=duration))
+        self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
+
+    def test_buffered_while_asleep_flushed_on_pingreq_pingresp_last(self):
+        # §6.14: DISCONNECT with Duration -> asleep; the session queues; PINGREQ -> the
+        # buffered messages, then PINGRESP last; asleep again after it
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=1, topic_name="s/+"))
+        self.sleep()
+        self.assertEqual(self.broker.connections.live, 0)
+        cid, _h = self.mqtt("pub")
+        for i in range(3):
+            self.publish(cid, "s/t", b"m%d" % i, 1)
+        self.assertEqual(self.replies(), [])
+        self.assertEqual(self.broker.sessions.find("s1").queue.count, 3)
+        got = self.sn(SnMessage(S.PINGREQ, client_id="s1"))
+        self.assertEqual([m.mtype for m in got], [S.REGISTER])
+        got = self.sn(SnMessage(S.REGACK, topic_id=got[0].topic_id, msg_id=got[0].msg_id))
+        self.assertEqual([(m.mtype, m.data) for m in got], [(S.PUBLISH, b"m0"), (S.PUBLISH, b"m1"), (S.PUBLISH, b"m2")])
+        answers = []
+        for m in got:
+            answers += self.sn(SnMessage(S.PUBACK, topic_id=m.topic_id, msg_id=m.msg_id))
+        self.assertEqual([m.mtype for m in answers], [S.PINGRESP])  # last, after every PUBACK
+        self.assertEqual(self.broker.connections.live, 1)  # (the publisher only: asleep again)
+        self.publish(cid, "s/t", b"later", 1)
+        self.assertEqual(self.replies(), [])
+        # awake with nothing more than the one queued: PUBLISH (known id now), PUBACK, PINGRESP
+        got = self.sn(SnMessage(S.PINGREQ, client_id="s1"))
+        self.assertEqual([(m.mtype, m.data) for m in got], [(S.PUBLISH, b"later")])
+        got = self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=got[0].msg_id))
+        self.assertEqual([m.mtype for m in got], [S.PINGRESP])
+
+    def test_pingreq_with_nothing_buffered(self):
+        self.connect("s1")
+        self.sleep()
+        self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ, client_id="s1"))], [S.PINGRESP])
+
+    def test_sleep_expiry_publishes_the_will(self):
+        # §6.14: a client asleep past its Duration is lost: its will goes out
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/s1"))
+        self.sn(SnMessage(S.WILLMSG, data=b"gone"))
+        self.sleep(20)
+        self.clock.ms = 29999
+        self.gw.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 30000  # 1.5 x 20 s
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
+        self.assertEqual(self.gw.clients, {})
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_clean_client_disconnect_ends_its_session(self):
+        self.connect("s1")
+        self.sn(SnMessage(S.DISCONNECT))
+        self.assertIsNone(self.broker.sessions.find("s1"))
+
+
+class TestQosMinusOne(GatewayTest):
+    def test_publish_without_connection(self):
+        # §6.8: QoS -1 to a predefined id and a short name, no CONNECT; a normal id is refused
+        _cid, h = self.mqtt("watcher", "#")
+        self.assertEqual(
+            self.sn(SnMessage(S.PUBLISH, qos=-1, topic_id_type=S.TOPIC_PREDEFINED, topic_id=7, data=b"a")), []
+        )
+        self.sn(SnMessage(S.PUBLISH, qos=-1, topic_id_type=S.TOPIC_SHORT, topic_id=0x6162, data=b"b"))
+        self.sn(SnMessage(S.PUBLISH, qos=-1, topic_id=1, data=b"c"))
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("plant/alarm", b"a"), ("ab", b"b")])
+        self.assertEqual(self.broker.stats.sn_unknown_topic_ids, 1)
