@@ -54,6 +54,7 @@ from common.broker.settings import (
     resolve,
     with_defaults,
 )
+from common.broker.settings import JWT as COMMON_JWT
 from common.broker.settings import SECURITY as COMMON_SECURITY
 from common.broker.settings import SERVER as COMMON_SERVER
 from common.broker.settings import TLS as COMMON_TLS
@@ -122,24 +123,16 @@ SECURITY = (
 )
 # [security.jwt] (docs/security.md "JWT logins"): on when the table is present.
 JWT: tuple[tuple[Any, ...], ...] = (
-    ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
-    ("secret", None, K_STR, None, None),  # the HMAC secret itself (go-auth's jwt_secret); prefer secret_file
+    *COMMON_JWT[:2],  # secret_file, secret
     ("public_key_file", None, K_STR, None, None),  # PEM public key or certificate: RSA, EC or Ed25519
     ("jwks_url", None, K_STR, None, None),  # a key set (JWKS) fetched at start and kept fresh (https://)
     ("jwks_refresh", 300, K_NUMBER, 10, None),  # s between two fetches of jwks_url (also one on an unknown kid)
-    ("algorithms", [], K_LIST, None, None),  # narrow the algorithms the keys allow; [] = every one of their type
-    ("token_in", "password", K_CHOICE, ("password", "username"), None),  # the CONNECT field that carries the token
-    ("issuer", None, K_STR, None, None),  # the iss a token must name; not set: not checked
-    ("audience", None, K_STR, None, None),  # a value a token's aud must hold; not set: not checked
-    ("leeway", 0, K_INT, 0, 3600),  # s of clock skew allowed on exp and nbf
-    ("require_exp", True, K_BOOL, None, None),  # refuse tokens without exp
-    ("user_claim", "sub", K_STR, None, None),  # the claim that names the user
-    ("acl_claim", "acl", K_STR, None, None),  # the claim {publish: [...], subscribe: [...]} of ACL rules
-    ("max_token_bytes", 4096, K_INT, 256, 65536),  # longer tokens are refused before parsing
+    *COMMON_JWT[2:],  # algorithms, token_in, issuer, audience, leeway, require_exp, user_claim, acl_claim, max_token_bytes
 )
 # [security.http] (docs/security.md "The HTTP auth hook"): on when the table is present.
 AUTH_HOOK: tuple[tuple[Any, ...], ...] = (
     ("url", "", K_STR, None, None),  # where each CONNECT's check is POSTed (http:// or https://); required
+    ("acl_url", "", K_STR, None, None),  # where each PUBLISH's and SUBSCRIBE's check is POSTed; "" = none
     ("timeout", 2.0, K_NUMBER, 0.05, 30),  # s for the whole answer; then "no answer"
     ("cache_ttl", 300, K_NUMBER, 0, None),  # s an allow is used without asking again
     ("negative_ttl", 30, K_NUMBER, 0, None),  # s a refusal is used without asking again

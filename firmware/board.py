@@ -8,6 +8,15 @@
 
 import time
 
+# Seconds from 1970 to this port's epoch (2000 on boards that count from there).
+EPOCH_OFFSET = 946684800 if time.gmtime(0)[0] == 2000 else 0
+
+
+def wall():
+    """Seconds since 1970 (the bridge's SAS tokens, JWT exp/nbf): the board
+    must have its time set (NTP) for either."""
+    return time.time() + EPOCH_OFFSET
+
 
 def has_network():
     try:

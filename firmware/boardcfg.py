@@ -25,6 +25,7 @@ import json
 from errno import ENOENT
 
 from common.broker.settings import (
+    JWT,
     K_BOOL,
     K_CHOICE,
     K_INT,
@@ -198,6 +199,7 @@ def load_device(path, missing_ok=False):
     data = _strip_comments(read_json(path, "{}" if missing_ok else None))
     bridges = data.pop("bridge", None)
     ppp = data.pop("ppp", None)
+    jwt = data.pop("jwt", None)
     cfg.update(check(path, data, DEVICE, _DEVICE_DOC))
     cfg["ppp"] = None
     if ppp is not None:
@@ -205,6 +207,12 @@ def load_device(path, missing_ok=False):
         from common.uplink.settings import parse_ppp
 
         cfg["ppp"] = parse_ppp(path, ppp)
+    cfg["jwt"] = None
+    if jwt is not None:
+        # JWT logins (docs/security.md "JWT logins"): HMAC secrets only on a board.
+        if not isinstance(jwt, dict):
+            raise ConfigError('%s: jwt wants an object ({"secret_file": ...}; %s)' % (path, _DEVICE_DOC))
+        cfg["jwt"] = check(path + ": jwt", _strip_comments(jwt), JWT, _DEVICE_DOC)
     cfg["bridge"] = []
     if bridges is not None:
         # The host's [[bridge]] tables as a list of objects, each with its
@@ -218,6 +226,8 @@ def load_device(path, missing_ok=False):
     for key in ("password_file", "acl_file", "certfile", "keyfile", "cafile"):
         if cfg[key] is not None:
             cfg[key] = resolve(base, cfg[key])
+    if cfg["jwt"] is not None and cfg["jwt"].get("secret_file") is not None:
+        cfg["jwt"]["secret_file"] = resolve(base, cfg["jwt"]["secret_file"])
     for b in cfg["bridge"]:
         b.cafile = resolve(base, b.cafile)
         b.certfile = resolve(base, b.certfile)
@@ -235,6 +245,24 @@ def load_security(cfg):
 
     users, acl = load(_read_text, cfg["password_file"], cfg["acl_file"])
     return users, acl, cfg["allow_anonymous"]
+
+
+def load_jwt(opts, wall, where="device config"):
+    """The core's JwtAuth of the device config's "jwt" object: its HMAC
+    secret (secret_file, else secret) verifies HS256/384/512 with the
+    port's hashlib; `wall`: () -> s since 1970 (firmware/board.wall)."""
+    from common.broker.jwt_auth import JwtAuth, hmac_key
+
+    narrow = opts.get("algorithms") or None
+    if opts.get("secret_file") is not None:
+        name = opts["secret_file"]
+        secret = _read_bytes(name).rstrip()
+    elif opts.get("secret") is not None:
+        name = where + ": jwt secret"
+        secret = opts["secret"].encode()
+    else:
+        raise ConfigError("%s: jwt: set secret_file (or secret): a board verifies HMAC tokens (HS256/384/512)" % where)
+    return JwtAuth([hmac_key(secret, name, narrow)], wall, opts)
 
 
 def _read_text(path, key):

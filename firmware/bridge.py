@@ -34,9 +34,7 @@ from errno import EINPROGRESS
 from common.bridge.runner import Runner
 from common.compat import TICKS_MASK, ticks_diff
 from firmware import poller
-
-# Seconds from 1970 to this port's epoch (2000 on boards that count from there).
-EPOCH_OFFSET = 946684800 if time.gmtime(0)[0] == 2000 else 0
+from firmware.board import wall as board_wall
 
 
 def ticks():
@@ -216,7 +214,7 @@ class BoardRuntime:
         return ticks()
 
     def wall(self):
-        return time.time() + EPOCH_OFFSET
+        return board_wall()
 
     def wake(self):
         self.woken.set()

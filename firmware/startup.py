@@ -104,6 +104,11 @@ def start(argv, root):
     )
     driver.free_heap = gc.mem_free  # (the Sparkplug edge node's "Heap/Free Bytes")
     driver.set_security(*security)
+    if cfg["jwt"] is not None:
+        from firmware.board import wall
+        from firmware.boardcfg import load_jwt
+
+        driver.broker.jwt = load_jwt(cfg["jwt"], wall, args["config"])
     if store is not None:
         # The restore reads the store one record at a time and makes the
         # objects that stay between the garbage of each read: collected only

@@ -187,7 +187,8 @@ class Bridge(Figures):
         self.rate_mark = (0, 0)  # (ticks, sent) of the last rate figure
         self.rate = 0  # messages acknowledged upstream per second, over the last sys interval
         self.pacer = None  # pacing.Pacer: egress paced (publish_rate, bytes_rate or the profile's)
-        rates = (p.publish_rate if s.publish_rate < 0 else s.publish_rate, p.bytes_rate if s.bytes_rate < 0 else s.bytes_rate)
+        paced = p.pace(s)
+        rates = (paced[0] if s.publish_rate < 0 else s.publish_rate, paced[1] if s.bytes_rate < 0 else s.bytes_rate)
         if rates[0] or rates[1]:
             from common.bridge.pacing import Pacer
 

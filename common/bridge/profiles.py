@@ -18,7 +18,9 @@ a profile needs at start; `refusal()` checks each message on its way up.
             user name "<hub>/<device>/?api-version=...", the password a SAS
             token signed from the device key and renewed before it expires;
             up to devices/<device>/messages/events/, down from
-            devices/<device>/messages/devicebound/#; a payload of at most 256 KB
+            devices/<device>/messages/devicebound/#; a payload of at most 256 KB;
+            egress paced at 90 % of the hub's device-to-cloud throttle for
+            its azure_tier and azure_units (S1, 1 unit: 90 publishes/s)
     hosted  a hosted MQTT service with TLS and a user name (HiveMQ Cloud,
             EMQX Cloud ...): TLS required, user name and password required,
             no bridge bit (MQTT 5's No Local instead)
@@ -81,8 +83,37 @@ class Profile:
         connection to `host` at wall-clock time `wall` (s since 1970)."""
         return settings.username, settings.password, 0
 
+    def pace(self, settings):
+        """(publishes/s, bytes/s) the bridge is paced at when its settings
+        leave them to the profile (-1); 0 = none."""
+        return self.publish_rate, self.bytes_rate
+
+
+# IoT Hub's throttle of device-to-cloud sends per tier (Microsoft's "IoT Hub
+# quotas and throttling"): Free, B1, S1: 12/s per unit but at least 100/s;
+# B2, S2: 120/s per unit; B3, S3: 6,000/s per unit. It is the hub's, shared
+# by all its devices, and IoT Hub answers beyond it with throttling errors
+# (disconnects over MQTT); no bytes/s throttle (the daily quota counts
+# messages in 4 KB blocks, 0.5 KB on Free). Tier -> (per unit, at least).
+AZURE_TIERS = {
+    "free": (12, 100),
+    "b1": (12, 100),
+    "s1": (12, 100),
+    "b2": (120, 0),
+    "s2": (120, 0),
+    "b3": (6000, 0),
+    "s3": (6000, 0),
+}
+AZURE_TIER_NAMES = ("free", "b1", "b2", "b3", "s1", "s2", "s3")
+
 
 class Azure(Profile):
+    def pace(self, settings):
+        # 90 % of the hub's throttle for its tier and units, as aws's.
+        per_unit, floor = AZURE_TIERS[settings.azure_tier]
+        sends = per_unit * settings.azure_units
+        return (sends if sends > floor else floor) * 9 // 10, 0
+
     def credentials(self, settings, host, wall):
         hub = settings.hub or host
         device = settings.client_id

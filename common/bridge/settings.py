@@ -8,7 +8,7 @@ the profile needs (profiles.py), and returns one BridgeSettings each;
 ConfigError (one line: the table, the key, what to do) otherwise.
 """
 
-from common.bridge.profiles import PROFILES, profile_named
+from common.bridge.profiles import AZURE_TIER_NAMES, PROFILES, profile_named
 from common.bridge.rules import BOTH, HASH, IN, OUT, Rule, placeholder
 from common.broker.settings import K_BOOL, K_CHOICE, K_INT, K_LIST, K_NUMBER, K_STR, ConfigError, check, defaults
 from common.broker.topics import validate_topic_filter, validate_topic_name
@@ -51,7 +51,7 @@ BRIDGE = (
     ),  # mqtt | nats | aws | azure | hosted: what the upstream takes (docs/bridge.md, "Profiles")
     ("max_inflight", 20, K_INT, 1, 65535),  # messages sent up and not yet acknowledged
     ("window", 32, K_INT, 1, 65535),  # messages this broker hands the bridge before their ack (the rest stay queued)
-    ("publish_rate", -1, K_INT, -1, None),  # publishes/s up at most (pacing); -1 = the profile's (aws: 90), 0 = none
+    ("publish_rate", -1, K_INT, -1, None),  # publishes/s up at most (pacing); -1 = the profile's (aws: 90; azure: by tier), 0 = none
     ("bytes_rate", -1, K_INT, -1, None),  # topic + payload bytes/s up at most; -1 = the profile's (aws: 471859), 0 = none
     ("local_client_id", "", K_STR, None, None),  # the local session's client id ("" = "siskin-bridge-<name>")
     ("backoff_min", 1.0, K_NUMBER, 0.1, None),  # s before the first retry; doubles per failure
@@ -60,6 +60,11 @@ BRIDGE = (
     ("hub", "", K_STR, None, None),  # azure: the IoT Hub's host name ("" = the address's host)
     ("device_key", "", K_STR, None, None),  # azure: the device's key (base64): SAS tokens are made of it
     ("sas_ttl", 3600, K_INT, 60, None),  # azure: s a SAS token lasts (renewed at 4/5 of it)
+    # azure: the hub's tier and units; the pace defaults to 90 % of its
+    # device-to-cloud throttle (free, b1, s1: 12/s a unit, at least 100/s;
+    # b2, s2: 120/s a unit; b3, s3: 6,000/s a unit)
+    ("azure_tier", "s1", K_CHOICE, AZURE_TIER_NAMES, None),
+    ("azure_units", 1, K_INT, 1, None),
     # Sparkplug: the primary host application's id upstream ("" = off): while
     # its spBv1.0/STATE/<id> there is not online, nothing goes up (docs/sparkplug.md)
     ("sparkplug_host", "", K_STR, None, None),

@@ -242,11 +242,20 @@ class Broker:
         self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
         self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
         self.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
-        self.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*)
-        if s.rate_messages or s.rate_bytes or s.rate_subscribes:
+        self.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*, user_rate_*, listener_rate_*)
+        if (
+            s.rate_messages or s.rate_bytes or s.rate_subscribes
+            or s.user_rate_messages or s.user_rate_bytes or s.user_rate_subscribes
+            or s.listener_rate_messages or s.listener_rate_bytes or s.listener_rate_subscribes
+        ):  # fmt: skip
             from common.broker.ratelimit import RateLimits
 
             self.rates = RateLimits(s, s.max_connections + REFUSAL_SLOTS)
+        self.connect_rate = None  # connect_rate.ConnectRate when rate_connects is set
+        if s.rate_connects:
+            from common.broker.connect_rate import ConnectRate
+
+            self.connect_rate = ConnectRate(s.rate_connects)
         self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
         # Reused for every PUBLISH and ack received (decode_packet_into)
         # and the warm topic names: none of them is allocated per message.
@@ -280,11 +289,14 @@ class Broker:
     def connection_made(self, now, ms=None, peer=None):
         """Register an accepted connection; its id, or -1 to close it at once.
 
-        `peer`, from the shell: None, or a tuple (address, identity, local):
+        `peer`, from the shell: None, or a tuple (address, identity, local
+        [, listener]):
         the peer's address as text for the log ("192.0.2.7:50432"), the
         identity its TLS client certificate proved (None: none), and whether
         the listener it came in on listens on loopback only (what anonymous
-        access depends on). None counts as a local peer without identity.
+        access depends on), and the listener's index from 0 (its shared
+        listener_rate_* bucket; left out: 0). None counts as a local peer
+        without identity.
         """
         if self.started is None:
             self.started = now
@@ -311,7 +323,7 @@ class Broker:
                 conn.extra().mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
-            self.rates.opened(conn.cid, now)
+            self.rates.opened(conn.cid, now, peer)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -344,6 +356,15 @@ class Broker:
                 ptype = first >> 4
                 pkt = DECODE[ptype](self, first, reader, conn.level)
                 if LEGAL_IN[conn.state] >> ptype & 1:
+                    hook = self.hook
+                    if (
+                        hook is not None
+                        and hook.ask_topic is not None
+                        and (ptype == C.PUBLISH or ptype == C.SUBSCRIBE)
+                        and not hook.topics_known(self, conn, ptype, pkt, now)
+                    ):
+                        reader.again()  # (it waits for the hook's answer: external_auth.py)
+                        break
                     HANDLE[ptype](self, conn, pkt, now)
                 elif conn.state == NEW:
                     self.close(conn, now, publish_will=False)  # not legal before CONNACK (above)
@@ -397,6 +418,8 @@ class Broker:
             session_life.end(self, conn, now)
         if cid in self.throttled:
             self.throttled.remove(cid)
+        if self.rates is not None:
+            self.rates.closed(cid)
         self.output.lost(cid)
         self.connections.release(conn)
 

@@ -22,6 +22,21 @@
 # 0x88 Server unavailable, counted in auth_offline_refused. An `offline`
 # allow (a cached allow used while the service is away) is counted in
 # auth_offline_allowed and logged. `why` goes to the log.
+#
+# Checks of each PUBLISH and SUBSCRIBE (optional: the shell sets ask_topic,
+# the host's [security.http] acl_url). Before the broker handles a PUBLISH
+# or SUBSCRIBE of a client with a user name (Broker.data_received),
+# topics_known() asks ask_topic(cid, user, client_id, write, topic) for
+# each topic (a PUBLISH's, resolved from its alias; each filter of a
+# SUBSCRIBE). The shell answers from its cache (True / False) or asks
+# and returns None: then the packet is put back in the client's reader and
+# the client is held back (not read, as a rate limit holds it) until
+# topic_answered(); nothing else waits. The verdicts of the packet let
+# through are what denied() tells the handlers: a PUBLISH refused as the
+# ACL refuses it (v5 PUBACK/PUBREC 0x87, 3.1.1 acknowledged and dropped,
+# denied_publish), a filter with SUBACK 0x87 / 0x80 (denied_subscribe). A
+# topic without a verdict is denied (fail-closed); the shell answers False
+# for a service that does not answer.
 
 from common.broker.login import source_address
 from common.mqtt import consts as C
@@ -34,6 +49,9 @@ class ExternalAuth:
 
     def __init__(self, ask):
         self.ask = ask
+        self.ask_topic = None  # (cid, user, client id, write, topic) -> True, False, None (asked)
+        self.verdicts = {}  # (write, topic) -> allowed: the packet being handled's
+        self.holding = {}  # cid -> its Connection's Extras: held back for an answer
         self.serial = 0
         self.waiting = {}  # cid -> the serial of its question
         self.answers = {}  # cid -> the verdict the resumed CONNECT takes
@@ -109,3 +127,87 @@ class ExternalAuth:
         """The rules its allow carried (a granted.shape()), or None."""
         entry = self.rules.get(conn.cid)
         return entry[1] if entry is not None and entry[0] is conn.extras else None
+
+    def topics_known(self, broker, conn, ptype, pkt, now):
+        """Before a PUBLISH or SUBSCRIBE is handled: True when the verdict
+        on each of its topics is known (kept for denied()); False when one
+        is asked, and the client is held back until topic_answered()."""
+        verdicts = self.verdicts
+        verdicts.clear()
+        user = conn.user
+        if user is None:
+            return True  # (no user name: the anonymous rule and the file ACL judge it)
+        if ptype == C.PUBLISH:
+            write = True
+            topics = (_publish_topic(conn, pkt),)
+        else:
+            write = False
+            topics = [flt for flt, _options in pkt.topics]
+        waiting = False
+        client_id = conn.session.client_id
+        for topic in topics:
+            if topic is None:
+                continue  # (an unknown alias: handle_publish refuses the packet)
+            verdict = self.ask_topic(conn.cid, user, client_id, write, topic)
+            if verdict is None:
+                waiting = True
+            else:
+                verdicts[(write, topic)] = verdict
+        if not waiting:
+            return True
+        cid = conn.cid
+        self.holding[cid] = conn.extra()
+        throttled = broker.throttled
+        if cid not in throttled:
+            if not throttled:
+                broker.throttled_since = now
+            throttled.append(cid)
+            broker.throttle_changed = True
+        return False
+
+    def denied(self, conn, write, topic):
+        """Whether the service refused (or did not judge) `topic` for the
+        packet being handled; False for a client it does not judge."""
+        if self.ask_topic is None or conn.user is None:
+            return False
+        return not self.verdicts.get((write, topic), False)
+
+    def refused(self, broker, session, what, topic, now):
+        """A PUBLISH or a filter denied(): counted as the ACL's refusals
+        are (denied_publish, denied_subscribe), logged at most once a second."""
+        st = broker.stats
+        if what == "SUBSCRIBE":
+            st.denied_subscribe += 1
+        else:
+            st.denied_publish += 1
+        if now >= broker.denied_log_at:
+            broker.denied_log_at = now + 1
+            broker.log(30, "%s: %s %s refused by the auth hook (user %s)", (session.client_id, what, topic, session.conn.user))
+
+    def topic_answered(self, broker, cid):
+        """The shell has an answer for `cid`: read it again (its packet,
+        back in its reader, is judged again from the shell's cache)."""
+        extras = self.holding.pop(cid, None)
+        if extras is None or broker.connections.by_id[cid].extras is not extras:
+            return  # (gone, or another connection's now)
+        rates = broker.rates
+        if rates is not None and cid < len(rates.hit) and rates.hit[cid]:
+            return  # (held for its rates too: ratelimit.py reads it again)
+        if cid in broker.throttled:
+            broker.throttled.remove(cid)
+            broker.throttle_changed = True
+
+
+def _publish_topic(conn, pkt):
+    # The PUBLISH's topic, a v5 Topic Alias resolved without defining it
+    # (handle_publish does that); None for an alias not defined yet.
+    if pkt.topic:
+        return pkt.topic
+    extras = conn.extras
+    aliases = None if extras is None else extras.aliases_in
+    if aliases is None or not pkt.props:
+        return None
+    for prop_id, value in pkt.props:
+        if prop_id == C.PROP_TOPIC_ALIAS:
+            return aliases.get(value)
+    return None

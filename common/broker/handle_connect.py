@@ -110,6 +110,13 @@ def _check_capacity(broker, conn, pkt, found, now):
     return None
 
 
+def _check_connect_rate(broker, conn, pkt, found, now):
+    # Before any login work: an address reconnecting in a loop (connect_rate.py).
+    if broker.connect_rate is None:
+        return None
+    return broker.connect_rate.refusal(broker, conn, now)
+
+
 def _check_auth_method(broker, conn, pkt, found, now):
     # v5 enhanced authentication (4.12): a method that is not configured is
     # refused; a configured one runs its exchange first (enhanced_auth.py),
@@ -211,6 +218,7 @@ def _check_will(broker, conn, pkt, found, now):
 CONNECT_CHECKS = (
     _check_level,
     _check_capacity,
+    _check_connect_rate,
     _check_auth_method,
     _check_login,
     _check_client_id,
@@ -259,6 +267,8 @@ def accept(broker, conn, pkt, now, auth_out):
         refuse(broker, conn, verdict[0], now, verdict[1])
         return
     _apply(conn, pkt, found)
+    if broker.rates is not None:
+        broker.rates.logged_in(broker, conn)  # (its user's shared bucket)
     for extra in (broker.jwt, broker.hook):
         if extra is not None:
             extra.attach(conn, found)  # (its expiry, its rules at a reload)

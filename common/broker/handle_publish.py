@@ -115,6 +115,10 @@ def handle_publish(broker, conn, pkt, now):
         # (the reason is not encoded at that level) and dropped, counted.
         reason = C.RC_NOT_AUTHORIZED
         text = "the ACL does not let this client write to this topic"
+    elif broker.hook is not None and broker.hook.denied(conn, True, topic):
+        reason = C.RC_NOT_AUTHORIZED  # (the auth hook's answer: external_auth.py)
+        text = "the auth hook does not let this client write to this topic"
+        broker.hook.refused(broker, session, "PUBLISH to", topic, now)
     elif (
         pkt.retain
         and qos

@@ -34,7 +34,7 @@ def handle_subscribe(broker, conn, pkt, now):
     for flt, options in pkt.topics:
         if mount is not None:
             flt = mount_filter(mount, flt)  # its listener's mount point (listener_policy.py)
-        code, sub = _subscribe_one(broker, session, flt, options, sub_id, v5)
+        code, sub = _subscribe_one(broker, session, flt, options, sub_id, v5, now)
         if code >= 0x80 and not v5:
             code = C.SUBACK_FAILURE_311  # 3.1.1 knows one failure code
         codes.append(code)
@@ -45,7 +45,7 @@ def handle_subscribe(broker, conn, pkt, now):
         replay.start(broker, conn, owed, now)
 
 
-def _subscribe_one(broker, session, flt, options, sub_id, v5):
+def _subscribe_one(broker, session, flt, options, sub_id, v5, now):
     """Subscribe one filter: (reason code, subscription to replay or None)."""
     s = broker.settings
     qos = options & C.SUBOPT_QOS_MASK
@@ -71,6 +71,9 @@ def _subscribe_one(broker, session, flt, options, sub_id, v5):
         # subscription is judged on its inner filter (acl.py).
         broker.stats.denied_subscribe += 1
         broker.log(30, "%s: SUBSCRIBE %s refused: the ACL does not let user %s read every topic it matches", (session.client_id, flt, session.conn.user))
+        return C.RC_NOT_AUTHORIZED, None
+    if broker.hook is not None and broker.hook.denied(session.conn, False, flt):
+        broker.hook.refused(broker, session, "SUBSCRIBE", flt, now)  # (external_auth.py)
         return C.RC_NOT_AUTHORIZED, None
     if qos > s.maximum_qos:
         qos = s.maximum_qos  # [MQTT-3.8.4-6] grant less than asked

@@ -38,6 +38,7 @@ from common.crypto.jws import check_claims, decode
 from common.mqtt import consts as C
 
 MAXIMUM_CONNECT_TIME = 0xA0  # v5 DISCONNECT reason
+SECRET_MIN_BYTES = 32  # RFC 7518 3.2: an HMAC key at least as long as HS256's hash
 
 
 class Key:
@@ -48,6 +49,33 @@ class Key:
         self.kid = kid
         self.algorithms = algorithms
         self.verify = verify
+
+
+def narrowed(where, algs, narrow):
+    """`algs` that `narrow` (None: all) keeps; ConfigError when none."""
+    if narrow is None:
+        return algs
+    kept = [a for a in algs if a in narrow]
+    if not kept:
+        from common.broker.limits import ConfigError
+
+        raise ConfigError("%s: this key verifies %s, none of algorithms %s." % (where, ", ".join(algs), narrow))
+    return kept
+
+
+def hmac_key(secret, where, narrow):
+    """The Key of an HMAC `secret` (bytes) for the HS algorithms this port's
+    hashlib computes (narrowed); ConfigError naming `where` for a PEM key
+    or a secret too short. Both shells load secrets with it."""
+    from common.broker.limits import ConfigError
+    from common.crypto.jws import hmac_algorithms, hmac_verifier
+
+    if b"-----BEGIN" in secret:
+        raise ConfigError("%s: a PEM key is not an HMAC secret (use public_key_file for it)." % where)
+    if len(secret) < SECRET_MIN_BYTES:
+        raise ConfigError("%s: an HMAC secret of %d bytes; at least %d wanted." % (where, len(secret), SECRET_MIN_BYTES))
+    algs = narrowed(where, hmac_algorithms(), narrow)
+    return Key(None, algs, hmac_verifier(secret, algs))
 
 
 # The checks' settings and their defaults (the host's [security.jwt] keys).

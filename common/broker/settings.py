@@ -102,6 +102,17 @@ LIMITS = (
     # s a client may stay over them (held back, not read) before v5 DISCONNECT
     # 0x96 / 3.1.1 close; 0 = never (back-pressure only)
     ("rate_grace", 10, K_INT, 0, None),
+    # the same, shared by all connections of one user name (anonymous: none)
+    # and by all clients of one listener; held back and closed as above
+    ("user_rate_messages", 0, K_INT, 0, None),
+    ("user_rate_bytes", 0, K_INT, 0, None),
+    ("user_rate_subscribes", 0, K_INT, 0, None),
+    ("listener_rate_messages", 0, K_INT, 0, None),
+    ("listener_rate_bytes", 0, K_INT, 0, None),
+    ("listener_rate_subscribes", 0, K_INT, 0, None),
+    # CONNECTs/s one source address may send (connect_rate.py); over it:
+    # CONNACK v5 0x9F (Connection rate exceeded), 3.1.1 0x03; 0 = off
+    ("rate_connects", 0, K_INT, 0, None),
     # -- v5 capabilities announced in CONNACK --
     ("maximum_qos", 2, K_INT, 0, 2),  # highest QoS accepted
     ("retain_available", True, K_BOOL, None, None),
@@ -161,6 +172,24 @@ SECURITY = (
     ("password_file", None, K_STR, None, None),  # users: `siskin passwd` (or mosquitto_passwd) lines
     ("acl_file", None, K_STR, None, None),  # Mosquitto acl_file rules; deny by default once set
     ("allow_anonymous", None, K_BOOL, None, None),  # clients without a user name; not set: loopback only
+)
+
+# JWT logins (docs/security.md "JWT logins"): the host's [security.jwt],
+# a board's "jwt" object; on when present. Both verify HMAC secrets (HS256/
+# 384/512, hashlib + hmac); the host adds public_key_file, jwks_url and
+# jwks_refresh (RSA, EC and EdDSA keys need the `cryptography` package).
+JWT = (
+    ("secret_file", None, K_STR, None, None),  # HMAC secret (HS256/384/512): the file's bytes, trailing whitespace cut
+    ("secret", None, K_STR, None, None),  # the HMAC secret itself (go-auth's jwt_secret); prefer secret_file
+    ("algorithms", [], K_LIST, None, None),  # narrow the algorithms the keys allow; [] = every one of their type
+    ("token_in", "password", K_CHOICE, ("password", "username"), None),  # the CONNECT field that carries the token
+    ("issuer", None, K_STR, None, None),  # the iss a token must name; not set: not checked
+    ("audience", None, K_STR, None, None),  # a value a token's aud must hold; not set: not checked
+    ("leeway", 0, K_INT, 0, 3600),  # s of clock skew allowed on exp and nbf
+    ("require_exp", True, K_BOOL, None, None),  # refuse tokens without exp
+    ("user_claim", "sub", K_STR, None, None),  # the claim that names the user
+    ("acl_claim", "acl", K_STR, None, None),  # the claim {publish: [...], subscribe: [...]} of ACL rules
+    ("max_token_bytes", 4096, K_INT, 256, 65536),  # longer tokens are refused before parsing
 )
 
 # TLS on a listener (docs/security.md); "" = not set, certfile set = TLS.

@@ -42,7 +42,14 @@ STATS_COUNTERS = (
     "rate_held_messages",
     "rate_held_bytes",
     "rate_held_subscribes",
+    "rate_held_user_messages",
+    "rate_held_user_bytes",
+    "rate_held_user_subscribes",
+    "rate_held_listener_messages",
+    "rate_held_listener_bytes",
+    "rate_held_listener_subscribes",
     "closed_rate_limited",
+    "refused_connect_rate",  # CONNECTs refused: over rate_connects from their source address (connect_rate.py)
     # MQTT-SN (common/mqttsn/gateway.py): refusals, by cause (docs/mqtt-sn.md)
     "sn_malformed",  # datagrams the codec refused (length, truncation, type, flags, UTF-8)
     "sn_unknown_clients",  # datagrams from an address with no connection: answered with DISCONNECT
@@ -93,7 +100,14 @@ class Stats:
     rate_held_messages: int
     rate_held_bytes: int
     rate_held_subscribes: int
+    rate_held_user_messages: int
+    rate_held_user_bytes: int
+    rate_held_user_subscribes: int
+    rate_held_listener_messages: int
+    rate_held_listener_bytes: int
+    rate_held_listener_subscribes: int
     closed_rate_limited: int
+    refused_connect_rate: int
     sn_malformed: int
     sn_unknown_clients: int
     sn_refused_connects: int

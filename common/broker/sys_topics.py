@@ -93,7 +93,14 @@ SYS_FIGURES = (
     ("clients/rate_held/messages", "rate_held_messages"),  # clients held back (not read): over rate_messages
     ("clients/rate_held/bytes", "rate_held_bytes"),  # over rate_bytes
     ("clients/rate_held/subscribes", "rate_held_subscribes"),  # over rate_subscribes
+    ("clients/rate_held/user_messages", "rate_held_user_messages"),  # over user_rate_messages (the user's shared bucket)
+    ("clients/rate_held/user_bytes", "rate_held_user_bytes"),
+    ("clients/rate_held/user_subscribes", "rate_held_user_subscribes"),
+    ("clients/rate_held/listener_messages", "rate_held_listener_messages"),  # over listener_rate_messages
+    ("clients/rate_held/listener_bytes", "rate_held_listener_bytes"),
+    ("clients/rate_held/listener_subscribes", "rate_held_listener_subscribes"),
     ("clients/closed/rate_limited", "closed_rate_limited"),  # over their rates for rate_grace s: closed (0x96)
+    ("clients/refused/connect_rate", "refused_connect_rate"),  # CONNECTs over rate_connects per address (0x9F / 0x03)
     # MQTT-SN listeners (common/mqttsn/gateway.py): refusals by cause, docs/mqtt-sn.md
     ("mqtt-sn/refused/malformed", "sn_malformed"),
     ("mqtt-sn/refused/unknown_client", "sn_unknown_clients"),

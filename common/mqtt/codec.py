@@ -321,6 +321,11 @@ class FrameReader:
             self.buf = b""  # no reference left to the caller's buffer
         self.pos = 0
 
+    def again(self):
+        """Put the last frame back: the next next_frame() returns it again
+        (a packet that must wait, external_auth.topics_known)."""
+        self.pos = self.start - 1 - vbi_size(self.stop - self.start)
+
     def pending(self):
         """Number of buffered bytes not yet returned in a frame."""
         return len(self.buf) - self.pos

@@ -26,9 +26,27 @@ the core waits (its connect timeout keeps running). The answer:
     ($SYS/broker/clients/auth_offline/allowed, .../refused) and logged by
     the core; the failures themselves are logged here, at most one line a
     second (with the number left out).
+With `acl_url` set, each PUBLISH and SUBSCRIBE of a client with a user
+name is judged too (common/broker/external_auth.py holds that client, and
+only it, while its question is out): POST acl_url
+
+    {"username": ..., "clientid": ..., "topic": ..., "acc": 2 | 1}
+
+(acc 2: publish, 1: subscribe, as mosquitto-go-auth's aclcheck), read as
+the login's answer (2xx allow / refuse, 4xx refuse) and cached by (user
+name, client id, topic, acc) for cache_ttl / negative_ttl. No answer is a
+refusal (fail-closed), kept NO_ANSWER_TTL s so that the held packet gets it.
 At most `max_pending` questions are in flight; one more is a "no answer".
 The answer goes to the core through the driver (external_auth.answer, then
 a flush): the CONNACK leaves at once.
+
+SIGHUP (reload_hook): the table read again makes a new hook. What the
+core's ExternalAuth holds (the CONNECTs waiting for an answer, the rules
+each connected client's allow brought) carries over, so an answer asked
+before the reload still reaches its CONNECT; the cache (and with it the
+offline grace) carries over while the url stays the same, and is dropped
+when it changes (another service's answers). The table removed: no hook;
+connected clients keep their connection, judged by the file rules alone.
 """
 
 from __future__ import annotations
@@ -47,6 +65,7 @@ from common.broker.external_auth import ExternalAuth
 log = logging.getLogger("siskin.host")
 
 BODY_MAX = 65536  # bytes of an answer read at most
+NO_ANSWER_TTL = 1.0  # s a topic check's "no answer" (a refusal) is kept: its held packet takes it
 Verdict = tuple[bool, Any, str, bool]
 
 
@@ -58,13 +77,9 @@ class HttpAuth:
     def __init__(self, driver: Any, options: dict[str, Any], clock: Any = time.monotonic) -> None:
         self.driver = driver
         self.url = options["url"]
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"url {self.url!r}: wants http://HOST[:PORT]/PATH or https://...")
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.tls = ssl.create_default_context() if parts.scheme == "https" else None
-        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.target = _target("url", self.url)
+        self.acl_url = options.get("acl_url", "")
+        self.acl_target = _target("acl_url", self.acl_url) if self.acl_url else None
         self.timeout = options.get("timeout", 2.0)
         self.cache_ttl = options.get("cache_ttl", 300)
         self.negative_ttl = options.get("negative_ttl", 30)
@@ -75,6 +90,9 @@ class HttpAuth:
         self.clock = clock
         # (user, client id, sha256(password)) -> (allowed, rules, when the service said so)
         self.cache: dict[tuple[str, str, bytes], tuple[bool, Any, float]] = {}
+        # (user, client id, publish?, topic) -> (allowed, when, for how long); and the cids held for one
+        self.topic_cache: dict[tuple[str, str, bool, str], tuple[bool, float, float]] = {}
+        self.topic_waiting: dict[tuple[str, str, bool, str], set[int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.failures = 0  # answers that were not usable (the log's count)
         self.logged_at = 0.0
@@ -83,6 +101,8 @@ class HttpAuth:
     def install(self) -> ExternalAuth:
         """Make the broker ask this hook; its ExternalAuth."""
         hook = ExternalAuth(self.ask)
+        if self.acl_target is not None:
+            hook.ask_topic = self.ask_topic
         self.driver.broker.hook = hook
         return hook
 
@@ -128,16 +148,21 @@ class HttpAuth:
             driver.broker.hook.answer(driver.broker, cid, serial, verdict, driver.now)
         driver.flush()
 
-    def _no_answer(self, key: tuple[str, str, bytes], why: str) -> Verdict:
+    def _failed(self, url: str, why: str) -> float:
+        """Count and log (one line a second) a question without a usable answer; now."""
         self.failures += 1
-        now = self.clock()
+        now: float = self.clock()
         if now - self.logged_at >= 1:
             more = f" ({self.unlogged} more not logged)" if self.unlogged else ""
-            log.warning("auth hook %s: %s; failures so far %d%s", self.url, why, self.failures, more)
+            log.warning("auth hook %s: %s; failures so far %d%s", url, why, self.failures, more)
             self.logged_at = now
             self.unlogged = 0
         else:
             self.unlogged += 1
+        return now
+
+    def _no_answer(self, key: tuple[str, str, bytes], why: str) -> Verdict:
+        now = self._failed(self.url, why)
         entry = self.cache.get(key)
         if entry is not None and entry[0] and now - entry[2] < self.offline_grace:
             return True, entry[1], why, True
@@ -146,20 +171,7 @@ class HttpAuth:
     # ------------------------------------------------------------ HTTP
 
     async def _post(self, key: tuple[str, str, bytes], body: dict[str, Any]) -> Verdict:
-        payload = json.dumps(body).encode()
-        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
-        try:
-            writer.write(
-                (
-                    f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
-                ).encode()
-                + payload
-            )
-            await writer.drain()
-            status, answer = await _read_response(reader)
-        finally:
-            writer.close()
+        status, answer = await _exchange(self.target, body)
         if 400 <= status < 500:
             self._remember(key, False, None)
             return False, None, f"HTTP {status}", False
@@ -172,12 +184,102 @@ class HttpAuth:
         self._remember(key, allowed, rules)
         return allowed, rules, f"HTTP {status}", False
 
+    # ------------------------------------------------------------ PUBLISH / SUBSCRIBE checks
+
+    def ask_topic(self, cid: int, user: str, client_id: str, write: bool, topic: str) -> bool | None:
+        """The core's question for a PUBLISH (write) or a filter: the cached
+        verdict, or None (asked; external_auth.topic_answered when it comes)."""
+        key = (user, client_id, write, topic)
+        entry = self.topic_cache.get(key)
+        if entry is not None and self.clock() - entry[1] < entry[2]:
+            return entry[0]
+        waiting = self.topic_waiting.get(key)
+        if waiting is not None:
+            waiting.add(cid)  # (one question for all who wait for it)
+            return None
+        if len(self.tasks) >= self.max_pending:
+            self._failed(self.acl_url, f"{self.max_pending} checks already waiting (max_pending)")
+            return False
+        self.topic_waiting[key] = {cid}
+        body = {"username": user, "clientid": client_id, "topic": topic, "acc": 2 if write else 1}
+        task = asyncio.get_running_loop().create_task(self._check_topic(key, body))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return None
+
+    async def _check_topic(self, key: tuple[str, str, bool, str], body: dict[str, Any]) -> None:
+        try:
+            allowed, ttl = await asyncio.wait_for(self._post_topic(body), self.timeout)
+        except asyncio.TimeoutError:
+            allowed, ttl = False, NO_ANSWER_TTL
+            self._failed(self.acl_url, f"no answer within {self.timeout} s")
+        except NoAnswer as e:
+            allowed, ttl = False, NO_ANSWER_TTL
+            self._failed(self.acl_url, str(e))
+        except (OSError, EOFError, asyncio.LimitOverrunError, ValueError) as e:
+            allowed, ttl = False, NO_ANSWER_TTL
+            self._failed(self.acl_url, f"{type(e).__name__}: {e}")
+        cache = self.topic_cache
+        cache.pop(key, None)
+        if len(cache) >= self.cache_entries:
+            del cache[next(iter(cache))]  # the oldest answer
+        cache[key] = (allowed, self.clock(), ttl)
+        driver = self.driver
+        driver.clock()
+        hook = driver.broker.hook
+        for cid in self.topic_waiting.pop(key, ()):
+            if hook is not None:
+                hook.topic_answered(driver.broker, cid)
+        driver.flush()
+
+    async def _post_topic(self, body: dict[str, Any]) -> tuple[bool, float]:
+        assert self.acl_target is not None
+        status, answer = await _exchange(self.acl_target, body)
+        if 400 <= status < 500:
+            return False, self.negative_ttl
+        if not 200 <= status < 300:
+            raise NoAnswer(f"HTTP {status}")
+        allowed = True if self.status_only else _judge(answer)[0]
+        return allowed, self.cache_ttl if allowed else self.negative_ttl
+
     def _remember(self, key: tuple[str, str, bytes], allowed: bool, rules: Any) -> None:
         cache = self.cache
         cache.pop(key, None)
         if len(cache) >= self.cache_entries:
             del cache[next(iter(cache))]  # the oldest answer
         cache[key] = (allowed, rules, self.clock())
+
+
+Target = tuple[str, int, "ssl.SSLContext | None", str]
+
+
+def _target(name: str, url: str) -> Target:
+    """(host, port, TLS context or None, path) of an http:// or https:// url; ValueError naming the key."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name} {url!r}: wants http://HOST[:PORT]/PATH or https://...")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    return parts.hostname, port, tls, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+async def _exchange(target: Target, body: dict[str, Any]) -> tuple[int, bytes]:
+    """POST `body` (JSON) to `target`: (status, answer body)."""
+    host, port, tls, path = target
+    payload = json.dumps(body).encode()
+    reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+    try:
+        writer.write(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            + payload
+        )
+        await writer.drain()
+        return await _read_response(reader)
+    finally:
+        writer.close()
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -219,3 +321,28 @@ def _judge(body: bytes) -> tuple[bool, Any]:
         if isinstance(rules, str):
             raise NoAnswer(f"the answer's acl: {rules}")
     return allowed, rules
+
+
+def reload_hook(driver: Any, options: dict[str, Any] | None) -> str:
+    """SIGHUP: the hook of `options` ([security.http] read again; None: the
+    table is gone) in place of the one in force; what changed, in words.
+    ValueError (the message) for a url it cannot use: the hook in force stays."""
+    broker = driver.broker
+    old = broker.hook
+    before: HttpAuth | None = getattr(old.ask, "__self__", None) if old is not None else None
+    if options is None:
+        broker.hook = None
+        return "auth hook removed" if old is not None else ""
+    fresh = HttpAuth(driver, options)
+    kept = before is not None and before.url == fresh.url
+    if before is not None and kept:
+        fresh.cache = before.cache  # (same service: its answers and the offline grace stay)
+        fresh.tasks = before.tasks  # (still in flight: they count toward max_pending)
+        fresh.topic_cache, fresh.topic_waiting = before.topic_cache, before.topic_waiting
+    hook = fresh.install()
+    if old is not None:
+        hook.serial, hook.waiting, hook.answers, hook.rules = old.serial, old.waiting, old.answers, old.rules
+        hook.holding = old.holding  # (clients held for a topic check asked before: their answer releases them)
+    if before is None:
+        return f"auth hook {fresh.url} added"
+    return f"auth hook {fresh.url} reloaded" + ("" if kept else f" (was {before.url}: its cache dropped)")

@@ -32,7 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from common.broker.jwt_auth import JwtAuth, Key
+from common.broker.jwt_auth import JwtAuth, Key, narrowed
 from common.broker.settings import ConfigError
 
 log = logging.getLogger("siskin.host")
@@ -78,16 +78,6 @@ def key_from_jwk(jwk: Any, narrow: list[str] | None) -> Key:
     if alg is not None:
         narrow = [alg] if narrow is None or alg in narrow else []
     return key_of(key, where, narrow, kid if isinstance(kid, str) else None)
-
-
-def narrowed(path: str, algs: list[str], narrow: list[str] | None) -> list[str]:
-    """`algs` that `narrow` (None: all) keeps; ConfigError when none."""
-    if narrow is None:
-        return algs
-    kept = [a for a in algs if a in narrow]
-    if not kept:
-        raise ConfigError(f"{path}: this key verifies {', '.join(algs)}, none of algorithms {narrow}.")
-    return kept
 
 
 def key_of(key: Any, where: str, narrow: list[str] | None, kid: str | None = None) -> Key:

@@ -17,12 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common.broker.jwt_auth import JwtAuth, Key
+from common.broker.jwt_auth import JwtAuth, Key, hmac_key
 from common.broker.settings import ConfigError
-from common.crypto.jws import hmac_algorithms, hmac_verifier
-from cpython_host.auth.jwks import Jwks, key_of, narrowed
-
-SECRET_MIN_BYTES = 32  # RFC 7518 3.2: a key at least as long as HS256's hash
+from cpython_host.auth.jwks import Jwks, key_of
 
 
 def load_jwt(cfg: Any, wall: Callable[[], float] | None = None) -> JwtAuth | None:
@@ -70,17 +67,8 @@ def _read(path: Path) -> bytes:
 
 
 def secret_key(path: Path, narrow: list[str] | None) -> Key:
-    return hmac_key(_read(path).rstrip(), str(path), narrow)
-
-
-def hmac_key(secret: bytes, where: str, narrow: list[str] | None) -> Key:
-    """The Key of an HMAC secret (`where` names it in errors)."""
-    if b"-----BEGIN" in secret:
-        raise ConfigError(f"{where}: a PEM key is not an HMAC secret (use public_key_file for it).")
-    if len(secret) < SECRET_MIN_BYTES:
-        raise ConfigError(f"{where}: an HMAC secret of {len(secret)} bytes; at least {SECRET_MIN_BYTES} wanted.")
-    algs = narrowed(where, hmac_algorithms(), narrow)
-    return Key(None, algs, hmac_verifier(secret, algs))
+    key: Key = hmac_key(_read(path).rstrip(), str(path), narrow)
+    return key
 
 
 def public_key(path: Path, narrow: list[str] | None) -> Key:

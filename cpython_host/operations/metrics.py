@@ -163,6 +163,48 @@ FAMILIES = {
         "Times a client was held back (not read) for going over a rate limit, by cause",
         ("cause", "subscribes"),
     ),
+    "rate_held_user_messages": (
+        "siskin_rate_held_total",
+        COUNTER,
+        "Times a client was held back (not read) for going over a rate limit, by cause",
+        ("cause", "user_messages"),
+    ),
+    "rate_held_user_bytes": (
+        "siskin_rate_held_total",
+        COUNTER,
+        "Times a client was held back (not read) for going over a rate limit, by cause",
+        ("cause", "user_bytes"),
+    ),
+    "rate_held_user_subscribes": (
+        "siskin_rate_held_total",
+        COUNTER,
+        "Times a client was held back (not read) for going over a rate limit, by cause",
+        ("cause", "user_subscribes"),
+    ),
+    "rate_held_listener_messages": (
+        "siskin_rate_held_total",
+        COUNTER,
+        "Times a client was held back (not read) for going over a rate limit, by cause",
+        ("cause", "listener_messages"),
+    ),
+    "rate_held_listener_bytes": (
+        "siskin_rate_held_total",
+        COUNTER,
+        "Times a client was held back (not read) for going over a rate limit, by cause",
+        ("cause", "listener_bytes"),
+    ),
+    "rate_held_listener_subscribes": (
+        "siskin_rate_held_total",
+        COUNTER,
+        "Times a client was held back (not read) for going over a rate limit, by cause",
+        ("cause", "listener_subscribes"),
+    ),
+    "refused_connect_rate": (
+        "siskin_connect_rate_refused_total",
+        COUNTER,
+        "CONNECTs refused: their source address was over rate_connects (CONNACK 0x9F, 3.1.1 0x03)",
+        None,
+    ),
     "closed_rate_limited": (
         "siskin_rate_limited_closes_total",
         COUNTER,

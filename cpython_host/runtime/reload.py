@@ -2,7 +2,8 @@
 
 Every TLS listener's files into a new SSLContext (listeners.py), the HTTP
 listener's certificate, the [security] users and rules (reload_security),
-which apply to connected clients at once, and the [log] level; one line then
+which apply to connected clients at once, the JWT keys and the HTTP auth
+hook ([security.jwt], [security.http]), and the [log] level; one line then
 says what was reloaded (reload_all). Under systemd (Type=notify) the shell
 reports RELOADING=1 around it (serve.py).
 """
@@ -35,6 +36,7 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
     apply them (connected clients are re-checked, common/broker/login.py); a
     file that cannot be used is logged and the rules in force are kept (None)."""
     from common.startup import describe
+    from cpython_host.auth.http_hook import HttpAuth, reload_hook
     from cpython_host.auth.jwt_keys import install, load_jwt
     from cpython_host.config import ConfigError, load_config, load_security
 
@@ -42,13 +44,16 @@ def reload_security(config: HostConfig, driver: Driver) -> HostConfig | None:
         fresh = load_config(str(config.path), config.reader) if config.path is not None else config
         security = load_security(fresh)
         jwt = load_jwt(fresh)  # (its keys read again: a rotated key)
-    except ConfigError as e:
+        if "http" in fresh.security:
+            HttpAuth(driver, fresh.security["http"])  # (a url it cannot use: nothing changes)
+    except (ConfigError, ValueError) as e:
         log.error("SIGHUP: %s; keeping the users and rules in force", e)
         return None
     config.security = fresh.security
     install(driver.broker, jwt)
+    hook = reload_hook(driver, fresh.security.get("http"))  # ([security.http], before the rules are re-checked)
     driver.set_security(*security)
-    log.info("SIGHUP: security reloaded: %s", describe(driver.broker))
+    log.info("SIGHUP: security reloaded: %s%s", describe(driver.broker), f"; {hook}" if hook else "")
     return fresh
 
 

@@ -9,7 +9,7 @@ import unittest
 from common.bridge.bridge import Bridge
 from common.bridge.pacing import DROP, SEND, WAIT, Pacer
 from common.mqtt.packets import Publish
-from tests.core.test_bridge import Pair, bridge_settings, payloads, publish_acked
+from tests.core.test_bridge import Pair, bridge_settings, payloads, publish_acked, rule
 
 
 def msg(pid=1, qos=1, size=10):
@@ -90,6 +90,23 @@ class TestProfiles(unittest.TestCase):
         self.assertEqual(b.pacer.rates, (20, 471859))
         self.assertIsNone(Bridge(bridge_settings(publish_rate=0, bytes_rate=0, **aws), None, None).pacer)
         self.assertIsNone(Bridge(bridge_settings(), None, None).pacer)  # mqtt: not paced
+
+    def test_azure_defaults_by_tier_and_units(self):
+        # 90 % of IoT Hub's device-to-cloud throttle: Free/B1/S1 12/s a
+        # unit but at least 100/s; B2/S2 120/s a unit; B3/S3 6,000/s a unit.
+        azure = dict(profile="azure", client_id="dev1", device_key="a2V5", addresses=["hub.example:8883"])
+        azure["topic"] = [rule("out", "#", "up/", "devices/dev1/messages/events/", 1)]
+
+        def rates(**more):
+            return Bridge(bridge_settings(**dict(azure, **more)), None, None).pacer.rates
+
+        self.assertEqual(rates(), (90, 0))  # S1, 1 unit: the 100/s floor
+        self.assertEqual(rates(azure_units=20), (216, 0))  # 20 x 12 = 240/s
+        self.assertEqual(rates(azure_tier="free"), (90, 0))
+        self.assertEqual(rates(azure_tier="s2", azure_units=2), (216, 0))  # 2 x 120
+        self.assertEqual(rates(azure_tier="b3"), (5400, 0))
+        self.assertEqual(rates(azure_tier="s1", publish_rate=10), (10, 0))  # set: it wins
+        self.assertIsNone(Bridge(bridge_settings(publish_rate=0, **azure), None, None).pacer)
 
 
 class TestPacedBridge(unittest.TestCase):

@@ -11,7 +11,7 @@ from common.broker import security_files
 from common.broker.acl import Acl
 from common.broker.external_auth import ExternalAuth
 from common.mqtt import consts as C
-from common.mqtt.packets import Auth
+from common.mqtt.packets import Auth, Subscribe, encode_packet
 from tests.core.harness import Harness
 
 
@@ -144,3 +144,106 @@ class TestExternalAuth(unittest.TestCase):
         c.send(Auth(C.RC_CONTINUE_AUTHENTICATION, None))
         self.assertEqual(c.expect(C.CONNACK).reason, C.RC_PROTOCOL_ERROR)  # [MQTT-4.12.0-1]
         self.assertTrue(c.closed)
+
+
+class TopicService:
+    """ask_topic's side: verdicts known now (the shell's cache), or asked."""
+
+    def __init__(self):
+        self.known = {}  # (write, topic) -> allowed
+        self.asked = []
+
+    def __call__(self, cid, user, client_id, write, topic):
+        verdict = self.known.get((write, topic))
+        if verdict is None:
+            self.asked.append((cid, user, client_id, write, topic))
+        return verdict
+
+
+def release(h):
+    # What the driver does at a throttle change: read the released clients again.
+    h.broker.take_throttle_changes()
+    for cid in list(h.clients):
+        c = h.clients[cid]
+        if not c.closed and cid not in h.broker.throttled:
+            h.broker.data_received(cid, b"", h.now)
+    h.pump()
+
+
+class TestTopicChecks(unittest.TestCase):
+    # Each PUBLISH and SUBSCRIBE judged by the service (ask_topic set): a
+    # packet whose verdict is not known waits in its client's reader, the
+    # client held back, while other clients are served.
+    def rig(self):
+        h, _service = hooked(now=ALLOW)
+        topics = TopicService()
+        h.broker.hook.ask_topic = topics
+        sub = h.client(5)
+        sub.connect("sub", username="bob", password=b"pw")
+        topics.known[(False, "#")] = True
+        self.assertEqual(sub.subscribe("#").reasons, [0])
+        pub = h.client(5)
+        pub.connect("pub", username="alice", password=b"pw")
+        return h, topics, sub, pub
+
+    def test_a_publish_waits_for_its_verdict_then_goes(self):
+        h, topics, sub, pub = self.rig()
+        pub.publish("a/b", b"1", 1, packet_id=1)
+        self.assertEqual(topics.asked[-1][1:], ("alice", "pub", True, "a/b"))
+        self.assertIn(pub.cid, h.broker.throttled)  # held back: nothing handled yet
+        self.assertEqual(pub.take(), [])
+        self.assertEqual(h.broker.stats.messages_received, 0)
+        # Meanwhile another client is served (its topic known).
+        other = h.client(5)
+        other.connect("other", username="carol", password=b"pw")
+        topics.known[(True, "c/d")] = True
+        other.publish("c/d", b"x", 0)
+        self.assertEqual([m.topic for m in sub.take() if m.ptype == C.PUBLISH], ["c/d"])
+        topics.known[(True, "a/b")] = True
+        h.broker.hook.topic_answered(h.broker, pub.cid)
+        release(h)
+        self.assertEqual(pub.expect(C.PUBACK).reason, 0)
+        self.assertEqual([m.payload for m in sub.take() if m.ptype == C.PUBLISH], [b"1"])
+        self.assertEqual(len([a for a in topics.asked if a[4] == "a/b"]), 1)
+        self.assertEqual(h.broker.stats.messages_received, 2)  # (counted once)
+
+    def test_refused_publish_and_filter(self):
+        h, topics, sub, pub = self.rig()
+        topics.known[(True, "x")] = False
+        pub.publish("x", b"1", 1, packet_id=1)
+        self.assertEqual(pub.expect(C.PUBACK).reason, C.RC_NOT_AUTHORIZED)
+        topics.known[(False, "ok/#")] = True
+        topics.known[(False, "no/#")] = False
+        h.broker.data_received(pub.cid, encode_packet(Subscribe(2, [("ok/#", 0), ("no/#", 0)], None), 5), h.now)
+        h.pump()
+        self.assertEqual(pub.expect(C.SUBACK).reasons, [0, C.RC_NOT_AUTHORIZED])
+        self.assertEqual(h.broker.stats.denied_publish, 1)
+        self.assertEqual(h.broker.stats.denied_subscribe, 1)
+        self.assertEqual([m for m in sub.take() if m.ptype == C.PUBLISH], [])
+
+    def test_a_topic_alias_is_judged_by_its_topic(self):
+        _h, topics, sub, pub = self.rig()
+        topics.known[(True, "t/1")] = True
+        pub.publish("t/1", b"a", 0, props=[(C.PROP_TOPIC_ALIAS, 3)])
+        topics.known[(True, "t/1")] = False  # (changed: the alias-only PUBLISH is judged as t/1)
+        pub.publish("", b"b", 1, packet_id=5, props=[(C.PROP_TOPIC_ALIAS, 3)])
+        self.assertEqual(pub.expect(C.PUBACK).reason, C.RC_NOT_AUTHORIZED)
+        self.assertEqual([m.payload for m in sub.take() if m.ptype == C.PUBLISH], [b"a"])
+
+    def test_a_late_answer_for_a_closed_connection_releases_nothing(self):
+        h, _topics, _sub, pub = self.rig()
+        pub.publish("a/b", b"1", 0)
+        self.assertIn(pub.cid, h.broker.throttled)
+        pub.drop()
+        again = h.client(5)
+        self.assertEqual(again.cid, pub.cid)
+        h.broker.throttled.append(again.cid)  # (held for another reason)
+        h.broker.hook.topic_answered(h.broker, again.cid)
+        self.assertIn(again.cid, h.broker.throttled)
+
+    def test_off_without_ask_topic(self):
+        h, _service = hooked(now=ALLOW)
+        c = h.client(5)
+        c.connect("c", username="alice", password=b"pw")
+        c.publish("a", b"1", 1, packet_id=1)
+        self.assertEqual(c.expect(C.PUBACK).reason, 0x10)  # No matching subscribers: not refused

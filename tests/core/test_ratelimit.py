@@ -191,3 +191,180 @@ class TestQueueThrottleUntouched(unittest.TestCase):
         self.assertFalse(pub.closed)
         self.assertEqual(h.broker.throttle_off_until, 0)
         self.assertFalse([x for x in lines if "does not catch up" in x])
+
+
+def peer(user=None, listener=0, address="127.0.0.1"):
+    """A shell's peer: `user` as a TLS identity (a logged-in user name)."""
+    return (address + ":1", user, True, listener)
+
+
+class TestSharedBuckets(unittest.TestCase):
+    # (common/broker/rate_groups.py: one bucket per user name, one per listener.)
+    def setUp(self):
+        self.lines = []
+
+    def rig(self, **settings):
+        h = Harness(**settings)
+        h.broker.set_logger(lambda level, text: self.lines.append(text))
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("#")
+        return h, sub
+
+    def member(self, h, client_id, user=None, listener=0, level=4):
+        c = h.client(level, peer(user, listener))
+        c.connect(client_id)
+        return c
+
+    def test_connections_of_one_user_share_its_bucket(self):
+        h, sub = self.rig(user_rate_messages=5)
+        a1 = self.member(h, "a1", "alice")
+        a2 = self.member(h, "a2", "alice")
+        bob = self.member(h, "b", "bob")
+        burst(a1, 3)
+        self.assertNotIn(a1.cid, h.broker.throttled)
+        burst(a2, 3)  # 3 + 3 = 6 of alice's 5: a2 goes into debt
+        self.assertIn(a2.cid, h.broker.throttled)
+        self.assertNotIn(a1.cid, h.broker.throttled)
+        burst(a1, 1)  # a1 too, now: the bucket is alice's, not a2's
+        self.assertIn(a1.cid, h.broker.throttled)
+        burst(bob, 5)  # another user's bucket is full
+        self.assertNotIn(bob.cid, h.broker.throttled)
+        self.assertEqual(h.broker.stats.rate_held_user_messages, 2)
+        self.assertEqual(h.broker.stats.rate_held_messages, 0)
+        self.assertTrue([x for x in self.lines if x.startswith("a2: over user_rate_messages 5")])
+        self.assertEqual(len(sub.take()), 12)  # handled, then held: nothing lost
+        h.advance(1)  # -2 + 5: both read again
+        self.assertNotIn(a1.cid, h.broker.throttled)
+        self.assertNotIn(a2.cid, h.broker.throttled)
+
+    def test_without_the_user_limit_the_same_traffic_passes(self):
+        # (The test above can fail: per-client rates of 5 do not hold it.)
+        h, _sub = self.rig(rate_messages=5)
+        a1 = self.member(h, "a1", "alice")
+        a2 = self.member(h, "a2", "alice")
+        burst(a1, 3)
+        burst(a2, 3)
+        self.assertEqual(h.broker.throttled, [])
+
+    def test_anonymous_clients_have_no_user_bucket(self):
+        h, _sub = self.rig(user_rate_messages=2)
+        anon = self.member(h, "anon")
+        burst(anon, 10)
+        self.assertNotIn(anon.cid, h.broker.throttled)
+        self.assertEqual(h.broker.rates.users.in_use(), 0)
+
+    def test_a_users_debt_outlives_its_reconnect(self):
+        h, _sub = self.rig(user_rate_messages=5, rate_grace=0)
+        a = self.member(h, "a1", "alice")
+        burst(a, 20)  # handled 6, the rest waits: 5 - 6 = -1
+        a.drop()
+        self.assertEqual(h.broker.rates.users.in_use(), 1)  # idle, still in debt
+        again = self.member(h, "a1", "alice")
+        burst(again, 1)
+        self.assertIn(again.cid, h.broker.throttled)
+        again.drop()
+        h.advance(2)  # full again and no connection: the slot is free
+        self.assertEqual(h.broker.rates.users.in_use(), 0)
+
+    def test_the_user_table_is_bounded(self):
+        # As many slots as connection slots (max_connections + 4 refusal
+        # slots); at the bound the oldest idle debt is forgiven.
+        h, _sub = self.rig(user_rate_messages=1, max_connections=3, max_sessions=8)
+        users = h.broker.rates.users
+        slots = len(users.name)
+        self.assertEqual(slots, 3 + 4)
+        for i in range(slots + 3):
+            c = self.member(h, "u%d" % i, "user%d" % i)
+            burst(c, 3)  # in debt
+            c.drop()  # idle, in debt
+            self.assertLessEqual(users.in_use(), slots)
+        self.assertEqual(users.forgiven, 3)
+        self.assertTrue([x for x in self.lines if x.startswith("user rate table full (7 users)")])
+
+    def test_clients_of_one_listener_share_its_bucket(self):
+        h, _sub = self.rig(listener_rate_bytes=300)
+        l1a = self.member(h, "l1a", listener=1)
+        l1b = self.member(h, "l1b", listener=1)
+        l0 = self.member(h, "l0", listener=0)
+        burst(l1a, 1, payload=b"p" * 200)
+        burst(l1b, 1, payload=b"p" * 200)  # 400 of listener 1's 300
+        self.assertIn(l1b.cid, h.broker.throttled)
+        self.assertNotIn(l1a.cid, h.broker.throttled)
+        burst(l0, 1, payload=b"p" * 200)  # listener 0's own bucket
+        self.assertNotIn(l0.cid, h.broker.throttled)
+        self.assertEqual(h.broker.stats.rate_held_listener_bytes, 1)
+        self.assertTrue([x for x in self.lines if x.startswith("l1b: over listener_rate_bytes 300")])
+        h.advance(1)
+        self.assertNotIn(l1b.cid, h.broker.throttled)
+
+    def test_listener_subscribes(self):
+        h, _sub = self.rig(listener_rate_subscribes=2)
+        c = self.member(h, "s", listener=1)
+        h.broker.data_received(c.cid, encode_packet(Subscribe(1, [("a", 0), ("b", 0), ("c", 0)], None), 4), h.now)
+        h.pump()
+        self.assertIn(c.cid, h.broker.throttled)
+        self.assertEqual(h.broker.stats.rate_held_listener_subscribes, 1)
+
+    def test_held_by_its_user_for_the_grace_then_v5_disconnect_0x96(self):
+        h, _sub = self.rig(user_rate_messages=2, rate_grace=2)
+        a = self.member(h, "a1", "alice", level=5)
+        for _ in range(3):
+            burst(a, 10, level=5)
+            h.advance(1)
+            release(h)
+        got = [p.reason for p in a.take() if p.ptype == C.DISCONNECT]
+        self.assertEqual(got, [0x96])  # Message rate too high
+        self.assertEqual(h.broker.stats.closed_rate_limited, 1)
+        self.assertEqual(h.broker.rates.user_of[a.cid], -1)  # left its user's bucket
+
+
+class TestConnectRate(unittest.TestCase):
+    # (common/broker/connect_rate.py: CONNECTs/s per source address.)
+    def connect(self, h, level, address="192.0.2.7", client_id="c"):
+        c = h.client(level, (address + ":5000", None, True))
+        return c, c.connect(client_id)
+
+    def test_v5_over_the_rate_gets_0x9f(self):
+        h = Harness(rate_connects=2)
+        lines = []
+        h.broker.set_logger(lambda level, text: lines.append(text))
+        for i in range(2):
+            _c, ack = self.connect(h, 5, client_id="c%d" % i)
+            self.assertEqual(ack.reason, 0)
+        _c, ack = self.connect(h, 5, client_id="c2")
+        self.assertEqual(ack.reason, 0x9F)  # Connection rate exceeded
+        self.assertEqual(h.broker.stats.refused_connect_rate, 1)
+        self.assertTrue([x for x in lines if "over rate_connects 2 CONNECTs/s from 192.0.2.7" in x])
+        _c, ack = self.connect(h, 5, address="192.0.2.8", client_id="other")
+        self.assertEqual(ack.reason, 0)  # another address has its own bucket
+        h.advance(1)
+        _c, ack = self.connect(h, 5, client_id="c3")
+        self.assertEqual(ack.reason, 0)  # a second later: a token again
+
+    def test_311_over_the_rate_gets_0x03_then_close(self):
+        h = Harness(rate_connects=1)
+        self.connect(h, 4, client_id="a")
+        _c, ack = self.connect(h, 4, client_id="b")
+        self.assertEqual(ack.reason, 0x03)  # Server unavailable [MQTT-3.2.2-5]: then closed
+        self.assertEqual(h.broker.stats.refused_connect_rate, 1)
+
+    def test_off_by_default(self):
+        h = Harness()
+        self.assertIsNone(h.broker.connect_rate)
+        for i in range(20):
+            _c, ack = self.connect(h, 5, client_id="c%d" % i)
+            self.assertEqual(ack.reason, 0)
+
+    def test_the_address_table_is_bounded(self):
+        from common.broker.connect_rate import CONNECT_RATE_ENTRIES
+
+        h = Harness(rate_connects=1, max_connections=4)
+        table = h.broker.connect_rate.by_address
+        for i in range(CONNECT_RATE_ENTRIES + 20):
+            c, _ack = self.connect(h, 4, address="10.0.%d.%d" % (i // 200, i % 200), client_id="x")
+            c.drop()
+            self.assertLessEqual(len(table), CONNECT_RATE_ENTRIES)
+        h.advance(1)
+        self.connect(h, 4, address="10.9.9.9")
+        self.assertEqual(len(table), 1)  # every bucket was full again: all dropped for the newcomer

@@ -91,6 +91,23 @@ class TestZeroAllocation(unittest.TestCase):
         route_locked(rig, 20)
         self.assertEqual(rig.h.broker.stats.rate_held_messages, 0)
 
+    def test_user_and_listener_rates_on_but_not_reached_allocate_nothing(self):
+        # (ratelimit.py + rate_groups.py: the shared buckets are list arithmetic too.)
+        if heap_lock is None:
+            self.skipTest("heap_lock: measured under MicroPython")
+        rig = Rig(user_rate_messages=1000, user_rate_bytes=1000000, listener_rate_messages=1000, listener_rate_bytes=1000000)
+        rig.pub = rig.h.client(peer=("127.0.0.1:1", "alice", True, 1))  # a user, on listener 1
+        rig.pub.connect("pa")
+        rig.pub.take()
+        rig.outputs = None
+        for _ in range(3):
+            rig.route()
+        route_locked(rig, 20)
+        stats = rig.h.broker.stats
+        self.assertEqual(stats.messages_received, 23)
+        self.assertEqual(stats.rate_held_user_messages + stats.rate_held_listener_messages, 0)
+        self.assertEqual(rig.h.broker.rates.users.tokens[0][rig.h.broker.rates.user_of[rig.pub.cid]], 1000 - 23)
+
     def test_qos0_to_plain_subscribers_allocates_nothing_once_warm(self):
         rig = Rig()
         broker = rig.h.broker

@@ -10,28 +10,20 @@ the kernel). The edge's own subscribers see the same state here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
 from tests.host.bridge_edge import edge, paho
 from tests.host.broker_proc import Paho
+from tests.host.test_bridge_mosquitto import mosquitto
 from tools.bench.brokers import Mosquitto
 
 pytestmark = pytest.mark.interop
 
+__all__ = ["mosquitto"]  # the fixture, from test_bridge_mosquitto
+
 TOPIC = "$SYS/broker/connection/gw-7/state"
-
-
-@pytest.fixture
-def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
-    require("mosquitto", Mosquitto.available(), "apt-get install mosquitto")
-    m = Mosquitto(tmp_path)
-    m.start()
-    yield m
-    m.stop()
 
 
 def retained(port: int, clients: list[Paho], client_id: str) -> tuple[bytes, bool]:

@@ -9,6 +9,8 @@ cache no client id or wrong password can poison, and the offline grace
 from __future__ import annotations
 
 import json
+import re
+import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +29,7 @@ class AuthServer:
     """A loopback HTTP auth service; `mode` says how it behaves."""
 
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | hang | garbage | status500
+        self.mode = "ok"  # ok | hang | garbage | status500 | deny
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()
         outer = self
@@ -39,6 +41,13 @@ class AuthServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body)
+                if "topic" in body:  # the acl_url's question: a PUBLISH's topic or a filter
+                    if body["topic"] == "slow/x":
+                        outer.release.wait(30)  # hangs
+                        return
+                    mine = body["topic"].startswith(f"devices/{body['clientid']}/") and body["clientid"] != "dev2"
+                    self._send(200, json.dumps({"allow": mine}).encode())
+                    return
                 if outer.mode == "hang":
                     outer.release.wait(30)
                     return
@@ -46,6 +55,8 @@ class AuthServer:
                     self._send(200, b"<html>allow</html>")
                 elif outer.mode == "status500":
                     self._send(500, b"{}")
+                elif outer.mode == "deny":
+                    self._send(403, b"")
                 elif USERS.get(body["username"]) == body["password"]:
                     self._send(200, json.dumps({"allow": True, "acl": ACL}).encode())
                 elif body["username"] in USERS:
@@ -202,3 +213,77 @@ def test_offline_grace_ends(tmp_path: Path, auth: AuthServer) -> None:
         auth.stop()
         # Within the grace alice gets in; once it is over she is refused.
         wait_until(lambda: connack(b, "alice", "wonderland", "dev1") == b"\x00\x03", 15, "the grace ends")
+
+
+def test_sighup_reloads_the_hook(tmp_path: Path, auth: AuthServer) -> None:
+    # [security.http] read again on SIGHUP: another url is asked from then on
+    # (the old one's cache dropped: its allows no longer count); the table
+    # removed, no hook is asked any more.
+    other = AuthServer()
+    other.mode = "deny"
+    try:
+        with start(tmp_path, auth, cache_ttl=3600) as b:
+            assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x00"
+            text = b.config_path.read_text()
+            b.config_path.write_text(text.replace(auth.url(), other.url()))
+            b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            b.wait_log(
+                r"SIGHUP: security reloaded: .*; auth hook "
+                + re.escape(other.url())
+                + r" reloaded \(was "
+                + re.escape(auth.url())
+                + r": its cache dropped\)"
+            )
+            asked = len(auth.requests)
+            # A cached allow of the old service would have let her in: refused now (403).
+            assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x04"
+            assert [r["username"] for r in other.requests] == ["alice"]
+            assert len(auth.requests) == asked
+            b.config_path.write_text(text[: text.index("[security.http]")])
+            b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+            b.wait_log(r"SIGHUP: security reloaded: .*; auth hook removed")
+            # No hook, no password file, allow_anonymous false: the user name is not checked by anyone.
+            assert connack(b, "alice", "wonderland", "dev1") == b"\x00\x05"
+            assert len(other.requests) == 1
+            assert "Traceback" not in b.log_text()
+    finally:
+        other.stop()
+
+
+def test_publish_and_subscribe_checks(tmp_path: Path, auth: AuthServer) -> None:
+    # acl_url: each PUBLISH and SUBSCRIBE of a client with a user name is
+    # asked (then cached), besides the login ACL (devices/%c/out, devices/+/out);
+    # the service allows devices/<client id>/... except for dev2. A refusal
+    # is v5 0x87; a hanging answer holds that client only (bob's round trips
+    # go on) until the timeout.
+    with start(tmp_path, auth, acl_url=auth.url().replace("/auth", "/acl")) as b:
+        bob = Paho(b.port, "bob", username="bob", password="builder", protocol=5).connect()
+        assert [r.value for r in bob.subscribe("devices/bob/out", 1)] == [1]
+        alice = Paho(b.port, "dev1", username="alice", password="wonderland", protocol=5)
+        codes: list[int] = []
+        alice.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
+        alice.connect()
+        assert [r.value for r in alice.subscribe("devices/dev1/out", 1)] == [1]
+        assert [r.value for r in alice.subscribe("devices/+/out", 1)] == [0x87]  # the ACL allows it, the service not
+        for _ in range(2):
+            alice.client.publish("devices/dev1/out", b"1", 1).wait_for_publish(5)
+        asked = [(r["topic"], r["acc"]) for r in auth.requests if "topic" in r and r["clientid"] == "dev1"]
+        assert sorted(asked) == [("devices/+/out", 1), ("devices/dev1/out", 1), ("devices/dev1/out", 2)]  # (once: cached)
+        dev2 = Paho(b.port, "dev2", username="alice", password="wonderland", protocol=5)
+        dev2.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
+        dev2.connect()
+        dev2.client.publish("devices/dev2/out", b"2", 1).wait_for_publish(5)
+        assert codes == [0, 0, 0x87], codes
+        # (one refusal line a second: the first, the SUBSCRIBE's)
+        b.wait_log(r"dev1: SUBSCRIBE devices/\+/out refused by the auth hook \(user alice\)")
+        info = alice.client.publish("slow/x", b"4", 1)
+        wait_until(lambda: any(r.get("topic") == "slow/x" for r in auth.requests), 10, "the hook asked for slow/x")
+        for i in range(3):  # meanwhile bob is served
+            bob.publish("devices/bob/out", b"%d" % i, 1)
+            assert bob.get(timeout=10).payload == b"%d" % i
+        info.wait_for_publish(10)
+        assert codes[-1] == 0x87
+        b.wait_log(r"auth hook http://127\.0\.0\.1:\d+/mqtt/acl: no answer within 0\.5 s")
+        for p in (alice, dev2, bob):
+            p.close()
+        assert "Traceback" not in b.log_text()

@@ -1,4 +1,5 @@
-"""Rate limits per client on the real host server (docs/limits.md "Rate
+"""Rate limits per client, per user, per listener and connects per address
+on the real host server (docs/limits.md "Rate
 limits"): a client flooding QoS 0 at many times its rate_messages over a raw
 socket (3.1.1) and with paho 5.0 is held back (read at its rate), then, after
 rate_grace, disconnected (v5 DISCONNECT 0x96, 3.1.1 close), counted in $SYS
@@ -91,4 +92,115 @@ def test_flooders_are_held_back_then_closed(tmp_path: Path) -> None:
         for p in (counter, bystander, watcher):
             p.close()
         p5.client.loop_stop()
+        assert "Traceback" not in b.log_text()
+
+
+def passwd_file(path: Path, *users: str) -> None:
+    """A password file with each user's password its name reversed (siskin passwd)."""
+    from tests.host.test_server_security import siskin_passwd
+
+    for i, user in enumerate(users):
+        siskin_passwd(path, user, user[::-1], *(("-c",) if i == 0 else ()))
+
+
+def test_the_connections_of_one_user_share_its_bucket(tmp_path: Path) -> None:
+    # Two raw 3.1.1 connections of alice send 300 PUBLISHes each at once;
+    # no per-client rate is set, but together they are read at alice's
+    # user_rate_messages (100/s, a bucket of 100): all 600 arrive, none
+    # lost, and not before 4 s (the limit makes it slow, whatever the load;
+    # without it they arrive in well under a second). Bob on the same
+    # listener keeps his round trips meanwhile.
+    passwd_file(tmp_path / "passwd", "alice", "bob", "watch")
+    limits = {"user_rate_messages": RATE, "rate_grace": 0, "sys_interval": 1}
+    security = {"password_file": "passwd", "allow_anonymous": False}
+    with BrokerProcess(tmp_path, limits=limits, security=security) as b:
+        counter = Paho(b.port, "counter", username="watch", password="hctaw", protocol=5).connect()
+        counter.subscribe("flood/#", 0)
+        bob = Paho(b.port, "bob", username="bob", password="bob", protocol=5).connect()
+        bob.subscribe("calm/echo", 1)
+        floods = []
+        for i in range(2):
+            raw = RawClient(b.port)
+            assert raw.connect(f"alice{i}", username="alice", password=b"ecila") == b"\x00\x00"
+            floods.append(raw)
+        packet = publish_packet("flood/x", b"f" * 20, 0) * 50
+        started = time.monotonic()
+        for raw in floods:
+            threading.Thread(target=lambda r=raw: [r.send(packet) for _ in range(6)], daemon=True).start()
+        b.wait_log(r"alice\d: over user_rate_messages 100 \(PUBLISHes/s, its user's\): not read until it is back under")
+        for i in range(5):
+            bob.publish("calm/echo", b"%d" % i, 1)
+            assert bob.get(timeout=10).payload == b"%d" % i
+        for _ in range(600):
+            counter.get(timeout=10)
+        took = time.monotonic() - started
+        assert took >= 4.0, took  # 600 at 100/s with a bucket of 100: 5 s, less a refill's edge
+        assert "over rate_messages" not in b.log_text()  # (no per-client rate: the user's bucket held them)
+        values: dict[str, str] = {}
+        watcher = Paho(b.port, "watcher", username="watch", password="hctaw", protocol=5).connect()
+        watcher.client.on_message = lambda c, u, m: values.__setitem__(m.topic, m.payload.decode())
+        watcher.subscribe("$SYS/broker/clients/rate_held/#", 0)
+        wait_until(
+            lambda: int(values.get("$SYS/broker/clients/rate_held/user_messages", "0")) >= 1,
+            15,
+            lambda: f"rate_held/user_messages: {values}",
+        )
+        for p in (counter, bob, watcher):
+            p.close()
+        assert "Traceback" not in b.log_text()
+
+
+def test_the_clients_of_one_listener_share_its_bucket(tmp_path: Path) -> None:
+    # A flooder on the second listener is held to that listener's rate; a
+    # client of the first listener is not held, and its round trips go on.
+    limits = {"listener_rate_messages": RATE, "rate_grace": 0}
+    with BrokerProcess(tmp_path, limits=limits, listeners=[{"port": 0}, {"port": 0}]) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        first, second = b.ports()
+        calm = Paho(first, "calm", protocol=5).connect()
+        calm.subscribe("calm/echo", 1)
+        raw = RawClient(second)
+        assert raw.connect("loud") == b"\x00\x00"
+        stop = threading.Event()
+        threading.Thread(target=flood, args=(raw, stop), daemon=True).start()
+        b.wait_log(r"loud: over listener_rate_messages 100 \(PUBLISHes/s, its listener's\)")
+        for i in range(5):
+            calm.publish("calm/echo", b"%d" % i, 1)
+            assert calm.get(timeout=10).payload == b"%d" % i
+        stop.set()
+        assert "calm: over" not in b.log_text()
+        calm.close()
+
+
+def test_connects_per_source_address(tmp_path: Path) -> None:
+    # rate_connects 2: a reconnect loop from 127.0.0.1 is refused beyond two
+    # CONNECTs a second: 3.1.1 CONNACK 0x03 then close [MQTT-3.2.2-5], v5 (paho) 0x9F.
+    with BrokerProcess(tmp_path, limits={"rate_connects": 2}) as b:
+        answers = []
+        started = time.monotonic()
+        for i in range(30):
+            raw = RawClient(b.port)
+            answers.append(raw.connect(f"loop{i}"))
+            if answers[-1] != b"\x00\x00":
+                assert raw.closed_within(5)
+            raw.close()
+        elapsed = time.monotonic() - started
+        accepted = answers.count(b"\x00\x00")
+        assert set(answers) <= {b"\x00\x00", b"\x00\x03"}, answers
+        # At most the bucket (2) and 2 a second more over the loop's seconds.
+        assert accepted <= 2 * (elapsed + 2), (accepted, elapsed)
+        assert accepted >= 2
+        # Until the bucket refills, a v5 client gets 0x9F (Connection rate exceeded).
+        for _ in range(50):
+            p = Paho(b.port, "v5", protocol=5)
+            p.client.connect(p.host, p.port)
+            p.client.loop_start()
+            assert p.connected.wait(5)
+            p.client.loop_stop()
+            if p.connack_rc.value == 0x9F:
+                break
+            assert p.connack_rc.value == 0, p.connack_rc  # (a token was there: spend it and try again)
+            p.client.disconnect()
+        assert p.connack_rc.value == 0x9F
+        b.wait_log(r"refused CONNECT on #\d+: over rate_connects 2 CONNECTs/s from 127\.0\.0\.1")
         assert "Traceback" not in b.log_text()

@@ -5,6 +5,10 @@
     python -m tools.bench run fanin --port 1883 --qos 1 --publishers 4
                                           one scenario against a running broker:
                                           one JSON line
+    python -m tools.bench limits [--seconds 8] [--pypy]
+                                          a bystander's latency beside a client
+                                          flooding at 10 x its rate limit, and
+                                          limits on but not reached vs off
 
 See docs/benchmarks.md for what each scenario measures and how.
 """
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import brokers, scenarios, scenarios_connect, scenarios_durable
+from . import brokers, scenarios, scenarios_connect, scenarios_durable, scenarios_limits
 
 NOFILE = 65536
 
@@ -483,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clients", type=int, default=1000, help="idle/subsetup: connections")
     r.add_argument("--takers", type=int, default=8, help="takeover: processes sharing one client id")
     r.add_argument("--topics", type=int, default=10000, help="retained: retained topics")
+    lim = sub.add_parser("limits", help="rate limits: a bystander beside a flooder; on-not-reached vs off")
+    lim.add_argument("--seconds", type=float, default=8.0, help="seconds each of the four runs measures")
+    lim.add_argument("--pypy", action="store_true", help="also on PyPy (.venv-pypy)")
     return p
 
 
@@ -490,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "run":
         return run_one(args)
+    if args.cmd == "limits":
+        return scenarios_limits.main(args.seconds, args.pypy)
     return compare(args)
 
 

@@ -139,9 +139,11 @@ class Siskin(BrokerProc):
         name: str = "siskin",
         loop: str = "auto",
         nursery: str | None = None,
+        limits: dict[str, object] | None = None,
     ) -> None:
         """`nursery`: PYPY_GC_NURSERY for a broker on PyPy (None: Siskin's pin,
-        cpython_host/runtime/pypy_heap.py; "0": PyPy's own size, from /proc/cpuinfo)."""
+        cpython_host/runtime/pypy_heap.py; "0": PyPy's own size, from /proc/cpuinfo).
+        `limits`: [limits] keys over SISKIN_LIMITS (tools/bench/scenarios_limits.py)."""
         self.name = name
         self.loop = loop  # --event-loop
         super().__init__(workdir)
@@ -151,7 +153,7 @@ class Siskin(BrokerProc):
             self.cwd = Path(root)  # another checkout (an A/B comparison)
         self.python = python or siskin_python()
         self.config = workdir / f"{name}.toml"
-        lines = ["[limits]"] + [f"{k} = {_toml(v)}" for k, v in SISKIN_LIMITS.items()]
+        lines = ["[limits]"] + [f"{k} = {_toml(v)}" for k, v in {**SISKIN_LIMITS, **(limits or {})}.items()]
         lines += ["[server]", "backlog = 4096"]
         self.config.write_text("\n".join(lines) + "\n")
 
