@@ -373,3 +373,26 @@ def test_sn_listener_off_loopback_is_refused(tmp_path: Path) -> None:
 
     write_config(path, listeners=[{**SN_LISTENER, "host": "0.0.0.0", "allow_remote": True}])
     assert load_config(str(path)).listeners()[0].allow_remote  # (not bound here: loopback only in tests)
+
+
+@pytest.mark.parametrize(
+    ("table", "error"),
+    [
+        ({"host": "::1"}, None),
+        ({"host": "localhost"}, None),
+        ({"host": "192.0.2.7"}, "allow_remote = true"),
+        ({"certfile": "server.crt", "keyfile": "server.key"}, "UDP without TLS"),
+        ({"predefined": {"0": "a"}}, "wants 1..65534"),
+        ({"predefined": {"1": "a/+"}}, "without wildcards"),
+        ({"protocol": "mqtt", "max_clients": 4}, 'protocol is not "mqtt-sn"'),
+    ],
+)
+def test_sn_listener_config_rules(tmp_path: Path, table: dict[str, Any], error: str | None) -> None:
+    from cpython_host.config import ConfigError, load_config
+
+    path = write_config(tmp_path / "sn.toml", listeners=[{**SN_LISTENER, **table}])
+    if error is None:
+        assert load_config(str(path)).listeners()[0].mqttsn
+    else:
+        with pytest.raises(ConfigError, match=error):
+            load_config(str(path))
