@@ -11,7 +11,12 @@ memory only) and measures, one message at a time, 64 B payloads:
 - mqtt->sn: a TCP client's PUBLISH QoS 1 until the SN subscriber has it
   (the SN client PUBACKs it).
 
-Prints one JSON line of percentiles in ms. The datagrams are hand-made
+Then throughput, WINDOW QoS 1 PUBLISHes in flight, COUNT of them:
+sn->mqtt (SN client to the TCP subscriber) and tcp->mqtt the same from a
+TCP client, in msg/s until the subscriber has them all and every PUBACK
+came.
+
+Prints one JSON line of percentiles in ms and rates in msg/s. The datagrams are hand-made
 (v1.2 §5.4), not our codec's.
 """
 
@@ -24,8 +29,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from tools import procgroup
 from tools.bench.mqtt import do_subscribe, open_client, publish, recv_exact
@@ -72,14 +79,38 @@ def pct(samples: list[float]) -> dict[str, float]:
     return {p: round(s[min(len(s) - 1, int(len(s) * q))] * 1000, 3) for p, q in (("p50", 0.5), ("p99", 0.99))}
 
 
-def run(tcp: int, udp: int, count: int) -> dict[str, dict[str, dict[str, float]]]:
+WINDOW = 32  # QoS 1 PUBLISHes in flight in the throughput runs
+
+
+def drain_sub(sub: socket.socket, n: int) -> None:
+    """Read `n` PUBLISHes (QoS 0 subscription) from the TCP subscriber."""
+    for _ in range(n):
+        read_packet(sub)
+
+
+def throughput(sub: socket.socket, send: Any, ack: Any, count: int) -> float:
+    """msg/s: `count` messages, WINDOW in flight (`send(i)`, `ack()` waits one PUBACK)."""
+    t0 = time.perf_counter()
+    done = threading.Thread(target=drain_sub, args=(sub, count))
+    done.start()
+    for i in range(1, count + 1):
+        if i > WINDOW:
+            ack()
+        send(i & 0xFFFF or 1)
+    for _ in range(min(WINDOW, count)):
+        ack()
+    done.join()
+    return round(count / (time.perf_counter() - t0))
+
+
+def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
     sub = open_client(tcp, "bench-sub")
     do_subscribe(sub, "b/#", 0)
     pub = open_client(tcp, "bench-pub")
     snc = sn_client(udp, "bench-sn")
     sn(snc, 0x0A, b"\x00\x00\x00\x01b/sn")  # REGISTER
     topic_id = sn_expect(snc, 0x0B)[0:2]
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    out: dict[str, Any] = {}
     deliver: list[float] = []
     acked: list[float] = []
     for i in range(1, count + 1):
@@ -99,6 +130,17 @@ def run(tcp: int, udp: int, count: int) -> dict[str, dict[str, dict[str, float]]
         read_packet(pub)
         acked.append(time.perf_counter() - t0)
     out["tcp->mqtt"] = {"delivered": pct(deliver), "puback": pct(acked)}
+    rates = {
+        "sn->mqtt": throughput(
+            sub,
+            lambda i: sn(snc, 0x0C, b"\x20" + topic_id + i.to_bytes(2, "big") + PAYLOAD),
+            lambda: sn_expect(snc, 0x0D),
+            count,
+        ),
+        "tcp->mqtt": throughput(
+            sub, lambda i: pub.sendall(publish("b/tcp", PAYLOAD, 1, i)), lambda: read_packet(pub), count
+        ),
+    }
     sn(snc, 0x12, b"\x20\x00\x02d/+")  # SUBSCRIBE d/+ QoS 1
     sn_expect(snc, 0x13)
     deliver = []
@@ -113,7 +155,7 @@ def run(tcp: int, udp: int, count: int) -> dict[str, dict[str, dict[str, float]]
         sn(snc, 0x0D, data[3:7] + b"\x00")  # PUBACK: topic id, msg id
         read_packet(pub)
     out["mqtt->sn"] = {"delivered": pct(deliver)}
-    return out
+    return {"round_trip_ms": out, "msg_per_s": rates}
 
 
 def main() -> int:
@@ -145,7 +187,7 @@ def main() -> int:
         finally:
             procgroup.kill(proc)
             logf.close()
-    print(json.dumps({"count": args.count, "broker": args.python, "round_trip_ms": result}))
+    print(json.dumps({"count": args.count, "broker": args.python, "window": WINDOW, **result}))
     return 0
 
 
