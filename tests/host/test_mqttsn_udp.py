@@ -296,6 +296,36 @@ def test_sleeping_client_buffered_then_flushed_on_pingreq(broker: BrokerProcess,
     assert wake_and_collect(r, "sleeper", 1) == [b"later"]
 
 
+def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, opened: list[Any]) -> None:
+    # §6.14 a sleeping client's buffer is bounded by max_buffered (then queue_full decides);
+    # a datagram over max_packet_size is dropped either way, counted in $SYS
+    b = start(
+        tmp_path, sn={"max_buffered": 2, "max_packet_size": 64}, limits={"queue_full": "drop_newest", "sys_interval": 1}
+    )
+    try:
+        watch = paho(b, opened, "watch", "$SYS/broker/mqtt-sn/refused/too_large")
+        r = raw(b, opened)
+        assert r.connect("small") == 0
+        assert r.subscribe("ab", 1, 1, SHORT) == (int.from_bytes(b"ab", "big"), 0)
+        r.publish(int.from_bytes(b"ab", "big"), bytes(60), 1, msg_id=2, kind=SHORT)  # 67 octets: dropped
+        pub = paho(b, opened, "pub")
+        pub.publish("ab", bytes(58), 1)  # 65 octets as an SN PUBLISH: dropped
+        pub.publish("ab", b"fits", 1)
+        _flags, _tid, mid, data = publish_fields(r.expect(PUBLISH))  # (the first thing it hears)
+        assert data == b"fits"
+        r.send(PUBACK, b"ab" + u16(mid) + b"\x00")
+        r.send(DISCONNECT, u16(60))
+        r.expect(DISCONNECT)
+        for i in range(3):
+            pub.publish("ab", b"m%d" % i, 1)
+        assert wake_and_collect(r, "small", 2) == [b"m0", b"m1"]  # the third over max_buffered
+        seen = [watch.get(timeout=10).payload]
+        while seen[-1] != b"2":
+            seen.append(watch.get(timeout=10).payload)
+    finally:
+        b.kill()
+
+
 def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list[Any]) -> None:
     # §6.14: the buffer of a sleeping client is its persistent session's queue: after
     # kill -9 and a restart on the same store, the client (forgotten by the gateway: its
