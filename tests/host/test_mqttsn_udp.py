@@ -346,6 +346,7 @@ def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list
         b.kill()  # SIGKILL: no shutdown, no final sync
         b.start()
         b.wait_log(r"listening on [0-9.:]+: MQTT-SN v1.2 over UDP")
+        assert f"restored 1 sessions, 1 subscriptions, {n} queued messages" in b.log_text()
         r2 = raw(b, opened)  # the same client, a new port after the restart (its address changed)
         r2.send(PINGREQ, b"sleeper")
         r2.expect(DISCONNECT)  # the gateway has forgotten it: CONNECT again
