@@ -8,12 +8,15 @@ gateway has for its clients are sent. The gateway's timers (keep-alive,
 sleep expiry) run from its `tick()`, at the deadline it returns or every
 second at most (a client's Duration is whole seconds). When the broker writes to an SN client (inside the driver's
 flush) the gateway calls `wake`: the endpoint pumps on the next loop turn,
-never from inside the flush.
+never from inside the flush. A fault of the core on one datagram or tick is
+logged and contained: the listener serves on (asyncio would close the
+socket of a protocol whose callback raised).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -21,6 +24,8 @@ from common.compat import TICKS_MASK, ticks_diff
 from common.mqttsn.gateway import Gateway
 from common.mqttsn.settings import sn_settings
 from cpython_host.transports.events import ConnectionEvents
+
+log = logging.getLogger("siskin.host")
 
 TICK_MAX_S = 1.0  # the gateway's timers run at least this often
 
@@ -61,7 +66,12 @@ class SnEndpoint(asyncio.DatagramProtocol):
         gw = self.gateway
         if gw is None or self.events.is_stopping():
             return
-        gw.datagram_received(addr[:2], data)
+        try:
+            gw.datagram_received(addr[:2], data)
+        except Exception:
+            log.exception(
+                "MQTT-SN datagram from %s: a fault of the gateway; the datagram is dropped", address_text(addr)
+            )
         self.pump()
 
     def error_received(self, exc: Exception) -> None:
@@ -77,7 +87,10 @@ class SnEndpoint(asyncio.DatagramProtocol):
         gw = self.gateway
         if gw is None:
             return
-        gw.pump()
+        try:
+            gw.pump()
+        except Exception:
+            log.exception("MQTT-SN listener %s: a fault of the gateway", self.listening.name)
         self._send()
         events = self.events
         events.flush_soon()  # what the gateway's clients made the broker write to others
@@ -97,7 +110,11 @@ class SnEndpoint(asyncio.DatagramProtocol):
         gw = self.gateway
         if gw is None:
             return
-        due = gw.tick()
+        try:
+            due = gw.tick()
+        except Exception:
+            log.exception("MQTT-SN listener %s: a fault of the gateway's timers", self.listening.name)
+            due = 0
         self._send()
         wait = TICK_MAX_S if not due else min(max(0, ticks_diff(due, ticks_ms())) / 1000, TICK_MAX_S)
         self.timer = self.loop.call_later(wait, self._on_timer)
