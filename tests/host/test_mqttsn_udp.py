@@ -427,3 +427,40 @@ def test_sn_listener_config_rules(tmp_path: Path, table: dict[str, Any], error: 
     else:
         with pytest.raises(ConfigError, match=error):
             load_config(str(path))
+
+
+def test_a_gateway_fault_is_contained(caplog: pytest.LogCaptureFixture) -> None:
+    # a fault of the core on one datagram or tick must not close the listener's socket
+    # (asyncio closes the transport of a protocol whose callback raised) nor stop its timers
+    import asyncio
+    import types
+
+    from cpython_host.transports.mqttsn_udp import SnEndpoint
+
+    class Faulty:
+        def datagram_received(self, addr: Any, data: bytes) -> None:
+            raise RuntimeError("core bug")
+
+        def pump(self) -> None:
+            raise RuntimeError("core bug")
+
+        def tick(self) -> int:
+            raise RuntimeError("core bug")
+
+        def take_datagrams(self) -> list[Any]:
+            return []
+
+    async def run() -> SnEndpoint:
+        events = types.SimpleNamespace(is_stopping=lambda: False, flush_soon=lambda: None)
+        listening = types.SimpleNamespace(name="127.0.0.1:1")
+        ep = SnEndpoint(events, listening)  # type: ignore[arg-type]
+        ep.gateway = Faulty()  # type: ignore[assignment]
+        ep.datagram_received(b"\x02\x16", ("127.0.0.1", 9))
+        ep._on_timer()
+        assert ep.timer is not None  # re-armed after the faulty tick
+        ep.close()
+        return ep
+
+    asyncio.run(run())
+    faults = [r.getMessage() for r in caplog.records if "a fault of the gateway" in r.getMessage()]
+    assert len(faults) == 3, faults
