@@ -38,7 +38,7 @@ from common.mqttsn.codec import SnMessage, encode_message, parse_datagram
 from common.mqttsn.topicids import TopicIds, short_name
 
 # SnClient states
-WILL_TOPIC = 0  # CONNECT with the Will flag: WILLTOPICREQ sent (§6.3)
+WILL_TOPIC = 0  # CONNECT with the Will flag: WILLTOPICREQ sent (§6.2)
 WILL_MSG = 1  # WILLMSGREQ sent
 CONNECTING = 2  # the MQTT CONNECT is on its way
 ACTIVE = 3
@@ -124,7 +124,7 @@ class SnClient:
     def _ended(self):
         # The broker ended the connection (a takeover, a refusal, our own
         # DISCONNECT): inside the driver's flush, so connection_lost is told
-        # at the next pump; the SN client hears DISCONNECT (§6.13) unless it
+        # at the next pump; the SN client hears DISCONNECT (§6.12) unless it
         # asked to leave, and is forgotten.
         if self.cid >= 0:
             self.ended_cid = self.cid
@@ -276,7 +276,7 @@ class SnClient:
         if self.state == WILL_TOPIC:
             if t != S.WILLTOPIC:
                 return
-            if msg.topic_name is None:  # an empty WILLTOPIC: no will after all (§6.3)
+            if msg.topic_name is None:  # an empty WILLTOPIC: no will after all (§6.2)
                 self._open(None, ms)
             else:
                 self.will_topic = (msg.topic_name, msg.qos if msg.qos > 0 else 0, msg.retain)
@@ -324,7 +324,7 @@ class SnClient:
             self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
 
     def _disconnect(self, msg, ms):
-        """§6.13 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
+        """§6.12 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
         MQTT connection ends politely (no will); asleep, the session stays
         and queues what comes for the client."""
         self.send(SnMessage(S.DISCONNECT))
@@ -589,7 +589,7 @@ class Gateway:
         return out
 
     def tick(self):
-        """Keep-alive (§6.7... Duration): a silent client is lost, its will
+        """Keep-alive (§6.11, the CONNECT's Duration): a silent client is lost, its will
         published. The next deadline (ms ticks, 0 none)."""
         ms = self.ticks_ms()
         due = 0

@@ -78,8 +78,8 @@ class TestConnect(GatewayTest):
         self.assertIsNotNone(self.broker.sessions.find("s1"))
 
     def test_will_handshake(self):
-        # §6.3: CONNECT with Will -> WILLTOPICREQ, WILLTOPIC -> WILLMSGREQ, WILLMSG -> CONNACK;
-        # the will is published when the client is lost (§6.7 keep alive)
+        # §6.2: CONNECT with Will -> WILLTOPICREQ, WILLTOPIC -> WILLMSGREQ, WILLMSG -> CONNACK;
+        # the will is published when the client is lost (§6.11 keep alive)
         _cid, h = self.mqtt("watcher", "w/#")
         got = self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=10, client_id="s1"))
         self.assertEqual([m.mtype for m in got], [S.WILLTOPICREQ])
@@ -107,7 +107,7 @@ class TestConnect(GatewayTest):
         self.assertEqual(self.broker.stats.sn_refused_connects, 1)
 
     def test_disconnect(self):
-        # §6.13: DISCONNECT -> DISCONNECT; the MQTT connection ends politely (no will)
+        # §6.12: DISCONNECT -> DISCONNECT; the MQTT connection ends politely (no will)
         self.connect("s1")
         got = self.sn(SnMessage(S.DISCONNECT))
         self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
@@ -120,7 +120,7 @@ class TestConnect(GatewayTest):
         self.assertEqual(self.broker.stats.sn_unknown_clients, 1)
 
     def test_pingreq_pingresp_and_searchgw(self):
-        # §6.15 PINGREQ -> PINGRESP; §6.1 SEARCHGW -> GWINFO
+        # §6.11 PINGREQ -> PINGRESP; §6.1 SEARCHGW -> GWINFO
         self.connect("s1")
         self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ))], [S.PINGRESP])
         got = self.sn(SnMessage(S.SEARCHGW, radius=1), ("x", 9))
@@ -226,7 +226,7 @@ class TestDeliveryToSn(GatewayTest):
         self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
 
     def test_unsubscribe(self):
-        # §6.11 UNSUBSCRIBE -> UNSUBACK; nothing more is delivered
+        # §6.9 UNSUBSCRIBE -> UNSUBACK; nothing more is delivered
         self.connect("s1")
         self.sn(SnMessage(S.SUBSCRIBE, topic_id_type=S.TOPIC_SHORT, msg_id=1, topic_id=0x6162))
         got = self.sn(SnMessage(S.UNSUBSCRIBE, topic_id_type=S.TOPIC_SHORT, msg_id=2, topic_id=0x6162))

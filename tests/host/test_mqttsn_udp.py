@@ -25,7 +25,9 @@ SEARCHGW, GWINFO, CONNECT, CONNACK = 0x01, 0x02, 0x04, 0x05
 WILLTOPICREQ, WILLTOPIC, WILLMSGREQ, WILLMSG = 0x06, 0x07, 0x08, 0x09
 REGISTER, REGACK, PUBLISH, PUBACK = 0x0A, 0x0B, 0x0C, 0x0D
 PUBCOMP, PUBREC, PUBREL, SUBSCRIBE, SUBACK = 0x0E, 0x0F, 0x10, 0x12, 0x13
+UNSUBSCRIBE, UNSUBACK = 0x14, 0x15
 PINGREQ, PINGRESP, DISCONNECT = 0x16, 0x17, 0x18
+WILLTOPICUPD, WILLTOPICRESP = 0x1A, 0x1B
 # §5.3.4 flags
 QOS = {-1: 0x60, 0: 0x00, 1: 0x20, 2: 0x40}
 RETAIN, CLEAN = 0x10, 0x04
@@ -204,6 +206,32 @@ def test_predefined_and_short_topic_ids(broker: BrokerProcess, opened: list[Any]
     assert (flags & 0x03, tid, data) == (PREDEFINED, 7, b"again")
 
 
+def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: BrokerProcess, opened: list[Any]) -> None:
+    # §6.10 QoS 2 to the SN client (PUBLISH, PUBREC, PUBREL, PUBCOMP), §6.11 PINGREQ/PINGRESP,
+    # §6.9 UNSUBSCRIBE/UNSUBACK, §6.4 WILLTOPICUPD answered 0x03 (not supported), §6.12 DISCONNECT
+    r = raw(broker, opened)
+    assert r.connect("sn-q2") == 0
+    r.send(PINGREQ)
+    r.expect(PINGRESP)
+    ab = int.from_bytes(b"ab", "big")
+    assert r.subscribe(ab, 2, 1, SHORT) == (ab, 0)
+    paho(broker, opened, "pub").publish("ab", b"twice?", 2)
+    flags, tid, mid, data = publish_fields(r.expect(PUBLISH))
+    assert (flags & 0x60, flags & 0x03, tid, data) == (QOS[2], SHORT, ab, b"twice?")
+    r.send(PUBREC, u16(mid))
+    assert r.expect(PUBREL) == u16(mid)
+    r.send(PUBCOMP, u16(mid))
+    r.send(UNSUBSCRIBE, bytes([SHORT]) + u16(2) + u16(ab))
+    assert r.expect(UNSUBACK) == u16(2)
+    r.send(WILLTOPICUPD, b"\x20w/new")
+    assert r.expect(WILLTOPICRESP) == b"\x03"
+    r.send(DISCONNECT)
+    r.expect(DISCONNECT)
+    broker.wait_log(r"sn-q2 disconnected")
+    r.send(PINGREQ)
+    r.expect(DISCONNECT)  # forgotten: CONNECT first
+
+
 def test_qos_minus_one_without_a_connection(broker: BrokerProcess, opened: list[Any]) -> None:
     # §6.8 PUBLISH QoS -1: no CONNECT, a predefined id or a short name
     sub = paho(broker, opened, "watch", "#")
@@ -214,8 +242,8 @@ def test_qos_minus_one_without_a_connection(broker: BrokerProcess, opened: list[
 
 
 def test_will_published_when_keep_alive_is_lost(broker: BrokerProcess, opened: list[Any]) -> None:
-    # §6.3 the will handshake (WILLTOPICREQ, WILLTOPIC, WILLMSGREQ, WILLMSG);
-    # §6.2 Duration: a client silent for 1.5 x its Duration is lost, its will published
+    # §6.2 the will handshake (WILLTOPICREQ, WILLTOPIC, WILLMSGREQ, WILLMSG);
+    # §6.11 keep-alive: a client silent for 1.5 x its CONNECT Duration is lost, its will published
     sub = paho(broker, opened, "watch", "wills/#")
     c = sn12(broker, opened, "sn-will", keep_alive=1)
     c.set_will("wills/sn-will", "gone", 1, False)
@@ -327,7 +355,7 @@ def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, opened
 
 
 def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list[Any]) -> None:
-    # §6.14: the buffer of a sleeping client is its persistent session's queue: after
+    # §6.14 and §6.3 (clean flag off): the buffer of a sleeping client is its persistent session's queue: after
     # kill -9 and a restart on the same store, the client (forgotten by the gateway: its
     # PINGREQ gets DISCONNECT) CONNECTs with clean off and gets every message: 0 lost
     n = 50
