@@ -6,7 +6,9 @@ Each datagram goes to `Gateway.datagram_received` with the sender's
 (host, port) as its opaque address, then `pump()` and the datagrams the
 gateway has for its clients are sent. The gateway's timers (keep-alive,
 sleep expiry) run from its `tick()`, at the deadline it returns or every
-second at most (a client's Duration is whole seconds). When the broker writes to an SN client (inside the driver's
+second at most (a client's Duration is whole seconds) while it has one;
+with none (no client with a Duration), no timer runs until the next
+datagram. When the broker writes to an SN client (inside the driver's
 flush) the gateway calls `wake`: the endpoint pumps on the next loop turn,
 never from inside the flush. A fault of the core on one datagram or tick is
 logged and contained: the listener serves on (asyncio would close the
@@ -73,6 +75,8 @@ class SnEndpoint(asyncio.DatagramProtocol):
                 "MQTT-SN datagram from %s: a fault of the gateway; the datagram is dropped", address_text(addr)
             )
         self.pump()
+        if self.timer is None:
+            self._on_timer()  # the gateway may have a deadline now
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for an earlier datagram (a client gone): its keep-alive tells
@@ -110,14 +114,15 @@ class SnEndpoint(asyncio.DatagramProtocol):
         gw = self.gateway
         if gw is None:
             return
+        wait: float | None = TICK_MAX_S  # (after a fault: again in a second)
         try:
             due = gw.tick()
+            wait = None if not due else min(max(0, ticks_diff(due, ticks_ms())) / 1000, TICK_MAX_S)
         except Exception:
             log.exception("MQTT-SN listener %s: a fault of the gateway's timers", self.listening.name)
-            due = 0
         self._send()
-        wait = TICK_MAX_S if not due else min(max(0, ticks_diff(due, ticks_ms())) / 1000, TICK_MAX_S)
-        self.timer = self.loop.call_later(wait, self._on_timer)
+        # nothing due: no timer; the next datagram starts it again
+        self.timer = None if wait is None else self.loop.call_later(wait, self._on_timer)
 
     def close(self) -> None:
         if self.timer is not None:
