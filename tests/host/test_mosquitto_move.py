@@ -152,7 +152,7 @@ def test_the_whole_move_with_a_bridge(tmp_path: Path) -> None:
         assert converted.returncode == 0, converted.stderr
         text = (tmp_path / "siskin.toml").read_text()
         assert "[[bridge]]" in text and 'client_id = "gw-a"' in text
-        assert "$SYS/broker/bridge/up/state" in text  # notifications: where the state is
+        assert "notifications = true" in text  # Mosquitto's default, kept
         b = BrokerProcess(tmp_path / "siskin", log_level="info", extra_args=("--port", str(port)))
         b.config_path.write_text(text)
         imported = run_cli("import-mosquitto-db", str(db), "--data-dir", str(b.workdir / "data"))
@@ -161,6 +161,9 @@ def test_the_whole_move_with_a_bridge(tmp_path: Path) -> None:
             assert b.port == port  # where the clients know it
             b.wait_log(r"bridge up: connected to 127\.0\.0\.1:\d+ \(session resumed\)", 15)
             check_state(port, in_flight)
+            # The link's state where Mosquitto's bridge put it: here and upstream, retained.
+            for where in (port, upstream_port):
+                wait_until(lambda: _retained(where, STATE_TOPIC) == b"1", 15, f"no state '1' on port {where}")
             dev2 = RawClient(port)
             assert dev2.connect("dev2", clean=False) == b"\x01\x00"
             assert [(t, p) for t, p, *_ in drain(dev2, quiet=1.0)] == [("down/probe", b"while away")]
@@ -182,6 +185,19 @@ def test_the_whole_move_with_a_bridge(tmp_path: Path) -> None:
                     continue
             assert out.splitlines() == ["up/reading 42"]
             assert b.stop() == 0
+
+
+STATE_TOPIC = "$SYS/broker/connection/gw-a/state"  # Mosquitto's default for remote_clientid gw-a
+
+
+def _retained(port: int, topic: str) -> bytes | None:
+    """The retained payload of `topic` on the broker at `port` (None: none within a second)."""
+    c = RawClient(port)
+    c.connect("state-watch")
+    assert c.subscribe(topic, 1) in (0, 1)
+    got = [p for t, p, *_ in drain(c, quiet=1.0) if t == topic]
+    c.close()
+    return got[-1] if got else None
 
 
 def _carried(upstream_port: int, watch: RawClient, topic: str, payload: bytes = b"ping") -> bool:
