@@ -163,7 +163,7 @@ def test_the_whole_move_with_a_bridge(tmp_path: Path) -> None:
             check_state(port, in_flight)
             # The link's state where Mosquitto's bridge put it: here and upstream, retained.
             for where in (port, upstream_port):
-                wait_until(lambda: _retained(where, STATE_TOPIC) == b"1", 15, f"no state '1' on port {where}")
+                wait_until(lambda w=where: _retained(w, STATE_TOPIC) == b"1", 15, f"no state '1' on port {where}")
             dev2 = RawClient(port)
             assert dev2.connect("dev2", clean=False) == b"\x01\x00"
             assert [(t, p) for t, p, *_ in drain(dev2, quiet=1.0)] == [("down/probe", b"while away")]
