@@ -26,6 +26,7 @@ this module imports neither the driver nor a shell):
 from common.broker.delivery import RELEASED
 from common.client.client import CONNECTED
 from common.compat import ticks_deadline, ticks_diff
+from common.inprocess import InProcessHandle
 
 ARRIVAL_SAMPLES = 32  # (ms, count) pairs kept: halved in resolution when full
 
@@ -80,7 +81,7 @@ def local_peer(name):
     return ("bridge " + name, "bridge:" + name, True)
 
 
-class Link:
+class Link(InProcessHandle):
     def __init__(self, bridge, driver, ticks_ms, wake, flush):
         self.bridge = bridge
         self.driver = driver
@@ -101,18 +102,6 @@ class Link:
         # take_output reuses the buffer `data` is.
         self.bridge.local.data_received(bytes(data), self.ticks_ms())
         self.wake()
-
-    def half_close(self):
-        self._ended()
-
-    def close(self):
-        self._ended()
-
-    def abort(self):
-        self._ended()
-
-    def pending(self):
-        return 0
 
     def pause_reading(self):
         self.held = True

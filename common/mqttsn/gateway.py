@@ -33,6 +33,7 @@ the client has no id for waits for the REGACK of the gateway's REGISTER
 
 from common.client.client import CONNECTED, Client
 from common.compat import ticks_deadline, ticks_diff
+from common.inprocess import InProcessHandle
 from common.mqttsn import consts as S
 from common.mqttsn.codec import SnMessage, encode_message, parse_datagram
 from common.mqttsn.topicids import TopicIds, short_name
@@ -69,7 +70,7 @@ class SnSettings:
         self.session_expiry = 86400
 
 
-class SnClient:
+class SnClient(InProcessHandle):
     """One SN client: its MQTT client, the driver's handle for its in-memory
     connection, its topic ids and what waits for a REGACK."""
 
@@ -102,18 +103,6 @@ class SnClient:
         if self.mqtt is not None:
             self.mqtt.data_received(bytes(data), self.gw.ticks_ms())
             self.gw.wake()  # what the client answers, and the SN datagrams, at the shell's next pump
-
-    def half_close(self):
-        self._ended()
-
-    def close(self):
-        self._ended()
-
-    def abort(self):
-        self._ended()
-
-    def pending(self):
-        return 0
 
     def pause_reading(self):
         pass  # an SN client has no stream to hold: its QoS 1/2 publishes wait for their acks

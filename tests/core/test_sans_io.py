@@ -237,6 +237,7 @@ LAYERS = {
     "mqtt": 1,  # the wire: codec, packets, properties, reason codes
     "crypto": 1,  # AES-GCM, HKDF, HMAC, SCRAM
     "backoff": 1,  # the back-off between attempts (the bridge's reconnects, the uplink's redials)
+    "inprocess": 1,  # the driver's handle for a peer inside the process (bridge, MQTT-SN)
     "broker": 2,  # the state machine
     "client": 2,  # the MQTT client (the bridge's two ends)
     "mqttsn": 3,  # MQTT-SN v1.2: the wire codec, topic ids (the gateway will drive the broker)
