@@ -47,6 +47,7 @@ ASLEEP = 4  # DISCONNECT with a Duration (§6.14): no MQTT connection, the sessi
 AWAKE = 5  # PINGREQ while asleep: connected again until what waited is delivered and acked
 EXPIRING = 6  # asleep past its Duration: connected once more only to be lost (its will)
 GONE = 7
+UPDATING = 8  # WILLTOPICUPD/WILLMSGUPD (§6.4): connecting again with the new will
 
 QOS_M1_CLIENT = "mqtt-sn-qos-1"  # the one session QoS -1 PUBLISHes go through (§6.8)
 
@@ -88,6 +89,8 @@ class SnClient(InProcessHandle):
         self.heard_at = 0
         self.will_topic = None  # (topic, qos, retain) during the will handshake
         self.will = None  # (topic, payload, qos, retain): given again at every wake-up
+        self.update_resp = 0  # UPDATING: WILLTOPICRESP or WILLMSGRESP, sent after the new CONNACK
+        self.update_from = ACTIVE  # UPDATING: the state it goes back to
         self.sleep_until = 0  # ticks: ASLEEP, lost after this
         self.sleep_ms = 0  # 1.5 x the Duration of its last DISCONNECT
         self.waiting = []  # MQTT PUBLISHes from the broker behind a REGISTER
@@ -132,13 +135,17 @@ class SnClient(InProcessHandle):
             self.send(SnMessage(S.CONNACK, return_code=S.RC_ACCEPTED))
         elif self.state == EXPIRING:
             self.gw.expired.append(self)
+        elif self.state == UPDATING:
+            self.state = self.update_from
+            self.send(SnMessage(self.update_resp, return_code=S.RC_ACCEPTED))
         # AWAKE: the queued messages follow; PINGRESP once they are acked (Gateway.pump)
 
     def on_refused(self, reason):
         # v1.2 has no "not authorized": 0x03 "rejected: not supported" (§5.3.10)
         self.gw.count("sn_refused_connects")
         self.gw.log(30, "MQTT-SN client %s refused by the broker (CONNACK 0x%02x)", (self.client_id, reason))
-        self.send(SnMessage(S.CONNACK, return_code=S.RC_NOT_SUPPORTED))
+        rtype = self.update_resp if self.state == UPDATING else S.CONNACK
+        self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
         self.state = GONE
         self.gw.lost.append(self)
 
@@ -308,9 +315,31 @@ class SnClient(InProcessHandle):
         elif t == S.DISCONNECT:
             self._disconnect(msg, ms)
         elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
-            # MQTT 3.1.1 cannot change a will on a live connection
-            rtype = S.WILLTOPICRESP if t == S.WILLTOPICUPD else S.WILLMSGRESP
-            self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
+            self._update_will(msg)
+
+    def _update_will(self, msg):
+        """§6.4: MQTT cannot change a will on a live connection, so the MQTT
+        connection ends with a normal DISCONNECT (which discards the old will,
+        [MQTT-3.1.2-10]) and connects again with clean_start off and the new
+        will; the session queues what comes meanwhile. The answer follows the
+        new CONNACK (on_connected); the swap happens inside one pump()."""
+        will = self.will
+        if msg.mtype == S.WILLTOPICUPD:
+            rtype = S.WILLTOPICRESP
+            if msg.topic_name is None:
+                will = None  # an empty WILLTOPICUPD deletes the will topic and message (§5.4.23)
+            else:
+                data = will[1] if will is not None else b""
+                will = (msg.topic_name, data, msg.qos if msg.qos > 0 else 0, msg.retain)
+        else:
+            rtype = S.WILLMSGRESP
+            if will is not None:  # a message without a will topic has nowhere to go
+                will = (will[0], msg.data, will[2], will[3])
+        self.will = will
+        self.update_resp = rtype
+        self.update_from = self.state
+        self.state = UPDATING
+        self.mqtt.disconnect()  # the broker ends the connection; Gateway.pump connects again
 
     def _disconnect(self, msg, ms):
         """§6.12 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
@@ -355,7 +384,7 @@ class SnClient(InProcessHandle):
         c.will = will
         self.will = will
         self.mqtt = c
-        if self.state != AWAKE and self.state != EXPIRING:
+        if self.state != AWAKE and self.state != EXPIRING and self.state != UPDATING:
             self.state = CONNECTING
         where = "QoS -1" if self.addr is None else gw.addr_text(self.addr)
         peer = ("mqtt-sn " + where, None, gw.settings.loopback, gw.settings.listener_key)
@@ -563,6 +592,13 @@ class Gateway:
                     driver.flush()
                 if c.state == ASLEEP:
                     continue  # its session queues what comes for it
+                if c.state == UPDATING and self.clients.get(c.addr) is c:
+                    # §6.4: connected again with the new will; the session owes
+                    # again what waited behind a REGISTER (QoS 0 is not owed)
+                    c.waiting = []
+                    c._open(c.will, self.ticks_ms(), False)
+                    moved = True
+                    continue
                 if self.clients.get(c.addr) is c:
                     del self.clients[c.addr]
                     if c.state != GONE:

@@ -132,6 +132,68 @@ class TestConnect(GatewayTest):
         self.assertEqual(self.broker.stats.sn_malformed, 4)
 
 
+class TestWillUpdate(GatewayTest):
+    """§6.4 WILLTOPICUPD / WILLMSGUPD: the gateway's MQTT connection ends with
+    a normal DISCONNECT (the old will discarded, [MQTT-3.1.2-10]) and connects
+    again with clean_start off and the new will."""
+
+    def connect_with_will(self, topic, message):
+        self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, qos=1, topic_name=topic))
+        got = self.sn(SnMessage(S.WILLMSG, data=message))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, 0)])
+
+    def lose_by_keep_alive(self):
+        self.clock.ms = 15000  # 1.5 x Duration of silence (§6.11)
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+
+    def test_updated_will_is_published_not_the_old(self):
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.connect_with_will("w/old", b"old")
+        got = self.sn(SnMessage(S.WILLTOPICUPD, qos=1, retain=True, topic_name="w/new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        got = self.sn(SnMessage(S.WILLMSGUPD, data=b"new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLMSGRESP, 0)])
+        self.driver.flush()
+        self.assertEqual(h.types(), [])  # the swaps published no will
+        self.lose_by_keep_alive()
+        self.assertEqual([(p.topic, bytes(p.payload), p.retain) for p in h.inbox], [("w/new", b"new", False)])
+        _cid, late = self.mqtt("late")  # the new will's retain flag was kept
+        self.driver.data_received(_cid, encode_packet(Subscribe(1, [("w/new", 0)]), 4))
+        self.driver.flush()
+        self.assertEqual([(p.topic, p.retain) for p in late.inbox if p.ptype == C.PUBLISH], [("w/new", True)])
+
+    def test_empty_willtopicupd_removes_the_will(self):
+        # §5.4.23: an empty WILLTOPICUPD deletes the will topic and message
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.connect_with_will("w/old", b"old")
+        got = self.sn(SnMessage(S.WILLTOPICUPD))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        self.lose_by_keep_alive()
+        self.assertEqual(h.types(), [])
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_qos1_message_during_the_update_arrives(self):
+        self.connect_with_will("w/old", b"old")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        # the update is under way (its DISCONNECT not yet moved) when the message comes
+        self.gw.datagram_received(SENSOR, encode_message(SnMessage(S.WILLMSGUPD, data=b"new")))
+        self.publish(cid, "plant/alarm", b"fire", 1)
+        got = self.replies()
+        self.assertIn((S.WILLMSGRESP, 0), [(m.mtype, m.return_code) for m in got])
+        pubs = [m for m in got if m.mtype == S.PUBLISH]
+        self.assertTrue(pubs)
+        self.assertEqual({m.data for m in pubs}, {b"fire"})
+        for m in pubs:
+            self.sn(SnMessage(S.PUBACK, topic_id=7, msg_id=m.msg_id))
+        session = self.broker.sessions.find("s1")
+        self.assertEqual(len(session.inflight), 0)
+        self.assertEqual(session.queue.count, 0)
+
+
 class TestPublishFromSn(GatewayTest):
     def test_register_then_publish_qos0_1_2(self):
         # §6.5 REGISTER/REGACK, §6.6 PUBLISH QoS 0/1 (PUBACK), QoS 2 (PUBREC, PUBREL, PUBCOMP)

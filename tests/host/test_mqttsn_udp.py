@@ -27,7 +27,7 @@ REGISTER, REGACK, PUBLISH, PUBACK = 0x0A, 0x0B, 0x0C, 0x0D
 PUBCOMP, PUBREC, PUBREL, SUBSCRIBE, SUBACK = 0x0E, 0x0F, 0x10, 0x12, 0x13
 UNSUBSCRIBE, UNSUBACK = 0x14, 0x15
 PINGREQ, PINGRESP, DISCONNECT = 0x16, 0x17, 0x18
-WILLTOPICUPD, WILLTOPICRESP = 0x1A, 0x1B
+WILLTOPICUPD, WILLTOPICRESP, WILLMSGUPD, WILLMSGRESP = 0x1A, 0x1B, 0x1C, 0x1D
 # §5.3.4 flags
 QOS = {-1: 0x60, 0: 0x00, 1: 0x20, 2: 0x40}
 RETAIN, CLEAN = 0x10, 0x04
@@ -219,7 +219,7 @@ def test_predefined_and_short_topic_ids(broker: BrokerProcess, opened: list[Any]
 
 def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: BrokerProcess, opened: list[Any]) -> None:
     # §6.10 QoS 2 to the SN client (PUBLISH, PUBREC, PUBREL, PUBCOMP), §6.11 PINGREQ/PINGRESP,
-    # §6.9 UNSUBSCRIBE/UNSUBACK, §6.4 WILLTOPICUPD answered 0x03 (not supported), §6.12 DISCONNECT
+    # §6.9 UNSUBSCRIBE/UNSUBACK, §6.4 WILLTOPICUPD/WILLMSGUPD accepted (0x00), §6.12 DISCONNECT
     r = raw(broker, opened)
     assert r.connect("sn-q2") == 0
     r.send(PINGREQ)
@@ -235,7 +235,9 @@ def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: Bro
     r.send(UNSUBSCRIBE, bytes([SHORT]) + u16(2) + u16(ab))
     assert r.expect(UNSUBACK) == u16(2)
     r.send(WILLTOPICUPD, b"\x20w/new")
-    assert r.expect(WILLTOPICRESP) == b"\x03"
+    assert r.expect(WILLTOPICRESP) == b"\x00"
+    r.send(WILLMSGUPD, b"bye")
+    assert r.expect(WILLMSGRESP) == b"\x00"
     r.send(DISCONNECT)
     r.expect(DISCONNECT)
     broker.wait_log(r"sn-q2 disconnected")
