@@ -183,6 +183,8 @@ class Listener:
     max_buffered: int
     max_packet_size: int
     session_expiry: int
+    retry_interval: int
+    max_retries: int
     allow_remote: bool
 
     def __init__(self, where: str, values: dict[str, Any], key: int = 0) -> None:

@@ -26,6 +26,11 @@ wrote to an SN client: a delivery, an ack), as a bridge runner pumps its link.
 Addresses are opaque to the core (the shell's own values: an (ip, port)
 tuple on the host); `addr_text` is what the log and the broker see.
 
+Retransmission (§6.13): the gateway's PUBLISH QoS 1/2, PUBREL and
+REGISTER to a client wait in `SnClient.unacked` for their ack; `tick()`
+sends the same datagram again (PUBLISH with DUP set in place) every
+`retry_interval` s, at most `max_retries` times, then the client is lost.
+
 Topic ids: common/mqttsn/topicids.py. A message from the broker on a topic
 the client has no id for waits for the REGACK of the gateway's REGISTER
 (§6.10); messages behind it wait too, so the order is kept.
@@ -69,6 +74,8 @@ class SnSettings:
         # v5 Session Expiry of an SN client's session (s): how long a sleeping
         # or lost client's messages are kept for it
         self.session_expiry = 86400
+        self.retry_interval = 10  # Tretry (s): an unacknowledged PUBLISH/PUBREL/REGISTER is sent again (§6.13)
+        self.max_retries = 5  # Nretry: resent at most this often, then the client is lost
 
 
 class SnClient(InProcessHandle):
@@ -98,6 +105,8 @@ class SnClient(InProcessHandle):
         self.next_msg_id = 1
         self.subs = {}  # MQTT packet id -> (SN type of the ack, SN msg id, topic id)
         self.qos2_in = []  # SN msg ids of QoS 2 PUBLISHes answered with PUBREC, PUBREL awaited
+        # §6.13: [ack family (PUBLISH or REGISTER), msg id, datagram, due ticks, resends]
+        self.unacked = []
 
     # ------------------------------------------------ the driver's handle
 
@@ -200,6 +209,23 @@ class SnClient(InProcessHandle):
         if self.addr is not None:  # (None: the QoS -1 session, no SN client)
             self.gw.out.append((self.addr, encode_message(msg)))
 
+    def _send_acked(self, msg, family):
+        """A message the client acknowledges (§6.13): kept until it does, resent by Gateway.tick.
+        family: S.PUBLISH (PUBLISH, PUBREL: PUBACK, PUBREC, PUBCOMP) or S.REGISTER (REGACK).
+        The same msg id again (the session's resend at a reconnect) replaces the old one."""
+        data = bytearray(encode_message(msg))
+        self._acked(family, msg.msg_id)
+        due = ticks_deadline(self.gw.ticks_ms(), self.gw.settings.retry_interval * 1000)
+        self.unacked.append([family, msg.msg_id, data, due, 0])
+        self.gw.out.append((self.addr, data))
+
+    def _acked(self, family, msg_id):
+        for i in range(len(self.unacked)):
+            e = self.unacked[i]
+            if e[0] == family and e[1] == msg_id:
+                del self.unacked[i]
+                return
+
     def _msg_id(self):
         n = self.next_msg_id
         self.next_msg_id = n + 1 if n < 0xFFFF else 1
@@ -218,7 +244,9 @@ class SnClient(InProcessHandle):
                 return
             self.reg_msg_id = self._msg_id()
             self.waiting.insert(0, pkt)
-            self.send(SnMessage(S.REGISTER, topic_id=topic_id, msg_id=self.reg_msg_id, topic_name=pkt.topic))
+            self._send_acked(
+                SnMessage(S.REGISTER, topic_id=topic_id, msg_id=self.reg_msg_id, topic_name=pkt.topic), S.REGISTER
+            )
             return
         topic_type, topic_id = kind
         qos = pkt.qos
@@ -229,18 +257,20 @@ class SnClient(InProcessHandle):
             if qos:
                 self.mqtt.ack(pkt.packet_id)
             return
-        self.send(
-            SnMessage(
-                S.PUBLISH,
-                qos=qos,
-                retain=pkt.retain,
-                dup=pkt.dup,
-                topic_id_type=topic_type,
-                topic_id=topic_id,
-                msg_id=pkt.packet_id if qos else 0,
-                data=bytes(pkt.payload),
-            )
+        msg = SnMessage(
+            S.PUBLISH,
+            qos=qos,
+            retain=pkt.retain,
+            dup=pkt.dup,
+            topic_id_type=topic_type,
+            topic_id=topic_id,
+            msg_id=pkt.packet_id if qos else 0,
+            data=bytes(pkt.payload),
         )
+        if qos:
+            self._send_acked(msg, S.PUBLISH)
+        else:
+            self.send(msg)
 
     def _regack(self, msg):
         if msg.msg_id != self.reg_msg_id:
@@ -299,11 +329,15 @@ class SnClient(InProcessHandle):
                 self.gw.count("sn_topic_ids_refused")
             self.send(SnMessage(S.REGACK, topic_id=topic_id, msg_id=msg.msg_id, return_code=rc))
         elif t == S.REGACK:
+            self._acked(S.REGISTER, msg.msg_id)
             self._regack(msg)
         elif t == S.PUBACK or t == S.PUBREC:
+            self._acked(S.PUBLISH, msg.msg_id)
             self.mqtt.ack(msg.msg_id)  # MQTT PUBACK / PUBREC of the same id
             if t == S.PUBREC:
-                self.send(SnMessage(S.PUBREL, msg_id=msg.msg_id))
+                self._send_acked(SnMessage(S.PUBREL, msg_id=msg.msg_id), S.PUBLISH)
+        elif t == S.PUBCOMP:
+            self._acked(S.PUBLISH, msg.msg_id)
         elif t == S.PUBREL:
             if msg.msg_id in self.qos2_in:
                 self.qos2_in.remove(msg.msg_id)
@@ -613,13 +647,41 @@ class Gateway:
         self.out = []
         return out
 
+    def _resend(self, c, ms, due):
+        """§6.13: resend `c`'s unacknowledged datagrams that are due; False when one
+        was resent max_retries times (the client is lost). Else the next deadline."""
+        retry_ms = self.settings.retry_interval * 1000
+        for e in c.unacked:
+            if ticks_diff(ms, e[3]) >= 0:
+                if e[4] >= self.settings.max_retries:
+                    return False
+                e[4] += 1
+                e[3] = ticks_deadline(ms, retry_ms)
+                data = e[2]
+                at = 3 if data[0] == 1 else 1  # the MsgType octet (3-octet length form, §5.2.1)
+                if data[at] == S.PUBLISH:
+                    data[at + 1] |= S.FLAG_DUP  # §5.3.4: a resent PUBLISH
+                self.out.append((c.addr, data))
+            if not due or ticks_diff(e[3], due) < 0:
+                due = e[3]
+        return due
+
     def tick(self):
         """Keep-alive (§6.11, the CONNECT's Duration): a silent client is lost, its will
-        published. The next deadline (ms ticks, 0 none)."""
+        published; retransmission (§6.13). The next deadline (ms ticks, 0 none)."""
         ms = self.ticks_ms()
         due = 0
         for addr in list(self.clients):
             c = self.clients[addr]
+            if c.unacked and (c.state == ACTIVE or c.state == AWAKE):
+                d = self._resend(c, ms, due)
+                if d is False:
+                    self.count("sn_retries_exhausted")
+                    why = "MQTT-SN client %s: no ack after %d resends: lost"
+                    self.log(30, why, (c.client_id, self.settings.max_retries))
+                    self._end(c, True)
+                    continue
+                due = d
             if c.state == ASLEEP:
                 deadline = c.sleep_until
             elif c.duration and c.state != EXPIRING:

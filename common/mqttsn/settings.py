@@ -17,6 +17,8 @@ SN_LISTENER = (
     ("max_buffered", 1000, K_INT, 1, None),  # messages kept for a sleeping client; then queue_full's policy
     ("max_packet_size", 1024, K_INT, 16, 65535),  # bytes of a datagram, both ways; longer: dropped, counted
     ("session_expiry", 86400, K_INT, 0, None),  # s a sleeping or lost client's session and messages are kept
+    ("retry_interval", 10, K_INT, 1, 3600),  # Tretry (s): an unacked PUBLISH/REGISTER to a client is sent again
+    ("max_retries", 5, K_INT, 1, 100),  # Nretry: resends at most; then the client is lost (its will)
     ("allow_remote", False, K_BOOL, None, None),  # serve SN off loopback (v1.2 has no authentication)
 )
 SN_KEYS = tuple(e[0] for e in SN_LISTENER)

@@ -298,6 +298,68 @@ class TestDeliveryToSn(GatewayTest):
         self.assertEqual(self.replies(), [])
 
 
+class TestRetransmission(GatewayTest):
+    """§6.13: the gateway's PUBLISH (QoS 1/2), PUBREL and REGISTER are sent again after
+    Tretry (retry_interval, 10 s) until acknowledged, at most Nretry (max_retries, 5) times."""
+
+    def at(self, ms):
+        self.clock.ms = ms
+        due = self.gw.tick()
+        return due, self.replies()
+
+    def test_publish_resent_with_dup_until_puback(self):
+        self.connect("s1", duration=0)
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "plant/alarm", b"fire", 1)
+        (first,) = self.replies()  # lost on the way
+        self.assertEqual((first.mtype, first.dup), (S.PUBLISH, False))
+        self.assertEqual(self.at(9999), (10000, []))
+        _due, got = self.at(10000)
+        self.assertEqual([(m.mtype, m.dup, m.msg_id, m.data) for m in got], [(S.PUBLISH, True, first.msg_id, b"fire")])
+        self.sn(SnMessage(S.PUBACK, topic_id=7, msg_id=first.msg_id))
+        self.assertEqual(self.at(20000), (0, []))
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
+
+    def test_pubrel_and_register_resent(self):
+        self.connect("s1", duration=0)
+        self.sn(SnMessage(S.SUBSCRIBE, qos=2, msg_id=1, topic_name="s/+"))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "s/t", b"two", 2)
+        (reg,) = self.replies()
+        _due, got = self.at(10000)
+        self.assertEqual([(m.mtype, m.dup, m.msg_id) for m in got], [(S.REGISTER, False, reg.msg_id)])
+        (pub,) = self.sn(SnMessage(S.REGACK, topic_id=reg.topic_id, msg_id=reg.msg_id))
+        self.assertEqual((pub.mtype, pub.qos), (S.PUBLISH, 2))
+        (rel,) = self.sn(SnMessage(S.PUBREC, msg_id=pub.msg_id))
+        self.assertEqual(rel.mtype, S.PUBREL)
+        _due, got = self.at(20000)  # the PUBREL, not the PUBLISH (acked by PUBREC), nor the REGISTER
+        self.assertEqual([(m.mtype, m.msg_id) for m in got], [(S.PUBREL, pub.msg_id)])
+        self.sn(SnMessage(S.PUBCOMP, msg_id=pub.msg_id))
+        self.assertEqual(self.at(40000), (0, []))
+
+    def test_no_ack_after_max_retries_is_lost_with_its_will(self):
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=0, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, qos=1, topic_name="w/s1"))
+        self.sn(SnMessage(S.WILLMSG, data=b"gone"))
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "plant/alarm", b"fire", 1)
+        self.replies()
+        for n in range(1, 6):  # Nretry = 5 resends, each with DUP
+            _due, got = self.at(n * 10000)
+            self.assertEqual([(m.mtype, m.dup) for m in got], [(S.PUBLISH, True)])
+        self.assertEqual(self.broker.stats.sn_retries_exhausted, 0)
+        self.at(60000)
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
+        self.assertEqual(self.broker.stats.sn_retries_exhausted, 1)
+        self.assertEqual(self.gw.clients, {})
+        # the session keeps what is owed ([MQTT-4.4.0-1] at the next CONNECT with clean off)
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 1)
+
 
 class TestSleepingClients(GatewayTest):
     def sleep(self, duration=100):

@@ -367,6 +367,32 @@ def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, opened
         b.kill()
 
 
+def test_unacknowledged_publish_resent_with_dup_then_lost(tmp_path: Path, opened: list[Any]) -> None:
+    # §6.13: the gateway's PUBLISH is sent again after retry_interval with DUP set, max_retries
+    # times; then the client is lost, counted in $SYS. Duration 0: no keep-alive timer runs, so
+    # the resend timer is started by the delivery itself
+    b = start(tmp_path, sn={"retry_interval": 1, "max_retries": 2}, limits={"sys_interval": 1})
+    try:
+        watch = paho(b, opened, "watch", "$SYS/broker/mqtt-sn/refused/retries")
+        r = raw(b, opened)
+        assert r.connect("deaf", duration=0) == 0
+        ab = int.from_bytes(b"ab", "big")
+        assert r.subscribe(ab, 1, 1, SHORT) == (ab, 0)
+        paho(b, opened, "pub").publish("ab", b"hear me", 1)
+        flags, _tid, mid, data = publish_fields(r.expect(PUBLISH))
+        assert (flags & 0x80, data) == (0, b"hear me")
+        for _ in range(2):
+            flags, _tid, again, data = publish_fields(r.expect(PUBLISH))
+            assert (flags & 0x80, again, data) == (0x80, mid, b"hear me")
+        b.wait_log(r"deaf: no ack after 2 resends: lost")
+        while watch.get(timeout=10).payload != b"1":
+            pass
+        r.send(PINGREQ)
+        r.expect(DISCONNECT)  # forgotten: CONNECT first
+    finally:
+        b.kill()
+
+
 def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list[Any]) -> None:
     # §6.14 and §6.3 (clean flag off): the buffer of a sleeping client is its persistent session's queue: after
     # kill -9 and a restart on the same store, the client (forgotten by the gateway: its
