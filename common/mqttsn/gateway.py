@@ -76,6 +76,8 @@ class SnSettings:
         self.session_expiry = 86400
         self.retry_interval = 10  # Tretry (s): an unacknowledged PUBLISH/PUBREL/REGISTER is sent again (§6.13)
         self.max_retries = 5  # Nretry: resent at most this often, then the client is lost
+        self.advertise_interval = 0  # s between two ADVERTISEs (§6.1); 0: none
+        self.advertise_to = None  # the shell's address ADVERTISE goes to (a broadcast address)
 
 
 class SnClient(InProcessHandle):
@@ -495,6 +497,12 @@ class Gateway:
         self.leaving = []  # SnClients that sent DISCONNECT (their MQTT DISCONNECT goes first)
         self.expired = []  # SnClients asleep too long, connected again: now lost (their will)
         self.qos_m1 = None  # the SnClient QoS -1 PUBLISHes go through (made at the first)
+        self.advertisement = None  # §6.1: the ADVERTISE datagram, sent every advertise_interval s
+        self.advertise_due = 0  # ticks of the next one (the first at the first tick)
+        if settings.advertise_interval and settings.advertise_to is not None:
+            ad = SnMessage(S.ADVERTISE, gw_id=settings.gw_id, duration=settings.advertise_interval)
+            self.advertisement = encode_message(ad)
+            self.advertise_due = ticks_ms()
 
     def log(self, level, fmt, args):
         self.driver.broker.log(level, fmt, args)
@@ -668,9 +676,14 @@ class Gateway:
 
     def tick(self):
         """Keep-alive (§6.11, the CONNECT's Duration): a silent client is lost, its will
-        published; retransmission (§6.13). The next deadline (ms ticks, 0 none)."""
+        published; retransmission (§6.13); ADVERTISE (§6.1). The next deadline (ms ticks, 0 none)."""
         ms = self.ticks_ms()
         due = 0
+        if self.advertisement is not None:
+            if ticks_diff(ms, self.advertise_due) >= 0:
+                self.out.append((self.settings.advertise_to, self.advertisement))
+                self.advertise_due = ticks_deadline(ms, self.settings.advertise_interval * 1000)
+            due = self.advertise_due
         for addr in list(self.clients):
             c = self.clients[addr]
             if c.unacked and (c.state == ACTIVE or c.state == AWAKE):

@@ -61,7 +61,7 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             protocol = "mqtt-sn" (MQTT-SN v1.2 over UDP, docs/mqtt-sn.md:
             gw_id, max_clients, max_topic_ids, predefined, max_buffered,
             max_packet_size, session_expiry, retry_interval,
-            max_retries; loopback only unless
+            max_retries, advertise_interval, advertise_to; loopback only unless
             allow_remote = true).
             --host/--port set the first one.
   [log]     level = "info"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import Any
 
@@ -58,6 +59,9 @@ class SnEndpoint(asyncio.DatagramProtocol):
     def start(self, loopback: bool) -> None:
         cfg = self.listening.config
         settings = sn_settings(cfg.where, cfg.sn_values(), loopback, cfg.key)
+        if settings.advertise_to is not None and self.transport is not None:
+            # ADVERTISE (§6.1) goes to a broadcast address, as a rule: the socket must be allowed to
+            self.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake)
         self._on_timer()
 

@@ -361,6 +361,31 @@ class TestRetransmission(GatewayTest):
         self.assertEqual(len(self.broker.sessions.find("s1").inflight), 1)
 
 
+class TestAdvertise(GatewayTest):
+    def test_advertise_every_interval_to_its_address(self):
+        # §6.1: ADVERTISE (gateway id, Duration till the next one) every advertise_interval s
+        sn = SnSettings()
+        sn.gw_id = 5
+        sn.advertise_interval = 900
+        sn.advertise_to = ("255.255.255.255", 1884)
+        self.clock.ms = 1000
+        gw = Gateway(self.driver, sn, self.clock.read, lambda a: "%s:%d" % a, self.wake)
+        seen = []
+        for ms in (1000, 900999, 901000):
+            self.clock.ms = ms
+            due = gw.tick()
+            for to, data in gw.take_datagrams():
+                msg, _why = parse_datagram(data)
+                seen.append((ms, to, msg.mtype, msg.gw_id, msg.duration))
+            self.assertEqual(due, 901000 if ms < 901000 else 1801000)
+        ad = (("255.255.255.255", 1884), S.ADVERTISE, 5, 900)
+        self.assertEqual(seen, [(1000,) + ad, (901000,) + ad])
+
+    def test_off_by_default(self):
+        self.assertEqual(self.gw.tick(), 0)
+        self.assertEqual(self.gw.take_datagrams(), [])
+
+
 class TestSleepingClients(GatewayTest):
     def sleep(self, duration=100):
         got = self.sn(SnMessage(S.DISCONNECT, duration=duration))

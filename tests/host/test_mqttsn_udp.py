@@ -393,6 +393,22 @@ def test_unacknowledged_publish_resent_with_dup_then_lost(tmp_path: Path, opened
         b.kill()
 
 
+def test_advertise_every_interval(tmp_path: Path) -> None:
+    # §6.1: ADVERTISE (gateway id, Duration) from the SN port every advertise_interval s to advertise_to
+    # (a loopback socket here; a broadcast address in use: the listener sets SO_BROADCAST)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listen:
+        listen.bind(("127.0.0.1", 0))
+        listen.settimeout(5.0)
+        to = f"127.0.0.1:{listen.getsockname()[1]}"
+        b = start(tmp_path, sn={"gw_id": 9, "advertise_interval": 1, "advertise_to": to})
+        try:
+            for _ in range(2):
+                data, sender = listen.recvfrom(64)
+                assert (data, sender[1]) == (bytes([5, 0x00, 9]) + u16(1), sn_port(b))
+        finally:
+            b.kill()
+
+
 def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list[Any]) -> None:
     # §6.14 and §6.3 (clean flag off): the buffer of a sleeping client is its persistent session's queue: after
     # kill -9 and a restart on the same store, the client (forgotten by the gateway: its
