@@ -191,6 +191,10 @@ class Listener:
     max_buffered: int
     max_packet_size: int
     session_expiry: int
+    retry_interval: int
+    max_retries: int
+    advertise_interval: int
+    advertise_to: str
     allow_remote: bool
 
     def __init__(self, where: str, values: dict[str, Any], key: int = 0) -> None:

@@ -58,6 +58,7 @@ STATS_COUNTERS = (
     "sn_topic_ids_refused",  # topic ids not given: a client's table full (0x01), an invalid name (0x02)
     "sn_unknown_topic_ids",  # PUBLISH/SUBSCRIBE naming an id the client has not got: 0x02
     "sn_keep_alive_lost",  # SN clients silent for 1.5 x their Duration: lost, will published
+    "sn_retries_exhausted",  # SN clients that acked no resend of a PUBLISH/REGISTER (§6.13): lost, will published
     "sn_too_large",  # datagrams over the listener's max_packet_size, both ways: dropped
 )
 
@@ -115,6 +116,7 @@ class Stats:
     sn_topic_ids_refused: int
     sn_unknown_topic_ids: int
     sn_keep_alive_lost: int
+    sn_retries_exhausted: int
     sn_too_large: int
 
     def __init__(self):

@@ -109,6 +109,7 @@ SYS_FIGURES = (
     ("mqtt-sn/refused/topic_ids", "sn_topic_ids_refused"),
     ("mqtt-sn/refused/unknown_topic_id", "sn_unknown_topic_ids"),
     ("mqtt-sn/refused/keep_alive", "sn_keep_alive_lost"),
+    ("mqtt-sn/refused/retries", "sn_retries_exhausted"),
     ("mqtt-sn/refused/too_large", "sn_too_large"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),

@@ -26,6 +26,11 @@ wrote to an SN client: a delivery, an ack), as a bridge runner pumps its link.
 Addresses are opaque to the core (the shell's own values: an (ip, port)
 tuple on the host); `addr_text` is what the log and the broker see.
 
+Retransmission (§6.13): the gateway's PUBLISH QoS 1/2, PUBREL and
+REGISTER to a client wait in `SnClient.unacked` for their ack; `tick()`
+sends the same datagram again (PUBLISH with DUP set in place) every
+`retry_interval` s, at most `max_retries` times, then the client is lost.
+
 Topic ids: common/mqttsn/topicids.py. A message from the broker on a topic
 the client has no id for waits for the REGACK of the gateway's REGISTER
 (§6.10); messages behind it wait too, so the order is kept.
@@ -47,6 +52,7 @@ ASLEEP = 4  # DISCONNECT with a Duration (§6.14): no MQTT connection, the sessi
 AWAKE = 5  # PINGREQ while asleep: connected again until what waited is delivered and acked
 EXPIRING = 6  # asleep past its Duration: connected once more only to be lost (its will)
 GONE = 7
+UPDATING = 8  # WILLTOPICUPD/WILLMSGUPD (§6.4): connecting again with the new will
 
 QOS_M1_CLIENT = "mqtt-sn-qos-1"  # the one session QoS -1 PUBLISHes go through (§6.8)
 
@@ -68,6 +74,10 @@ class SnSettings:
         # v5 Session Expiry of an SN client's session (s): how long a sleeping
         # or lost client's messages are kept for it
         self.session_expiry = 86400
+        self.retry_interval = 10  # Tretry (s): an unacknowledged PUBLISH/PUBREL/REGISTER is sent again (§6.13)
+        self.max_retries = 5  # Nretry: resent at most this often, then the client is lost
+        self.advertise_interval = 0  # s between two ADVERTISEs (§6.1); 0: none
+        self.advertise_to = None  # the shell's address ADVERTISE goes to (a broadcast address)
 
 
 class SnClient(InProcessHandle):
@@ -88,6 +98,8 @@ class SnClient(InProcessHandle):
         self.heard_at = 0
         self.will_topic = None  # (topic, qos, retain) during the will handshake
         self.will = None  # (topic, payload, qos, retain): given again at every wake-up
+        self.update_resp = 0  # UPDATING: WILLTOPICRESP or WILLMSGRESP, sent after the new CONNACK
+        self.update_from = ACTIVE  # UPDATING: the state it goes back to
         self.sleep_until = 0  # ticks: ASLEEP, lost after this
         self.sleep_ms = 0  # 1.5 x the Duration of its last DISCONNECT
         self.waiting = []  # MQTT PUBLISHes from the broker behind a REGISTER
@@ -95,6 +107,8 @@ class SnClient(InProcessHandle):
         self.next_msg_id = 1
         self.subs = {}  # MQTT packet id -> (SN type of the ack, SN msg id, topic id)
         self.qos2_in = []  # SN msg ids of QoS 2 PUBLISHes answered with PUBREC, PUBREL awaited
+        # §6.13: [ack family (PUBLISH or REGISTER), msg id, datagram, due ticks, resends]
+        self.unacked = []
 
     # ------------------------------------------------ the driver's handle
 
@@ -132,13 +146,17 @@ class SnClient(InProcessHandle):
             self.send(SnMessage(S.CONNACK, return_code=S.RC_ACCEPTED))
         elif self.state == EXPIRING:
             self.gw.expired.append(self)
+        elif self.state == UPDATING:
+            self.state = self.update_from
+            self.send(SnMessage(self.update_resp, return_code=S.RC_ACCEPTED))
         # AWAKE: the queued messages follow; PINGRESP once they are acked (Gateway.pump)
 
     def on_refused(self, reason):
         # v1.2 has no "not authorized": 0x03 "rejected: not supported" (§5.3.10)
         self.gw.count("sn_refused_connects")
         self.gw.log(30, "MQTT-SN client %s refused by the broker (CONNACK 0x%02x)", (self.client_id, reason))
-        self.send(SnMessage(S.CONNACK, return_code=S.RC_NOT_SUPPORTED))
+        rtype = self.update_resp if self.state == UPDATING else S.CONNACK
+        self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
         self.state = GONE
         self.gw.lost.append(self)
 
@@ -193,6 +211,23 @@ class SnClient(InProcessHandle):
         if self.addr is not None:  # (None: the QoS -1 session, no SN client)
             self.gw.out.append((self.addr, encode_message(msg)))
 
+    def _send_acked(self, msg, family):
+        """A message the client acknowledges (§6.13): kept until it does, resent by Gateway.tick.
+        family: S.PUBLISH (PUBLISH, PUBREL: PUBACK, PUBREC, PUBCOMP) or S.REGISTER (REGACK).
+        The same msg id again (the session's resend at a reconnect) replaces the old one."""
+        data = bytearray(encode_message(msg))
+        self._acked(family, msg.msg_id)
+        due = ticks_deadline(self.gw.ticks_ms(), self.gw.settings.retry_interval * 1000)
+        self.unacked.append([family, msg.msg_id, data, due, 0])
+        self.gw.out.append((self.addr, data))
+
+    def _acked(self, family, msg_id):
+        for i in range(len(self.unacked)):
+            e = self.unacked[i]
+            if e[0] == family and e[1] == msg_id:
+                del self.unacked[i]
+                return
+
     def _msg_id(self):
         n = self.next_msg_id
         self.next_msg_id = n + 1 if n < 0xFFFF else 1
@@ -211,7 +246,9 @@ class SnClient(InProcessHandle):
                 return
             self.reg_msg_id = self._msg_id()
             self.waiting.insert(0, pkt)
-            self.send(SnMessage(S.REGISTER, topic_id=topic_id, msg_id=self.reg_msg_id, topic_name=pkt.topic))
+            self._send_acked(
+                SnMessage(S.REGISTER, topic_id=topic_id, msg_id=self.reg_msg_id, topic_name=pkt.topic), S.REGISTER
+            )
             return
         topic_type, topic_id = kind
         qos = pkt.qos
@@ -222,18 +259,20 @@ class SnClient(InProcessHandle):
             if qos:
                 self.mqtt.ack(pkt.packet_id)
             return
-        self.send(
-            SnMessage(
-                S.PUBLISH,
-                qos=qos,
-                retain=pkt.retain,
-                dup=pkt.dup,
-                topic_id_type=topic_type,
-                topic_id=topic_id,
-                msg_id=pkt.packet_id if qos else 0,
-                data=bytes(pkt.payload),
-            )
+        msg = SnMessage(
+            S.PUBLISH,
+            qos=qos,
+            retain=pkt.retain,
+            dup=pkt.dup,
+            topic_id_type=topic_type,
+            topic_id=topic_id,
+            msg_id=pkt.packet_id if qos else 0,
+            data=bytes(pkt.payload),
         )
+        if qos:
+            self._send_acked(msg, S.PUBLISH)
+        else:
+            self.send(msg)
 
     def _regack(self, msg):
         if msg.msg_id != self.reg_msg_id:
@@ -292,11 +331,15 @@ class SnClient(InProcessHandle):
                 self.gw.count("sn_topic_ids_refused")
             self.send(SnMessage(S.REGACK, topic_id=topic_id, msg_id=msg.msg_id, return_code=rc))
         elif t == S.REGACK:
+            self._acked(S.REGISTER, msg.msg_id)
             self._regack(msg)
         elif t == S.PUBACK or t == S.PUBREC:
+            self._acked(S.PUBLISH, msg.msg_id)
             self.mqtt.ack(msg.msg_id)  # MQTT PUBACK / PUBREC of the same id
             if t == S.PUBREC:
-                self.send(SnMessage(S.PUBREL, msg_id=msg.msg_id))
+                self._send_acked(SnMessage(S.PUBREL, msg_id=msg.msg_id), S.PUBLISH)
+        elif t == S.PUBCOMP:
+            self._acked(S.PUBLISH, msg.msg_id)
         elif t == S.PUBREL:
             if msg.msg_id in self.qos2_in:
                 self.qos2_in.remove(msg.msg_id)
@@ -308,9 +351,31 @@ class SnClient(InProcessHandle):
         elif t == S.DISCONNECT:
             self._disconnect(msg, ms)
         elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
-            # MQTT 3.1.1 cannot change a will on a live connection
-            rtype = S.WILLTOPICRESP if t == S.WILLTOPICUPD else S.WILLMSGRESP
-            self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
+            self._update_will(msg)
+
+    def _update_will(self, msg):
+        """§6.4: MQTT cannot change a will on a live connection, so the MQTT
+        connection ends with a normal DISCONNECT (which discards the old will,
+        [MQTT-3.1.2-10]) and connects again with clean_start off and the new
+        will; the session queues what comes meanwhile. The answer follows the
+        new CONNACK (on_connected); the swap happens inside one pump()."""
+        will = self.will
+        if msg.mtype == S.WILLTOPICUPD:
+            rtype = S.WILLTOPICRESP
+            if msg.topic_name is None:
+                will = None  # an empty WILLTOPICUPD deletes the will topic and message (§5.4.23)
+            else:
+                data = will[1] if will is not None else b""
+                will = (msg.topic_name, data, msg.qos if msg.qos > 0 else 0, msg.retain)
+        else:
+            rtype = S.WILLMSGRESP
+            if will is not None:  # a message without a will topic has nowhere to go
+                will = (will[0], msg.data, will[2], will[3])
+        self.will = will
+        self.update_resp = rtype
+        self.update_from = self.state
+        self.state = UPDATING
+        self.mqtt.disconnect()  # the broker ends the connection; Gateway.pump connects again
 
     def _disconnect(self, msg, ms):
         """§6.12 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
@@ -355,7 +420,7 @@ class SnClient(InProcessHandle):
         c.will = will
         self.will = will
         self.mqtt = c
-        if self.state != AWAKE and self.state != EXPIRING:
+        if self.state != AWAKE and self.state != EXPIRING and self.state != UPDATING:
             self.state = CONNECTING
         where = "QoS -1" if self.addr is None else gw.addr_text(self.addr)
         peer = ("mqtt-sn " + where, None, gw.settings.loopback, gw.settings.listener_key)
@@ -432,6 +497,12 @@ class Gateway:
         self.leaving = []  # SnClients that sent DISCONNECT (their MQTT DISCONNECT goes first)
         self.expired = []  # SnClients asleep too long, connected again: now lost (their will)
         self.qos_m1 = None  # the SnClient QoS -1 PUBLISHes go through (made at the first)
+        self.advertisement = None  # §6.1: the ADVERTISE datagram, sent every advertise_interval s
+        self.advertise_due = 0  # ticks of the next one (the first at the first tick)
+        if settings.advertise_interval and settings.advertise_to is not None:
+            ad = SnMessage(S.ADVERTISE, gw_id=settings.gw_id, duration=settings.advertise_interval)
+            self.advertisement = encode_message(ad)
+            self.advertise_due = ticks_ms()
 
     def log(self, level, fmt, args):
         self.driver.broker.log(level, fmt, args)
@@ -563,6 +634,13 @@ class Gateway:
                     driver.flush()
                 if c.state == ASLEEP:
                     continue  # its session queues what comes for it
+                if c.state == UPDATING and self.clients.get(c.addr) is c:
+                    # §6.4: connected again with the new will; the session owes
+                    # again what waited behind a REGISTER (QoS 0 is not owed)
+                    c.waiting = []
+                    c._open(c.will, self.ticks_ms(), False)
+                    moved = True
+                    continue
                 if self.clients.get(c.addr) is c:
                     del self.clients[c.addr]
                     if c.state != GONE:
@@ -577,13 +655,46 @@ class Gateway:
         self.out = []
         return out
 
+    def _resend(self, c, ms, due):
+        """§6.13: resend `c`'s unacknowledged datagrams that are due; False when one
+        was resent max_retries times (the client is lost). Else the next deadline."""
+        retry_ms = self.settings.retry_interval * 1000
+        for e in c.unacked:
+            if ticks_diff(ms, e[3]) >= 0:
+                if e[4] >= self.settings.max_retries:
+                    return False
+                e[4] += 1
+                e[3] = ticks_deadline(ms, retry_ms)
+                data = e[2]
+                at = 3 if data[0] == 1 else 1  # the MsgType octet (3-octet length form, §5.2.1)
+                if data[at] == S.PUBLISH:
+                    data[at + 1] |= S.FLAG_DUP  # §5.3.4: a resent PUBLISH
+                self.out.append((c.addr, data))
+            if not due or ticks_diff(e[3], due) < 0:
+                due = e[3]
+        return due
+
     def tick(self):
         """Keep-alive (§6.11, the CONNECT's Duration): a silent client is lost, its will
-        published. The next deadline (ms ticks, 0 none)."""
+        published; retransmission (§6.13); ADVERTISE (§6.1). The next deadline (ms ticks, 0 none)."""
         ms = self.ticks_ms()
         due = 0
+        if self.advertisement is not None:
+            if ticks_diff(ms, self.advertise_due) >= 0:
+                self.out.append((self.settings.advertise_to, self.advertisement))
+                self.advertise_due = ticks_deadline(ms, self.settings.advertise_interval * 1000)
+            due = self.advertise_due
         for addr in list(self.clients):
             c = self.clients[addr]
+            if c.unacked and (c.state == ACTIVE or c.state == AWAKE):
+                d = self._resend(c, ms, due)
+                if d is False:
+                    self.count("sn_retries_exhausted")
+                    why = "MQTT-SN client %s: no ack after %d resends: lost"
+                    self.log(30, why, (c.client_id, self.settings.max_retries))
+                    self._end(c, True)
+                    continue
+                due = d
             if c.state == ASLEEP:
                 deadline = c.sleep_until
             elif c.duration and c.state != EXPIRING:

@@ -4,7 +4,7 @@ shells check them with (the host's [[listener]] table with protocol =
 checked values into the gateway's `SnSettings`. Start-up only.
 """
 
-from common.broker.settings import K_BOOL, K_INT, K_OBJECT, ConfigError
+from common.broker.settings import K_BOOL, K_INT, K_OBJECT, K_STR, ConfigError
 from common.broker.topics import validate_topic_name
 from common.mqttsn.gateway import SnSettings
 
@@ -17,9 +17,30 @@ SN_LISTENER = (
     ("max_buffered", 1000, K_INT, 1, None),  # messages kept for a sleeping client; then queue_full's policy
     ("max_packet_size", 1024, K_INT, 16, 65535),  # bytes of a datagram, both ways; longer: dropped, counted
     ("session_expiry", 86400, K_INT, 0, None),  # s a sleeping or lost client's session and messages are kept
+    ("retry_interval", 10, K_INT, 1, 3600),  # Tretry (s): an unacked PUBLISH/REGISTER to a client is sent again
+    ("max_retries", 5, K_INT, 1, 100),  # Nretry: resends at most; then the client is lost (its will)
+    ("advertise_interval", 0, K_INT, 0, 65535),  # s between two ADVERTISEs to advertise_to (§6.1); 0 = none
+    ("advertise_to", "", K_STR, None, None),  # "host:port" ADVERTISE goes to, e.g. a broadcast address
     ("allow_remote", False, K_BOOL, None, None),  # serve SN off loopback (v1.2 has no authentication)
 )
 SN_KEYS = tuple(e[0] for e in SN_LISTENER)
+
+
+def _host_port(where, text):
+    """advertise_to's "host:port" ("[v6]:port" too) as the (host, port) the shells send to."""
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        number = int(port)
+    except ValueError:
+        number = 0
+    if not host or not 1 <= number <= 65535:
+        raise ConfigError(
+            '%s: advertise_to = %r: advertise_interval wants a "host:port" to send ADVERTISE to, '
+            'e.g. advertise_to = "192.168.1.255:1884".' % (where, text)
+        )
+    return (host, number)
 
 
 def sn_settings(where, values, loopback, key):
@@ -30,8 +51,10 @@ def sn_settings(where, values, loopback, key):
     s = SnSettings()
     for e in SN_LISTENER:
         name = e[0]
-        if name != "predefined" and name != "allow_remote":
+        if name != "predefined" and name != "allow_remote" and name != "advertise_to":
             setattr(s, name, values.get(name, e[1]))
+    if s.advertise_interval:
+        s.advertise_to = _host_port(where, values.get("advertise_to", ""))
     s.loopback = loopback
     s.listener_key = key
     predefined = {}

@@ -60,7 +60,8 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             any path), origins = [...] (browser pages allowed; [] = any);
             protocol = "mqtt-sn" (MQTT-SN v1.2 over UDP, docs/mqtt-sn.md:
             gw_id, max_clients, max_topic_ids, predefined, max_buffered,
-            max_packet_size, session_expiry; loopback only unless
+            max_packet_size, session_expiry, retry_interval,
+            max_retries, advertise_interval, advertise_to; loopback only unless
             allow_remote = true).
             --host/--port set the first one.
   [log]     level = "info"

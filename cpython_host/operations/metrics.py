@@ -253,6 +253,12 @@ FAMILIES = {
         "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
         ("cause", "keep_alive"),
     ),
+    "sn_retries_exhausted": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "retries"),
+    ),
     "sn_too_large": (
         "siskin_mqttsn_refused_total",
         COUNTER,

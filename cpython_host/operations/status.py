@@ -137,6 +137,7 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("sn_topic_ids_refused", "MQTT-SN: topic ids not given: the client's table full (0x01) or an invalid name (0x02)", lambda s: "[[listener]] mqtt-sn max_topic_ids"),
     ("sn_unknown_topic_ids", "MQTT-SN: PUBLISH, SUBSCRIBE naming a topic id the client has not got: 0x02", lambda s: "REGISTER first; predefined ids"),
     ("sn_keep_alive_lost", "MQTT-SN: SN clients silent for 1.5 x their Duration: lost, will published", lambda s: "the client's CONNECT Duration"),
+    ("sn_retries_exhausted", "MQTT-SN: SN clients that acknowledged no resend of a PUBLISH or REGISTER: lost, will published", lambda s: "[[listener]] mqtt-sn retry_interval, max_retries"),
     ("sn_too_large", "MQTT-SN: datagrams over max_packet_size, from a client or to it: dropped", lambda s: "[[listener]] mqtt-sn max_packet_size"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")

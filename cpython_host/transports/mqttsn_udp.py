@@ -5,10 +5,10 @@ The gateway decides everything; this endpoint moves datagrams and time.
 Each datagram goes to `Gateway.datagram_received` with the sender's
 (host, port) as its opaque address, then `pump()` and the datagrams the
 gateway has for its clients are sent. The gateway's timers (keep-alive,
-sleep expiry) run from its `tick()`, at the deadline it returns or every
-second at most (a client's Duration is whole seconds) while it has one;
-with none (no client with a Duration), no timer runs until the next
-datagram. When the broker writes to an SN client (inside the driver's
+sleep expiry, retransmission) run from its `tick()`, at the deadline it
+returns or every second at most (a client's Duration is whole seconds)
+while it has one; with none (no client with a Duration, nothing to
+resend), no timer runs until the next pump (a datagram, a wake). When the broker writes to an SN client (inside the driver's
 flush) the gateway calls `wake`: the endpoint pumps on the next loop turn,
 never from inside the flush. A fault of the core on one datagram or tick is
 logged and contained: the listener serves on (asyncio would close the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import Any
 
@@ -58,6 +59,9 @@ class SnEndpoint(asyncio.DatagramProtocol):
     def start(self, loopback: bool) -> None:
         cfg = self.listening.config
         settings = sn_settings(cfg.where, cfg.sn_values(), loopback, cfg.key)
+        if settings.advertise_to is not None and self.transport is not None:
+            # ADVERTISE (§6.1) goes to a broadcast address, as a rule: the socket must be allowed to
+            self.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake)
         self._on_timer()
 
@@ -75,8 +79,6 @@ class SnEndpoint(asyncio.DatagramProtocol):
                 "MQTT-SN datagram from %s: a fault of the gateway; the datagram is dropped", address_text(addr)
             )
         self.pump()
-        if self.timer is None:
-            self._on_timer()  # the gateway may have a deadline now
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for an earlier datagram (a client gone): its keep-alive tells
@@ -96,6 +98,8 @@ class SnEndpoint(asyncio.DatagramProtocol):
         except Exception:
             log.exception("MQTT-SN listener %s: a fault of the gateway", self.listening.name)
         self._send()
+        if self.timer is None:
+            self._on_timer()  # the gateway may have a deadline now (a keep-alive, a resend, §6.13)
         events = self.events
         events.flush_soon()  # what the gateway's clients made the broker write to others
         if events.is_stopping():

@@ -132,6 +132,68 @@ class TestConnect(GatewayTest):
         self.assertEqual(self.broker.stats.sn_malformed, 4)
 
 
+class TestWillUpdate(GatewayTest):
+    """§6.4 WILLTOPICUPD / WILLMSGUPD: the gateway's MQTT connection ends with
+    a normal DISCONNECT (the old will discarded, [MQTT-3.1.2-10]) and connects
+    again with clean_start off and the new will."""
+
+    def connect_with_will(self, topic, message):
+        self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, qos=1, topic_name=topic))
+        got = self.sn(SnMessage(S.WILLMSG, data=message))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, 0)])
+
+    def lose_by_keep_alive(self):
+        self.clock.ms = 15000  # 1.5 x Duration of silence (§6.11)
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+
+    def test_updated_will_is_published_not_the_old(self):
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.connect_with_will("w/old", b"old")
+        got = self.sn(SnMessage(S.WILLTOPICUPD, qos=1, retain=True, topic_name="w/new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        got = self.sn(SnMessage(S.WILLMSGUPD, data=b"new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLMSGRESP, 0)])
+        self.driver.flush()
+        self.assertEqual(h.types(), [])  # the swaps published no will
+        self.lose_by_keep_alive()
+        self.assertEqual([(p.topic, bytes(p.payload), p.retain) for p in h.inbox], [("w/new", b"new", False)])
+        _cid, late = self.mqtt("late")  # the new will's retain flag was kept
+        self.driver.data_received(_cid, encode_packet(Subscribe(1, [("w/new", 0)]), 4))
+        self.driver.flush()
+        self.assertEqual([(p.topic, p.retain) for p in late.inbox if p.ptype == C.PUBLISH], [("w/new", True)])
+
+    def test_empty_willtopicupd_removes_the_will(self):
+        # §5.4.23: an empty WILLTOPICUPD deletes the will topic and message
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.connect_with_will("w/old", b"old")
+        got = self.sn(SnMessage(S.WILLTOPICUPD))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        self.lose_by_keep_alive()
+        self.assertEqual(h.types(), [])
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_qos1_message_during_the_update_arrives(self):
+        self.connect_with_will("w/old", b"old")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        # the update is under way (its DISCONNECT not yet moved) when the message comes
+        self.gw.datagram_received(SENSOR, encode_message(SnMessage(S.WILLMSGUPD, data=b"new")))
+        self.publish(cid, "plant/alarm", b"fire", 1)
+        got = self.replies()
+        self.assertIn((S.WILLMSGRESP, 0), [(m.mtype, m.return_code) for m in got])
+        pubs = [m for m in got if m.mtype == S.PUBLISH]
+        self.assertTrue(pubs)
+        self.assertEqual({m.data for m in pubs}, {b"fire"})
+        for m in pubs:
+            self.sn(SnMessage(S.PUBACK, topic_id=7, msg_id=m.msg_id))
+        session = self.broker.sessions.find("s1")
+        self.assertEqual(len(session.inflight), 0)
+        self.assertEqual(session.queue.count, 0)
+
+
 class TestPublishFromSn(GatewayTest):
     def test_register_then_publish_qos0_1_2(self):
         # §6.5 REGISTER/REGACK, §6.6 PUBLISH QoS 0/1 (PUBACK), QoS 2 (PUBREC, PUBREL, PUBCOMP)
@@ -235,6 +297,93 @@ class TestDeliveryToSn(GatewayTest):
         self.publish(cid, "ab", b"x")
         self.assertEqual(self.replies(), [])
 
+
+class TestRetransmission(GatewayTest):
+    """§6.13: the gateway's PUBLISH (QoS 1/2), PUBREL and REGISTER are sent again after
+    Tretry (retry_interval, 10 s) until acknowledged, at most Nretry (max_retries, 5) times."""
+
+    def at(self, ms):
+        self.clock.ms = ms
+        due = self.gw.tick()
+        return due, self.replies()
+
+    def test_publish_resent_with_dup_until_puback(self):
+        self.connect("s1", duration=0)
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "plant/alarm", b"fire", 1)
+        (first,) = self.replies()  # lost on the way
+        self.assertEqual((first.mtype, first.dup), (S.PUBLISH, False))
+        self.assertEqual(self.at(9999), (10000, []))
+        _due, got = self.at(10000)
+        self.assertEqual([(m.mtype, m.dup, m.msg_id, m.data) for m in got], [(S.PUBLISH, True, first.msg_id, b"fire")])
+        self.sn(SnMessage(S.PUBACK, topic_id=7, msg_id=first.msg_id))
+        self.assertEqual(self.at(20000), (0, []))
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
+
+    def test_pubrel_and_register_resent(self):
+        self.connect("s1", duration=0)
+        self.sn(SnMessage(S.SUBSCRIBE, qos=2, msg_id=1, topic_name="s/+"))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "s/t", b"two", 2)
+        (reg,) = self.replies()
+        _due, got = self.at(10000)
+        self.assertEqual([(m.mtype, m.dup, m.msg_id) for m in got], [(S.REGISTER, False, reg.msg_id)])
+        (pub,) = self.sn(SnMessage(S.REGACK, topic_id=reg.topic_id, msg_id=reg.msg_id))
+        self.assertEqual((pub.mtype, pub.qos), (S.PUBLISH, 2))
+        (rel,) = self.sn(SnMessage(S.PUBREC, msg_id=pub.msg_id))
+        self.assertEqual(rel.mtype, S.PUBREL)
+        _due, got = self.at(20000)  # the PUBREL, not the PUBLISH (acked by PUBREC), nor the REGISTER
+        self.assertEqual([(m.mtype, m.msg_id) for m in got], [(S.PUBREL, pub.msg_id)])
+        self.sn(SnMessage(S.PUBCOMP, msg_id=pub.msg_id))
+        self.assertEqual(self.at(40000), (0, []))
+
+    def test_no_ack_after_max_retries_is_lost_with_its_will(self):
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=0, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, qos=1, topic_name="w/s1"))
+        self.sn(SnMessage(S.WILLMSG, data=b"gone"))
+        self.sn(SnMessage(S.SUBSCRIBE, qos=1, topic_id_type=S.TOPIC_PREDEFINED, msg_id=1, topic_id=7))
+        cid, _h = self.mqtt("pub")
+        self.publish(cid, "plant/alarm", b"fire", 1)
+        self.replies()
+        for n in range(1, 6):  # Nretry = 5 resends, each with DUP
+            _due, got = self.at(n * 10000)
+            self.assertEqual([(m.mtype, m.dup) for m in got], [(S.PUBLISH, True)])
+        self.assertEqual(self.broker.stats.sn_retries_exhausted, 0)
+        self.at(60000)
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
+        self.assertEqual(self.broker.stats.sn_retries_exhausted, 1)
+        self.assertEqual(self.gw.clients, {})
+        # the session keeps what is owed ([MQTT-4.4.0-1] at the next CONNECT with clean off)
+        self.assertEqual(len(self.broker.sessions.find("s1").inflight), 1)
+
+
+class TestAdvertise(GatewayTest):
+    def test_advertise_every_interval_to_its_address(self):
+        # §6.1: ADVERTISE (gateway id, Duration till the next one) every advertise_interval s
+        sn = SnSettings()
+        sn.gw_id = 5
+        sn.advertise_interval = 900
+        sn.advertise_to = ("255.255.255.255", 1884)
+        self.clock.ms = 1000
+        gw = Gateway(self.driver, sn, self.clock.read, lambda a: "%s:%d" % a, self.wake)
+        seen = []
+        for ms in (1000, 900999, 901000):
+            self.clock.ms = ms
+            due = gw.tick()
+            for to, data in gw.take_datagrams():
+                msg, _why = parse_datagram(data)
+                seen.append((ms, to, msg.mtype, msg.gw_id, msg.duration))
+            self.assertEqual(due, 901000 if ms < 901000 else 1801000)
+        ad = (("255.255.255.255", 1884), S.ADVERTISE, 5, 900)
+        self.assertEqual(seen, [(1000,) + ad, (901000,) + ad])
+
+    def test_off_by_default(self):
+        self.assertEqual(self.gw.tick(), 0)
+        self.assertEqual(self.gw.take_datagrams(), [])
 
 
 class TestSleepingClients(GatewayTest):

@@ -21,6 +21,16 @@ class TestSnSettings(unittest.TestCase):
             with self.assertRaises(ConfigError):
                 sn_settings("t", {"predefined": table}, True, 0)
 
+    def test_advertise_to(self):
+        s = sn_settings("t", {"advertise_interval": 60, "advertise_to": "192.168.1.255:1884"}, True, 0)
+        self.assertEqual((s.advertise_interval, s.advertise_to), (60, ("192.168.1.255", 1884)))
+        s = sn_settings("t", {"advertise_interval": 60, "advertise_to": "[ff02::1]:1884"}, True, 0)
+        self.assertEqual(s.advertise_to, ("ff02::1", 1884))
+        self.assertIsNone(sn_settings("t", {"advertise_to": "x:1"}, True, 0).advertise_to)  # interval 0: off
+        for bad in ("", "host", "host:0", ":1884", "h:port"):
+            with self.assertRaises(ConfigError):
+                sn_settings("t", {"advertise_interval": 60, "advertise_to": bad}, True, 0)
+
     def test_out_of_range_refused(self):
         for bad in ({"gw_id": 256}, {"max_packet_size": 8}, {"allow_remote": 1}):
             with self.assertRaises(ConfigError):

@@ -27,7 +27,7 @@ REGISTER, REGACK, PUBLISH, PUBACK = 0x0A, 0x0B, 0x0C, 0x0D
 PUBCOMP, PUBREC, PUBREL, SUBSCRIBE, SUBACK = 0x0E, 0x0F, 0x10, 0x12, 0x13
 UNSUBSCRIBE, UNSUBACK = 0x14, 0x15
 PINGREQ, PINGRESP, DISCONNECT = 0x16, 0x17, 0x18
-WILLTOPICUPD, WILLTOPICRESP = 0x1A, 0x1B
+WILLTOPICUPD, WILLTOPICRESP, WILLMSGUPD, WILLMSGRESP = 0x1A, 0x1B, 0x1C, 0x1D
 # §5.3.4 flags
 QOS = {-1: 0x60, 0: 0x00, 1: 0x20, 2: 0x40}
 RETAIN, CLEAN = 0x10, 0x04
@@ -219,7 +219,7 @@ def test_predefined_and_short_topic_ids(broker: BrokerProcess, opened: list[Any]
 
 def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: BrokerProcess, opened: list[Any]) -> None:
     # §6.10 QoS 2 to the SN client (PUBLISH, PUBREC, PUBREL, PUBCOMP), §6.11 PINGREQ/PINGRESP,
-    # §6.9 UNSUBSCRIBE/UNSUBACK, §6.4 WILLTOPICUPD answered 0x03 (not supported), §6.12 DISCONNECT
+    # §6.9 UNSUBSCRIBE/UNSUBACK, §6.4 WILLTOPICUPD/WILLMSGUPD accepted (0x00), §6.12 DISCONNECT
     r = raw(broker, opened)
     assert r.connect("sn-q2") == 0
     r.send(PINGREQ)
@@ -235,7 +235,9 @@ def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: Bro
     r.send(UNSUBSCRIBE, bytes([SHORT]) + u16(2) + u16(ab))
     assert r.expect(UNSUBACK) == u16(2)
     r.send(WILLTOPICUPD, b"\x20w/new")
-    assert r.expect(WILLTOPICRESP) == b"\x03"
+    assert r.expect(WILLTOPICRESP) == b"\x00"
+    r.send(WILLMSGUPD, b"bye")
+    assert r.expect(WILLMSGRESP) == b"\x00"
     r.send(DISCONNECT)
     r.expect(DISCONNECT)
     broker.wait_log(r"sn-q2 disconnected")
@@ -363,6 +365,48 @@ def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, opened
             seen.append(watch.get(timeout=10).payload)
     finally:
         b.kill()
+
+
+def test_unacknowledged_publish_resent_with_dup_then_lost(tmp_path: Path, opened: list[Any]) -> None:
+    # §6.13: the gateway's PUBLISH is sent again after retry_interval with DUP set, max_retries
+    # times; then the client is lost, counted in $SYS. Duration 0: no keep-alive timer runs, so
+    # the resend timer is started by the delivery itself
+    b = start(tmp_path, sn={"retry_interval": 1, "max_retries": 2}, limits={"sys_interval": 1})
+    try:
+        watch = paho(b, opened, "watch", "$SYS/broker/mqtt-sn/refused/retries")
+        r = raw(b, opened)
+        assert r.connect("deaf", duration=0) == 0
+        ab = int.from_bytes(b"ab", "big")
+        assert r.subscribe(ab, 1, 1, SHORT) == (ab, 0)
+        paho(b, opened, "pub").publish("ab", b"hear me", 1)
+        flags, _tid, mid, data = publish_fields(r.expect(PUBLISH))
+        assert (flags & 0x80, data) == (0, b"hear me")
+        for _ in range(2):
+            flags, _tid, again, data = publish_fields(r.expect(PUBLISH))
+            assert (flags & 0x80, again, data) == (0x80, mid, b"hear me")
+        b.wait_log(r"deaf: no ack after 2 resends: lost")
+        while watch.get(timeout=10).payload != b"1":
+            pass
+        r.send(PINGREQ)
+        r.expect(DISCONNECT)  # forgotten: CONNECT first
+    finally:
+        b.kill()
+
+
+def test_advertise_every_interval(tmp_path: Path) -> None:
+    # §6.1: ADVERTISE (gateway id, Duration) from the SN port every advertise_interval s to advertise_to
+    # (a loopback socket here; a broadcast address in use: the listener sets SO_BROADCAST)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listen:
+        listen.bind(("127.0.0.1", 0))
+        listen.settimeout(5.0)
+        to = f"127.0.0.1:{listen.getsockname()[1]}"
+        b = start(tmp_path, sn={"gw_id": 9, "advertise_interval": 1, "advertise_to": to})
+        try:
+            for _ in range(2):
+                data, sender = listen.recvfrom(64)
+                assert (data, sender[1]) == (bytes([5, 0x00, 9]) + u16(1), sn_port(b))
+        finally:
+            b.kill()
 
 
 def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list[Any]) -> None:
