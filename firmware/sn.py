@@ -17,12 +17,28 @@
 import asyncio
 import socket
 
+from common.broker.limits import ConfigError
 from common.compat import ticks_diff
 from common.mqttsn.gateway import Gateway
 from firmware import poller
 from firmware.slot import peer_address
 
 READS_PER_TURN = 8  # datagrams read before the other tasks run again
+
+
+def sn_port(server, cfg, ticks_ms):
+    """The SnPort of the device config's checked "mqttsn" object; off
+    loopback only with allow_remote, as on the host, since MQTT-SN v1.2 has
+    no authentication. ConfigError for a bad value (before the network)."""
+    if not server.loopback and not cfg["allow_remote"]:
+        raise ConfigError(
+            "mqttsn on host %r, which is not loopback: MQTT-SN v1.2 has no authentication, so anyone who can"
+            ' reach this UDP port would publish and subscribe as an anonymous client; set "allow_remote": true'
+            " in the mqttsn object to serve it anyway (with allow_anonymous and an ACL), docs/mqtt-sn.md" % server.host
+        )
+    from common.mqttsn.settings import sn_settings
+
+    return SnPort(server, sn_settings("mqttsn", cfg, server.loopback, 0), cfg["port"], ticks_ms)
 
 
 class SnPort:

@@ -121,7 +121,9 @@ def start(argv, root):
         startup.restore(driver, int(time.time()), [b.name for b in cfg["bridge"]], log.log)
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
     if cfg["mqttsn"] is not None:
-        server.sn = sn_port(server, cfg["mqttsn"], cfg["host"])
+        from firmware.sn import sn_port  # (only then: a board without SN keeps it out of its heap)
+
+        server.sn = sn_port(server, cfg["mqttsn"], time.ticks_ms)
     if cfg["bridge"]:
         # (Loaded here, not at the first connection: the bridge's code is in
         # the heap before the TLS room is measured, app.build.)
@@ -133,22 +135,6 @@ def start(argv, root):
     ):
         log.log(level, text)
     return server, log, cfg
-
-
-def sn_port(server, sn, host):
-    """The MQTT-SN port of the device config's "mqttsn" (firmware/sn.py,
-    loaded only then): off loopback only with allow_remote, as on the host,
-    since MQTT-SN v1.2 has no authentication."""
-    if not server.loopback and not sn["allow_remote"]:
-        raise ConfigError(
-            "mqttsn on host %r, which is not loopback: MQTT-SN v1.2 has no authentication, so anyone who can"
-            ' reach this UDP port would publish and subscribe as an anonymous client; set "allow_remote": true'
-            " in the mqttsn object to serve it anyway (with allow_anonymous and an ACL), docs/mqtt-sn.md" % host
-        )
-    from common.mqttsn.settings import sn_settings
-    from firmware.sn import SnPort
-
-    return SnPort(server, sn_settings("mqttsn", sn, server.loopback, 0), sn["port"], time.ticks_ms)
 
 
 def _exists(path):
