@@ -15,7 +15,6 @@
 # A fault of the core on one datagram or tick is logged and contained.
 
 import asyncio
-import socket
 
 from common.broker.limits import ConfigError
 from common.compat import ticks_diff
@@ -54,6 +53,8 @@ class SnPort:
 
     def start(self, host):
         """Bind the UDP socket and start its tasks; returns the bound port."""
+        import socket  # (as in Server.start: loaded by then)
+
         addr = socket.getaddrinfo(host, self.port, 0, socket.SOCK_DGRAM)[0][-1]
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind(addr)

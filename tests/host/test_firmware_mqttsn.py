@@ -150,3 +150,12 @@ def test_malformed_datagram_counted_and_the_board_serves_on(broker: UpyBrokerPro
         pass
     assert "MQTT-SN datagram from 127.0.0.1:" in broker.log_text()
     paho(broker, opened, "fw-after", "a/b")
+
+
+def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path) -> None:
+    # MQTT-SN v1.2 has no authentication: on a board's Wi-Fi address the start stops and says
+    # why unless the device config allows it, as the host's listener rule
+    device = {"host": "0.0.0.0", "mqttsn": {"port": free_udp_port()}}
+    proc = UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, device=device)
+    with pytest.raises(RuntimeError, match="allow_remote"):
+        proc.start()
