@@ -21,6 +21,13 @@ A config file has these tables, all optional:
     [[bridge]]   one table per upstream broker, with [[bridge.topic]] rules
                  (common/bridge/settings.py; docs/bridge.md)
 
+A key before the first table, `include_dir = "conf.d"`, reads every *.toml
+file of that directory (relative to this file's), in sorted order, as if it
+were written here: its [[listener]] and [[bridge]] tables follow this file's,
+its other tables' keys join this file's; a key set twice is an error naming
+both files (a later file does not silently win). Relative names inside an
+included file are taken from the main file's directory, like its own.
+
 Precedence: a command-line flag beats the file, the file beats the default.
 Every mistake (missing file, TOML syntax, unknown table or key, wrong type,
 out-of-range value) raises ConfigError with a one-line message that names the
@@ -154,6 +161,7 @@ HTTP: tuple[tuple[Any, ...], ...] = (
     ("head_timeout", 5.0, K_NUMBER, 0.1, 60),  # s for a request's head to arrive (slowloris), then 408
 )
 TABLES = ("limits", "server", "listener", "log", "security", "http", "bridge")
+ARRAYS = ("listener", "bridge")  # arrays of tables: an included file's follow the main file's
 
 
 class Listener:
@@ -446,6 +454,20 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
     cfg.source = str(p)
     cfg.path = p
     cfg.reader = reader
+    included: list[str] = []
+    if reader is None and "include_dir" in doc:
+        doc = _with_included(p, doc, included)
+    try:
+        _read_tables(cfg, path, p, doc)
+    except ConfigError as e:
+        if included:  # the error names the main file: say which files were read with it
+            raise ConfigError(f"{e} (with include_dir {included[0]}: {', '.join(included[1:]) or 'no file'})") from None
+        raise
+    return cfg
+
+
+def _read_tables(cfg: HostConfig, path: str, p: Path, doc: dict[str, Any]) -> None:
+    """Check each table of `doc` (read from `path`) into `cfg`."""
     for table, body in doc.items():
         if table not in TABLES:
             raise ConfigError(
@@ -499,7 +521,65 @@ def load_config(path: str | None, reader: Callable[[str], dict[str, Any]] | None
             raise ConfigError(f"{path}: [security.http]: url wants http://HOST[:PORT]/PATH or https://...; set it.")
     if "http" in doc:
         cfg.http = _http(f"{path}: [http]", doc["http"], p.parent, cfg.security)
-    return cfg
+
+
+def _with_included(path: Path, doc: dict[str, Any], included: list[str]) -> dict[str, Any]:
+    """`doc` with the files of its include_dir joined in (see the module's
+    docstring); `included` gets the directory's name, then each file's."""
+    name = doc.pop("include_dir")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f'{path}: include_dir wants a directory name, e.g. include_dir = "conf.d".')
+    folder = Path(resolve(str(path.parent), name))
+    if not folder.is_dir():
+        raise ConfigError(f"{path}: include_dir {name!r}: {folder} is not a directory; create it or fix the name.")
+    origin: dict[tuple[str, ...], Path] = {}  # a key's path -> the file that set it
+    _note_origin(origin, (), doc, path)
+    included.append(name)
+    for part in sorted(folder.glob("*.toml")):
+        included.append(part.name)
+        try:
+            with part.open("rb") as f:
+                extra = tomllib.load(f)
+        except OSError as e:
+            raise ConfigError(f"{part} (include_dir of {path}): cannot read it: {e.strerror}.") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{part} (include_dir of {path}): not valid TOML: {e}; fix the syntax.") from None
+        if "include_dir" in extra:
+            raise ConfigError(f"{part}: include_dir inside an included file; only {path} may include.")
+        _join(doc, extra, (), origin, part)
+    return doc
+
+
+def _note_origin(origin: dict[tuple[str, ...], Path], at: tuple[str, ...], table: dict[str, Any], path: Path) -> None:
+    for key, value in table.items():
+        if at == () and key in ARRAYS:
+            continue
+        here = (*at, key)
+        if isinstance(value, dict):
+            _note_origin(origin, here, value, path)
+        else:
+            origin[here] = path
+
+
+def _join(
+    into: dict[str, Any], extra: dict[str, Any], at: tuple[str, ...], origin: dict[tuple[str, ...], Path], part: Path
+) -> None:
+    """Put `extra`'s keys into `into`: arrays of tables appended, tables merged, a key set twice refused."""
+    for key, value in extra.items():
+        here = (*at, key)
+        if at == () and key in ARRAYS and isinstance(value, list):
+            into.setdefault(key, [])
+            if not isinstance(into[key], list):
+                raise ConfigError(f"{part}: [[{key}]] tables, but {origin.get(here)} sets {key} otherwise.")
+            into[key].extend(value)
+        elif isinstance(value, dict) and isinstance(into.get(key, {}), dict):
+            _join(into.setdefault(key, {}), value, here, origin, part)
+        elif key in into:
+            where = ".".join(here)
+            raise ConfigError(f"{part}: {where} is set in {origin.get(here)} too; keep it in one file.")
+        else:
+            into[key] = value
+            origin[here] = part
 
 
 def _security(where: str, body: Any, base: Path | None = None) -> dict[str, Any]:
