@@ -109,8 +109,7 @@ def test_sn_publish_reaches_a_tcp_subscriber(broker: UpyBrokerProcess, opened: l
 
 def test_tcp_publish_reaches_an_sn_wildcard_subscriber(broker: UpyBrokerProcess, opened: list[Any]) -> None:
     # §6.9 SUBSCRIBE to a wildcard (SUBACK topic id 0), §6.10 the gateway's REGISTER before
-    # the first PUBLISH on a topic the client has no id for; the delivery comes only when the
-    # gateway wakes the board's SN port (Duration 0: no keep-alive timer runs)
+    # the first PUBLISH on a topic the client has no id for (Duration 0: no keep-alive)
     r = raw(broker, opened)
     assert r.connect("fw-sn-sub", duration=0) == 0
     assert r.subscribe("w/+", 1, 1) == (0, 0)
