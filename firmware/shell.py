@@ -167,12 +167,14 @@ class Server:
             self.lsock.close()
             self.lsock = None
         if self.sn is not None:
-            self.sn.stop()
+            self.sn.stop_reading()  # (its pumping goes on: the SN clients' connections end below)
         deadline = time.ticks_add(started, driver.shutdown())
         while driver.open and time.ticks_diff(deadline, time.ticks_ms()) > 0:
             await asyncio.sleep_ms(50)
             driver.tick()  # ends the lingers
         driver.abort_all()
+        if self.sn is not None:
+            self.sn.stop()
         self.log.log(20, "shutdown complete in %d ms" % time.ticks_diff(time.ticks_ms(), started))
 
     # ------------------------------------------------------------ accept

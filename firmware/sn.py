@@ -64,6 +64,12 @@ class SnPort:
         self.tasks = (asyncio.create_task(self._reader()), asyncio.create_task(self._pumper()))
         return self.port
 
+    def stop_reading(self):
+        """No datagram is taken any more (the broker shuts down); the pumping
+        goes on, so that the SN clients' connections end with the others."""
+        if self.tasks:
+            self.tasks[0].cancel()
+
     def stop(self):
         for task in self.tasks:
             task.cancel()

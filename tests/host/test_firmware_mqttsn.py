@@ -43,18 +43,27 @@ def free_udp_port() -> int:
         return port
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[UpyBrokerProcess]:
-    # (One board per test: each SN client holds one of the board's max_connections, 3 on a Pico W.)
-    work = tmp_path
+def board(work: Path) -> UpyBrokerProcess:
+    """The firmware with Pico W settings and an "mqttsn" object, started; its SN port in `sn_port`."""
     sn = {"port": free_udp_port(), "predefined": {"7": "plant/alarm"}, "max_clients": 4}
     device = {"mqttsn": sn, "allow_anonymous": True}
-    with UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, limits={"sys_interval": 1}, device=device) as b:
-        b.sn_port = sn["port"]
-        b.wait_log(rf"MQTT-SN \(UDP\) on 127\.0\.0\.1:{sn['port']}")
+    b = UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, limits={"sys_interval": 1}, device=device)
+    b.start()
+    b.sn_port = sn["port"]
+    b.wait_log(rf"MQTT-SN \(UDP\) on 127\.0\.0\.1:{sn['port']}")
+    return b
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[UpyBrokerProcess]:
+    # (One board per test: each SN client holds one of the board's max_connections, 4 on a Pico W.)
+    b = board(tmp_path)
+    try:
         yield b
         assert b.alive(), b.log_text()[-3000:]
         assert "Traceback" not in b.log_text(), b.log_text()[-3000:]
+    finally:
+        b.kill()
 
 
 @pytest.fixture
@@ -158,3 +167,19 @@ def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path
     proc = UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, device=device)
     with pytest.raises(RuntimeError, match="allow_remote"):
         proc.start()
+
+
+def test_graceful_stop_with_an_sn_client_connected(tmp_path: Path, opened: list[Any]) -> None:
+    # the board's stop ends the SN client's broker connection with the TCP ones (the gateway
+    # pumps on during the shutdown), then closes the UDP socket
+    broker = board(tmp_path)
+    try:
+        r = raw(broker, opened)
+        assert r.connect("fw-sn-stop") == 0
+        assert broker.stop() == 0, broker.log_text()
+    finally:
+        broker.kill()
+    log = broker.log_text()
+    assert ": 1 connection(s)" in log, log  # (shutting down)
+    assert "did not close in time" not in log, log  # its connection ended, not aborted
+    assert "shutdown complete" in log and "Traceback" not in log, log
