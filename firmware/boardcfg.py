@@ -200,6 +200,7 @@ def load_device(path, missing_ok=False):
     bridges = data.pop("bridge", None)
     ppp = data.pop("ppp", None)
     jwt = data.pop("jwt", None)
+    sn = data.pop("mqttsn", None)
     cfg.update(check(path, data, DEVICE, _DEVICE_DOC))
     cfg["ppp"] = None
     if ppp is not None:
@@ -213,6 +214,16 @@ def load_device(path, missing_ok=False):
         if not isinstance(jwt, dict):
             raise ConfigError('%s: jwt wants an object ({"secret_file": ...}; %s)' % (path, _DEVICE_DOC))
         cfg["jwt"] = check(path + ": jwt", _strip_comments(jwt), JWT, _DEVICE_DOC)
+    cfg["mqttsn"] = None
+    if sn is not None:
+        # An MQTT-SN gateway on a UDP port (docs/mqtt-sn.md); imported only then.
+        from common.mqttsn.settings import SN_LISTENER
+
+        if not isinstance(sn, dict):
+            raise ConfigError('%s: mqttsn wants an object ({"port": 1884, ...}; docs/mqtt-sn.md)' % path)
+        schema = (("port", 1884, K_INT, 1, 65535),) + SN_LISTENER
+        cfg["mqttsn"] = defaults(schema)
+        cfg["mqttsn"].update(check(path + ": mqttsn", _strip_comments(sn), schema, "docs/mqtt-sn.md"))
     cfg["bridge"] = []
     if bridges is not None:
         # The host's [[bridge]] tables as a list of objects, each with its

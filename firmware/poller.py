@@ -32,7 +32,8 @@
 # the event loop, in slot order (a read may close or pause another slot: a
 # session taken over, which must not change the poller under the poll's
 # iteration). Every other socket the poll names is asyncio's own wait (the
-# listener, a drain, a bridge), woken as IOQueue.wait_io_event does.
+# listener, a drain, a bridge, the MQTT-SN socket of firmware/sn.py), woken
+# as IOQueue.wait_io_event does.
 
 import asyncio
 import select

@@ -98,6 +98,7 @@ class Server:
         self.bridge_runners = []
         self.uplink = None  # the device config's "ppp" settings; firmware/uplink.py runs the link
         self.uplink_task = None
+        self.sn = None  # firmware/sn.py SnPort: the device config's "mqttsn", else None
 
     # ---------------------------------------------------------- lifecycle
 
@@ -116,6 +117,8 @@ class Server:
         collect_often(self.opts["gc_threshold"])
         self.accept_task = asyncio.create_task(self._accept_loop())
         self.clock_task = asyncio.create_task(self._clock())
+        if self.sn is not None:
+            self.log.log(20, "MQTT-SN (UDP) on %s:%d" % (self.host, self.sn.start(self.host)))
         return self.port
 
     async def serve(self):
@@ -163,11 +166,15 @@ class Server:
         if self.lsock is not None:
             self.lsock.close()
             self.lsock = None
+        if self.sn is not None:
+            self.sn.stop_reading()  # (its pumping goes on: the SN clients' connections end below)
         deadline = time.ticks_add(started, driver.shutdown())
         while driver.open and time.ticks_diff(deadline, time.ticks_ms()) > 0:
             await asyncio.sleep_ms(50)
             driver.tick()  # ends the lingers
         driver.abort_all()
+        if self.sn is not None:
+            self.sn.stop()
         self.log.log(20, "shutdown complete in %d ms" % time.ticks_diff(time.ticks_ms(), started))
 
     # ------------------------------------------------------------ accept
@@ -243,6 +250,8 @@ class Server:
         second = 0
         while True:
             delay = driver.tick()
+            if self.sn is not None:
+                delay = self.sn.tick(delay)  # the gateway's deadline joins the driver's
             t = driver.now
             if t != second:
                 second = t

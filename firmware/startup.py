@@ -120,6 +120,10 @@ def start(argv, root):
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
         startup.restore(driver, int(time.time()), [b.name for b in cfg["bridge"]], log.log)
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
+    if cfg["mqttsn"] is not None:
+        from firmware.sn import sn_port  # (only then: a board without SN keeps it out of its heap)
+
+        server.sn = sn_port(server, cfg["mqttsn"], time.ticks_ms)
     if cfg["bridge"]:
         # (Loaded here, not at the first connection: the bridge's code is in
         # the heap before the TLS room is measured, app.build.)

@@ -41,6 +41,14 @@ JSON object (the last line of its output) with, in bytes:
                   the same with the store on (firmware/storage.py's littlefs
                   log, not encrypted): adds the store's RAM index entries
                   (the record data itself is on flash)
+  sn_code         the SN modules a board loads with the device config's
+                  "mqttsn" object (firmware/sn.py, common/mqttsn/*): their
+                  code in the heap (docs/mqtt-sn.md "Figures (boards)")
+  per_sn_client   one more MQTT-SN client connected through the core's
+                  gateway (CONNECT with a 10-byte client id, clean): its
+                  SnClient, MQTT client and broker session
+  per_sn_topic_id one more topic id an SN client REGISTERed (a distinct
+                  3-level topic name)
   at_limits       the heap in use with the board at its limits: every
                   connection slot filled, max_connections clients each with
                   min(max_subscriptions_per_client, ...) subscriptions,
@@ -182,6 +190,11 @@ STEPS = (
     "stored_setup",
     "per_queued_stored",
     "per_retained_stored",
+    "free_stored",
+    "sn_code",
+    "sn_setup",
+    "per_sn_client",
+    "per_sn_topic_id",
 )
 STATE: "dict[str, Any]" = {}
 RESULT: "dict[str, Any]" = {}
@@ -432,6 +445,62 @@ def _step_per_queued() -> int:
 
 def _step_per_retained() -> int:
     return _retain_n()
+
+
+def _step_free_stored() -> int:
+    del STATE["d"], STATE["c0"]
+    return 0
+
+
+# ---------------------------------------------------------------- MQTT-SN
+
+
+def _step_sn_code() -> int:
+    for name in ("firmware.sn", "common.mqttsn.settings"):
+        _module(name)
+    return 1
+
+
+def _sn_send(addr: "Any", mtype: int, **fields: "Any") -> None:
+    codec = _module("common.mqttsn.codec")
+    gw = STATE["gw"]
+    gw.datagram_received(addr, codec.encode_message(codec.SnMessage(mtype, **fields)))
+    gw.pump()
+    gw.take_datagrams()
+
+
+def _step_sn_setup() -> int:
+    # The core's gateway over a real driver (common/startup.py), prealloc off
+    # and generous pools, so each SN client and topic id is new; one warm-up
+    # client with one topic id makes the shared structures.
+    startup = _module("common.startup")
+    Gateway = _module("common.mqttsn.gateway").Gateway
+    sn_settings = _module("common.mqttsn.settings").sn_settings
+    big, _ = _settings(
+        STATE["board"], prealloc=False, max_connections=4 * N, max_sessions=4 * N, match_cache_bytes=0
+    )
+    driver = startup.assemble(big, _entropy, None, lambda: 1000, (0, 0), None, (lambda level, text: None, 50))
+    cfg = {"max_clients": 4 * N, "max_topic_ids": 4 * N}
+    STATE["gw"] = Gateway(driver, sn_settings("ram_budget", cfg, True, 0), lambda: 1000, str, lambda: None)
+    _sn_connect(("warm-up", 0), "warm-up-00")
+    _sn_send(("warm-up", 0), 0x0A, topic_name="w/0/0", msg_id=1)
+    return 0
+
+
+def _sn_connect(addr: "Any", client_id: str) -> None:
+    _sn_send(addr, 0x04, clean=True, duration=60, client_id=client_id)  # CONNECT (v1.2 §5.4.4)
+
+
+def _step_per_sn_client() -> int:
+    for i in range(N):
+        _sn_connect(("sn", i), f"sn-cl-{i:03d}")
+    return N
+
+
+def _step_per_sn_topic_id() -> int:
+    for i in range(N):
+        _sn_send(("sn", 0), 0x0A, topic_name=f"t/{i}/x", msg_id=i + 2)  # REGISTER (§5.4.10)
+    return N
 
 
 def measure(board: str) -> "dict[str, Any]":
