@@ -18,7 +18,6 @@ from mqttsn12.client.MqttSnClient import MqttSnClient
 
 from tests.host.broker_proc import Paho
 from tests.host.test_mqttsn_udp import (
-    DISCONNECT,
     GWINFO,
     PUBACK,
     PUBLISH,
@@ -28,8 +27,8 @@ from tests.host.test_mqttsn_udp import (
     SEARCHGW,
     SnRaw,
     publish_fields,
+    sleep_then_flush,
     u16,
-    wake_and_collect,
 )
 from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
 
@@ -133,17 +132,7 @@ def test_tcp_publish_reaches_an_sn_wildcard_subscriber(broker: UpyBrokerProcess,
 
 
 def test_sleeping_client_flushed_on_pingreq(broker: UpyBrokerProcess, opened: list[Any]) -> None:
-    # §6.14 DISCONNECT with a Duration: asleep; what comes is buffered in its session;
-    # PINGREQ with the client id: the messages, then PINGRESP last
-    r = raw(broker, opened)
-    assert r.connect("fw-sleeper", clean=False) == 0
-    assert r.subscribe("s/+", 1, 1) == (0, 0)
-    r.send(DISCONNECT, u16(60))
-    r.expect(DISCONNECT)
-    pub = paho(broker, opened, "fw-pub2")
-    for i in range(3):
-        pub.publish("s/t", b"m%d" % i, 1)  # PUBACK: queued in the sleeping client's session
-    assert wake_and_collect(r, "fw-sleeper", 3) == [b"m0", b"m1", b"m2"]
+    sleep_then_flush(raw(broker, opened), paho(broker, opened, "fw-pub2"), "fw-sleeper")
 
 
 def test_malformed_datagram_counted_and_the_board_serves_on(broker: UpyBrokerProcess, opened: list[Any]) -> None:

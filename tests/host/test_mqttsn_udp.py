@@ -321,18 +321,23 @@ def wake_and_collect(r: SnRaw, client_id: str, n: int) -> list[bytes]:
             return got
 
 
-def test_sleeping_client_buffered_then_flushed_on_pingreq(broker: BrokerProcess, opened: list[Any]) -> None:
-    # §6.14 DISCONNECT with a Duration: asleep; what comes is buffered; PINGREQ with the
-    # client id: the messages, then PINGRESP last; asleep again after it
-    r = raw(broker, opened)
-    assert r.connect("sleeper", clean=False) == 0
+def sleep_then_flush(r: SnRaw, pub: Paho, client_id: str) -> None:
+    """§6.14 DISCONNECT with a Duration: asleep; what comes (3 QoS 1 from
+    `pub`) is buffered in its session; PINGREQ with the client id: the
+    messages, then PINGRESP last (the host's and the board's test)."""
+    assert r.connect(client_id, clean=False) == 0
     assert r.subscribe("s/+", 1, 1) == (0, 0)
     r.send(DISCONNECT, u16(60))
     r.expect(DISCONNECT)
-    pub = paho(broker, opened, "pub")
     for i in range(3):
         pub.publish("s/t", b"m%d" % i, 1)  # PUBACK: queued in the sleeping client's session
-    assert wake_and_collect(r, "sleeper", 3) == [b"m0", b"m1", b"m2"]
+    assert wake_and_collect(r, client_id, 3) == [b"m0", b"m1", b"m2"]
+
+
+def test_sleeping_client_buffered_then_flushed_on_pingreq(broker: BrokerProcess, opened: list[Any]) -> None:
+    # ... and asleep again after it
+    pub, r = paho(broker, opened, "pub"), raw(broker, opened)
+    sleep_then_flush(r, pub, "sleeper")
     pub.publish("s/t", b"later", 1)
     assert wake_and_collect(r, "sleeper", 1) == [b"later"]
 
