@@ -163,3 +163,27 @@ def test_bench_smoke_pypy(tmp_path: Path) -> None:
     assert "### Siskin on PyPy" in proc.stdout and "### Siskin on CPython" not in proc.stdout, proc.stdout[-2000:]
     rss = next(r for r in results if r["scenario"] == "idle")["rss_before"]
     assert rss > 0 and f"| broker RSS at start (bytes) | {rss:,} |" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_free_port_never_hands_out_a_recent_port_twice(monkeypatch: Any) -> None:
+    # The kernel may give back a port it just gave: a NATS node once got the
+    # same port for its HTTP monitor and its cluster routes, and failed to bind
+    # the second (a make test-repeat run, 13 set-up errors).
+    given = iter([40001, 40002, 40001, 40002, 40003])
+
+    class KernelSocket:
+        def __enter__(self) -> KernelSocket:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def bind(self, address: tuple[str, int]) -> None:
+            self.port = next(given)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(brokers, "_RECENT_PORTS", [])
+    monkeypatch.setattr(brokers.socket, "socket", KernelSocket)
+    assert [brokers.free_port() for _ in range(3)] == [40001, 40002, 40003]

