@@ -9,10 +9,12 @@ profile (and docs/nats.md) must be revisited.
 
 from __future__ import annotations
 
+import itertools
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,10 +140,19 @@ def test_retained_across_nodes(nats_cluster: NatsCluster, clients: list[Paho]) -
     # A retained message published on node 1 is replayed, with the retain
     # flag, to a later subscriber on node 3.
     port_a, _, port_c = nats_cluster.mqtt_ports
-    paho(clients, port_a, "ret-pub").publish("ret/x", b"kept", qos=1, retain=True)
-    sub = paho(clients, port_c, "ret-sub")
-    sub.subscribe("ret/#", 1)
-    msg = sub.get(timeout=10)
+    paho(clients, port_a, "ret-pub").publish("ret/x", b"kept", qos=1, retain=True)  # (PUBACK: stored on node 1)
+    # Node 3 learns the retained message from the cluster after the PUBACK (a
+    # make test-repeat run once subscribed before it had), and replays it only
+    # to a new subscription: subscribe anew until one gets it.
+    deadline = time.monotonic() + NATS_ACK_WAIT + CONNECT_TIMEOUT
+    for attempt in itertools.count():
+        sub = paho(clients, port_c, f"ret-sub-{attempt}")
+        sub.subscribe("ret/#", 1)
+        try:
+            msg = sub.get(timeout=2)
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline, "node 3 never replayed the retained message"
     assert (msg.topic, msg.payload, msg.retain) == ("ret/x", b"kept", True)
 
 
