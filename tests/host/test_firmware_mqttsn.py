@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from mqttsn12.client.MqttSnClient import MqttSnClient
 
-from tests.host.broker_proc import Paho
 from tests.host.test_mqttsn_udp import (
     GWINFO,
     PUBACK,
@@ -26,6 +25,7 @@ from tests.host.test_mqttsn_udp import (
     REGISTER,
     SEARCHGW,
     SnRaw,
+    paho,
     publish_fields,
     sleep_then_flush,
     u16,
@@ -76,15 +76,6 @@ def opened() -> Iterator[list[Any]]:
 def raw(b: UpyBrokerProcess, opened: list[Any]) -> SnRaw:
     c = SnRaw(b.sn_port)
     opened.append(c)
-    return c
-
-
-def paho(b: UpyBrokerProcess, opened: list[Any], client_id: str, *filters: str) -> Paho:
-    c = Paho(b.port, client_id)
-    opened.append(c)
-    c.connect()
-    for f in filters:
-        c.subscribe(f, 2)
     return c
 
 
