@@ -21,6 +21,7 @@ import ctypes
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -145,6 +146,27 @@ class ServedBoard:
         while self.peer_events.count(event) < count:
             assert time.monotonic() < deadline, (event, self.peer_events)
             time.sleep(0.05)
+
+    def recv_exact(self, sock: socket.socket, n: int) -> bytes:
+        """`n` bytes from a client's socket; fails at once if the chip resets
+        (its watchdog: a hang on the chip) or the emulator fails meanwhile."""
+        assert self.board is not None
+        resets = self.board.resets
+        data = bytearray()
+        deadline = time.monotonic() + GUARD_S
+        sock.settimeout(0.5)
+        while len(data) < n:
+            if self.failure is not None or self.board.resets != resets:
+                why = f"the emulator failed: {self.failure!r}" if self.failure else "the chip reset (its watchdog)"
+                raise AssertionError(f"{why}, {len(data)} of {n} B received:\n{self.console()[-3000:]}")
+            assert time.monotonic() < deadline, f"{len(data)} of {n} B received"
+            try:
+                chunk = sock.recv(n - len(data))
+            except TimeoutError:
+                continue
+            assert chunk, f"connection closed, {len(data)} of {n} B received:\n{self.console()[-3000:]}"
+            data += chunk
+        return bytes(data)
 
     def emulated_ms(self) -> int:
         assert self.board is not None

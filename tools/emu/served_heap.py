@@ -57,7 +57,7 @@ from tools.emu.served import BOARD_IP, ServedBoard  # noqa: E402
 BOARD = "rp2040_picow"
 QUEUED = 16
 ROUND_TRIPS = 40
-BURST = 20  # (within max_out_buffer: QoS 0 beyond it is dropped, counted)
+BURST = 100  # 7,500 B: within max_out_buffer (8,192 B; QoS 0 beyond it is dropped, counted)
 PAYLOAD = b"x" * 64
 DIAL = [["AT", "OK", 2], ["ATD*99#", "CONNECT", 10]]  # (the peer is a modem: tools/emu/ppp.py)
 CONFIG = {"host": "0.0.0.0", "allow_anonymous": True, "server": {"heap_report": 1}, "ppp": {"dial": DIAL}}
@@ -132,8 +132,10 @@ def measure(uf2: Path, bootrom: Path, workdir: Path) -> dict[str, int]:
             one = raw.publish("burst/t", PAYLOAD, 0)
             start = s.emulated_ms()
             pub.sendall(one * BURST)
-            raw.recv_exact(sub, len(one) * BURST)
+            got = s.recv_exact(sub, len(one) * BURST)  # (fails at once if the chip resets)
             took = s.emulated_ms() - start
+            if got != one * BURST:
+                raise RuntimeError("the burst arrived damaged or out of order")
             pub.close()
             sub.close()
             return took
