@@ -49,7 +49,14 @@ def open_uart(ppp):
     """The machine.UART of the "ppp" settings."""
     from machine import UART
 
-    kw = {"baudrate": ppp["baudrate"], "timeout": 0}
+    # timeout: network.PPP writes each frame with the UART's write, which
+    # gives up with what it wrote when its TX ring (256 B) has no room for
+    # `timeout` ms (timeout_char once a byte went in). 0 ended such a write
+    # at the next tick of the ms clock: frames were cut (lwIP: ERR_IF) in a
+    # burst. One character's time, rounded up, and the tick: the ring then
+    # always gets room in time unless the modem holds CTS. The cost: a
+    # network.PPP poll ends with a read that waits as long for more input.
+    kw = {"baudrate": ppp["baudrate"], "timeout": 10000 // ppp["baudrate"] + 2}
     if ppp["tx"] is not None:
         kw["tx"] = ppp["tx"]
     if ppp["rx"] is not None:

@@ -44,6 +44,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = REPO_ROOT / "firmware" / "manifest.py"
+# The rp2 images' fixes of MicroPython 1.28's lwIP under network.PPP: a user
+# C module whose functions replace others through the linker's --wrap.
+LWIP_PPP = REPO_ROOT / "boards" / "rp2" / "lwip_ppp" / "micropython.cmake"
 # The release the images are built from and tested with (docs/boards.md).
 MICROPY_VERSION = (1, 28, 0)
 GET_MICROPY = (
@@ -172,6 +175,11 @@ def elf_symbols(elf: Path) -> dict[str, int]:
     return symbols
 
 
+def lwip_ppp_wraps() -> list[str]:
+    """The functions boards/rp2/lwip_ppp/ replaces (its --wrap options)."""
+    return re.findall(r"--wrap=(\w+)", LWIP_PPP.read_text())
+
+
 def storage_bytes(name: str) -> int:
     """MICROPY_HW_FLASH_STORAGE_BYTES of our board folder for image `name`:
     the file system at the end of the flash."""
@@ -216,6 +224,9 @@ def build_rp2(
     )
     run(["cmake", "--build", str(build), "-j", str(jobs)], log)
     sym = elf_symbols(build / "firmware.elf")
+    missing = [f for f in lwip_ppp_wraps() if f"__wrap_{f}" not in sym]
+    if missing:
+        raise fail(f"the image lacks {LWIP_PPP.parent}'s fixes ({', '.join(missing)}): its board folder includes them")
     heap = sym["__GcHeapEnd"] - sym["__GcHeapStart"]
     # The file system takes the end of the flash (its size is in our board
     # header); the image the rest, and the two must not overlap.

@@ -117,6 +117,9 @@ def test_lcp_and_ipcp_give_the_board_its_address_then_ip_flows() -> None:
     assert peer.feed(board_frame(PROTO_IP, b"\x45one")) == b""
     assert peer.take_ip() == [b"\x45one"] and peer.take_ip() == []
     assert frames(peer.send_ip(b"\x45two")) == [(PROTO_IP, b"\x45two")]
+    # The host's IPv6 (the TUN's router solicitations): not IPv4, never framed
+    # as IPv4 (IPV6CP is rejected, below).
+    assert peer.send_ip(b"\x60\x00\x00\x00six") == b""
     echo = frames(peer.feed(board_frame(PROTO_LCP, control(ECHO_REQ, 7, b"abcd"))))
     assert echo == [(PROTO_LCP, control(ECHO_REP, 7, peer.magic))]
     rej = frames(peer.feed(board_frame(0x8057, b"\x01\x01\x00\x04")))  # IPV6CP

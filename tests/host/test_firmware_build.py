@@ -20,7 +20,7 @@ from tests.conftest import REPO_ROOT, require
 from tests.host.broker_proc import Paho
 from tests.host.test_mpy_cross import mpy_cross_binary
 from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
-from tools.image import IMAGES, LIB_MARKERS, MICROPY_VERSION
+from tools.image import IMAGES, LIB_MARKERS, LWIP_PPP, MICROPY_VERSION, lwip_ppp_wraps
 
 # An .mpy header: b"M", version 6, flags (the native arch goes there only
 # when a module holds native code; ours is all bytecode, which -march leaves
@@ -118,3 +118,19 @@ def test_image_build_says_what_is_missing(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "submodule lib/cyw43-driver is missing" in proc.stderr, proc.stderr
     proc = run_image("--board", "esp32")
     assert proc.returncode == 1 and "ESP-IDF" in proc.stderr and "docs/boards.md" in proc.stderr, proc.stderr
+
+
+def test_the_rp2_board_folders_take_the_lwip_ppp_fixes_and_each_wrap_is_defined() -> None:
+    # boards/rp2/lwip_ppp/ (a user C module) replaces functions of MicroPython
+    # 1.28's lwIP port with the linker's --wrap; a --wrap whose __wrap_ is not
+    # defined fails the link, one whose __real_ is never called does nothing,
+    # and a board folder without the module builds the image without the
+    # fixes (tools/image.py also checks the built ELF's symbols).
+    wraps = lwip_ppp_wraps()
+    assert {"pppos_input", "tcp_output"} <= set(wraps)
+    sources = "".join(p.read_text() for p in sorted(LWIP_PPP.parent.glob("*.c")))
+    for name in wraps:
+        assert f"__wrap_{name}(" in sources and f"__real_{name}(" in sources, name
+    for image in ("rp2040_picow", "rp2040_pico"):
+        cmake = (IMAGES[image].board_folder() / "mpconfigboard.cmake").read_text()
+        assert "set(USER_C_MODULES ${CMAKE_CURRENT_LIST_DIR}/../lwip_ppp/micropython.cmake)" in cmake, image

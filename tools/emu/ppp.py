@@ -315,8 +315,11 @@ class PppPeer:
     # ------------------------------------------------------------ output
 
     def send_ip(self, packet_bytes: bytes) -> bytes:
-        """An IPv4 packet for the board (dropped while IPCP is not open)."""
-        return encode_frame(PROTO_IP, packet_bytes) if self.ip_up else b""
+        """An IPv4 packet for the board (dropped while IPCP is not open, and
+        anything but IPv4: the host's IPv6 has no link here)."""
+        if not self.ip_up or not packet_bytes or packet_bytes[0] >> 4 != 4:
+            return b""
+        return encode_frame(PROTO_IP, packet_bytes)
 
     def take_ip(self) -> list[bytes]:
         out, self.ip_in = self.ip_in, []

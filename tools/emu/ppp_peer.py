@@ -92,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             out += peer.hang_up()
         for key, _ in sel.select(timeout=0.2):
             if key.data == "uart":
-                data = conn.recv(65536)
+                try:
+                    data = conn.recv(65536)
+                except ConnectionResetError:  # (the emulator ended first)
+                    data = b""
                 if not data:
                     print("board gone", flush=True)
                     return 0
@@ -105,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     while True:
                         pkt = os.read(tun, 65536)
+                        frame = peer.send_ip(pkt)
                         if args.trace:
-                            print("board< " + describe(pkt) + ("" if peer.ip_up else " (dropped: IPCP not open)"), flush=True)
-                        out += peer.send_ip(pkt)
+                            print("board< " + describe(pkt) + ("" if frame else " (dropped)"), flush=True)
+                        out += frame
                 except BlockingIOError:
                     pass
         if out:

@@ -4,5 +4,5 @@
 include(${MICROPY_PORT_DIR}/boards/RPI_PICO/mpconfigboard.cmake)
 set(MICROPY_BOARD_PINS ${MICROPY_PORT_DIR}/boards/RPI_PICO/pins.csv)
 set(MICROPY_PY_LWIP ON)
-# lwIP entered from one place at a time under network.PPP (../lwip_lock/lwip_lock.c).
-set(USER_C_MODULES ${CMAKE_CURRENT_LIST_DIR}/../lwip_lock/micropython.cmake)
+# MicroPython 1.28's lwIP under network.PPP, fixed (../lwip_ppp/: lwip_lock.c, tcp_send.c).
+set(USER_C_MODULES ${CMAKE_CURRENT_LIST_DIR}/../lwip_ppp/micropython.cmake)
