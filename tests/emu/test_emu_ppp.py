@@ -17,6 +17,7 @@ host's: the clients' own timers (paho's keep-alive) are far from firing.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pytest
 from tests.conftest import REPO_ROOT, require
 from tests.host.broker_proc import Paho
 from tools.bench import mqtt as raw
-from tools.emu.served import BOARD_IP, GUARD_S, PEER_IP, ServedBoard
+from tools.emu.served import BOARD_IP, GUARD_S, PEER_IP, TLS_LIMITS, TLS_PORT, TLS_SERVER, ServedBoard, board_tls
 
 pytestmark = [pytest.mark.emu, pytest.mark.timeout(3600)]
 
@@ -49,12 +50,14 @@ def config(**extra: Any) -> dict[str, Any]:
     return cfg
 
 
-def served(tmp_path: Path, uf2: Path, layout: str, cfg: dict[str, Any] | None = None) -> ServedBoard:
+def served(
+    tmp_path: Path, uf2: Path, layout: str, cfg: dict[str, Any] | None = None, files: dict[str, bytes] | None = None
+) -> ServedBoard:
     require("PICO_BOOTROM (a bootrom.bin built from raspberrypi/pico-bootrom)", BOOTROM and BOOTROM.is_file())
     require(f"the image {uf2} (make firmware)", uf2.is_file())
     require("root for ip netns and /dev/net/tun", os.geteuid() == 0 and Path("/dev/net/tun").exists())
     assert BOOTROM is not None
-    return ServedBoard(tmp_path, uf2, BOOTROM, layout, cfg or config())
+    return ServedBoard(tmp_path, uf2, BOOTROM, layout, cfg or config(), files)
 
 
 def paho(client_id: str, v5: bool = False, clean: bool = True, keep_alive: int = 60) -> Paho:
@@ -148,6 +151,55 @@ def test_a_qos0_burst_over_ppp_reaches_its_subscriber_whole_and_the_chip_stays_u
         sent, got, took = s.in_ns(burst)
         assert got == sent  # every one, in order [MQTT-4.6.0-6]
         print(f"{layout}: QoS 0 burst of {n} over PPP delivered whole in {took} emulated ms, no reset")
+        assert s.board is not None and s.board.resets == 0
+        assert "Traceback" not in s.console()
+
+
+def test_tls_clients_on_the_pico_w_over_ppp_fill_its_heap_as_the_start_up_said(tmp_path: Path) -> None:
+    # mbedTLS allocates from the MicroPython heap on the rp2 port: ~24 KB a
+    # TLS client. With TLS_LIMITS (3 clients, the refusal slot) the start-up
+    # says all fit; every client then does its handshake, a QoS 1 message
+    # goes from one to another, and the one too many gets its refusal over
+    # TLS, the chip still up.
+    tls, files, ctx = board_tls(tmp_path)
+    cfg = config(**tls)
+    cfg["server"] = {**cfg["server"], **TLS_SERVER}
+    n = TLS_LIMITS["max_connections"]
+    with served(tmp_path, PICOW_UF2, "rp2040_picow", cfg, files) as s:
+        s.wait_console(rf"TLS: about 25 KB per client of the MicroPython heap: room for {n} TLS")
+        s.wait_console(UP)
+        idle = int(s.wait_console(HEAP, len(s.console())).group(1))
+
+        def clients() -> tuple[list[Any], bytes, bytes]:
+            def connect(client_id: str) -> Any:
+                sock = socket.create_connection((BOARD_IP, TLS_PORT), timeout=GUARD_S)
+                tls_sock = ctx.wrap_socket(sock, server_hostname=BOARD_IP)
+                tls_sock.sendall(raw.connect(client_id))
+                return tls_sock
+
+            socks = [connect(f"tls{i}") for i in range(n)]
+            for sock in socks:
+                assert raw.recv_exact(sock, 4) == b"\x20\x02\x00\x00"
+            raw.do_subscribe(socks[0], "t/#", 1)
+            socks[1].sendall(raw.publish("t/x", b"over TLS", 1, 7))
+            assert raw.recv_exact(socks[1], 4) == b"\x40\x02\x00\x07"  # PUBACK
+            delivered = raw.recv_exact(socks[0], 2 + 2 + 3 + 2 + 8)
+            extra = connect("one-too-many")
+            refusal = raw.recv_exact(extra, 4)
+            extra.close()
+            return socks, delivered, refusal
+
+        socks, delivered, refusal = s.in_ns(clients)
+        assert (delivered[0], delivered[4:7], delivered[9:]) == (0x32, b"t/x", b"over TLS"), delivered
+        assert refusal == b"\x20\x02\x00\x03"  # 3.1.1: server unavailable (over max_connections)
+        full = s.wait_console(HEAP.replace(r"open=(\d+)", f"open={n}"), len(s.console()))
+        free_full = int(full.group(1))
+        print(
+            f"TLS on the Pico W over PPP: {idle} B free idle, {free_full} B with {n} TLS clients"
+            f" ({(idle - free_full) // n} B per TLS client); the one too many refused over TLS"
+        )
+        for sock in socks:
+            sock.close()
         assert s.board is not None and s.board.resets == 0
         assert "Traceback" not in s.console()
 

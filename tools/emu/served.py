@@ -22,6 +22,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -39,10 +40,42 @@ PEER_IP = "10.0.0.1"
 GUARD_S = 600.0  # wall-clock guard against a hang (a loaded machine runs the chip slowly)
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
+TLS_PORT = 8883
+# The Pico W's shape with TLS (docs/boards.md "TLS on a board"): a TLS
+# connection takes ~24 KB of the heap, so 3 clients and the refusal slot.
+TLS_LIMITS = {"max_connections": 3}
+TLS_SERVER = {"max_sockets": 5}
+
+
+def board_tls(tmp: Path) -> tuple[dict[str, Any], dict[str, bytes], ssl.SSLContext]:
+    """A CA and the board's certificate for BOARD_IP (ECDSA P-256): the device
+    config's TLS keys, its files for the board (DER, as tools/deploy writes
+    them) and a client's context that trusts the CA."""
+    import trustme
+
+    from tools.deploy import der_files
+
+    ca = trustme.CA()
+    cert = ca.issue_cert(BOARD_IP)
+    cert.cert_chain_pems[0].write_to_path(str(tmp / "board.crt.pem"))
+    cert.private_key_pem.write_to_path(str(tmp / "board.key.pem"))
+    der = der_files({"certfile": tmp / "board.crt.pem", "keyfile": tmp / "board.key.pem"}, tmp)
+    files = {"board.crt.der": der["certfile"].read_bytes(), "board.key.der": der["keyfile"].read_bytes()}
+    config = {"port": TLS_PORT, "certfile": "board.crt.der", "keyfile": "board.key.der", "limits": TLS_LIMITS}
+    ctx = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    return config, files, ctx
 
 
 class ServedBoard:
-    def __init__(self, tmp_path: Path, uf2: Path, bootrom: Path, layout: str, config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        uf2: Path,
+        bootrom: Path,
+        layout: str,
+        config: dict[str, Any],
+        files: dict[str, bytes] | None = None,
+    ) -> None:
         self.tmp = tmp_path
         self.uf2 = uf2
         self.bootrom = bootrom
@@ -50,7 +83,7 @@ class ServedBoard:
         self.ns_name = f"siskin-emu-{os.getpid()}"
         self.sock = tmp_path / "uart0.sock"
         self.peer_events: list[str] = []
-        self.files = {"siskin.json": json.dumps(config).encode()}
+        self.files = {"siskin.json": json.dumps(config).encode(), **(files or {})}  # (the board's file system)
         self.board: EmuBoard | None = None
         self.peer: subprocess.Popen[str] | None = None
         self.stop = threading.Event()
