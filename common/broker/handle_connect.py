@@ -18,7 +18,6 @@ from common.broker import login, outbox, session_life
 from common.broker.clienttext import words
 from common.broker.connection import NEW, mount_of
 from common.broker.session import NEVER, OWNER_UNKNOWN
-from common.broker.topics import over_limits
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Connack, encode_packet, prop_get
@@ -186,29 +185,12 @@ def _check_owner(broker, conn, pkt, found, now):
 
 
 def _check_will(broker, conn, pkt, found, now):
-    """The CONNECT refusal for its will and its words, or None; the codec
-    checked the rest of the topic (not empty, no wildcard, no U+0000), as it
-    does a PUBLISH's, and the checks here are handle_publish's: the will is
-    refused exactly as the same live PUBLISH would be."""
+    # Judged as the same live PUBLISH would be (wills.py: loaded with the first will).
     if pkt.will_topic is None:
         return None
-    s = broker.settings
-    mount = mount_of(conn)
-    topic = pkt.will_topic if mount is None else mount + pkt.will_topic  # (listener_policy.py)
-    if over_limits(topic, s.max_topic_levels, s.max_topic_length):
-        why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
-        return C.RC_TOPIC_NAME_INVALID, why
-    if pkt.will_topic.startswith("$SYS"):
-        return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
-    if found.acl is not None and not found.acl.can_write(topic):
-        broker.stats.denied_publish += 1
-        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (found.user, topic))
-    if pkt.level == C.LEVEL_5:
-        if pkt.will_qos > s.maximum_qos:
-            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
-        if pkt.will_retain and not s.retain_available:
-            return C.RC_RETAIN_NOT_SUPPORTED, "will retain with retain_available false"  # [MQTT-3.2.2-13]
-    return None
+    from common.broker import wills
+
+    return wills.refusal(broker, conn, pkt, found)
 
 
 # The checks of a CONNECT, in this order (that of the spec's statements,
@@ -282,7 +264,9 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
     v5 = pkt.level == C.LEVEL_5
     will = None
     if pkt.will_topic is not None:
-        will = session_life.new_will(broker, pkt, mount_of(conn))
+        from common.broker import wills  # (loaded by _check_will)
+
+        will = wills.keep(broker, pkt, mount_of(conn))
         if will is None:
             broker.stats.dropped_no_slab += 1
             why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages
