@@ -15,46 +15,28 @@
 # is owed).
 
 from common.broker import login, outbox, session_life
-from common.broker.clienttext import words
 from common.broker.connection import NEW, mount_of
 from common.broker.session import NEVER, OWNER_UNKNOWN
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Connack, encode_packet, prop_get
 
-# v5 reason code -> 3.1.1 CONNACK return code
-_V3_CONNACK = {
-    C.RC_SUCCESS: C.CONNACK_ACCEPTED,
-    C.RC_UNSUPPORTED_PROTOCOL_VERSION: C.CONNACK_REFUSED_PROTOCOL_VERSION,
-    C.RC_CLIENT_IDENTIFIER_NOT_VALID: C.CONNACK_REFUSED_IDENTIFIER_REJECTED,
-    C.RC_BAD_USER_NAME_OR_PASSWORD: C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD,
-    C.RC_NOT_AUTHORIZED: C.CONNACK_REFUSED_NOT_AUTHORIZED,
-}
 
-
-def send_connack(broker, conn, session_present, reason, props=None):
-    """Send the CONNACK; the code the client receives (3.1.1: its return code)."""
+def send_connack(broker, conn, session_present, props):
+    """Send the CONNACK of an accepted CONNECT (v5: with `props`)."""
     if conn.level == C.LEVEL_5:
-        broker.output.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
-        return reason
-    # 3.1.1: four fixed bytes (one per connection in a connect storm).
-    code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
-    broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
-    return code
+        broker.output.write(conn, encode_packet(Connack(session_present, C.RC_SUCCESS, props), C.LEVEL_5))
+    else:
+        # 3.1.1: four fixed bytes (one per connection in a connect storm).
+        broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, C.CONNACK_ACCEPTED)))
 
 
 def refuse(broker, conn, reason, now, why):
-    """Refuse the CONNECT with `reason`; `why` names the rule or limit and its
-    value, for the log and the v5 Reason String: a str, or (format, args)
-    with the client's text in args (both cut and escaped: broker.words)."""
-    if conn.level == C.LEVEL_5:
-        broker.output.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
-        sent = "reason"
-    else:
-        reason = send_connack(broker, conn, False, reason)
-        sent = "return code"
-    broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
-    broker.close(conn, now, publish_will=False)
+    """Refuse the CONNECT with `reason` for `why` (refusal.refuse_connect:
+    loaded by the first refusal)."""
+    from common.broker.refusal import refuse_connect
+
+    refuse_connect(broker, conn, reason, now, why)
 
 
 # ------------------------------------------------------------------ CONNECT
@@ -318,7 +300,7 @@ def _answer(broker, conn, pkt, now, taken, assigned, auth_out):
             if auth_out:
                 ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
     present = taken & session_life.PRESENT
-    send_connack(broker, conn, present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
+    send_connack(broker, conn, present and level != C.LEVEL_31, ack_props)
     # One line, a takeover's included (a storm of them logs one line per connection).
     broker.log(
         20,
