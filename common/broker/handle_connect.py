@@ -286,19 +286,9 @@ def _answer(broker, conn, pkt, now, taken, assigned, auth_out):
     conn.keep_alive = keep_alive
     ack_props = None
     if level == C.LEVEL_5:
-        props = pkt.props
-        conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
-        alias_max = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
-        if alias_max:
-            conn.extra().alias_max_out = alias_max
-        if prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) != 1:
-            conn.extra().problem_info = False
-        ack_props = _connack_props(broker, pkt, pkt.client_id if assigned else None, server_keep_alive, conn.session.expiry_interval)
-        extras = conn.extras
-        if extras is not None and extras.method is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, extras.method.name))
-            if auth_out:
-                ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
+        from common.broker import connect_v5  # (loaded by the first v5 client)
+
+        ack_props = connect_v5.accepted(broker, conn, pkt, pkt.client_id if assigned else None, server_keep_alive, auth_out)
     present = taken & session_life.PRESENT
     send_connack(broker, conn, present and level != C.LEVEL_31, ack_props)
     # One line, a takeover's included (a storm of them logs one line per connection).
@@ -329,34 +319,6 @@ def _exchanged(broker, conn, connect, now, done):
         refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, done[1])
 
 
-def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
-    s = broker.settings
-    props = [
-        (C.PROP_RECEIVE_MAXIMUM, s.max_inflight_in),
-        (C.PROP_MAXIMUM_PACKET_SIZE, s.max_packet_size),
-        (C.PROP_TOPIC_ALIAS_MAXIMUM, s.topic_alias_maximum),
-    ]
-    if assigned is not None:
-        props.append((C.PROP_ASSIGNED_CLIENT_IDENTIFIER, assigned))
-    if server_keep_alive is not None:
-        props.append((C.PROP_SERVER_KEEP_ALIVE, server_keep_alive))
-    if expiry != prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, 0):
-        props.append((C.PROP_SESSION_EXPIRY_INTERVAL, expiry))
-    if s.maximum_qos < 2:
-        props.append((C.PROP_MAXIMUM_QOS, s.maximum_qos))
-    if not s.retain_available:
-        props.append((C.PROP_RETAIN_AVAILABLE, 0))
-    if not s.wildcard_subscriptions:
-        props.append((C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE, 0))
-    if not s.subscription_identifiers:
-        props.append((C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE, 0))
-    if not s.shared_subscriptions:
-        props.append((C.PROP_SHARED_SUBSCRIPTION_AVAILABLE, 0))
-    if s.response_information and prop_get(pkt.props, C.PROP_REQUEST_RESPONSE_INFORMATION, 0):
-        props.append((C.PROP_RESPONSE_INFORMATION, s.response_information))
-    return props
-
-
 def _generate_client_id(broker):
     while True:
         raw = broker.entropy(8)
@@ -373,14 +335,9 @@ def _generate_client_id(broker):
 def handle_disconnect(broker, conn, pkt, now):
     session = conn.session
     if conn.level == C.LEVEL_5:
-        expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, None)
-        if expiry is not None:
-            if session.expiry_interval == 0 and expiry != 0:
-                # [MQTT-3.14.2-2] cannot turn a non-persistent session persistent.
-                raise ProtocolError("Session Expiry set on DISCONNECT after 0 at CONNECT")
-            if expiry > broker.settings.max_session_expiry:
-                expiry = broker.settings.max_session_expiry
-            session.expiry_interval = expiry
+        from common.broker import connect_v5  # (loaded by its CONNECT)
+
+        connect_v5.disconnect_expiry(broker, session, pkt)
         # 0x04 "Disconnect with Will Message" keeps the will [MQTT-3.14.4-3].
         keep_will = pkt.reason == C.RC_DISCONNECT_WITH_WILL
     else:

@@ -38,7 +38,10 @@ def refusal(broker, conn, pkt, found):
         return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (found.user, topic))
     if pkt.level == C.LEVEL_5:
         if pkt.will_qos > s.maximum_qos:
-            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
+            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (
+                pkt.will_qos,
+                s.maximum_qos,
+            )  # [MQTT-3.2.2-12]
         if pkt.will_retain and not s.retain_available:
             return C.RC_RETAIN_NOT_SUPPORTED, "will retain with retain_available false"  # [MQTT-3.2.2-13]
     return None
@@ -63,7 +66,14 @@ def keep(broker, pkt, mount=None):
                 taken += 1
         fwd = forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
     messages = broker.routing.messages
-    msg = messages.new(pkt.will_topic if mount is None else mount + pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
+    msg = messages.new(
+        pkt.will_topic if mount is None else mount + pkt.will_topic,
+        pkt.will_payload,
+        pkt.will_qos,
+        pkt.will_retain,
+        fwd,
+        0,
+    )
     if msg is None:
         return None
     messages.hold(msg)
@@ -83,6 +93,11 @@ def publish(broker, session, now):
     payload = msg.payload
     if broker.sparkplug is not None:
         payload = broker.sparkplug.will_payload(broker, session, msg.topic, payload, now)  # None: refused
-    if payload is not None and (acl is None or not write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will")):
+    if payload is not None and (
+        acl is None
+        or not write_denied(
+            broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will"
+        )
+    ):
         route(broker, None, msg, payload, will[2], now)
     broker.routing.messages.drop(msg)
