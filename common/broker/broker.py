@@ -590,6 +590,11 @@ class Broker:
         """Close after an error, telling the client `reason` where its protocol
         can (`text`: the v5 Reason String); what it was sent, in words for the
         log line (refusal.py, loaded by the first failure)."""
-        from common.broker.refusal import fail
-
+        try:
+            from common.broker.refusal import fail
+        except MemoryError:
+            # No heap left to load it (data_received's MemoryError): the
+            # connection is closed all the same, its client told nothing.
+            self.close(conn, now, publish_will)
+            return "no code (no heap to load refusal.py)"
         return fail(self, conn, reason, now, publish_will, text)

@@ -30,6 +30,13 @@ def plain_traffic(h):
     return sub
 
 
+class _NoHeap:
+    """Stands in sys.modules for a module that there is no heap to load."""
+
+    def __getattr__(self, name):
+        raise MemoryError("no heap for the module")
+
+
 class TestLazyModules(unittest.TestCase):
     def fresh(self, name, **settings):
         """A broker after `name` was unloaded and plain traffic went through
@@ -66,6 +73,21 @@ class TestLazyModules(unittest.TestCase):
         c.send_raw(b"\xc0\x01\x00")  # a PINGREQ with a body: malformed
         self.assertIn("common.broker.refusal", sys.modules)
         self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_MALFORMED_PACKET)
+
+    def test_a_failure_without_heap_for_refusal_still_closes(self):
+        # A board out of heap (Broker.data_received's MemoryError) may not
+        # be able to load refusal.py: the connection is closed all the same.
+        h, _watcher = self.fresh("common.broker.refusal")
+        c = h.client(5)
+        c.connect("v5")
+        sys.modules["common.broker.refusal"] = _NoHeap()
+        try:
+            sent = h.broker.fail(h.broker.connections.by_id[c.cid], C.RC_QUOTA_EXCEEDED, h.now, text="out of memory")
+        finally:
+            del sys.modules["common.broker.refusal"]
+        h.pump()
+        self.assertEqual(sent, "no code (no heap to load refusal.py)")
+        self.assertTrue(c.closed)
 
     def test_connect_v5_loads_with_the_first_v5_client(self):
         h, _watcher = self.fresh("common.broker.connect_v5", max_inflight_in=7)
