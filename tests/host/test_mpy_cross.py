@@ -117,6 +117,8 @@ NOT_LOADED_BY_DEFAULT = (
     "common.broker.refusal",  # a refused CONNECT, a failure (Broker.fail)
     "common.broker.connect_v5",  # a v5 client
     "common.broker.rate_hold",  # a client over its rate limits (the boards set rate_*)
+    "firmware.stopping",  # the graceful stop
+    "firmware.heap_report",  # heap_report > 0 only
     "firmware.tls",
     "firmware.bridge",
 )
