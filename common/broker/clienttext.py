@@ -83,3 +83,8 @@ def words(why):
         return printable(clip(why))
     fmt, args = why
     return fmt % tuple([_data(a) for a in args])
+
+
+def user_name(user):
+    """A user as the log names it: its name, or "(anonymous)" for None."""
+    return "(anonymous)" if user is None else user

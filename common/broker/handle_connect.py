@@ -155,10 +155,10 @@ def _check_owner(broker, conn, pkt, found, now):
     if session is not None:
         if session.user is OWNER_UNKNOWN:
             found.claim = session
-        else:
-            why = login.owner_refusal(broker, found.user, conn.peer, session, found.client_id)
-            if why is not None:
-                return C.RC_NOT_AUTHORIZED, why
+        elif session.user != found.user:
+            from common.broker.refusal import owner_refusal  # (its words: refusal.py)
+
+            return C.RC_NOT_AUTHORIZED, owner_refusal(broker, found.user, conn.peer, session, found.client_id)
     # Its ACL rules, before the will is judged by them; a resumed session's
     # subscriptions are re-checked when it is taken.
     brought = (found.granted, found.source.RULES_FROM) if found.granted is not None else None

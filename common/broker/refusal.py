@@ -1,12 +1,13 @@
 # The answers that end a connection with a reason: fail() (an error after
 # or during CONNECT: v5 DISCONNECT or CONNACK with its reason code, 3.1.1
 # the close or the one return code it has), refuse_connect() (a CONNECT
-# that a check of handle_connect refused) and the v5 Reason String fitted
-# to the client's Maximum Packet Size. Loaded by the first refusal or
-# failure: a board whose clients connect and leave cleanly keeps none of
-# this code (Broker.fail hands over to it).
+# that a check of handle_connect refused) and the words of two of those
+# checks (an anonymous client, another user's session: login.py's rules),
+# and the v5 Reason String fitted to the client's Maximum Packet Size.
+# Loaded by the first refusal or failure: a board whose clients connect and
+# leave cleanly keeps none of this code (Broker.fail hands over to it).
 
-from common.broker.clienttext import REASON_STRING_MAX, clip, words
+from common.broker.clienttext import REASON_STRING_MAX, clip, user_name, words
 from common.broker.connection import CONNECTED, NEW
 from common.mqtt import consts as C
 from common.mqtt.packets import Connack, Disconnect, encode_packet
@@ -78,3 +79,27 @@ def refuse_connect(broker, conn, reason, now, why):
         sent = "return code"
     broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
     broker.close(conn, now, publish_will=False)
+
+
+def anonymous_refused(sec):
+    """Why an anonymous client is refused under `sec` (login.security_of:
+    the listener's own users and switch, or the broker's), as (format,
+    args): our words, not cut as client text would be (broker.words)."""
+    if sec.allow_anonymous is False:
+        return "anonymous client refused: allow_anonymous is false", ()
+    if sec.users is not None:
+        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)", ()
+    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)", ()
+
+
+def owner_refusal(broker, user, peer, session, client_id):
+    """The words of the refusal of `user`'s client (through `peer`), which
+    claims `session`, another user's (counted; the log line names both
+    users)."""
+    broker.stats.denied_takeover += 1
+    broker.log(
+        30,
+        "client id %s from %s (user %s) refused: its session belongs to user %s",
+        (client_id, peer[0] if peer is not None else "-", user_name(user), user_name(session.user)),
+    )
+    return "client id in use by another user's session"
