@@ -62,7 +62,10 @@ class SnEndpoint(asyncio.DatagramProtocol):
         if settings.advertise_to is not None and self.transport is not None:
             # ADVERTISE (§6.1) goes to a broadcast address, as a rule: the socket must be allowed to
             self.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake)
+        make_aead = None
+        if settings.keys:  # every datagram sealed (common/mqttsn/envelope.py)
+            from cpython_host.runtime.crypto import make_aead
+        self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake, make_aead)
         self._on_timer()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
