@@ -288,7 +288,7 @@ class TestKeyedRules(KeyedTest):
         self.assertEqual(self.stats().sn_unsealed, 2)
         self.assertIsNone(self.broker.sessions.find("s1"))
         got = self.send(encode_message(SnMessage(S.SEARCHGW, radius=0)))
-        msg, why = parse_datagram(got[0])  # §6.1: discovery stays plain
+        msg, _why = parse_datagram(got[0])  # §6.1: discovery stays plain
         self.assertEqual((msg.mtype, msg.gw_id), (S.GWINFO, 1))
 
     def test_plain_searchgw_answered_plain_after_a_session(self):
