@@ -296,6 +296,16 @@ class TestKeyedRules(KeyedTest):
         got = self.send(encode_message(SnMessage(S.SEARCHGW, radius=0)))
         self.assertEqual(parse_datagram(got[0])[0].mtype, S.GWINFO)
 
+    def test_advertise_stays_plain(self):
+        # §6.1: ADVERTISE is discovery, to a broadcast address no key authenticated from
+        self.sn_settings.advertise_interval = 60
+        self.sn_settings.advertise_to = ("10.0.0.255", 1884)
+        self.gw = self.gateway()
+        self.gw.tick()
+        ((to, data),) = self.gw.take_datagrams()
+        msg, _why = parse_datagram(data)
+        self.assertEqual((to, msg.mtype, msg.duration), (("10.0.0.255", 1884), S.ADVERTISE, 60))
+
     def test_over_max_packet_size_inside_the_envelope_refused(self):
         self.sn_settings.max_packet_size = 40
         self.join()
