@@ -157,6 +157,7 @@ def test_keyed_board_seals_every_datagram(tmp_path: Path, opened: list[Any]) -> 
     key = os.urandom(16).hex()
     broker = board(tmp_path, keys={"fw-s1": key})
     try:
+        broker.wait_log(r"MQTT-SN \(UDP\) on 127\.0\.0\.1:\d+; 1 client keys: every datagram sealed")
         sub = paho(broker, opened, "fw-watch", "sensors/#")
         unsealed = paho(broker, opened, "fw-sys", "$SYS/broker/mqtt-sn/refused/unsealed")
         c = SealedSn(broker.sn_port, "fw-s1", key)
