@@ -94,7 +94,8 @@ class Gateway:
             key, data, refused = env.open(addr, data)
             if key is None:
                 self.count(refused[0])
-                self.log(30, "MQTT-SN datagram from %s refused: %s", (self.addr_text(addr), refused[1]))
+                level = 20 if refused[0] == "sn_challenged" else 30  # (a challenge: every client's first)
+                self.log(level, "MQTT-SN datagram from %s refused: %s", (self.addr_text(addr), refused[1]))
                 return
             if len(data) > settings.max_packet_size:
                 self.count("sn_too_large")
