@@ -117,7 +117,9 @@ class Server:
         self.accept_task = asyncio.create_task(self._accept_loop())
         self.clock_task = asyncio.create_task(self._clock())
         if self.sn is not None:
-            self.log.log(20, "MQTT-SN (UDP) on %s:%d" % (self.host, self.sn.start(self.host)))
+            keys = len(self.sn.settings.keys)
+            sealed = "; %d client keys: every datagram sealed" % keys if keys else ""
+            self.log.log(20, "MQTT-SN (UDP) on %s:%d%s" % (self.host, self.sn.start(self.host), sealed))
         return self.port
 
     async def serve(self):
