@@ -192,6 +192,7 @@ class Broker:
         # and the earliest session timer in seconds (fires when now > it).
         self.conn_due = 0
         self.session_due = 0
+        self.rate_due = 0  # ms ticks: the next release of a client held back for its rates (ratelimit.py)
         # Publishers not read for now (ids), because their messages are
         # piling up in an online subscriber's queue; `throttle_changed` tells
         # the driver to pause or resume their reading (take_throttle_changes).
@@ -323,7 +324,7 @@ class Broker:
                 conn.extra().mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
-            self.rates.opened(conn.cid, now, peer)
+            self.rates.opened(conn.cid, now, ms, peer)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -450,7 +451,7 @@ class Broker:
         if self.jwt is not None:
             self.jwt.tick(self, now, ms)  # tokens that expired during their session
         if self.rates is not None:
-            self.rates.tick(self, now)
+            self.rates.tick(self, now, ms)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.
