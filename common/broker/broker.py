@@ -346,6 +346,10 @@ class Broker:
         elif conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
         self.stats.bytes_received += len(data)
+        rates = self.rates
+        if rates is not None and not was_new:
+            # (Its buckets earn up to this read before it is charged.)
+            rates.reading(cid, (now * 1000) & TICKS_MASK if ms is None else ms)
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:

@@ -21,8 +21,10 @@
 # again. A released flooder so passes what it earned meanwhile, a slice of
 # about rate x REFILL_MS / 1000, not a second's worth at once: the other
 # clients wait for no long burst. The buckets of clients not held are
-# refilled once a second (what they earned is the same; nobody waits for
-# it), so with nobody held back there is no wake-up more than before.
+# refilled when they send (Broker.data_received: at most once a step,
+# before the charge, so the time a bucket sat full is not credited to it
+# afterwards) and once a second, so with nobody held back there is no
+# wake-up more than before.
 #
 # Burst. The cap stays one second's worth: a client that was quiet may
 # send that much at once (a device reporting a batch), and only then is
@@ -215,6 +217,13 @@ class RateLimits:
             return True
         slot = self.listener_of[cid]
         return slot >= 0 and self.listeners.in_debt(slot)
+
+    def reading(self, cid, ms):
+        """Input from `cid` at tick `ms`, before it is charged: its buckets
+        earn what they did since their last refill (at most once a step),
+        so that the time a bucket sat full is not credited to it later."""
+        if ticks_diff(ms, self.own.last[cid]) >= REFILL_MS:
+            self._refill(cid, ms)
 
     def _refill(self, cid, ms):
         # Every bucket `cid` takes from, up to tick `ms`.
