@@ -44,7 +44,9 @@ class RateRefillTest(unittest.TestCase):
     def open(self, client_id, level=4):
         h = Handle(level)
         cid = self.driver.connection_made(h)
-        self.driver.data_received(cid, encode_packet(Connect(level=level, clean_start=True, keep_alive=0, client_id=client_id), level))
+        self.driver.data_received(
+            cid, encode_packet(Connect(level=level, clean_start=True, keep_alive=0, client_id=client_id), level)
+        )
         self.driver.flush()
         self.assertEqual(h.types(), [C.CONNACK])
         return cid, h
