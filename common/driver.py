@@ -48,6 +48,8 @@
 #                               WebSocket close frame): closed at the next
 #                               flush as the broker's closes are
 #     tick() -> ms              at the deadline it last returned (or sooner)
+#     wake = callable           (the shell sets it) called when a deadline
+#                               came in before that one: run tick() soon
 #     shutdown() -> ms, then abort_all() if connections are left after ms
 #
 # Rules kept here, once:
