@@ -47,7 +47,6 @@
 # local client (routing.unthrottled: what comes down from its upstream) is
 # not limited here.
 
-
 from common.broker.buckets import Buckets
 from common.broker.connection import CONNECTED
 from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
