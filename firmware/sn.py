@@ -43,7 +43,7 @@ def sn_port(server, cfg, ticks_ms):
 class SnPort:
     def __init__(self, server, settings, port, ticks_ms):
         self.server = server
-        self.settings = settings  # common/mqttsn/gateway.py SnSettings
+        self.settings = settings  # common/mqttsn/settings.py SnSettings
         self.port = port
         self.ticks_ms = ticks_ms
         self.sock = None

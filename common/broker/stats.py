@@ -38,6 +38,8 @@ STATS_COUNTERS = (
     "closed_token_expired",  # closed: their JWT expired during the session (jwt_auth.py)
     "auth_offline_allowed",  # let in on a cached allow while the auth hook was unreachable
     "auth_offline_refused",  # refused: the auth hook was unreachable and nothing cached allowed them
+    "auth_offline_checks_allowed",  # PUBLISH/SUBSCRIBE checks (acl_url) allowed on a cached allow, hook unreachable
+    "auth_offline_checks_refused",  # PUBLISH/SUBSCRIBE checks refused: hook unreachable, no allow within offline_grace
     # Rate limits (ratelimit.py): clients held back (not read) for a while, by cause; closed.
     "rate_held_messages",
     "rate_held_bytes",
@@ -98,6 +100,8 @@ class Stats:
     closed_token_expired: int
     auth_offline_allowed: int
     auth_offline_refused: int
+    auth_offline_checks_allowed: int
+    auth_offline_checks_refused: int
     rate_held_messages: int
     rate_held_bytes: int
     rate_held_subscribes: int

@@ -90,6 +90,8 @@ SYS_FIGURES = (
     ("clients/closed/token_expired", "closed_token_expired"),  # their JWT expired during the session
     ("clients/auth_offline/allowed", "auth_offline_allowed"),  # auth hook unreachable: let in on a cached allow
     ("clients/auth_offline/refused", "auth_offline_refused"),  # auth hook unreachable: refused, nothing cached
+    ("clients/auth_offline/checks_allowed", "auth_offline_checks_allowed"),  # acl_url unreachable: cached allow
+    ("clients/auth_offline/checks_refused", "auth_offline_checks_refused"),  # acl_url unreachable: refused
     ("clients/rate_held/messages", "rate_held_messages"),  # clients held back (not read): over rate_messages
     ("clients/rate_held/bytes", "rate_held_bytes"),  # over rate_bytes
     ("clients/rate_held/subscribes", "rate_held_subscribes"),  # over rate_subscribes

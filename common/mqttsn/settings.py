@@ -1,12 +1,11 @@
 """The settings of one MQTT-SN listener (docs/mqtt-sn.md): the schema both
 shells check them with (the host's [[listener]] table with protocol =
 "mqtt-sn"; a board's device config) and `sn_settings`, which turns the
-checked values into the gateway's `SnSettings`. Start-up only.
+checked values into the gateway's `SnSettings`, defined here. Start-up only.
 """
 
 from common.broker.settings import K_BOOL, K_INT, K_OBJECT, K_STR, ConfigError
 from common.broker.topics import validate_topic_name
-from common.mqttsn.gateway import SnSettings
 
 # (name, default, kind, lo, hi), as common/broker/settings.py's schemas
 SN_LISTENER = (
@@ -24,6 +23,27 @@ SN_LISTENER = (
     ("allow_remote", False, K_BOOL, None, None),  # serve SN off loopback (v1.2 has no authentication)
 )
 SN_KEYS = tuple(e[0] for e in SN_LISTENER)
+
+
+class SnSettings:
+    """What the gateway needs of the settings (the shell fills it)."""
+
+    def __init__(self):
+        self.gw_id = 1
+        self.max_clients = 16
+        self.max_topic_ids = 32  # normal ids per client
+        self.predefined = {}  # {topic id: topic name}, for every client (§6.7)
+        self.loopback = True  # the listener is bound to loopback (anonymous access)
+        self.listener_key = 0  # the shell's listener key (the peer's 4th item: per-listener security)
+        self.max_buffered = 1000  # messages a sleeping client's session queues; then queue_full's policy
+        self.max_packet_size = 1024  # bytes of a datagram, both ways
+        # v5 Session Expiry of an SN client's session (s): how long a sleeping
+        # or lost client's messages are kept for it
+        self.session_expiry = 86400
+        self.retry_interval = 10  # Tretry (s): an unacknowledged PUBLISH/PUBREL/REGISTER is sent again (§6.13)
+        self.max_retries = 5  # Nretry: resent at most this often, then the client is lost
+        self.advertise_interval = 0  # s between two ADVERTISEs (§6.1); 0: none
+        self.advertise_to = None  # the shell's address ADVERTISE goes to (a broadcast address)
 
 
 def _host_port(where, text):

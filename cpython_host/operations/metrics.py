@@ -145,6 +145,18 @@ FAMILIES = {
         "CONNECTs the auth hook could not judge (unreachable): let in on a cached allow, or refused",
         ("decision", "refused"),
     ),
+    "auth_offline_checks_allowed": (
+        "siskin_auth_offline_checks_total",
+        COUNTER,
+        "PUBLISH/SUBSCRIBE checks the auth hook's acl_url could not judge (unreachable): allowed on a cached allow, or refused",
+        ("decision", "allowed"),
+    ),
+    "auth_offline_checks_refused": (
+        "siskin_auth_offline_checks_total",
+        COUNTER,
+        "PUBLISH/SUBSCRIBE checks the auth hook's acl_url could not judge (unreachable): allowed on a cached allow, or refused",
+        ("decision", "refused"),
+    ),
     "rate_held_messages": (
         "siskin_rate_held_total",
         COUNTER,

@@ -119,6 +119,8 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("closed_token_expired", "clients closed: their JWT expired", lambda s: "the token's exp ([security.jwt] leeway)"),
     ("auth_offline_refused", "CONNECTs refused: the auth hook did not answer", lambda s: "[security.http] timeout; fail-closed"),
     ("auth_offline_allowed", "CONNECTs let in on a cached allow: the auth hook did not answer", lambda s: "[security.http] offline_grace"),
+    ("auth_offline_checks_refused", "PUBLISH/SUBSCRIBE checks refused: acl_url did not answer", lambda s: "[security.http] timeout; fail-closed"),
+    ("auth_offline_checks_allowed", "PUBLISH/SUBSCRIBE checks allowed on a cached allow: acl_url did not answer", lambda s: "[security.http] offline_grace"),
     ("rate_held_messages", "clients held back: over their PUBLISHes/s", lambda s: f"rate_messages {s.rate_messages or 'off'}"),
     ("rate_held_bytes", "clients held back: over their PUBLISH bytes/s", lambda s: f"rate_bytes {s.rate_bytes or 'off'}"),
     ("rate_held_subscribes", "clients held back: over their subscribes/s", lambda s: f"rate_subscribes {s.rate_subscribes or 'off'}"),

@@ -11,7 +11,8 @@ from common.mqtt import consts as C
 from common.mqtt.packets import Connect, Publish, Subscribe, encode_packet
 from common.mqttsn import consts as S
 from common.mqttsn.codec import SnMessage, encode_message, parse_datagram
-from common.mqttsn.gateway import Gateway, SnSettings
+from common.mqttsn.gateway import Gateway
+from common.mqttsn.settings import SnSettings
 from common.store.storeboot import new_broker
 from tests.core.test_driver import Clock, Handle
 
