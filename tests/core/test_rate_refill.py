@@ -144,6 +144,22 @@ class RateRefillTest(unittest.TestCase):
         # Meanwhile it was read a slice a step, not once a second.
         self.assertGreater(hpub.events.count("resume"), 1000 // REFILL_MS)
 
+    def test_a_client_held_by_its_listeners_bucket_is_read_again_a_step_later(self):
+        # (The shared buckets, rate_groups.py, refill from the same clock.)
+        self.make(rate_messages=0, listener_rate_messages=RATE)
+        sub, hsub = self.open("counter")
+        self.driver.data_received(sub, encode_packet(Subscribe(1, [("t", 0)], None), 4))
+        self.driver.flush()
+        hsub.types()
+        pub, hpub = self.open("flooder")
+        self.at(500)
+        self.flood(pub, RATE * 3)
+        self.assertEqual(len(hsub.types()), RATE + 1)
+        self.assertEqual(self.broker.stats.rate_held_listener_messages, 1)
+        self.at(500 + REFILL_MS)
+        self.assertEqual(hpub.events, ["pause", "resume", "pause"])
+        self.assertEqual(len(hsub.types()), RATE * REFILL_MS // 1000)
+
 
 class BucketArithmeticTest(unittest.TestCase):
     def test_refills_earn_the_exact_rate_in_small_ints(self):
