@@ -172,18 +172,20 @@ class RateLimits:
     def _hold(self, broker, conn, cause, now):
         cid = conn.cid
         throttled = broker.throttled
-        if cid not in throttled:  # (also after the broker released every publisher)
+        held_now = cid not in throttled  # (also after the broker released every publisher)
+        if held_now:
             if not throttled:
                 broker.throttled_since = now
             throttled.append(cid)
             broker.throttle_changed = True
+        if held_now or not self.hit[cid]:
+            broker.rate_due = ticks_sooner(broker.rate_due, self._release_at(cid))
         if self.hit[cid]:
             return
         self.hit[cid] = 1
         self.recent[cid] = 1
         if not self.held[cid]:
             self.held[cid] = now
-        broker.rate_due = ticks_sooner(broker.rate_due, self._release_at(cid))
         st = broker.stats
         setting, counter, words = CAUSES[cause]
         held = getattr(st, counter) + 1
