@@ -43,7 +43,9 @@
 # seconds in a row does not slow down: it is disconnected (v5 DISCONNECT 0x96 Message rate too
 # high, 3.1.1 close), counted in closed_rate_limited. rate_grace 0: never
 # (back-pressure only). Each hold is counted by cause (rate_held_messages,
-# _bytes, _subscribes; rate_held_user_*, rate_held_listener_*) and logged, at most one line a second. A bridge's
+# _bytes, _subscribes; rate_held_user_*, rate_held_listener_*), at most once
+# a second per client (a flooder is released and held again each step: the
+# figure does not depend on the step), and logged, at most one line a second. A bridge's
 # local client (routing.unthrottled: what comes down from its upstream) is
 # not limited here.
 
@@ -183,6 +185,8 @@ class RateLimits:
         if self.hit[cid]:
             return
         self.hit[cid] = 1
+        if self.recent[cid]:
+            return  # (held already in this second: a hold is counted once a second, not each step)
         self.recent[cid] = 1
         if not self.held[cid]:
             self.held[cid] = now

@@ -99,6 +99,11 @@ class RateRefillTest(unittest.TestCase):
         for step in range(2, 6):
             self.at(500 + step * REFILL_MS)
             self.assertEqual(len(hsub.types()), RATE * REFILL_MS // 1000)
+        # Held again at each step, counted once in the second (rate_held_*
+        # counts per client and second, as when it was refilled by seconds).
+        self.assertEqual(self.broker.stats.rate_held_messages, 1)
+        self.at(1000)
+        self.assertEqual(self.broker.stats.rate_held_messages, 2)
 
     def test_the_next_deadline_is_the_release_and_none_without_a_hold(self):
         hsub, pub, _h = self.rig(rate_messages=10)
