@@ -47,33 +47,28 @@
 # a second per client (a flooder is released and held again each step: the
 # figure does not depend on the step), and logged, at most one line a second. A bridge's
 # local client (routing.unthrottled: what comes down from its upstream) is
-# not limited here.
+# not limited here. Holding back, counting, logging and closing are
+# rate_hold.py's, loaded when a client first goes into debt: a board whose
+# clients keep to their rates keeps only the buckets' code.
 
 from common.broker.buckets import Buckets
 from common.broker.connection import CONNECTED
 from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
 
-_MESSAGE_RATE_TOO_HIGH = const(0x96)  # v5 DISCONNECT reason
 # The least time between two refills of the held clients' buckets, so the
 # most a released client passes at once is about rate x REFILL_MS / 1000,
 # and the wake-ups for it at most 1000 / REFILL_MS a second.
 REFILL_MS = const(20)
-KINDS = ("messages", "bytes", "subscribes")  # bucket kind (0: PUBLISHes, 1: their bytes, 2: filters)
-WORDS = ("PUBLISHes/s", "PUBLISH bytes/s", "subscribed filters/s")
-# Scope -> the prefix of its settings and counters, and whose bucket it is
-# in the log. Cause = scope * 3 + kind.
-SCOPES = (("", ""), ("user_", ", its user's"), ("listener_", ", its listener's"))
-# Cause -> (setting, Stats counter of holds, words for the log)
-CAUSES = tuple(
-    (scope[0] + "rate_" + KINDS[k], "rate_held_" + scope[0] + KINDS[k], WORDS[k] + scope[1])
-    for scope in SCOPES
-    for k in range(3)
-)
 
 
 class RateLimits:
     def __init__(self, settings, slots):
-        rates = [getattr(settings, cause[0]) for cause in CAUSES]
+        s = settings
+        rates = [
+            s.rate_messages, s.rate_bytes, s.rate_subscribes,
+            s.user_rate_messages, s.user_rate_bytes, s.user_rate_subscribes,
+            s.listener_rate_messages, s.listener_rate_bytes, s.listener_rate_subscribes,
+        ]  # fmt: skip  (cause = scope * 3 + kind: rate_hold.CAUSES)
         self.rates = rates[0:3]
         self.on = [rates[k] or rates[3 + k] or rates[6 + k] for k in range(3)]  # kind -> any scope limits it
         # The shared buckets' module only when one is set (a board's
@@ -169,42 +164,13 @@ class RateLimits:
             if left < 0 and cause < 0:
                 cause = 6 + kind
         if cause >= 0:
-            self._hold(broker, conn, cause, now)
+            from common.broker.rate_hold import hold  # (in debt: rate_hold.py, loaded by the first debt)
 
-    def _hold(self, broker, conn, cause, now):
-        cid = conn.cid
-        throttled = broker.throttled
-        held_now = cid not in throttled  # (also after the broker released every publisher)
-        if held_now:
-            if not throttled:
-                broker.throttled_since = now
-            throttled.append(cid)
-            broker.throttle_changed = True
-        if held_now or not self.hit[cid]:
-            broker.rate_due = ticks_sooner(broker.rate_due, self._release_at(cid))
-        if self.hit[cid]:
-            return
-        self.hit[cid] = 1
-        if self.recent[cid]:
-            return  # (held already in this second: a hold is counted once a second, not each step)
-        self.recent[cid] = 1
-        if not self.held[cid]:
-            self.held[cid] = now
-        st = broker.stats
-        setting, counter, words = CAUSES[cause]
-        held = getattr(st, counter) + 1
-        setattr(st, counter, held)
-        if now >= self.log_at:
-            self.log_at = now + 1
-            broker.log(
-                30,
-                "%s: over %s %d (%s): not read until it is back under (held back %d times for it)",
-                (broker.client_name(conn), setting, getattr(broker.settings, setting), words, held),
-            )
+            hold(self, broker, conn, cause, now)
 
-    def _release_at(self, cid):
-        # The ms tick at which held `cid` is read again: when every bucket
-        # it takes from is out of debt, and not before the next step.
+    def release_at(self, cid):
+        """The ms tick at which held `cid` is read again: when every bucket
+        it takes from is out of debt, and not before the next step."""
         due = ticks_deadline(self.stepped, REFILL_MS)
         for table, slot in ((self.own, cid), (self.users, self.user_of[cid]), (self.listeners, self.listener_of[cid])):
             if slot >= 0:
@@ -269,7 +235,7 @@ class RateLimits:
             self._refill(cid, ms)
             if self.in_debt(cid):
                 self.recent[cid] = 1
-                due = ticks_sooner(due, self._release_at(cid))
+                due = ticks_sooner(due, self.release_at(cid))
                 i += 1
                 continue
             self.hit[cid] = 0
@@ -311,14 +277,6 @@ class RateLimits:
                 continue
             self.recent[cid] = 0
             if self.grace and now - self.held[cid] >= self.grace:
-                self._close(broker, conn, now)
+                from common.broker.rate_hold import close  # (loaded by its first hold)
 
-    def _close(self, broker, conn, now):
-        broker.stats.closed_rate_limited += 1
-        name = broker.client_name(conn)
-        sent = broker.fail(conn, _MESSAGE_RATE_TOO_HIGH, now, text="message rate too high")
-        broker.log(
-            30,
-            "closing %s: over its rate limits for rate_grace %d s; sent %s (closed_rate_limited %d)",
-            (name, self.grace, sent, broker.stats.closed_rate_limited),
-        )
+                close(self, broker, conn, now)

@@ -62,6 +62,11 @@ STATS_COUNTERS = (
     "sn_keep_alive_lost",  # SN clients silent for 1.5 x their Duration: lost, will published
     "sn_retries_exhausted",  # SN clients that acked no resend of a PUBLISH/REGISTER (§6.13): lost, will published
     "sn_too_large",  # datagrams over the listener's max_packet_size, both ways: dropped
+    "sn_unsealed",  # datagrams not sealed to a keyed listener (only SEARCHGW may be): dropped
+    "sn_bad_seal",  # envelopes that do not open: unknown key id, tag mismatch, truncated: dropped
+    "sn_replayed",  # envelopes whose counter was seen or is below the 64-datagram window: dropped
+    "sn_challenged",  # envelopes under no challenge the gateway holds: dropped, answered with a new one
+    "sn_wrong_key",  # CONNECTs (CONNACK 0x03) or datagrams whose client id is not their key's: dropped
 )
 
 
@@ -122,6 +127,11 @@ class Stats:
     sn_keep_alive_lost: int
     sn_retries_exhausted: int
     sn_too_large: int
+    sn_unsealed: int
+    sn_bad_seal: int
+    sn_replayed: int
+    sn_challenged: int
+    sn_wrong_key: int
 
     def __init__(self):
         for name in STATS_COUNTERS:

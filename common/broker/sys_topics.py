@@ -113,6 +113,11 @@ SYS_FIGURES = (
     ("mqtt-sn/refused/keep_alive", "sn_keep_alive_lost"),
     ("mqtt-sn/refused/retries", "sn_retries_exhausted"),
     ("mqtt-sn/refused/too_large", "sn_too_large"),
+    ("mqtt-sn/refused/unsealed", "sn_unsealed"),
+    ("mqtt-sn/refused/bad_seal", "sn_bad_seal"),
+    ("mqtt-sn/refused/replayed", "sn_replayed"),
+    ("mqtt-sn/refused/challenged", "sn_challenged"),
+    ("mqtt-sn/refused/wrong_key", "sn_wrong_key"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("publish/bytes/received", "publish_bytes_received"),  # PUBLISH payload bytes (Mosquitto's name)

@@ -277,6 +277,36 @@ FAMILIES = {
         "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
         ("cause", "too_large"),
     ),
+    "sn_unsealed": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "unsealed"),
+    ),
+    "sn_bad_seal": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "bad_seal"),
+    ),
+    "sn_replayed": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "replayed"),
+    ),
+    "sn_challenged": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "challenged"),
+    ),
+    "sn_wrong_key": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "wrong_key"),
+    ),
     "bytes_received": ("siskin_received_bytes_total", COUNTER, "Bytes read from MQTT clients", None),
     "bytes_sent": ("siskin_sent_bytes_total", COUNTER, "Bytes written to MQTT clients", None),
     "publish_bytes_received": (

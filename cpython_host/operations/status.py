@@ -141,6 +141,11 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("sn_keep_alive_lost", "MQTT-SN: SN clients silent for 1.5 x their Duration: lost, will published", lambda s: "the client's CONNECT Duration"),
     ("sn_retries_exhausted", "MQTT-SN: SN clients that acknowledged no resend of a PUBLISH or REGISTER: lost, will published", lambda s: "[[listener]] mqtt-sn retry_interval, max_retries"),
     ("sn_too_large", "MQTT-SN: datagrams over max_packet_size, from a client or to it: dropped", lambda s: "[[listener]] mqtt-sn max_packet_size"),
+    ("sn_unsealed", "MQTT-SN: datagrams not sealed to a listener with keys (SEARCHGW only may be): dropped", lambda s: "[[listener]] mqtt-sn keys"),
+    ("sn_bad_seal", "MQTT-SN: envelopes that do not open (unknown key id, tag mismatch, truncated): dropped", lambda s: "[[listener]] mqtt-sn keys"),
+    ("sn_replayed", "MQTT-SN: envelopes replayed or older than the 64-datagram window: dropped", lambda s: "the envelope's replay window (docs/mqtt-sn.md)"),
+    ("sn_challenged", "MQTT-SN: envelopes under no challenge the gateway holds (a client's first, or from before a restart): answered with a challenge", lambda s: "the envelope's challenges (docs/mqtt-sn.md)"),
+    ("sn_wrong_key", "MQTT-SN: a CONNECT or datagram whose client id is not its key's: CONNACK 0x03 / dropped", lambda s: "[[listener]] mqtt-sn keys: one key per client id"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")
 # Each bridge's: (figure, what happened, the rule that decided), as "bridge NAME figure".
