@@ -196,6 +196,7 @@ class Listener:
     advertise_interval: int
     advertise_to: str
     allow_remote: bool
+    keys: dict[str, str]
 
     def __init__(self, where: str, values: dict[str, Any], key: int = 0) -> None:
         self.where = where  # names the table in messages: "site.toml: [[listener]] #2"
@@ -290,18 +291,20 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
 
 def _sn_listener(where: str, body: dict[str, Any], lst: Listener) -> None:
     """An MQTT-SN listener (UDP): no TLS (v1.2 has no DTLS here), and off
-    loopback only with allow_remote, as v1.2 has no authentication."""
+    loopback only with keys (every datagram sealed) or allow_remote, as v1.2
+    has no authentication."""
     if lst.tls:
         raise ConfigError(f'{where}: certfile is set but protocol = "mqtt-sn" is UDP without TLS; remove certfile.')
     from common.mqttsn.settings import sn_settings
 
-    sn_settings(where, lst.sn_values(), True, lst.key)  # the predefined topic ids checked
-    if not loopback_name(lst.host) and not lst.allow_remote:
+    sn_settings(where, lst.sn_values(), True, lst.key)  # the predefined topic ids and keys checked
+    if not loopback_name(lst.host) and not lst.allow_remote and not lst.keys:
         raise ConfigError(
             f'{where}: protocol = "mqtt-sn" on host {lst.host!r}, which is not loopback: MQTT-SN v1.2 has no '
             "authentication, so anyone who can reach this UDP port would publish and subscribe as an anonymous "
-            "client; set allow_remote = true to serve it anyway (with allow_anonymous and an ACL for its clients), "
-            'or host = "127.0.0.1".'
+            'client; give its clients keys (keys = { "client id" = "32 hex digits" }: every datagram sealed, '
+            "docs/mqtt-sn.md), or set allow_remote = true to serve it anyway (with allow_anonymous and an ACL for "
+            'its clients), or host = "127.0.0.1".'
         )
 
 

@@ -47,7 +47,6 @@
 
 import asyncio
 import gc
-import time
 
 from common.broker.clienttext import printable
 from common.broker.settings import LOG_LEVELS
@@ -89,6 +88,8 @@ class Server:
         self.lsock = None
         self.accept_task = None
         self.clock_task = None
+        self.waking = False  # the clock task's sleep is cut short (wake_clock)
+        driver.wake = self.wake_clock
         self.stopping = False
         self.stop_event = asyncio.Event()
         self.on_tick = None  # callable() run every second (watchdog feed)
@@ -118,7 +119,9 @@ class Server:
         self.accept_task = asyncio.create_task(self._accept_loop())
         self.clock_task = asyncio.create_task(self._clock())
         if self.sn is not None:
-            self.log.log(20, "MQTT-SN (UDP) on %s:%d" % (self.host, self.sn.start(self.host)))
+            keys = len(self.sn.settings.keys)
+            sealed = "; %d client keys: every datagram sealed" % keys if keys else ""
+            self.log.log(20, "MQTT-SN (UDP) on %s:%d%s" % (self.host, self.sn.start(self.host), sealed))
         return self.port
 
     async def serve(self):
@@ -155,27 +158,9 @@ class Server:
         if self.stopping:
             return
         self.stopping = True
-        driver = self.driver
-        self.log.log(20, "shutting down (%s): %d connection(s)" % (reason, driver.open))
-        started = time.ticks_ms()
-        for runner in self.bridge_runners:
-            runner.stop()
-        for task in (self.accept_task, self.clock_task, self.uplink_task):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        if self.lsock is not None:
-            self.lsock.close()
-            self.lsock = None
-        if self.sn is not None:
-            self.sn.stop_reading()  # (its pumping goes on: the SN clients' connections end below)
-        deadline = time.ticks_add(started, driver.shutdown())
-        while driver.open and time.ticks_diff(deadline, time.ticks_ms()) > 0:
-            await asyncio.sleep_ms(50)
-            driver.tick()  # ends the lingers
-        driver.abort_all()
-        if self.sn is not None:
-            self.sn.stop()
-        self.log.log(20, "shutdown complete in %d ms" % time.ticks_diff(time.ticks_ms(), started))
+        from firmware.stopping import stop  # (once, at the end: a serving board keeps none of it)
+
+        await stop(self, reason)
 
     # ------------------------------------------------------------ accept
 
@@ -247,6 +232,8 @@ class Server:
     async def _clock(self):
         driver = self.driver
         report = self.opts["heap_report"]
+        if report:
+            from firmware.heap_report import report_heap  # (heap_report > 0 only)
         second = 0
         while True:
             delay = driver.tick()
@@ -261,32 +248,22 @@ class Server:
                 gc.collect()
                 if report and t >= self.heap_next:
                     self.heap_next = t + report
-                    self.report_heap(t, before - gc.mem_alloc())
-            await asyncio.sleep_ms(delay)
+                    report_heap(self, t, before - gc.mem_alloc())
+            try:
+                await asyncio.sleep_ms(delay)
+            except asyncio.CancelledError:
+                if not self.waking or self.stopping:
+                    raise  # (the shutdown's)
+            self.waking = False
 
-    def report_heap(self, t, garbage):
-        """One `heap ...` line; garbage: what this second's collection freed
-        (with gc_threshold 0, all that was allocated and dropped since the
-        last one: tools/fw_bench divides it by the messages)."""
-        broker = self.driver.broker
-        st = broker.stats
-        print(
-            "heap t=%d free=%d alloc=%d open=%d refused=%d sent=%d received=%d dropped_qos0=%d queue_full=%d"
-            " store_syncs=%d garbage=%d"
-            % (
-                t,
-                gc.mem_free(),
-                gc.mem_alloc(),
-                self.driver.open,
-                self.refused,
-                st.messages_sent,
-                st.messages_received,
-                st.dropped_qos0,
-                st.dropped_queue_full,
-                broker.listener.syncs(),
-                garbage,
-            )
-        )
+    def wake_clock(self):
+        """Driver.wake: a deadline came in before the clock's sleep ends (a
+        client held back for its rates is released within ms): cut the
+        sleep short by cancelling it (the clock task goes on)."""
+        task = self.clock_task
+        if task is not None and not self.waking and not self.stopping:
+            self.waking = True
+            task.cancel()
 
 
 def collect_often(threshold):

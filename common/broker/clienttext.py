@@ -5,7 +5,7 @@
 # are data, each cut to CLIENT_TEXT_MAX characters (clip: a 65,535-byte user
 # name must not make a 65 KB line) and escaped (printable: one line stays
 # one line, and a terminal escape stays text). Broker.log formats every log
-# line with it, handle_connect.refuse every refusal; the host's logging
+# line with it, refusal.refuse_connect every refusal; the host's logging
 # filter (cpython_host/logtext.py) applies clip and printable to every
 # argument of the host's own log lines; a shell's sink (the host's filter,
 # the firmware's Log) escapes the control characters of every whole line.
@@ -83,3 +83,8 @@ def words(why):
         return printable(clip(why))
     fmt, args = why
     return fmt % tuple([_data(a) for a in args])
+
+
+def user_name(user):
+    """A user as the log names it: its name, or "(anonymous)" for None."""
+    return "(anonymous)" if user is None else user

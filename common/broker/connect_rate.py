@@ -15,7 +15,7 @@
 # "you are wrong" (0x04/0x05 would make clients drop their credentials or
 # give up); a bare close would read as a network failure, which many
 # clients retry at once. Counted (refused_connect_rate) and logged by the
-# refusal's line (handle_connect.refuse), which the log's limit bounds.
+# refusal's line (refusal.refuse_connect), which the log's limit bounds.
 #
 # The table: an entry whose bucket is full again is as good as none, so at
 # the bound those are dropped first; if every address is still short of

@@ -175,7 +175,9 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
         pkt = PubAck(ptype, packet_id, reason, None)
         if text is not None:
             # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
-            broker.output.write(conn, broker.with_reason_string(conn, pkt, text))
+            from common.broker.refusal import with_reason_string  # (a refused PUBLISH's words only)
+
+            broker.output.write(conn, with_reason_string(conn, pkt, text))
         else:
             broker.output.write(conn, encode_packet(pkt, C.LEVEL_5))
         return

@@ -15,47 +15,28 @@
 # is owed).
 
 from common.broker import login, outbox, session_life
-from common.broker.clienttext import words
 from common.broker.connection import NEW, mount_of
 from common.broker.session import NEVER, OWNER_UNKNOWN
-from common.broker.topics import over_limits
 from common.mqtt import consts as C
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Connack, encode_packet, prop_get
 
-# v5 reason code -> 3.1.1 CONNACK return code
-_V3_CONNACK = {
-    C.RC_SUCCESS: C.CONNACK_ACCEPTED,
-    C.RC_UNSUPPORTED_PROTOCOL_VERSION: C.CONNACK_REFUSED_PROTOCOL_VERSION,
-    C.RC_CLIENT_IDENTIFIER_NOT_VALID: C.CONNACK_REFUSED_IDENTIFIER_REJECTED,
-    C.RC_BAD_USER_NAME_OR_PASSWORD: C.CONNACK_REFUSED_BAD_USERNAME_PASSWORD,
-    C.RC_NOT_AUTHORIZED: C.CONNACK_REFUSED_NOT_AUTHORIZED,
-}
 
-
-def send_connack(broker, conn, session_present, reason, props=None):
-    """Send the CONNACK; the code the client receives (3.1.1: its return code)."""
+def send_connack(broker, conn, session_present, props):
+    """Send the CONNACK of an accepted CONNECT (v5: with `props`)."""
     if conn.level == C.LEVEL_5:
-        broker.output.write(conn, encode_packet(Connack(session_present, reason, props), C.LEVEL_5))
-        return reason
-    # 3.1.1: four fixed bytes (one per connection in a connect storm).
-    code = _V3_CONNACK.get(reason, C.CONNACK_REFUSED_SERVER_UNAVAILABLE)
-    broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, code)))
-    return code
+        broker.output.write(conn, encode_packet(Connack(session_present, C.RC_SUCCESS, props), C.LEVEL_5))
+    else:
+        # 3.1.1: four fixed bytes (one per connection in a connect storm).
+        broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, C.CONNACK_ACCEPTED)))
 
 
 def refuse(broker, conn, reason, now, why):
-    """Refuse the CONNECT with `reason`; `why` names the rule or limit and its
-    value, for the log and the v5 Reason String: a str, or (format, args)
-    with the client's text in args (both cut and escaped: broker.words)."""
-    if conn.level == C.LEVEL_5:
-        broker.output.write(conn, broker.with_reason_string(conn, Connack(False, reason, None), words(why)))
-        sent = "reason"
-    else:
-        reason = send_connack(broker, conn, False, reason)
-        sent = "return code"
-    broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
-    broker.close(conn, now, publish_will=False)
+    """Refuse the CONNECT with `reason` for `why` (refusal.refuse_connect:
+    loaded by the first refusal)."""
+    from common.broker.refusal import refuse_connect
+
+    refuse_connect(broker, conn, reason, now, why)
 
 
 # ------------------------------------------------------------------ CONNECT
@@ -174,10 +155,10 @@ def _check_owner(broker, conn, pkt, found, now):
     if session is not None:
         if session.user is OWNER_UNKNOWN:
             found.claim = session
-        else:
-            why = login.owner_refusal(broker, found.user, conn.peer, session, found.client_id)
-            if why is not None:
-                return C.RC_NOT_AUTHORIZED, why
+        elif session.user != found.user:
+            from common.broker.refusal import owner_refusal  # (its words: refusal.py)
+
+            return C.RC_NOT_AUTHORIZED, owner_refusal(broker, found.user, conn.peer, session, found.client_id)
     # Its ACL rules, before the will is judged by them; a resumed session's
     # subscriptions are re-checked when it is taken.
     brought = (found.granted, found.source.RULES_FROM) if found.granted is not None else None
@@ -186,29 +167,12 @@ def _check_owner(broker, conn, pkt, found, now):
 
 
 def _check_will(broker, conn, pkt, found, now):
-    """The CONNECT refusal for its will and its words, or None; the codec
-    checked the rest of the topic (not empty, no wildcard, no U+0000), as it
-    does a PUBLISH's, and the checks here are handle_publish's: the will is
-    refused exactly as the same live PUBLISH would be."""
+    # Judged as the same live PUBLISH would be (wills.py: loaded with the first will).
     if pkt.will_topic is None:
         return None
-    s = broker.settings
-    mount = mount_of(conn)
-    topic = pkt.will_topic if mount is None else mount + pkt.will_topic  # (listener_policy.py)
-    if over_limits(topic, s.max_topic_levels, s.max_topic_length):
-        why = "will topic over max_topic_levels %d or max_topic_length %d" % (s.max_topic_levels, s.max_topic_length)
-        return C.RC_TOPIC_NAME_INVALID, why
-    if pkt.will_topic.startswith("$SYS"):
-        return C.RC_NOT_AUTHORIZED, "will topic in $SYS"
-    if found.acl is not None and not found.acl.can_write(topic):
-        broker.stats.denied_publish += 1
-        return C.RC_NOT_AUTHORIZED, ("the ACL does not let user %s write the will topic %s", (found.user, topic))
-    if pkt.level == C.LEVEL_5:
-        if pkt.will_qos > s.maximum_qos:
-            return C.RC_QOS_NOT_SUPPORTED, "will QoS %d over maximum_qos %d" % (pkt.will_qos, s.maximum_qos)  # [MQTT-3.2.2-12]
-        if pkt.will_retain and not s.retain_available:
-            return C.RC_RETAIN_NOT_SUPPORTED, "will retain with retain_available false"  # [MQTT-3.2.2-13]
-    return None
+    from common.broker import wills
+
+    return wills.refusal(broker, conn, pkt, found)
 
 
 # The checks of a CONNECT, in this order (that of the spec's statements,
@@ -282,7 +246,9 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
     v5 = pkt.level == C.LEVEL_5
     will = None
     if pkt.will_topic is not None:
-        will = session_life.new_will(broker, pkt, mount_of(conn))
+        from common.broker import wills  # (loaded by _check_will)
+
+        will = wills.keep(broker, pkt, mount_of(conn))
         if will is None:
             broker.stats.dropped_no_slab += 1
             why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages
@@ -320,21 +286,11 @@ def _answer(broker, conn, pkt, now, taken, assigned, auth_out):
     conn.keep_alive = keep_alive
     ack_props = None
     if level == C.LEVEL_5:
-        props = pkt.props
-        conn.receive_maximum = prop_get(props, C.PROP_RECEIVE_MAXIMUM, C.U16_MAX)
-        alias_max = prop_get(props, C.PROP_TOPIC_ALIAS_MAXIMUM, 0)
-        if alias_max:
-            conn.extra().alias_max_out = alias_max
-        if prop_get(props, C.PROP_REQUEST_PROBLEM_INFORMATION, 1) != 1:
-            conn.extra().problem_info = False
-        ack_props = _connack_props(broker, pkt, pkt.client_id if assigned else None, server_keep_alive, conn.session.expiry_interval)
-        extras = conn.extras
-        if extras is not None and extras.method is not None:
-            ack_props.append((C.PROP_AUTHENTICATION_METHOD, extras.method.name))
-            if auth_out:
-                ack_props.append((C.PROP_AUTHENTICATION_DATA, auth_out))
+        from common.broker import connect_v5  # (loaded by the first v5 client)
+
+        ack_props = connect_v5.accepted(broker, conn, pkt, pkt.client_id if assigned else None, server_keep_alive, auth_out)
     present = taken & session_life.PRESENT
-    send_connack(broker, conn, present and level != C.LEVEL_31, C.RC_SUCCESS, ack_props)
+    send_connack(broker, conn, present and level != C.LEVEL_31, ack_props)
     # One line, a takeover's included (a storm of them logs one line per connection).
     broker.log(
         20,
@@ -363,34 +319,6 @@ def _exchanged(broker, conn, connect, now, done):
         refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, done[1])
 
 
-def _connack_props(broker, pkt, assigned, server_keep_alive, expiry):
-    s = broker.settings
-    props = [
-        (C.PROP_RECEIVE_MAXIMUM, s.max_inflight_in),
-        (C.PROP_MAXIMUM_PACKET_SIZE, s.max_packet_size),
-        (C.PROP_TOPIC_ALIAS_MAXIMUM, s.topic_alias_maximum),
-    ]
-    if assigned is not None:
-        props.append((C.PROP_ASSIGNED_CLIENT_IDENTIFIER, assigned))
-    if server_keep_alive is not None:
-        props.append((C.PROP_SERVER_KEEP_ALIVE, server_keep_alive))
-    if expiry != prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, 0):
-        props.append((C.PROP_SESSION_EXPIRY_INTERVAL, expiry))
-    if s.maximum_qos < 2:
-        props.append((C.PROP_MAXIMUM_QOS, s.maximum_qos))
-    if not s.retain_available:
-        props.append((C.PROP_RETAIN_AVAILABLE, 0))
-    if not s.wildcard_subscriptions:
-        props.append((C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE, 0))
-    if not s.subscription_identifiers:
-        props.append((C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE, 0))
-    if not s.shared_subscriptions:
-        props.append((C.PROP_SHARED_SUBSCRIPTION_AVAILABLE, 0))
-    if s.response_information and prop_get(pkt.props, C.PROP_REQUEST_RESPONSE_INFORMATION, 0):
-        props.append((C.PROP_RESPONSE_INFORMATION, s.response_information))
-    return props
-
-
 def _generate_client_id(broker):
     while True:
         raw = broker.entropy(8)
@@ -407,14 +335,9 @@ def _generate_client_id(broker):
 def handle_disconnect(broker, conn, pkt, now):
     session = conn.session
     if conn.level == C.LEVEL_5:
-        expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, None)
-        if expiry is not None:
-            if session.expiry_interval == 0 and expiry != 0:
-                # [MQTT-3.14.2-2] cannot turn a non-persistent session persistent.
-                raise ProtocolError("Session Expiry set on DISCONNECT after 0 at CONNECT")
-            if expiry > broker.settings.max_session_expiry:
-                expiry = broker.settings.max_session_expiry
-            session.expiry_interval = expiry
+        from common.broker import connect_v5  # (loaded by its CONNECT)
+
+        connect_v5.disconnect_expiry(broker, session, pkt)
         # 0x04 "Disconnect with Will Message" keeps the will [MQTT-3.14.4-3].
         keep_will = pkt.reason == C.RC_DISCONNECT_WITH_WILL
     else:

@@ -51,7 +51,7 @@
 # v5 delay) its owner may no longer publish is discarded, counted as a
 # refused PUBLISH (a will is judged again when it is sent). An offline
 # session is re-checked when its user resumes it (only its owner may:
-# owner_refusal), and what it had queued or in flight is sent only where
+# refusal.owner_refusal), and what it had queued or in flight is sent only where
 # the new rules let its client read.
 # Connected clients keep their login until they reconnect.
 #
@@ -59,6 +59,7 @@
 # and its penalty, the re-checks against new rules) is secured.py, loaded
 # by set_security with them: a board without users or ACL never loads it.
 
+from common.broker.clienttext import user_name
 from common.mqtt import consts as C
 
 BAD_LOGIN = "bad user name or password"
@@ -83,16 +84,6 @@ def anonymous_allowed(broker, peer):
     if allow is not None:
         return allow
     return sec.users is None and (peer is None or peer[2])
-
-
-def _anonymous_why(broker, peer):
-    # (format, args) pairs: our words, not cut as client text would be (broker.words).
-    sec = security_of(broker, listener_key(peer))
-    if sec.allow_anonymous is False:
-        return "anonymous client refused: allow_anonymous is false", ()
-    if sec.users is not None:
-        return "anonymous client refused: a password file is configured and allow_anonymous is not set (set it true to allow)", ()
-    return "anonymous client refused: the listener is not loopback-only and no users are configured (set allow_anonymous = true, or configure a password file)", ()
 
 
 def source_address(peer):
@@ -133,28 +124,10 @@ def login(broker, peer, pkt, found, now):
             return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
         found.user = pkt.username
     if found.user is None and not anonymous_allowed(broker, peer):
-        return C.RC_NOT_AUTHORIZED, _anonymous_why(broker, peer)
+        from common.broker.refusal import anonymous_refused  # (the words of a refusal: refusal.py)
+
+        return C.RC_NOT_AUTHORIZED, anonymous_refused(security_of(broker, listener_key(peer)))
     return 0
-
-
-def owner_refusal(broker, user, peer, session, client_id):
-    """None if `user`'s client (through `peer`) may take over or resume
-    `session` (one with a known owner); else the words of its refusal
-    (counted; the log line names both users)."""
-    owner = session.user
-    if owner == user:
-        return None
-    broker.stats.denied_takeover += 1
-    broker.log(
-        30,
-        "client id %s from %s (user %s) refused: its session belongs to user %s",
-        (client_id, peer[0] if peer is not None else "-", _user_text(user), _user_text(owner)),
-    )
-    return "client id in use by another user's session"
-
-
-def _user_text(user):
-    return "(anonymous)" if user is None else user
 
 
 def client_rules(broker, user, peer, client_id, brought=None):
@@ -201,6 +174,6 @@ def rules_for(broker, user, peer, client_id, brought=None):
         broker.log(
             30,
             "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
-            (client_id, _user_text(user)),
+            (client_id, user_name(user)),
         )
     return rules

@@ -89,7 +89,7 @@ class Session:
     def reset(self):
         self.client_id = ""
         # The user who made it (None: an anonymous client); only that user's
-        # clients may take it over or resume it (login.owner_refusal).
+        # clients may take it over or resume it (refusal.owner_refusal).
         # OWNER_UNKNOWN: restored from a record that did not say.
         self.user = None
         self.generation = 0

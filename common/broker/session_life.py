@@ -16,13 +16,12 @@
 # When a connection ends, end() decides the fate of its will (published at
 # once, delayed by the v5 Will Delay Interval, or discarded after a normal
 # DISCONNECT) and of its session (destroyed, or kept orphaned until its
-# expiry time, which becomes a session timer of the broker's).
+# expiry time, which becomes a session timer of the broker's). A will's own
+# code (its checks, keeping and publishing it) is wills.py, loaded with the
+# first will.
 
 from common.broker import handle_subscribe, outbox, replay
 from common.broker.connection import CONNECTED
-from common.broker.handle_publish import forwarded, write_denied
-from common.broker.login import security_of
-from common.broker.route import route
 from common.broker.session import NEVER
 from common.compat import const
 from common.mqtt import consts as C
@@ -82,52 +81,6 @@ def attach(broker, conn, session, expiry, will):
     broker.listener.session_saved(session)
 
 
-# ------------------------------------------------------------------ wills
-
-
-def new_will(broker, pkt, mount=None):
-    """(held Message, delay, expiry) for the CONNECT's will (its topic under
-    the listener's `mount` point, if any); None if the message pool has no
-    room for it."""
-    props = pkt.will_props
-    delay = 0
-    expiry = 0
-    fwd = None
-    if props:
-        taken = 0
-        for prop_id, value in props:
-            if prop_id == C.PROP_WILL_DELAY_INTERVAL:
-                delay = value
-                taken += 1
-            elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
-                expiry = value
-                taken += 1
-        fwd = forwarded(props, taken, C.PROP_WILL_DELAY_INTERVAL)
-    messages = broker.routing.messages
-    msg = messages.new(pkt.will_topic if mount is None else mount + pkt.will_topic, pkt.will_payload, pkt.will_qos, pkt.will_retain, fwd, 0)
-    if msg is None:
-        return None
-    messages.hold(msg)
-    return msg, delay, expiry
-
-
-def _publish_will(broker, session, now):
-    will = session.will
-    session.will = None
-    session.will_at = 0
-    if will is None:
-        return
-    msg = will[0]
-    # A will is a publish by its owner, judged by the rules in force now.
-    acl = security_of(broker, session.listener).acl  # (its listener's: login.security_of)
-    payload = msg.payload
-    if broker.sparkplug is not None:
-        payload = broker.sparkplug.will_payload(broker, session, msg.topic, payload, now)  # None: refused
-    if payload is not None and (acl is None or not write_denied(broker, acl.for_client(session.user, session.client_id), session, session.user, msg.topic, now, "will")):
-        route(broker, None, msg, payload, will[2], now)
-    broker.routing.messages.drop(msg)
-
-
 # ----------------------------------------------------- end of a connection
 
 
@@ -167,7 +120,9 @@ def _detach(broker, conn, now, publish_will):
     if conn.state == CONNECTED and publish_will and session.will is not None:
         delay = session.will[1]
         if delay == 0 or session.expiry_interval == 0:
-            _publish_will(broker, session, now)  # [MQTT-3.1.2-8]
+            from common.broker import wills  # (a will's code: loaded with the first will, wills.py)
+
+            wills.publish(broker, session, now)  # [MQTT-3.1.2-8]
         else:
             if delay > session.expiry_interval:
                 delay = session.expiry_interval
@@ -186,7 +141,9 @@ def destroy_session(broker, session, now):
     """End a session: publish a pending will, free its subscriptions and queue."""
     if session.will is not None:
         if session.will_at:
-            _publish_will(broker, session, now)  # the session ends before the delay
+            from common.broker import wills
+
+            wills.publish(broker, session, now)  # the session ends before the delay
         else:
             session.drop_will(broker.routing.messages)
     if _has_shared(session):
@@ -227,7 +184,9 @@ def run_session_timers(broker, now):
         return nearest
     for session in due:
         if session.will_at and now > session.will_at:
-            _publish_will(broker, session, now)
+            from common.broker import wills
+
+            wills.publish(broker, session, now)
     for session in due:
         if session.expires_at and now > session.expires_at and session.conn is None:
             destroy_session(broker, session, now)

@@ -38,6 +38,8 @@ STATS_COUNTERS = (
     "closed_token_expired",  # closed: their JWT expired during the session (jwt_auth.py)
     "auth_offline_allowed",  # let in on a cached allow while the auth hook was unreachable
     "auth_offline_refused",  # refused: the auth hook was unreachable and nothing cached allowed them
+    "auth_offline_checks_allowed",  # PUBLISH/SUBSCRIBE checks (acl_url) allowed on a cached allow, hook unreachable
+    "auth_offline_checks_refused",  # PUBLISH/SUBSCRIBE checks refused: hook unreachable, no allow within offline_grace
     # Rate limits (ratelimit.py): clients held back (not read) for a while, by cause; closed.
     "rate_held_messages",
     "rate_held_bytes",
@@ -60,6 +62,11 @@ STATS_COUNTERS = (
     "sn_keep_alive_lost",  # SN clients silent for 1.5 x their Duration: lost, will published
     "sn_retries_exhausted",  # SN clients that acked no resend of a PUBLISH/REGISTER (§6.13): lost, will published
     "sn_too_large",  # datagrams over the listener's max_packet_size, both ways: dropped
+    "sn_unsealed",  # datagrams not sealed to a keyed listener (only SEARCHGW may be): dropped
+    "sn_bad_seal",  # envelopes that do not open: unknown key id, tag mismatch, truncated: dropped
+    "sn_replayed",  # envelopes whose counter was seen or is below the 64-datagram window: dropped
+    "sn_challenged",  # envelopes under no challenge the gateway holds: dropped, answered with a new one
+    "sn_wrong_key",  # CONNECTs (CONNACK 0x03) or datagrams whose client id is not their key's: dropped
 )
 
 
@@ -98,6 +105,8 @@ class Stats:
     closed_token_expired: int
     auth_offline_allowed: int
     auth_offline_refused: int
+    auth_offline_checks_allowed: int
+    auth_offline_checks_refused: int
     rate_held_messages: int
     rate_held_bytes: int
     rate_held_subscribes: int
@@ -118,6 +127,11 @@ class Stats:
     sn_keep_alive_lost: int
     sn_retries_exhausted: int
     sn_too_large: int
+    sn_unsealed: int
+    sn_bad_seal: int
+    sn_replayed: int
+    sn_challenged: int
+    sn_wrong_key: int
 
     def __init__(self):
         for name in STATS_COUNTERS:

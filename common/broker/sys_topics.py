@@ -90,6 +90,8 @@ SYS_FIGURES = (
     ("clients/closed/token_expired", "closed_token_expired"),  # their JWT expired during the session
     ("clients/auth_offline/allowed", "auth_offline_allowed"),  # auth hook unreachable: let in on a cached allow
     ("clients/auth_offline/refused", "auth_offline_refused"),  # auth hook unreachable: refused, nothing cached
+    ("clients/auth_offline/checks_allowed", "auth_offline_checks_allowed"),  # acl_url unreachable: cached allow
+    ("clients/auth_offline/checks_refused", "auth_offline_checks_refused"),  # acl_url unreachable: refused
     ("clients/rate_held/messages", "rate_held_messages"),  # clients held back (not read): over rate_messages
     ("clients/rate_held/bytes", "rate_held_bytes"),  # over rate_bytes
     ("clients/rate_held/subscribes", "rate_held_subscribes"),  # over rate_subscribes
@@ -111,6 +113,11 @@ SYS_FIGURES = (
     ("mqtt-sn/refused/keep_alive", "sn_keep_alive_lost"),
     ("mqtt-sn/refused/retries", "sn_retries_exhausted"),
     ("mqtt-sn/refused/too_large", "sn_too_large"),
+    ("mqtt-sn/refused/unsealed", "sn_unsealed"),
+    ("mqtt-sn/refused/bad_seal", "sn_bad_seal"),
+    ("mqtt-sn/refused/replayed", "sn_replayed"),
+    ("mqtt-sn/refused/challenged", "sn_challenged"),
+    ("mqtt-sn/refused/wrong_key", "sn_wrong_key"),
     ("bytes/received", "bytes_received"),
     ("bytes/sent", "bytes_sent"),
     ("publish/bytes/received", "publish_bytes_received"),  # PUBLISH payload bytes (Mosquitto's name)
@@ -176,7 +183,8 @@ def publish_sys(broker, now, heap=None):
     Mosquitto's load/ averages (sys_load.py, kept in broker.sys_load)."""
     snap = broker.snapshot()
     load = broker.sys_load
-    if load is None:
+    first = load is None
+    if first:
         from common.broker.sys_load import Load
 
         load = broker.sys_load = Load(snap, dropped_sum(snap), now)
@@ -184,3 +192,14 @@ def publish_sys(broker, now, heap=None):
         load.update(snap, dropped_sum(snap), now)
     for suffix, text in sys_values(snap, now, heap) + load.values():
         broker.publish(PREFIX + suffix, text.encode(), 0, True, now)
+    own = broker.routing.retained.own
+    slabs = broker.settings.max_messages
+    if first and own * 2 > slabs:
+        # Each topic keeps its retained message: a slab the clients' messages
+        # cannot have (a board's pool is small).
+        broker.log(
+            30,
+            "$SYS: its %d retained topics hold %d of the %d message slabs (max_messages), which leaves %d"
+            " for the clients' messages: raise max_messages, or set sys_interval 0 (docs/boards.md)",
+            (own, own, slabs, slabs - own),
+        )

@@ -28,7 +28,10 @@ tuple on the host); `addr_text` is what the log and the broker see.
 
 The SN clients themselves (their states, the will handshake, topic ids,
 what waits for an ack): common/mqttsn/sn_client.py. The timers (keep-alive,
-sleep expiry, retransmission, ADVERTISE): common/mqttsn/timers.py.
+sleep expiry, retransmission, ADVERTISE): common/mqttsn/timers.py. With
+`keys` in the settings, every datagram both ways is sealed
+(common/mqttsn/envelope.py), opened in `datagram_received` and sealed in
+`take_datagrams`: the rest of the gateway sees plain SN messages.
 """
 
 from common.compat import ticks_deadline
@@ -41,7 +44,8 @@ from common.mqttsn.sn_client import ASLEEP, AWAKE, GONE, QOS_M1_CLIENT, UPDATING
 class Gateway:
     """Every SN client of one listener, and the datagrams waiting to go out."""
 
-    def __init__(self, driver, settings, ticks_ms, addr_text, wake):
+    def __init__(self, driver, settings, ticks_ms, addr_text, wake, make_aead=None):
+        """`make_aead(key)`: the shell's AES-GCM, needed with `settings.keys`."""
         self.driver = driver
         self.settings = settings
         self.ticks_ms = ticks_ms
@@ -60,6 +64,13 @@ class Gateway:
             ad = SnMessage(S.ADVERTISE, gw_id=settings.gw_id, duration=settings.advertise_interval)
             self.advertisement = encode_message(ad)
             self.advertise_due = ticks_ms()
+        self.envelope = None  # common/mqttsn/envelope.py: with keys only (else not even loaded)
+        if settings.keys:
+            if make_aead is None:
+                raise ValueError("MQTT-SN keys need the shell's make_aead")
+            from common.mqttsn.envelope import Envelope
+
+            self.envelope = Envelope(settings.keys, make_aead, driver.broker.entropy)
 
     def log(self, level, fmt, args):
         self.driver.broker.log(level, fmt, args)
@@ -71,19 +82,40 @@ class Gateway:
     def datagram_received(self, addr, data):
         """One datagram from `addr`; then pump() and take_datagrams()."""
         ms = self.ticks_ms()
-        if len(data) > self.settings.max_packet_size:
+        settings = self.settings
+        if len(data) > settings.max_packet_size + settings.envelope_overhead:
             self.count("sn_too_large")
             why = "MQTT-SN datagram from %s refused: %d bytes, over max_packet_size"
             self.log(30, why, (self.addr_text(addr), len(data)))
             return
+        key = None  # the KeyState an envelope authenticated
+        env = self.envelope
+        if env is not None and data and data[0] == 0:  # (0x00 is no v1.2 Length: an envelope)
+            key, data, refused = env.open(addr, data)
+            if key is None:
+                self.count(refused[0])
+                level = 20 if refused[0] == "sn_challenged" else 30  # (a challenge: every client's first)
+                self.log(level, "MQTT-SN datagram from %s refused: %s", (self.addr_text(addr), refused[1]))
+                return
+            if len(data) > settings.max_packet_size:
+                self.count("sn_too_large")
+                why = "MQTT-SN message from %s refused: %d bytes, over max_packet_size"
+                self.log(30, why, (self.addr_text(addr), len(data)))
+                return
         msg, why = parse_datagram(data)
         if msg is None:
             self.count("sn_malformed")
             self.log(30, "MQTT-SN datagram from %s refused: %s", (self.addr_text(addr), why))
             return
         t = msg.mtype
+        if env is not None and not self._keyed(addr, key, msg):
+            return
         if t == S.SEARCHGW:  # §6.1: answered with GWINFO (unicast: the shell has the address)
-            self.out.append((addr, encode_message(SnMessage(S.GWINFO, gw_id=self.settings.gw_id))))
+            gwinfo = encode_message(SnMessage(S.GWINFO, gw_id=self.settings.gw_id))
+            if key is None:
+                self.send_plain(addr, gwinfo)
+            else:
+                self.out.append((addr, gwinfo))
             return
         client = self.clients.get(addr)
         if t == S.PUBLISH and msg.qos == -1 and client is None:
@@ -98,6 +130,39 @@ class Gateway:
             self.out.append((addr, encode_message(SnMessage(S.DISCONNECT))))
             return
         client.received(msg, ms)
+
+    def _keyed(self, addr, key, msg):
+        """A keyed listener: whether `msg` (under `key`, None: plain) may go
+        on. Plain only SEARCHGW (discovery); a client id only with its own
+        key. What it answers is sealed to `addr` under `key` from now on."""
+        env = self.envelope
+        where = self.addr_text(addr)
+        if key is None:
+            if msg.mtype == S.SEARCHGW:
+                return True
+            self.count("sn_unsealed")
+            self.log(30, "MQTT-SN datagram from %s refused: not sealed (this listener has keys)", (where,))
+            return False
+        if msg.mtype == S.CONNECT and msg.client_id != key.name:
+            self.count("sn_wrong_key")
+            why = "MQTT-SN CONNECT from %s refused: client id %s under the key of %s"
+            self.log(30, why, (where, msg.client_id, key.name))
+            refusal = env.seal(key, encode_message(SnMessage(S.CONNACK, return_code=S.RC_NOT_SUPPORTED)))
+            if refusal is not None:
+                env.out.append((addr, refusal))
+            return False
+        client = self.clients.get(addr)
+        if msg.mtype != S.CONNECT and client is not None and client.client_id != key.name:
+            self.count("sn_wrong_key")
+            why = "MQTT-SN datagram from %s refused: under the key of %s, to client %s"
+            self.log(30, why, (where, key.name, client.client_id))
+            return False
+        env.bind(addr, key)
+        return True
+
+    def send_plain(self, addr, data):
+        """A datagram that goes out as it is also from a keyed listener (discovery: GWINFO, ADVERTISE)."""
+        (self.out if self.envelope is None else self.envelope.out).append((addr, data))
 
     def _connect(self, addr, client, msg, ms):
         if client is not None:
@@ -208,8 +273,11 @@ class Gateway:
                 return
 
     def take_datagrams(self):
+        """The (address, datagram) pairs to send; sealed with keys."""
         out = self.out
         self.out = []
+        if self.envelope is not None:
+            return self.envelope.seal_all(out)
         return out
 
     def tick(self):

@@ -6,6 +6,7 @@ checked values into the gateway's `SnSettings`, defined here. Start-up only.
 
 from common.broker.settings import K_BOOL, K_INT, K_OBJECT, K_STR, ConfigError
 from common.broker.topics import validate_topic_name
+from common.compat import from_hex
 
 # (name, default, kind, lo, hi), as common/broker/settings.py's schemas
 SN_LISTENER = (
@@ -21,6 +22,7 @@ SN_LISTENER = (
     ("advertise_interval", 0, K_INT, 0, 65535),  # s between two ADVERTISEs to advertise_to (§6.1); 0 = none
     ("advertise_to", "", K_STR, None, None),  # "host:port" ADVERTISE goes to, e.g. a broadcast address
     ("allow_remote", False, K_BOOL, None, None),  # serve SN off loopback (v1.2 has no authentication)
+    ("keys", {}, K_OBJECT, None, None),  # {client id: 32 or 64 hex digits}: every datagram sealed (Security)
 )
 SN_KEYS = tuple(e[0] for e in SN_LISTENER)
 
@@ -44,6 +46,8 @@ class SnSettings:
         self.max_retries = 5  # Nretry: resent at most this often, then the client is lost
         self.advertise_interval = 0  # s between two ADVERTISEs (§6.1); 0: none
         self.advertise_to = None  # the shell's address ADVERTISE goes to (a broadcast address)
+        self.keys = {}  # {client id: AES key bytes}: a keyed listener seals every datagram (envelope.py)
+        self.envelope_overhead = 0  # octets a client's envelope adds to an SN message, at most
 
 
 def _host_port(where, text):
@@ -71,7 +75,7 @@ def sn_settings(where, values, loopback, key):
     s = SnSettings()
     for e in SN_LISTENER:
         name = e[0]
-        if name != "predefined" and name != "allow_remote" and name != "advertise_to":
+        if name != "predefined" and name != "allow_remote" and name != "advertise_to" and name != "keys":
             setattr(s, name, values.get(name, e[1]))
     if s.advertise_interval:
         s.advertise_to = _host_port(where, values.get("advertise_to", ""))
@@ -93,4 +97,30 @@ def sn_settings(where, values, loopback, key):
             raise ConfigError("%s: predefined: %s = %r: wants a topic name without wildcards." % (where, name, topic))
         predefined[topic_id] = topic
     s.predefined = predefined
+    s.keys = _keys(where, values.get("keys", {}))
+    if s.keys:
+        # 3 + the longest key id + C, ctr (12) + tag (16): envelope.up_overhead, without loading it
+        s.envelope_overhead = 31 + max([len(name.encode()) for name in s.keys])
     return s
+
+
+def _keys(where, table):
+    """The `keys` table {client id: hex} as {client id: key bytes}."""
+    keys = {}
+    for name in table:
+        text = table[name]
+        key = None
+        if isinstance(text, str) and (len(text) == 32 or len(text) == 64):
+            try:
+                key = from_hex(text)
+            except ValueError:
+                pass
+        if key is None:
+            raise ConfigError(
+                "%s: keys: %s: wants 32 or 64 hex digits (an AES-128 or AES-256 key), e.g. from"
+                " `openssl rand -hex 16`: keys = { \"sensor-1\" = \"00112233445566778899aabbccddeeff\" }." % (where, name)
+            )
+        if not 1 <= len(name.encode()) <= 255:
+            raise ConfigError("%s: keys: %r: a client id of 1 to 255 UTF-8 octets names a key." % (where, name))
+        keys[name] = key
+    return keys

@@ -23,7 +23,7 @@ def run(gw):
     due = 0
     if gw.advertisement is not None:
         if ticks_diff(ms, gw.advertise_due) >= 0:
-            gw.out.append((gw.settings.advertise_to, gw.advertisement))
+            gw.send_plain(gw.settings.advertise_to, gw.advertisement)
             gw.advertise_due = ticks_deadline(ms, gw.settings.advertise_interval * 1000)
         due = gw.advertise_due
     for addr in list(gw.clients):

@@ -35,7 +35,13 @@ only it, while its question is out): POST acl_url
 (acc 2: publish, 1: subscribe, as mosquitto-go-auth's aclcheck), read as
 the login's answer (2xx allow / refuse, 4xx refuse) and cached by (user
 name, client id, topic, acc) for cache_ttl / negative_ttl. No answer is a
-refusal (fail-closed), kept NO_ANSWER_TTL s so that the held packet gets it.
+refusal (fail-closed) unless the service allowed exactly that check (same
+user, client id, topic, acc) less than `offline_grace` seconds ago, as for
+a CONNECT: the verdict is kept NO_ANSWER_TTL s (so that an unreachable
+service is not asked again by every packet), counted
+($SYS/broker/clients/auth_offline/checks_allowed, .../checks_refused) and
+logged with the failure (one line a second). An allow given offline does
+not renew the grace: it runs from the service's last real allow.
 At most `max_pending` questions are in flight; one more is a "no answer".
 The answer goes to the core through the driver (external_auth.answer, then
 a flush): the CONNACK leaves at once.
@@ -90,9 +96,13 @@ class HttpAuth:
         self.clock = clock
         # (user, client id, sha256(password)) -> (allowed, rules, when the service said so)
         self.cache: dict[tuple[str, str, bytes], tuple[bool, Any, float]] = {}
-        # (user, client id, publish?, topic) -> (allowed, when, for how long); and the cids held for one
-        self.topic_cache: dict[tuple[str, str, bool, str], tuple[bool, float, float]] = {}
+        # (user, client id, publish?, topic) -> (allowed, when, for how long, when the service last
+        # allowed it: 0.0 never); and the cids held for one
+        self.topic_cache: dict[tuple[str, str, bool, str], tuple[bool, float, float, float]] = {}
         self.topic_waiting: dict[tuple[str, str, bool, str], set[int]] = {}
+        # (cid, check) -> the verdict a held packet of that cid takes when it is read again,
+        # whatever the cache keeps (cache_ttl 0 keeps nothing)
+        self.topic_owed: dict[tuple[int, tuple[str, str, bool, str]], bool] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.failures = 0  # answers that were not usable (the log's count)
         self.logged_at = 0.0
@@ -190,6 +200,9 @@ class HttpAuth:
         """The core's question for a PUBLISH (write) or a filter: the cached
         verdict, or None (asked; external_auth.topic_answered when it comes)."""
         key = (user, client_id, write, topic)
+        owed = self.topic_owed.pop((cid, key), None)
+        if owed is not None:
+            return owed
         entry = self.topic_cache.get(key)
         if entry is not None and self.clock() - entry[1] < entry[2]:
             return entry[0]
@@ -210,27 +223,50 @@ class HttpAuth:
     async def _check_topic(self, key: tuple[str, str, bool, str], body: dict[str, Any]) -> None:
         try:
             allowed, ttl = await asyncio.wait_for(self._post_topic(body), self.timeout)
+            allowed_at = self.clock() if allowed else 0.0
         except asyncio.TimeoutError:
-            allowed, ttl = False, NO_ANSWER_TTL
-            self._failed(self.acl_url, f"no answer within {self.timeout} s")
+            allowed, allowed_at = self._topic_no_answer(key, f"no answer within {self.timeout} s")
+            ttl = NO_ANSWER_TTL
         except NoAnswer as e:
-            allowed, ttl = False, NO_ANSWER_TTL
-            self._failed(self.acl_url, str(e))
+            allowed, allowed_at = self._topic_no_answer(key, str(e))
+            ttl = NO_ANSWER_TTL
         except (OSError, EOFError, asyncio.LimitOverrunError, ValueError) as e:
-            allowed, ttl = False, NO_ANSWER_TTL
-            self._failed(self.acl_url, f"{type(e).__name__}: {e}")
+            allowed, allowed_at = self._topic_no_answer(key, f"{type(e).__name__}: {e}")
+            ttl = NO_ANSWER_TTL
         cache = self.topic_cache
         cache.pop(key, None)
         if len(cache) >= self.cache_entries:
             del cache[next(iter(cache))]  # the oldest answer
-        cache[key] = (allowed, self.clock(), ttl)
+        cache[key] = (allowed, self.clock(), ttl, allowed_at)
         driver = self.driver
         driver.clock()
         hook = driver.broker.hook
+        owed = self.topic_owed
         for cid in self.topic_waiting.pop(key, ()):
+            if len(owed) >= self.cache_entries:
+                del owed[next(iter(owed))]  # (a connection gone before it was read again)
+            owed[(cid, key)] = allowed
             if hook is not None:
                 hook.topic_answered(driver.broker, cid)
         driver.flush()
+
+    def _topic_no_answer(self, key: tuple[str, str, bool, str], why: str) -> tuple[bool, float]:
+        """A check acl_url did not answer: (allowed, when the service last allowed it).
+        Allowed only on the service's own allow of the same check within offline_grace."""
+        entry = self.topic_cache.get(key)
+        allowed_at = entry[3] if entry is not None else 0.0
+        st = self.driver.broker.stats
+        user, client_id, write, topic = key
+        what = f"user {user}, client id {client_id}, {'PUBLISH to' if write else 'SUBSCRIBE'} {topic}"
+        if allowed_at and self.clock() - allowed_at < self.offline_grace:
+            st.auth_offline_checks_allowed += 1
+            self._failed(
+                self.acl_url, f"{why}: {what} allowed on a cached allow (offline_grace {self.offline_grace} s)"
+            )
+            return True, allowed_at
+        st.auth_offline_checks_refused += 1
+        self._failed(self.acl_url, f"{why}: {what} refused, no allow within offline_grace {self.offline_grace} s")
+        return False, 0.0
 
     async def _post_topic(self, body: dict[str, Any]) -> tuple[bool, float]:
         assert self.acl_target is not None

@@ -119,6 +119,8 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("closed_token_expired", "clients closed: their JWT expired", lambda s: "the token's exp ([security.jwt] leeway)"),
     ("auth_offline_refused", "CONNECTs refused: the auth hook did not answer", lambda s: "[security.http] timeout; fail-closed"),
     ("auth_offline_allowed", "CONNECTs let in on a cached allow: the auth hook did not answer", lambda s: "[security.http] offline_grace"),
+    ("auth_offline_checks_refused", "PUBLISH/SUBSCRIBE checks refused: acl_url did not answer", lambda s: "[security.http] timeout; fail-closed"),
+    ("auth_offline_checks_allowed", "PUBLISH/SUBSCRIBE checks allowed on a cached allow: acl_url did not answer", lambda s: "[security.http] offline_grace"),
     ("rate_held_messages", "clients held back: over their PUBLISHes/s", lambda s: f"rate_messages {s.rate_messages or 'off'}"),
     ("rate_held_bytes", "clients held back: over their PUBLISH bytes/s", lambda s: f"rate_bytes {s.rate_bytes or 'off'}"),
     ("rate_held_subscribes", "clients held back: over their subscribes/s", lambda s: f"rate_subscribes {s.rate_subscribes or 'off'}"),
@@ -139,6 +141,11 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("sn_keep_alive_lost", "MQTT-SN: SN clients silent for 1.5 x their Duration: lost, will published", lambda s: "the client's CONNECT Duration"),
     ("sn_retries_exhausted", "MQTT-SN: SN clients that acknowledged no resend of a PUBLISH or REGISTER: lost, will published", lambda s: "[[listener]] mqtt-sn retry_interval, max_retries"),
     ("sn_too_large", "MQTT-SN: datagrams over max_packet_size, from a client or to it: dropped", lambda s: "[[listener]] mqtt-sn max_packet_size"),
+    ("sn_unsealed", "MQTT-SN: datagrams not sealed to a listener with keys (SEARCHGW only may be): dropped", lambda s: "[[listener]] mqtt-sn keys"),
+    ("sn_bad_seal", "MQTT-SN: envelopes that do not open (unknown key id, tag mismatch, truncated): dropped", lambda s: "[[listener]] mqtt-sn keys"),
+    ("sn_replayed", "MQTT-SN: envelopes replayed or older than the 64-datagram window: dropped", lambda s: "the envelope's replay window (docs/mqtt-sn.md)"),
+    ("sn_challenged", "MQTT-SN: envelopes under no challenge the gateway holds (a client's first, or from before a restart): answered with a challenge", lambda s: "the envelope's challenges (docs/mqtt-sn.md)"),
+    ("sn_wrong_key", "MQTT-SN: a CONNECT or datagram whose client id is not its key's: CONNACK 0x03 / dropped", lambda s: "[[listener]] mqtt-sn keys: one key per client id"),
 )  # fmt: skip
 HTTP_REFUSED = ("http_refused", "HTTP connections closed at once", "32 open, 8 from one address ([http])")
 # Each bridge's: (figure, what happened, the rule that decided), as "bridge NAME figure".

@@ -90,9 +90,12 @@ class Listening:
         if cfg.mqttsn:
             kind = (
                 f"MQTT-SN v1.2 over UDP (gateway id {cfg.gw_id}, {cfg.max_clients} clients, "
-                f"{len(cfg.predefined)} predefined topic ids; no authentication)"
+                f"{len(cfg.predefined)} predefined topic ids; "
+                + (f"{len(cfg.keys)} client keys: every datagram sealed)" if cfg.keys else "no authentication)")
             )
-            return kind + ("; loopback only" if self.local else "; reachable from the network (allow_remote)")
+            if self.local:
+                return kind + "; loopback only"
+            return kind + ("; reachable from the network (keys)" if cfg.keys else "; reachable from the network (allow_remote)")
         kind = "plain MQTT" if self.hub is None else "plain MQTT (epoll hub)"
         if cfg.websockets:
             kind = f"MQTT over WebSocket at {self.url()}"

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from common.compat import TICKS_MASK, ticks_diff
@@ -62,7 +63,12 @@ class SnEndpoint(asyncio.DatagramProtocol):
         if settings.advertise_to is not None and self.transport is not None:
             # ADVERTISE (§6.1) goes to a broadcast address, as a rule: the socket must be allowed to
             self.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake)
+        make_aead: Callable[[bytes], Any] | None = None
+        if settings.keys:  # every datagram sealed (common/mqttsn/envelope.py)
+            from cpython_host.runtime import crypto
+
+            make_aead = crypto.make_aead
+        self.gateway = Gateway(self.events.driver, settings, ticks_ms, address_text, self.wake, make_aead)
         self._on_timer()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -9,6 +9,7 @@ from common.broker import security_files
 from common.broker.acl import Acl, filters_overlap, substitute
 from common.broker.clienttext import CLIENT_TEXT_MAX, REASON_STRING_MAX, clip, printable
 from common.broker.clienttext import words as client_words
+from common.broker.refusal import with_reason_string
 from common.broker.security_files import load_security
 from common.broker.settings import ConfigError, new_settings
 from common.broker.users import Users, format_hash
@@ -411,7 +412,7 @@ class TestLogin(unittest.TestCase):
         c = h.client(5, peer=REMOTE)
         c.connect("c", username="alice", password=b"secret")
         conn = h.broker.connections.by_id[c.cid]
-        data = h.broker.with_reason_string(conn, Disconnect(0x98, None), "x" * 70000)
+        data = with_reason_string(conn, Disconnect(0x98, None), "x" * 70000)
         self.assertLess(len(data), REASON_STRING_MAX + 40)
 
     def test_anonymous_decision(self):

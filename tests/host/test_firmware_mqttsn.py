@@ -8,6 +8,7 @@ paho-mqtt on the TCP side. Each test names the v1.2 section (§6.x) it drives.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.host.test_mqttsn_udp import (
     sleep_then_flush,
     u16,
 )
+from tests.host.test_mqttsn_udp_keys import CLEAN, CONNECT, SUBACK, SUBSCRIBE, SealedSn
 from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
 
 pytestmark = pytest.mark.interop
@@ -42,9 +44,9 @@ def free_udp_port() -> int:
         return port
 
 
-def board(work: Path) -> UpyBrokerProcess:
-    """The firmware with Pico W settings and an "mqttsn" object, started; its SN port in `sn_port`."""
-    sn = {"port": free_udp_port(), "predefined": {"7": "plant/alarm"}, "max_clients": 4}
+def board(work: Path, **more: Any) -> UpyBrokerProcess:
+    """The firmware with Pico W settings and an "mqttsn" object (`more` in it), started; its SN port in `sn_port`."""
+    sn = {"port": free_udp_port(), "predefined": {"7": "plant/alarm"}, "max_clients": 4, **more}
     device = {"mqttsn": sn, "allow_anonymous": True}
     b = UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, limits={"sys_interval": 1}, device=device)
     b.start()
@@ -147,6 +149,36 @@ def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path
     proc = UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, device=device)
     with pytest.raises(RuntimeError, match="allow_remote"):
         proc.start()
+
+
+def test_keyed_board_seals_every_datagram(tmp_path: Path, opened: list[Any]) -> None:
+    # "keys" on the board: the envelope (docs/mqtt-sn.md, Security) with cryptolib's AES under
+    # the core's AES-GCM, opened and sealed by the host test's client on `cryptography`
+    key = os.urandom(16).hex()
+    broker = board(tmp_path, keys={"fw-s1": key})
+    try:
+        broker.wait_log(r"MQTT-SN \(UDP\) on 127\.0\.0\.1:\d+; 1 client keys: every datagram sealed")
+        sub = paho(broker, opened, "fw-watch", "sensors/#")
+        unsealed = paho(broker, opened, "fw-sys", "$SYS/broker/mqtt-sn/refused/unsealed")
+        c = SealedSn(broker.sn_port, "fw-s1", key)
+        opened.append(c)
+        c.join()
+        c.send(REGISTER, u16(0) + u16(1) + b"sensors/k")
+        tid = int.from_bytes(c.expect(REGACK)[0:2], "big")
+        c.send(PUBLISH, bytes([QOS[1]]) + u16(tid) + u16(2) + b"sealed")
+        assert c.expect(PUBACK) == u16(tid) + u16(2) + b"\x00"
+        msg = sub.get()
+        assert (msg.topic, msg.payload) == ("sensors/k", b"sealed")
+        c.send(SUBSCRIBE, bytes([QOS[1]]) + u16(3) + b"sensors/k")
+        assert c.expect(SUBACK)[5] == 0
+        sub.publish("sensors/k", b"back", 1)
+        assert c.expect(PUBLISH)[5:] == b"back"  # opened with the gateway->client key
+        c.sock.send(bytes([6, CONNECT, CLEAN, 0x01]) + u16(60))  # plain: refused, counted
+        while unsealed.get(timeout=10).payload != b"1":  # published every sys_interval
+            pass
+        assert "Traceback" not in broker.log_text(), broker.log_text()[-3000:]
+    finally:
+        broker.kill()
 
 
 def test_graceful_stop_with_an_sn_client_connected(tmp_path: Path, opened: list[Any]) -> None:

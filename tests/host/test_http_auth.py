@@ -46,7 +46,8 @@ class AuthServer:
                         outer.release.wait(30)  # hangs
                         return
                     mine = body["topic"].startswith(f"devices/{body['clientid']}/") and body["clientid"] != "dev2"
-                    self._send(200, json.dumps({"allow": mine}).encode())
+                    watcher = body["username"] == "bob" and body["topic"].startswith("$SYS/")
+                    self._send(200, json.dumps({"allow": mine or watcher}).encode())
                     return
                 if outer.mode == "hang":
                     outer.release.wait(30)
@@ -268,7 +269,11 @@ def test_publish_and_subscribe_checks(tmp_path: Path, auth: AuthServer) -> None:
         for _ in range(2):
             alice.client.publish("devices/dev1/out", b"1", 1).wait_for_publish(5)
         asked = [(r["topic"], r["acc"]) for r in auth.requests if "topic" in r and r["clientid"] == "dev1"]
-        assert sorted(asked) == [("devices/+/out", 1), ("devices/dev1/out", 1), ("devices/dev1/out", 2)]  # (once: cached)
+        assert sorted(asked) == [
+            ("devices/+/out", 1),
+            ("devices/dev1/out", 1),
+            ("devices/dev1/out", 2),
+        ]  # (once: cached)
         dev2 = Paho(b.port, "dev2", username="alice", password="wonderland", protocol=5)
         dev2.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
         dev2.connect()
@@ -287,3 +292,56 @@ def test_publish_and_subscribe_checks(tmp_path: Path, auth: AuthServer) -> None:
         for p in (alice, dev2, bob):
             p.close()
         assert "Traceback" not in b.log_text()
+
+
+def test_offline_grace_of_publish_and_subscribe_checks(tmp_path: Path, auth: AuthServer) -> None:
+    # acl_url with cache_ttl 0: every PUBLISH and SUBSCRIBE asks. Once the
+    # service is gone, a check it allowed before is allowed on that allow
+    # (offline_grace); one it never allowed is refused (0x87), each counted.
+    acl_url = auth.url().replace("/auth", "/acl")
+    with start(tmp_path, auth, acl_url=acl_url, cache_ttl=0, offline_grace=3600) as b:
+        watch = Paho(b.port, "watch", username="bob", password="builder", protocol=5).connect()
+        watch.subscribe("$SYS/broker/clients/#", 0)
+        alice = Paho(b.port, "dev1", username="alice", password="wonderland", protocol=5)
+        codes: list[int] = []
+        alice.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
+        alice.connect()
+        assert [r.value for r in alice.subscribe("devices/dev1/out", 1)] == [1]
+        alice.client.publish("devices/dev1/out", b"1", 1).wait_for_publish(5)
+        assert codes == [0]
+        assert alice.get(timeout=10).payload == b"1"
+        auth.stop()  # the auth service goes away
+        alice.client.publish("devices/dev1/out", b"2", 1).wait_for_publish(10)  # allowed before: allowed
+        assert alice.get(timeout=10).payload == b"2"
+        # devices/+/out: the login ACL allows it, the service was never asked: refused
+        assert [r.value for r in alice.subscribe("devices/+/out", 1)] == [0x87]
+        alice.client.publish("devices/dev1/x", b"3", 1).wait_for_publish(10)  # never asked: refused
+        assert codes == [0, 0, 0x87], codes
+        b.wait_log(
+            r"auth hook http://127\.0\.0\.1:\d+/mqtt/acl: ConnectionRefusedError.*: user alice, client id dev1, PUBLISH to devices/dev1/out allowed on a cached allow"
+        )
+        sys_value(watch, "$SYS/broker/clients/auth_offline/checks_allowed", "1")
+        sys_value(watch, "$SYS/broker/clients/auth_offline/checks_refused", "2")
+        for p in (alice, watch):
+            p.close()
+        assert "Traceback" not in b.log_text()
+
+
+def test_offline_grace_of_checks_ends(tmp_path: Path, auth: AuthServer) -> None:
+    # The grace runs from the service's last real allow: allows given offline do not renew it.
+    acl_url = auth.url().replace("/auth", "/acl")
+    with start(tmp_path, auth, acl_url=acl_url, cache_ttl=0, offline_grace=2) as b:
+        alice = Paho(b.port, "dev1", username="alice", password="wonderland", protocol=5)
+        codes: list[int] = []
+        alice.client.on_publish = lambda c, u, mid, rc, props: codes.append(rc.value)
+        alice.connect()
+        alice.client.publish("devices/dev1/out", b"0", 1).wait_for_publish(5)
+        auth.stop()
+
+        def refused() -> bool:
+            alice.client.publish("devices/dev1/out", b"x", 1).wait_for_publish(10)
+            return codes[-1] == 0x87
+
+        wait_until(refused, 20, "the grace of the PUBLISH check ends")
+        assert codes[0] < 0x80 and codes[1] < 0x80, codes  # (0x10: no subscriber) the first offline: allowed
+        alice.close()

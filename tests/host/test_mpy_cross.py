@@ -112,6 +112,13 @@ NOT_LOADED_BY_DEFAULT = (
     "common.bridge.notify",  # a bridge's notifications only
     "common.broker.sys_load",  # $SYS's load averages: sys_interval > 0 only
     "common.mqtt.client_packets",  # what only a client (a bridge's) sends
+    # The first connection that needs them loads these (tests/core/test_lazy_modules.py):
+    "common.broker.wills",  # a CONNECT with a will
+    "common.broker.refusal",  # a refused CONNECT, a failure (Broker.fail)
+    "common.broker.connect_v5",  # a v5 client
+    "common.broker.rate_hold",  # a client over its rate limits (the boards set rate_*)
+    "firmware.stopping",  # the graceful stop
+    "firmware.heap_report",  # heap_report > 0 only
     "firmware.tls",
     "firmware.bridge",
 )

@@ -3,7 +3,10 @@
 - encode -> decode is the identity for generated messages of every v1.2 type;
 - arbitrary and mutated datagrams only ever give (message, None) or
   (None, reason) from parse_datagram: no exception escapes (the fuzz
-  invariant of CONVENTIONS.md, for MQTT-SN v1.2 §5.2 and §5.4).
+  invariant of CONVENTIONS.md, for MQTT-SN v1.2 §5.2 and §5.4);
+- the sealed envelope of a keyed listener (common/mqttsn/envelope.py):
+  arbitrary and mutated envelopes are refused with a counter and a reason,
+  never an exception, and a mutated one never opens.
 
 SISKIN_FUZZ_EXAMPLES raises the example counts (as for the MQTT codec).
 """
@@ -118,3 +121,36 @@ def test_mutated_golden_never_raise(data, pos, value, cut):
     else:
         data[pos] = value
     assert_parses_or_refuses(bytes(data))
+
+
+def sealed_envelope():
+    """A keyed Envelope holding a current challenge, and one datagram sealed under it (ctr 1)."""
+    from common.mqttsn.envelope import Envelope, derive_keys
+    from cpython_host.runtime.crypto import make_aead
+
+    key = bytes(range(16))
+    env = Envelope({"s1": key}, make_aead, lambda n: b"\x07" * n)
+    env.open("a", b"\x00\x01\x02s1" + bytes(12))  # a challenge request: pending = 07 * 8
+    header = b"\x00\x01\x02s1" + b"\x07" * 8 + (1).to_bytes(4, "big")
+    up = make_aead(derive_keys(key)[0])
+    return env, header + up.encrypt(header[-12:], bytes([2, c.PINGREQ]), header)
+
+
+@settings(max_examples=EXAMPLES * 5, deadline=None)
+@given(st.binary(max_size=120), st.integers(0, 200), u8, st.booleans())
+def test_envelopes_refused_never_raise(noise, pos, value, cut):
+    env, good = sealed_envelope()
+    for data in (b"\x00" + noise, b"\x00\x01" + noise):
+        key, _plain, refused = env.open("a", data)
+        assert key is None and refused[0] in ("sn_bad_seal", "sn_challenged") and refused[1]
+    data = bytearray(good)
+    pos %= len(data)
+    if cut:
+        del data[pos:]
+    elif data[pos] == value:
+        value ^= 1
+    if not cut:
+        data[pos] = value
+    key, _plain, refused = env.open("a", bytes(data))
+    assert key is None and refused is not None  # a mutated envelope never opens
+    assert env.open("a", good)[1] == bytes([2, c.PINGREQ])  # the genuine one still does

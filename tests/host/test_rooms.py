@@ -103,7 +103,13 @@ def test_connect_checks_only_judge() -> None:
     text = (REPO_ROOT / "common/broker/handle_connect.py").read_text()
     assert changes_in(text, _connect_checks(), ("found", "broker")) == []
     login = (REPO_ROOT / "common/broker/login.py").read_text()
-    assert changes_in(login, ("login", "owner_refusal", "rules_for"), ("found",)) == []
+    assert changes_in(login, ("login", "rules_for"), ("found",)) == []
+    # (The words and counter of two refusals, and the will's check, are
+    # refusal.py's and wills.py's: loaded by the first that needs them.)
+    refusal = (REPO_ROOT / "common/broker/refusal.py").read_text()
+    assert changes_in(refusal, ("anonymous_refused", "owner_refusal"), ("broker",)) == []
+    wills = (REPO_ROOT / "common/broker/wills.py").read_text()
+    assert changes_in(wills, ("refusal",), ("found", "broker")) == []
     assert changes_in(text, ("_apply",), ("found",)) == ["_apply: conn.user", "_apply: conn.acl", "_apply: pkt.client_id"]
     probe = "def _check_x(broker, conn, pkt, found, now):\n    conn.user = 1\n    conn.extra().assigned = True\n"
     assert changes_in(probe, ("_check_x",), ("found",)) == ["_check_x: conn.user", "_check_x: conn.extra"]
