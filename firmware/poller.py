@@ -13,7 +13,9 @@
 #                               [task waiting to read, task waiting to write,
 #                               stream]) and _dequeue; install() puts an
 #                               IOQueue of ours in its place
-#   asyncio.core._task_queue    push(task): wake a task whose wait is over
+#   asyncio.core._task_queue    push(task): wake a task whose wait is over;
+#                               remove(task) (wake(): a sleep cut short)
+#   a Task's data and ph_key    wake(): what it waits on (None: a sleep), until when
 #   asyncio.core.IOQueue        the class of ours extends it
 #
 # Those of MicroPython 1.28 (the boards' images) and 1.29 (the tests).
@@ -37,6 +39,7 @@
 
 import asyncio
 import select
+import time
 
 
 def readable(sock):
@@ -47,6 +50,20 @@ def readable(sock):
 def writable(sock):
     """An awaitable: park the current task until `sock` is writable (its connect done)."""
     yield asyncio.core._io_queue.queue_write(sock)
+
+
+def wake(task):
+    """Run `task`, asleep in asyncio.sleep_ms, now: what Task.cancel does
+    to a sleeping task, without the CancelledError, and also while
+    MicroPython still names the task current (its asyncio keeps the last
+    task run as current while the loop polls, and cancel then refuses:
+    "can't cancel self"; seen on the Pico W image when a read woke the
+    clock). A task running, or waiting on anything but its sleep (data
+    set), or due already, is left alone."""
+    if task.data is None and time.ticks_diff(task.ph_key, time.ticks_ms()) > 0:
+        queue = asyncio.core._task_queue
+        queue.remove(task)
+        queue.push(task)
 
 
 def watch(sock):

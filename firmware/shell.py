@@ -88,7 +88,6 @@ class Server:
         self.lsock = None
         self.accept_task = None
         self.clock_task = None
-        self.waking = False  # the clock task's sleep is cut short (wake_clock)
         driver.wake = self.wake_clock
         self.stopping = False
         self.stop_event = asyncio.Event()
@@ -249,21 +248,16 @@ class Server:
                 if report and t >= self.heap_next:
                     self.heap_next = t + report
                     report_heap(self, t, before - gc.mem_alloc())
-            try:
-                await asyncio.sleep_ms(delay)
-            except asyncio.CancelledError:
-                if not self.waking or self.stopping:
-                    raise  # (the shutdown's)
-            self.waking = False
+            await asyncio.sleep_ms(delay)  # (cut short by wake_clock)
 
     def wake_clock(self):
         """Driver.wake: a deadline came in before the clock's sleep ends (a
         client held back for its rates is released within ms): cut the
-        sleep short by cancelling it (the clock task goes on)."""
+        sleep short (firmware/poller.py: not by cancelling it, which
+        MicroPython refuses while it names the clock task current)."""
         task = self.clock_task
-        if task is not None and not self.waking and not self.stopping:
-            self.waking = True
-            task.cancel()
+        if task is not None and not self.stopping:
+            poller.wake(task)
 
 
 def collect_often(threshold):

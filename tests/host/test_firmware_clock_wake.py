@@ -1,7 +1,11 @@
 """firmware/shell.py's clock task and Driver.wake: a deadline that input set
 before the clock's sleep ends (a client held back for its rate limits is
 released within ms: common/broker/ratelimit.py) cuts the sleep short, on the
-venv's MicroPython unix port; the shutdown's cancel still ends the task."""
+venv's MicroPython unix port; the shutdown's cancel still ends the task.
+A wake while MicroPython names the clock task current (in its own tick here;
+on the Pico W image a read in the poll after the clock ran last) is no
+error: cancel refused it ("can't cancel self") and the connection whose
+read woke it was closed, firmware/poller.py's wake() re-queues the sleep."""
 
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ class Driver:  # sleeps a minute after each tick, unless woken
 
     def tick(self):
         self.ticks += 1
+        if self.ticks == 1:
+            self.wake()  # from the clock task itself: asyncio names it current
         return 60000
 
 
