@@ -318,8 +318,17 @@ def _step_free_slots() -> int:
 
 
 def _step_baseline() -> int:
+    # As a board has its broker after the start-up: the start-up-only
+    # modules that making it loaded (common/broker/broker_setup.py) unloaded
+    # again, as firmware/app.py does, so that this figure is the broker's
+    # objects and not that code.
     Broker = _module("common.broker.broker").Broker
+    before = set(sys.modules)
     STATE["broker"] = Broker(STATE["settings"], _entropy)
+    unload = _module("common.compat").unload
+    for name in _module("firmware.startup_only").STARTUP_ONLY:
+        if name not in before:
+            unload(name)
     return 1
 
 

@@ -31,21 +31,15 @@
 
 from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay, session_life
 from common.broker.clienttext import words
-from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Connections
-from common.broker.listener import StateListener
-from common.broker.output import Output
-from common.broker.route import REASON_MASK, TopicCache, route
-from common.broker.routing_table import Routing
-from common.broker.session import Sessions
-from common.broker.stats import Stats
+from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, REFUSAL_SLOTS, SILENT
+from common.broker.route import REASON_MASK, route
 from common.broker.topics import parse_shared
-from common.compat import TICKS_MASK, const, ticks_deadline, ticks_diff, ticks_sooner
+from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import (
     Pingresp,
-    PubAck,
     Publish,
     connect_level,
     decode_packet,
@@ -53,17 +47,9 @@ from common.mqtt.packets import (
     encode_packet,
 )
 
-# Connections accepted beyond max_connections only to send a polite refusal.
-REFUSAL_SLOTS = 4
-
 # Longest time (s) publishers are held back for subscribers that do not catch
 # up; then they are read again and queue_full decides for as long.
 THROTTLE_MAX_S = 30
-
-# Topic names cached (Broker.topics): at least this many slots, and one
-# more per this many bytes of match_cache_bytes (about what an entry costs).
-_TOPIC_CACHE_MIN = const(16)
-_TOPIC_CACHE_COST = const(256)
 
 
 def keep_alive_deadline(ms, keep_alive):
@@ -163,103 +149,40 @@ LEGAL_IN = (
 )
 
 
+# (For the host's type checker only: the classes of the attributes below.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from common.broker.acl import Acl
+    from common.broker.routing_table import Routing
+    from common.broker.session import Sessions
+    from common.broker.stats import Stats
+    from common.broker.users import Users
+
+
 class Broker:
     """The sans-I/O MQTT broker. See docs/architecture.md for the shell API."""
+
+    # Attributes broker_setup.set_up gives a broker, named here for the
+    # host's type checker, which does not follow them there (annotations
+    # only: MicroPython compiles them to nothing).
+    settings: "Any"  # settings.Settings (limits.Limits on a board)
+    listener: "Any"  # listener.StateListener, or the store's Persist
+    stats: "Stats"
+    routing: "Routing"
+    sessions: "Sessions"
+    users: "Users | None"
+    acl: "Acl | None"
 
     def __init__(self, settings, entropy, listener=None):
         """`listener` hears every state change worth keeping (common/broker/listener.py):
         the store layer's Persist when persistence is on (then call restore()
-        before the first connection), else None for the null listener."""
-        s = settings
-        self.settings = s
-        self.entropy = entropy
-        self.listener = listener if listener is not None else StateListener()
-        self.stats = Stats()
-        # The parts: where messages go, who they go to, and the connections.
-        self.routing = Routing(s, self.stats, self.listener)
-        self.sessions = Sessions(s)
-        self.connections = Connections()
-        # What each connection is sent and when it may leave (the store's sync):
-        # the driver's face of the broker's output (output.py).
-        self.output = Output(self.connections, self.stats, self.listener, s)
-        self.started = None  # first `now` seen, for uptime
-        self.sys_load = None  # sys_load.Load: $SYS's load/ averages (made by the first $SYS round)
-        # The next timers, for the driver to sleep until (0 = none): the
-        # earliest connection deadline in ms ticks (a lower bound: keep-alive
-        # deadlines only move later, so it is recomputed when it comes due),
-        # and the earliest session timer in seconds (fires when now > it).
-        self.conn_due = 0
-        self.session_due = 0
-        # Publishers not read for now (ids), because their messages are
-        # piling up in an online subscriber's queue; `throttle_changed` tells
-        # the driver to pause or resume their reading (take_throttle_changes).
-        self.throttled = []
-        self.throttle_changed = False
-        self.throttled_since = 0  # s: when `throttled` last became non-empty
-        self.throttle_off_until = 0  # s: no throttling before then (see tick)
-        # Connections (ids) with a retained replay pending, and their
-        # replay.Replay at the same index (common/broker/replay.py): their
-        # input is not processed, and `replay_changed` tells the driver to
-        # pause or resume their reading (take_replay_changes).
-        self.replaying = []
-        self.replays = []
-        # cid -> the inbound QoS 2 ids of a 3.1.1 client whose PUBREC waits
-        # for room in max_inflight_in (handle_publish QOS2_LATE_MAX); here,
-        # not on the Connection: an attribute there costs every client RAM.
-        self.qos2_late = {}
-        self.replay_changed = False
-        # Optional callable(level, text) set by the shell (set_logger): what
-        # happened to whom. Levels as in logging (10 debug, 20 info, 30
-        # warning). Never called on the per-message path; below log_level
-        # not even formatted (a connection storm logs nothing at warning).
-        self.logger = None
-        self.log_level = 0
-        # Enhanced authentication methods by name (v5 AUTH).
-        self.auth_methods = {}
-        if s.scram_users:
-            # (SCRAM users only: the exchange's code is not in a board's heap without)
-            from common.broker.enhanced_auth import methods
+        before the first connection), else None for the null listener. The
+        attributes and parts are broker_setup.py's (start-up only on a board)."""
+        from common.broker.broker_setup import set_up
 
-            self.auth_methods = methods(s.scram_users)
-        # sparkplug_aware: the Sparkplug B checks and certificates; or the
-        # gateway's own edge node's commands (sparkplug.py; not loaded without).
-        self.sparkplug = None
-        self.wall_ms = None  # the shell's wall clock: () -> ms since 1970 UTC (Sparkplug timestamps), or None
-        if s.sparkplug_aware or s.sparkplug_group:
-            from common.broker.sparkplug import Sparkplug
-
-            self.sparkplug = Sparkplug(s)
-        # Users, access control and the anonymous switch (common/broker/login.py
-        # set_security): None = no password file, no ACL, allow_anonymous not set.
-        self.users = None
-        self.acl = None
-        self.bridge_grants = {}  # "bridge NAME" (its local peer) -> () -> its ACL grants (login.client_rules)
-        self.allow_anonymous = None
-        self.listener_policies = {}  # the shell's listener key -> listener_policy.ListenerPolicy (set_security)
-        self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
-        self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
-        self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
-        self.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
-        self.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*, user_rate_*, listener_rate_*)
-        if (
-            s.rate_messages or s.rate_bytes or s.rate_subscribes
-            or s.user_rate_messages or s.user_rate_bytes or s.user_rate_subscribes
-            or s.listener_rate_messages or s.listener_rate_bytes or s.listener_rate_subscribes
-        ):  # fmt: skip
-            from common.broker.ratelimit import RateLimits
-
-            self.rates = RateLimits(s, s.max_connections + REFUSAL_SLOTS)
-        self.connect_rate = None  # connect_rate.ConnectRate when rate_connects is set
-        if s.rate_connects:
-            from common.broker.connect_rate import ConnectRate
-
-            self.connect_rate = ConnectRate(s.rate_connects)
-        self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
-        # Reused for every PUBLISH and ack received (decode_packet_into)
-        # and the warm topic names: none of them is allocated per message.
-        self.inbound = Publish()
-        self.inbound_ack = PubAck()
-        self.topics = TopicCache(_TOPIC_CACHE_MIN + s.match_cache_bytes // _TOPIC_CACHE_COST)
+        set_up(self, settings, entropy, listener)
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
