@@ -64,26 +64,12 @@ from common.mqtt.utf8 import decode_utf8
 
 
 class Packet:
-    """Equality over ``FIELDS`` (``None`` and ``[]`` properties are equal), repr."""
+    """A packet's type and the names of its fields, in the order of its
+    constructor (no __eq__ or __repr__: only tests compare or print packets,
+    tests/core/packet_fields.py, and on a board the code costs heap)."""
 
     ptype = 0
     FIELDS = ()
-
-    def __eq__(self, other):
-        if not isinstance(other, Packet) or other.ptype != self.ptype:
-            return False
-        for name in self.FIELDS:
-            a = getattr(self, name)
-            b = getattr(other, name)
-            if not a and not b and name.endswith("props"):
-                continue
-            if a != b:
-                return False
-        return True
-
-    def __repr__(self):
-        parts = ["%s=%r" % (name, getattr(self, name)) for name in self.FIELDS]
-        return "%s(%s)" % (type(self).__name__, ", ".join(parts))
 
 
 class Connect(Packet):
