@@ -1,6 +1,7 @@
 # The firmware: start-up (firmware/startup.py: config -> store -> broker ->
-# network shell; then firmware/netup.py: watchdog -> Wi-Fi), then serve; a
-# fatal error is logged and the board restarted.
+# network shell, the start-up's code unloaded, the TLS room checked; then
+# firmware/netup.py: watchdog -> Wi-Fi), then serve; a fatal error is logged
+# and the board restarted.
 #
 #   on a board:     main.py calls run() (config /siskin.json)
 #   on unix:        micropython firmware/main.py --config path.json [--port N]
@@ -27,42 +28,18 @@ from common.broker import egress  # noqa: F401
 # isort: split
 from common.broker import broker  # noqa: F401
 from common.broker.limits import ConfigError
-from common.compat import unload
 from firmware import board
 from firmware.shell import Log
 
 
 def build(argv, root):
-    """(server, log) ready to run, from the command line and config.
+    """(server, log) ready to run, from the command line and config: the
+    start-up, firmware/startup.py build(), which unloads itself with the rest
+    of what runs only to start. Called through this function (not imported
+    into run()) so that nothing refers to its code once it returns."""
+    from firmware.startup import build
 
-    What runs only to start (firmware/startup_only.py) is unloaded after it,
-    so that its code does not stay in a board's heap (docs/boards.md)."""
-    from firmware.startup_only import STARTUP_ONLY
-
-    try:
-        from firmware.startup import start
-
-        server, log, cfg = start(argv, root)
-    finally:
-        for name in STARTUP_ONLY:
-            unload(name)
-    # The room for TLS buffers is measured now, without the start-up's code:
-    # the heap as it will serve (and as the blocks of mbedTLS will find it).
-    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
-    if server.tls is not None or upstreams:
-        from firmware.tls import check_tls_room  # (TLS only: RAM)
-
-        slots = len(server.slots) if server.tls is not None else 0
-        check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
-    # Nothing can stop the start from here on: the watchdog, then the network.
-    from firmware.netup import bring_up
-
-    try:
-        server.on_tick = bring_up(cfg, log)
-        server.uplink = cfg["ppp"]
-    finally:
-        unload("firmware.netup")
-    return server, log
+    return build(argv, root)
 
 
 def _stop(log, why):
