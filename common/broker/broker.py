@@ -34,7 +34,7 @@ from common.broker.clienttext import words
 from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, REFUSAL_SLOTS, SILENT
 from common.broker.route import REASON_MASK, route
 from common.broker.topics import parse_shared
-from common.compat import TICKS_MASK, ticks_deadline, ticks_diff, ticks_sooner
+from common.compat import TICKS_MASK, const, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
 from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
@@ -46,6 +46,26 @@ from common.mqtt.packets import (
     decode_packet_into,
     encode_packet,
 )
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_AUTH = const(15)
+_CONNECT = const(1)
+_DISCONNECT = const(14)
+_LEVEL_311 = const(4)
+_LEVEL_5 = const(5)
+_PINGREQ = const(12)
+_PUBACK = const(4)
+_PUBLISH = const(3)
+_RC_KEEP_ALIVE_TIMEOUT = const(0x8D)
+_RC_QUOTA_EXCEEDED = const(0x97)
+_RC_SERVER_SHUTTING_DOWN = const(0x8B)
+_RC_SERVER_UNAVAILABLE = const(0x88)
+_SUBSCRIBE = const(8)
+_UNSUBSCRIBE = const(10)
 
 # Longest time (s) publishers are held back for subscribers that do not catch
 # up; then they are read again and queue_full decides for as long.
@@ -96,7 +116,7 @@ def _pingreq(broker, conn, pkt, now):
     broker.output.write(conn, PINGRESP_BYTES)
 
 
-PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
+PINGRESP_BYTES = encode_packet(Pingresp(), _LEVEL_311)
 
 # Packet type -> how it is decoded (type 0 is refused by the codec).
 DECODE = (
@@ -143,8 +163,8 @@ HANDLE = (
 # packet a client sends but CONNECT.
 LEGAL_IN = (
     0,  # FREE
-    1 << C.CONNECT | 1 << C.AUTH,  # NEW
-    1 << C.PUBLISH | 0xF << C.PUBACK | 1 << C.SUBSCRIBE | 1 << C.UNSUBSCRIBE | 1 << C.PINGREQ | 3 << C.DISCONNECT,  # CONNECTED
+    1 << _CONNECT | 1 << _AUTH,  # NEW
+    1 << _PUBLISH | 0xF << _PUBACK | 1 << _SUBSCRIBE | 1 << _UNSUBSCRIBE | 1 << _PINGREQ | 3 << _DISCONNECT,  # CONNECTED
     0,  # CLOSING
 )
 
@@ -228,7 +248,7 @@ class Broker:
             if live >= s.max_connections + REFUSAL_SLOTS:
                 self.stats.refused_connections += 1
                 return -1
-            refuse = C.RC_SERVER_UNAVAILABLE
+            refuse = _RC_SERVER_UNAVAILABLE
         conn = self.connections.open()
         conn.state = NEW
         conn.reader = FrameReader(s.max_packet_size)
@@ -281,7 +301,7 @@ class Broker:
                     if (
                         hook is not None
                         and hook.ask_topic is not None
-                        and (ptype == C.PUBLISH or ptype == C.SUBSCRIBE)
+                        and (ptype == _PUBLISH or ptype == _SUBSCRIBE)
                         and not hook.topics_known(self, conn, ptype, pkt, now)
                     ):
                         reader.again()  # (it waits for the hook's answer: external_auth.py)
@@ -298,7 +318,7 @@ class Broker:
             if conn.state == NEW and not conn.connect_pending():
                 # A CONNECT that failed its checks: answered in its own dialect
                 # when its level byte is readable (fail()).
-                conn.level = C.LEVEL_5 if connect_level(reader.buf) == C.LEVEL_5 else C.LEVEL_311
+                conn.level = _LEVEL_5 if connect_level(reader.buf) == _LEVEL_5 else _LEVEL_311
             name = self.client_name(conn)
             self.log(30, "closing %s: %s; sent %s", (name, err.msg, self.fail(conn, err.reason, now, text=err.msg)))
             return
@@ -309,7 +329,7 @@ class Broker:
             # was publishing got no acknowledgement, so its client resends it.
             self.stats.closed_out_of_memory += 1
             name = self.client_name(conn)
-            sent = self.fail(conn, C.RC_QUOTA_EXCEEDED, now, text="out of memory")
+            sent = self.fail(conn, _RC_QUOTA_EXCEEDED, now, text="out of memory")
             self.log(
                 40,
                 "closing %s: out of memory handling its packet (max_packet_size %d; closed_out_of_memory %d); sent %s",
@@ -393,7 +413,7 @@ class Broker:
                     due = ticks_sooner(due, conn.deadline)
                     continue
                 self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
-                self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
+                self.fail(conn, _RC_KEEP_ALIVE_TIMEOUT, now)
             conn.deadline = SILENT
         self.conn_due = due
 
@@ -467,7 +487,7 @@ class Broker:
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
         for conn in self.connections.by_id:
             if conn.state == CONNECTED:
-                self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
+                self.fail(conn, _RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
             elif conn.state == NEW:
                 self.close(conn, now)
         listener = self.listener
