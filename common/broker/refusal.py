@@ -1,8 +1,9 @@
 # The answers that end a connection with a reason: fail() (an error after
 # or during CONNECT: v5 DISCONNECT or CONNACK with its reason code, 3.1.1
 # the close or the one return code it has), refuse_connect() (a CONNECT
-# that a check of handle_connect refused) and the words of two of those
-# checks (an anonymous client, another user's session: login.py's rules),
+# that a check of handle_connect refused), the end of a retained replay
+# that stalled (replay.py) and the words of two of those checks (an
+# anonymous client, another user's session: login.py's rules),
 # and the v5 Reason String fitted to the client's Maximum Packet Size.
 # Loaded by the first refusal or failure: a board whose clients connect and
 # leave cleanly keeps none of this code (Broker.fail hands over to it).
@@ -79,6 +80,21 @@ def refuse_connect(broker, conn, reason, now, why):
         sent = "return code"
     broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
     broker.close(conn, now, publish_will=False)
+
+
+def replay_stalled(broker, replay, now, limit):
+    """End the connection of `replay`, which has not moved for `limit` s
+    (replay.close_stalled): counted, logged, a v5 client told DISCONNECT
+    0x97 with the reason."""
+    broker.stats.closed_replay_stalled += 1
+    conn = replay.conn
+    text = "retained replay stalled: %d message(s) sent, more owed, output not drained for %d s (replay_stall_timeout %d)" % (
+        replay.sent,
+        now - replay.moved,
+        limit,
+    )
+    name = broker.client_name(conn)
+    broker.log(30, "closing %s: %s; sent %s", (name, text, fail(broker, conn, C.RC_QUOTA_EXCEEDED, now, text=text)))
 
 
 def anonymous_refused(sec):

@@ -157,14 +157,7 @@ def close_stalled(broker, now):
     while i >= 0:
         replay = replays[i]
         i -= 1
-        if now - replay.moved < limit:
-            continue
-        broker.stats.closed_replay_stalled += 1
-        conn = replay.conn
-        text = "retained replay stalled: %d message(s) sent, more owed, output not drained for %d s (replay_stall_timeout %d)" % (
-            replay.sent,
-            now - replay.moved,
-            limit,
-        )
-        name = broker.client_name(conn)
-        broker.log(30, "closing %s: %s; sent %s", (name, text, broker.fail(conn, C.RC_QUOTA_EXCEEDED, now, text=text)))
+        if now - replay.moved >= limit:
+            from common.broker.refusal import replay_stalled  # (rare: refusal.py)
+
+            replay_stalled(broker, replay, now, limit)
