@@ -615,7 +615,7 @@ def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dic
 
 # The heap shifts (bytes allocated before the start-up) of the runs whose
 # least `code` is taken (see `code` above).
-LAYOUTS = (0, 48, 112)
+LAYOUTS = (0, 16, 48, 112, 240, 496)
 
 
 def _run_on_port(port: str, board: str, heap: str, code: str, exe: str = "", pad: int = 0) -> "dict[str, Any]":
