@@ -48,6 +48,8 @@
 #                               WebSocket close frame): closed at the next
 #                               flush as the broker's closes are
 #     tick() -> ms              at the deadline it last returned (or sooner)
+#     wake = callable           (the shell sets it) called when a deadline
+#                               came in before that one: run tick() soon
 #     shutdown() -> ms, then abort_all() if connections are left after ms
 #
 # Rules kept here, once:
@@ -93,14 +95,19 @@
 #
 # Deadlines. tick() returns the ms until the earliest of: the broker's next
 # connection deadline (keep-alive, connect timeout: conn_due), its next
-# session timer (session_due), a linger end, the next batch sync and the
+# session timer (session_due), the next release of a client held back for
+# its rate limits (rate_due), a linger end, the next batch sync and the
 # next $SYS, at most MAX_SLEEP_MS. The cap is what lets a deadline set while
 # the shell sleeps go unannounced: every deadline input can set is at least
 # a second away (1.5 x a keep-alive of >= 1 s, the connect timeout, whole
 # second session timers, close_linger), so the next wake still sees it in
 # time; and a wake with nothing due costs a few comparisons, not a scan.
-# The exception: a connection handed over after its accept (`accepted`, a
+# The exceptions: a connection handed over after its accept (`accepted`, a
 # TLS handshake later) may be due sooner; the shell then calls tick() again.
+# And a rate hold set by input is released within ms (ratelimit.py,
+# REFILL_MS): when a flush finds rate_due before the tick the shell sleeps
+# until, it calls `wake` (the shell's, if it set one: run tick() soon, not
+# from inside the call); without one the release waits for that tick.
 
 from common.compat import TICKS_MASK, const, print_exception, ticks_deadline, ticks_diff, ticks_sooner
 
@@ -137,6 +144,8 @@ class Driver:
         self.throttled = []  # the cids paused here for the broker's throttle
         self.replaying = []  # the cids paused here for a pending replay
         self.linger_due = 0  # earliest linger deadline (ms ticks), 0 = none
+        self.wake_at = 0  # the tick the shell sleeps until (what tick() last returned), 0 = in tick()
+        self.wake = None  # the shell's: tick() must run before wake_at (a rate hold's release)
         self.open = 0  # connections with a handle
         self.mark = ticks_ms() & TICKS_MASK  # the tick at which self.now began
         self.now = 1  # whole seconds, for the broker
@@ -346,6 +355,10 @@ class Driver:
         self._write_round(True)
         if sync and self.output.waiting:
             self._write_round(False)
+        due = broker.rate_due
+        if due and self.wake_at and ticks_diff(due, self.wake_at) < 0 and self.wake is not None:
+            self.wake_at = due  # (once)
+            self.wake()
         return broker.replays_waiting() if broker.replaying else False
 
     def _write_round(self, early):
@@ -403,6 +416,7 @@ class Driver:
         ms = self.clock()
         now = self.now
         broker = self.broker
+        self.wake_at = 0
         try:
             broker.tick(now, ms)
             if self.sync_at and ticks_diff(ms, self.sync_at) >= 0:
@@ -421,14 +435,14 @@ class Driver:
             print_exception(e)
         if self.linger_due and ticks_diff(ms, self.linger_due) >= 0:
             self._end_lingers(ms)
-        if self.flush():
-            return 1  # a replay goes on: soon again
-        return self.next_deadline(ms)
+        wait = 1 if self.flush() else self.next_deadline(ms)  # (1: a replay goes on: soon again)
+        self.wake_at = ticks_deadline(ms, wait)
+        return wait
 
     def next_deadline(self, ms):
         """The ms from tick `ms` until something is due, at most MAX_SLEEP_MS."""
         wait = MAX_SLEEP_MS
-        for due in (self.broker.conn_due, self.linger_due, self.sync_at):
+        for due in (self.broker.conn_due, self.broker.rate_due, self.linger_due, self.sync_at):
             if due:
                 d = ticks_diff(due, ms)
                 if d < wait:

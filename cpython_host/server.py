@@ -89,6 +89,9 @@ class BrokerServer:
         self.listening = [Listening(lst, contexts.get(i), client_class(lst)) for i, lst in enumerate(listeners)]
         self.ticks_ms = ticks_ms  # the clock of an accept (listeners.py)
         self.timer: asyncio.TimerHandle | None = None
+        # A rate hold's release is due before the timer (Driver.wake): tick
+        # on the next loop turn, not from inside the driver's flush.
+        driver.wake = lambda: self.call_soon(self.rearm_timer)
         self.stopping = asyncio.Event()
         self.bridges: Any = ()  # cpython_host/bridge.py Bridges: a Runner per [[bridge]] (common/bridge/runner.py)
         self.accepting: Accepting | None = None  # the listeners' hub and handshakes, once open

@@ -93,6 +93,8 @@ class Server:
         self.lsock = None
         self.accept_task = None
         self.clock_task = None
+        self.waking = False  # the clock task's sleep is cut short (wake_clock)
+        driver.wake = self.wake_clock
         self.stopping = False
         self.stop_event = asyncio.Event()
         self.on_tick = None  # callable() run every second (watchdog feed)
@@ -221,7 +223,21 @@ class Server:
                 if report and t >= self.heap_next:
                     self.heap_next = t + report
                     report_heap(self, t, before - gc.mem_alloc())
-            await asyncio.sleep_ms(delay)
+            try:
+                await asyncio.sleep_ms(delay)
+            except asyncio.CancelledError:
+                if not self.waking or self.stopping:
+                    raise  # (the shutdown's)
+            self.waking = False
+
+    def wake_clock(self):
+        """Driver.wake: a deadline came in before the clock's sleep ends (a
+        client held back for its rates is released within ms): cut the
+        sleep short by cancelling it (the clock task goes on)."""
+        task = self.clock_task
+        if task is not None and not self.waking and not self.stopping:
+            self.waking = True
+            task.cancel()
 
 
 def collect_often(threshold):

@@ -127,6 +127,17 @@ def start(argv, root):
             )
         log.log(40, why + ": serving WITHOUT persistence (storage_optional)")
         store = None
+    sn_port = None
+    if cfg["mqttsn"] is not None:
+        # Only then: a board without SN keeps it out of its heap. Loaded before
+        # the broker's pools are made, so that its code (the MQTT client
+        # included) lies low in the heap as the core's does, not in the holes
+        # the pools leave (a source run compiles it there: no 4.6 KB block
+        # was left in 250 KB free on the unix port at the Pico W's limits).
+        from firmware.sn import sn_port
+
+        if cfg["mqttsn"]["keys"]:
+            import common.mqttsn.envelope  # noqa: F401  (the same for a keyed listener's code)
     driver = startup.assemble(
         settings,
         os.urandom,
@@ -154,9 +165,7 @@ def start(argv, root):
         # seconds since 2000 from boot, clamped by the store; see persistence.md).
         startup.restore(driver, int(time.time()), [b.name for b in cfg["bridge"]], log.log)
     server = Server(driver, opts, cfg["host"], cfg["port"], log, tls)
-    if cfg["mqttsn"] is not None:
-        from firmware.sn import sn_port  # (only then: a board without SN keeps it out of its heap)
-
+    if sn_port is not None:
         server.sn = sn_port(server, cfg["mqttsn"], time.ticks_ms)
     if cfg["bridge"]:
         # (Loaded here, not at the first connection: the bridge's code is in

@@ -264,7 +264,7 @@ class Broker:
                 conn.extra().mount = policy.mount
         self.output.opened(conn.cid)
         if self.rates is not None:
-            self.rates.opened(conn.cid, now, peer)
+            self.rates.opened(conn.cid, now, ms, peer)
         self.stats.connections_total += 1
         return conn.cid
 
@@ -286,6 +286,10 @@ class Broker:
         elif conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
         self.stats.bytes_received += len(data)
+        rates = self.rates
+        if rates is not None and not was_new:
+            # (Its buckets earn up to this read before it is charged.)
+            rates.reading(cid, (now * 1000) & TICKS_MASK if ms is None else ms)
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
@@ -391,7 +395,7 @@ class Broker:
         if self.jwt is not None:
             self.jwt.tick(self, now, ms)  # tokens that expired during their session
         if self.rates is not None:
-            self.rates.tick(self, now)
+            self.rates.tick(self, now, ms)
 
     def _connection_timers(self, now, ms):
         # Close what expired; conn_due becomes the earliest deadline left.

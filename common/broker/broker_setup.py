@@ -46,6 +46,7 @@ def set_up(broker, settings, entropy, listener):
     # and the earliest session timer in seconds (fires when now > it).
     broker.conn_due = 0
     broker.session_due = 0
+    broker.rate_due = 0  # ms ticks: the next release of a client held back for its rates (ratelimit.py)
     # Publishers not read for now (ids), because their messages are
     # piling up in an online subscriber's queue; `throttle_changed` tells
     # the driver to pause or resume their reading (take_throttle_changes).

@@ -4,9 +4,9 @@
 # the tables).
 #
 # Theory of operation. A group has one bucket per kind (PUBLISHes,
-# PUBLISH bytes, subscribed filters), in lists indexed by the group's slot,
-# holding at most one second's worth and refilled each second, as a
-# client's own. Every connection of the group takes from the same bucket,
+# PUBLISH bytes, subscribed filters), in a table indexed by the group's
+# slot (buckets.py), holding at most one second's worth and refilled from
+# the ms clock, as a client's own. Every connection of the group takes from the same bucket,
 # so a user cannot get more by opening more connections, nor a listener's
 # clients more by being many.
 #
@@ -22,40 +22,10 @@
 # Listeners are few and named by the shell (an index from 0): their table
 # grows to the highest index seen, at a connect, never per packet.
 
-
-class GroupBuckets:
-    """Buckets per group slot: tokens[kind][slot]."""
-
-    def __init__(self, rates, slots):
-        self.rates = rates  # kind -> tokens a second (0: that kind is off)
-        self.tokens = [[rate] * slots for rate in rates]
-
-    def refill(self, slot, passed):
-        for kind in range(len(self.rates)):
-            rate = self.rates[kind]
-            if rate:
-                bucket = self.tokens[kind]
-                t = bucket[slot] + rate * passed
-                bucket[slot] = t if t < rate else rate
-
-    def in_debt(self, slot):
-        for kind in range(len(self.rates)):
-            if self.tokens[kind][slot] < 0:
-                return True
-        return False
-
-    def full(self, slot):
-        for kind in range(len(self.rates)):
-            if self.tokens[kind][slot] < self.rates[kind]:
-                return False
-        return True
-
-    def fill(self, slot):
-        for kind in range(len(self.rates)):
-            self.tokens[kind][slot] = self.rates[kind]
+from common.broker.buckets import Buckets
 
 
-class UserBuckets(GroupBuckets):
+class UserBuckets(Buckets):
     """One bucket set per logged-in user name, in a table of `slots` entries."""
 
     def __init__(self, rates, slots):
@@ -67,8 +37,8 @@ class UserBuckets(GroupBuckets):
         self.idle = []  # slots without connections, still in debt: oldest first
         self.forgiven = 0  # idle debts dropped to make room (never, unless the table is full)
 
-    def join(self, user):
-        """A connection of `user` logged in: its slot."""
+    def join(self, user, ms):
+        """A connection of `user` logged in at tick `ms`: its slot."""
         slot = self.slot_of.get(user)
         if slot is None:
             if self.free:
@@ -79,7 +49,7 @@ class UserBuckets(GroupBuckets):
                 self.forgiven += 1
             self.slot_of[user] = slot
             self.name[slot] = user
-            self.fill(slot)
+            self.fill(slot, ms)
         elif self.refs[slot] == 0:
             self.idle.remove(slot)
         self.refs[slot] += 1
@@ -94,11 +64,11 @@ class UserBuckets(GroupBuckets):
             else:
                 self.idle.append(slot)
 
-    def refill_all(self, passed):
+    def refill_all(self, ms):
         """Each second: refill the slots in use; idle ones full again are freed."""
         for slot in range(len(self.name)):
             if self.name[slot] is not None:
-                self.refill(slot, passed)
+                self.refill(slot, ms)
         i = 0
         while i < len(self.idle):
             slot = self.idle[i]
@@ -117,19 +87,19 @@ class UserBuckets(GroupBuckets):
         self.free.append(slot)
 
 
-class ListenerBuckets(GroupBuckets):
+class ListenerBuckets(Buckets):
     """One bucket set per listener index the shell names."""
 
     def __init__(self, rates):
-        super().__init__(rates, 1)
+        super().__init__(rates, 0)
 
-    def slot(self, index):
+    def slot(self, index, ms):
         """The slot of listener `index` (its table grown at a connect)."""
-        while len(self.tokens[0]) <= index:
-            for kind in range(len(self.rates)):
-                self.tokens[kind].append(self.rates[kind])
+        while len(self.last) <= index:
+            self.grow()
+            self.last[-1] = ms
         return index
 
-    def refill_all(self, passed):
-        for slot in range(len(self.tokens[0])):
-            self.refill(slot, passed)
+    def refill_all(self, ms):
+        for slot in range(len(self.last)):
+            self.refill(slot, ms)

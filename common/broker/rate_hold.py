@@ -1,12 +1,13 @@
 # What a client over its rate limits goes through (ratelimit.py keeps the
-# buckets and charges them): held back with the throttled publishers, each
-# hold counted by its cause and logged (at most one line a second), and
-# closed once held back for rate_grace seconds in a row (v5 DISCONNECT 0x96
+# buckets and charges them): held back with the throttled publishers until
+# its debt is paid (ratelimit.py names the release), each hold counted by
+# its cause and logged (at most one line a second), and closed once held
+# back at some moment of every second for rate_grace seconds in a row (v5 DISCONNECT 0x96
 # Message rate too high, 3.1.1 close; closed_rate_limited). Loaded when a
 # client first goes into debt: a board whose clients keep to their rates
 # keeps only the buckets' code.
 
-from common.compat import const
+from common.compat import const, ticks_sooner
 
 _MESSAGE_RATE_TOO_HIGH = const(0x96)  # v5 DISCONNECT reason
 KINDS = ("messages", "bytes", "subscribes")  # bucket kind (0: PUBLISHes, 1: their bytes, 2: filters)
@@ -24,17 +25,25 @@ CAUSES = tuple(
 
 def hold(limits, broker, conn, cause, now):
     """Hold `conn` back (not read) for a bucket in debt (`cause`: scope * 3
-    + kind); count and log the hold once per refill."""
+    + kind) until its release (Broker.rate_due); count and log the hold at
+    most once a second per client (a flooder is released and held again
+    each step: the figure does not depend on the step)."""
     cid = conn.cid
     throttled = broker.throttled
-    if cid not in throttled:  # (also after the broker released every publisher)
+    held_now = cid not in throttled  # (also after the broker released every publisher)
+    if held_now:
         if not throttled:
             broker.throttled_since = now
         throttled.append(cid)
         broker.throttle_changed = True
+    if held_now or not limits.hit[cid]:
+        broker.rate_due = ticks_sooner(broker.rate_due, limits.release_at(cid))
     if limits.hit[cid]:
         return
     limits.hit[cid] = 1
+    if limits.recent[cid]:
+        return  # (held already in this second)
+    limits.recent[cid] = 1
     if not limits.held[cid]:
         limits.held[cid] = now
     st = broker.stats

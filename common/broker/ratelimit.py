@@ -4,17 +4,33 @@
 # default: this module is never loaded and the broker's hooks cost one
 # `is None` test). Connects/s per source address are connect_rate.py's.
 #
-# Theory of operation. Each bucket holds at most one second's worth
-# (its rate) and is refilled by rate x the whole seconds passed (MQTT
-# timers are whole seconds), in integers, in lists indexed by connection
-# id made at start (nothing is allocated per packet). A packet is handled,
-# then charged (a PUBLISH one message and its frame's bytes, a SUBSCRIBE
-# its filters); a bucket that goes below zero is in debt, and its client
-# is held back: put with the publishers the broker does not read
-# (Broker.throttled, as the queue budgets do), so what it sends waits in
-# its socket and TCP slows it. tick() (each second) refills the buckets
-# and reads the clients whose debts are paid again. So the rate holds on
-# average, and a burst of one second's worth passes at once.
+# Theory of operation. Each bucket holds at most one second's worth (its
+# rate) and earns rate x ms / 1000 tokens as the shell's ms clock runs
+# (buckets.py: integers, the remainder carried, so the long-run rate is
+# exact), in lists indexed by connection id made at start (nothing is
+# allocated per packet). A packet is handled, then charged (a PUBLISH one
+# message and its frame's bytes, a SUBSCRIBE its filters); a bucket that
+# goes below zero is in debt, and its client is held back: put with the
+# publishers the broker does not read (Broker.throttled, as the queue
+# budgets do), so what it sends waits in its socket and TCP slows it.
+#
+# Release. A held client is read again as soon as its debts are paid, but
+# not sooner than REFILL_MS after the last refill of the held ones: the
+# broker names that moment in Broker.rate_due, the driver's tick() comes
+# then, refills the held clients' buckets and reads those out of debt
+# again. A released flooder so passes what it earned meanwhile, a slice of
+# about rate x REFILL_MS / 1000, not a second's worth at once: the other
+# clients wait for no long burst. The buckets of clients not held are
+# refilled when they send (Broker.data_received: at most once a step,
+# before the charge, so the time a bucket sat full is not credited to it
+# afterwards) and once a second, so with nobody held back there is no
+# wake-up more than before.
+#
+# Burst. The cap stays one second's worth: a client that was quiet may
+# send that much at once (a device reporting a batch), and only then is
+# it held back. A smaller cap would refuse such bursts without helping a
+# bystander against a flooder, which is held back once its bucket is
+# empty and from then on released a slice at a time.
 #
 # Shared buckets (rate_groups.py): user_rate_* take from one bucket per
 # user name for all its connections, listener_rate_* from one per listener
@@ -23,17 +39,26 @@
 # them is in debt, and read again once none is. The hold is counted by the
 # first bucket in debt (own, user, listener), per kind.
 #
-# A client held back at every tick for `rate_grace` seconds in a row does
-# not slow down: it is disconnected (v5 DISCONNECT 0x96 Message rate too
+# A client held back at some moment of every second for `rate_grace`
+# seconds in a row does not slow down: it is disconnected (v5 DISCONNECT 0x96 Message rate too
 # high, 3.1.1 close), counted in closed_rate_limited. rate_grace 0: never
 # (back-pressure only). Each hold is counted by cause (rate_held_messages,
-# _bytes, _subscribes; rate_held_user_*, rate_held_listener_*) and logged, at most one line a second. A bridge's
+# _bytes, _subscribes; rate_held_user_*, rate_held_listener_*), at most once
+# a second per client (a flooder is released and held again each step: the
+# figure does not depend on the step), and logged, at most one line a second. A bridge's
 # local client (routing.unthrottled: what comes down from its upstream) is
 # not limited here. Holding back, counting, logging and closing are
 # rate_hold.py's, loaded when a client first goes into debt: a board whose
 # clients keep to their rates keeps only the buckets' code.
 
+from common.broker.buckets import Buckets
 from common.broker.connection import CONNECTED
+from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
+
+# The least time between two refills of the held clients' buckets, so the
+# most a released client passes at once is about rate x REFILL_MS / 1000,
+# and the wake-ups for it at most 1000 / REFILL_MS a second.
+REFILL_MS = const(20)
 
 
 class RateLimits:
@@ -59,32 +84,39 @@ class RateLimits:
 
             self.listeners = ListenerBuckets(rates[6:9])
         self.grace = settings.rate_grace
-        self.tokens = [[rate] * slots for rate in self.rates]  # bucket -> cid -> tokens
-        self.last = [0] * slots  # cid -> the second of its last refill
-        self.hit = [0] * slots  # cid -> 1: went into debt since the last refill
-        self.held = [0] * slots  # cid -> held back at every refill since this second (0: not)
+        self.own = Buckets(self.rates, slots)  # cid -> the client's own buckets
+        self.tokens = self.own.tokens  # kind -> cid -> tokens
+        self.hit = [0] * slots  # cid -> 1: held back now (in debt since its last release)
+        self.recent = [0] * slots  # cid -> 1: held back at some moment since the last second
+        self.held = [0] * slots  # cid -> held back in every second since this one (0: not)
         self.user_of = [-1] * slots  # cid -> its user's slot in users (-1: none)
         self.listener_of = [-1] * slots  # cid -> its listener's slot in listeners (-1: none)
-        self.groups_last = 0  # s: the shared buckets' last refill
+        self.ms = 0  # the latest ms tick seen (a connect, a tick)
+        self.stepped = 0  # ms tick: the held clients' last refill
+        self.second = 0  # s: every bucket's last refill and grace check
         self.log_at = 0  # s: the next hold logged
 
-    def opened(self, cid, now, peer=None):
-        """A new connection on `cid` through `peer` (the shell's; [3], if
-        there, the listener's index): full buckets (Broker.connection_made)."""
-        if cid >= len(self.last):
-            for table in self.tokens + [self.last, self.hit, self.held]:
+    def opened(self, cid, now, ms, peer=None):
+        """A new connection on `cid` at (`now` s, `ms` ticks) through `peer`
+        (the shell's; [3], if there, the listener's index): full buckets
+        (Broker.connection_made)."""
+        self.ms = ms
+        if not self.second:
+            self.stepped = ms  # (before the first tick)
+        if cid >= len(self.hit):
+            self.own.grow()
+            for table in (self.hit, self.recent, self.held):
                 table.append(0)
             self.user_of.append(-1)
             self.listener_of.append(-1)
         self.closed(cid)
-        for i in range(3):
-            self.tokens[i][cid] = self.rates[i]
-        self.last[cid] = now
+        self.own.fill(cid, ms)
         self.hit[cid] = 0
+        self.recent[cid] = 0
         self.held[cid] = 0
         self.user_of[cid] = -1
         if self.listeners is not None:
-            self.listener_of[cid] = self.listeners.slot(peer[3] if peer is not None and len(peer) > 3 else 0)
+            self.listener_of[cid] = self.listeners.slot(peer[3] if peer is not None and len(peer) > 3 else 0, ms)
 
     def logged_in(self, broker, conn):
         """Its CONNECT was accepted: a named user takes from its user's bucket."""
@@ -92,7 +124,7 @@ class RateLimits:
         if users is None or conn.user is None:
             return
         forgiven = users.forgiven
-        self.user_of[conn.cid] = users.join(conn.user)
+        self.user_of[conn.cid] = users.join(conn.user, self.ms)
         if users.forgiven != forgiven:
             broker.log(30, "user rate table full (%d users): an idle user's debt was forgiven", (len(users.name),))
 
@@ -136,56 +168,80 @@ class RateLimits:
 
             hold(self, broker, conn, cause, now)
 
+    def release_at(self, cid):
+        """The ms tick at which held `cid` is read again: when every bucket
+        it takes from is out of debt, and not before the next step."""
+        due = ticks_deadline(self.stepped, REFILL_MS)
+        for table, slot in ((self.own, cid), (self.users, self.user_of[cid]), (self.listeners, self.listener_of[cid])):
+            if slot >= 0:
+                paid = table.paid_at(slot)
+                if paid and ticks_diff(paid, due) > 0:
+                    due = paid
+        return due
+
     def in_debt(self, cid):
         """Whether any bucket `cid` takes from is below zero."""
-        for i in range(3):
-            if self.rates[i] and self.tokens[i][cid] < 0:
-                return True
+        if self.own.in_debt(cid):
+            return True
         slot = self.user_of[cid]
         if slot >= 0 and self.users.in_debt(slot):
             return True
         slot = self.listener_of[cid]
         return slot >= 0 and self.listeners.in_debt(slot)
 
-    def tick(self, broker, now):
-        """Refill the buckets (once a second); read again the clients out of
-        debt; close those held back for rate_grace seconds (Broker.tick)."""
-        passed = now - self.groups_last
-        if passed > 0:
-            self.groups_last = now
-            for groups in (self.users, self.listeners):
-                if groups is not None:
-                    groups.refill_all(passed)
-        throttled = broker.throttled
-        released = False
-        for conn in broker.connections.by_id:
-            cid = conn.cid
-            if conn.state != CONNECTED or cid >= len(self.last):
-                continue
-            passed = now - self.last[cid]
-            if passed <= 0:
-                continue
-            self.last[cid] = now
-            for i in range(3):
-                rate = self.rates[i]
-                if rate:
-                    bucket = self.tokens[i]
-                    t = bucket[cid] + rate * passed
-                    bucket[cid] = t if t < rate else rate
-            if not self.hit[cid]:
-                self.held[cid] = 0  # a whole second within its rates
-                continue
-            if self.grace and now - self.held[cid] >= self.grace:
-                from common.broker.rate_hold import close  # (loaded by its first hold)
+    def reading(self, cid, ms):
+        """Input from `cid` at tick `ms`, before it is charged: its buckets
+        earn what they did since their last refill (at most once a step),
+        so that the time a bucket sat full is not credited to it later."""
+        if ticks_diff(ms, self.own.last[cid]) >= REFILL_MS:
+            self._refill(cid, ms)
 
-                close(self, broker, conn, now)
+    def _refill(self, cid, ms):
+        # Every bucket `cid` takes from, up to tick `ms`.
+        self.own.refill(cid, ms)
+        slot = self.user_of[cid]
+        if slot >= 0:
+            self.users.refill(slot, ms)
+        slot = self.listener_of[cid]
+        if slot >= 0:
+            self.listeners.refill(slot, ms)
+
+    def tick(self, broker, now, ms):
+        """Broker.tick: each step (REFILL_MS at least), refill the held
+        clients' buckets and read again those out of debt; each second,
+        refill every bucket and close the clients held back for rate_grace
+        seconds. Broker.rate_due: the next release, 0 if nobody is held."""
+        self.ms = ms
+        second = now != self.second
+        if second:
+            self._each_second(broker, now, ms)
+        throttled = broker.throttled
+        if not throttled:
+            broker.rate_due = 0
+            self.stepped = ms  # (a hold from now on is released a step later at the soonest)
+            return
+        if not second and ticks_diff(ms, self.stepped) < REFILL_MS:
+            return
+        self.stepped = ms
+        by_id = broker.connections.by_id
+        released = False
+        due = 0
+        i = 0
+        while i < len(throttled):
+            cid = throttled[i]
+            if cid >= len(self.hit) or not self.hit[cid] or by_id[cid].state != CONNECTED:
+                i += 1  # (held for a slow subscriber's queue: not ours; or closing)
                 continue
+            self._refill(cid, ms)
             if self.in_debt(cid):
-                continue  # still held back
+                self.recent[cid] = 1
+                due = ticks_sooner(due, self.release_at(cid))
+                i += 1
+                continue
             self.hit[cid] = 0
-            if cid in throttled:
-                throttled.remove(cid)
-                released = True
+            del throttled[i]
+            released = True
+        broker.rate_due = due
         if released:
             broker.throttle_changed = True
         if throttled:
@@ -197,3 +253,30 @@ class RateLimits:
                 if cid >= len(self.hit) or not self.hit[cid]:
                     return
             broker.throttled_since = now
+
+    def _each_second(self, broker, now, ms):
+        # Refill the buckets of everyone (what they earned; only the held
+        # wait for it, and they are refilled each step); close the clients
+        # held back at some moment of every second for rate_grace seconds.
+        # (Then tick() refills and releases the held as at each step: those
+        # still in debt are `recent` again.)
+        self.second = now
+        for groups in (self.users, self.listeners):
+            if groups is not None:
+                groups.refill_all(ms)
+        throttled = broker.throttled
+        for conn in broker.connections.by_id:
+            cid = conn.cid
+            if conn.state != CONNECTED or cid >= len(self.hit):
+                continue
+            self.own.refill(cid, ms)
+            if self.hit[cid] and cid not in throttled:
+                self.hit[cid] = 0  # (read again by the broker: Broker.release_throttled)
+            if not self.recent[cid]:
+                self.held[cid] = 0  # a whole second within its rates
+                continue
+            self.recent[cid] = 0
+            if self.grace and now - self.held[cid] >= self.grace:
+                from common.broker.rate_hold import close  # (loaded by its first hold)
+
+                close(self, broker, conn, now)

@@ -183,7 +183,8 @@ def publish_sys(broker, now, heap=None):
     Mosquitto's load/ averages (sys_load.py, kept in broker.sys_load)."""
     snap = broker.snapshot()
     load = broker.sys_load
-    if load is None:
+    first = load is None
+    if first:
         from common.broker.sys_load import Load
 
         load = broker.sys_load = Load(snap, dropped_sum(snap), now)
@@ -191,3 +192,14 @@ def publish_sys(broker, now, heap=None):
         load.update(snap, dropped_sum(snap), now)
     for suffix, text in sys_values(snap, now, heap) + load.values():
         broker.publish(PREFIX + suffix, text.encode(), 0, True, now)
+    own = broker.routing.retained.own
+    slabs = broker.settings.max_messages
+    if first and own * 2 > slabs:
+        # Each topic keeps its retained message: a slab the clients' messages
+        # cannot have (a board's pool is small).
+        broker.log(
+            30,
+            "$SYS: its %d retained topics hold %d of the %d message slabs (max_messages), which leaves %d"
+            " for the clients' messages: raise max_messages, or set sys_interval 0 (docs/boards.md)",
+            (own, own, slabs, slabs - own),
+        )

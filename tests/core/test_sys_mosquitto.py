@@ -113,6 +113,29 @@ class TestMosquittoNames(unittest.TestCase):
         self.assertAlmostEqual(float(retained_sys(h, "load/connections/1min")), 3.79, delta=0.011)
         self.assertEqual(retained_sys(h, "load/sockets/1min"), retained_sys(h, "load/connections/1min"))
 
+    def test_sys_taking_most_of_the_message_slabs_is_said_once(self):
+        # Each $SYS topic keeps a retained message, a slab of max_messages: a
+        # pool that leaves the clients fewer than half gets a warning that
+        # says how many are left, at the first publication only.
+        lines = []
+        first = Harness()
+        publish_sys(first.broker, first.now, 1)
+        topics = first.broker.routing.retained.own
+        for slabs, warned in ((topics * 2 - 1, True), (topics * 2, False)):
+            h = Harness(max_messages=slabs)
+            h.broker.set_logger(lambda level, text: lines.append((level, text)))
+            del lines[:]
+            publish_sys(h.broker, h.now, 1)
+            publish_sys(h.broker, h.now + 1, 1)
+            said = [t for level, t in lines if level == 30 and "message slabs" in t]
+            if warned:
+                left = slabs - topics
+                self.assertEqual(len(said), 1, lines)
+                self.assertIn("%d retained topics hold %d of the %d message slabs" % (topics, topics, slabs), said[0])
+                self.assertIn("leaves %d for the clients' messages" % left, said[0])
+            else:
+                self.assertEqual(said, [], lines)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -41,10 +41,25 @@ CONNECT_TIMEOUT = 2  # s
 TLS_HEAP = "1M"
 # The firmware with its heap left in pieces before the TLS room check (tests/upy/tls_no_room.py).
 NO_ROOM_MAIN = REPO_ROOT / "tests" / "upy" / "tls_no_room.py"
+
+
+def sys_topics() -> int:
+    """How many $SYS topics a board publishes (heap/current included): with
+    sys_interval on, each holds a message slab of max_messages (docs/boards.md)."""
+    from common.broker.sys_topics import publish_sys
+    from tests.core.harness import Harness
+
+    h = Harness()
+    publish_sys(h.broker, h.now, 1)
+    return int(h.broker.routing.messages.in_use())
+
+
 # The TLS tests keep the Pico W's earlier shape (3 clients in 4 slots, 48
-# subscriptions, 96 messages): a TLS connection takes ~25-28 KB, and the board
-# file's 4 clients + 1 refusal slot are sized for plain MQTT (docs/boards.md).
+# subscriptions, 96 messages for the clients, and one more a $SYS topic when
+# sys_interval is on): a TLS connection takes ~25-28 KB, and the board file's
+# 4 clients + 1 refusal slot are sized for plain MQTT (docs/boards.md).
 TLS_LIMITS = {"max_connections": 3, "max_subscriptions": 48, "max_messages": 96}
+TLS_SYS_LIMITS = {**TLS_LIMITS, "max_messages": 96 + sys_topics()}
 TLS_SERVER = {"max_sockets": 5}
 
 
@@ -89,7 +104,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> BoardPki:
 
 def test_paho_over_tls_and_the_refusals(tmp_path: Path, pki: BoardPki) -> None:
     micropython()
-    limits = {"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 1, **TLS_LIMITS}
+    limits = {"connect_timeout": CONNECT_TIMEOUT, "sys_interval": 1, **TLS_SYS_LIMITS}
     with UpyBrokerProcess(tmp_path, heap=TLS_HEAP, limits=limits, server=TLS_SERVER, device=pki.device()) as b:
         b.wait_log(r"listening on 127\.0\.0\.1:\d+ \(MQTT 3\.1\.1 \+ 5\.0 over TLS;")
         b.wait_log(r"TLS: about 25 KB per client of the MicroPython heap: room for all 4 TLS connection\(s\)")

@@ -8,6 +8,7 @@ core's side: tests/core/test_ratelimit.py."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -203,4 +204,32 @@ def test_connects_per_source_address(tmp_path: Path) -> None:
             p.client.disconnect()
         assert p.connack_rc.value == 0x9F
         b.wait_log(r"refused CONNECT on #\d+: over rate_connects 2 CONNECTs/s from 127\.0\.0\.1")
+        assert "Traceback" not in b.log_text()
+
+
+def test_a_held_back_flooder_is_read_a_slice_at_a_time(tmp_path: Path) -> None:
+    # 400 PUBLISHes at once, rate_messages 100: the bucket's 100 (and one
+    # into debt) pass at once, then the flooder is read again each time a
+    # 20 ms step has paid its debt (common/broker/ratelimit.py; the host's
+    # timer woken for it: Driver.wake), so the next 199 arrive in many small
+    # deliveries spread over about 2 s, not in a second's worth once a
+    # second (the old whole-second refill: two bursts of 100, one gap of a
+    # second between them).
+    with BrokerProcess(tmp_path, limits={"rate_messages": RATE, "rate_grace": 0}) as b:
+        counter = Paho(b.port, "counter", protocol=5).connect()
+        counter.subscribe("flood/#", 0)
+        raw = RawClient(b.port)
+        assert raw.connect("flooder") == b"\x00\x00"
+        raw.send(publish_packet("flood/x", b"f" * 20, 0) * (4 * RATE))
+        times = []
+        for _ in range(3 * RATE):
+            counter.get(timeout=10)
+            times.append(time.monotonic())
+        after = times[RATE + 1 :]
+        apart = [later - sooner for sooner, later in itertools.pairwise(after) if later - sooner > 0.005]
+        # (Each step's 2 PUBLISHes come ~20 ms after the last: about 99
+        # such gaps; the old refill made one. A loaded machine merges a few.)
+        assert len(apart) >= 10, (len(apart), max(apart, default=0))
+        assert max(apart) < 0.9, max(apart)  # never a second's wait
+        counter.close()
         assert "Traceback" not in b.log_text()
