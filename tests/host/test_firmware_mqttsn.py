@@ -32,18 +32,9 @@ from tests.host.test_mqttsn_udp import (
     u16,
 )
 from tests.host.test_mqttsn_udp_keys import CLEAN, CONNECT, SUBACK, SUBSCRIBE, SealedSn
-from tests.host.upy_broker_proc import BRIDGE_HEAP, UpyBrokerProcess
+from tests.host.upy_broker_proc import PICOW_HEAP, UpyBrokerProcess
 
 pytestmark = pytest.mark.interop
-
-# The board runs from source here, and compiling the gateway's modules at the
-# start-up peaks near the top of the Pico W's doubled heap (PICOW_HEAP): where
-# it lands moves with any change of the code (600K passed down to 580K, then
-# failed at 600K after a change that lowered the heap before it by 288 B).
-# These tests prove what MQTT-SN does on the firmware, not what fits a board
-# (tools/ram_budget.py sn_code and docs/mqtt-sn.md measure that), so they get
-# the bridge tests' room (BRIDGE_HEAP).
-SN_HEAP = BRIDGE_HEAP
 
 
 def free_udp_port() -> int:
@@ -57,7 +48,7 @@ def board(work: Path, **more: Any) -> UpyBrokerProcess:
     """The firmware with Pico W settings and an "mqttsn" object (`more` in it), started; its SN port in `sn_port`."""
     sn = {"port": free_udp_port(), "predefined": {"7": "plant/alarm"}, "max_clients": 4, **more}
     device = {"mqttsn": sn, "allow_anonymous": True}
-    b = UpyBrokerProcess(work, board="rp2040_picow", heap=SN_HEAP, limits={"sys_interval": 1}, device=device)
+    b = UpyBrokerProcess(work, board="rp2040_picow", heap=PICOW_HEAP, limits={"sys_interval": 1}, device=device)
     b.start()
     b.sn_port = sn["port"]
     b.wait_log(rf"MQTT-SN \(UDP\) on 127\.0\.0\.1:{sn['port']}")
@@ -155,7 +146,7 @@ def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path
     # MQTT-SN v1.2 has no authentication: on a board's Wi-Fi address the start stops and says
     # why unless the device config allows it, as the host's listener rule
     device = {"host": "0.0.0.0", "mqttsn": {"port": free_udp_port()}}
-    proc = UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=SN_HEAP, device=device)
+    proc = UpyBrokerProcess(tmp_path, board="rp2040_picow", heap=PICOW_HEAP, device=device)
     with pytest.raises(RuntimeError, match="allow_remote"):
         proc.start()
 
