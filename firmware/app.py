@@ -42,44 +42,26 @@ def build(argv, root):
     return build(argv, root)
 
 
-def _stop(log, why):
-    """A start-up failure that every reset would repeat: say why and stay at
-    the REPL so the file can be fixed (mpremote, docs/boards.md); exit 2 on
-    the unix port. (On a board sys.exit would soft-reboot into main.py
-    again: a loop.) The watchdog is not running yet (firmware/netup.py)."""
-    log.log(40, why)
-    if board.is_board():
-        return 2
-    sys.exit(2)
-
-
 def run(argv=None, root=""):
     """Run the broker until interrupted; restart the board on a fatal error."""
     log = Log("info")
+    # A start that fails the same way after every reset stops at the REPL
+    # (firmware/start_failed.py, loaded only then).
     if not board.has_sockets():
-        # A board without a network stack (a plain Pico): nothing to listen
-        # on. Serial-only: say so and leave the REPL to the user, no loop.
-        log.log(
-            30,
-            "serial-only: %s has no network stack (no socket module), so the broker does not start;"
-            " the REPL is yours (docs/boards.md)" % board.machine_name(),
-        )
-        return 2
+        from firmware.start_failed import serial_only
+
+        return serial_only(log)
     try:
         server, log = build(sys.argv[1:] if argv is None else argv, root)
     except ConfigError as e:
-        return _stop(log, "config: %s" % e)
+        from firmware.start_failed import stop
+
+        return stop(log, "config: %s" % e)
     except MemoryError as e:
-        # The same board file on the same heap runs out at the same place
-        # after every reset: a reset loop that never serves. Stop instead.
-        gc.collect()
-        free, used = gc.mem_free(), gc.mem_alloc()
-        return _stop(
-            log,
-            "out of memory at start-up (%r; %d B of the %d B heap free now): lower the board file's limits"
-            " (max_connections, max_subscriptions, max_messages, max_retained) or set \"prealloc\": false"
-            " (docs/boards.md, RAM budget)" % (e, free, free + used),
-        )
+        gc.collect()  # (the failed start's heap back, for the module's import)
+        from firmware.start_failed import out_of_memory
+
+        return out_of_memory(log, e)
     except Exception as e:  # e.g. Wi-Fi that did not come up: a reset may help
         log.log(40, "fatal at start-up: %r; restarting" % (e,))
         sys.print_exception(e)

@@ -4,7 +4,7 @@
 # security, restore, removed bridges' sessions retired) -> network shell, and
 # the start-up log lines (start); then build() unloads the start-up's code,
 # checks the room for TLS and brings the network up (firmware/netup.py).
-# Everything here may stop the start at the REPL (firmware/app.py _stop);
+# Everything here may stop the start at the REPL (firmware/start_failed.py);
 # the watchdog and the network come after it (firmware/netup.py), so a stop
 # is never followed by a watchdog reset.
 

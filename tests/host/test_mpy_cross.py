@@ -119,6 +119,7 @@ NOT_LOADED_BY_DEFAULT = (
     "common.broker.rate_hold",  # a client over its rate limits (the boards set rate_*)
     "firmware.stopping",  # the graceful stop
     "firmware.starting",  # the start of serving: run once, then unloaded (test below)
+    "firmware.start_failed",  # a start that fails (tests/host/test_firmware_startup.py, test_firmware_server.py)
     "firmware.heap_report",  # heap_report > 0 only
     "firmware.tls",
     "firmware.bridge",
