@@ -25,7 +25,6 @@
 from common.broker.delivery import QUEUED, RELEASED, SENT, SHARED
 from common.broker.egress import send_ack, send_publish
 from common.compat import const
-from common.mqtt.consts import U16_MAX
 from common.mqtt.errors import ProtocolError
 
 # The wire constants this module uses, as private const()s with the values
@@ -39,6 +38,7 @@ _PUBLISH_RETAIN = const(0x04)
 _PUBREL = const(6)
 _RC_PACKET_IDENTIFIER_NOT_FOUND = const(0x92)
 _RC_SUCCESS = const(0x00)
+_U16_MAX = const(65535)
 
 # Against max_queued_total_bytes every queued copy counts its topic and
 # payload plus this many bytes: about what a queued message costs the host
@@ -247,14 +247,14 @@ def allocate_packet_id(session):
     # (Delivery.packet_id() inlined, and for/else rather than a flag:
     # this scans the window per QoS 1/2 PUBLISH, the top of the QoS 1
     # fan-in profile's bookkeeping.)
-    for _ in range(U16_MAX):
+    for _ in range(_U16_MAX):
         for d in inflight:
             if d.bits >> _PUBLISH_PID_SHIFT == pid:
                 break
         else:
-            session.next_packet_id = pid + 1 if pid < U16_MAX else 1
+            session.next_packet_id = pid + 1 if pid < _U16_MAX else 1
             return pid
-        pid = pid + 1 if pid < U16_MAX else 1
+        pid = pid + 1 if pid < _U16_MAX else 1
     return 0
 
 
