@@ -276,12 +276,11 @@ class Broker:
         if was_new:
             if data and data[0] != 0x10 and not conn.connect_pending() and not reader.pending():
                 # [MQTT-3.1.0-1] the first byte of a stream must be a CONNECT's:
-                # a peer that does not speak MQTT (an HTTP GET) is closed now,
-                # without waiting for the body its "remaining length" announces,
-                # and without a CONNACK it could not read.
-                self.stats.bytes_received += len(data)
-                self.log(30, "closing #%d: first byte 0x%02x is not a CONNECT's (0x10); closed without CONNACK", (cid, data[0]))
-                self.close(conn, now, publish_will=False)
+                # a peer that does not speak MQTT (an HTTP GET) is closed now
+                # (refusal.py: rare).
+                from common.broker.refusal import not_a_connect
+
+                not_a_connect(self, conn, data, now)
                 return
         elif conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded

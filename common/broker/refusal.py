@@ -1,8 +1,9 @@
 # The answers that end a connection with a reason: fail() (an error after
 # or during CONNECT: v5 DISCONNECT or CONNACK with its reason code, 3.1.1
 # the close or the one return code it has), refuse_connect() (a CONNECT
-# that a check of handle_connect refused), the end of a retained replay
-# that stalled (replay.py) and the words of two of those checks (an
+# that a check of handle_connect refused), the close of a peer whose first
+# byte is not a CONNECT's, the end of a retained replay that stalled
+# (replay.py) and the words of two of those checks (an
 # anonymous client, another user's session: login.py's rules),
 # and the v5 Reason String fitted to the client's Maximum Packet Size.
 # Loaded by the first refusal or failure: a board whose clients connect and
@@ -79,6 +80,16 @@ def refuse_connect(broker, conn, reason, now, why):
         broker.output.write(conn, bytes((0x20, 2, 0, reason)))
         sent = "return code"
     broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
+    broker.close(conn, now, publish_will=False)
+
+
+def not_a_connect(broker, conn, data, now):
+    """Close a new connection whose first byte is not a CONNECT's
+    [MQTT-3.1.0-1] (a peer that does not speak MQTT: an HTTP GET) without
+    waiting for the body its "remaining length" announces, and without a
+    CONNACK it could not read (Broker.data_received)."""
+    broker.stats.bytes_received += len(data)
+    broker.log(30, "closing #%d: first byte 0x%02x is not a CONNECT's (0x10); closed without CONNACK", (conn.cid, data[0]))
     broker.close(conn, now, publish_will=False)
 
 
