@@ -60,7 +60,6 @@ _LEVEL_5 = const(5)
 _PINGREQ = const(12)
 _PUBACK = const(4)
 _PUBLISH = const(3)
-_RC_KEEP_ALIVE_TIMEOUT = const(0x8D)
 _RC_QUOTA_EXCEEDED = const(0x97)
 _RC_SERVER_SHUTTING_DOWN = const(0x8B)
 _RC_SERVER_UNAVAILABLE = const(0x88)
@@ -406,17 +405,15 @@ class Broker:
             if ticks_diff(ms, deadline) < 0:
                 due = ticks_sooner(due, deadline)
                 continue
-            if conn.state == NEW:
-                self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
-                self.close(conn, now)  # CONNECT not completed in time
-            elif conn.state == CONNECTED:
-                if conn.cid in self.throttled or conn.cid in self.replaying:
-                    # Not read by our choice: its silence is ours, not its own.
-                    conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
-                    due = ticks_sooner(due, conn.deadline)
-                    continue
-                self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
-                self.fail(conn, _RC_KEEP_ALIVE_TIMEOUT, now)
+            if conn.state == CONNECTED and (conn.cid in self.throttled or conn.cid in self.replaying):
+                # Not read by our choice: its silence is ours, not its own.
+                conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
+                due = ticks_sooner(due, conn.deadline)
+                continue
+            if conn.state == NEW or conn.state == CONNECTED:
+                from common.broker.refusal import timed_out  # (a connect timeout, a keep-alive expired)
+
+                timed_out(self, conn, now)
             conn.deadline = SILENT
         self.conn_due = due
 
