@@ -60,7 +60,15 @@
 # by set_security with them: a board without users or ACL never loads it.
 
 from common.broker.clienttext import user_name
-from common.mqtt import consts as C
+from common.compat import const
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_RC_BAD_USER_NAME_OR_PASSWORD = const(0x86)
+_RC_NOT_AUTHORIZED = const(0x87)
 
 BAD_LOGIN = "bad user name or password"
 
@@ -121,12 +129,12 @@ def login(broker, peer, pkt, found, now):
                 held = held_why(broker, address, pkt.username, now)
             # (format, args): the client's text is cut and escaped (broker.words).
             why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
+            return _RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
         found.user = pkt.username
     if found.user is None and not anonymous_allowed(broker, peer):
         from common.broker.refusal import anonymous_refused  # (the words of a refusal: refusal.py)
 
-        return C.RC_NOT_AUTHORIZED, anonymous_refused(security_of(broker, listener_key(peer)))
+        return _RC_NOT_AUTHORIZED, anonymous_refused(security_of(broker, listener_key(peer)))
     return 0
 
 

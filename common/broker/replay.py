@@ -49,7 +49,13 @@
 
 from common.broker.outbox import deliver
 from common.compat import const
-from common.mqtt import consts as C
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_PUBLISH_RETAIN = const(0x04)
 
 _FIRST_BYTES = const(4096)  # at most this much of a replay in the SUBSCRIBE's turn
 
@@ -109,7 +115,7 @@ def advance(broker, replay, now, bound):
         moved = True
         if not msg.expiry or retained.live(msg, now):  # (most never expire: no call)
             qos = msg.qos if msg.qos < sub.qos else sub.qos
-            deliver(broker, session, msg, qos | C.PUBLISH_RETAIN, ids, now)
+            deliver(broker, session, msg, qos | _PUBLISH_RETAIN, ids, now)
             replay.sent += 1
     if moved:
         replay.moved = now
