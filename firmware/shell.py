@@ -163,21 +163,11 @@ class Server:
             return
         sock.setblocking(False)
         if self.tls is not None:
-            raw = sock
-            try:
-                sock = self.tls.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
-            except (OSError, MemoryError, ValueError) as e:  # mbedTLS could not allocate its context
-                sock.close()
-                self.free.append(slot)
-                self.driver.connection_lost(cid)
-                self.driver.tls_failed()
-                from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
+            from firmware.tls import wrap_accepted  # (loaded at start-up with TLS: firmware/startup.py)
 
-                self.log.log(30, "TLS connection from %s refused: %s" % (peer[0], tls_failure(e, 0)))
+            sock = wrap_accepted(self, slot, sock, cid, peer)
+            if sock is None:
                 return
-            slot.raw = raw
-            slot.handshaking = True
-            slot.peer = peer[0]
         slot.sock = sock
         slot.cid = cid
         slot.listen()

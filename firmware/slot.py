@@ -211,7 +211,7 @@ class Slot:
             # Closed before any byte came through TLS: by its error, or by
             # the core's connect timeout (a stalled handshake).
             driver.tls_failed()
-            from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
+            from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/startup.py)
 
             timeout = driver.broker.settings.connect_timeout
             server.log.log(
