@@ -1,7 +1,7 @@
 # TLS on a board, the parts only a board with TLS loads (RAM): the start-up
 # check that its TLS connections fit (firmware/startup.py build, tls_room), an
-# accepted socket wrapped for the listener (wrap_accepted) and why a client's
-# handshake failed (tls_failure, for firmware/shell.py), and a bridge's
+# accepted socket wrapped for the listener (wrap_accepted), a handshake that
+# failed (handshake_failed, tls_failure: firmware/shell.py, slot.py), and a bridge's
 # client context and failure reasons (firmware/bridge.py; the listener's
 # server context is firmware/boardcfg.py load_tls).
 
@@ -32,6 +32,16 @@ def wrap_accepted(server, slot, sock, cid, peer):
     slot.handshaking = True
     slot.peer = peer[0]
     return tls
+
+
+def handshake_failed(server, slot):
+    """`slot`'s connection closed before any byte came through TLS (its
+    error, or the core's connect timeout: a stalled handshake): counted and
+    logged with the reason (Slot.finish)."""
+    driver = server.driver
+    driver.tls_failed()
+    timeout = driver.broker.settings.connect_timeout
+    server.log.log(30, "TLS handshake from %s failed: %s; closed" % (slot.peer, tls_failure(slot.error, timeout)))
 
 
 def tls_failure(error, timeout):
