@@ -67,10 +67,7 @@ from common.compat import const
 # each): MicroPython folds them into the bytecode, where C.NAME takes a
 # global and an attribute load at every use (about 1 KB of a board's heap
 # over the per-packet modules, docs/boards.md).
-_RC_BAD_USER_NAME_OR_PASSWORD = const(0x86)
 _RC_NOT_AUTHORIZED = const(0x87)
-
-BAD_LOGIN = "bad user name or password"
 
 
 def listener_key(peer):
@@ -118,18 +115,11 @@ def login(broker, peer, pkt, found, now):
     elif broker.hook is not None and pkt.username is not None:
         return broker.hook.login(broker, peer, pkt, found)  # asked outside (external_auth.py)
     elif users is not None and (pkt.username is not None or pkt.password is not None):
-        from common.broker.secured import check_password, held_why  # (loaded with the users)
+        from common.broker.secured import password_login  # (loaded with the users)
 
-        address = source_address(peer)
-        wait = check_password(broker, address, pkt.username, pkt.password, now, users)
-        if wait:
-            broker.stats.login_failed += 1
-            held = ""
-            if wait > 0:
-                held = held_why(broker, address, pkt.username, now)
-            # (format, args): the client's text is cut and escaped (broker.words).
-            why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
-            return _RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
+        refused = password_login(broker, peer, source_address(peer), pkt, now, users)
+        if refused:
+            return refused
         found.user = pkt.username
     if found.user is None and not anonymous_allowed(broker, peer):
         from common.broker.refusal import anonymous_refused  # (the words of a refusal: refusal.py)
