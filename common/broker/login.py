@@ -59,7 +59,6 @@
 # and its penalty, the re-checks against new rules) is secured.py, loaded
 # by set_security with them: a board without users or ACL never loads it.
 
-from common.broker.clienttext import user_name
 from common.compat import const
 
 # The wire constants this module uses, as private const()s with the values
@@ -141,12 +140,9 @@ def client_rules(broker, user, peer, client_id, brought=None):
     acl = security_of(broker, listener_key(peer)).acl
     rules = None
     if acl is not None:
-        rules = acl.for_client(user, client_id)
-        own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
-        if own is not None:
-            from common.broker.acl import ClientAcl
+        from common.broker.secured import acl_rules  # (loaded with the ACL)
 
-            rules = ClientAcl(own() + rules.rules)
+        rules = acl_rules(broker, acl, user, peer, client_id)
     if brought is not None:
         from common.broker import granted
 
@@ -169,9 +165,7 @@ def rules_for(broker, user, peer, client_id, brought=None):
     """A CONNECT's rules (client_rules), the log line said when a pattern left it none."""
     rules = client_rules(broker, user, peer, client_id, brought)
     if rules is not None and rules.refused is not None:
-        broker.log(
-            30,
-            "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
-            (client_id, user_name(user)),
-        )
+        from common.broker.secured import no_rules_said  # (an ACL, or rules a login brought: rare)
+
+        no_rules_said(broker, user, client_id)
     return rules
