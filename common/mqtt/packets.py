@@ -95,12 +95,12 @@ _WILL = const(16)
 
 
 class Packet:
-    """A packet's type and the names of its fields, in the order of its
-    constructor (no __eq__ or __repr__: only tests compare or print packets,
-    tests/core/packet_fields.py, and on a board the code costs heap)."""
+    """A packet's type; its fields are plain attributes (no field table, no
+    __eq__ or __repr__: only tests compare or print packets, by their
+    attributes, tests/core/packet_fields.py; on a board that code and those
+    tables would cost heap)."""
 
     ptype = 0
-    FIELDS = ()
 
 
 class Connect(Packet):
@@ -109,11 +109,6 @@ class Connect(Packet):
     is not given keeps its default, a class attribute below."""
 
     ptype = _CONNECT
-    FIELDS = (
-        "level", "clean_start", "keep_alive", "client_id", "will_topic",
-        "will_payload", "will_qos", "will_retain", "will_props", "username",
-        "password", "props", "proto_name",
-    )
     will_topic = None  # None: no will
     will_payload = None
     will_qos = 0
@@ -130,8 +125,8 @@ class Connect(Packet):
         self.keep_alive = keep_alive
         self.client_id = client_id
         for name in fields:
-            if name not in Connect.FIELDS:
-                raise TypeError(name)  # not a field of CONNECT
+            if name[0] == "_" or name == "ptype" or not hasattr(Connect, name):
+                raise TypeError(name)  # not a field of CONNECT (one with its default below)
             setattr(self, name, fields[name])
         if self.proto_name is None:
             self.proto_name = "MQIsdp" if level == 3 else "MQTT"
@@ -139,7 +134,6 @@ class Connect(Packet):
 
 class Connack(Packet):
     ptype = _CONNACK
-    FIELDS = ("session_present", "reason", "props")
 
     def __init__(self, session_present=False, reason=0, props=None):
         self.session_present = session_present
@@ -149,7 +143,6 @@ class Connack(Packet):
 
 class Publish(Packet):
     ptype = _PUBLISH
-    FIELDS = ("topic", "payload", "qos", "retain", "dup", "packet_id", "props")
 
     def __init__(self, topic="", payload=b"", qos=0, retain=False, dup=False,
                  packet_id=0, props=None):
@@ -165,7 +158,6 @@ class Publish(Packet):
 class PubAck(Packet):
     """PUBACK, PUBREC, PUBREL or PUBCOMP (``ptype`` says which)."""
 
-    FIELDS = ("packet_id", "reason", "props")
 
     def __init__(self, ptype=_PUBACK, packet_id=0, reason=0, props=None):
         self.ptype = ptype
@@ -176,7 +168,6 @@ class PubAck(Packet):
 
 class Subscribe(Packet):
     ptype = _SUBSCRIBE
-    FIELDS = ("packet_id", "topics", "props")
 
     def __init__(self, packet_id=0, topics=None, props=None):
         self.packet_id = packet_id
@@ -186,7 +177,6 @@ class Subscribe(Packet):
 
 class Suback(Packet):
     ptype = _SUBACK
-    FIELDS = ("packet_id", "reasons", "props")
 
     def __init__(self, packet_id=0, reasons=None, props=None):
         self.packet_id = packet_id
@@ -196,7 +186,6 @@ class Suback(Packet):
 
 class Unsubscribe(Packet):
     ptype = _UNSUBSCRIBE
-    FIELDS = ("packet_id", "filters", "props")
 
     def __init__(self, packet_id=0, filters=None, props=None):
         self.packet_id = packet_id
@@ -206,7 +195,6 @@ class Unsubscribe(Packet):
 
 class Unsuback(Packet):
     ptype = _UNSUBACK
-    FIELDS = ("packet_id", "reasons", "props")
 
     def __init__(self, packet_id=0, reasons=None, props=None):
         self.packet_id = packet_id
@@ -224,7 +212,6 @@ class Pingresp(Packet):
 
 class Disconnect(Packet):
     ptype = _DISCONNECT
-    FIELDS = ("reason", "props")
 
     def __init__(self, reason=0, props=None):
         self.reason = reason
@@ -233,7 +220,6 @@ class Disconnect(Packet):
 
 class Auth(Packet):
     ptype = _AUTH
-    FIELDS = ("reason", "props")
 
     def __init__(self, reason=0, props=None):
         self.reason = reason

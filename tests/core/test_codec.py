@@ -663,3 +663,17 @@ class TestNoStrayExceptions(unittest.TestCase):
                         decode_packet(f[0], reader.buf, f[1], f[2], level)
                 except MqttError:
                     pass
+
+
+class TestPacketFields(unittest.TestCase):
+    # The tests compare packets through fields() (tests/core/packet_fields.py):
+    # it must tell apart what differs, a class default (CONNECT's will) included.
+    def test_fields_tell_packets_apart(self):
+        self.assertEqual(fields(Publish("a", b"x", 1, False, False, 7)), fields(Publish("a", b"x", 1, False, False, 7)))
+        self.assertNotEqual(fields(Publish("a", b"x")), fields(Publish("b", b"x")))
+        self.assertNotEqual(fields(Publish("a", b"x")), fields(Publish("a", b"y")))
+        self.assertNotEqual(fields(PubAck(PUBACK, 1)), fields(PubAck(PUBREC, 1)))
+        self.assertNotEqual(fields(Connect(5, True, 10, "c")), fields(Connect(5, True, 10, "c", will_topic="w")))
+        self.assertNotEqual(fields(Disconnect(0)), fields(Auth(0)))
+        # No properties and an empty list of them are alike.
+        self.assertEqual(fields(Disconnect(0, None)), fields(Disconnect(0, [])))
