@@ -124,41 +124,39 @@ def ticks_sooner(a, b):
     return a
 
 
-_crc_table = None
-
-
-def _crc32_fallback(data, crc=0):
-    """Table-driven CRC-32 (IEEE 802.3, as zlib), for ports without binascii.crc32."""
-    global _crc_table
-    if _crc_table is None:
-        table = []
-        for n in range(256):
-            c = n
-            for _ in range(8):
-                if c & 1:
-                    c = 0xEDB88320 ^ (c >> 1)
-                else:
-                    c >>= 1
-            table.append(c)
-        _crc_table = table
-    table = _crc_table
-    c = crc ^ 0xFFFFFFFF
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
 # crc32(data, crc=0): CRC-32 of `data` (bytes, bytearray or memoryview),
 # continuing from `crc`, unsigned. binascii's itself where it gives the
 # standard check value (unsigned: a port that returns a signed one fails
-# the check), so the store's per-record checksum costs no call of ours.
+# the check), so the store's per-record checksum costs no call of ours;
+# else a table-driven one in Python, defined only then (on a port with a
+# correct one its code is dropped after this module's import).
 try:
     from binascii import crc32
 
     if crc32(b"123456789") != 0xCBF43926:  # the standard check value
         raise ImportError
 except ImportError:
-    crc32 = _crc32_fallback
+    _crc_table = None
+
+    def crc32(data, crc=0):
+        """Table-driven CRC-32 (IEEE 802.3, as zlib), for ports without a correct binascii.crc32."""
+        global _crc_table
+        if _crc_table is None:
+            table = []
+            for n in range(256):
+                c = n
+                for _ in range(8):
+                    if c & 1:
+                        c = 0xEDB88320 ^ (c >> 1)
+                    else:
+                        c >>= 1
+                table.append(c)
+            _crc_table = table
+        table = _crc_table
+        c = crc ^ 0xFFFFFFFF
+        for b in data:
+            c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+        return c ^ 0xFFFFFFFF
 
 
 try:

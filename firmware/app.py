@@ -1,6 +1,7 @@
 # The firmware: start-up (firmware/startup.py: config -> store -> broker ->
-# network shell; then firmware/netup.py: watchdog -> Wi-Fi), then serve; a
-# fatal error is logged and the board restarted.
+# network shell, the start-up's code unloaded, the TLS room checked; then
+# firmware/netup.py: watchdog -> Wi-Fi), then serve; a fatal error is logged
+# and the board restarted.
 #
 #   on a board:     main.py calls run() (config /siskin.json)
 #   on unix:        micropython firmware/main.py --config path.json [--port N]
@@ -27,82 +28,40 @@ from common.broker import egress  # noqa: F401
 # isort: split
 from common.broker import broker  # noqa: F401
 from common.broker.limits import ConfigError
-from common.compat import unload
 from firmware import board
 from firmware.shell import Log
 
 
 def build(argv, root):
-    """(server, log) ready to run, from the command line and config.
+    """(server, log) ready to run, from the command line and config: the
+    start-up, firmware/startup.py build(), which unloads itself with the rest
+    of what runs only to start. Called through this function (not imported
+    into run()) so that nothing refers to its code once it returns."""
+    from firmware.startup import build
 
-    What runs only to start (firmware/startup_only.py) is unloaded after it,
-    so that its code does not stay in a board's heap (docs/boards.md)."""
-    from firmware.startup_only import STARTUP_ONLY
-
-    try:
-        from firmware.startup import start
-
-        server, log, cfg = start(argv, root)
-    finally:
-        for name in STARTUP_ONLY:
-            unload(name)
-    # The room for TLS buffers is measured now, without the start-up's code:
-    # the heap as it will serve (and as the blocks of mbedTLS will find it).
-    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
-    if server.tls is not None or upstreams:
-        from firmware.tls import check_tls_room  # (TLS only: RAM)
-
-        slots = len(server.slots) if server.tls is not None else 0
-        check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
-    # Nothing can stop the start from here on: the watchdog, then the network.
-    from firmware.netup import bring_up
-
-    try:
-        server.on_tick = bring_up(cfg, log)
-        server.uplink = cfg["ppp"]
-    finally:
-        unload("firmware.netup")
-    return server, log
-
-
-def _stop(log, why):
-    """A start-up failure that every reset would repeat: say why and stay at
-    the REPL so the file can be fixed (mpremote, docs/boards.md); exit 2 on
-    the unix port. (On a board sys.exit would soft-reboot into main.py
-    again: a loop.) The watchdog is not running yet (firmware/netup.py)."""
-    log.log(40, why)
-    if board.is_board():
-        return 2
-    sys.exit(2)
+    return build(argv, root)
 
 
 def run(argv=None, root=""):
     """Run the broker until interrupted; restart the board on a fatal error."""
     log = Log("info")
+    # A start that fails the same way after every reset stops at the REPL
+    # (firmware/start_failed.py, loaded only then).
     if not board.has_sockets():
-        # A board without a network stack (a plain Pico): nothing to listen
-        # on. Serial-only: say so and leave the REPL to the user, no loop.
-        log.log(
-            30,
-            "serial-only: %s has no network stack (no socket module), so the broker does not start;"
-            " the REPL is yours (docs/boards.md)" % board.machine_name(),
-        )
-        return 2
+        from firmware.start_failed import serial_only
+
+        return serial_only(log)
     try:
         server, log = build(sys.argv[1:] if argv is None else argv, root)
     except ConfigError as e:
-        return _stop(log, "config: %s" % e)
+        from firmware.start_failed import stop
+
+        return stop(log, "config: %s" % e)
     except MemoryError as e:
-        # The same board file on the same heap runs out at the same place
-        # after every reset: a reset loop that never serves. Stop instead.
-        gc.collect()
-        free, used = gc.mem_free(), gc.mem_alloc()
-        return _stop(
-            log,
-            "out of memory at start-up (%r; %d B of the %d B heap free now): lower the board file's limits"
-            " (max_connections, max_subscriptions, max_messages, max_retained) or set \"prealloc\": false"
-            " (docs/boards.md, RAM budget)" % (e, free, free + used),
-        )
+        gc.collect()  # (the failed start's heap back, for the module's import)
+        from firmware.start_failed import out_of_memory
+
+        return out_of_memory(log, e)
     except Exception as e:  # e.g. Wi-Fi that did not come up: a reset may help
         log.log(40, "fatal at start-up: %r; restarting" % (e,))
         sys.print_exception(e)

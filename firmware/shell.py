@@ -8,6 +8,10 @@
 # timers, batch sync, $SYS). This module moves bytes and time, within a
 # microcontroller's means:
 #
+# Start: firmware/starting.py (listen, the tasks, the MQTT-SN port, the
+# bridges, the uplink, the "listening on" line), run once when serving
+# begins and unloaded; the stop: firmware/stopping.py, loaded when it begins.
+#
 # Slots: firmware/slot.py (a preallocated read buffer per connection, the
 # driver's handle; reading without a task, bounded writing).
 #
@@ -50,6 +54,7 @@ import gc
 
 from common.broker.clienttext import printable
 from common.broker.settings import LOG_LEVELS
+from common.compat import unload
 from firmware import poller
 from firmware.slot import Slot, peer_address
 
@@ -103,50 +108,19 @@ class Server:
     # ---------------------------------------------------------- lifecycle
 
     def start(self):
-        """Listen and start the timer; returns the bound port."""
-        import socket
-
-        addr = socket.getaddrinfo(self.host, self.port)[0][-1]
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(addr)
-        s.listen(self.opts["backlog"])
-        s.setblocking(False)
-        self.lsock = s
-        poller.install(self.slots, Slot.read_ready)
+        """Collect as while serving, listen and start the tasks
+        (firmware/starting.py: run once, then unloaded); the bound port."""
         collect_often(self.opts["gc_threshold"])
-        self.accept_task = asyncio.create_task(self._accept_loop())
-        self.clock_task = asyncio.create_task(self._clock())
-        if self.sn is not None:
-            keys = len(self.sn.settings.keys)
-            sealed = "; %d client keys: every datagram sealed" % keys if keys else ""
-            self.log.log(20, "MQTT-SN (UDP) on %s:%d%s" % (self.host, self.sn.start(self.host), sealed))
-        return self.port
+        from firmware.starting import start  # (once: a serving board keeps none of it)
+
+        try:
+            return start(self)
+        finally:
+            unload("firmware.starting")
 
     async def serve(self):
         """Run until stop() is requested; then shut down gracefully."""
         self.start()
-        if self.bridges:
-            from firmware.bridge import start_bridges  # only with bridges: RAM
-
-            self.bridge_runners = start_bridges(self, self.bridges)
-        if self.uplink is not None:
-            from firmware.uplink import start_uplink  # only with a PPP uplink: RAM
-
-            self.uplink_task = start_uplink(self, self.uplink)
-        s = self.driver.broker.settings
-        self.log.log(
-            20,
-            "listening on %s:%d (MQTT 3.1.1 + 5.0%s; %d sockets: %d clients + %d for refusals)"
-            % (
-                self.host,
-                self.port,
-                " over TLS" if self.tls is not None else "",
-                len(self.slots) + 1,
-                s.max_connections,
-                len(self.slots) - s.max_connections,
-            ),
-        )
         await self.stop_event.wait()
         await self.stop("stop requested")
 
@@ -163,7 +137,7 @@ class Server:
 
     # ------------------------------------------------------------ accept
 
-    async def _accept_loop(self):
+    async def accept_loop(self):
         lsock = self.lsock
         while True:
             await poller.readable(lsock)
@@ -188,21 +162,11 @@ class Server:
             return
         sock.setblocking(False)
         if self.tls is not None:
-            raw = sock
-            try:
-                sock = self.tls.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
-            except (OSError, MemoryError, ValueError) as e:  # mbedTLS could not allocate its context
-                sock.close()
-                self.free.append(slot)
-                self.driver.connection_lost(cid)
-                self.driver.tls_failed()
-                from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
+            from firmware.tls import wrap_accepted  # (loaded at start-up with TLS: firmware/startup.py)
 
-                self.log.log(30, "TLS connection from %s refused: %s" % (peer[0], tls_failure(e, 0)))
+            sock = wrap_accepted(self, slot, sock, cid, peer)
+            if sock is None:
                 return
-            slot.raw = raw
-            slot.handshaking = True
-            slot.peer = peer[0]
         slot.sock = sock
         slot.cid = cid
         slot.listen()
@@ -228,7 +192,7 @@ class Server:
 
     # -------------------------------------------------------------- timer
 
-    async def _clock(self):
+    async def timer_loop(self):
         driver = self.driver
         report = self.opts["heap_report"]
         if report:

@@ -210,13 +210,9 @@ class Slot:
         if self.handshaking and not server.stopping:
             # Closed before any byte came through TLS: by its error, or by
             # the core's connect timeout (a stalled handshake).
-            driver.tls_failed()
-            from firmware.tls import tls_failure  # (loaded at start-up with TLS: firmware/app.py)
+            from firmware.tls import handshake_failed  # (loaded at start-up with TLS: firmware/startup.py)
 
-            timeout = driver.broker.settings.connect_timeout
-            server.log.log(
-                30, "TLS handshake from %s failed: %s; closed" % (self.peer, tls_failure(self.error, timeout))
-            )
+            handshake_failed(server, self)
         self.reset()
         server.free.append(self)
         driver.connection_lost(cid)

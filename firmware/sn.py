@@ -8,7 +8,7 @@
 # - a task parks on the socket (firmware/poller.readable, asyncio's own wait,
 #   not a slot) and hands every waiting datagram to the gateway, then pumps;
 # - the gateway's timers run from the shell's clock (firmware/shell.py
-#   Server._clock: its deadline joins the driver's, once a second at most);
+#   Server.timer_loop: its deadline joins the driver's, once a second at most);
 # - the gateway's `wake` (the broker wrote to an SN client, inside the
 #   driver's flush) sets an event a second task waits on: it pumps on the
 #   next turn of the loop, never from inside the flush.

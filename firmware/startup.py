@@ -1,9 +1,10 @@
 # The firmware's start-up, run once by firmware/app.py build() and unloaded
-# after it (firmware/startup_only.py: none of this code stays in a board's heap):
+# at its end (firmware/startup_only.py: none of this code stays in a board's heap):
 # config -> store -> the core's start-up (common/startup.py: broker, driver,
 # security, restore, removed bridges' sessions retired) -> network shell, and
-# the start-up log lines.
-# Everything here may stop the start at the REPL (firmware/app.py _stop);
+# the start-up log lines (start); then build() unloads the start-up's code,
+# checks the room for TLS and brings the network up (firmware/netup.py).
+# Everything here may stop the start at the REPL (firmware/start_failed.py);
 # the watchdog and the network come after it (firmware/netup.py), so a stop
 # is never followed by a watchdog reset.
 
@@ -14,6 +15,7 @@ import time
 
 from common import VERSION
 from common.broker.limits import ConfigError
+from common.compat import unload
 from firmware.shell import Log, Server, collect_often
 
 DEFAULT_CONFIG = "/siskin.json"
@@ -33,6 +35,38 @@ def parse_args(argv):
         opts[key] = int(value) if key in ("port", "heap_report") else value
         i += 2
     return opts
+
+
+def build(argv, root):
+    """(server, log) ready to run, from the command line and config
+    (firmware/app.py build). What runs only to start (firmware/startup_only.py,
+    this module among it: this function runs on without it) is unloaded
+    after start(), so that its code does not stay in a board's heap
+    (docs/boards.md)."""
+    from firmware.startup_only import STARTUP_ONLY
+
+    try:
+        server, log, cfg = start(argv, root)
+    finally:
+        for name in STARTUP_ONLY:
+            unload(name)
+    # The room for TLS buffers is measured now, without the start-up's code:
+    # the heap as it will serve (and as the blocks of mbedTLS will find it).
+    upstreams = len([1 for _b, ctx in server.bridges if ctx is not None])
+    if server.tls is not None or upstreams:
+        from firmware.tls import check_tls_room  # (TLS only: RAM)
+
+        slots = len(server.slots) if server.tls is not None else 0
+        check_tls_room(server.driver.broker.settings.max_connections, slots, upstreams, log)
+    # Nothing can stop the start from here on: the watchdog, then the network.
+    from firmware.netup import bring_up
+
+    try:
+        server.on_tick = bring_up(cfg, log)
+        server.uplink = cfg["ppp"]
+    finally:
+        unload("firmware.netup")
+    return server, log
 
 
 def start(argv, root):

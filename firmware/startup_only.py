@@ -15,6 +15,8 @@ STARTUP_ONLY = (
     "common.store.filelog_open",  # the log's scan
     "common.broker.settings",  # the config schema and its checks (limits.py stays)
     "common.broker.security_files",  # the users and ACL files' reader
+    "common.broker.broker_setup",  # a Broker's set-up: its attributes and parts (made once)
+    "common.broker.stats_counters",  # the counters' names: read to make the Stats (and by $SYS)
     "common.uplink.settings",  # the "ppp" uplink's schema (firmware/boardcfg.py, only with "ppp")
     "siskin_boards",  # the image's built-in board files (firmware/boardcfg.py)
 )

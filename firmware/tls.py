@@ -1,6 +1,7 @@
 # TLS on a board, the parts only a board with TLS loads (RAM): the start-up
-# check that its TLS connections fit (firmware/app.py build, tls_room), why a client's
-# handshake failed (tls_failure, for firmware/shell.py), and a bridge's
+# check that its TLS connections fit (firmware/startup.py build, tls_room), an
+# accepted socket wrapped for the listener (wrap_accepted), a handshake that
+# failed (handshake_failed, tls_failure: firmware/shell.py, slot.py), and a bridge's
 # client context and failure reasons (firmware/bridge.py; the listener's
 # server context is firmware/boardcfg.py load_tls).
 
@@ -12,6 +13,35 @@ from common.broker.limits import ConfigError
 _NOT_TLS = (-0x7200, -0x6E80, -0x7300, -0x7700)  # invalid record, bad version, decode error, unexpected message
 PEER_ENDED = (-0x7780, -0x7280, 32, 104)  # fatal alert, EOF; EPIPE, ECONNRESET (answering a gone client)
 _CERT_REFUSED = (-0x2700, -0x7A00, -0x6C00, -0x7480)  # X509 verify failed, bad cert, handshake failure, none
+
+
+def wrap_accepted(server, slot, sock, cid, peer):
+    """The socket accepted into `slot` as connection `cid`, wrapped for the
+    listener's TLS (the handshake runs inside the reads: firmware/shell.py);
+    None if mbedTLS could not allocate its context: closed, counted, logged."""
+    try:
+        tls = server.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    except (OSError, MemoryError, ValueError) as e:
+        sock.close()
+        server.free.append(slot)
+        server.driver.connection_lost(cid)
+        server.driver.tls_failed()
+        server.log.log(30, "TLS connection from %s refused: %s" % (peer[0], tls_failure(e, 0)))
+        return None
+    slot.raw = sock
+    slot.handshaking = True
+    slot.peer = peer[0]
+    return tls
+
+
+def handshake_failed(server, slot):
+    """`slot`'s connection closed before any byte came through TLS (its
+    error, or the core's connect timeout: a stalled handshake): counted and
+    logged with the reason (Slot.finish)."""
+    driver = server.driver
+    driver.tls_failed()
+    timeout = driver.broker.settings.connect_timeout
+    server.log.log(30, "TLS handshake from %s failed: %s; closed" % (slot.peer, tls_failure(slot.error, timeout)))
 
 
 def tls_failure(error, timeout):

@@ -26,7 +26,14 @@ JSON object (the last line of its output) with, in bytes:
                   default configuration loads: SCRAM, HKDF, AES-GCM, the
                   raw-flash log and the bridge are imported only when
                   configured, and start-up-only modules are unloaded
-                  (firmware/startup_only.py)
+                  (firmware/startup_only.py). From CPython, the least of
+                  LAYOUTS runs, each with the heap shifted by a padding
+                  allocated first (`code_layouts`: every run's figure):
+                  MicroPython's collector is conservative, and a word of
+                  bytecode or data that happens to hold the address of a
+                  freed object keeps it alive; that only ever adds (up to
+                  3 KB was seen), and which layout it hits moves with any
+                  change of the code, so the least is the code's own figure
   shell_slot      one preallocated connection slot of firmware/shell.py
                   (read buffer of `read_buffer` bytes + bookkeeping)
   baseline        Broker(board settings) right after start-up: with prealloc
@@ -318,8 +325,17 @@ def _step_free_slots() -> int:
 
 
 def _step_baseline() -> int:
+    # As a board has its broker after the start-up: the start-up-only
+    # modules that making it loaded (common/broker/broker_setup.py) unloaded
+    # again, as firmware/app.py does, so that this figure is the broker's
+    # objects and not that code.
     Broker = _module("common.broker.broker").Broker
+    before = set(sys.modules)
     STATE["broker"] = Broker(STATE["settings"], _entropy)
+    unload = _module("common.compat").unload
+    for name in _module("firmware.startup_only").STARTUP_ONLY:
+        if name not in before:
+            unload(name)
     return 1
 
 
@@ -597,7 +613,12 @@ def _at_limits(broker: "Any", settings: "Any", server: "dict[str, Any]") -> "dic
 # ------------------------------------------------------------------- CPython
 
 
-def _run_on_port(port: str, board: str, heap: str, code: str, exe: str = "") -> "dict[str, Any]":
+# The heap shifts (bytes allocated before the start-up) of the runs whose
+# least `code` is taken (see `code` above).
+LAYOUTS = (0, 16, 48, 112, 240, 496)
+
+
+def _run_on_port(port: str, board: str, heap: str, code: str, exe: str = "", pad: int = 0) -> "dict[str, Any]":
     import os
     import subprocess
 
@@ -605,13 +626,14 @@ def _run_on_port(port: str, board: str, heap: str, code: str, exe: str = "") -> 
     if port == "unix":
         exe = exe or os.path.join(os.path.dirname(sys.executable), "micropython")
         env = dict(os.environ, MICROPYPATH=(os.path.join(root, code) + ":" if code else "") + root + ":.frozen")
-        cmd = [exe, "-X", "heapsize=" + heap, "tools/ram_budget.py", board]
+        cmd = [exe, "-X", "heapsize=" + heap, "tools/ram_budget.py", board, str(pad)]
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     else:
         script = (
             _WASM_JS.replace("@ROOT@", json.dumps(root))
             .replace("@BOARD@", json.dumps(board))
             .replace("@CODE@", json.dumps(code))
+            .replace("@PAD@", str(pad))
         )
         proc = subprocess.run(
             ["node", "--input-type=module", "-e", script], cwd=root, capture_output=True, text=True, timeout=300
@@ -658,6 +680,7 @@ sys.path.insert(0, "/siskin/tools")
 sys.path.insert(0, "/siskin")
 import ram_budget, json
 ram_budget.begin(${JSON.stringify(@BOARD@)})
+_layout = bytearray(@PAD@)
 `);
 // Collect between runPython calls, outside any Python frame (see STEPS).
 const alloc = () => { mp.runPython("gc.collect()"); mp.runPython("gc.collect(); _m = gc.mem_alloc()"); return mp.globals.get("_m"); };
@@ -697,7 +720,11 @@ def _cpython_main(argv: list[str]) -> None:
     code = args.mpy.rstrip("/")
     if os.path.isabs(code):  # (the wasm run names it from the repository's root)
         code = os.path.relpath(code, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    result = _run_on_port(args.port, args.board, args.heap, code, os.path.abspath(args.micropython) if args.micropython else "")
+    exe = os.path.abspath(args.micropython) if args.micropython else ""
+    runs = [_run_on_port(args.port, args.board, args.heap, code, exe, pad) for pad in LAYOUTS]
+    result = runs[0]
+    result["code_layouts"] = [r["code"] for r in runs]
+    result["code"] = min(result["code_layouts"])
     if code:
         result["mpy_bytes"] = sum(os.path.getsize(_mpy_file(code, name)) for name in result["modules"])
     print(json.dumps(result))
@@ -737,6 +764,10 @@ def _table(r: "dict[str, Any]", command: str) -> str:
     filled = f"{lim['clients']} clients, {lim['subscriptions']} subscriptions, {lim['queued']} queued, {lim['retained']} retained"
     rows = [
         ("code of the default start-up (`code`)", f"**{r['code']:,} B**"),
+        (
+            "`code` of each run, the heap shifted by " + " / ".join(str(p) for p in LAYOUTS) + " B (the least is `code`)",
+            " / ".join(f"{c:,}" for c in r["code_layouts"]) + " B",
+        ),
         ("heap after the start-up, no client (`startup`)", f"{r['startup']:,} B"),
         ("connected client, core only (`per_client`)", f"**{r['per_client']:,} B**"),
         ("connection slot of the shell (`shell_slot`)", f"{r['shell_slot']:,} B"),
@@ -776,7 +807,9 @@ def main() -> None:
         return
     args = sys.argv[1:]
     board = args[0] if args else "boards/esp32.json"
+    layout = bytearray(int(args[1]) if len(args) > 1 else 0)  # (a heap shift: LAYOUTS)
     print(json.dumps(measure(board)))
+    del layout
 
 
 if __name__ == "__main__":

@@ -31,13 +31,8 @@
 
 from common.broker import handle_connect, handle_publish, handle_subscribe, outbox, replay, session_life
 from common.broker.clienttext import words
-from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, SILENT, Connections
-from common.broker.listener import StateListener
-from common.broker.output import Output
-from common.broker.route import REASON_MASK, TopicCache, route
-from common.broker.routing_table import Routing
-from common.broker.session import Sessions
-from common.broker.stats import Stats
+from common.broker.connection import CLOSING, CONNECTED, FREE, NEW, REFUSAL_SLOTS, SILENT
+from common.broker.route import REASON_MASK, route
 from common.broker.topics import parse_shared
 from common.compat import TICKS_MASK, const, ticks_deadline, ticks_diff, ticks_sooner
 from common.mqtt import consts as C
@@ -45,7 +40,6 @@ from common.mqtt.codec import FrameReader
 from common.mqtt.errors import MqttError, ProtocolError
 from common.mqtt.packets import (
     Pingresp,
-    PubAck,
     Publish,
     connect_level,
     decode_packet,
@@ -53,17 +47,28 @@ from common.mqtt.packets import (
     encode_packet,
 )
 
-# Connections accepted beyond max_connections only to send a polite refusal.
-REFUSAL_SLOTS = 4
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_AUTH = const(15)
+_CONNECT = const(1)
+_DISCONNECT = const(14)
+_LEVEL_311 = const(4)
+_LEVEL_5 = const(5)
+_PINGREQ = const(12)
+_PUBACK = const(4)
+_PUBLISH = const(3)
+_RC_QUOTA_EXCEEDED = const(0x97)
+_RC_SERVER_SHUTTING_DOWN = const(0x8B)
+_RC_SERVER_UNAVAILABLE = const(0x88)
+_SUBSCRIBE = const(8)
+_UNSUBSCRIBE = const(10)
 
 # Longest time (s) publishers are held back for subscribers that do not catch
 # up; then they are read again and queue_full decides for as long.
 THROTTLE_MAX_S = 30
-
-# Topic names cached (Broker.topics): at least this many slots, and one
-# more per this many bytes of match_cache_bytes (about what an entry costs).
-_TOPIC_CACHE_MIN = const(16)
-_TOPIC_CACHE_COST = const(256)
 
 
 def keep_alive_deadline(ms, keep_alive):
@@ -110,7 +115,7 @@ def _pingreq(broker, conn, pkt, now):
     broker.output.write(conn, PINGRESP_BYTES)
 
 
-PINGRESP_BYTES = encode_packet(Pingresp(), C.LEVEL_311)
+PINGRESP_BYTES = encode_packet(Pingresp(), _LEVEL_311)
 
 # Packet type -> how it is decoded (type 0 is refused by the codec).
 DECODE = (
@@ -157,110 +162,46 @@ HANDLE = (
 # packet a client sends but CONNECT.
 LEGAL_IN = (
     0,  # FREE
-    1 << C.CONNECT | 1 << C.AUTH,  # NEW
-    1 << C.PUBLISH | 0xF << C.PUBACK | 1 << C.SUBSCRIBE | 1 << C.UNSUBSCRIBE | 1 << C.PINGREQ | 3 << C.DISCONNECT,  # CONNECTED
+    1 << _CONNECT | 1 << _AUTH,  # NEW
+    1 << _PUBLISH | 0xF << _PUBACK | 1 << _SUBSCRIBE | 1 << _UNSUBSCRIBE | 1 << _PINGREQ | 3 << _DISCONNECT,  # CONNECTED
     0,  # CLOSING
 )
+
+
+# (For the host's type checker only: the classes of the attributes below.)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from common.broker.acl import Acl
+    from common.broker.routing_table import Routing
+    from common.broker.session import Sessions
+    from common.broker.stats import Stats
+    from common.broker.users import Users
 
 
 class Broker:
     """The sans-I/O MQTT broker. See docs/architecture.md for the shell API."""
 
+    # Attributes broker_setup.set_up gives a broker, named here for the
+    # host's type checker, which does not follow them there (annotations
+    # only: MicroPython compiles them to nothing).
+    settings: "Any"  # settings.Settings (limits.Limits on a board)
+    listener: "Any"  # listener.StateListener, or the store's Persist
+    stats: "Stats"
+    routing: "Routing"
+    sessions: "Sessions"
+    users: "Users | None"
+    acl: "Acl | None"
+
     def __init__(self, settings, entropy, listener=None):
         """`listener` hears every state change worth keeping (common/broker/listener.py):
         the store layer's Persist when persistence is on (then call restore()
-        before the first connection), else None for the null listener."""
-        s = settings
-        self.settings = s
-        self.entropy = entropy
-        self.listener = listener if listener is not None else StateListener()
-        self.stats = Stats()
-        # The parts: where messages go, who they go to, and the connections.
-        self.routing = Routing(s, self.stats, self.listener)
-        self.sessions = Sessions(s)
-        self.connections = Connections()
-        # What each connection is sent and when it may leave (the store's sync):
-        # the driver's face of the broker's output (output.py).
-        self.output = Output(self.connections, self.stats, self.listener, s)
-        self.started = None  # first `now` seen, for uptime
-        self.sys_load = None  # sys_load.Load: $SYS's load/ averages (made by the first $SYS round)
-        # The next timers, for the driver to sleep until (0 = none): the
-        # earliest connection deadline in ms ticks (a lower bound: keep-alive
-        # deadlines only move later, so it is recomputed when it comes due),
-        # and the earliest session timer in seconds (fires when now > it).
-        self.conn_due = 0
-        self.session_due = 0
-        self.rate_due = 0  # ms ticks: the next release of a client held back for its rates (ratelimit.py)
-        # Publishers not read for now (ids), because their messages are
-        # piling up in an online subscriber's queue; `throttle_changed` tells
-        # the driver to pause or resume their reading (take_throttle_changes).
-        self.throttled = []
-        self.throttle_changed = False
-        self.throttled_since = 0  # s: when `throttled` last became non-empty
-        self.throttle_off_until = 0  # s: no throttling before then (see tick)
-        # Connections (ids) with a retained replay pending, and their
-        # replay.Replay at the same index (common/broker/replay.py): their
-        # input is not processed, and `replay_changed` tells the driver to
-        # pause or resume their reading (take_replay_changes).
-        self.replaying = []
-        self.replays = []
-        # cid -> the inbound QoS 2 ids of a 3.1.1 client whose PUBREC waits
-        # for room in max_inflight_in (handle_publish QOS2_LATE_MAX); here,
-        # not on the Connection: an attribute there costs every client RAM.
-        self.qos2_late = {}
-        self.replay_changed = False
-        # Optional callable(level, text) set by the shell (set_logger): what
-        # happened to whom. Levels as in logging (10 debug, 20 info, 30
-        # warning). Never called on the per-message path; below log_level
-        # not even formatted (a connection storm logs nothing at warning).
-        self.logger = None
-        self.log_level = 0
-        # Enhanced authentication methods by name (v5 AUTH).
-        self.auth_methods = {}
-        if s.scram_users:
-            # (SCRAM users only: the exchange's code is not in a board's heap without)
-            from common.broker.enhanced_auth import methods
+        before the first connection), else None for the null listener. The
+        attributes and parts are broker_setup.py's (start-up only on a board)."""
+        from common.broker.broker_setup import set_up
 
-            self.auth_methods = methods(s.scram_users)
-        # sparkplug_aware: the Sparkplug B checks and certificates; or the
-        # gateway's own edge node's commands (sparkplug.py; not loaded without).
-        self.sparkplug = None
-        self.wall_ms = None  # the shell's wall clock: () -> ms since 1970 UTC (Sparkplug timestamps), or None
-        if s.sparkplug_aware or s.sparkplug_group:
-            from common.broker.sparkplug import Sparkplug
-
-            self.sparkplug = Sparkplug(s)
-        # Users, access control and the anonymous switch (common/broker/login.py
-        # set_security): None = no password file, no ACL, allow_anonymous not set.
-        self.users = None
-        self.acl = None
-        self.bridge_grants = {}  # "bridge NAME" (its local peer) -> () -> its ACL grants (login.client_rules)
-        self.allow_anonymous = None
-        self.listener_policies = {}  # the shell's listener key -> listener_policy.ListenerPolicy (set_security)
-        self.login_failures = {}  # (source address, user name) -> [failed logins, held until (s)] (secured.py)
-        self.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
-        self.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
-        self.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
-        self.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*, user_rate_*, listener_rate_*)
-        if (
-            s.rate_messages or s.rate_bytes or s.rate_subscribes
-            or s.user_rate_messages or s.user_rate_bytes or s.user_rate_subscribes
-            or s.listener_rate_messages or s.listener_rate_bytes or s.listener_rate_subscribes
-        ):  # fmt: skip
-            from common.broker.ratelimit import RateLimits
-
-            self.rates = RateLimits(s, s.max_connections + REFUSAL_SLOTS)
-        self.connect_rate = None  # connect_rate.ConnectRate when rate_connects is set
-        if s.rate_connects:
-            from common.broker.connect_rate import ConnectRate
-
-            self.connect_rate = ConnectRate(s.rate_connects)
-        self.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
-        # Reused for every PUBLISH and ack received (decode_packet_into)
-        # and the warm topic names: none of them is allocated per message.
-        self.inbound = Publish()
-        self.inbound_ack = PubAck()
-        self.topics = TopicCache(_TOPIC_CACHE_MIN + s.match_cache_bytes // _TOPIC_CACHE_COST)
+        set_up(self, settings, entropy, listener)
 
     def set_logger(self, logger, level=0):
         """Send the core's log lines of `level` and above to logger(level, text)."""
@@ -306,7 +247,7 @@ class Broker:
             if live >= s.max_connections + REFUSAL_SLOTS:
                 self.stats.refused_connections += 1
                 return -1
-            refuse = C.RC_SERVER_UNAVAILABLE
+            refuse = _RC_SERVER_UNAVAILABLE
         conn = self.connections.open()
         conn.state = NEW
         conn.reader = FrameReader(s.max_packet_size)
@@ -334,12 +275,11 @@ class Broker:
         if was_new:
             if data and data[0] != 0x10 and not conn.connect_pending() and not reader.pending():
                 # [MQTT-3.1.0-1] the first byte of a stream must be a CONNECT's:
-                # a peer that does not speak MQTT (an HTTP GET) is closed now,
-                # without waiting for the body its "remaining length" announces,
-                # and without a CONNACK it could not read.
-                self.stats.bytes_received += len(data)
-                self.log(30, "closing #%d: first byte 0x%02x is not a CONNECT's (0x10); closed without CONNACK", (cid, data[0]))
-                self.close(conn, now, publish_will=False)
+                # a peer that does not speak MQTT (an HTTP GET) is closed now
+                # (refusal.py: rare).
+                from common.broker.refusal import not_a_connect
+
+                not_a_connect(self, conn, data, now)
                 return
         elif conn.state != CONNECTED:
             return  # closing: the rest of the input is discarded
@@ -363,7 +303,7 @@ class Broker:
                     if (
                         hook is not None
                         and hook.ask_topic is not None
-                        and (ptype == C.PUBLISH or ptype == C.SUBSCRIBE)
+                        and (ptype == _PUBLISH or ptype == _SUBSCRIBE)
                         and not hook.topics_known(self, conn, ptype, pkt, now)
                     ):
                         reader.again()  # (it waits for the hook's answer: external_auth.py)
@@ -380,7 +320,7 @@ class Broker:
             if conn.state == NEW and not conn.connect_pending():
                 # A CONNECT that failed its checks: answered in its own dialect
                 # when its level byte is readable (fail()).
-                conn.level = C.LEVEL_5 if connect_level(reader.buf) == C.LEVEL_5 else C.LEVEL_311
+                conn.level = _LEVEL_5 if connect_level(reader.buf) == _LEVEL_5 else _LEVEL_311
             name = self.client_name(conn)
             self.log(30, "closing %s: %s; sent %s", (name, err.msg, self.fail(conn, err.reason, now, text=err.msg)))
             return
@@ -391,7 +331,7 @@ class Broker:
             # was publishing got no acknowledgement, so its client resends it.
             self.stats.closed_out_of_memory += 1
             name = self.client_name(conn)
-            sent = self.fail(conn, C.RC_QUOTA_EXCEEDED, now, text="out of memory")
+            sent = self.fail(conn, _RC_QUOTA_EXCEEDED, now, text="out of memory")
             self.log(
                 40,
                 "closing %s: out of memory handling its packet (max_packet_size %d; closed_out_of_memory %d); sent %s",
@@ -465,17 +405,15 @@ class Broker:
             if ticks_diff(ms, deadline) < 0:
                 due = ticks_sooner(due, deadline)
                 continue
-            if conn.state == NEW:
-                self.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, self.settings.connect_timeout))
-                self.close(conn, now)  # CONNECT not completed in time
-            elif conn.state == CONNECTED:
-                if conn.cid in self.throttled or conn.cid in self.replaying:
-                    # Not read by our choice: its silence is ours, not its own.
-                    conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
-                    due = ticks_sooner(due, conn.deadline)
-                    continue
-                self.log(20, "closing %s: keep-alive expired", (self.client_name(conn),))
-                self.fail(conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
+            if conn.state == CONNECTED and (conn.cid in self.throttled or conn.cid in self.replaying):
+                # Not read by our choice: its silence is ours, not its own.
+                conn.deadline = keep_alive_deadline(ms, conn.keep_alive)
+                due = ticks_sooner(due, conn.deadline)
+                continue
+            if conn.state == NEW or conn.state == CONNECTED:
+                from common.broker.refusal import timed_out  # (a connect timeout, a keep-alive expired)
+
+                timed_out(self, conn, now)
             conn.deadline = SILENT
         self.conn_due = due
 
@@ -549,7 +487,7 @@ class Broker:
         """Close every connection; v5 clients hear DISCONNECT 0x8B first."""
         for conn in self.connections.by_id:
             if conn.state == CONNECTED:
-                self.fail(conn, C.RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
+                self.fail(conn, _RC_SERVER_SHUTTING_DOWN, now, publish_will=False)
             elif conn.state == NEW:
                 self.close(conn, now)
         listener = self.listener

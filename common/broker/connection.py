@@ -16,6 +16,10 @@ CLOSING = const(3)
 # Connection.deadline of a connection closed by its timer (Output.is_silent).
 SILENT = -1
 
+# Connections accepted beyond max_connections only to send a polite refusal
+# (Broker.connection_made).
+REFUSAL_SLOTS = 4
+
 
 class Connection:
     # Slots on CPython: no per-object dict (about 80 B less per connection on

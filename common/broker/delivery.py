@@ -28,7 +28,15 @@
 # module (egress.py reads the PUBLISH bits it is handed).
 
 from common.compat import const
-from common.mqtt.consts import PUBLISH_PID_SHIFT, PUBLISH_QOS_MASK, PUBLISH_RETAIN
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_PUBLISH_PID_SHIFT = const(6)
+_PUBLISH_QOS_MASK = const(0x03)
+_PUBLISH_RETAIN = const(0x04)
 
 # `bits` layout beyond the PUBLISH's (QoS 0-1, retain 2, packet id from 6)
 _STATE_SHIFT = const(3)
@@ -49,16 +57,16 @@ class Delivery:
         self.seq = 0
 
     def qos(self):
-        return self.bits & PUBLISH_QOS_MASK
+        return self.bits & _PUBLISH_QOS_MASK
 
     def retain(self):
-        return self.bits & PUBLISH_RETAIN != 0
+        return self.bits & _PUBLISH_RETAIN != 0
 
     def state(self):
         return (self.bits & _STATE_MASK) >> _STATE_SHIFT
 
     def packet_id(self):
-        return self.bits >> PUBLISH_PID_SHIFT
+        return self.bits >> _PUBLISH_PID_SHIFT
 
     def shared_group(self):
         """The SharedGroup this delivery was picked for, or None."""
@@ -70,7 +78,7 @@ class Delivery:
 
     def set_sent(self, packet_id):
         self.bits = (
-            (self.bits & ~(_STATE_MASK | (0xFFFF << PUBLISH_PID_SHIFT))) | (SENT << _STATE_SHIFT) | (packet_id << PUBLISH_PID_SHIFT)
+            (self.bits & ~(_STATE_MASK | (0xFFFF << _PUBLISH_PID_SHIFT))) | (SENT << _STATE_SHIFT) | (packet_id << _PUBLISH_PID_SHIFT)
         )
 
     def set_released(self):
@@ -110,7 +118,7 @@ class DeliveryPool:
         if msg is not None:  # (None: a RELEASED delivery being restored)
             self.messages.hold(msg)
         d.msg = msg
-        d.bits = bits  # QoS | PUBLISH_RETAIN | SHARED
+        d.bits = bits  # QoS | _PUBLISH_RETAIN | SHARED
         d.tag = tag
         d.seq = 0
         return d

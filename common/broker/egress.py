@@ -13,9 +13,19 @@
 # ACL does not let it read, or larger than its Maximum Packet Size, is not
 # sent and counted.
 
-from common.mqtt import consts as C
+from common.compat import const
 from common.mqtt.packets import PubAck, encode_packet, encode_publish_parts, encode_publish_props, publish_first_byte
 from common.mqtt.properties import encode_property_items
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_LEVEL_5 = const(5)
+_PUBLISH_PID_SHIFT = const(6)
+_PUBLISH_QOS_MASK = const(0x03)
+_PUBREL = const(6)
 
 # An ack's four bytes, patched in the output (send_ack).
 ACK4 = b"\x00\x02\x00\x00"
@@ -37,12 +47,12 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
         # session resumed by another user): not sent, counted.
         broker.stats.denied_delivery += 1
         return False
-    qos = bits & C.PUBLISH_QOS_MASK
+    qos = bits & _PUBLISH_QOS_MASK
     level = conn.level
     extras = conn.extras
     if extras is not None and extras.mount is not None:
         return _send_unmounted(broker, conn, msg, bits, sub_ids, now)
-    if level != C.LEVEL_5:
+    if level != _LEVEL_5:
         data = msg.wire4
         if data is not None and (data[0] >> 1) & 3 == qos:
             return _write_shared(broker, conn, data, bits, len(msg.payload))
@@ -60,7 +70,7 @@ def send_publish(broker, conn, msg, bits, sub_ids, now):
         if data is not None and (data[0] >> 1) & 3 == qos:
             return _write_shared(broker, conn, data, bits, len(msg.payload))
         if data is None:
-            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, bits, C.LEVEL_5, items)
+            data = msg.wire5 = encode_publish_parts(msg.topic, msg.payload, bits, _LEVEL_5, items)
             return _write_publish(broker, conn, data, qos, len(msg.payload))
     return _send_own(broker, conn, msg, msg.topic, bits, sub_ids, now)
 
@@ -72,7 +82,7 @@ def _send_own(broker, conn, msg, topic, bits, sub_ids, now):
         items = msg.props = encode_property_items(items)  # the first v5 delivery
     extras = conn.extras
     alias_max = 0 if extras is None else extras.alias_max_out
-    qos = bits & C.PUBLISH_QOS_MASK
+    qos = bits & _PUBLISH_QOS_MASK
     left = -1
     if msg.expiry:
         left = msg.expiry - now
@@ -99,9 +109,9 @@ def _send_unmounted(broker, conn, msg, bits, sub_ids, now):
         broker.stats.denied_delivery += 1  # (a session resumed through another listener)
         return False
     topic = topic[len(mount) :]
-    if conn.level != C.LEVEL_5:
+    if conn.level != _LEVEL_5:
         data = encode_publish_parts(topic, msg.payload, bits, conn.level, None)
-        return _write_publish(broker, conn, data, bits & C.PUBLISH_QOS_MASK, len(msg.payload))
+        return _write_publish(broker, conn, data, bits & _PUBLISH_QOS_MASK, len(msg.payload))
     return _send_own(broker, conn, msg, topic, bits, sub_ids, now)
 
 
@@ -110,7 +120,7 @@ def _write_shared(broker, conn, data, bits, size):
     first copy, encoded once), and patch this copy's flags and packet id in
     the client's output: every copy of a message at one QoS is the same
     bytes but for those."""
-    qos = bits & C.PUBLISH_QOS_MASK
+    qos = bits & _PUBLISH_QOS_MASK
     out = _write_publish(broker, conn, data, qos, size)
     if not out:
         return False
@@ -121,7 +131,7 @@ def _write_shared(broker, conn, data, bits, size):
         while out[i - 1] & 0x80:  # past the Remaining Length
             i += 1
         i += 2 + ((out[i] << 8) | out[i + 1])  # past the topic name
-        pid = bits >> C.PUBLISH_PID_SHIFT
+        pid = bits >> _PUBLISH_PID_SHIFT
         out[i] = pid >> 8
         out[i + 1] = pid & 0xFF
     return True
@@ -171,7 +181,7 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
     when the client did not turn off Request Problem Information [MQTT-3.1.2-29]."""
     if text is not None and conn.extras is not None and not conn.extras.problem_info:
         text = None
-    if conn.level == C.LEVEL_5 and (reason or text is not None):
+    if conn.level == _LEVEL_5 and (reason or text is not None):
         pkt = PubAck(ptype, packet_id, reason, None)
         if text is not None:
             # Left out beyond the client's Maximum Packet Size [MQTT-3.4.2-2] [MQTT-3.5.2-2].
@@ -179,12 +189,12 @@ def send_ack(broker, conn, ptype, packet_id, reason, text=None):
 
             broker.output.write(conn, with_reason_string(conn, pkt, text))
         else:
-            broker.output.write(conn, encode_packet(pkt, C.LEVEL_5))
+            broker.output.write(conn, encode_packet(pkt, _LEVEL_5))
         return
     # Four bytes, the same at both levels (v5 leaves out reason 0, 3.4.2.1):
     # written without a packet object.
     out = broker.output.write(conn, ACK4)
     n = len(out) - 4
-    out[n] = (ptype << 4) | 0x02 if ptype == C.PUBREL else ptype << 4
+    out[n] = (ptype << 4) | 0x02 if ptype == _PUBREL else ptype << 4
     out[n + 2] = packet_id >> 8
     out[n + 3] = packet_id & 0xFF

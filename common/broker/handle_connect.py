@@ -17,18 +17,40 @@
 from common.broker import login, outbox, session_life
 from common.broker.connection import NEW, mount_of
 from common.broker.session import NEVER, OWNER_UNKNOWN
-from common.mqtt import consts as C
+from common.compat import const
 from common.mqtt.errors import ProtocolError
 from common.mqtt.packets import Connack, encode_packet, prop_get
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_CONNACK_ACCEPTED = const(0x00)
+_LEVEL_31 = const(3)
+_LEVEL_311 = const(4)
+_LEVEL_5 = const(5)
+_PROP_AUTHENTICATION_METHOD = const(0x15)
+_PROP_MAXIMUM_PACKET_SIZE = const(0x27)
+_PROP_SESSION_EXPIRY_INTERVAL = const(0x11)
+_RC_BAD_AUTHENTICATION_METHOD = const(0x8C)
+_RC_CLIENT_IDENTIFIER_NOT_VALID = const(0x85)
+_RC_DISCONNECT_WITH_WILL = const(0x04)
+_RC_NOT_AUTHORIZED = const(0x87)
+_RC_QUOTA_EXCEEDED = const(0x97)
+_RC_SERVER_BUSY = const(0x89)
+_RC_SERVER_UNAVAILABLE = const(0x88)
+_RC_SUCCESS = const(0x00)
+_RC_UNSUPPORTED_PROTOCOL_VERSION = const(0x84)
 
 
 def send_connack(broker, conn, session_present, props):
     """Send the CONNACK of an accepted CONNECT (v5: with `props`)."""
-    if conn.level == C.LEVEL_5:
-        broker.output.write(conn, encode_packet(Connack(session_present, C.RC_SUCCESS, props), C.LEVEL_5))
+    if conn.level == _LEVEL_5:
+        broker.output.write(conn, encode_packet(Connack(session_present, _RC_SUCCESS, props), _LEVEL_5))
     else:
         # 3.1.1: four fixed bytes (one per connection in a connect storm).
-        broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, C.CONNACK_ACCEPTED)))
+        broker.output.write(conn, bytes((0x20, 2, 1 if session_present else 0, _CONNACK_ACCEPTED)))
 
 
 def refuse(broker, conn, reason, now, why):
@@ -78,15 +100,15 @@ class Found:
 
 
 def _check_level(broker, conn, pkt, found, now):
-    if pkt.level == C.LEVEL_31 and not broker.settings.allow_mqtt31:
-        return C.RC_UNSUPPORTED_PROTOCOL_VERSION, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false"  # [MQTT-3.1.2-2]
+    if pkt.level == _LEVEL_31 and not broker.settings.allow_mqtt31:
+        return _RC_UNSUPPORTED_PROTOCOL_VERSION, "MQTT 3.1 (MQIsdp) with allow_mqtt31 false"  # [MQTT-3.1.2-2]
     return None
 
 
 def _check_capacity(broker, conn, pkt, found, now):
     if conn.extras is not None and conn.extras.refuse_reason:
         # Accepted beyond max_connections only to say so.
-        reason = C.RC_SERVER_BUSY if conn.level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
+        reason = _RC_SERVER_BUSY if conn.level == _LEVEL_5 else _RC_SERVER_UNAVAILABLE
         return reason, "over max_connections %d" % broker.settings.max_connections
     return None
 
@@ -102,14 +124,14 @@ def _check_auth_method(broker, conn, pkt, found, now):
     # v5 enhanced authentication (4.12): a method that is not configured is
     # refused; a configured one runs its exchange first (enhanced_auth.py),
     # and the CONNECT comes back here once it succeeded (the method set).
-    if conn.level != C.LEVEL_5 or (conn.extras is not None and conn.extras.method is not None):
+    if conn.level != _LEVEL_5 or (conn.extras is not None and conn.extras.method is not None):
         return None
-    name = prop_get(pkt.props, C.PROP_AUTHENTICATION_METHOD, None)
+    name = prop_get(pkt.props, _PROP_AUTHENTICATION_METHOD, None)
     if name is None:
         return None
     method = broker.auth_methods.get(name)
     if method is None:
-        return C.RC_BAD_AUTHENTICATION_METHOD, ("authentication method '%s' not configured", (name,))
+        return _RC_BAD_AUTHENTICATION_METHOD, ("authentication method '%s' not configured", (name,))
     found.method = method
     return _WAIT
 
@@ -126,15 +148,15 @@ def _check_client_id(broker, conn, pkt, found, now):
     # that the checks after this one (the ACL's rules) see the id it will have.
     client_id = pkt.client_id
     if not client_id:
-        if conn.level != C.LEVEL_5 and not pkt.clean_start:
-            return C.RC_CLIENT_IDENTIFIER_NOT_VALID, "empty client id without clean session"  # [MQTT-3.1.3-8]
+        if conn.level != _LEVEL_5 and not pkt.clean_start:
+            return _RC_CLIENT_IDENTIFIER_NOT_VALID, "empty client id without clean session"  # [MQTT-3.1.3-8]
         found.client_id = _generate_client_id(broker)  # [MQTT-3.1.3-6]
-        found.assigned = conn.level == C.LEVEL_5  # told in CONNACK (Assigned Client Identifier)
+        found.assigned = conn.level == _LEVEL_5  # told in CONNACK (Assigned Client Identifier)
         return None
     limit = broker.settings.max_client_id_length
     if len(client_id) > limit:
         why = "client id of %d characters over max_client_id_length %d" % (len(client_id), limit)
-        return C.RC_CLIENT_IDENTIFIER_NOT_VALID, why  # [MQTT-3.1.3-9]
+        return _RC_CLIENT_IDENTIFIER_NOT_VALID, why  # [MQTT-3.1.3-9]
     return None
 
 
@@ -143,8 +165,8 @@ def _check_keep_alive(broker, conn, pkt, found, now):
     # no way to be told, so it is refused as mosquitto does.
     cap = broker.settings.max_keepalive
     keep_alive = pkt.keep_alive
-    if conn.level != C.LEVEL_5 and cap and (keep_alive == 0 or keep_alive > cap):
-        return C.RC_CLIENT_IDENTIFIER_NOT_VALID, "keep-alive %d s outside max_keepalive %d s (0 = none)" % (keep_alive, cap)
+    if conn.level != _LEVEL_5 and cap and (keep_alive == 0 or keep_alive > cap):
+        return _RC_CLIENT_IDENTIFIER_NOT_VALID, "keep-alive %d s outside max_keepalive %d s (0 = none)" % (keep_alive, cap)
     return None
 
 
@@ -158,7 +180,7 @@ def _check_owner(broker, conn, pkt, found, now):
         elif session.user != found.user:
             from common.broker.refusal import owner_refusal  # (its words: refusal.py)
 
-            return C.RC_NOT_AUTHORIZED, owner_refusal(broker, found.user, conn.peer, session, found.client_id)
+            return _RC_NOT_AUTHORIZED, owner_refusal(broker, found.user, conn.peer, session, found.client_id)
     # Its ACL rules, before the will is judged by them; a resumed session's
     # subscriptions are re-checked when it is taken.
     brought = (found.granted, found.source.RULES_FROM) if found.granted is not None else None
@@ -205,10 +227,10 @@ def accept(broker, conn, pkt, now, auth_out):
     """Check and accept a CONNECT; `auth_out` (bytes) is set once enhanced
     authentication succeeded (enhanced_auth.py), else None."""
     level = pkt.level
-    conn.level = C.LEVEL_5 if level == C.LEVEL_5 else C.LEVEL_311
-    if level == C.LEVEL_5:
+    conn.level = _LEVEL_5 if level == _LEVEL_5 else _LEVEL_311
+    if level == _LEVEL_5:
         # Before any refusal: its Reason String must fit [MQTT-3.1.2-25].
-        limit = prop_get(pkt.props, C.PROP_MAXIMUM_PACKET_SIZE, 0)
+        limit = prop_get(pkt.props, _PROP_MAXIMUM_PACKET_SIZE, 0)
         if limit:
             conn.extra().max_packet_out = limit
     found = Found(conn, pkt)
@@ -243,7 +265,7 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
     # The accepted CONNECT's session (session_life), then the answer. The
     # will is kept (a message slab held) before CONNACK acknowledges it.
     s = broker.settings
-    v5 = pkt.level == C.LEVEL_5
+    v5 = pkt.level == _LEVEL_5
     will = None
     if pkt.will_topic is not None:
         from common.broker import wills  # (loaded by _check_will)
@@ -252,10 +274,10 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
         if will is None:
             broker.stats.dropped_no_slab += 1
             why = "message store full (max_messages %d): the will cannot be kept" % s.max_messages
-            refuse(broker, conn, C.RC_QUOTA_EXCEEDED if v5 else C.RC_SERVER_UNAVAILABLE, now, why)
+            refuse(broker, conn, _RC_QUOTA_EXCEEDED if v5 else _RC_SERVER_UNAVAILABLE, now, why)
             return
     if v5:
-        expiry = prop_get(pkt.props, C.PROP_SESSION_EXPIRY_INTERVAL, 0)
+        expiry = prop_get(pkt.props, _PROP_SESSION_EXPIRY_INTERVAL, 0)
         if expiry > s.max_session_expiry:
             expiry = s.max_session_expiry
     elif pkt.clean_start:
@@ -266,7 +288,7 @@ def _take_session(broker, conn, pkt, now, assigned, auth_out):
     if session is None:
         if will is not None:
             broker.routing.messages.drop(will[0])
-        refuse(broker, conn, C.RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
+        refuse(broker, conn, _RC_SERVER_UNAVAILABLE, now, "no free session of max_sessions %d" % s.max_sessions)
         return
     session_life.attach(broker, conn, session, expiry, will)
     session.listener = login.listener_key(conn.peer)  # (its will's rules: login.security_of)
@@ -285,12 +307,12 @@ def _answer(broker, conn, pkt, now, taken, assigned, auth_out):
         keep_alive = server_keep_alive = s.max_keepalive  # v5 (3.1.1 was refused)
     conn.keep_alive = keep_alive
     ack_props = None
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         from common.broker import connect_v5  # (loaded by the first v5 client)
 
         ack_props = connect_v5.accepted(broker, conn, pkt, pkt.client_id if assigned else None, server_keep_alive, auth_out)
     present = taken & session_life.PRESENT
-    send_connack(broker, conn, present and level != C.LEVEL_31, ack_props)
+    send_connack(broker, conn, present and level != _LEVEL_31, ack_props)
     # One line, a takeover's included (a storm of them logs one line per connection).
     broker.log(
         20,
@@ -316,7 +338,7 @@ def _exchanged(broker, conn, connect, now, done):
     if done[0]:
         accept(broker, conn, connect, now, done[1])
     else:
-        refuse(broker, conn, C.RC_NOT_AUTHORIZED, now, done[1])
+        refuse(broker, conn, _RC_NOT_AUTHORIZED, now, done[1])
 
 
 def _generate_client_id(broker):
@@ -334,12 +356,12 @@ def _generate_client_id(broker):
 
 def handle_disconnect(broker, conn, pkt, now):
     session = conn.session
-    if conn.level == C.LEVEL_5:
+    if conn.level == _LEVEL_5:
         from common.broker import connect_v5  # (loaded by its CONNECT)
 
         connect_v5.disconnect_expiry(broker, session, pkt)
         # 0x04 "Disconnect with Will Message" keeps the will [MQTT-3.14.4-3].
-        keep_will = pkt.reason == C.RC_DISCONNECT_WITH_WILL
+        keep_will = pkt.reason == _RC_DISCONNECT_WITH_WILL
     else:
         keep_will = False  # [MQTT-3.14.4-3]
     broker.log(20, "%s disconnected (DISCONNECT 0x%02x)", (session.client_id, pkt.reason))

@@ -18,9 +18,30 @@ from common.broker.outbox import BACKLOG
 from common.broker.route import REASON_MASK, refusal_text, route, route_frame
 from common.broker.topics import over_limits
 from common.compat import const
-from common.mqtt import consts as C
 from common.mqtt.codec import take_bytes, vbi_size
 from common.mqtt.errors import MqttError, ProtocolError
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_LEVEL_5 = const(5)
+_PROP_MESSAGE_EXPIRY_INTERVAL = const(0x02)
+_PROP_SUBSCRIPTION_IDENTIFIER = const(0x0B)
+_PROP_TOPIC_ALIAS = const(0x23)
+_PUBACK = const(4)
+_PUBCOMP = const(7)
+_PUBREC = const(5)
+_RC_NOT_AUTHORIZED = const(0x87)
+_RC_PACKET_IDENTIFIER_NOT_FOUND = const(0x92)
+_RC_QOS_NOT_SUPPORTED = const(0x9B)
+_RC_QUOTA_EXCEEDED = const(0x97)
+_RC_RECEIVE_MAXIMUM_EXCEEDED = const(0x93)
+_RC_RETAIN_NOT_SUPPORTED = const(0x9A)
+_RC_SUCCESS = const(0x00)
+_RC_TOPIC_ALIAS_INVALID = const(0x94)
+_RC_TOPIC_NAME_INVALID = const(0x90)
 
 # A 3.1.1 client cannot be told the broker's window for inbound QoS 2
 # (max_inflight_in; v5 hears it as Receive Maximum) and paho's own is 20.
@@ -53,27 +74,27 @@ def handle_publish(broker, conn, pkt, now):
         by_client.received[conn.cid] += 1
     fwd = None
     expiry = 0
-    if conn.level == C.LEVEL_5:
+    if conn.level == _LEVEL_5:
         props = pkt.props
         if props:
             alias = 0
             taken = 0
             for prop_id, value in props:
-                if prop_id == C.PROP_TOPIC_ALIAS:
+                if prop_id == _PROP_TOPIC_ALIAS:
                     alias = value
                     taken += 1
-                elif prop_id == C.PROP_MESSAGE_EXPIRY_INTERVAL:
+                elif prop_id == _PROP_MESSAGE_EXPIRY_INTERVAL:
                     expiry = value
                     taken += 1
-                elif prop_id == C.PROP_SUBSCRIPTION_IDENTIFIER:
+                elif prop_id == _PROP_SUBSCRIPTION_IDENTIFIER:
                     raise ProtocolError("Subscription Identifier from a client")  # [MQTT-3.3.4-6]
             if alias:
                 topic = _resolve_alias(broker, conn, topic, alias)
-            fwd = forwarded(props, taken, C.PROP_TOPIC_ALIAS)
+            fwd = forwarded(props, taken, _PROP_TOPIC_ALIAS)
         if qos > s.maximum_qos:
-            raise MqttError(C.RC_QOS_NOT_SUPPORTED, "QoS above Maximum QoS")  # [MQTT-3.2.2-11]
+            raise MqttError(_RC_QOS_NOT_SUPPORTED, "QoS above Maximum QoS")  # [MQTT-3.2.2-11]
         if pkt.retain and not s.retain_available:
-            raise MqttError(C.RC_RETAIN_NOT_SUPPORTED, "retain not available")  # [MQTT-3.2.2-14]
+            raise MqttError(_RC_RETAIN_NOT_SUPPORTED, "retain not available")  # [MQTT-3.2.2-14]
     if not topic:
         raise ProtocolError("empty topic without a topic alias")  # [MQTT-3.3.2-1] (Topic Alias 0)
     extras = conn.extras
@@ -81,7 +102,7 @@ def handle_publish(broker, conn, pkt, now):
     if mount is not None:
         topic = mount + topic  # its listener's mount point (listener_policy.py)
     if over_limits(topic, s.max_topic_levels, s.max_topic_length):
-        raise MqttError(C.RC_TOPIC_NAME_INVALID, "topic name over the limits")
+        raise MqttError(_RC_TOPIC_NAME_INVALID, "topic name over the limits")
     pid = pkt.packet_id
     if qos == 2:
         late = broker.qos2_late.get(conn.cid) if broker.qos2_late else None
@@ -89,11 +110,11 @@ def handle_publish(broker, conn, pkt, now):
             # A resent QoS 2 PUBLISH before PUBREL: acknowledge, do not
             # deliver again [MQTT-4.3.3-9] (a withheld PUBREC comes in turn).
             if late is None or pid not in late:
-                send_ack(broker, conn, C.PUBREC, pid, C.RC_SUCCESS)
+                send_ack(broker, conn, _PUBREC, pid, _RC_SUCCESS)
             return
         if len(session.qos2_in) >= s.max_inflight_in:
-            if conn.level == C.LEVEL_5 or (late is not None and len(late) >= QOS2_LATE_MAX):
-                raise MqttError(C.RC_RECEIVE_MAXIMUM_EXCEEDED, "too many QoS 2 in flight")  # [MQTT-3.3.4-7]
+            if conn.level == _LEVEL_5 or (late is not None and len(late) >= QOS2_LATE_MAX):
+                raise MqttError(_RC_RECEIVE_MAXIMUM_EXCEEDED, "too many QoS 2 in flight")  # [MQTT-3.3.4-7]
             if late is None:
                 late = broker.qos2_late[conn.cid] = []
             late.append(pid)  # 3.1.1: its PUBREC waits for room (QOS2_LATE_MAX)
@@ -105,7 +126,7 @@ def handle_publish(broker, conn, pkt, now):
     spb = broker.sparkplug  # sparkplug_aware or sparkplug_group: sparkplug.py; else None
     refused = 0 if spb is None else spb.check(broker, session.client_id, topic, now)
     if topic.startswith("$SYS") or (mount is not None and topic.startswith("$SYS", len(mount))):
-        reason = C.RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
+        reason = _RC_NOT_AUTHORIZED  # only the broker publishes into $SYS/
         text = "only the broker publishes under $SYS/"
     elif refused:
         reason = refused  # under $sparkplug/certificates/, or a malformed Sparkplug topic
@@ -113,25 +134,25 @@ def handle_publish(broker, conn, pkt, now):
     elif conn.acl is not None and write_denied(broker, conn.acl, session, conn.user, topic, now):
         # v5: PUBACK/PUBREC 0x87; 3.1.1 has no code for it: acknowledged
         # (the reason is not encoded at that level) and dropped, counted.
-        reason = C.RC_NOT_AUTHORIZED
+        reason = _RC_NOT_AUTHORIZED
         text = "the ACL does not let this client write to this topic"
     elif broker.hook is not None and broker.hook.denied(conn, True, topic):
-        reason = C.RC_NOT_AUTHORIZED  # (the auth hook's answer: external_auth.py)
+        reason = _RC_NOT_AUTHORIZED  # (the auth hook's answer: external_auth.py)
         text = "the auth hook does not let this client write to this topic"
         broker.hook.refused(broker, session, "PUBLISH to", topic, now)
     elif (
         pkt.retain
         and qos
-        and conn.level == C.LEVEL_5
+        and conn.level == _LEVEL_5
         and not broker.routing.retained.fits(topic, take_bytes(frame, at, end))
     ):
         # A v5 publisher can be told its retained message would not be kept:
         # refused whole rather than routed and silently not retained.
         broker.stats.dropped_retained += 1
-        reason = C.RC_QUOTA_EXCEEDED
+        reason = _RC_QUOTA_EXCEEDED
         text = "retained store full (max_retained %d, max_retained_bytes %d)" % (s.max_retained, s.max_retained_bytes)
     else:
-        if qos == 0 and not pkt.retain and conn.level != C.LEVEL_5 and mount is None:
+        if qos == 0 and not pkt.retain and conn.level != _LEVEL_5 and mount is None:
             # A QoS 0 3.1.1 PUBLISH is what a 3.1.1 subscriber gets, byte
             # for byte (retain 0 [MQTT-3.3.1-9], no DUP). It is the whole
             # buffer when it came alone (a board's usual read: nothing
@@ -151,15 +172,15 @@ def handle_publish(broker, conn, pkt, now):
         reason = outcome & REASON_MASK
         if spb is not None and spb.after and reason < 0x80:
             spb.after_route(broker, conn, fwd, topic, take_bytes(reader.buf, pkt.payload_at, end), pkt.qos, now)
-        if reason == C.RC_QUOTA_EXCEEDED:
+        if reason == _RC_QUOTA_EXCEEDED:
             text = refusal_text(broker, session.client_id, pkt, outcome, len(topic) + end - pkt.payload_at)
-            if qos and conn.level != C.LEVEL_5:
+            if qos and conn.level != _LEVEL_5:
                 # 3.1.1 has no code to refuse it: a transient error closes
                 # the connection, never an ack for a message not kept
                 # [MQTT-4.8.0-2] (3.1.1).
-                raise MqttError(C.RC_QUOTA_EXCEEDED, text)
+                raise MqttError(_RC_QUOTA_EXCEEDED, text)
     if qos == 1:
-        send_ack(broker, conn, C.PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
+        send_ack(broker, conn, _PUBACK, pid, reason, text)  # [MQTT-4.3.2-2]
     elif qos == 2:
         if reason < 0x80:
             if not session.qos2_in:
@@ -170,7 +191,7 @@ def handle_publish(broker, conn, pkt, now):
                 return  # its PUBREC when a PUBREL makes room
         elif late is not None and pid in late:
             late.remove(pid)  # not kept: nothing to wait for
-        send_ack(broker, conn, C.PUBREC, pid, reason, text)
+        send_ack(broker, conn, _PUBREC, pid, reason, text)
 
 
 def forwarded(props, taken, other):
@@ -185,7 +206,7 @@ def forwarded(props, taken, other):
         return props
     rest = []
     for prop in props:
-        if prop[0] != other and prop[0] != C.PROP_MESSAGE_EXPIRY_INTERVAL:
+        if prop[0] != other and prop[0] != _PROP_MESSAGE_EXPIRY_INTERVAL:
             rest.append(prop)
     return rest or None
 
@@ -207,7 +228,7 @@ def write_denied(broker, acl, session, user, topic, now, what="PUBLISH"):
 
 def _resolve_alias(broker, conn, topic, alias):
     if alias > broker.settings.topic_alias_maximum:
-        raise MqttError(C.RC_TOPIC_ALIAS_INVALID, "topic alias above the maximum")  # [MQTT-3.3.2-9]
+        raise MqttError(_RC_TOPIC_ALIAS_INVALID, "topic alias above the maximum")  # [MQTT-3.3.2-9]
     extras = conn.extras
     aliases = None if extras is None else extras.aliases_in
     if topic:
@@ -227,13 +248,13 @@ def handle_pubrel(broker, conn, pkt, now):
     if pid in session.qos2_in:
         session.qos2_in.discard(pid)
         broker.listener.session_saved(session)
-        send_ack(broker, conn, C.PUBCOMP, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-11]
+        send_ack(broker, conn, _PUBCOMP, pid, _RC_SUCCESS)  # [MQTT-4.3.3-11]
         late = broker.qos2_late.get(conn.cid) if broker.qos2_late else None
         if late:
             if pid in late:
                 late.remove(pid)  # released before its PUBREC: no room made
             else:
                 # Room in the window: the oldest withheld PUBREC (QOS2_LATE_MAX).
-                send_ack(broker, conn, C.PUBREC, late.pop(0), C.RC_SUCCESS)
+                send_ack(broker, conn, _PUBREC, late.pop(0), _RC_SUCCESS)
     else:
-        send_ack(broker, conn, C.PUBCOMP, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
+        send_ack(broker, conn, _PUBCOMP, pid, _RC_PACKET_IDENTIFIER_NOT_FOUND)

@@ -59,10 +59,14 @@
 # and its penalty, the re-checks against new rules) is secured.py, loaded
 # by set_security with them: a board without users or ACL never loads it.
 
-from common.broker.clienttext import user_name
-from common.mqtt import consts as C
+from common.compat import const
 
-BAD_LOGIN = "bad user name or password"
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_RC_NOT_AUTHORIZED = const(0x87)
 
 
 def listener_key(peer):
@@ -110,23 +114,16 @@ def login(broker, peer, pkt, found, now):
     elif broker.hook is not None and pkt.username is not None:
         return broker.hook.login(broker, peer, pkt, found)  # asked outside (external_auth.py)
     elif users is not None and (pkt.username is not None or pkt.password is not None):
-        from common.broker.secured import check_password, held_why  # (loaded with the users)
+        from common.broker.secured import password_login  # (loaded with the users)
 
-        address = source_address(peer)
-        wait = check_password(broker, address, pkt.username, pkt.password, now, users)
-        if wait:
-            broker.stats.login_failed += 1
-            held = ""
-            if wait > 0:
-                held = held_why(broker, address, pkt.username, now)
-            # (format, args): the client's text is cut and escaped (broker.words).
-            why = BAD_LOGIN + " (user %s, client id %s, from %s%s)"
-            return C.RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
+        refused = password_login(broker, peer, source_address(peer), pkt, now, users)
+        if refused:
+            return refused
         found.user = pkt.username
     if found.user is None and not anonymous_allowed(broker, peer):
         from common.broker.refusal import anonymous_refused  # (the words of a refusal: refusal.py)
 
-        return C.RC_NOT_AUTHORIZED, anonymous_refused(security_of(broker, listener_key(peer)))
+        return _RC_NOT_AUTHORIZED, anonymous_refused(security_of(broker, listener_key(peer)))
     return 0
 
 
@@ -143,12 +140,9 @@ def client_rules(broker, user, peer, client_id, brought=None):
     acl = security_of(broker, listener_key(peer)).acl
     rules = None
     if acl is not None:
-        rules = acl.for_client(user, client_id)
-        own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
-        if own is not None:
-            from common.broker.acl import ClientAcl
+        from common.broker.secured import acl_rules  # (loaded with the ACL)
 
-            rules = ClientAcl(own() + rules.rules)
+        rules = acl_rules(broker, acl, user, peer, client_id)
     if brought is not None:
         from common.broker import granted
 
@@ -171,9 +165,7 @@ def rules_for(broker, user, peer, client_id, brought=None):
     """A CONNECT's rules (client_rules), the log line said when a pattern left it none."""
     rules = client_rules(broker, user, peer, client_id, brought)
     if rules is not None and rules.refused is not None:
-        broker.log(
-            30,
-            "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
-            (client_id, user_name(user)),
-        )
+        from common.broker.secured import no_rules_said  # (an ACL, or rules a login brought: rare)
+
+        no_rules_said(broker, user, client_id)
     return rules

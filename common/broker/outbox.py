@@ -25,9 +25,20 @@
 from common.broker.delivery import QUEUED, RELEASED, SENT, SHARED
 from common.broker.egress import send_ack, send_publish
 from common.compat import const
-from common.mqtt import consts as C
-from common.mqtt.consts import U16_MAX
 from common.mqtt.errors import ProtocolError
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_PUBLISH_PID_SHIFT = const(6)
+_PUBLISH_QOS_MASK = const(0x03)
+_PUBLISH_RETAIN = const(0x04)
+_PUBREL = const(6)
+_RC_PACKET_IDENTIFIER_NOT_FOUND = const(0x92)
+_RC_SUCCESS = const(0x00)
+_U16_MAX = const(65535)
 
 # Against max_queued_total_bytes every queued copy counts its topic and
 # payload plus this many bytes: about what a queued message costs the host
@@ -70,7 +81,7 @@ def deliver(broker, session, msg, bits, tag, now):
     """
     conn = session.conn
     s = broker.settings
-    qos = bits & C.PUBLISH_QOS_MASK
+    qos = bits & _PUBLISH_QOS_MASK
     if qos == 0:
         if conn is not None:
             if conn.paused and conn.out_bytes >= s.max_out_buffer:
@@ -236,21 +247,21 @@ def allocate_packet_id(session):
     # (Delivery.packet_id() inlined, and for/else rather than a flag:
     # this scans the window per QoS 1/2 PUBLISH, the top of the QoS 1
     # fan-in profile's bookkeeping.)
-    for _ in range(U16_MAX):
+    for _ in range(_U16_MAX):
         for d in inflight:
-            if d.bits >> C.PUBLISH_PID_SHIFT == pid:
+            if d.bits >> _PUBLISH_PID_SHIFT == pid:
                 break
         else:
-            session.next_packet_id = pid + 1 if pid < U16_MAX else 1
+            session.next_packet_id = pid + 1 if pid < _U16_MAX else 1
             return pid
-        pid = pid + 1 if pid < U16_MAX else 1
+        pid = pid + 1 if pid < _U16_MAX else 1
     return 0
 
 
 def find_inflight(session, packet_id):
     inflight = session.inflight
     for i in range(len(inflight)):
-        if inflight[i].bits >> C.PUBLISH_PID_SHIFT == packet_id:
+        if inflight[i].bits >> _PUBLISH_PID_SHIFT == packet_id:
             return i
     return -1
 
@@ -260,7 +271,7 @@ def _send_inflight(broker, conn, session, d, now):
     pid = allocate_packet_id(session)
     bits = d.bits  # (Delivery's accessors inlined: once per QoS 1/2 delivery)
     ids = d.tag[1] if bits & SHARED else d.tag
-    if send_publish(broker, conn, d.msg, bits | pid << C.PUBLISH_PID_SHIFT, ids, now):
+    if send_publish(broker, conn, d.msg, bits | pid << _PUBLISH_PID_SHIFT, ids, now):
         d.set_sent(pid)
         session.inflight.append(d)
         if d.seq:
@@ -277,7 +288,7 @@ def _resend(broker, conn, d, now):
     if d.state() == SENT:
         send_publish(broker, conn, d.msg, d.bits, d.sub_ids(), now)  # SENT: with DUP
     else:
-        send_ack(broker, conn, C.PUBREL, d.packet_id(), C.RC_SUCCESS)
+        send_ack(broker, conn, _PUBREL, d.packet_id(), _RC_SUCCESS)
 
 
 def _take_inflight(session, i):
@@ -355,7 +366,7 @@ def handle_puback(broker, conn, pkt, now):
     if i < 0:
         return  # unknown id: nothing to release
     d = session.inflight[i]
-    if d.bits & C.PUBLISH_QOS_MASK != 1:  # (Delivery.qos() inlined: once per PUBACK)
+    if d.bits & _PUBLISH_QOS_MASK != 1:  # (Delivery.qos() inlined: once per PUBACK)
         raise ProtocolError("PUBACK for a QoS 2 message")
     _take_inflight(session, i)
     _finish(broker, session, d)
@@ -367,7 +378,7 @@ def handle_pubrec(broker, conn, pkt, now):
     pid = pkt.packet_id
     i = find_inflight(session, pid)
     if i < 0:
-        send_ack(broker, conn, C.PUBREL, pid, C.RC_PACKET_IDENTIFIER_NOT_FOUND)
+        send_ack(broker, conn, _PUBREL, pid, _RC_PACKET_IDENTIFIER_NOT_FOUND)
         return
     d = session.inflight[i]
     if d.qos() != 2:
@@ -383,7 +394,7 @@ def handle_pubrec(broker, conn, pkt, now):
     if d.state() == SENT:
         d.set_released()
         broker.listener.delivery_released(session, d)
-    send_ack(broker, conn, C.PUBREL, pid, C.RC_SUCCESS)  # [MQTT-4.3.3-3]
+    send_ack(broker, conn, _PUBREL, pid, _RC_SUCCESS)  # [MQTT-4.3.3-3]
 
 
 def handle_pubcomp(broker, conn, pkt, now):
@@ -438,7 +449,7 @@ def hand_over_shared(broker, session, now, group=None):
             qos = d.qos()
             if sub.qos < qos:
                 qos = sub.qos
-            deliver(broker, sub.session, d.msg, qos | (C.PUBLISH_RETAIN if d.retain() else 0) | SHARED, sub.share, now)
+            deliver(broker, sub.session, d.msg, qos | (_PUBLISH_RETAIN if d.retain() else 0) | SHARED, sub.share, now)
         broker.routing.deliveries.release(d)
 
 

@@ -1,8 +1,11 @@
 # The answers that end a connection with a reason: fail() (an error after
 # or during CONNECT: v5 DISCONNECT or CONNACK with its reason code, 3.1.1
 # the close or the one return code it has), refuse_connect() (a CONNECT
-# that a check of handle_connect refused) and the words of two of those
-# checks (an anonymous client, another user's session: login.py's rules),
+# that a check of handle_connect refused), the close of a connection whose
+# timer expired (connect timeout, keep-alive) or whose first byte is not a
+# CONNECT's, the end of a retained replay that stalled
+# (replay.py) and the words of two of those checks (an
+# anonymous client, another user's session: login.py's rules),
 # and the v5 Reason String fitted to the client's Maximum Packet Size.
 # Loaded by the first refusal or failure: a board whose clients connect and
 # leave cleanly keeps none of this code (Broker.fail hands over to it).
@@ -79,6 +82,43 @@ def refuse_connect(broker, conn, reason, now, why):
         sent = "return code"
     broker.log(30, "refused CONNECT on #%d: %s; sent CONNACK %s 0x%02x", (conn.cid, why, sent, reason))
     broker.close(conn, now, publish_will=False)
+
+
+def timed_out(broker, conn, now):
+    """Close a connection whose timer expired (Broker.tick): a new one
+    without a complete CONNECT in connect_timeout s, closed; a client
+    silent for 1.5 x its keep-alive [MQTT-3.1.2-24], v5 DISCONNECT 0x8D."""
+    if conn.state == NEW:
+        broker.log(20, "closing #%d: no CONNECT within %d s", (conn.cid, broker.settings.connect_timeout))
+        broker.close(conn, now)
+    else:
+        broker.log(20, "closing %s: keep-alive expired", (broker.client_name(conn),))
+        fail(broker, conn, C.RC_KEEP_ALIVE_TIMEOUT, now)
+
+
+def not_a_connect(broker, conn, data, now):
+    """Close a new connection whose first byte is not a CONNECT's
+    [MQTT-3.1.0-1] (a peer that does not speak MQTT: an HTTP GET) without
+    waiting for the body its "remaining length" announces, and without a
+    CONNACK it could not read (Broker.data_received)."""
+    broker.stats.bytes_received += len(data)
+    broker.log(30, "closing #%d: first byte 0x%02x is not a CONNECT's (0x10); closed without CONNACK", (conn.cid, data[0]))
+    broker.close(conn, now, publish_will=False)
+
+
+def replay_stalled(broker, replay, now, limit):
+    """End the connection of `replay`, which has not moved for `limit` s
+    (replay.close_stalled): counted, logged, a v5 client told DISCONNECT
+    0x97 with the reason."""
+    broker.stats.closed_replay_stalled += 1
+    conn = replay.conn
+    text = "retained replay stalled: %d message(s) sent, more owed, output not drained for %d s (replay_stall_timeout %d)" % (
+        replay.sent,
+        now - replay.moved,
+        limit,
+    )
+    name = broker.client_name(conn)
+    broker.log(30, "closing %s: %s; sent %s", (name, text, fail(broker, conn, C.RC_QUOTA_EXCEEDED, now, text=text)))
 
 
 def anonymous_refused(sec):

@@ -49,7 +49,13 @@
 
 from common.broker.outbox import deliver
 from common.compat import const
-from common.mqtt import consts as C
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_PUBLISH_RETAIN = const(0x04)
 
 _FIRST_BYTES = const(4096)  # at most this much of a replay in the SUBSCRIBE's turn
 
@@ -109,7 +115,7 @@ def advance(broker, replay, now, bound):
         moved = True
         if not msg.expiry or retained.live(msg, now):  # (most never expire: no call)
             qos = msg.qos if msg.qos < sub.qos else sub.qos
-            deliver(broker, session, msg, qos | C.PUBLISH_RETAIN, ids, now)
+            deliver(broker, session, msg, qos | _PUBLISH_RETAIN, ids, now)
             replay.sent += 1
     if moved:
         replay.moved = now
@@ -157,14 +163,7 @@ def close_stalled(broker, now):
     while i >= 0:
         replay = replays[i]
         i -= 1
-        if now - replay.moved < limit:
-            continue
-        broker.stats.closed_replay_stalled += 1
-        conn = replay.conn
-        text = "retained replay stalled: %d message(s) sent, more owed, output not drained for %d s (replay_stall_timeout %d)" % (
-            replay.sent,
-            now - replay.moved,
-            limit,
-        )
-        name = broker.client_name(conn)
-        broker.log(30, "closing %s: %s; sent %s", (name, text, broker.fail(conn, C.RC_QUOTA_EXCEEDED, now, text=text)))
+        if now - replay.moved >= limit:
+            from common.broker.refusal import replay_stalled  # (rare: refusal.py)
+
+            replay_stalled(broker, replay, now, limit)

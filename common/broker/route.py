@@ -33,8 +33,19 @@
 from common.broker.delivery import SHARED
 from common.broker.outbox import BACKLOG, FULL_SESSION, deliver, full_subscriber, log_total, no_room
 from common.compat import const
-from common.mqtt import consts as C
 from common.mqtt.codec import take_bytes
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_LEVEL_5 = const(5)
+_PUBLISH_QOS_MASK = const(0x03)
+_PUBLISH_RETAIN = const(0x04)
+_RC_NO_MATCHING_SUBSCRIBERS = const(0x10)
+_RC_QUOTA_EXCEEDED = const(0x97)
+_RC_SUCCESS = const(0x00)
 
 # Outcome bits above the reason code (BACKLOG: outbox.py): refused whole,
 # a subscriber's own queue full, or all queues together (queue_full =
@@ -75,24 +86,24 @@ def _route(broker, origin, pub, payload, expiry_interval, now, matches):
             # was told is accepted goes missing.
             if no_room(broker, full, len(topic) + len(payload)) == FULL_SESSION:
                 broker.stats.refused_queue_full += 1
-                return C.RC_QUOTA_EXCEEDED | _FULL_SESSION_HIT
+                return _RC_QUOTA_EXCEEDED | _FULL_SESSION_HIT
             broker.stats.refused_queue_total += 1
             log_total(broker, origin, now)
-            return C.RC_QUOTA_EXCEEDED | _FULL_TOTAL_HIT
+            return _RC_QUOTA_EXCEEDED | _FULL_TOTAL_HIT
     messages = routing.messages
     expiry = now + expiry_interval if expiry_interval else 0
     msg = None
     if retain:
         msg = routing.retained.store(topic, payload, qos, pub.props, expiry)
     if not matches:
-        return C.RC_NO_MATCHING_SUBSCRIBERS
+        return _RC_NO_MATCHING_SUBSCRIBERS
     if msg is None:
         msg = messages.new(topic, payload, qos, retain, pub.props, expiry)
         if msg is None:
             broker.stats.dropped_no_slab += 1
-            return C.RC_QUOTA_EXCEEDED
+            return _RC_QUOTA_EXCEEDED
     messages.hold(msg)  # keep it alive while delivering
-    outcome = C.RC_SUCCESS
+    outcome = _RC_SUCCESS
     stamp = routing.next_stamp()
     for entry in matches:
         if entry.is_group:
@@ -103,7 +114,7 @@ def _route(broker, origin, pub, payload, expiry_interval, now, matches):
             if sub is not None:
                 bits = sub.qos if sub.qos < qos else qos
                 if retain and sub.retain_as_published:
-                    bits |= C.PUBLISH_RETAIN
+                    bits |= _PUBLISH_RETAIN
                 if deliver(broker, sub.session, msg, bits | SHARED, sub.share, now) and sub.session.client_id != origin:
                     outcome |= BACKLOG
             continue
@@ -120,7 +131,7 @@ def _route(broker, origin, pub, payload, expiry_interval, now, matches):
             sess.route_ids = None
         else:
             fold = sess.route_fold
-            if granted > fold & C.PUBLISH_QOS_MASK:
+            if granted > fold & _PUBLISH_QOS_MASK:
                 fold = (fold & _FOLD_RETAIN) | granted
             if keep_retain:
                 fold |= _FOLD_RETAIN
@@ -163,12 +174,12 @@ def route_frame(broker, origin, pub, frame, at, now):
         if entry.is_group:
             break
         conn = entry.session.conn
-        if conn is None or conn.level == C.LEVEL_5 or (conn.extras is not None and conn.extras.mount is not None):
+        if conn is None or conn.level == _LEVEL_5 or (conn.extras is not None and conn.extras.mount is not None):
             break  # (a mount point's client gets the topic without its prefix: egress.py)
     else:
         _forward(broker, origin, topic, matches, frame, len(frame) - at)
         _done(routing, matches)
-        return C.RC_SUCCESS if matches else C.RC_NO_MATCHING_SUBSCRIBERS
+        return _RC_SUCCESS if matches else _RC_NO_MATCHING_SUBSCRIBERS
     outcome = _route(broker, origin, pub, take_bytes(frame, at, len(frame)), 0, now, matches)
     _done(routing, matches)
     return outcome

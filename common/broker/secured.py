@@ -1,16 +1,63 @@
 # The parts of login (login.py) that only a broker with a password file or
-# an ACL runs: the password check under the login back-off, and the
-# re-checks of a session against new or changed rules. security_files.set_security
-# loads this module when it installs users or rules, so that no CONNECT
-# loads it; a broker without either (a board's default) never does.
+# an ACL runs: the password check under the login back-off (and the refusal
+# of a wrong one), a client's rules from the ACL (and the line logged when
+# a pattern leaves it none), and the re-checks of a session against new or
+# changed rules. security_files.set_security loads this module when it
+# installs users or rules, so that no CONNECT loads it; a broker without
+# either (a board's default) never does (but for that log line, when the
+# rules a JWT or an auth hook brought leave a client none).
 # login.py's theory of operation describes the rules.
 
 from common.broker import handle_publish, handle_subscribe, outbox
+from common.broker.clienttext import user_name
+from common.compat import const
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_RC_BAD_USER_NAME_OR_PASSWORD = const(0x86)
 
 PENALTY_MAX_S = 60
 PENALTY_ENTRIES = 256  # (address, user name) pairs held back; as many addresses' budgets
 BUDGET_WINDOW_S = 60  # login_failures_per_address counts failures of this window
 NAME_KEPT = 64  # characters of a user name its key keeps (a bound on the table's memory)
+
+
+def password_login(broker, peer, address, pkt, now, users):
+    """A CONNECT's user name and password (through `peer`, from `address`)
+    checked against `users` (login.login): 0, or the refusal of a wrong or
+    held-back one, (reason, why), counted in login_failed."""
+    wait = check_password(broker, address, pkt.username, pkt.password, now, users)
+    if not wait:
+        return 0
+    broker.stats.login_failed += 1
+    held = held_why(broker, address, pkt.username, now) if wait > 0 else ""
+    # (format, args): the client's text is cut and escaped (broker.words).
+    why = "bad user name or password (user %s, client id %s, from %s%s)"
+    return _RC_BAD_USER_NAME_OR_PASSWORD, (why, (pkt.username, pkt.client_id, peer[0] if peer is not None else "-", held))
+
+
+def acl_rules(broker, acl, user, peer, client_id):
+    """The rules `acl` gives a client (login.client_rules): its user's and
+    client id's, and for a bridge's own local connection its grants too."""
+    rules = acl.for_client(user, client_id)
+    own = broker.bridge_grants.get(peer[0]) if peer is not None and rules.refused is None else None
+    if own is not None:
+        from common.broker.acl import ClientAcl
+
+        rules = ClientAcl(own() + rules.rules)
+    return rules
+
+
+def no_rules_said(broker, user, client_id):
+    """The log line of a CONNECT left no ACL rules (login.rules_for)."""
+    broker.log(
+        30,
+        "client id %s (user %s): no ACL rules: a pattern would put a name holding +, # or / (or empty, or a leading $) into a filter",
+        (client_id, user_name(user)),
+    )
 
 
 def check_password(broker, address, username, password, now, users=None):

@@ -24,7 +24,13 @@ from common.broker import handle_subscribe, outbox, replay
 from common.broker.connection import CONNECTED
 from common.broker.session import NEVER
 from common.compat import const
-from common.mqtt import consts as C
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_RC_SESSION_TAKEN_OVER = const(0x8E)
 
 # take()'s bits
 TOOK_OVER = const(1)  # a live connection served the session: closed
@@ -43,7 +49,7 @@ def take(broker, conn, client_id, clean_start, now):
     taken = 0
     if session is not None and session.conn is not None:
         taken = TOOK_OVER
-        broker.fail(session.conn, C.RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
+        broker.fail(session.conn, _RC_SESSION_TAKEN_OVER, now)  # [MQTT-3.1.4-2]
         session = sessions.find(client_id)  # the close may have ended it
     if session is not None and clean_start:
         destroy_session(broker, session, now)  # [MQTT-3.1.2-6] [MQTT-3.1.2-4]

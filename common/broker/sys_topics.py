@@ -13,7 +13,7 @@
 
 from common import VERSION
 from common.broker.connection import CONNECTED
-from common.broker.stats import STATS_COUNTERS
+from common.broker.stats_counters import STATS_COUNTERS
 
 PREFIX = "$SYS/broker/"
 

@@ -90,11 +90,18 @@
 # the broker bounds with max_topic_levels.
 
 from common.compat import const
-from common.mqtt.consts import RC_TOPIC_FILTER_INVALID, RC_TOPIC_NAME_INVALID
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_RC_TOPIC_FILTER_INVALID = const(0x8F)
+_RC_TOPIC_NAME_INVALID = const(0x90)
 
 # the v5 reason codes these functions return, under this module's names
-TOPIC_FILTER_INVALID: int = RC_TOPIC_FILTER_INVALID  # 0x8F
-TOPIC_NAME_INVALID: int = RC_TOPIC_NAME_INVALID  # 0x90
+TOPIC_FILTER_INVALID: int = _RC_TOPIC_FILTER_INVALID  # 0x8F
+TOPIC_NAME_INVALID: int = _RC_TOPIC_NAME_INVALID  # 0x90
 
 # parse_shared() result for a "$share/" filter that breaks [MQTT-4.8.2-1/-2]
 SHARED_INVALID = ("", None)

@@ -31,9 +31,17 @@ copied out: ``take_bytes``).
 
 import struct
 
-from common.mqtt.consts import U16_MAX, VBI_MAX
+from common.compat import const
 from common.mqtt.errors import MalformedPacket, PacketTooLarge, ProtocolError
 from common.mqtt.utf8 import decode_utf8
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_U16_MAX = const(65535)
+_VBI_MAX = const(268435455)
 
 # ---------------------------------------------------------------------------
 # Decoding primitives
@@ -154,7 +162,7 @@ def vbi_size(value):
         return 2
     if value < 2097152:
         return 3
-    if value <= VBI_MAX:
+    if value <= _VBI_MAX:
         return 4
     raise ValueError("value too large for a variable byte integer")
 
@@ -183,7 +191,7 @@ def write_u32(buf, off, value):
 
 def write_vbi(buf, off, value):
     """Minimal Variable Byte Integer encoding [MQTT-1.5.5-1]."""
-    if value < 0 or value > VBI_MAX:
+    if value < 0 or value > _VBI_MAX:
         raise ValueError("value out of range for a variable byte integer")
     while True:
         b = value & 0x7F
@@ -233,7 +241,7 @@ def write_raw(buf, off, data):
 def write_prefixed(buf, off, data):
     """Two-byte length then the bytes (strings already UTF-8 encoded, binary)."""
     n = len(data)
-    if n > U16_MAX:
+    if n > _U16_MAX:
         raise ValueError("string or binary data longer than 65535 bytes")
     buf[off] = n >> 8
     buf[off + 1] = n & 0xFF
@@ -279,7 +287,7 @@ class FrameReader:
 
     __slots__ = ("buf", "max_packet_size", "own", "pos", "start", "stop")  # one per connection: no dict on CPython
 
-    def __init__(self, max_packet_size=VBI_MAX + 5):
+    def __init__(self, max_packet_size=_VBI_MAX + 5):
         self.max_packet_size = max_packet_size
         self.buf = b""  # what frames index: the caller's data, or `own`
         self.own = None  # a bytearray of the reader's own while a packet is cut

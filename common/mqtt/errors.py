@@ -9,13 +9,18 @@ MicroPython notes: ``super().__init__`` (``Exception.__init__`` does not exist
 there), explicit attributes (no exception chaining), single inheritance.
 """
 
-from common.mqtt.consts import (
-    RC_MALFORMED_PACKET,
-    RC_PACKET_TOO_LARGE,
-    RC_PROTOCOL_ERROR,
-    RC_TOPIC_NAME_INVALID,
-    RC_UNSUPPORTED_PROTOCOL_VERSION,
-)
+from common.compat import const
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_RC_MALFORMED_PACKET = const(0x81)
+_RC_PACKET_TOO_LARGE = const(0x95)
+_RC_PROTOCOL_ERROR = const(0x82)
+_RC_TOPIC_NAME_INVALID = const(0x90)
+_RC_UNSUPPORTED_PROTOCOL_VERSION = const(0x84)
 
 
 class MqttError(Exception):
@@ -42,21 +47,21 @@ class MalformedPacket(MqttError):
     """0x81: the bytes do not follow the packet grammar."""
 
     def __init__(self, msg=""):
-        super().__init__(RC_MALFORMED_PACKET, msg)
+        super().__init__(_RC_MALFORMED_PACKET, msg)
 
 
 class ProtocolError(MqttError):
     """0x82: well-formed bytes that the protocol forbids."""
 
     def __init__(self, msg=""):
-        super().__init__(RC_PROTOCOL_ERROR, msg)
+        super().__init__(_RC_PROTOCOL_ERROR, msg)
 
 
 class PacketTooLarge(MqttError):
     """0x95: the packet exceeds the maximum packet size we accept."""
 
     def __init__(self, msg=""):
-        super().__init__(RC_PACKET_TOO_LARGE, msg)
+        super().__init__(_RC_PACKET_TOO_LARGE, msg)
 
 
 class UnsupportedProtocol(MqttError):
@@ -69,11 +74,11 @@ class UnsupportedProtocol(MqttError):
     """
 
     def __init__(self, msg=""):
-        super().__init__(RC_UNSUPPORTED_PROTOCOL_VERSION, msg)
+        super().__init__(_RC_UNSUPPORTED_PROTOCOL_VERSION, msg)
 
 
 class TopicNameInvalid(MqttError):
     """0x90: a PUBLISH (or will) topic name that is not a valid topic name."""
 
     def __init__(self, msg=""):
-        super().__init__(RC_TOPIC_NAME_INVALID, msg)
+        super().__init__(_RC_TOPIC_NAME_INVALID, msg)

@@ -19,7 +19,7 @@ turns any stray low-level exception into ``MalformedPacket`` as a last guard.
 """
 
 from common.compat import JOIN_PARTS_FASTER as _JOIN_PARTS  # encode_publish's per-message path
-from common.compat import STRUCT_ERROR
+from common.compat import STRUCT_ERROR, const
 from common.mqtt import consts as C
 from common.mqtt.codec import (
     check_end,
@@ -58,32 +58,49 @@ from common.mqtt.properties import (
 )
 from common.mqtt.utf8 import decode_utf8
 
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_AUTH = const(15)
+_CONNACK = const(2)
+_CONNECT = const(1)
+_DISCONNECT = const(14)
+_LEVEL_5 = const(5)
+_PINGREQ = const(12)
+_PINGRESP = const(13)
+_PROP_AUTHENTICATION_DATA = const(0x16)
+_PROP_AUTHENTICATION_METHOD = const(0x15)
+_PROP_MESSAGE_EXPIRY_INTERVAL = const(0x02)
+_PROP_SUBSCRIPTION_IDENTIFIER = const(0x0B)
+_PROP_TOPIC_ALIAS = const(0x23)
+_PUBACK = const(4)
+_PUBLISH = const(3)
+_PUBLISH_DUP = const(0x08)
+_PUBLISH_PID_SHIFT = const(6)
+_PUBLISH_QOS_MASK = const(0x03)
+_PUBLISH_RETAIN = const(0x04)
+_PUBREC = const(5)
+_PUBREL = const(6)
+_SUBACK = const(9)
+_SUBSCRIBE = const(8)
+_UNSUBACK = const(11)
+_UNSUBSCRIBE = const(10)
+_WILL = const(16)
+
 # ---------------------------------------------------------------------------
 # Packet classes: plain attributes, keyword defaults, ``ptype`` on every one.
 # ---------------------------------------------------------------------------
 
 
 class Packet:
-    """Equality over ``FIELDS`` (``None`` and ``[]`` properties are equal), repr."""
+    """A packet's type; its fields are plain attributes (no field table, no
+    __eq__ or __repr__: only tests compare or print packets, by their
+    attributes, tests/core/packet_fields.py; on a board that code and those
+    tables would cost heap)."""
 
     ptype = 0
-    FIELDS = ()
-
-    def __eq__(self, other):
-        if not isinstance(other, Packet) or other.ptype != self.ptype:
-            return False
-        for name in self.FIELDS:
-            a = getattr(self, name)
-            b = getattr(other, name)
-            if not a and not b and name.endswith("props"):
-                continue
-            if a != b:
-                return False
-        return True
-
-    def __repr__(self):
-        parts = ["%s=%r" % (name, getattr(self, name)) for name in self.FIELDS]
-        return "%s(%s)" % (type(self).__name__, ", ".join(parts))
 
 
 class Connect(Packet):
@@ -91,12 +108,7 @@ class Connect(Packet):
     user name and password, properties, the protocol name) by keyword; what
     is not given keeps its default, a class attribute below."""
 
-    ptype = C.CONNECT
-    FIELDS = (
-        "level", "clean_start", "keep_alive", "client_id", "will_topic",
-        "will_payload", "will_qos", "will_retain", "will_props", "username",
-        "password", "props", "proto_name",
-    )
+    ptype = _CONNECT
     will_topic = None  # None: no will
     will_payload = None
     will_qos = 0
@@ -113,16 +125,15 @@ class Connect(Packet):
         self.keep_alive = keep_alive
         self.client_id = client_id
         for name in fields:
-            if name not in Connect.FIELDS:
-                raise TypeError(name)  # not a field of CONNECT
+            if name[0] == "_" or name == "ptype" or not hasattr(Connect, name):
+                raise TypeError(name)  # not a field of CONNECT (one with its default below)
             setattr(self, name, fields[name])
         if self.proto_name is None:
             self.proto_name = "MQIsdp" if level == 3 else "MQTT"
 
 
 class Connack(Packet):
-    ptype = C.CONNACK
-    FIELDS = ("session_present", "reason", "props")
+    ptype = _CONNACK
 
     def __init__(self, session_present=False, reason=0, props=None):
         self.session_present = session_present
@@ -131,8 +142,7 @@ class Connack(Packet):
 
 
 class Publish(Packet):
-    ptype = C.PUBLISH
-    FIELDS = ("topic", "payload", "qos", "retain", "dup", "packet_id", "props")
+    ptype = _PUBLISH
 
     def __init__(self, topic="", payload=b"", qos=0, retain=False, dup=False,
                  packet_id=0, props=None):
@@ -148,9 +158,8 @@ class Publish(Packet):
 class PubAck(Packet):
     """PUBACK, PUBREC, PUBREL or PUBCOMP (``ptype`` says which)."""
 
-    FIELDS = ("packet_id", "reason", "props")
 
-    def __init__(self, ptype=C.PUBACK, packet_id=0, reason=0, props=None):
+    def __init__(self, ptype=_PUBACK, packet_id=0, reason=0, props=None):
         self.ptype = ptype
         self.packet_id = packet_id
         self.reason = reason
@@ -158,8 +167,7 @@ class PubAck(Packet):
 
 
 class Subscribe(Packet):
-    ptype = C.SUBSCRIBE
-    FIELDS = ("packet_id", "topics", "props")
+    ptype = _SUBSCRIBE
 
     def __init__(self, packet_id=0, topics=None, props=None):
         self.packet_id = packet_id
@@ -168,8 +176,7 @@ class Subscribe(Packet):
 
 
 class Suback(Packet):
-    ptype = C.SUBACK
-    FIELDS = ("packet_id", "reasons", "props")
+    ptype = _SUBACK
 
     def __init__(self, packet_id=0, reasons=None, props=None):
         self.packet_id = packet_id
@@ -178,8 +185,7 @@ class Suback(Packet):
 
 
 class Unsubscribe(Packet):
-    ptype = C.UNSUBSCRIBE
-    FIELDS = ("packet_id", "filters", "props")
+    ptype = _UNSUBSCRIBE
 
     def __init__(self, packet_id=0, filters=None, props=None):
         self.packet_id = packet_id
@@ -188,8 +194,7 @@ class Unsubscribe(Packet):
 
 
 class Unsuback(Packet):
-    ptype = C.UNSUBACK
-    FIELDS = ("packet_id", "reasons", "props")
+    ptype = _UNSUBACK
 
     def __init__(self, packet_id=0, reasons=None, props=None):
         self.packet_id = packet_id
@@ -198,16 +203,15 @@ class Unsuback(Packet):
 
 
 class Pingreq(Packet):
-    ptype = C.PINGREQ
+    ptype = _PINGREQ
 
 
 class Pingresp(Packet):
-    ptype = C.PINGRESP
+    ptype = _PINGRESP
 
 
 class Disconnect(Packet):
-    ptype = C.DISCONNECT
-    FIELDS = ("reason", "props")
+    ptype = _DISCONNECT
 
     def __init__(self, reason=0, props=None):
         self.reason = reason
@@ -215,8 +219,7 @@ class Disconnect(Packet):
 
 
 class Auth(Packet):
-    ptype = C.AUTH
-    FIELDS = ("reason", "props")
+    ptype = _AUTH
 
     def __init__(self, reason=0, props=None):
         self.reason = reason
@@ -268,14 +271,14 @@ def decode_connect(first, buf, start, end, level):
     pkt = Connect(lvl, (flags & 0x02) != 0, 0, "", proto_name=name)
     pkt.keep_alive, i = decode_u16(buf, i, end)
     if lvl == 5:
-        props, i = decode_properties(buf, i, end, C.CONNECT)
-        if prop_get(props, C.PROP_AUTHENTICATION_DATA) is not None and prop_get(props, C.PROP_AUTHENTICATION_METHOD) is None:
+        props, i = decode_properties(buf, i, end, _CONNECT)
+        if prop_get(props, _PROP_AUTHENTICATION_DATA) is not None and prop_get(props, _PROP_AUTHENTICATION_METHOD) is None:
             raise ProtocolError("Authentication Data without an Authentication Method")  # v5 3.1.2.11.10
         pkt.props = props
     pkt.client_id, i = decode_str(buf, i, end)
     if will:
         if lvl == 5:
-            pkt.will_props, i = decode_properties(buf, i, end, C.WILL)
+            pkt.will_props, i = decode_properties(buf, i, end, _WILL)
         topic, i = decode_str(buf, i, end)
         if not topic:
             raise TopicNameInvalid("empty will topic")  # [MQTT-4.7.3-1]
@@ -350,12 +353,12 @@ def decode_publish_into(pkt, first, buf, start, end, level, topics):
             raise ProtocolError("packet identifier 0")  # [MQTT-2.3.1-1]
         i += 2
     props = None
-    if level == C.LEVEL_5:
-        props, i = decode_properties(buf, i, end, C.PUBLISH)
+    if level == _LEVEL_5:
+        props, i = decode_properties(buf, i, end, _PUBLISH)
     if not topic:
-        if level != C.LEVEL_5:
+        if level != _LEVEL_5:
             raise TopicNameInvalid("empty topic name")  # [MQTT-4.7.3-1]
-        if prop_get(props, C.PROP_TOPIC_ALIAS) is None:
+        if prop_get(props, _PROP_TOPIC_ALIAS) is None:
             # 3.3.2.1: a zero-length topic needs a Topic Alias (resolved by the broker)
             raise ProtocolError("empty topic name without a topic alias")
     elif fresh:
@@ -387,11 +390,11 @@ def decode_puback_into(pkt, first, buf, start, end, level):
     i = start + 2
     reason = 0
     props = None
-    if level == C.LEVEL_5 and i < end:
+    if level == _LEVEL_5 and i < end:
         # Remaining Length 2: reason 0, no properties; 3: no properties (3.4.2.1)
         reason = buf[i]
         i += 1
-        allowed = C.REASONS_PUBACK if ptype == C.PUBACK or ptype == C.PUBREC else C.REASONS_PUBREL
+        allowed = C.REASONS_PUBACK if ptype == _PUBACK or ptype == _PUBREC else C.REASONS_PUBREL
         if reason not in allowed:
             raise ProtocolError("invalid reason code for %s" % C.PACKET_NAMES[ptype])
         if i < end:
@@ -407,13 +410,13 @@ def decode_puback_into(pkt, first, buf, start, end, level):
 def decode_subscribe(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     props = None
-    if level == C.LEVEL_5:
-        props, i = decode_properties(buf, i, end, C.SUBSCRIBE)
+    if level == _LEVEL_5:
+        props, i = decode_properties(buf, i, end, _SUBSCRIBE)
     topics = []
     while i < end:
         filt, i = decode_str(buf, i, end)
         opts, i = decode_u8(buf, i, end)
-        if level == C.LEVEL_5:
+        if level == _LEVEL_5:
             if opts & 0xC0:
                 raise MalformedPacket("subscription options reserved bits")  # [MQTT-3.8.3-5]
             if opts & 0x03 == 3:
@@ -432,8 +435,8 @@ def decode_subscribe(first, buf, start, end, level):
 def decode_unsubscribe(first, buf, start, end, level):
     pid, i = decode_packet_id(buf, start, end)
     props = None
-    if level == C.LEVEL_5:
-        props, i = decode_properties(buf, i, end, C.UNSUBSCRIBE)
+    if level == _LEVEL_5:
+        props, i = decode_properties(buf, i, end, _UNSUBSCRIBE)
     filters = []
     while i < end:
         filt, i = decode_str(buf, i, end)
@@ -445,13 +448,13 @@ def decode_unsubscribe(first, buf, start, end, level):
 
 def decode_ping(first, buf, start, end, level):
     check_end(start, end)  # PINGREQ and PINGRESP have no body
-    return Pingreq() if first >> 4 == C.PINGREQ else Pingresp()
+    return Pingreq() if first >> 4 == _PINGREQ else Pingresp()
 
 
 def decode_disconnect_auth(first, buf, start, end, level):
-    if first >> 4 == C.AUTH:
-        return Auth(*decode_reason_props(buf, start, end, level, C.AUTH, C.REASONS_AUTH))
-    return Disconnect(*decode_reason_props(buf, start, end, level, C.DISCONNECT, C.REASONS_DISCONNECT))
+    if first >> 4 == _AUTH:
+        return Auth(*decode_reason_props(buf, start, end, level, _AUTH, C.REASONS_AUTH))
+    return Disconnect(*decode_reason_props(buf, start, end, level, _DISCONNECT, C.REASONS_DISCONNECT))
 
 
 def decode_client_only(first, buf, start, end, level):
@@ -461,7 +464,7 @@ def decode_client_only(first, buf, start, end, level):
     from common.mqtt.client_packets import CLIENT_DECODERS  # (never on the broker's path)
 
     ptype = first >> 4
-    made = Connack if ptype == C.CONNACK else Suback if ptype == C.SUBACK else Unsuback
+    made = Connack if ptype == _CONNACK else Suback if ptype == _SUBACK else Unsuback
     return made(*CLIENT_DECODERS[ptype](buf, start, end, level))
 
 
@@ -479,12 +482,12 @@ def check_fixed_header(first_byte, level):
     flags = first_byte & 0x0F
     if ptype == 0:
         raise MalformedPacket("packet type 0 is reserved")  # 2.1.2
-    if ptype == C.AUTH and level != C.LEVEL_5:
+    if ptype == _AUTH and level != _LEVEL_5:
         raise MalformedPacket("AUTH before MQTT 5")  # 3.1.1 2.2.1: type 15 reserved
-    if ptype == C.PUBREL or ptype == C.SUBSCRIBE or ptype == C.UNSUBSCRIBE:
+    if ptype == _PUBREL or ptype == _SUBSCRIBE or ptype == _UNSUBSCRIBE:
         if flags != 0x02:
             raise MalformedPacket("fixed header flags must be 0010")  # [MQTT-2.2.2-1, -2]
-    elif flags and ptype != C.PUBLISH:
+    elif flags and ptype != _PUBLISH:
         raise MalformedPacket("fixed header flags must be 0000")  # [MQTT-2.2.2-1, -2]
     return ptype
 
@@ -514,7 +517,7 @@ def decode_packet_into(pkt, first_byte, buf, start, end, level, topics):
     PUBCOMP (returns `end`)."""
     ptype = check_fixed_header(first_byte, level)
     try:
-        if ptype == C.PUBLISH:
+        if ptype == _PUBLISH:
             return decode_publish_into(pkt, first_byte, buf, start, end, level, topics)
         decode_puback_into(pkt, first_byte, buf, start, end, level)
         return end
@@ -531,32 +534,32 @@ def decode_packet_into(pkt, first_byte, buf, start, end, level, topics):
 
 def encode_connack(p, level):
     size = 2
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(0x20, size)
     off = write_u8(buf, off, 1 if p.session_present else 0)
     off = write_u8(buf, off, p.reason)
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         write_properties(buf, off, p.props, psize)
     return bytes(buf)
 
 
 def encode_publish(p, level):
-    bits = p.qos | p.packet_id << C.PUBLISH_PID_SHIFT
+    bits = p.qos | p.packet_id << _PUBLISH_PID_SHIFT
     if p.retain:
-        bits |= C.PUBLISH_RETAIN
+        bits |= _PUBLISH_RETAIN
     if p.dup:
-        bits |= C.PUBLISH_DUP
-    return encode_publish_parts(p.topic, p.payload, bits, level, encode_property_items(p.props) if level == C.LEVEL_5 else None)
+        bits |= _PUBLISH_DUP
+    return encode_publish_parts(p.topic, p.payload, bits, level, encode_property_items(p.props) if level == _LEVEL_5 else None)
 
 
 def publish_first_byte(bits):
     """A PUBLISH's first byte for its `bits` (consts.PUBLISH_*)."""
-    first = 0x30 | (bits & C.PUBLISH_QOS_MASK) << 1
-    if bits & C.PUBLISH_DUP:
+    first = 0x30 | (bits & _PUBLISH_QOS_MASK) << 1
+    if bits & _PUBLISH_DUP:
         first |= 0x08
-    if bits & C.PUBLISH_RETAIN:
+    if bits & _PUBLISH_RETAIN:
         first |= 0x01
     return first
 
@@ -566,11 +569,11 @@ def encode_publish_parts(topic, payload, bits, level, items):
     `bits` are its QoS, retain and DUP flags and packet id
     (consts.PUBLISH_*); v5 only, `items` its properties already encoded
     (``encode_property_items``, None for none: Property Length 0)."""
-    if items and level == C.LEVEL_5:
+    if items and level == _LEVEL_5:
         return encode_publish_props(topic, payload, bits, items, -1, None, 0)
     first = publish_first_byte(bits)
-    qos = bits & C.PUBLISH_QOS_MASK
-    packet_id = bits >> C.PUBLISH_PID_SHIFT
+    qos = bits & _PUBLISH_QOS_MASK
+    packet_id = bits >> _PUBLISH_PID_SHIFT
     topic = utf8_bytes(topic)
     payload = payload or b""
     tlen = len(topic)
@@ -579,18 +582,18 @@ def encode_publish_parts(topic, payload, bits, level, items):
         size += 2
     # The per-message path: the generic steps of encode_publish_props
     # inlined (same two allocations, a third of the interpreted calls).
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         size += 1  # Property Length 0
     if tlen > 65535:
         raise ValueError("string or binary data longer than 65535 bytes")
     if _JOIN_PARTS and size < 128:
         if qos:
-            if level == C.LEVEL_5:
+            if level == _LEVEL_5:
                 mid = bytes((packet_id >> 8, packet_id & 0xFF, 0))
             else:
                 mid = bytes((packet_id >> 8, packet_id & 0xFF))
         else:
-            mid = b"\x00" if level == C.LEVEL_5 else b""
+            mid = b"\x00" if level == _LEVEL_5 else b""
         return b"".join((bytes((first, size, tlen >> 8, tlen & 0xFF)), topic, mid, payload))
     if size < 128:
         buf = bytearray(2 + size)
@@ -608,7 +611,7 @@ def encode_publish_parts(topic, payload, bits, level, items):
         buf[off] = packet_id >> 8
         buf[off + 1] = packet_id & 0xFF
         off += 2
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         off += 1  # Property Length 0 (the buffer is zeroed)
     buf[off:] = payload
     return bytes(buf)
@@ -626,8 +629,8 @@ def encode_publish_props(topic, payload, bits, items, expiry, sub_ids, alias):
     each subscriber. `bits` as for encode_publish_parts.
     """
     if not (items or sub_ids or alias or expiry >= 0):
-        return encode_publish_parts(topic, payload, bits, C.LEVEL_5, None)
-    qos = bits & C.PUBLISH_QOS_MASK
+        return encode_publish_parts(topic, payload, bits, _LEVEL_5, None)
+    qos = bits & _PUBLISH_QOS_MASK
     topic = utf8_bytes(topic)
     payload = payload or b""
     size = 2 + len(topic) + len(payload)
@@ -644,21 +647,21 @@ def encode_publish_props(topic, payload, bits, items, expiry, sub_ids, alias):
     buf, off = new_packet_buffer(publish_first_byte(bits), size + vbi_size(psize) + psize)
     off = write_prefixed(buf, off, topic)
     if qos:
-        off = write_u16(buf, off, bits >> C.PUBLISH_PID_SHIFT)
+        off = write_u16(buf, off, bits >> _PUBLISH_PID_SHIFT)
     off = write_vbi(buf, off, psize)
     if items:
         n = len(items)
         buf[off:off + n] = items
         off += n
     if expiry >= 0:
-        buf[off] = C.PROP_MESSAGE_EXPIRY_INTERVAL
+        buf[off] = _PROP_MESSAGE_EXPIRY_INTERVAL
         off = write_u32(buf, off + 1, expiry)
     if sub_ids:
         for sub_id in sub_ids:
-            buf[off] = C.PROP_SUBSCRIPTION_IDENTIFIER
+            buf[off] = _PROP_SUBSCRIPTION_IDENTIFIER
             off = write_vbi(buf, off + 1, sub_id)
     if alias:
-        buf[off] = C.PROP_TOPIC_ALIAS
+        buf[off] = _PROP_TOPIC_ALIAS
         off = write_u16(buf, off + 1, alias)
     write_raw(buf, off, payload)
     return bytes(buf)
@@ -666,13 +669,13 @@ def encode_publish_props(topic, payload, bits, items, expiry, sub_ids, alias):
 
 def encode_puback(p, level):
     ptype = p.ptype
-    first = (ptype << 4) | (0x02 if ptype == C.PUBREL else 0)
-    if not p.reason and (level != C.LEVEL_5 or not p.props):
+    first = (ptype << 4) | (0x02 if ptype == _PUBREL else 0)
+    if not p.reason and (level != _LEVEL_5 or not p.props):
         pid = p.packet_id  # the per-message path: 4 bytes
         return bytes((first, 2, pid >> 8, pid & 0xFF))
     size = 2
     psize = 0
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         if p.props:
             psize = properties_size(p.props)
             size = 3 + vbi_size(psize) + psize
@@ -691,12 +694,12 @@ def encode_ack_list(first, p, level, with_reasons):
     """SUBACK and UNSUBACK: packet id, v5 properties, one reason per filter."""
     reasons = p.reasons if with_reasons else ()
     size = 2 + len(reasons)
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         psize = properties_size(p.props)
         size += vbi_size(psize) + psize
     buf, off = new_packet_buffer(first, size)
     off = write_u16(buf, off, p.packet_id)
-    if level == C.LEVEL_5:
+    if level == _LEVEL_5:
         off = write_properties(buf, off, p.props, psize)
     for r in reasons:
         buf[off] = r
@@ -710,7 +713,7 @@ def encode_suback(p, level):
 
 def encode_unsuback(p, level):
     # 3.1.1 UNSUBACK has no payload (3.1.1 3.11.3)
-    return encode_ack_list(0xB0, p, level, level == C.LEVEL_5)
+    return encode_ack_list(0xB0, p, level, level == _LEVEL_5)
 
 
 def encode_ping(p, level):
@@ -722,7 +725,7 @@ def encode_disconnect(p, level):
 
 
 def encode_auth(p, level):
-    if level != C.LEVEL_5:
+    if level != _LEVEL_5:
         raise ValueError("AUTH exists only in MQTT 5")
     return encode_reason_props(0xF0, p, level)
 

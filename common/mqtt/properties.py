@@ -12,19 +12,20 @@ decoder returns ``None`` for an empty block (no allocation).
 
 ``PROPERTIES`` maps each identifier to ``(data_type, allowed, bit)``:
 ``allowed`` is a bit mask of the packet types that may carry it (``1 << ptype``,
-with ``WILL`` = 16 for the Will Properties of CONNECT), ``bit`` a distinct
+with ``_WILL`` = 16 for the Will Properties of CONNECT), ``bit`` a distinct
 small bit used to spot repeats without allocating a set (every mask stays
 below 2**30, so it is a small int on 32-bit ports).
 
 Errors (2.2.2.2 and the per-property text of 3.x):
 - an unknown identifier, or one not allowed in this packet: MalformedPacket;
 - a property other than User Property included twice, or Subscription
-  Identifier twice outside PUBLISH: ProtocolError;
+  Identifier twice outside _PUBLISH: ProtocolError;
 - a value the spec forbids (Receive Maximum 0, Maximum Packet Size 0,
   Subscription Identifier 0, Topic Alias 0, a 0/1 flag byte with another
   value, Maximum QoS not 0/1): ProtocolError.
 """
 
+from common.compat import const
 from common.mqtt import consts as C
 from common.mqtt.codec import (
     check_end,
@@ -43,23 +44,27 @@ from common.mqtt.codec import (
     write_u32,
     write_vbi,
 )
-from common.mqtt.consts import (
-    AUTH,
-    DISCONNECT,
-    LEVEL_5,
-    PACKET_NAMES,
-    PROP_RESPONSE_TOPIC,
-    PT_BIN,
-    PT_BYTE,
-    PT_PAIR,
-    PT_STR,
-    PT_U16,
-    PT_U32,
-    PT_VBI,
-    PUBLISH,
-    WILL,
-)
+from common.mqtt.consts import PACKET_NAMES
 from common.mqtt.errors import MalformedPacket, ProtocolError
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_AUTH = const(15)
+_DISCONNECT = const(14)
+_LEVEL_5 = const(5)
+_PROP_RESPONSE_TOPIC = const(0x08)
+_PT_BIN = const(6)
+_PT_BYTE = const(1)
+_PT_PAIR = const(7)
+_PT_STR = const(5)
+_PT_U16 = const(2)
+_PT_U32 = const(3)
+_PT_VBI = const(4)
+_PUBLISH = const(3)
+_WILL = const(16)
 
 
 def _table():
@@ -69,46 +74,46 @@ def _table():
     # globals: each would stay in a board's heap.
     connect = 1 << C.CONNECT
     connack = 1 << C.CONNACK
-    publish = 1 << PUBLISH
+    publish = 1 << _PUBLISH
     acks = (1 << C.PUBACK) | (1 << C.PUBREC) | (1 << C.PUBREL) | (1 << C.PUBCOMP)
     subscribe = 1 << C.SUBSCRIBE
     suback = 1 << C.SUBACK
     unsuback = 1 << C.UNSUBACK
-    disconnect = 1 << DISCONNECT
-    auth = 1 << AUTH
-    will = 1 << WILL
+    disconnect = 1 << _DISCONNECT
+    auth = 1 << _AUTH
+    will = 1 << _WILL
     every = (
         connect | connack | publish | acks | subscribe | suback
         | (1 << C.UNSUBSCRIBE) | unsuback | disconnect | auth | will
     )  # fmt: skip
     return {
-        C.PROP_PAYLOAD_FORMAT_INDICATOR: (PT_BYTE, publish | will, 1 << 0),
-        C.PROP_MESSAGE_EXPIRY_INTERVAL: (PT_U32, publish | will, 1 << 1),
-        C.PROP_CONTENT_TYPE: (PT_STR, publish | will, 1 << 2),
-        PROP_RESPONSE_TOPIC: (PT_STR, publish | will, 1 << 3),
-        C.PROP_CORRELATION_DATA: (PT_BIN, publish | will, 1 << 4),
-        C.PROP_SUBSCRIPTION_IDENTIFIER: (PT_VBI, publish | subscribe, 1 << 5),
-        C.PROP_SESSION_EXPIRY_INTERVAL: (PT_U32, connect | connack | disconnect, 1 << 6),
-        C.PROP_ASSIGNED_CLIENT_IDENTIFIER: (PT_STR, connack, 1 << 7),
-        C.PROP_SERVER_KEEP_ALIVE: (PT_U16, connack, 1 << 8),
-        C.PROP_AUTHENTICATION_METHOD: (PT_STR, connect | connack | auth, 1 << 9),
-        C.PROP_AUTHENTICATION_DATA: (PT_BIN, connect | connack | auth, 1 << 10),
-        C.PROP_REQUEST_PROBLEM_INFORMATION: (PT_BYTE, connect, 1 << 11),
-        C.PROP_WILL_DELAY_INTERVAL: (PT_U32, will, 1 << 12),
-        C.PROP_REQUEST_RESPONSE_INFORMATION: (PT_BYTE, connect, 1 << 13),
-        C.PROP_RESPONSE_INFORMATION: (PT_STR, connack, 1 << 14),
-        C.PROP_SERVER_REFERENCE: (PT_STR, connack | disconnect, 1 << 15),
-        C.PROP_REASON_STRING: (PT_STR, connack | acks | suback | unsuback | disconnect | auth, 1 << 16),
-        C.PROP_RECEIVE_MAXIMUM: (PT_U16, connect | connack, 1 << 17),
-        C.PROP_TOPIC_ALIAS_MAXIMUM: (PT_U16, connect | connack, 1 << 18),
-        C.PROP_TOPIC_ALIAS: (PT_U16, publish, 1 << 19),
-        C.PROP_MAXIMUM_QOS: (PT_BYTE, connack, 1 << 20),
-        C.PROP_RETAIN_AVAILABLE: (PT_BYTE, connack, 1 << 21),
-        C.PROP_USER_PROPERTY: (PT_PAIR, every, 0),  # User Property: may repeat everywhere
-        C.PROP_MAXIMUM_PACKET_SIZE: (PT_U32, connect | connack, 1 << 22),
-        C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE: (PT_BYTE, connack, 1 << 23),
-        C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE: (PT_BYTE, connack, 1 << 24),
-        C.PROP_SHARED_SUBSCRIPTION_AVAILABLE: (PT_BYTE, connack, 1 << 25),
+        C.PROP_PAYLOAD_FORMAT_INDICATOR: (_PT_BYTE, publish | will, 1 << 0),
+        C.PROP_MESSAGE_EXPIRY_INTERVAL: (_PT_U32, publish | will, 1 << 1),
+        C.PROP_CONTENT_TYPE: (_PT_STR, publish | will, 1 << 2),
+        _PROP_RESPONSE_TOPIC: (_PT_STR, publish | will, 1 << 3),
+        C.PROP_CORRELATION_DATA: (_PT_BIN, publish | will, 1 << 4),
+        C.PROP_SUBSCRIPTION_IDENTIFIER: (_PT_VBI, publish | subscribe, 1 << 5),
+        C.PROP_SESSION_EXPIRY_INTERVAL: (_PT_U32, connect | connack | disconnect, 1 << 6),
+        C.PROP_ASSIGNED_CLIENT_IDENTIFIER: (_PT_STR, connack, 1 << 7),
+        C.PROP_SERVER_KEEP_ALIVE: (_PT_U16, connack, 1 << 8),
+        C.PROP_AUTHENTICATION_METHOD: (_PT_STR, connect | connack | auth, 1 << 9),
+        C.PROP_AUTHENTICATION_DATA: (_PT_BIN, connect | connack | auth, 1 << 10),
+        C.PROP_REQUEST_PROBLEM_INFORMATION: (_PT_BYTE, connect, 1 << 11),
+        C.PROP_WILL_DELAY_INTERVAL: (_PT_U32, will, 1 << 12),
+        C.PROP_REQUEST_RESPONSE_INFORMATION: (_PT_BYTE, connect, 1 << 13),
+        C.PROP_RESPONSE_INFORMATION: (_PT_STR, connack, 1 << 14),
+        C.PROP_SERVER_REFERENCE: (_PT_STR, connack | disconnect, 1 << 15),
+        C.PROP_REASON_STRING: (_PT_STR, connack | acks | suback | unsuback | disconnect | auth, 1 << 16),
+        C.PROP_RECEIVE_MAXIMUM: (_PT_U16, connect | connack, 1 << 17),
+        C.PROP_TOPIC_ALIAS_MAXIMUM: (_PT_U16, connect | connack, 1 << 18),
+        C.PROP_TOPIC_ALIAS: (_PT_U16, publish, 1 << 19),
+        C.PROP_MAXIMUM_QOS: (_PT_BYTE, connack, 1 << 20),
+        C.PROP_RETAIN_AVAILABLE: (_PT_BYTE, connack, 1 << 21),
+        C.PROP_USER_PROPERTY: (_PT_PAIR, every, 0),  # User Property: may repeat everywhere
+        C.PROP_MAXIMUM_PACKET_SIZE: (_PT_U32, connect | connack, 1 << 22),
+        C.PROP_WILDCARD_SUBSCRIPTION_AVAILABLE: (_PT_BYTE, connack, 1 << 23),
+        C.PROP_SUBSCRIPTION_IDENTIFIER_AVAILABLE: (_PT_BYTE, connack, 1 << 24),
+        C.PROP_SHARED_SUBSCRIPTION_AVAILABLE: (_PT_BYTE, connack, 1 << 25),
     }
 
 
@@ -133,7 +138,7 @@ def prop_get(props, pid, default=None):
 
 
 def decode_properties(buf, start, end, ptype):
-    """Decode a property block of a packet of type ``ptype`` (or WILL).
+    """Decode a property block of a packet of type ``ptype`` (or _WILL).
 
     Returns ``(props, new_offset)``; ``props`` is None when the block is empty.
     """
@@ -156,10 +161,10 @@ def decode_properties(buf, start, end, ptype):
         if not allowed & pmask:
             raise MalformedPacket("property 0x%02X not allowed here" % pid)
         if bit:
-            if seen & bit and not (bit == SUBSCRIPTION_IDENTIFIER_BIT and ptype == PUBLISH):
+            if seen & bit and not (bit == SUBSCRIPTION_IDENTIFIER_BIT and ptype == _PUBLISH):
                 raise ProtocolError("property 0x%02X included twice" % pid)
             seen |= bit
-        if dtype == PT_BYTE:
+        if dtype == _PT_BYTE:
             if i >= stop:
                 raise MalformedPacket("truncated property")
             value = buf[i]
@@ -168,17 +173,17 @@ def decode_properties(buf, start, end, ptype):
             # 3.2.2.3.4; Payload Format Indicator 3.3.2.3.2).
             if value > 1:
                 raise ProtocolError("property 0x%02X must be 0 or 1" % pid)
-        elif dtype == PT_U16:
+        elif dtype == _PT_U16:
             value, i = decode_u16(buf, i, stop)
-        elif dtype == PT_U32:
+        elif dtype == _PT_U32:
             value, i = decode_u32(buf, i, stop)
-        elif dtype == PT_VBI:
+        elif dtype == _PT_VBI:
             value, i = decode_vbi(buf, i, stop)
-        elif dtype == PT_STR:
+        elif dtype == _PT_STR:
             value, i = decode_str(buf, i, stop)
-            if pid == PROP_RESPONSE_TOPIC and ("+" in value or "#" in value):
+            if pid == _PROP_RESPONSE_TOPIC and ("+" in value or "#" in value):
                 raise ProtocolError("wildcard in a Response Topic")  # [MQTT-3.3.2-14]
-        elif dtype == PT_BIN:
+        elif dtype == _PT_BIN:
             value, i = decode_bin(buf, i, stop)
         else:
             value, i = decode_str_pair(buf, i, stop)
@@ -212,15 +217,15 @@ def properties_size(props):
         if info is None:
             raise ValueError("unknown property id %r" % (pid,))
         dtype = info[0]
-        if dtype == PT_BYTE:
+        if dtype == _PT_BYTE:
             size += 2
-        elif dtype == PT_U16:
+        elif dtype == _PT_U16:
             size += 3
-        elif dtype == PT_U32:
+        elif dtype == _PT_U32:
             size += 5
-        elif dtype == PT_VBI:
+        elif dtype == _PT_VBI:
             size += 1 + vbi_size(value)
-        elif dtype == PT_PAIR:
+        elif dtype == _PT_PAIR:
             size += 5 + len(utf8_bytes(value[0])) + len(utf8_bytes(value[1]))
         else:
             size += 3 + len(utf8_bytes(value))
@@ -237,7 +242,7 @@ def encode_property_items(props):
     (not copied into bytes: a board's heap is spared the copy), None for none.
 
     The form a broker keeps a message's forwarded properties in: encoded
-    once, then copied into each PUBLISH next to the per-delivery properties
+    once, then copied into each _PUBLISH next to the per-delivery properties
     (``packets.encode_publish_props``).
     """
     if not props:
@@ -254,15 +259,15 @@ def _write_items(buf, off, props):
         dtype = PROPERTIES[pid][0]
         buf[off] = pid
         off += 1
-        if dtype == PT_BYTE:
+        if dtype == _PT_BYTE:
             off = write_u8(buf, off, value)
-        elif dtype == PT_U16:
+        elif dtype == _PT_U16:
             off = write_u16(buf, off, value)
-        elif dtype == PT_U32:
+        elif dtype == _PT_U32:
             off = write_u32(buf, off, value)
-        elif dtype == PT_VBI:
+        elif dtype == _PT_VBI:
             off = write_vbi(buf, off, value)
-        elif dtype == PT_PAIR:
+        elif dtype == _PT_PAIR:
             off = write_prefixed(buf, off, utf8_bytes(value[0]))
             off = write_prefixed(buf, off, utf8_bytes(value[1]))
         else:
@@ -276,11 +281,11 @@ def _write_items(buf, off, props):
 
 
 def decode_reason_props(buf, start, end, level, ptype, allowed):
-    """DISCONNECT and AUTH bodies: empty (reason 0), reason, or reason + props."""
+    """_DISCONNECT and _AUTH bodies: empty (reason 0), reason, or reason + props."""
     reason = 0
     props = None
     i = start
-    if level == LEVEL_5 and i < end:
+    if level == _LEVEL_5 and i < end:
         reason = buf[i]
         i += 1
         if reason not in allowed:
@@ -292,9 +297,9 @@ def decode_reason_props(buf, start, end, level, ptype, allowed):
 
 
 def encode_reason_props(first, p, level):
-    """DISCONNECT and AUTH: Remaining Length 0 for reason 0 and no properties,
+    """_DISCONNECT and _AUTH: Remaining Length 0 for reason 0 and no properties,
     1 for a reason without properties (3.14.2.1, 3.15.2.1)."""
-    if level != LEVEL_5:
+    if level != _LEVEL_5:
         return bytes((first, 0))
     if not p.props:
         if p.reason == 0:

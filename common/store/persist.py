@@ -48,10 +48,17 @@
 
 from common.broker.delivery import RELEASED
 from common.broker.listener import StateListener
-from common.compat import unload
-from common.mqtt.consts import PUBLISH, PUBLISH_QOS_MASK
+from common.compat import const, unload
 from common.mqtt.properties import decode_property_items
 from common.store.store import u64be
+
+# The wire constants this module uses, as private const()s with the values
+# of common/mqtt/consts.py's names (tests/core/test_const_mirrors.py checks
+# each): MicroPython folds them into the bytecode, where C.NAME takes a
+# global and an attribute load at every use (about 1 KB of a board's heap
+# over the per-packet modules, docs/boards.md).
+_PUBLISH = const(3)
+_PUBLISH_QOS_MASK = const(0x03)
 
 # The module of the restore (loaded by storeboot, dropped after its one run).
 RESTORE_MODULE = "common.store.restore"
@@ -66,7 +73,7 @@ NS_RETAINED = b"R"
 def _props_out(props):
     """Message.props as its records have always held them: a list of (id, value)."""
     if isinstance(props, bytearray):
-        return decode_property_items(props, PUBLISH)  # encoded by a v5 delivery
+        return decode_property_items(props, _PUBLISH)  # encoded by a v5 delivery
     return props
 
 
@@ -194,7 +201,7 @@ class Persist(StateListener):
         # packet id a subscriber holds is one the broker remembers. A
         # message still inline (store_id < 0) is inline in this very
         # record: a second stored delivery would have written its M.
-        if session.stored and d.seq and d.bits & PUBLISH_QOS_MASK == 2:
+        if session.stored and d.seq and d.bits & _PUBLISH_QOS_MASK == 2:
             self._put_delivery(session, d, d.msg.store_id < 0)
 
     def window_saved(self, session):
@@ -203,7 +210,7 @@ class Persist(StateListener):
         with DUP and their packet ids [MQTT-4.4.0-1]."""
         if session.stored:
             for d in session.inflight:
-                if d.seq and d.bits & PUBLISH_QOS_MASK == 1:
+                if d.seq and d.bits & _PUBLISH_QOS_MASK == 1:
                     self._put_delivery(session, d, d.msg.store_id < 0)
 
     def delivery_released(self, session, d):

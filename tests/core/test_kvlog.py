@@ -4,9 +4,9 @@ every interpreter: the interface, compaction, wear levelling, limits, write
 amplification, and a power cut at every single write/erase of a scenario.
 docs/persistence-backends.md quotes the figures these tests print."""
 
+import sys
 import unittest
 
-from common import compat
 from common.store import kvrecord
 from common.store.kvlog import SECTOR_HEADER_SIZE, KVLog
 from common.store.kvrecord import ERASED, INVALID, OVERHEAD, StoreFull
@@ -33,6 +33,32 @@ def churn(kv, model, n, nkeys, vsize, seed, delete_every=5):
             value = value_for(i, vsize)
             kv.put(key, value)
             model[key] = value
+
+
+class _SignedCrc32:
+    """Stands in sys.modules for a binascii whose crc32 fails the standard
+    check (a port that returns it signed)."""
+
+    def crc32(self, data, crc=0):
+        return -1
+
+
+def compat_without_binascii_crc32():
+    """A fresh common.compat imported as on a port whose binascii.crc32 is
+    wrong; the loaded one and binascii are left as they were."""
+    package = sys.modules["common"]
+    saved = {name: sys.modules.get(name) for name in ("binascii", "common.compat")}
+    sys.modules["binascii"] = _SignedCrc32()
+    del sys.modules["common.compat"]
+    try:
+        return __import__("common.compat", None, None, ["crc32"])
+    finally:
+        for name in saved:
+            if saved[name] is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = saved[name]
+        package.compat = saved["common.compat"]
 
 
 class TestRecord(unittest.TestCase):
@@ -88,11 +114,14 @@ class TestRecord(unittest.TestCase):
         self.assertEqual(kvrecord.decode(rec, 0, len(rec)), INVALID)
 
     def test_crc_fallback_matches(self):
+        # compat's own crc32, as a port without a correct binascii.crc32 gets it.
+        fallback = compat_without_binascii_crc32().crc32
+        self.assertIsNot(fallback, kvrecord.crc32)
         for data in (b"", b"123456789", bytes(range(256)) * 3):
-            self.assertEqual(compat._crc32_fallback(data), kvrecord.crc32(data))
-        self.assertEqual(compat._crc32_fallback(b"123456789"), 0xCBF43926)
-        part = compat._crc32_fallback(b"1234")
-        self.assertEqual(compat._crc32_fallback(b"56789", part), 0xCBF43926)
+            self.assertEqual(fallback(data), kvrecord.crc32(data))
+        self.assertEqual(fallback(b"123456789"), 0xCBF43926)
+        part = fallback(b"1234")
+        self.assertEqual(fallback(b"56789", part), 0xCBF43926)
 
     def test_store_full_is_oserror(self):
         e = StoreFull("x")

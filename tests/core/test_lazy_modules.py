@@ -89,6 +89,24 @@ class TestLazyModules(unittest.TestCase):
         self.assertEqual(sent, "no code (no heap to load refusal.py)")
         self.assertTrue(c.closed)
 
+    def test_refusal_loads_with_a_first_byte_that_is_not_a_connect(self):
+        h, _watcher = self.fresh("common.broker.refusal")
+        c = h.client()
+        c.send_raw(b"GET / HTTP/1.1\r\n\r\n")  # [MQTT-3.1.0-1]
+        self.assertIn("common.broker.refusal", sys.modules)
+        self.assertTrue(c.closed)
+        self.assertEqual(c.take(), [])  # no CONNACK
+
+    def test_refusal_loads_when_a_keep_alive_expires(self):
+        h, _watcher = self.fresh("common.broker.refusal")
+        c = h.client(5)
+        c.connect("silent", keep_alive=2)
+        self.assertNotIn("common.broker.refusal", sys.modules)
+        h.advance(4)  # [MQTT-3.1.2-22] 1.5 x its keep-alive without a packet
+        self.assertIn("common.broker.refusal", sys.modules)
+        self.assertEqual(c.expect(C.DISCONNECT).reason, C.RC_KEEP_ALIVE_TIMEOUT)
+        self.assertTrue(c.closed)
+
     def test_connect_v5_loads_with_the_first_v5_client(self):
         h, _watcher = self.fresh("common.broker.connect_v5", max_inflight_in=7)
         c = h.client(5)

@@ -9,7 +9,8 @@ import unittest
 from common.broker.connection import CLOSING, Connections
 from common.broker.output import OUT_CHUNK_MIN, Output
 from common.broker.settings import new_settings
-from common.broker.stats import STATS_COUNTERS, Stats
+from common.broker.stats import Stats
+from common.broker.stats_counters import STATS_COUNTERS
 
 
 class Store:

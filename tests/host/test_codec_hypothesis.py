@@ -66,6 +66,7 @@ from common.mqtt.packets import (
     encode_packet,
 )
 from common.mqtt.properties import NONZERO_PROPS, PROPERTIES
+from tests.core.packet_fields import fields
 
 EXAMPLES = int(os.environ.get("SISKIN_FUZZ_EXAMPLES", "0"))
 
@@ -245,7 +246,7 @@ def test_round_trip_every_type(data):
     reader.feed(wire)
     got = []
     read_frames(reader, level, got)
-    assert got == [pkt]
+    assert [fields(p) for p in got] == [fields(pkt)]
     assert encode_packet(got[0], level) == wire
 
 
@@ -258,7 +259,7 @@ def test_round_trip_mqtt_31_connect(pkt):
     reader.feed(wire)
     got = []
     read_frames(reader, 4, got)
-    assert got == [pkt]
+    assert [fields(p) for p in got] == [fields(pkt)]
 
 
 @examples(100)
@@ -275,7 +276,7 @@ def test_any_chunking_gives_the_same_packets(data):
         reader.feed(wire[prev:cut])
         prev = cut
         read_frames(reader, level, got)
-    assert got == pkts
+    assert [fields(p) for p in got] == [fields(p) for p in pkts]
     assert reader.pending() == 0
 
 
@@ -300,7 +301,7 @@ def only_mqtt_errors(wire, level, byte_by_byte):
 def test_random_bytes_only_raise_mqtt_error(wire, level):
     whole = only_mqtt_errors(wire, level, False)
     single = only_mqtt_errors(wire, level, True)
-    assert whole == single
+    assert [fields(p) for p in whole] == [fields(p) for p in single]
 
 
 @examples(200)
@@ -324,7 +325,7 @@ def test_mutated_packets_only_raise_mqtt_error(data):
     wire = bytes(wire)
     whole = only_mqtt_errors(wire, level, False)
     single = only_mqtt_errors(wire, level, True)
-    assert whole == single
+    assert [fields(p) for p in whole] == [fields(p) for p in single]
 
 
 @examples(150)

@@ -47,7 +47,7 @@ async def until(cond):
 async def main():
     d = Driver()
     s = Server(d, {"max_sockets": 2, "read_buffer": 64, "heap_report": 0}, "127.0.0.1", 0, Log())
-    s.clock_task = asyncio.create_task(s._clock())
+    s.clock_task = asyncio.create_task(s.timer_loop())
     await until(lambda: d.ticks)
     d.wake()
     d.wake()  # (once until the clock ran)

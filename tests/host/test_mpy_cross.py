@@ -118,6 +118,8 @@ NOT_LOADED_BY_DEFAULT = (
     "common.broker.connect_v5",  # a v5 client
     "common.broker.rate_hold",  # a client over its rate limits (the boards set rate_*)
     "firmware.stopping",  # the graceful stop
+    "firmware.starting",  # the start of serving: run once, then unloaded (test below)
+    "firmware.start_failed",  # a start that fails (tests/host/test_firmware_startup.py, test_firmware_server.py)
     "firmware.heap_report",  # heap_report > 0 only
     "firmware.tls",
     "firmware.bridge",
@@ -134,7 +136,9 @@ def test_docs_name_every_start_up_only_module() -> None:
     assert block.strip() == want, f"docs/boards.md's startup_only list should read:\n  {want}"
 
 
-def test_default_board_start_up_loads_only_what_it_needs(tmp_path: Path) -> None:
+def after_default_start_up(tmp_path: Path, then: str) -> subprocess.CompletedProcess[str]:
+    """The default board start-up (ram_budget's: the .mpy files of a fresh
+    build, store on) on the venv's unix port, then the Python `then`."""
     dist = tmp_path / "dist"
     errors = compile_all(dist)
     assert not errors, "\n".join(errors)
@@ -145,12 +149,34 @@ def test_default_board_start_up_loads_only_what_it_needs(tmp_path: Path) -> None
         "import sys, ram_budget\n"
         f"ram_budget.begin({str(REPO_ROOT / 'boards' / 'esp32.json')!r})\n"
         "ram_budget._step_startup()\n"
-        "print('loaded', ' '.join(sorted(m for m in sys.modules if m.startswith(('common', 'firmware')))))\n"
-    )
+    ) + then
     env = dict(os.environ, MICROPYPATH=f"{dist}:{REPO_ROOT / 'tools'}:.frozen")
-    proc = subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([exe, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_default_board_start_up_loads_only_what_it_needs(tmp_path: Path) -> None:
+    proc = after_default_start_up(
+        tmp_path, "print('loaded', ' '.join(sorted(m for m in sys.modules if m.startswith(('common', 'firmware')))))\n"
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("loaded ")]
     assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
     loaded = set(lines[-1].split()[1:])
     assert {"common.broker.broker", "common.broker.limits", "common.store.filelog", "firmware.shell"} <= loaded
     assert not loaded & set(NOT_LOADED_BY_DEFAULT), sorted(loaded & set(NOT_LOADED_BY_DEFAULT))
+
+
+def test_serving_starts_and_unloads_its_start(tmp_path: Path) -> None:
+    # Server.start (when serving begins) runs firmware/starting.py and
+    # unloads it: the board listens, its accept and timer tasks exist, and
+    # none of that code stays loaded.
+    proc = after_default_start_up(
+        tmp_path,
+        "server = ram_budget.STATE['started'][0]\n"
+        "server.port = 0\n"
+        "server.log.level = 20\n"
+        "server.start()\n"
+        "print('started', server.lsock is not None, server.accept_task is not None,"
+        " server.clock_task is not None, 'firmware.starting' in sys.modules)\n",
+    )
+    assert proc.returncode == 0 and "started True True True False" in proc.stdout, proc.stdout + proc.stderr
+    assert "listening on 127.0.0.1:0" in proc.stdout, proc.stdout

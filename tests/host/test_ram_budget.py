@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT, node_with
 from tests.host.test_firmware_build import run_build
-from tools.ram_budget import BEGIN, END
+from tools.ram_budget import BEGIN, END, LAYOUTS
 
 
 def _mpy(root: Path, name: str) -> Path:
@@ -43,6 +43,9 @@ def test_figures_modules_and_the_written_table(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert 0 < result["code"] < result["startup"]
+    # One run per heap layout; `code` is the least (the conservative
+    # collector's false retention only ever adds).
+    assert len(result["code_layouts"]) == len(LAYOUTS) and result["code"] == min(result["code_layouts"])
     assert result["per_client"] > 0
     # What the default start-up keeps: the broker, not a feature it did not use.
     modules = result["modules"]
@@ -59,5 +62,6 @@ def test_figures_modules_and_the_written_table(tmp_path: Path) -> None:
     assert text.startswith("before\n" + BEGIN) and text.endswith(END + "\nafter\n")
     assert "old figures" not in text
     assert f"| code of the default start-up (`code`) | **{result['code']:,} B** |" in text
+    assert " / ".join(f"{c:,}" for c in result["code_layouts"]) + " B |" in text
     assert f"| connected client, core only (`per_client`) | **{result['per_client']:,} B** |" in text
     assert f"{len(modules)} modules, {result['mpy_bytes']:,} B of .mpy" in text

@@ -415,8 +415,11 @@ def test_bridge_holds_sparkplug_data_while_the_primary_host_is_away(
     app.subscribe("spBv1.0/Plant1/#", 1)
 
     def state(online: bool) -> None:
+        # One client id per STATE: a client left connected under the same id
+        # would take the session back from the next one (paho reconnects),
+        # and that one's PUBLISH fail ("not currently connected").
         body = b'{"online": %s, "timestamp": %d}' % (b"true" if online else b"false", time.time_ns() // 1_000_000)
-        paho(mosquitto.port, clients, "scada-state").publish("spBv1.0/STATE/scada", body, 1, retain=True)
+        paho(mosquitto.port, clients, f"scada-state-{len(clients)}").publish("spBv1.0/STATE/scada", body, 1, retain=True)
 
     def ndata(siskin: BrokerProcess, first: int, n: int) -> None:
         node = paho(siskin.port, clients, f"press-7-{first}")
