@@ -143,7 +143,10 @@ def verdict(result: dict[str, Any], tolerance: int = 4096) -> dict[str, Any]:
         "free_slope_bytes_per_min": round(slope),
         "counts": counts,
     }
-    # Not trending down: the drift over the run is within the tolerance.
+    # Not trending down: the drift over the run is within the tolerance. (Over
+    # the run, not a minute of it: a 20 s run's slope is mostly the churn's
+    # noise, which a minute's extrapolation tripled past the tolerance once
+    # under load, -4,503 B/min; a leak shows in `make soak`'s minutes.)
     assert last_min >= first_min - tolerance, summary
-    assert slope * max(duration, 60) / 60 > -tolerance, summary
+    assert slope * duration / 60 > -tolerance, summary
     return summary
