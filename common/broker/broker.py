@@ -433,10 +433,23 @@ class Broker:
 
     def release_throttled(self):
         """A queue drained (below half its high-water mark) or its subscriber left: read
-        the publishers again; one still outrunning is throttled again."""
-        if self.throttled:
-            del self.throttled[:]
-            self.throttle_changed = True
+        the publishers again; one still outrunning is throttled again. Those held
+        back for their rate limits stay held: ratelimit.py reads them again once
+        their debt is paid (released here, each drained queue let one more
+        PUBLISH of theirs through: 2,468/s against rate_messages 50 with a QoS 1
+        subscriber)."""
+        throttled = self.throttled
+        if not throttled:
+            return
+        rates = self.rates
+        i = 0
+        while i < len(throttled):
+            cid = throttled[i]
+            if rates is not None and cid < len(rates.hit) and rates.hit[cid] and rates.in_debt(cid):
+                i += 1
+            else:
+                del throttled[i]
+                self.throttle_changed = True
 
     def take_throttle_changes(self):
         """True once after the set of throttled publishers changed (the driver)."""

@@ -192,6 +192,34 @@ class TestQueueThrottleUntouched(unittest.TestCase):
         self.assertEqual(h.broker.throttle_off_until, 0)
         self.assertFalse([x for x in lines if "does not catch up" in x])
 
+    def test_a_drained_queue_does_not_release_a_client_held_for_its_rate(self):
+        # Broker.release_throttled (a subscriber's queue drained, or it left)
+        # reads again the publishers held for that queue, not one held for
+        # its own rate while in debt: each drained queue let one more PUBLISH
+        # of it through (2,468/s against rate_messages 50 with a QoS 1
+        # subscriber, on the host and a board alike).
+        h = Harness(rate_messages=5, rate_grace=0)
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("#", qos=1)
+        pub = h.client()
+        pub.connect("flooder")
+        calm = h.client()
+        calm.connect("calm")
+        burst(pub, 12)
+        self.assertEqual(len(sub.take()), 6)  # 5 in the bucket, the 6th in debt
+        self.assertIn(pub.cid, h.broker.throttled)
+        h.broker.throttled.append(calm.cid)  # as Broker.throttle holds one for a slow queue
+        h.broker.take_throttle_changes()
+        h.broker.release_throttled()
+        self.assertEqual(h.broker.throttled, [pub.cid])  # the queue's publisher read again, not the flooder
+        self.assertTrue(h.broker.take_throttle_changes())
+        release(h)
+        self.assertEqual(len(sub.take()), 0)  # nothing more of the flooder's before its debt is paid
+        h.advance(1)
+        release(h)
+        self.assertEqual(len(sub.take()), 5)  # then its rate
+
 
 def peer(user=None, listener=0, address="127.0.0.1"):
     """A shell's peer: `user` as a TLS identity (a logged-in user name)."""

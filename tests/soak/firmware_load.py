@@ -55,7 +55,11 @@ def _churn(port: int, stop: threading.Event, counts: dict[str, int]) -> None:
 def run_load(workdir: Path, seconds: float, report: int = 1) -> dict[str, Any]:
     """Load the firmware for `seconds`; the heap samples and the counts."""
     counts = {"published": 0, "churn": 0, "churn_errors": 0}
-    with UpyBrokerProcess(workdir, board="rp2040_picow", heap=PICOW_HEAP, heap_report=report) as broker:
+    # The board's rate limits off: this is the heap under load, and the
+    # publisher goes as fast as its acks (far over rate_messages 50, which
+    # would hold it back and, after rate_grace, close it).
+    off = {"rate_messages": 0, "rate_bytes": 0, "rate_subscribes": 0}
+    with UpyBrokerProcess(workdir, board="rp2040_picow", heap=PICOW_HEAP, heap_report=report, limits=off) as broker:
         sub = Paho(broker.port, "soak-sub").connect()
         pub = Paho(broker.port, "soak-pub").connect()
         sub.subscribe("soak/data/#", 1)
