@@ -67,36 +67,28 @@ def broker(tmp_path: Path) -> Iterator[UpyBrokerProcess]:
         b.kill()
 
 
-@pytest.fixture
-def opened() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for c in made:
-        c.close()
-
-
-def raw(b: UpyBrokerProcess, opened: list[Any]) -> SnRaw:
+def raw(b: UpyBrokerProcess, clients: list[Any]) -> SnRaw:
     c = SnRaw(b.sn_port)
-    opened.append(c)
+    clients.append(c)
     return c
 
 
-def test_sn_publish_reaches_a_tcp_subscriber(broker: UpyBrokerProcess, opened: list[Any]) -> None:
+def test_sn_publish_reaches_a_tcp_subscriber(broker: UpyBrokerProcess, clients: list[Any]) -> None:
     # §6.2 CONNECT/CONNACK, §6.5 REGISTER/REGACK, §6.6 PUBLISH QoS 1 (PUBACK): the
     # independent client's flows, to a paho subscriber of the same board
-    sub = paho(broker, opened, "fw-watch", "sensors/#")
+    sub = paho(broker, clients, "fw-watch", "sensors/#")
     c = MqttSnClient()
     c.set_client_id("fw-sn-pub")
     c.set_keep_alive(60)
     c.set_timeout(5)
     c.open("127.0.0.1", broker.sn_port)
-    opened.append(c)
+    clients.append(c)
     c.send_connect()
     c.send_publish("sensors/t", b"q1", 1)
     msg = sub.get()
     assert (msg.topic, msg.payload, msg.qos) == ("sensors/t", b"q1", 1)
     # the same by hand: REGISTER, REGACK, PUBLISH QoS 1, PUBACK
-    r = raw(broker, opened)
+    r = raw(broker, clients)
     assert r.connect("fw-sn-raw") == 0
     r.send(REGISTER, u16(0) + u16(1) + b"sensors/h")
     body = r.expect(REGACK)
@@ -108,13 +100,13 @@ def test_sn_publish_reaches_a_tcp_subscriber(broker: UpyBrokerProcess, opened: l
     assert (msg.topic, msg.payload) == ("sensors/h", b"by hand")
 
 
-def test_tcp_publish_reaches_an_sn_wildcard_subscriber(broker: UpyBrokerProcess, opened: list[Any]) -> None:
+def test_tcp_publish_reaches_an_sn_wildcard_subscriber(broker: UpyBrokerProcess, clients: list[Any]) -> None:
     # §6.9 SUBSCRIBE to a wildcard (SUBACK topic id 0), §6.10 the gateway's REGISTER before
     # the first PUBLISH on a topic the client has no id for (Duration 0: no keep-alive)
-    r = raw(broker, opened)
+    r = raw(broker, clients)
     assert r.connect("fw-sn-sub", duration=0) == 0
     assert r.subscribe("w/+", 1, 1) == (0, 0)
-    paho(broker, opened, "fw-pub").publish("w/a", b"one", 1)
+    paho(broker, clients, "fw-pub").publish("w/a", b"one", 1)
     reg = r.expect(REGISTER)
     topic_id, msg_id, name = int.from_bytes(reg[0:2], "big"), reg[2:4], reg[4:]
     assert name == b"w/a"
@@ -124,22 +116,22 @@ def test_tcp_publish_reaches_an_sn_wildcard_subscriber(broker: UpyBrokerProcess,
     r.send(PUBACK, u16(tid) + u16(mid) + b"\x00")
 
 
-def test_sleeping_client_flushed_on_pingreq(broker: UpyBrokerProcess, opened: list[Any]) -> None:
-    sleep_then_flush(raw(broker, opened), paho(broker, opened, "fw-pub2"), "fw-sleeper")
+def test_sleeping_client_flushed_on_pingreq(broker: UpyBrokerProcess, clients: list[Any]) -> None:
+    sleep_then_flush(raw(broker, clients), paho(broker, clients, "fw-pub2"), "fw-sleeper")
 
 
-def test_malformed_datagram_counted_and_the_board_serves_on(broker: UpyBrokerProcess, opened: list[Any]) -> None:
+def test_malformed_datagram_counted_and_the_board_serves_on(broker: UpyBrokerProcess, clients: list[Any]) -> None:
     # §5.2 the message header: a datagram whose length octet disagrees is dropped, counted
     # in $SYS and logged; the board answers the next datagram (§6.1 SEARCHGW) and its TCP side
-    watch = paho(broker, opened, "fw-sys", "$SYS/broker/mqtt-sn/refused/malformed")
-    r = raw(broker, opened)
+    watch = paho(broker, clients, "fw-sys", "$SYS/broker/mqtt-sn/refused/malformed")
+    r = raw(broker, clients)
     r.sock.send(b"\x05\x04\x04")  # truncated: the length says 5
     r.send(SEARCHGW, b"\x01")
     assert r.expect(GWINFO)[0] == 1
     while watch.get(timeout=10).payload != b"1":  # published every sys_interval
         pass
     assert "MQTT-SN datagram from 127.0.0.1:" in broker.log_text()
-    paho(broker, opened, "fw-after", "a/b")
+    paho(broker, clients, "fw-after", "a/b")
 
 
 def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path) -> None:
@@ -151,17 +143,17 @@ def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path
         proc.start()
 
 
-def test_keyed_board_seals_every_datagram(tmp_path: Path, opened: list[Any]) -> None:
+def test_keyed_board_seals_every_datagram(tmp_path: Path, clients: list[Any]) -> None:
     # "keys" on the board: the envelope (docs/mqtt-sn.md, Security) with cryptolib's AES under
-    # the core's AES-GCM, opened and sealed by the host test's client on `cryptography`
+    # the core's AES-GCM, clients and sealed by the host test's client on `cryptography`
     key = os.urandom(16).hex()
     broker = board(tmp_path, keys={"fw-s1": key})
     try:
         broker.wait_log(r"MQTT-SN \(UDP\) on 127\.0\.0\.1:\d+; 1 client keys: every datagram sealed")
-        sub = paho(broker, opened, "fw-watch", "sensors/#")
-        unsealed = paho(broker, opened, "fw-sys", "$SYS/broker/mqtt-sn/refused/unsealed")
+        sub = paho(broker, clients, "fw-watch", "sensors/#")
+        unsealed = paho(broker, clients, "fw-sys", "$SYS/broker/mqtt-sn/refused/unsealed")
         c = SealedSn(broker.sn_port, "fw-s1", key)
-        opened.append(c)
+        clients.append(c)
         c.join()
         c.send(REGISTER, u16(0) + u16(1) + b"sensors/k")
         tid = int.from_bytes(c.expect(REGACK)[0:2], "big")
@@ -172,7 +164,7 @@ def test_keyed_board_seals_every_datagram(tmp_path: Path, opened: list[Any]) -> 
         c.send(SUBSCRIBE, bytes([QOS[1]]) + u16(3) + b"sensors/k")
         assert c.expect(SUBACK)[5] == 0
         sub.publish("sensors/k", b"back", 1)
-        assert c.expect(PUBLISH)[5:] == b"back"  # opened with the gateway->client key
+        assert c.expect(PUBLISH)[5:] == b"back"  # clients with the gateway->client key
         c.sock.send(bytes([6, CONNECT, CLEAN, 0x01]) + u16(60))  # plain: refused, counted
         while unsealed.get(timeout=10).payload != b"1":  # published every sys_interval
             pass
@@ -181,12 +173,12 @@ def test_keyed_board_seals_every_datagram(tmp_path: Path, opened: list[Any]) -> 
         broker.kill()
 
 
-def test_graceful_stop_with_an_sn_client_connected(tmp_path: Path, opened: list[Any]) -> None:
+def test_graceful_stop_with_an_sn_client_connected(tmp_path: Path, clients: list[Any]) -> None:
     # the board's stop ends the SN client's broker connection with the TCP ones (the gateway
     # pumps on during the shutdown), then closes the UDP socket
     broker = board(tmp_path)
     try:
-        r = raw(broker, opened)
+        r = raw(broker, clients)
         assert r.connect("fw-sn-stop") == 0
         assert broker.stop() == 0, broker.log_text()
     finally:

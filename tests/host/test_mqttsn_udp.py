@@ -90,14 +90,6 @@ def publish_fields(body: bytes) -> tuple[int, int, int, bytes]:
     return body[0], int.from_bytes(body[1:3], "big"), int.from_bytes(body[3:5], "big"), body[5:]
 
 
-@pytest.fixture
-def opened() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for c in made:
-        c.close()
-
-
 def start(tmp_path: Path, **args: Any) -> BrokerProcess:
     listeners = [{"port": 0}, {**SN_LISTENER, **args.pop("sn", {})}]
     b = BrokerProcess(tmp_path, listeners=listeners, **args).start()
@@ -120,36 +112,36 @@ def sn_port(b: BrokerProcess) -> int:
     return b.ports()[1]
 
 
-def raw(b: BrokerProcess, opened: list[Any]) -> SnRaw:
+def raw(b: BrokerProcess, clients: list[Any]) -> SnRaw:
     c = SnRaw(sn_port(b))
-    opened.append(c)
+    clients.append(c)
     return c
 
 
-def paho(b: BrokerProcess, opened: list[Any], client_id: str, *filters: str) -> Paho:
+def paho(b: BrokerProcess, clients: list[Any], client_id: str, *filters: str) -> Paho:
     c = Paho(b.port, client_id)
-    opened.append(c)
+    clients.append(c)
     c.connect()
     for f in filters:
         c.subscribe(f, 2)
     return c
 
 
-def sn12(b: BrokerProcess, opened: list[Any], client_id: str, keep_alive: int = 60) -> MqttSnClient:
+def sn12(b: BrokerProcess, clients: list[Any], client_id: str, keep_alive: int = 60) -> MqttSnClient:
     c = MqttSnClient()
     c.set_client_id(client_id)
     c.set_keep_alive(keep_alive)
     c.set_timeout(5)
     c.open("127.0.0.1", sn_port(b))
-    opened.append(c)
+    clients.append(c)
     return c
 
 
-def test_publish_qos_0_1_2_to_an_mqtt_subscriber(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_publish_qos_0_1_2_to_an_mqtt_subscriber(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.2 CONNECT/CONNACK, §6.5 REGISTER/REGACK, §6.6 PUBLISH QoS 0, QoS 1 (PUBACK),
     # QoS 2 (PUBREC, PUBREL, PUBCOMP): the independent client's flows, to a paho subscriber
-    sub = paho(broker, opened, "watch", "sensors/#")
-    c = sn12(broker, opened, "sn-pub")
+    sub = paho(broker, clients, "watch", "sensors/#")
+    c = sn12(broker, clients, "sn-pub")
     c.send_connect()
     for qos in (0, 1, 2):
         c.send_publish("sensors/t", b"q%d" % qos, qos)
@@ -157,13 +149,13 @@ def test_publish_qos_0_1_2_to_an_mqtt_subscriber(broker: BrokerProcess, opened: 
     assert [(m.topic, m.payload, m.qos) for m in got] == [("sensors/t", b"q%d" % q, q) for q in (0, 1, 2)]
 
 
-def test_wildcard_subscription_register_before_publish(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_wildcard_subscription_register_before_publish(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.9 SUBSCRIBE to a wildcard (SUBACK topic id 0), §6.10 the gateway's REGISTER before
     # the first PUBLISH on a topic the client has no id for; QoS 1 both ways
-    c = raw(broker, opened)
+    c = raw(broker, clients)
     assert c.connect("sn-sub") == 0
     assert c.subscribe("w/+", 1, 1) == (0, 0)
-    pub = paho(broker, opened, "pub")
+    pub = paho(broker, clients, "pub")
     pub.publish("w/a", b"one", 1)
     pub.publish("w/a", b"two", 1)
     reg = c.expect(REGISTER)  # first, before any PUBLISH
@@ -181,7 +173,7 @@ def test_wildcard_subscription_register_before_publish(broker: BrokerProcess, op
         def message_arrived(self, msg: Any) -> None:
             got.append((msg.get_topic_name(), msg.get_payload()))
 
-    c2 = sn12(broker, opened, "sn-sub2")
+    c2 = sn12(broker, clients, "sn-sub2")
     c2.send_connect()
     c2.send_subscribe("x/+", 1, Listener())
     pub.publish("x/b", b"three", 1)
@@ -189,44 +181,44 @@ def test_wildcard_subscription_register_before_publish(broker: BrokerProcess, op
     assert got == [("x/b", b"three")]
 
 
-def test_delivery_to_a_client_comes_when_the_broker_writes(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_delivery_to_a_client_comes_when_the_broker_writes(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.10 with Duration 0 (no keep-alive, so the gateway has no timer running): a message
     # from the broker reaches the SN client only because the gateway wakes the listener
-    r = raw(broker, opened)
+    r = raw(broker, clients)
     assert r.connect("sn-idle", duration=0) == 0
     ab = int.from_bytes(b"ab", "big")
     assert r.subscribe(ab, 0, 1, SHORT) == (ab, 0)
-    paho(broker, opened, "pub").publish("ab", b"now", 1)
+    paho(broker, clients, "pub").publish("ab", b"now", 1)
     assert publish_fields(r.expect(PUBLISH))[3] == b"now"
 
 
-def test_predefined_and_short_topic_ids(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_predefined_and_short_topic_ids(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.7 predefined topic ids (the listener's predefined table) and short topic names
-    sub = paho(broker, opened, "watch", "#")
-    c = sn12(broker, opened, "sn-ids")
+    sub = paho(broker, clients, "watch", "#")
+    c = sn12(broker, clients, "sn-ids")
     c.send_connect()
     c.send_publish_predefined(7, b"fire", 1)
     c.send_publish("ab", b"short", 1)  # a two-character name: a short topic id
     assert [(m.topic, m.payload) for m in (sub.get(), sub.get())] == [("plant/alarm", b"fire"), ("ab", b"short")]
     # and to the SN client: a predefined subscription needs no REGISTER
-    r = raw(broker, opened)
+    r = raw(broker, clients)
     assert r.connect("sn-ids2") == 0
     assert r.subscribe(7, 1, 1, PREDEFINED) == (7, 0)
-    paho(broker, opened, "pub").publish("plant/alarm", b"again", 1)
+    paho(broker, clients, "pub").publish("plant/alarm", b"again", 1)
     flags, tid, _mid, data = publish_fields(r.expect(PUBLISH))
     assert (flags & 0x03, tid, data) == (PREDEFINED, 7, b"again")
 
 
-def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.10 QoS 2 to the SN client (PUBLISH, PUBREC, PUBREL, PUBCOMP), §6.11 PINGREQ/PINGRESP,
     # §6.9 UNSUBSCRIBE/UNSUBACK, §6.4 WILLTOPICUPD/WILLMSGUPD accepted (0x00), §6.12 DISCONNECT
-    r = raw(broker, opened)
+    r = raw(broker, clients)
     assert r.connect("sn-q2") == 0
     r.send(PINGREQ)
     r.expect(PINGRESP)
     ab = int.from_bytes(b"ab", "big")
     assert r.subscribe(ab, 2, 1, SHORT) == (ab, 0)
-    paho(broker, opened, "pub").publish("ab", b"twice?", 2)
+    paho(broker, clients, "pub").publish("ab", b"twice?", 2)
     flags, tid, mid, data = publish_fields(r.expect(PUBLISH))
     assert (flags & 0x60, flags & 0x03, tid, data) == (QOS[2], SHORT, ab, b"twice?")
     r.send(PUBREC, u16(mid))
@@ -245,20 +237,20 @@ def test_qos_2_to_the_client_unsubscribe_ping_will_update_disconnect(broker: Bro
     r.expect(DISCONNECT)  # forgotten: CONNECT first
 
 
-def test_qos_minus_one_without_a_connection(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_qos_minus_one_without_a_connection(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.8 PUBLISH QoS -1: no CONNECT, a predefined id or a short name
-    sub = paho(broker, opened, "watch", "#")
-    r = raw(broker, opened)
+    sub = paho(broker, clients, "watch", "#")
+    r = raw(broker, clients)
     r.publish(7, b"m1", -1, kind=PREDEFINED)
     r.publish(int.from_bytes(b"ab", "big"), b"m2", -1, kind=SHORT)
     assert [(m.topic, m.payload) for m in (sub.get(), sub.get())] == [("plant/alarm", b"m1"), ("ab", b"m2")]
 
 
-def test_will_published_when_keep_alive_is_lost(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_will_published_when_keep_alive_is_lost(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.2 the will handshake (WILLTOPICREQ, WILLTOPIC, WILLMSGREQ, WILLMSG);
     # §6.11 keep-alive: a client silent for 1.5 x its CONNECT Duration is lost, its will published
-    sub = paho(broker, opened, "watch", "wills/#")
-    c = sn12(broker, opened, "sn-will", keep_alive=1)
+    sub = paho(broker, clients, "watch", "wills/#")
+    c = sn12(broker, clients, "sn-will", keep_alive=1)
     c.set_will("wills/sn-will", "gone", 1, False)
     c.send_connect()
     msg = sub.get(timeout=10)  # the client sends nothing more
@@ -266,10 +258,10 @@ def test_will_published_when_keep_alive_is_lost(broker: BrokerProcess, opened: l
     broker.wait_log(r"MQTT-SN client sn-will silent for 1 s: lost")
 
 
-def test_retained_message_on_subscribe(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_retained_message_on_subscribe(broker: BrokerProcess, clients: list[Any]) -> None:
     # §6.9 SUBSCRIBE to a topic name: SUBACK with its topic id, then the retained message
-    paho(broker, opened, "pub").publish("r/x", b"kept", 1, retain=True)
-    r = raw(broker, opened)
+    paho(broker, clients, "pub").publish("r/x", b"kept", 1, retain=True)
+    r = raw(broker, clients)
     assert r.connect("sn-ret") == 0
     topic_id, rc = r.subscribe("r/x", 1, 1)
     assert rc == 0 and topic_id
@@ -277,14 +269,14 @@ def test_retained_message_on_subscribe(broker: BrokerProcess, opened: list[Any])
     assert (flags & RETAIN, tid, data) == (RETAIN, topic_id, b"kept")
 
 
-def test_acl_applies_to_an_sn_client(tmp_path: Path, opened: list[Any]) -> None:
+def test_acl_applies_to_an_sn_client(tmp_path: Path, clients: list[Any]) -> None:
     # an SN client is an anonymous session like any other: the ACL's pattern with %c
     # decides; a refused SUBSCRIBE gets SUBACK 0x03, a refused PUBLISH PUBACK 0x03 (§5.3.10)
     acl = [{"pattern": "sn/%c/#", "access": "readwrite"}, {"topic": "sn/#", "access": "read"}]
     b = start(tmp_path, security={"acl": acl})
     try:
-        sub = paho(b, opened, "watch", "sn/#")
-        r = raw(b, opened)
+        sub = paho(b, clients, "watch", "sn/#")
+        r = raw(b, clients)
         assert r.connect("s1") == 0
         assert r.subscribe("other/#", 1, 1)[1] == 0x03
         r.send(REGISTER, u16(0) + u16(2) + b"sn/s2/t")
@@ -334,27 +326,27 @@ def sleep_then_flush(r: SnRaw, pub: Paho, client_id: str) -> None:
     assert wake_and_collect(r, client_id, 3) == [b"m0", b"m1", b"m2"]
 
 
-def test_sleeping_client_buffered_then_flushed_on_pingreq(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_sleeping_client_buffered_then_flushed_on_pingreq(broker: BrokerProcess, clients: list[Any]) -> None:
     # ... and asleep again after it
-    pub, r = paho(broker, opened, "pub"), raw(broker, opened)
+    pub, r = paho(broker, clients, "pub"), raw(broker, clients)
     sleep_then_flush(r, pub, "sleeper")
     pub.publish("s/t", b"later", 1)
     assert wake_and_collect(r, "sleeper", 1) == [b"later"]
 
 
-def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, opened: list[Any]) -> None:
+def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, clients: list[Any]) -> None:
     # §6.14 a sleeping client's buffer is bounded by max_buffered (then queue_full decides);
     # a datagram over max_packet_size is dropped either way, counted in $SYS
     b = start(
         tmp_path, sn={"max_buffered": 2, "max_packet_size": 64}, limits={"queue_full": "drop_newest", "sys_interval": 1}
     )
     try:
-        watch = paho(b, opened, "watch", "$SYS/broker/mqtt-sn/refused/too_large")
-        r = raw(b, opened)
+        watch = paho(b, clients, "watch", "$SYS/broker/mqtt-sn/refused/too_large")
+        r = raw(b, clients)
         assert r.connect("small") == 0
         assert r.subscribe("ab", 1, 1, SHORT) == (int.from_bytes(b"ab", "big"), 0)
         r.publish(int.from_bytes(b"ab", "big"), bytes(60), 1, msg_id=2, kind=SHORT)  # 67 octets: dropped
-        pub = paho(b, opened, "pub")
+        pub = paho(b, clients, "pub")
         pub.publish("ab", bytes(58), 1)  # 65 octets as an SN PUBLISH: dropped
         pub.publish("ab", b"fits", 1)
         _flags, _tid, mid, data = publish_fields(r.expect(PUBLISH))  # (the first thing it hears)
@@ -372,18 +364,18 @@ def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, opened
         b.kill()
 
 
-def test_unacknowledged_publish_resent_with_dup_then_lost(tmp_path: Path, opened: list[Any]) -> None:
+def test_unacknowledged_publish_resent_with_dup_then_lost(tmp_path: Path, clients: list[Any]) -> None:
     # §6.13: the gateway's PUBLISH is sent again after retry_interval with DUP set, max_retries
     # times; then the client is lost, counted in $SYS. Duration 0: no keep-alive timer runs, so
     # the resend timer is started by the delivery itself
     b = start(tmp_path, sn={"retry_interval": 1, "max_retries": 2}, limits={"sys_interval": 1})
     try:
-        watch = paho(b, opened, "watch", "$SYS/broker/mqtt-sn/refused/retries")
-        r = raw(b, opened)
+        watch = paho(b, clients, "watch", "$SYS/broker/mqtt-sn/refused/retries")
+        r = raw(b, clients)
         assert r.connect("deaf", duration=0) == 0
         ab = int.from_bytes(b"ab", "big")
         assert r.subscribe(ab, 1, 1, SHORT) == (ab, 0)
-        paho(b, opened, "pub").publish("ab", b"hear me", 1)
+        paho(b, clients, "pub").publish("ab", b"hear me", 1)
         flags, _tid, mid, data = publish_fields(r.expect(PUBLISH))
         assert (flags & 0x80, data) == (0, b"hear me")
         for _ in range(2):
@@ -414,28 +406,28 @@ def test_advertise_every_interval(tmp_path: Path) -> None:
             b.kill()
 
 
-def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list[Any]) -> None:
+def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, clients: list[Any]) -> None:
     # §6.14 and §6.3 (clean flag off): the buffer of a sleeping client is its persistent session's queue: after
     # kill -9 and a restart on the same store, the client (forgotten by the gateway: its
     # PINGREQ gets DISCONNECT) CONNECTs with clean off and gets every message: 0 lost
     n = 50
     b = start(tmp_path)
     try:
-        r = raw(b, opened)
+        r = raw(b, clients)
         assert r.connect("sleeper", duration=600, clean=False) == 0
         assert r.subscribe("k/+", 1, 1) == (0, 0)
         r.send(DISCONNECT, u16(600))
         r.expect(DISCONNECT)
-        pub = paho(b, opened, "pub")
+        pub = paho(b, clients, "pub")
         for i in range(n):
             pub.publish("k/t", b"%d" % i, 1)  # acknowledged: durable (store_sync = always)
         pub.close()
-        opened.remove(pub)
+        clients.remove(pub)
         b.kill()  # SIGKILL: no shutdown, no final sync
         b.start()
         b.wait_log(r"listening on [0-9.:]+: MQTT-SN v1.2 over UDP")
         assert f"restored 1 sessions, 1 subscriptions, {n} queued messages" in b.log_text()
-        r2 = raw(b, opened)  # the same client, a new port after the restart (its address changed)
+        r2 = raw(b, clients)  # the same client, a new port after the restart (its address changed)
         r2.send(PINGREQ, b"sleeper")
         r2.expect(DISCONNECT)  # the gateway has forgotten it: CONNECT again
         r2.send(CONNECT, bytes([0, 0x01]) + u16(600) + b"sleeper")
@@ -456,12 +448,12 @@ def test_kill_9_while_a_client_sleeps_loses_nothing(tmp_path: Path, opened: list
         b.kill()
 
 
-def test_malformed_datagrams_refused_and_counted(broker: BrokerProcess, opened: list[Any]) -> None:
+def test_malformed_datagrams_refused_and_counted(broker: BrokerProcess, clients: list[Any]) -> None:
     # §5.2 the message header: a datagram whose length octets disagree with it, that is
     # cut short, of an unknown type, or a 3-octet length form below 4: dropped, counted
     # in $SYS, the listener serves on
-    watch = paho(broker, opened, "watch", "$SYS/broker/mqtt-sn/refused/malformed")
-    r = raw(broker, opened)
+    watch = paho(broker, clients, "watch", "$SYS/broker/mqtt-sn/refused/malformed")
+    r = raw(broker, clients)
     for bad in (
         b"\x05\x04\x04",  # truncated: the length says 5
         b"\x03\x16\x00\x00",  # wrong length byte: 3 for 4 octets

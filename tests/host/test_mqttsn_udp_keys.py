@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tests.host.broker_proc import BrokerProcess, Paho, write_config
+from tests.host.test_mqttsn_udp import paho
 
 pytestmark = pytest.mark.interop
 
@@ -112,14 +112,6 @@ class SealedSn:
         self.sock.close()
 
 
-@pytest.fixture
-def opened() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for c in made:
-        c.close()
-
-
 def start(tmp_path: Path) -> BrokerProcess:
     sn = {"protocol": "mqtt-sn", "port": 0, "keys": KEYS}
     b = BrokerProcess(tmp_path, listeners=[{"port": 0}, sn], limits={"sys_interval": 1}).start()
@@ -127,18 +119,9 @@ def start(tmp_path: Path) -> BrokerProcess:
     return b
 
 
-def paho(b: BrokerProcess, opened: list[Any], client_id: str, *filters: str) -> Paho:
-    c = Paho(b.port, client_id)
-    opened.append(c)
-    c.connect()
-    for f in filters:
-        c.subscribe(f, 2)
-    return c
-
-
-def sealed(b: BrokerProcess, opened: list[Any], client_id: str) -> SealedSn:
+def sealed(b: BrokerProcess, clients: list[Any], client_id: str) -> SealedSn:
     c = SealedSn(b.ports()[1], client_id, KEYS[client_id])
-    opened.append(c)
+    clients.append(c)
     return c
 
 
@@ -149,11 +132,11 @@ def counted(watch: Paho, value: bytes) -> None:
         seen.append(watch.get(timeout=10).payload)
 
 
-def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, opened: list[Any]) -> None:
+def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, clients: list[Any]) -> None:
     b = start(tmp_path)
     try:
-        sub = paho(b, opened, "watch", "plant/#")
-        c = sealed(b, opened, "s1")
+        sub = paho(b, clients, "watch", "plant/#")
+        c = sealed(b, clients, "s1")
         c.join()
         # QoS 1 from the SN client reaches the MQTT subscriber
         c.send(REGISTER, u16(0) + u16(1) + b"plant/t")
@@ -162,7 +145,7 @@ def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, opened: li
         assert c.expect(PUBACK)[2:5] == u16(2) + b"\x00"
         msg = sub.get()
         assert (msg.topic, msg.payload) == ("plant/t", b"21.5")
-        # a delivery back to it, opened here
+        # a delivery back to it, clients here
         c.send(SUBSCRIBE, bytes([QOS1]) + u16(3) + b"cmd/s1")
         assert c.expect(SUBACK)[5] == 0
         sub.publish("cmd/s1", b"open", 1)
@@ -170,7 +153,7 @@ def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, opened: li
         assert body[5:] == b"open"
         c.sock.send(c.seal(PUBACK, body[1:3] + body[3:5] + b"\x00"))
         # a replayed datagram: refused, counted
-        watch = paho(b, opened, "sys", "$SYS/broker/mqtt-sn/refused/replayed")
+        watch = paho(b, clients, "sys", "$SYS/broker/mqtt-sn/refused/replayed")
         ping = c.send(PINGREQ)
         c.expect(PINGRESP)
         c.sock.send(ping)
@@ -190,7 +173,7 @@ def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, opened: li
         c.send(PINGREQ)
         assert c.recv() is None  # challenged
         c.send(PINGREQ)
-        c.expect(DISCONNECT)  # opened: the new run does not know the client: CONNECT again
+        c.expect(DISCONNECT)  # clients: the new run does not know the client: CONNECT again
         c.send(CONNECT, bytes([CLEAN, 0x01]) + u16(60) + b"s1")
         assert c.expect(CONNACK) == b"\x00"
         c.sock.send(ping)  # recorded in the earlier run: never opens again
@@ -200,22 +183,22 @@ def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, opened: li
         b.kill()
 
 
-def test_a_client_id_is_bound_to_its_key(tmp_path: Path, opened: list[Any]) -> None:
+def test_a_client_id_is_bound_to_its_key(tmp_path: Path, clients: list[Any]) -> None:
     b = start(tmp_path)
     try:
-        watch = paho(b, opened, "sys", "$SYS/broker/mqtt-sn/refused/wrong_key")
-        c = sealed(b, opened, "s2")
+        watch = paho(b, clients, "sys", "$SYS/broker/mqtt-sn/refused/wrong_key")
+        c = sealed(b, clients, "s2")
         c.ask()
         assert c.recv() is None
         c.send(CONNECT, bytes([CLEAN, 0x01]) + u16(60) + b"s1")  # s2's key, s1's name
         assert c.expect(CONNACK) == b"\x03"
         counted(watch, b"1")
         liar = SealedSn(b.ports()[1], "s1", KEYS["s2"])  # s1's key id, the wrong key
-        opened.append(liar)
+        clients.append(liar)
         liar.ask()
         assert liar.recv() is None
         liar.send(CONNECT, bytes([CLEAN, 0x01]) + u16(60) + b"s1")
-        bad = paho(b, opened, "sys2", "$SYS/broker/mqtt-sn/refused/bad_seal")
+        bad = paho(b, clients, "sys2", "$SYS/broker/mqtt-sn/refused/bad_seal")
         counted(bad, b"1")
         assert "tag does not match" in b.log_text()
     finally:
