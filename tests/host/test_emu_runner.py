@@ -46,3 +46,16 @@ def _has_littlefs() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_the_sparkplug_heap_script_finds_its_harness_on_the_board() -> None:
+    # tools/emu/sparkplug_heap.py puts tests/upy/sparkplug_heap.py on the board
+    # as /main.py with the core harness beside it (no tests/ package there):
+    # its import must be rewritten, or the chip stops at an ImportError.
+    from tools.emu.sparkplug_heap import board_files
+
+    files = board_files()
+    main = files["main.py"].decode()
+    assert "from harness import Harness" in main and "tests.core" not in main
+    assert b"class Harness" in files["harness.py"]
+    assert set(files) == {"siskin.json", "main.py", "harness.py"}
