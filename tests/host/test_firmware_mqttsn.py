@@ -145,7 +145,7 @@ def test_mqttsn_off_loopback_without_allow_remote_stops_the_start(tmp_path: Path
 
 def test_keyed_board_seals_every_datagram(tmp_path: Path, clients: list[Any]) -> None:
     # "keys" on the board: the envelope (docs/mqtt-sn.md, Security) with cryptolib's AES under
-    # the core's AES-GCM, clients and sealed by the host test's client on `cryptography`
+    # the core's AES-GCM, opened and sealed by the host test's client on `cryptography`
     key = os.urandom(16).hex()
     broker = board(tmp_path, keys={"fw-s1": key})
     try:
@@ -164,7 +164,7 @@ def test_keyed_board_seals_every_datagram(tmp_path: Path, clients: list[Any]) ->
         c.send(SUBSCRIBE, bytes([QOS[1]]) + u16(3) + b"sensors/k")
         assert c.expect(SUBACK)[5] == 0
         sub.publish("sensors/k", b"back", 1)
-        assert c.expect(PUBLISH)[5:] == b"back"  # clients with the gateway->client key
+        assert c.expect(PUBLISH)[5:] == b"back"  # opened with the gateway->client key
         c.sock.send(bytes([6, CONNECT, CLEAN, 0x01]) + u16(60))  # plain: refused, counted
         while unsealed.get(timeout=10).payload != b"1":  # published every sys_interval
             pass

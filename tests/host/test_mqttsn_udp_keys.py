@@ -145,7 +145,7 @@ def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, clients: l
         assert c.expect(PUBACK)[2:5] == u16(2) + b"\x00"
         msg = sub.get()
         assert (msg.topic, msg.payload) == ("plant/t", b"21.5")
-        # a delivery back to it, clients here
+        # a delivery back to it, opened here
         c.send(SUBSCRIBE, bytes([QOS1]) + u16(3) + b"cmd/s1")
         assert c.expect(SUBACK)[5] == 0
         sub.publish("cmd/s1", b"open", 1)
@@ -173,7 +173,7 @@ def test_sealed_publish_delivery_replay_and_a_restart(tmp_path: Path, clients: l
         c.send(PINGREQ)
         assert c.recv() is None  # challenged
         c.send(PINGREQ)
-        c.expect(DISCONNECT)  # clients: the new run does not know the client: CONNECT again
+        c.expect(DISCONNECT)  # opened: the new run does not know the client: CONNECT again
         c.send(CONNECT, bytes([CLEAN, 0x01]) + u16(60) + b"s1")
         assert c.expect(CONNACK) == b"\x00"
         c.sock.send(ping)  # recorded in the earlier run: never opens again
