@@ -427,15 +427,30 @@ def test_bridge_holds_sparkplug_data_while_the_primary_host_is_away(
             payload = encode({"timestamp": 1, "seq": i % 256, "metrics": [{"name": "count", "type": "Int64", "value": i}]})
             node.publish("spBv1.0/Plant1/NDATA/press-7", payload, 1)  # PUBACK: kept here
 
-    def received(n: int) -> list[int]:
-        return [int(decode(app.get(20).payload)["metrics"][0]["value"]) for _ in range(n)]
+    seen: set[int] = set()
+
+    def received(siskin: BrokerProcess, n: int) -> list[int]:
+        # The next n counts in order of arrival. QoS 1 is at least once: a
+        # message in flight when the bridge's upstream link dropped (a 1 s
+        # keepalive on a loaded machine) is sent again on the next one
+        # [MQTT-4.3.2-1] [MQTT-4.4.0-1]: such a repeat is passed over, but
+        # only after a reconnect; a gap or a reordering fails.
+        got: list[int] = []
+        while len(got) < n:
+            value = int(decode(app.get(20).payload)["metrics"][0]["value"])
+            if value in seen:
+                assert siskin.log_text().count("bridge cloud: connected to") > 1, (value, siskin.log_text())
+            else:
+                seen.add(value)
+                got.append(value)
+        return got
 
     workdir = tmp_path / "edge"
     with edge(workdir, [mosquitto.port], http={"port": 0}, topic=rules, sparkplug_host="scada") as siskin:
         ndata(siskin, 0, 20)  # no STATE upstream yet: held
         wait_until(lambda: held_upstream(siskin) == 20, 20, siskin.log_text)
         state(True)
-        assert received(20) == list(range(20))
+        assert received(siskin, 20) == list(range(20))
         state(False)
         siskin.wait_log("primary host scada offline: what goes up waits here")
         ndata(siskin, 20, 30)
@@ -444,7 +459,7 @@ def test_bridge_holds_sparkplug_data_while_the_primary_host_is_away(
     with edge(workdir, [mosquitto.port], http={"port": 0}, topic=rules, sparkplug_host="scada") as siskin:
         wait_until(lambda: held_upstream(siskin) == 30, 20, siskin.log_text)  # restored, still held
         state(True)
-        assert received(30) == list(range(20, 50))
+        assert received(siskin, 30) == list(range(20, 50))
         siskin.wait_log("primary host scada online: what waited goes up")
         ndata(siskin, 50, 5)  # online: straight through
-        assert received(5) == list(range(50, 55))
+        assert received(siskin, 5) == list(range(50, 55))
