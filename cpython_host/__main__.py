@@ -7,7 +7,6 @@ explains the broker's options and lists the subcommands.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -26,6 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = command.main(argv[1:])
         return code
     if argv and not argv[0].startswith("-"):
+        import difflib  # (only for a mistyped subcommand)
+
         close = difflib.get_close_matches(argv[0], modules, n=1)
         hint = f"did you mean 'siskin {close[0]}'? " if close else ""
         print(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import pwd
-import shutil
 import sys
 
 MQTT_PORT_SETTING = "--port, [[listener]] port"
@@ -98,6 +97,8 @@ def install_advice(package: str, debian_package: str) -> str:
     venvs, name = os.path.split(prefix)
     if os.path.basename(venvs) == "venvs":  # pipx: PIPX_HOME/venvs/NAME
         home = os.path.dirname(venvs)
+        import shutil  # (only here: it brings bz2 and lzma with it)
+
         # (the command as run: pipx's link in PIPX_BIN_DIR)
         command = sys.argv[0] if os.path.basename(sys.argv[0]) == "siskin" else shutil.which("siskin")
         bin_dir = f" PIPX_BIN_DIR={os.path.dirname(command)}" if command else ""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import logging.handlers
 import os
 import stat
 import sys
@@ -94,6 +93,8 @@ def to_syslog(address: str) -> None:
     typo); a daemon that is away is tried again at each line, as syslog(3) does."""
     if not stat.S_ISSOCK(os.stat(address).st_mode):
         raise OSError(f"{address} is not a socket")
+    import logging.handlers  # (only for syslog: it brings pickle and socketserver)
+
     handler = logging.handlers.SysLogHandler(address=address, facility=logging.handlers.SysLogHandler.LOG_DAEMON)
     handler.setFormatter(logging.Formatter(f"siskin[{os.getpid()}]: %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)

@@ -28,7 +28,6 @@ import json
 import logging
 import ssl
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -176,6 +175,8 @@ class Jwks:
     def _fetch(self) -> list[Key] | str:
         """The keys of the set, or why not (runs in a worker thread after start)."""
         try:
+            import urllib.request  # (here: it brings http and email, which a broker without a JWKS URL never needs)
+
             with urllib.request.urlopen(self.url, timeout=TIMEOUT, context=self.context) as answer:
                 if answer.status != 200:
                     return f"HTTP {answer.status}"
