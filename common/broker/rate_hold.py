@@ -52,10 +52,14 @@ def hold(limits, broker, conn, cause, now):
     setattr(st, counter, held)
     if now >= limits.log_at:
         limits.log_at = now + 1
+        # The rate of the bucket in debt: [limits]' or its listener's own (rate_listeners.py).
+        scope = cause // 3
+        slot = (cid, limits.user_of[cid], limits.listener_of[cid])[scope]
+        rate = (limits.own, limits.users, limits.listeners)[scope].rates[cause % 3][slot]
         broker.log(
             30,
             "%s: over %s %d (%s): not read until it is back under (held back %d times for it)",
-            (broker.client_name(conn), setting, getattr(broker.settings, setting), words, held),
+            (broker.client_name(conn), setting, rate, words, held),
         )
 
 
