@@ -59,8 +59,8 @@ from common.broker.settings import (
     ConfigError,
     check,
     defaults,
-    refuse_limits_keys,
     new_settings,
+    refuse_limits_keys,
     resolve,
     with_defaults,
 )
