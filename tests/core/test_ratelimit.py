@@ -471,13 +471,17 @@ class TestPerListenerRates(unittest.TestCase):
         self.assertNotIn(again.cid, h.broker.throttled)
 
     def test_a_listeners_own_shared_bucket(self):
-        h, sub = self.rig({1: {"listener_rate_messages": 4}, 2: {"listener_rate_messages": 0}}, listener_rate_messages=100)
+        h, sub = self.rig(
+            {1: {"listener_rate_messages": 4}, 2: {"listener_rate_messages": 0}}, listener_rate_messages=100
+        )
         a = self.member(h, "a", 1)
         b = self.member(h, "b", 1)
         burst(a, 3)
         burst(b, 3)  # 3 + 2 handled of listener 1's 4: b into debt (its 3rd waits)
         self.assertIn(b.cid, h.broker.throttled)
-        self.assertTrue([x for x in self.lines if x.startswith("b: over listener_rate_messages 4 (PUBLISHes/s, its listener's)")])
+        self.assertTrue(
+            [x for x in self.lines if x.startswith("b: over listener_rate_messages 4 (PUBLISHes/s, its listener's)")]
+        )
         off = self.member(h, "off", 2)
         burst(off, 150)  # listener 2: off, though [limits] says 100
         self.assertNotIn(off.cid, h.broker.throttled)
