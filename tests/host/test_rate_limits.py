@@ -265,10 +265,10 @@ def test_each_listener_has_its_own_client_rate(tmp_path: Path) -> None:
         assert reasons["public"][0].value == 0x96  # Message rate too high
         b.wait_log(r"closing public: over its rate limits for rate_grace 2 s; sent DISCONNECT reason 0x96")
         # The internal flooder sent all along: never held, never closed.
+        stop.set()
         assert not reasons["internal"]
         assert "internal: over" not in b.log_text()
         flooders["internal"].publish("calm/after", b"still here", 1)  # (its PUBACK: served)
-        stop.set()
         flooders["internal"].close()
         flooders["public"].client.loop_stop()
         assert "Traceback" not in b.log_text()
