@@ -35,9 +35,10 @@
 # Shared buckets (rate_groups.py): user_rate_* take from one bucket per
 # user name for all its connections, listener_rate_* from one per listener
 # for all of its clients. A listener may set its own rate_* (its clients'
-# buckets) and listener_rate_* (rate_listeners.py; 0: off there). A charge takes from the client's own bucket and
-# from its user's and its listener's; the client is held back if any of
-# them is in debt, and read again once none is. The hold is counted by the
+# buckets) and listener_rate_* (rate_listeners.py; 0: off there). A
+# charge takes from the client's own bucket and from its user's and its
+# listener's; the client is held back if any of them is in debt, and read
+# again once none is. The hold is counted by the
 # first bucket in debt (own, user, listener), per kind.
 #
 # A client held back at some moment of every second for `rate_grace`
