@@ -251,6 +251,8 @@ def test_each_listener_has_its_own_client_rate(tmp_path: Path) -> None:
     listeners = [{"port": 0, "rate_messages": 20}, {"port": 0, "rate_messages": 0}]
     with BrokerProcess(tmp_path, limits=limits, listeners=listeners) as b:
         wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        b.wait_log(r"127\.0\.0\.1:\d+: rate limits of its own: rate_messages 20; the rest as \[limits\]")
+        b.wait_log(r"127\.0\.0\.1:\d+: rate limits of its own: rate_messages off; the rest as \[limits\]")
         reasons: dict[str, list[Any]] = {"public": [], "internal": []}
         flooders = {}
         for name, port in zip(reasons, b.ports(), strict=True):
