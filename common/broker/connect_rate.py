@@ -41,6 +41,7 @@ class ConnectRate:
         # listener key -> the ConnectRate of a listener that sets its own
         # rate_connects (Limits.per_listener), None where it sets 0
         self.listeners = {}
+        self.refused_on = {}  # listener key (a host's) -> CONNECTs refused there (/metrics)
         for key in per_listener or ():
             rate = per_listener[key].get("rate_connects")
             if rate is not None:
@@ -85,6 +86,8 @@ class ConnectRate:
         if limit is None or not limit.rate or limit.take(conn.peer, now):
             return None
         broker.stats.refused_connect_rate += 1
+        if key is not None:
+            self.refused_on[key] = self.refused_on.get(key, 0) + 1
         reason = CONNECTION_RATE_EXCEEDED if conn.level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
         return reason, "over rate_connects %d CONNECTs/s from %s (refused_connect_rate %d)" % (
             limit.rate,

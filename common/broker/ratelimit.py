@@ -104,6 +104,7 @@ class RateLimits:
         self.stepped = 0  # ms tick: the held clients' last refill
         self.second = 0  # s: every bucket's last refill and grace check
         self.log_at = 0  # s: the next hold logged
+        self.held_on = {}  # listener key (a host's) -> holds counted by cause (rate_hold.py; /metrics)
 
     def opened(self, cid, now, ms, peer=None):
         """A new connection on `cid` at (`now` s, `ms` ticks) through `peer`

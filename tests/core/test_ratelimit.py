@@ -429,6 +429,7 @@ class TestPerListenerRates(unittest.TestCase):
         self.assertNotIn(internal.cid, h.broker.throttled)
         self.assertTrue([x for x in self.lines if x.startswith("public: over rate_messages 5 (PUBLISHes/s)")])
         self.assertFalse([x for x in self.lines if x.startswith("internal: over")])
+        self.assertEqual(h.broker.rates.held_on, {1: [1, 0, 0, 0, 0, 0, 0, 0, 0]})  # (counted for its listener: /metrics)
 
     def test_0_on_a_listener_is_unlimited_while_limits_sets_a_rate(self):
         h, sub = self.rig({1: {"rate_messages": 0}}, rate_messages=5)
@@ -508,6 +509,7 @@ class TestPerListenerRates(unittest.TestCase):
         # Listener 0: [limits]' 1 (the same address's CONNECTs on 1 and 2 not counted here).
         self.assertEqual([self.connect(h, 0, "c%d" % i).reason for i in range(2)], [0, 0x9F])
         self.assertEqual(h.broker.stats.refused_connect_rate, 2)
+        self.assertEqual(h.broker.connect_rate.refused_on, {2: 1, 0: 1})  # (counted for each listener: /metrics)
 
     def test_a_listener_sets_rate_connects_with_limits_off(self):
         h = Harness(per_listener={1: {"rate_connects": 1}})

@@ -247,9 +247,11 @@ def test_each_listener_has_its_own_client_rate(tmp_path: Path) -> None:
     # 20, the second (internal) 0: off there. The same v5 flooder on each:
     # held back then DISCONNECT 0x96 on the first, untouched on the second
     # though it floods [limits]' rate as long.
+    from tests.host.test_web import scrape
+
     limits = {"rate_messages": RATE, "rate_grace": 2}
     listeners = [{"port": 0, "rate_messages": 20}, {"port": 0, "rate_messages": 0}]
-    with BrokerProcess(tmp_path, limits=limits, listeners=listeners) as b:
+    with BrokerProcess(tmp_path, limits=limits, listeners=listeners, http={"port": 0}) as b:
         wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
         b.wait_log(r"127\.0\.0\.1:\d+: rate limits of its own: rate_messages 20; the rest as \[limits\]")
         b.wait_log(r"127\.0\.0\.1:\d+: rate limits of its own: rate_messages off; the rest as \[limits\]")
@@ -271,6 +273,10 @@ def test_each_listener_has_its_own_client_rate(tmp_path: Path) -> None:
         assert not reasons["internal"]
         assert "internal: over" not in b.log_text()
         flooders["internal"].publish("calm/after", b"still here", 1)  # (its PUBACK: served)
+        # /metrics counts the holds per listener too (numbered as in the config).
+        samples = scrape(b.http_url())
+        assert samples[("siskin_listener_rate_held_total", (("cause", "messages"), ("listener", "1")))] >= 1
+        assert not [k for k in samples if k[0] == "siskin_listener_rate_held_total" and ("listener", "2") in k[1]]
         flooders["internal"].close()
         flooders["public"].client.loop_stop()
         assert "Traceback" not in b.log_text()
@@ -281,7 +287,9 @@ def test_each_listener_has_its_own_connect_rate(tmp_path: Path) -> None:
     # reconnect loop from 127.0.0.1 is refused on the first (3.1.1 CONNACK
     # 0x03 [MQTT-3.2.2-5]) and never on the second.
     listeners = [{"port": 0}, {"port": 0, "rate_connects": 0}]
-    with BrokerProcess(tmp_path, limits={"rate_connects": 2}, listeners=listeners) as b:
+    from tests.host.test_web import scrape
+
+    with BrokerProcess(tmp_path, limits={"rate_connects": 2}, listeners=listeners, http={"port": 0}) as b:
         wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
         first, second = b.ports()
         for i in range(30):
@@ -297,6 +305,9 @@ def test_each_listener_has_its_own_connect_rate(tmp_path: Path) -> None:
                 break
         assert answers[-1] == b"\x00\x03", answers
         b.wait_log(r"refused CONNECT on #\d+: over rate_connects 2 CONNECTs/s from 127\.0\.0\.1")
+        samples = scrape(b.http_url())
+        assert samples[("siskin_listener_connect_rate_refused_total", (("listener", "1"),))] == 1
+        assert ("siskin_listener_connect_rate_refused_total", (("listener", "2"),)) not in samples
         assert "Traceback" not in b.log_text()
 
 
