@@ -53,11 +53,14 @@ from common.broker.settings import (
     K_NUMBER,
     K_OBJECT,
     K_STR,
+    LISTENER_RATE_KEYS,
+    LISTENER_RATES,
     LOG_LEVEL_NAMES,
     ConfigError,
     check,
     defaults,
     new_settings,
+    refuse_limits_keys,
     resolve,
     with_defaults,
 )
@@ -114,6 +117,10 @@ LISTENER: tuple[tuple[Any, ...], ...] = (
     # -- per listener (Mosquitto's per_listener_settings; common/broker/listener_policy.py) --
     ("mount_point", "", K_STR, None, None),  # a prefix put before every topic its clients name; "" = none
     ("security", None, K_OBJECT, None, None),  # [listener.security]: its own users, ACL, anonymous switch
+    # its own rate_messages, rate_bytes, rate_subscribes (each client's),
+    # listener_rate_* (its clients together) and rate_connects (per source
+    # address); not set: [limits]'s; 0: off on this listener (docs/limits.md)
+    *LISTENER_RATES,
     # -- protocol = "mqtt-sn" only (common/mqttsn/settings.py; docs/mqtt-sn.md) --
     *SN_LISTENER,
 )
@@ -183,6 +190,7 @@ class Listener:
     origins: list[str]
     mount_point: str
     security: dict[str, Any] | None
+    rates: dict[str, int]  # the LISTENER_RATES keys it sets (Limits.per_listener)
     # protocol = "mqtt-sn" (common/mqttsn/settings.py SN_LISTENER)
     gw_id: int
     max_clients: int
@@ -203,6 +211,7 @@ class Listener:
         self.key = key  # its index among the listeners: the core's listener key (peer[3], listener_policy.py)
         for name, value in defaults(LISTENER).items():
             setattr(self, name, values.get(name, value))
+        self.rates = {name: values[name] for name in values if name in LISTENER_RATE_KEYS}
 
     @property
     def tls(self) -> bool:
@@ -225,6 +234,7 @@ def _listener(where: str, body: Any, base: Path, key: int) -> Listener:
     """A [[listener]] table, checked; its relative file names are taken from `base` (the config file's directory)."""
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: must be a table ([[listener]] with keys under it).")
+    refuse_limits_keys(where, body, LISTENER)  # (rate_grace and the like: told to go to [limits])
     values = check(where, body, LISTENER)
     for name in ("certfile", "keyfile", "cafile", "crlfile"):
         if values.get(name):
@@ -501,6 +511,7 @@ def _read_tables(cfg: HostConfig, path: str, p: Path, doc: dict[str, Any]) -> No
         cfg.listener_tables = [
             _listener(f"{path}: [[listener]] #{i}", body, p.parent, i - 1) for i, body in enumerate(doc["listener"], 1)
         ]
+        cfg.settings.per_listener = {lst.key: lst.rates for lst in cfg.listener_tables if lst.rates}
     if cfg.write_buffer_low > cfg.write_buffer_high:
         raise ConfigError(f"{path}: [server]: write_buffer_low must not exceed write_buffer_high.")
     log = {k: v.lower() if isinstance(v, str) and k == "level" else v for k, v in doc.get("log", {}).items()}

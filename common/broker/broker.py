@@ -193,6 +193,8 @@ class Broker:
     sessions: "Sessions"
     users: "Users | None"
     acl: "Acl | None"
+    rates: "Any"  # ratelimit.RateLimits or None
+    connect_rate: "Any"  # connect_rate.ConnectRate or None
 
     def __init__(self, settings, entropy, listener=None):
         """`listener` hears every state change worth keeping (common/broker/listener.py):

@@ -21,6 +21,10 @@ from common.mqtt.packets import PubAck, Publish
 # more per this many bytes of match_cache_bytes (about what an entry costs).
 _TOPIC_CACHE_MIN = const(16)
 _TOPIC_CACHE_COST = const(256)
+# The settings of the rate limits that ratelimit.py keeps
+_RATES = tuple(
+    scope + "rate_" + kind for scope in ("", "user_", "listener_") for kind in ("messages", "bytes", "subscribes")
+)
 
 
 def set_up(broker, settings, entropy, listener):
@@ -97,23 +101,33 @@ def set_up(broker, settings, entropy, listener):
     broker.address_failures = {}  # source address -> [failed logins, since (s)]: its budget
     broker.jwt = None  # jwt_auth.JwtAuth when the shell configures JWT logins
     broker.hook = None  # external_auth.ExternalAuth when the shell asks a service (HTTP)
-    broker.rates = None  # ratelimit.RateLimits when a rate limit is set (rate_*, user_rate_*, listener_rate_*)
-    if (
-        s.rate_messages or s.rate_bytes or s.rate_subscribes
-        or s.user_rate_messages or s.user_rate_bytes or s.user_rate_subscribes
-        or s.listener_rate_messages or s.listener_rate_bytes or s.listener_rate_subscribes
-    ):  # fmt: skip
+    # ratelimit.RateLimits when a rate limit is set (rate_*, user_rate_*,
+    # listener_rate_*), in [limits] or by a listener (Limits.per_listener)
+    broker.rates = None
+    if _rate_set(s, _RATES):
         from common.broker.ratelimit import RateLimits
 
         broker.rates = RateLimits(s, s.max_connections + REFUSAL_SLOTS)
-    broker.connect_rate = None  # connect_rate.ConnectRate when rate_connects is set
-    if s.rate_connects:
+    broker.connect_rate = None  # connect_rate.ConnectRate when rate_connects is set (so too)
+    if _rate_set(s, ("rate_connects",)):
         from common.broker.connect_rate import ConnectRate
 
-        broker.connect_rate = ConnectRate(s.rate_connects)
+        broker.connect_rate = ConnectRate(s.rate_connects, s.per_listener)
     broker.denied_log_at = 0  # s: the next refused PUBLISH logged (one a second)
     # Reused for every PUBLISH and ack received (decode_packet_into)
     # and the warm topic names: none of them is allocated per message.
     broker.inbound = Publish()
     broker.inbound_ack = PubAck()
     broker.topics = TopicCache(_TOPIC_CACHE_MIN + s.match_cache_bytes // _TOPIC_CACHE_COST)
+
+
+def _rate_set(s, names):
+    """Whether one of the settings `names` is on: in [limits] or in a
+    listener's own (Limits.per_listener)."""
+    for name in names:
+        if getattr(s, name):
+            return True
+        for key in s.per_listener:
+            if s.per_listener[key].get(name):
+                return True
+    return False

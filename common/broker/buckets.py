@@ -3,8 +3,10 @@
 # millisecond ticks.
 #
 # Theory of operation. A table has one bucket per kind (PUBLISHes, PUBLISH
-# bytes, subscribed filters) per slot, in lists made at start. A bucket
-# holds at most its rate (one second's worth) and earns rate x ms / 1000
+# bytes, subscribed filters) per slot, in lists made at start, and each
+# bucket its rate (the table's, or its listener's own: rate_listeners.py;
+# 0: that kind is off for the slot). A bucket holds at most its rate (one
+# second's worth) and earns rate x ms / 1000
 # tokens for the ms passed since the slot's last refill, in integers: the
 # thousandths of a token left over are carried per bucket, so that however
 # the refills fall the long-run rate is exact. The arithmetic is split so
@@ -18,7 +20,8 @@ class Buckets:
     """tokens[kind][slot], their carry and the ms tick of each slot's last refill."""
 
     def __init__(self, rates, slots):
-        self.rates = rates  # kind -> tokens a second (0: that kind is off)
+        self.default = rates  # kind -> tokens a second of a new slot
+        self.rates = [[rate] * slots for rate in rates]  # kind -> slot -> its tokens a second (0: off)
         self.tokens = [[rate] * slots for rate in rates]
         self.carry = [[0] * slots for _ in rates]  # thousandths of a token earned, not yet whole
         self.last = [0] * slots  # slot -> the ms tick of its last refill
@@ -26,13 +29,15 @@ class Buckets:
     def grow(self):
         """One more slot (full)."""
         for kind in range(len(self.rates)):
-            self.tokens[kind].append(self.rates[kind])
+            rate = self.default[kind]
+            self.rates[kind].append(rate)
+            self.tokens[kind].append(rate)
             self.carry[kind].append(0)
         self.last.append(0)
 
     def fill(self, slot, ms):
         for kind in range(len(self.rates)):
-            self.tokens[kind][slot] = self.rates[kind]
+            self.tokens[kind][slot] = self.rates[kind][slot]
             self.carry[kind][slot] = 0
         self.last[slot] = ms
 
@@ -45,7 +50,7 @@ class Buckets:
         seconds = passed // 1000
         passed %= 1000
         for kind in range(len(self.rates)):
-            rate = self.rates[kind]
+            rate = self.rates[kind][slot]
             if not rate:
                 continue
             tokens = self.tokens[kind]
@@ -71,7 +76,7 @@ class Buckets:
 
     def full(self, slot):
         for kind in range(len(self.rates)):
-            if self.tokens[kind][slot] < self.rates[kind]:
+            if self.tokens[kind][slot] < self.rates[kind][slot]:
                 return False
         return True
 
@@ -81,7 +86,7 @@ class Buckets:
         for kind in range(len(self.rates)):
             t = self.tokens[kind][slot]
             if t < 0:
-                rate = self.rates[kind]
+                rate = self.rates[kind][slot]
                 need = (-t * 1000 - self.carry[kind][slot] + rate - 1) // rate
                 if need > wait:
                     wait = need

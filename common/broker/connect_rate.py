@@ -22,8 +22,12 @@
 # tokens, the one seen longest ago goes (its next CONNECT finds a full
 # bucket: an attacker with more than CONNECT_RATE_ENTRIES addresses
 # defeats this limit, not the table's memory).
+#
+# Per listener: a listener whose table sets its own rate_connects (the
+# host's [[listener]]: settings.LISTENER_RATES) has its own table of
+# addresses at that rate (0: off there); the others share the [limits] one.
 
-from common.broker.login import source_address
+from common.broker.login import listener_key, source_address
 from common.mqtt import consts as C
 
 CONNECT_RATE_ENTRIES = 256
@@ -31,9 +35,17 @@ CONNECTION_RATE_EXCEEDED = 0x9F  # v5 CONNACK reason
 
 
 class ConnectRate:
-    def __init__(self, rate):
-        self.rate = rate
+    def __init__(self, rate, per_listener=None):
+        self.rate = rate  # 0: off (a listener's own may be on)
         self.by_address = {}  # source address -> [tokens, the second of its last refill]
+        # listener key -> the ConnectRate of a listener that sets its own
+        # rate_connects (Limits.per_listener), None where it sets 0
+        self.listeners = {}
+        self.refused_on = {}  # listener key (a host's) -> CONNECTs refused there (/metrics)
+        for key in per_listener or ():
+            rate = per_listener[key].get("rate_connects")
+            if rate is not None:
+                self.listeners[key] = ConnectRate(rate) if rate else None
 
     def take(self, peer, now):
         """One CONNECT from `peer`: True if its address had a token (taken)."""
@@ -66,13 +78,19 @@ class ConnectRate:
 
     def refusal(self, broker, conn, now):
         """handle_connect's check: None, or (reason, why) when the CONNECT's
-        address is over rate_connects."""
-        if self.take(conn.peer, now):
+        address is over rate_connects (its listener's own, where it sets one)."""
+        limit = self
+        key = listener_key(conn.peer)
+        if key in self.listeners:
+            limit = self.listeners[key]
+        if limit is None or not limit.rate or limit.take(conn.peer, now):
             return None
         broker.stats.refused_connect_rate += 1
+        if key is not None:
+            self.refused_on[key] = self.refused_on.get(key, 0) + 1
         reason = CONNECTION_RATE_EXCEEDED if conn.level == C.LEVEL_5 else C.RC_SERVER_UNAVAILABLE
         return reason, "over rate_connects %d CONNECTs/s from %s (refused_connect_rate %d)" % (
-            self.rate,
+            limit.rate,
             source_address(conn.peer) or "-",
             broker.stats.refused_connect_rate,
         )

@@ -19,4 +19,5 @@ class ConfigError(ValueError):
 class Limits:
     """The broker's limits: one attribute per key of settings.LIMITS, set by
     settings.new_settings / update_settings (a plain object, so that it
-    holds no reference to the schema's module)."""
+    holds no reference to the schema's module), and `per_listener`: the
+    listeners' own rate settings (settings.LISTENER_RATES)."""

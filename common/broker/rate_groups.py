@@ -20,7 +20,8 @@
 # bucket (their listener's still holds them).
 #
 # Listeners are few and named by the shell (an index from 0): their table
-# grows to the highest index seen, at a connect, never per packet.
+# grows to the highest index seen, at a connect, never per packet; a slot
+# takes its listener's own listener_rate_* where it sets them (rate_listeners.py).
 
 from common.broker.buckets import Buckets
 
@@ -90,14 +91,18 @@ class UserBuckets(Buckets):
 class ListenerBuckets(Buckets):
     """One bucket set per listener index the shell names."""
 
-    def __init__(self, rates):
+    def __init__(self, rates, own=None):
         super().__init__(rates, 0)
+        self.own = own  # rate_listeners.ListenerRates: the listeners' own listener_rate_*, or None
 
     def slot(self, index, ms):
         """The slot of listener `index` (its table grown at a connect)."""
         while len(self.last) <= index:
             self.grow()
-            self.last[-1] = ms
+            slot = len(self.last) - 1
+            if self.own is not None:
+                self.own.set_listener(self, slot)
+            self.fill(slot, ms)
         return index
 
     def refill_all(self, ms):

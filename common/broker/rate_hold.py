@@ -1,12 +1,14 @@
 # What a client over its rate limits goes through (ratelimit.py keeps the
 # buckets and charges them): held back with the throttled publishers until
 # its debt is paid (ratelimit.py names the release), each hold counted by
-# its cause and logged (at most one line a second), and closed once held
+# its cause (and, on a listener the shell names, for that listener:
+# RateLimits.held_on) and logged (at most one line a second), and closed once held
 # back at some moment of every second for rate_grace seconds in a row (v5 DISCONNECT 0x96
 # Message rate too high, 3.1.1 close; closed_rate_limited). Loaded when a
 # client first goes into debt: a board whose clients keep to their rates
 # keeps only the buckets' code.
 
+from common.broker.login import listener_key
 from common.compat import const, ticks_sooner
 
 _MESSAGE_RATE_TOO_HIGH = const(0x96)  # v5 DISCONNECT reason
@@ -50,12 +52,22 @@ def hold(limits, broker, conn, cause, now):
     setting, counter, words = CAUSES[cause]
     held = getattr(st, counter) + 1
     setattr(st, counter, held)
+    key = listener_key(conn.peer)
+    if key is not None:  # (a listener the shell names: counted for it too)
+        counts = limits.held_on.get(key)
+        if counts is None:
+            counts = limits.held_on[key] = [0] * len(CAUSES)
+        counts[cause] += 1
     if now >= limits.log_at:
         limits.log_at = now + 1
+        # The rate of the bucket in debt: [limits]' or its listener's own (rate_listeners.py).
+        scope = cause // 3
+        slot = (cid, limits.user_of[cid], limits.listener_of[cid])[scope]
+        rate = (limits.own, limits.users, limits.listeners)[scope].rates[cause % 3][slot]
         broker.log(
             30,
             "%s: over %s %d (%s): not read until it is back under (held back %d times for it)",
-            (broker.client_name(conn), setting, getattr(broker.settings, setting), words, held),
+            (broker.client_name(conn), setting, rate, words, held),
         )
 
 

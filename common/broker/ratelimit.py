@@ -34,9 +34,11 @@
 #
 # Shared buckets (rate_groups.py): user_rate_* take from one bucket per
 # user name for all its connections, listener_rate_* from one per listener
-# for all of its clients. A charge takes from the client's own bucket and
-# from its user's and its listener's; the client is held back if any of
-# them is in debt, and read again once none is. The hold is counted by the
+# for all of its clients. A listener may set its own rate_* (its clients'
+# buckets) and listener_rate_* (rate_listeners.py; 0: off there). A
+# charge takes from the client's own bucket and from its user's and its
+# listener's; the client is held back if any of them is in debt, and read
+# again once none is. The hold is counted by the
 # first bucket in debt (own, user, listener), per kind.
 #
 # A client held back at some moment of every second for `rate_grace`
@@ -69,22 +71,29 @@ class RateLimits:
             s.user_rate_messages, s.user_rate_bytes, s.user_rate_subscribes,
             s.listener_rate_messages, s.listener_rate_bytes, s.listener_rate_subscribes,
         ]  # fmt: skip  (cause = scope * 3 + kind: rate_hold.CAUSES)
-        self.rates = rates[0:3]
-        self.on = [rates[k] or rates[3 + k] or rates[6 + k] for k in range(3)]  # kind -> any scope limits it
+        # The listeners' own rates ([[listener]] tables), when one sets any.
+        self.per_listener = None
+        on = rates
+        if s.per_listener:
+            from common.broker.rate_listeners import ListenerRates
+
+            self.per_listener = ListenerRates(s.per_listener, rates)
+            on = self.per_listener.any_of(rates)
+        self.on = [on[k] or on[3 + k] or on[6 + k] for k in range(3)]  # kind -> any scope limits it
         # The shared buckets' module only when one is set (a board's
         # default sets per-client rates only: its heap holds no more).
         self.users = None
         self.listeners = None
-        if rates[3] or rates[4] or rates[5]:
+        if on[3] or on[4] or on[5]:
             from common.broker.rate_groups import UserBuckets
 
             self.users = UserBuckets(rates[3:6], slots)
-        if rates[6] or rates[7] or rates[8]:
+        if on[6] or on[7] or on[8]:
             from common.broker.rate_groups import ListenerBuckets
 
-            self.listeners = ListenerBuckets(rates[6:9])
+            self.listeners = ListenerBuckets(rates[6:9], self.per_listener)
         self.grace = settings.rate_grace
-        self.own = Buckets(self.rates, slots)  # cid -> the client's own buckets
+        self.own = Buckets(rates[0:3], slots)  # cid -> the client's own buckets
         self.tokens = self.own.tokens  # kind -> cid -> tokens
         self.hit = [0] * slots  # cid -> 1: held back now (in debt since its last release)
         self.recent = [0] * slots  # cid -> 1: held back at some moment since the last second
@@ -95,6 +104,7 @@ class RateLimits:
         self.stepped = 0  # ms tick: the held clients' last refill
         self.second = 0  # s: every bucket's last refill and grace check
         self.log_at = 0  # s: the next hold logged
+        self.held_on = {}  # listener key (a host's) -> holds counted by cause (rate_hold.py; /metrics)
 
     def opened(self, cid, now, ms, peer=None):
         """A new connection on `cid` at (`now` s, `ms` ticks) through `peer`
@@ -110,6 +120,8 @@ class RateLimits:
             self.user_of.append(-1)
             self.listener_of.append(-1)
         self.closed(cid)
+        if self.per_listener is not None:
+            self.per_listener.set_own(self.own, cid, peer)
         self.own.fill(cid, ms)
         self.hit[cid] = 0
         self.recent[cid] = 0
@@ -143,21 +155,21 @@ class RateLimits:
             return  # (a bridge's local client: its upstream is paced there)
         cid = conn.cid
         cause = -1
-        if self.rates[kind]:
+        if self.own.rates[kind][cid]:
             bucket = self.tokens[kind]
             left = bucket[cid] - amount
             bucket[cid] = left
             if left < 0:
                 cause = kind
         slot = self.user_of[cid]
-        if slot >= 0 and self.users.rates[kind]:
+        if slot >= 0 and self.users.rates[kind][slot]:
             bucket = self.users.tokens[kind]
             left = bucket[slot] - amount
             bucket[slot] = left
             if left < 0 and cause < 0:
                 cause = 3 + kind
         slot = self.listener_of[cid]
-        if slot >= 0 and self.listeners.rates[kind]:
+        if slot >= 0 and self.listeners.rates[kind][slot]:
             bucket = self.listeners.tokens[kind]
             left = bucket[slot] - amount
             bucket[slot] = left

@@ -157,6 +157,31 @@ LIMITS = (
 
 LIMITS_DOC = "boards/linux.toml"  # explains every key of LIMITS
 
+# Per listener (the host's [[listener]] tables; a board has one listener, its
+# [limits]): these rate keys of LIMITS again, for that listener's clients
+# (rate_*: each client's own bucket; listener_rate_*: the listener's shared
+# one; rate_connects: the CONNECTs of each source address, in a table of its
+# own). A key not set is [limits]'s; 0 is off on that listener. Read at
+# start, as [limits] (rate_listeners.py applies them).
+LISTENER_RATE_KEYS = (
+    "rate_messages", "rate_bytes", "rate_subscribes",
+    "listener_rate_messages", "listener_rate_bytes", "listener_rate_subscribes",
+    "rate_connects",
+)  # fmt: skip
+LISTENER_RATES = tuple((e[0], None, e[2], e[3], e[4]) for e in LIMITS if e[0] in LISTENER_RATE_KEYS)
+
+
+def refuse_limits_keys(where, table, schema):
+    """Refuse a key of a listener's `table` that is a key of LIMITS but
+    not of `schema` (the listener's): the message says where it goes."""
+    for name in table:
+        if [e for e in LIMITS if e[0] == name] and not [e for e in schema if e[0] == name]:
+            raise ConfigError(
+                "%s: %s is not a per-listener setting; set it in [limits] (a listener may set %s)."
+                % (where, name, ", ".join(LISTENER_RATE_KEYS))
+            )
+
+
 # ---------------------------------------------------------------------------
 # The schemas both shells' loaders extend (the host's TOML tables in
 # cpython_host/config.py, a board's JSON in firmware/boardcfg.py): a key here
@@ -321,6 +346,7 @@ def new_settings(overrides=None, where="settings"):
     values = defaults(LIMITS)
     for name in values:
         setattr(settings, name, values[name])
+    settings.per_listener = {}  # listener key -> the LISTENER_RATES it sets (the host's [[listener]] tables)
     if overrides:
         update_settings(settings, overrides, where)
     return settings

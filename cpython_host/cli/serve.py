@@ -62,7 +62,11 @@ config file (TOML; boards/linux.toml is a commented example of every key):
             gw_id, max_clients, max_topic_ids, predefined, max_buffered,
             max_packet_size, session_expiry, retry_interval,
             max_retries, advertise_interval, advertise_to; loopback only unless
-            allow_remote = true).
+            allow_remote = true). Per listener: mount_point,
+            [listener.security], and its own rate limits rate_messages,
+            rate_bytes, rate_subscribes, listener_rate_messages,
+            listener_rate_bytes, listener_rate_subscribes, rate_connects
+            ([limits]' where not set; 0 = off on it; docs/limits.md).
             --host/--port set the first one.
   [log]     level = "info"
   [security] password_file, acl_file, acl, allow_anonymous

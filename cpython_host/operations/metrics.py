@@ -435,12 +435,43 @@ class BrokerCollector(Collector):
             "siskin_inflight_messages", "QoS 1/2 messages sent and not yet acknowledged", value=inflight
         )
         yield from self.collect_bridges()
+        yield from self.collect_listeners()
         size_now = store_size(self.store_path)
         if size_now is not None:
             yield GaugeMetricFamily("siskin_store_size_bytes", "Size of the store's log file on disk", value=size_now)
             yield CounterMetricFamily(
                 "siskin_store_syncs", "Times the store was made durable (fsync)", value=broker.listener.syncs()
             )
+
+    def collect_listeners(self) -> Iterator[Metric]:
+        """Per listener (numbered from 1, as [[listener]] #N in the config's
+        messages) whose clients were held back or refused: the rate holds by
+        cause and the CONNECTs over rate_connects (the core's held_on and
+        refused_on; listeners without any have no samples)."""
+        from common.broker.rate_hold import CAUSES
+
+        rates = self.broker.rates
+        if rates is not None and rates.held_on:
+            held = CounterMetricFamily(
+                "siskin_listener_rate_held_total",
+                "Times a client of the listener was held back for going over a rate limit, by cause",
+                labels=["listener", "cause"],
+            )
+            for key in sorted(rates.held_on):
+                for cause, count in enumerate(rates.held_on[key]):
+                    if count:
+                        held.add_metric([str(key + 1), CAUSES[cause][1].removeprefix("rate_held_")], count)
+            yield held
+        connect_rate = self.broker.connect_rate
+        if connect_rate is not None and connect_rate.refused_on:
+            refused = CounterMetricFamily(
+                "siskin_listener_connect_rate_refused_total",
+                "CONNECTs refused on the listener: their source address over its rate_connects",
+                labels=["listener"],
+            )
+            for key in sorted(connect_rate.refused_on):
+                refused.add_metric([str(key + 1)], connect_rate.refused_on[key])
+            yield refused
 
     def collect_bridges(self) -> Iterator[Metric]:
         """Per [[bridge]], the figures of $SYS/broker/bridge/<name>/."""

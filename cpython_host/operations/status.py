@@ -67,6 +67,12 @@ def _queues(s: Any) -> str:
 # from the settings in force). docs/limits.md and docs/monitoring.md name the
 # same; tests/host/test_status_page.py checks that every such $SYS counter
 # is here.
+def _rate(s: Any, name: str) -> str:
+    """A rate setting in words: [limits]' value and each listener's own (Limits.per_listener)."""
+    own = [f"#{key + 1} {values[name] or 'off'}" for key, values in sorted(s.per_listener.items()) if name in values]
+    return f"{name} {getattr(s, name) or 'off'}" + (f"; [[listener]] {', '.join(own)}" if own else "")
+
+
 DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     (
         "dropped_qos0",
@@ -121,17 +127,17 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("auth_offline_allowed", "CONNECTs let in on a cached allow: the auth hook did not answer", lambda s: "[security.http] offline_grace"),
     ("auth_offline_checks_refused", "PUBLISH/SUBSCRIBE checks refused: acl_url did not answer", lambda s: "[security.http] timeout; fail-closed"),
     ("auth_offline_checks_allowed", "PUBLISH/SUBSCRIBE checks allowed on a cached allow: acl_url did not answer", lambda s: "[security.http] offline_grace"),
-    ("rate_held_messages", "clients held back: over their PUBLISHes/s", lambda s: f"rate_messages {s.rate_messages or 'off'}"),
-    ("rate_held_bytes", "clients held back: over their PUBLISH bytes/s", lambda s: f"rate_bytes {s.rate_bytes or 'off'}"),
-    ("rate_held_subscribes", "clients held back: over their subscribes/s", lambda s: f"rate_subscribes {s.rate_subscribes or 'off'}"),
+    ("rate_held_messages", "clients held back: over their PUBLISHes/s", lambda s: _rate(s, "rate_messages")),
+    ("rate_held_bytes", "clients held back: over their PUBLISH bytes/s", lambda s: _rate(s, "rate_bytes")),
+    ("rate_held_subscribes", "clients held back: over their subscribes/s", lambda s: _rate(s, "rate_subscribes")),
     ("rate_held_user_messages", "clients held back: their user over its PUBLISHes/s", lambda s: f"user_rate_messages {s.user_rate_messages or 'off'}"),
     ("rate_held_user_bytes", "clients held back: their user over its PUBLISH bytes/s", lambda s: f"user_rate_bytes {s.user_rate_bytes or 'off'}"),
     ("rate_held_user_subscribes", "clients held back: their user over its subscribes/s", lambda s: f"user_rate_subscribes {s.user_rate_subscribes or 'off'}"),
-    ("rate_held_listener_messages", "clients held back: their listener over its PUBLISHes/s", lambda s: f"listener_rate_messages {s.listener_rate_messages or 'off'}"),
-    ("rate_held_listener_bytes", "clients held back: their listener over its PUBLISH bytes/s", lambda s: f"listener_rate_bytes {s.listener_rate_bytes or 'off'}"),
-    ("rate_held_listener_subscribes", "clients held back: their listener over its subscribes/s", lambda s: f"listener_rate_subscribes {s.listener_rate_subscribes or 'off'}"),
+    ("rate_held_listener_messages", "clients held back: their listener over its PUBLISHes/s", lambda s: _rate(s, "listener_rate_messages")),
+    ("rate_held_listener_bytes", "clients held back: their listener over its PUBLISH bytes/s", lambda s: _rate(s, "listener_rate_bytes")),
+    ("rate_held_listener_subscribes", "clients held back: their listener over its subscribes/s", lambda s: _rate(s, "listener_rate_subscribes")),
     ("closed_rate_limited", "clients closed: over their rates for rate_grace s", lambda s: f"rate_grace {s.rate_grace} s"),
-    ("refused_connect_rate", "CONNECTs refused: their address over its connects/s", lambda s: f"rate_connects {s.rate_connects or 'off'}"),
+    ("refused_connect_rate", "CONNECTs refused: their address over its connects/s", lambda s: _rate(s, "rate_connects")),
     ("sn_malformed", "MQTT-SN: datagrams the codec refused (length, truncation, unknown type, flags, UTF-8)", lambda s: "MQTT-SN v1.2 §5.2 (docs/mqtt-sn.md)"),
     ("sn_unknown_clients", "MQTT-SN: datagrams from an address with no connection (answered with DISCONNECT)", lambda s: "a CONNECT first"),
     ("sn_refused_connects", "MQTT-SN: CONNECTs refused: SN clients over max_clients, the broker's max_connections or CONNACK", lambda s: "[[listener]] mqtt-sn max_clients; max_connections"),

@@ -50,6 +50,15 @@ def log_security(broker: Broker, listening: list[Listening]) -> None:
         log.log(level, "%s", text)
 
 
+def log_listener_rates(listening: list[Listening]) -> None:
+    """The start-up line of each listener with rate limits of its own (docs/limits.md "Rate limits per listener")."""
+    for lst in listening:
+        rates = lst.config.rates
+        if rates:
+            own = ", ".join(f"{name} {value or 'off'}" for name, value in rates.items())
+            log.info("%s: rate limits of its own: %s; the rest as [limits]", lst.name, own)
+
+
 def host_clock(config: HostConfig) -> tuple[Any, ...]:
     """What common/startup.py's assemble and new_driver take of the host after
     the broker: its ms clock, [server] close_linger and shutdown_timeout, the
@@ -156,6 +165,7 @@ async def serve(
     if data_dir is not None:
         log.info("persistent state in %s (store_sync = %s)", data_dir, driver.broker.settings.store_sync)
     log_security(driver.broker, server.listening)
+    log_listener_rates(server.listening)
     # systemd (Type=notify): started once every listener accepts.
     sdnotify.notify("READY=1", f"STATUS=listening on {', '.join(lst.name for lst in server.listening)}")
     await server.stopping.wait()

@@ -93,13 +93,18 @@ def heap_per_packet(h, cid, data, mem_alloc, n=8):
 
 
 class Harness:
-    def __init__(self, store=None, now=1000, wall=1700000000, **overrides):
-        """A broker with `overrides` settings; with a `store` (common.store.store.Store,
-        opened) it restores from it first, `wall` being the wall clock at `now`."""
+    def __init__(self, store=None, now=1000, wall=1700000000, per_listener=None, **overrides):
+        """A broker with `overrides` settings (and `per_listener`: listener
+        key -> its own rate settings, as a host's [[listener]] tables give
+        them); with a `store` (common.store.store.Store, opened) it restores
+        from it first, `wall` being the wall clock at `now`."""
         self.now = now
         self.counter = 0
         self.store = store
-        self.broker = new_broker(new_settings(overrides), self.entropy, store)
+        settings = new_settings(overrides)
+        if per_listener:
+            settings.per_listener = per_listener
+        self.broker = new_broker(settings, self.entropy, store)
         self.clients = {}
         self.restored = self.broker.restore(now, wall) if store is not None else None
 

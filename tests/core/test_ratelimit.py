@@ -396,3 +396,125 @@ class TestConnectRate(unittest.TestCase):
         h.advance(1)
         self.connect(h, 4, address="10.9.9.9")
         self.assertEqual(len(table), 1)  # every bucket was full again: all dropped for the newcomer
+
+
+class TestPerListenerRates(unittest.TestCase):
+    # (common/broker/rate_listeners.py: a listener's own rate_*,
+    # listener_rate_* and rate_connects, as a host's [[listener]] table sets
+    # them; a key it does not set is [limits]'s, 0 is off there.)
+    def setUp(self):
+        self.lines = []
+
+    def rig(self, per_listener, **settings):
+        h = Harness(per_listener=per_listener, **settings)
+        h.broker.set_logger(lambda level, text: self.lines.append(text))
+        sub = h.client()
+        sub.connect("sub")
+        sub.subscribe("#")
+        return h, sub
+
+    def member(self, h, client_id, listener, level=4):
+        c = h.client(level, peer(None, listener))
+        c.connect(client_id)
+        return c
+
+    def test_a_listeners_own_client_rate_beside_limits_off(self):
+        h, sub = self.rig({1: {"rate_messages": 5}})
+        public = self.member(h, "public", 1)
+        internal = self.member(h, "internal", 0)
+        burst(public, 12)
+        burst(internal, 12)
+        self.assertEqual(len(sub.take()), 6 + 12)  # the public client's 5, and the 6th into debt
+        self.assertIn(public.cid, h.broker.throttled)
+        self.assertNotIn(internal.cid, h.broker.throttled)
+        self.assertTrue([x for x in self.lines if x.startswith("public: over rate_messages 5 (PUBLISHes/s)")])
+        self.assertFalse([x for x in self.lines if x.startswith("internal: over")])
+        self.assertEqual(h.broker.rates.held_on, {1: [1, 0, 0, 0, 0, 0, 0, 0, 0]})  # (counted for its listener: /metrics)
+
+    def test_0_on_a_listener_is_unlimited_while_limits_sets_a_rate(self):
+        h, sub = self.rig({1: {"rate_messages": 0}}, rate_messages=5)
+        internal = self.member(h, "internal", 1)
+        public = self.member(h, "public", 0)
+        burst(internal, 50)
+        burst(public, 50)
+        self.assertEqual(len(sub.take()), 50 + 6)
+        self.assertNotIn(internal.cid, h.broker.throttled)
+        self.assertIn(public.cid, h.broker.throttled)
+        self.assertEqual(h.broker.stats.rate_held_messages, 1)
+
+    def test_unset_keys_inherit_limits(self):
+        # Listener 1 sets subscribes only: its clients keep [limits]' 5 PUBLISHes/s.
+        h, sub = self.rig({1: {"rate_subscribes": 2}}, rate_messages=5, rate_grace=0)
+        c = self.member(h, "c", 1)
+        h.broker.data_received(c.cid, encode_packet(Subscribe(1, [("a", 0), ("b", 0), ("c", 0)], None), 4), h.now)
+        h.pump()
+        self.assertIn(c.cid, h.broker.throttled)
+        self.assertEqual(h.broker.stats.rate_held_subscribes, 1)
+        h.advance(1)
+        release(h)
+        self.assertNotIn(c.cid, h.broker.throttled)
+        burst(c, 12)
+        self.assertEqual(len(sub.take()), 6)
+        self.assertIn(c.cid, h.broker.throttled)
+
+    def test_a_reused_connection_slot_takes_its_new_listeners_rates(self):
+        h, sub = self.rig({1: {"rate_messages": 2}}, rate_messages=20)
+        first = self.member(h, "first", 1)
+        burst(first, 10)
+        self.assertEqual(len(sub.take()), 3)
+        self.assertIn(first.cid, h.broker.throttled)
+        cid = first.cid
+        first.drop()
+        again = self.member(h, "again", 0)
+        self.assertEqual(again.cid, cid)
+        burst(again, 10)
+        self.assertEqual(len(sub.take()), 10)  # [limits]' 20, not listener 1's 2
+        self.assertNotIn(again.cid, h.broker.throttled)
+
+    def test_a_listeners_own_shared_bucket(self):
+        h, sub = self.rig(
+            {1: {"listener_rate_messages": 4}, 2: {"listener_rate_messages": 0}}, listener_rate_messages=100
+        )
+        a = self.member(h, "a", 1)
+        b = self.member(h, "b", 1)
+        burst(a, 3)
+        burst(b, 3)  # 3 + 2 handled of listener 1's 4: b into debt (its 3rd waits)
+        self.assertIn(b.cid, h.broker.throttled)
+        self.assertTrue(
+            [x for x in self.lines if x.startswith("b: over listener_rate_messages 4 (PUBLISHes/s, its listener's)")]
+        )
+        off = self.member(h, "off", 2)
+        burst(off, 150)  # listener 2: off, though [limits] says 100
+        self.assertNotIn(off.cid, h.broker.throttled)
+        other = self.member(h, "other", 0)
+        burst(other, 150)  # listener 0: [limits]' 100
+        self.assertIn(other.cid, h.broker.throttled)
+        self.assertEqual(len(sub.take()), 5 + 150 + 101)
+
+    def test_a_listener_rate_alone_turns_the_limits_on(self):
+        h = Harness(per_listener={3: {"rate_subscribes": 1}})
+        self.assertIsNotNone(h.broker.rates)
+        self.assertIsNone(h.broker.connect_rate)
+        self.assertIsNone(Harness(per_listener={3: {"rate_subscribes": 0}}).broker.rates)
+
+    def connect(self, h, listener, client_id, level=5):
+        c = h.client(level, ("192.0.2.7:5000", None, True, listener))
+        return c.connect(client_id)
+
+    def test_connects_per_listener(self):
+        h = Harness(per_listener={1: {"rate_connects": 0}, 2: {"rate_connects": 3}}, rate_connects=1)
+        self.assertEqual([self.connect(h, 1, "a%d" % i).reason for i in range(10)], [0] * 10)  # off there
+        # Listener 2: its own 3 a second, its own table of addresses.
+        self.assertEqual([self.connect(h, 2, "b%d" % i).reason for i in range(4)], [0, 0, 0, 0x9F])
+        # Listener 0: [limits]' 1 (the same address's CONNECTs on 1 and 2 not counted here).
+        self.assertEqual([self.connect(h, 0, "c%d" % i).reason for i in range(2)], [0, 0x9F])
+        self.assertEqual(h.broker.stats.refused_connect_rate, 2)
+        self.assertEqual(h.broker.connect_rate.refused_on, {2: 1, 0: 1})  # (counted for each listener: /metrics)
+
+    def test_a_listener_sets_rate_connects_with_limits_off(self):
+        h = Harness(per_listener={1: {"rate_connects": 1}})
+        lines = []
+        h.broker.set_logger(lambda level, text: lines.append(text))
+        self.assertEqual([self.connect(h, 0, "a%d" % i).reason for i in range(3)], [0, 0, 0])
+        self.assertEqual([self.connect(h, 1, "b%d" % i, 4).reason for i in range(2)], [0, 0x03])
+        self.assertTrue([x for x in lines if "over rate_connects 1 CONNECTs/s from 192.0.2.7" in x])

@@ -253,3 +253,22 @@ def test_a_relative_file_name_is_taken_from_the_config_files_directory(tmp_path:
     cfg = boardcfg.load_device(str(device))
     assert cfg["password_file"] == str(tmp_path / "users")
     assert cfg["acl_file"] == "/abs/acl"
+
+
+def test_linux_toml_listener_rates_example_documents_every_key_and_loads(tmp_path: Path) -> None:
+    # Its public listener sets every per-listener rate key; uncommented, the
+    # example loads: the listeners' own rates on Limits.per_listener.
+    from common.broker.settings import LISTENER_RATE_KEYS
+
+    text = (REPO_ROOT / LIMITS_DOC).read_text()
+    start = text.index("\n# Rate limits per listener")
+    block = text[start : text.index("\n\n", start)]
+    missing = [name for name in LISTENER_RATE_KEYS if f"\n# {name} = " not in block]
+    assert not missing, f"{LIMITS_DOC}'s per-listener rates example does not set and explain {missing}"
+    lines = [line[2:] for line in block.splitlines() if line.startswith("# ") and not line.startswith("# # ")]
+    path = tmp_path / "rates.toml"
+    path.write_text("\n".join(line for line in lines if line.startswith("[") or " = " in line) + "\n")
+    cfg = load_config(str(path))
+    assert cfg.settings.per_listener[0]["rate_messages"] == 20
+    off = {"rate_messages": 0, "rate_bytes": 0, "rate_subscribes": 0, "rate_connects": 0}
+    assert cfg.settings.per_listener[1] == off

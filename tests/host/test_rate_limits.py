@@ -233,3 +233,95 @@ def test_a_held_back_flooder_is_read_a_slice_at_a_time(tmp_path: Path) -> None:
         assert max(apart) < 0.9, max(apart)  # never a second's wait
         counter.close()
         assert "Traceback" not in b.log_text()
+
+
+def paho_flood(p: Paho, stop: threading.Event) -> None:
+    """QoS 0 PUBLISHes as fast as paho sends them, until `stop` or the broker closes it."""
+    while not stop.is_set() and not p.disconnected.is_set():
+        p.client.publish("flood/p", b"x" * 20, 0)
+        time.sleep(0.0005)
+
+
+def test_each_listener_has_its_own_client_rate(tmp_path: Path) -> None:
+    # [limits] rate_messages 100; the first listener (the public one) sets
+    # 20, the second (internal) 0: off there. The same v5 flooder on each:
+    # held back then DISCONNECT 0x96 on the first, untouched on the second
+    # though it floods [limits]' rate as long.
+    from tests.host.test_web import scrape
+
+    limits = {"rate_messages": RATE, "rate_grace": 2}
+    listeners = [{"port": 0, "rate_messages": 20}, {"port": 0, "rate_messages": 0}]
+    with BrokerProcess(tmp_path, limits=limits, listeners=listeners, http={"port": 0}) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        b.wait_log(r"127\.0\.0\.1:\d+: rate limits of its own: rate_messages 20; the rest as \[limits\]")
+        b.wait_log(r"127\.0\.0\.1:\d+: rate limits of its own: rate_messages off; the rest as \[limits\]")
+        reasons: dict[str, list[Any]] = {"public": [], "internal": []}
+        flooders = {}
+        for name, port in zip(reasons, b.ports(), strict=True):
+            p = Paho(port, name, protocol=5)
+            p.client.on_disconnect = lambda c, u, f, rc, props, name=name: reasons[name].append(rc)
+            flooders[name] = p.connect()
+        stop = threading.Event()
+        for p in flooders.values():
+            threading.Thread(target=paho_flood, args=(p, stop), daemon=True).start()
+        b.wait_log(r"public: over rate_messages 20 \(PUBLISHes/s\): not read until it is back under")
+        wait_until(lambda: reasons["public"], 30, "public disconnected")
+        assert reasons["public"][0].value == 0x96  # Message rate too high
+        b.wait_log(r"closing public: over its rate limits for rate_grace 2 s; sent DISCONNECT reason 0x96")
+        # The internal flooder sent all along: never held, never closed.
+        stop.set()
+        assert not reasons["internal"]
+        assert "internal: over" not in b.log_text()
+        flooders["internal"].publish("calm/after", b"still here", 1)  # (its PUBACK: served)
+        # /metrics counts the holds per listener too (numbered as in the config).
+        samples = scrape(b.http_url())
+        assert samples[("siskin_listener_rate_held_total", (("cause", "messages"), ("listener", "1")))] >= 1
+        assert not [k for k in samples if k[0] == "siskin_listener_rate_held_total" and ("listener", "2") in k[1]]
+        flooders["internal"].close()
+        flooders["public"].client.loop_stop()
+        assert "Traceback" not in b.log_text()
+
+
+def test_each_listener_has_its_own_connect_rate(tmp_path: Path) -> None:
+    # [limits] rate_connects 2; the second listener sets 0 (off there): a
+    # reconnect loop from 127.0.0.1 is refused on the first (3.1.1 CONNACK
+    # 0x03 [MQTT-3.2.2-5]) and never on the second.
+    listeners = [{"port": 0}, {"port": 0, "rate_connects": 0}]
+    from tests.host.test_web import scrape
+
+    with BrokerProcess(tmp_path, limits={"rate_connects": 2}, listeners=listeners, http={"port": 0}) as b:
+        wait_until(lambda: len(b.ports()) == 2, 5, b.log_text)
+        first, second = b.ports()
+        for i in range(30):
+            raw = RawClient(second)
+            assert raw.connect(f"internal{i}") == b"\x00\x00", i
+            raw.close()
+        answers = []
+        for i in range(50):
+            raw = RawClient(first)
+            answers.append(raw.connect(f"public{i}"))
+            raw.close()
+            if answers[-1] != b"\x00\x00":
+                break
+        assert answers[-1] == b"\x00\x03", answers
+        b.wait_log(r"refused CONNECT on #\d+: over rate_connects 2 CONNECTs/s from 127\.0\.0\.1")
+        samples = scrape(b.http_url())
+        assert samples[("siskin_listener_connect_rate_refused_total", (("listener", "1"),))] == 1
+        assert ("siskin_listener_connect_rate_refused_total", (("listener", "2"),)) not in samples
+        assert "Traceback" not in b.log_text()
+
+
+def test_listener_rate_config_errors_are_refused_at_start(tmp_path: Path) -> None:
+    from tests.host.broker_proc import run_cli, write_config
+
+    cases = [
+        ({"rate_messages": -1}, "[[listener]] #1: rate_messages = -1: wants an integer >= 0; fix the value."),
+        ({"rate_mesages": 20}, "[[listener]] #1: unknown key 'rate_mesages'; did you mean 'rate_messages'?"),
+        ({"rate_grace": 3}, "[[listener]] #1: rate_grace is not a per-listener setting; set it in [limits]"),
+        ({"user_rate_messages": 3}, "user_rate_messages is not a per-listener setting; set it in [limits]"),
+    ]
+    for extra, message in cases:
+        cfg = write_config(tmp_path / "bad.toml", listeners=[{"port": 0, **extra}])
+        proc = run_cli("--config", str(cfg))
+        assert proc.returncode == 2, (extra, proc.stdout, proc.stderr)
+        assert message in proc.stderr, (extra, proc.stderr)
