@@ -260,6 +260,7 @@ class SnClient(InProcessHandle):
         self.heard_at = ms
         if self.state == WILL_TOPIC:
             if t != S.WILLTOPIC:
+                self._wrong_state(msg, "WILLTOPIC awaited")
                 return
             if msg.topic_name is None:  # an empty WILLTOPIC: no will after all (§6.2)
                 self._open(None, ms)
@@ -272,6 +273,8 @@ class SnClient(InProcessHandle):
             if t == S.WILLMSG:
                 topic, qos, retain = self.will_topic
                 self._open((topic, msg.data, qos, retain), ms)
+            else:
+                self._wrong_state(msg, "WILLMSG awaited")
             return
         if self.state == ASLEEP:
             self._asleep(msg, ms)
@@ -279,6 +282,7 @@ class SnClient(InProcessHandle):
         if self.state == AWAKE and t == S.PINGREQ:
             return  # its PINGRESP comes once what waited is delivered (Gateway.pump)
         if self.state != ACTIVE and self.state != AWAKE:
+            self._wrong_state(msg, "its MQTT connection is being made")
             return
         if t == S.PUBLISH:
             self._publish(msg)
@@ -309,6 +313,8 @@ class SnClient(InProcessHandle):
             self._disconnect(msg, ms)
         elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
             self._update_will(msg)
+        else:
+            self._wrong_state(msg, "not a message to the gateway of a connected client")
 
     def _update_will(self, msg):
         """§6.4: MQTT cannot change a will on a live connection, so the MQTT
@@ -316,23 +322,23 @@ class SnClient(InProcessHandle):
         [MQTT-3.1.2-10]) and connects again with clean_start off and the new
         will; the session queues what comes meanwhile. The answer follows the
         new CONNACK (on_connected); the swap happens inside one pump()."""
-        will = self.will
-        if msg.mtype == S.WILLTOPICUPD:
-            rtype = S.WILLTOPICRESP
-            if msg.topic_name is None:
-                will = None  # an empty WILLTOPICUPD deletes the will topic and message (§5.4.23)
-            else:
-                data = will[1] if will is not None else b""
-                will = (msg.topic_name, data, msg.qos if msg.qos > 0 else 0, msg.retain)
-        else:
-            rtype = S.WILLMSGRESP
-            if will is not None:  # a message without a will topic has nowhere to go
-                will = (will[0], msg.data, will[2], will[3])
-        self.will = will
-        self.update_resp = rtype
+        self.will = self._new_will(msg)
+        self.update_resp = S.WILLTOPICRESP if msg.mtype == S.WILLTOPICUPD else S.WILLMSGRESP
         self.update_from = self.state
         self.state = UPDATING
         self.mqtt.disconnect()  # the broker ends the connection; Gateway.pump connects again
+
+    def _new_will(self, msg):
+        """The will after WILLTOPICUPD or WILLMSGUPD `msg` (§5.4.23, §5.4.25)."""
+        will = self.will
+        if msg.mtype == S.WILLTOPICUPD:
+            if msg.topic_name is None:
+                return None  # an empty WILLTOPICUPD deletes the will topic and message (§5.4.23)
+            data = will[1] if will is not None else b""
+            return (msg.topic_name, data, msg.qos if msg.qos > 0 else 0, msg.retain)
+        if will is None:
+            return None  # a message without a will topic has nowhere to go
+        return (will[0], msg.data, will[2], will[3])
 
     def _disconnect(self, msg, ms):
         """§6.12 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
@@ -351,6 +357,9 @@ class SnClient(InProcessHandle):
             self.gw.leaving.append(self)
 
     def _asleep(self, msg, ms):
+        """§6.14, fig. 4: asleep, a client may PINGREQ (awake), DISCONNECT
+        (asleep again, or gone) or CONNECT (Gateway._connect); and update its
+        will (§6.4). Anything else waits for one of those: refused."""
         t = msg.mtype
         if t == S.PINGREQ:
             # §6.14: awake: the session's queued messages are sent, then PINGRESP
@@ -358,6 +367,30 @@ class SnClient(InProcessHandle):
             self._open(self.will, ms, False)
         elif t == S.DISCONNECT:
             self._disconnect(msg, ms)
+        elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
+            # No MQTT connection holds a will while it sleeps: the new one is what
+            # the next carries (a PINGREQ's, or the last one, that publishes it
+            # when the sleep runs out). Answered now; still asleep, the sleep
+            # timer unchanged, what waits stays queued until a PINGREQ.
+            self.will = self._new_will(msg)
+            self.send(SnMessage(S.WILLTOPICRESP if t == S.WILLTOPICUPD else S.WILLMSGRESP, return_code=S.RC_ACCEPTED))
+        else:
+            self._wrong_state(msg, "asleep (PINGREQ or CONNECT first, §6.14)")
+
+    def _wrong_state(self, msg, why):
+        """A message the client's state does not take: counted, logged and,
+        where it has a return code, answered 0x01 "rejected: congestion" (try
+        again later, §6.5/§6.6/§6.9: after a CONNACK or PINGREQ it would pass)."""
+        gw = self.gw
+        gw.count("sn_wrong_state")
+        gw.log(30, "MQTT-SN client %s: message type 0x%02x refused: %s", (self.client_id, msg.mtype, why))
+        t = msg.mtype
+        if t == S.PUBLISH and msg.qos > 0:
+            self.send(SnMessage(S.PUBACK, topic_id=msg.topic_id, msg_id=msg.msg_id, return_code=S.RC_CONGESTION))
+        elif t == S.SUBSCRIBE:
+            self.send(SnMessage(S.SUBACK, msg_id=msg.msg_id, return_code=S.RC_CONGESTION))
+        elif t == S.REGISTER:
+            self.send(SnMessage(S.REGACK, msg_id=msg.msg_id, return_code=S.RC_CONGESTION))
 
     def settled(self):
         """AWAKE: everything the session held was delivered and acknowledged."""

@@ -115,6 +115,15 @@ class TestConnect(GatewayTest):
         self.assertEqual(self.gw.clients, {})
         self.assertEqual(self.broker.connections.live, 0)
 
+    def test_message_before_the_will_handshake_ends_refused(self):
+        # §6.2: between CONNECT and WILLTOPIC only WILLTOPIC is taken
+        self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=10, client_id="s1"))
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=4, topic_name="a/b"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.SUBACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_wrong_state, 1)
+        got = self.sn(SnMessage(S.WILLTOPIC, topic_name="w/s1"))
+        self.assertEqual([m.mtype for m in got], [S.WILLMSGREQ])
+
     def test_unknown_client_gets_disconnect(self):
         got = self.sn(SnMessage(S.PINGREQ))
         self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
@@ -444,6 +453,74 @@ class TestSleepingClients(GatewayTest):
         self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
         self.assertEqual(self.gw.clients, {})
         self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_will_updated_while_asleep_is_the_will_published_at_expiry(self):
+        # §6.14 + §6.4: WILLTOPICUPD / WILLMSGUPD from an asleep client are
+        # answered at once; it stays asleep, and when the sleep runs out the
+        # broker publishes the NEW will, never the old one
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/old"))
+        self.sn(SnMessage(S.WILLMSG, data=b"old"))
+        self.sleep(20)
+        self.clock.ms = 5000
+        got = self.sn(SnMessage(S.WILLTOPICUPD, qos=1, topic_name="w/new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        got = self.sn(SnMessage(S.WILLMSGUPD, data=b"new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLMSGRESP, 0)])
+        self.assertEqual(self.broker.connections.live, 1)  # (the watcher: still asleep)
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 29999  # the sleep timer runs from the DISCONNECT, not from the update
+        self.gw.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 30000
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload), p.qos) for p in h.inbox], [("w/new", b"new", 1)])
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+        self.assertEqual(self.broker.stats.sn_wrong_state, 0)
+
+    def test_will_removed_while_asleep_then_woken_by_pingreq(self):
+        # an empty WILLTOPICUPD asleep removes the will (§5.4.23); the PINGREQ's
+        # connection carries no will, so the expiry after it publishes nothing
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/old"))
+        self.sn(SnMessage(S.WILLMSG, data=b"old"))
+        self.sleep(20)
+        got = self.sn(SnMessage(S.WILLTOPICUPD))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ, client_id="s1"))], [S.PINGRESP])
+        self.clock.ms = 30000
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.assertEqual(self.gw.clients, {})
+
+    def test_asleep_client_messages_refused_counted_answered_congestion(self):
+        # §6.14 fig. 4: asleep, a client PINGREQs or CONNECTs before anything
+        # else; a PUBLISH / SUBSCRIBE / REGISTER meanwhile gets 0x01 (try later),
+        # an ack has no answer; each is counted, and nothing reaches the broker
+        _cid, h = self.mqtt("watcher", "plant/#")
+        self.connect("s1")
+        self.sleep()
+        cases = [
+            (SnMessage(S.PUBLISH, qos=1, topic_id_type=S.TOPIC_PREDEFINED, topic_id=7, msg_id=3, data=b"x"), S.PUBACK),
+            (SnMessage(S.SUBSCRIBE, qos=1, msg_id=4, topic_name="a/b"), S.SUBACK),
+            (SnMessage(S.REGISTER, msg_id=5, topic_name="a/b"), S.REGACK),
+        ]
+        for msg, ack in cases:
+            got = self.sn(msg)
+            self.assertEqual([(m.mtype, m.msg_id, m.return_code) for m in got], [(ack, msg.msg_id, S.RC_CONGESTION)])
+        self.assertEqual(self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=9)), [])
+        self.assertEqual(self.broker.stats.sn_wrong_state, 4)
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.assertEqual(self.broker.connections.live, 1)  # still asleep: the watcher's only
 
     def test_clean_client_disconnect_ends_its_session(self):
         self.connect("s1")
