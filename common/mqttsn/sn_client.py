@@ -52,6 +52,7 @@ class SnClient(InProcessHandle):
         self.mqtt = None
         self.cid = -1
         self.ended_cid = -1  # a connection the broker ended: connection_lost owed
+        self.stirred = False  # in gw.stirred: Gateway.pump looks at it next
         self.heard_at = 0
         self.will_topic = None  # (topic, qos, retain) during the will handshake
         self.will = None  # (topic, payload, qos, retain): given again at every wake-up
@@ -60,6 +61,7 @@ class SnClient(InProcessHandle):
         self.sleep_until = 0  # ticks: ASLEEP, lost after this
         self.sleep_ms = 0  # 1.5 x the Duration of its last DISCONNECT
         self.waiting = []  # MQTT PUBLISHes from the broker behind a REGISTER
+        self.dropping = False  # QoS 0 dropped behind this REGISTER (logged once)
         self.reg_msg_id = 0  # the msg id of our REGISTER awaiting its REGACK (0 none)
         self.next_msg_id = 1
         self.subs = {}  # MQTT packet id -> (SN type of the ack, SN msg id, topic id)
@@ -73,7 +75,17 @@ class SnClient(InProcessHandle):
         # A copy: the driver reuses its buffer after the call.
         if self.mqtt is not None:
             self.mqtt.data_received(bytes(data), self.gw.ticks_ms())
+            self.stir()
             self.gw.wake()  # what the client answers, and the SN datagrams, at the shell's next pump
+
+    def stir(self):
+        """Something happened to it (a datagram, the broker wrote, it connects):
+        its MQTT client may have bytes for the broker, an AWAKE client may be
+        settled. Gateway.pump looks only at the clients stirred since the last
+        one, so a datagram costs the same with one client or thousands."""
+        if not self.stirred:
+            self.stirred = True
+            self.gw.stirred.append(self)
 
     def pause_reading(self):
         pass  # an SN client has no stream to hold: its QoS 1/2 publishes wait for their acks
@@ -118,10 +130,19 @@ class SnClient(InProcessHandle):
         self.gw.lost.append(self)
 
     def on_message(self, pkt):
-        if self.waiting or self.reg_msg_id:
+        if not self.waiting and not self.reg_msg_id:
+            self._deliver(pkt)
+        elif pkt.qos or len(self.waiting) < self.gw.settings.max_buffered:
             self.waiting.append(pkt)  # in order, behind the REGISTER
         else:
-            self._deliver(pkt)
+            # QoS 0 behind a REGISTER not yet acked (QoS 1/2 are bounded by
+            # the broker's inflight window): past max_buffered, dropped as for
+            # any slow client; logged once a REGISTER
+            self.gw.count("dropped_qos0")
+            if not self.dropping:
+                self.dropping = True
+                why = "MQTT-SN client %s: max_buffered (%d) messages wait for its REGACK; QoS 0 dropped"
+                self.gw.log(30, why, (self.client_id, self.gw.settings.max_buffered))
 
     def on_delivered(self, token, reason):
         if token is None:
@@ -235,6 +256,7 @@ class SnClient(InProcessHandle):
         if msg.msg_id != self.reg_msg_id:
             return
         self.reg_msg_id = 0
+        self.dropping = False
         if msg.return_code:
             # The client refused the id: what waited for it cannot be sent.
             self.gw.count("sn_topic_ids_refused")
@@ -258,6 +280,7 @@ class SnClient(InProcessHandle):
     def received(self, msg, ms):
         t = msg.mtype
         self.heard_at = ms
+        self.stir()
         if self.state == WILL_TOPIC:
             if t != S.WILLTOPIC:
                 self._wrong_state(msg, "WILLTOPIC awaited")
@@ -289,7 +312,7 @@ class SnClient(InProcessHandle):
         elif t == S.REGISTER:
             topic_id, rc = self.ids.register(msg.topic_name)
             if rc:
-                self.gw.count("sn_topic_ids_refused")
+                self._no_topic_id(msg.topic_name, rc)
             self.send(SnMessage(S.REGACK, topic_id=topic_id, msg_id=msg.msg_id, return_code=rc))
         elif t == S.REGACK:
             self._acked(S.REGISTER, msg.msg_id)
@@ -417,12 +440,14 @@ class SnClient(InProcessHandle):
         cid = gw.driver.connection_made(self, peer)
         if cid < 0:
             gw.count("sn_refused_connects")
+            gw.log(30, "MQTT-SN client %s refused: the broker takes no more connections", (self.client_id,))
             self.send(SnMessage(S.CONNACK, return_code=S.RC_CONGESTION))
             self.state = GONE
             gw.lost.append(self)
             return
         self.cid = cid
         c.connect(ms)
+        self.stir()
 
     def _publish(self, msg):
         name = self.ids.name_of(msg.topic_id_type, msg.topic_id)
@@ -441,6 +466,12 @@ class SnClient(InProcessHandle):
         self.mqtt.publish(name, msg.data, qos, msg.retain, None, (msg.msg_id, msg.topic_id, qos))
         self.mqtt.pump(self.gw.ticks_ms())
 
+    def _no_topic_id(self, name, rc):
+        """A REGISTER or SUBSCRIBE refused its topic id (§6.5): counted, logged."""
+        self.gw.count("sn_topic_ids_refused")
+        why = "max_topic_ids (%d) given" % self.ids.max_ids if rc == S.RC_CONGESTION else "not a topic name"
+        self.gw.log(30, "MQTT-SN client %s: no topic id for %s: %s", (self.client_id, name, why))
+
     def _subscribe(self, msg):
         topic_id = 0
         if msg.topic_id_type == S.TOPIC_NORMAL:
@@ -448,7 +479,7 @@ class SnClient(InProcessHandle):
             if msg.mtype == S.SUBSCRIBE and "+" not in name and "#" not in name:
                 topic_id, rc = self.ids.register(name)
                 if rc:
-                    self.gw.count("sn_topic_ids_refused")
+                    self._no_topic_id(name, rc)
                     self.send(SnMessage(S.SUBACK, msg_id=msg.msg_id, return_code=rc))
                     return
         elif msg.topic_id_type == S.TOPIC_PREDEFINED:

@@ -23,6 +23,8 @@ class GatewayTest(unittest.TestCase):
     def setUp(self):
         self.clock = Clock(0)
         self.broker = new_broker(new_settings({}), lambda n: bytes(n), None)
+        self.logged = []
+        self.broker.logger = lambda level, text: self.logged.append(text)
         self.driver = Driver(self.broker, self.clock.read, 2, 5)
         sn = SnSettings()
         sn.max_clients = 2
@@ -249,6 +251,11 @@ class TestPublishFromSn(GatewayTest):
         got = self.sn(SnMessage(S.REGISTER, msg_id=3, topic_name="t/3"))
         self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.REGACK, S.RC_CONGESTION)])
         self.assertEqual(self.broker.stats.sn_topic_ids_refused, 1)
+        self.assertIn("MQTT-SN client s1: no topic id for t/3: max_topic_ids (2) given", self.logged)
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=4, topic_name="t/4"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.SUBACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_topic_ids_refused, 2)
+        self.assertIn("MQTT-SN client s1: no topic id for t/4: max_topic_ids (2) given", self.logged)
 
 
 class TestDeliveryToSn(GatewayTest):
@@ -271,6 +278,22 @@ class TestDeliveryToSn(GatewayTest):
         for m in got:
             self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=m.msg_id))
         self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
+
+    def test_qos0_behind_a_register_bounded_by_max_buffered(self):
+        # what waits for the REGACK (§6.10) is bounded: QoS 0 past max_buffered
+        # is dropped as for any slow client, counted, logged once
+        self.gw.settings.max_buffered = 3
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=0, msg_id=3, topic_name="s/+"))
+        cid, _h = self.mqtt("pub")
+        for i in range(6):
+            self.publish(cid, "s/t", b"m%d" % i, 0)
+        got = self.replies()
+        self.assertEqual([m.mtype for m in got], [S.REGISTER])
+        self.assertEqual(self.broker.stats.dropped_qos0, 3)  # m0 waits (the REGISTER names it), m1, m2 behind it
+        self.assertEqual(len([t for t in self.logged if "wait for its REGACK" in t]), 1)
+        got = self.sn(SnMessage(S.REGACK, topic_id=got[0].topic_id, msg_id=got[0].msg_id))
+        self.assertEqual([m.data for m in got], [b"m0", b"m1", b"m2"])
 
     def test_subscribe_topic_name_gets_id_and_retained(self):
         # §6.9: SUBSCRIBE to a name -> SUBACK with its topic id; a retained message follows
@@ -518,6 +541,8 @@ class TestSleepingClients(GatewayTest):
             self.assertEqual([(m.mtype, m.msg_id, m.return_code) for m in got], [(ack, msg.msg_id, S.RC_CONGESTION)])
         self.assertEqual(self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=9)), [])
         self.assertEqual(self.broker.stats.sn_wrong_state, 4)
+        why = "MQTT-SN client s1: message type 0x0c refused: asleep (PINGREQ or CONNECT first, §6.14)"
+        self.assertIn(why, self.logged)
         self.driver.flush()
         self.assertEqual(h.types(), [])
         self.assertEqual(self.broker.connections.live, 1)  # still asleep: the watcher's only
@@ -554,6 +579,27 @@ class TestShellHooks(GatewayTest):
         self.assertGreater(self.woken, woken)
         self.gw.pump()
         self.assertEqual([(m.mtype, m.data) for m in self.replies()], [(S.PUBLISH, b"x")])
+
+    def test_a_datagram_pumps_its_own_client_not_every_client(self):
+        # a datagram's cost does not grow with the clients connected: pump()
+        # takes the MQTT output of the clients something happened to, not of all
+        self.gw.settings.max_clients = 12
+        for i in range(12):
+            self.connect("c%d" % i, ("h", i))
+        looked = []
+        for c in self.gw.clients.values():
+            c.mqtt.take_output = (lambda take, name: lambda: looked.append(name) or take())(
+                c.mqtt.take_output, c.client_id
+            )
+        got = self.sn(SnMessage(S.PINGREQ), ("h", 5))
+        self.assertEqual([m.mtype for m in got], [S.PINGRESP])
+        self.assertEqual(looked, ["c5"])
+        del looked[:]
+        cid, _h = self.mqtt("pub")
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=1, topic_name="a/b"), ("h", 3))
+        self.assertEqual([m.mtype for m in got], [S.SUBACK])
+        self.publish(cid, "a/b", b"x", 1)  # the broker writes to c3: c3 only
+        self.assertEqual(sorted(set(looked)), ["c3"])
 
     def test_max_packet_size_both_ways(self):
         # a limit: a datagram over max_packet_size is dropped, and so is a delivery; counted
