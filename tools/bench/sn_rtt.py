@@ -158,31 +158,39 @@ def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
     return {"round_trip_ms": out, "msg_per_s": rates}
 
 
+def start_broker(python: str, tmp: Path, extra: str = "") -> tuple[subprocess.Popen[bytes], list[int], Any]:
+    """The host broker on loopback, memory only: a plain MQTT and an MQTT-SN
+    listener (`extra`: more lines of the SN listener's table, then other
+    tables); (process, [tcp port, udp port], its log file, to close)."""
+    cfg = tmp / "sn.toml"
+    cfg.write_text(
+        '[server]\nwarm_up = false\n[[listener]]\nport = 0\n[[listener]]\nprotocol = "mqtt-sn"\nport = 0\n' + extra
+    )
+    log = tmp / "log"
+    logf = log.open("wb")
+    proc = procgroup.spawn(
+        [python, "-m", "cpython_host", "--config", str(cfg)], cwd=REPO, stdout=logf, stderr=subprocess.STDOUT
+    )
+    ports: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(ports) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        ports = [int(p) for p in re.findall(r"listening on [0-9.]+:(\d+)", log.read_text())]
+    if len(ports) < 2:
+        procgroup.kill(proc)
+        logf.close()
+        raise RuntimeError("the broker did not start: " + log.read_text())
+    return proc, ports, logf
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--python", default=sys.executable, help="the broker's interpreter")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "sn.toml"
-        cfg.write_text(
-            '[server]\nwarm_up = false\n[[listener]]\nport = 0\n[[listener]]\nprotocol = "mqtt-sn"\nport = 0\n'
-        )
-        logf = (Path(tmp) / "log").open("wb")
-        proc = procgroup.spawn(
-            [args.python, "-m", "cpython_host", "--config", str(cfg)],
-            cwd=REPO,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-        )
+        proc, ports, logf = start_broker(args.python, Path(tmp))
         try:
-            ports: list[int] = []
-            deadline = time.monotonic() + 20
-            while len(ports) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-                ports = [int(p) for p in re.findall(r"listening on [0-9.]+:(\d+)", (Path(tmp) / "log").read_text())]
-            if len(ports) < 2:
-                raise RuntimeError("the broker did not start: " + (Path(tmp) / "log").read_text())
             result = run(ports[0], ports[1], args.count)
         finally:
             procgroup.kill(proc)
