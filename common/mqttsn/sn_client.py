@@ -17,6 +17,7 @@ resends it (§6.13).
 from common.client.client import CONNECTED, Client
 from common.compat import ticks_deadline
 from common.inprocess import InProcessHandle
+from common.mqtt import consts as C
 from common.mqttsn import consts as S
 from common.mqttsn.codec import SnMessage, encode_message
 from common.mqttsn.topicids import TopicIds, short_name
@@ -33,6 +34,10 @@ GONE = 7
 UPDATING = 8  # WILLTOPICUPD/WILLMSGUPD (§6.4): connecting again with the new will
 
 QOS_M1_CLIENT = "mqtt-sn-qos-1"  # the one session QoS -1 PUBLISHes go through (§6.8)
+
+# CONNACK reasons of a broker's limit (max_sessions, busy, quota, connect rate 0x9F):
+# the SN client hears 0x01 "rejected: congestion" (try later), not 0x03
+BROKER_LIMITS = (C.RC_SERVER_UNAVAILABLE, C.RC_SERVER_BUSY, C.RC_QUOTA_EXCEEDED, 0x9F)
 
 KEEP_ALIVE_GRACE = 1.5  # a client is lost after 1.5 x its Duration of silence (as MQTT [MQTT-3.1.2-24])
 
@@ -121,11 +126,14 @@ class SnClient(InProcessHandle):
         # AWAKE: the queued messages follow; PINGRESP once they are acked (Gateway.pump)
 
     def on_refused(self, reason):
-        # v1.2 has no "not authorized": 0x03 "rejected: not supported" (§5.3.10)
+        # A limit of the broker's (server unavailable: max_sessions, busy, quota,
+        # connect rate): 0x01 "rejected: congestion", try later; anything else
+        # (v1.2 has no "not authorized"): 0x03 "rejected: not supported" (§5.3.10)
         self.gw.count("sn_refused_connects")
         self.gw.log(30, "MQTT-SN client %s refused by the broker (CONNACK 0x%02x)", (self.client_id, reason))
         rtype = self.update_resp if self.state == UPDATING else S.CONNACK
-        self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
+        rc = S.RC_CONGESTION if reason in BROKER_LIMITS else S.RC_NOT_SUPPORTED
+        self.send(SnMessage(rtype, return_code=rc))
         self.state = GONE
         self.gw.lost.append(self)
 

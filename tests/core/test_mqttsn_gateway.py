@@ -20,9 +20,9 @@ SENSOR = ("10.0.0.7", 5000)  # an address: opaque to the core
 
 
 class GatewayTest(unittest.TestCase):
-    def setUp(self):
+    def setUp(self, limits=None):
         self.clock = Clock(0)
-        self.broker = new_broker(new_settings({}), lambda n: bytes(n), None)
+        self.broker = new_broker(new_settings(limits or {}), lambda n: bytes(n), None)
         self.logged = []
         self.broker.logger = lambda level, text: self.logged.append(text)
         self.driver = Driver(self.broker, self.clock.read, 2, 5)
@@ -108,6 +108,17 @@ class TestConnect(GatewayTest):
         got = self.sn(SnMessage(S.CONNECT, clean=True, duration=60, client_id="c"), ("h", 3))
         self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, S.RC_CONGESTION)])
         self.assertEqual(self.broker.stats.sn_refused_connects, 1)
+
+    def test_broker_out_of_sessions_is_congestion(self):
+        # the broker's max_sessions (CONNACK 0x88 server unavailable to the MQTT
+        # client) is a limit, not a refusal of the client: CONNACK 0x01, counted, logged
+        self.setUp({"max_sessions": 1})
+        self.connect("a", ("h", 1))
+        got = self.sn(SnMessage(S.CONNECT, clean=True, duration=60, client_id="b"), ("h", 2))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_refused_connects, 1)
+        self.assertIn("MQTT-SN client b refused by the broker (CONNACK 0x88)", self.logged)
+        self.assertEqual(list(self.gw.clients), [("h", 1)])
 
     def test_disconnect(self):
         # §6.12: DISCONNECT -> DISCONNECT; the MQTT connection ends politely (no will)

@@ -74,8 +74,9 @@ def connect_many(udp: int, n: int, asleep: float) -> tuple[list[socket.socket], 
         s.connect(("127.0.0.1", udp))
         socks.append(s)
         sn(s, 0x04, b"\x04\x01" + DURATION + b"sn-%05d" % i)  # CONNECT clean
-        if sn_expect(s, 0x05) != b"\x00":
-            raise RuntimeError(f"CONNACK refused at client {i}")
+        code = sn_expect(s, 0x05)
+        if code != b"\x00":
+            raise RuntimeError(f"CONNACK 0x{code.hex()} at client {i}")
         sn(s, 0x12, b"\x20\x00\x01" + b"m/%d" % i)  # SUBSCRIBE m/<i> QoS 1
         ack = sn_expect(s, 0x13)
         if ack[5] != 0:
@@ -147,7 +148,8 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < args.clients + 64:  # a socket per SN client
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, args.clients + 64), hard))
-    extra = f"max_clients = {args.clients}\n[limits]\nmax_connections = {args.clients + 100}\n"
+    room = args.clients + 100  # the broker's own limits above max_clients (default max_sessions: 2,000)
+    extra = f"max_clients = {args.clients}\n[limits]\nmax_connections = {room}\nmax_sessions = {room}\n"
     with tempfile.TemporaryDirectory() as tmp:
         proc, ports, logf = start_broker(args.python, Path(tmp), extra)
         try:
