@@ -435,6 +435,15 @@ class TestSleepingClients(GatewayTest):
         got = self.sn(SnMessage(S.DISCONNECT, duration=duration))
         self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
 
+    def asleep_with_will(self, topic, message):
+        """A watcher of w/#; s1 connected with a will (Duration 10), then asleep for 20 s."""
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, topic_name=topic))
+        self.sn(SnMessage(S.WILLMSG, data=message))
+        self.sleep(20)
+        return h
+
     def test_buffered_while_asleep_flushed_on_pingreq_pingresp_last(self):
         # §6.14: DISCONNECT with Duration -> asleep; the session queues; PINGREQ -> the
         # buffered messages, then PINGRESP last; asleep again after it
@@ -471,11 +480,7 @@ class TestSleepingClients(GatewayTest):
 
     def test_sleep_expiry_publishes_the_will(self):
         # §6.14: a client asleep past its Duration is lost: its will goes out
-        _cid, h = self.mqtt("watcher", "w/#")
-        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
-        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/s1"))
-        self.sn(SnMessage(S.WILLMSG, data=b"gone"))
-        self.sleep(20)
+        h = self.asleep_with_will("w/s1", b"gone")
         self.clock.ms = 29999
         self.gw.tick()
         self.driver.flush()
@@ -492,11 +497,7 @@ class TestSleepingClients(GatewayTest):
         # §6.14 + §6.4: WILLTOPICUPD / WILLMSGUPD from an asleep client are
         # answered at once; it stays asleep, and when the sleep runs out the
         # broker publishes the NEW will, never the old one
-        _cid, h = self.mqtt("watcher", "w/#")
-        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
-        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/old"))
-        self.sn(SnMessage(S.WILLMSG, data=b"old"))
-        self.sleep(20)
+        h = self.asleep_with_will("w/old", b"old")
         self.clock.ms = 5000
         got = self.sn(SnMessage(S.WILLTOPICUPD, qos=1, topic_name="w/new"))
         self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
@@ -520,11 +521,7 @@ class TestSleepingClients(GatewayTest):
     def test_will_removed_while_asleep_then_woken_by_pingreq(self):
         # an empty WILLTOPICUPD asleep removes the will (§5.4.23); the PINGREQ's
         # connection carries no will, so the expiry after it publishes nothing
-        _cid, h = self.mqtt("watcher", "w/#")
-        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
-        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/old"))
-        self.sn(SnMessage(S.WILLMSG, data=b"old"))
-        self.sleep(20)
+        h = self.asleep_with_will("w/old", b"old")
         got = self.sn(SnMessage(S.WILLTOPICUPD))
         self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
         self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ, client_id="s1"))], [S.PINGRESP])

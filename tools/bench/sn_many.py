@@ -35,8 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from tools import procgroup
-from tools.bench.mqtt import do_subscribe, open_client, publish
-from tools.bench.sn_rtt import PAYLOAD, pct, read_packet, sn, sn_client, sn_expect, start_broker
+from tools.bench.mqtt import publish
+from tools.bench.sn_rtt import (
+    PAYLOAD,
+    bench_clients,
+    pct,
+    read_packet,
+    sn,
+    sn_expect,
+    sn_round_trips,
+    start_broker,
+)
 
 DURATION = b"\x02\x58"  # 600 s: no keep-alive runs out during the bench
 
@@ -46,21 +55,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("no VmRSS")
-
-
-def round_trips(snc: socket.socket, topic_id: bytes, sub: socket.socket, count: int) -> dict[str, Any]:
-    """`count` SN PUBLISH QoS 1, one at a time: until the TCP subscriber has it, until its PUBACK."""
-    deliver: list[float] = []
-    acked: list[float] = []
-    for i in range(1, count + 1):
-        t0 = time.perf_counter()
-        sn(snc, 0x0C, b"\x20" + topic_id + (i & 0xFFFF or 1).to_bytes(2, "big") + PAYLOAD)
-        read_packet(sub)
-        deliver.append(time.perf_counter() - t0)
-        if sn_expect(snc, 0x0D)[4] != 0:
-            raise RuntimeError("PUBACK refused")
-        acked.append(time.perf_counter() - t0)
-    return {"delivered": pct(deliver), "puback": pct(acked)}
 
 
 def connect_many(udp: int, n: int, asleep: float) -> tuple[list[socket.socket], list[tuple[socket.socket, bytes]]]:
@@ -105,13 +99,8 @@ def to_one(pub: socket.socket, client: socket.socket, topic: str, count: int) ->
 
 
 def run(proc: Any, tcp: int, udp: int, log: Path, clients: int, asleep: float, count: int) -> dict[str, Any]:
-    sub = open_client(tcp, "bench-sub")
-    do_subscribe(sub, "b/#", 0)
-    pub = open_client(tcp, "bench-pub")
-    probe = sn_client(udp, "bench-probe")
-    sn(probe, 0x0A, b"\x00\x00\x00\x01b/sn")  # REGISTER
-    topic_id = sn_expect(probe, 0x0B)[0:2]
-    out: dict[str, Any] = {"alone": round_trips(probe, topic_id, sub, count)}
+    sub, pub, probe, topic_id = bench_clients(tcp, udp)
+    out: dict[str, Any] = {"alone": sn_round_trips(probe, topic_id, sub, count)}
     time.sleep(0.5)  # (the loop idle: RSS settles)
     before = rss_kib(proc.pid)
     t0 = time.perf_counter()
@@ -121,7 +110,7 @@ def run(proc: Any, tcp: int, udp: int, log: Path, clients: int, asleep: float, c
     after = rss_kib(proc.pid)
     out["rss_kib"] = {"before": before, "after": after, "per_sn_client": round((after - before) / (clients - 1), 1)}
     out["asleep"] = clients - 1 - len(awake)
-    out[f"with_{clients}"] = round_trips(probe, topic_id, sub, count)
+    out[f"with_{clients}"] = sn_round_trips(probe, topic_id, sub, count)
     some = awake[len(awake) // 2][0]
     out[f"tcp_to_one_of_{clients}"] = to_one(pub, some, f"m/{socks.index(some)}", count)
     extra = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -79,6 +79,21 @@ def pct(samples: list[float]) -> dict[str, float]:
     return {p: round(s[min(len(s) - 1, int(len(s) * q))] * 1000, 3) for p, q in (("p50", 0.5), ("p99", 0.99))}
 
 
+def sn_round_trips(snc: socket.socket, topic_id: bytes, sub: socket.socket, count: int) -> dict[str, Any]:
+    """`count` SN PUBLISH QoS 1, one at a time: until the TCP subscriber has it, until its PUBACK."""
+    deliver: list[float] = []
+    acked: list[float] = []
+    for i in range(1, count + 1):
+        t0 = time.perf_counter()
+        sn(snc, 0x0C, b"\x20" + topic_id + (i & 0xFFFF or 1).to_bytes(2, "big") + PAYLOAD)
+        read_packet(sub)
+        deliver.append(time.perf_counter() - t0)
+        if sn_expect(snc, 0x0D)[4] != 0:
+            raise RuntimeError("PUBACK refused")
+        acked.append(time.perf_counter() - t0)
+    return {"delivered": pct(deliver), "puback": pct(acked)}
+
+
 WINDOW = 32  # QoS 1 PUBLISHes in flight in the throughput runs
 
 
@@ -103,25 +118,21 @@ def throughput(sub: socket.socket, send: Any, ack: Any, count: int) -> float:
     return round(count / (time.perf_counter() - t0))
 
 
-def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
+def bench_clients(tcp: int, udp: int) -> tuple[socket.socket, socket.socket, socket.socket, bytes]:
+    """The TCP subscriber to b/#, a TCP publisher, an SN client with b/sn REGISTERed, its topic id."""
     sub = open_client(tcp, "bench-sub")
     do_subscribe(sub, "b/#", 0)
     pub = open_client(tcp, "bench-pub")
     snc = sn_client(udp, "bench-sn")
     sn(snc, 0x0A, b"\x00\x00\x00\x01b/sn")  # REGISTER
-    topic_id = sn_expect(snc, 0x0B)[0:2]
-    out: dict[str, Any] = {}
+    return sub, pub, snc, sn_expect(snc, 0x0B)[0:2]
+
+
+def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
+    sub, pub, snc, topic_id = bench_clients(tcp, udp)
+    out: dict[str, Any] = {"sn->mqtt": sn_round_trips(snc, topic_id, sub, count)}
     deliver: list[float] = []
     acked: list[float] = []
-    for i in range(1, count + 1):
-        t0 = time.perf_counter()
-        sn(snc, 0x0C, b"\x20" + topic_id + (i & 0xFFFF or 1).to_bytes(2, "big") + PAYLOAD)
-        read_packet(sub)
-        deliver.append(time.perf_counter() - t0)
-        sn_expect(snc, 0x0D)
-        acked.append(time.perf_counter() - t0)
-    out["sn->mqtt"] = {"delivered": pct(deliver), "puback": pct(acked)}
-    deliver, acked = [], []
     for i in range(1, count + 1):
         t0 = time.perf_counter()
         pub.sendall(publish("b/tcp", PAYLOAD, 1, i & 0xFFFF or 1))
