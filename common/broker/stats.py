@@ -63,6 +63,7 @@ class Stats:
     sn_unknown_topic_ids: int
     sn_keep_alive_lost: int
     sn_retries_exhausted: int
+    sn_wrong_state: int
     sn_too_large: int
     sn_unsealed: int
     sn_bad_seal: int

@@ -59,6 +59,7 @@ STATS_COUNTERS = (
     "sn_unknown_topic_ids",  # PUBLISH/SUBSCRIBE naming an id the client has not got: 0x02
     "sn_keep_alive_lost",  # SN clients silent for 1.5 x their Duration: lost, will published
     "sn_retries_exhausted",  # SN clients that acked no resend of a PUBLISH/REGISTER (§6.13): lost, will published
+    "sn_wrong_state",  # SN messages the client's state does not take (asleep: not PINGREQ, CONNECT, DISCONNECT, a will update)
     "sn_too_large",  # datagrams over the listener's max_packet_size, both ways: dropped
     "sn_unsealed",  # datagrams not sealed to a keyed listener (only SEARCHGW may be): dropped
     "sn_bad_seal",  # envelopes that do not open: unknown key id, tag mismatch, truncated: dropped

@@ -112,6 +112,7 @@ SYS_FIGURES = (
     ("mqtt-sn/refused/unknown_topic_id", "sn_unknown_topic_ids"),
     ("mqtt-sn/refused/keep_alive", "sn_keep_alive_lost"),
     ("mqtt-sn/refused/retries", "sn_retries_exhausted"),
+    ("mqtt-sn/refused/wrong_state", "sn_wrong_state"),
     ("mqtt-sn/refused/too_large", "sn_too_large"),
     ("mqtt-sn/refused/unsealed", "sn_unsealed"),
     ("mqtt-sn/refused/bad_seal", "sn_bad_seal"),

@@ -54,6 +54,7 @@ class Gateway:
         self.wake = wake
         self.clients = {}  # addr -> SnClient
         self.out = []  # (addr, datagram)
+        self.stirred = []  # SnClients pump() looks at next (SnClient.stir), in the order they were
         self.lost = []  # SnClients whose connection the broker ended
         self.leaving = []  # SnClients that sent DISCONNECT (their MQTT DISCONNECT goes first)
         self.expired = []  # SnClients asleep too long, connected again: now lost (their will)
@@ -200,6 +201,7 @@ class Gateway:
             return
         c.mqtt.publish(name, msg.data, 0, msg.retain, None, (0, 0, -1))
         c.mqtt.pump(ms)
+        c.stir()
 
     def _end(self, client, lost=False):
         """Forget `client`; its MQTT connection ends (lost: without DISCONNECT, so its will is published)."""
@@ -218,13 +220,17 @@ class Gateway:
             self.driver.flush()
 
     def pump(self):
-        """Move every MQTT client's bytes into the driver until all is said."""
+        """Move the MQTT clients' bytes into the driver until all is said: of
+        the clients stirred since the last pump (SnClient.stir), not of all."""
         driver = self.driver
         for _ in range(8):  # each round answers the last one's acks: a few at most
             moved = False
-            for addr in list(self.clients):
-                c = self.clients.get(addr)
-                if c is None or c.cid < 0 or c.mqtt is None:
+            stirred = self.stirred
+            self.stirred = []
+            for c in stirred:
+                c.stirred = False  # (stirred again by what follows: looked at in the next round)
+            for c in stirred:
+                if c.cid < 0 or c.mqtt is None:
                     continue
                 out = c.mqtt.take_output()
                 if out:
@@ -239,14 +245,14 @@ class Gateway:
                 self.count("sn_keep_alive_lost")
                 self._end(c, True)
                 moved = True
-            for addr in list(self.clients):
-                c = self.clients.get(addr)
-                if c is not None and c.state == AWAKE and c.settled():
+            for c in stirred:
+                if c.state == AWAKE and self.clients.get(c.addr) is c and c.settled():
                     # §6.14: everything delivered: PINGRESP last, then asleep again
                     c.send(SnMessage(S.PINGRESP))
                     c.state = ASLEEP
                     c.sleep_until = ticks_deadline(self.ticks_ms(), c.sleep_ms)
                     c.mqtt.disconnect()
+                    c.stir()
                     moved = True
             while self.lost:
                 c = self.lost.pop()
@@ -269,7 +275,7 @@ class Gateway:
                         c.state = GONE
                         c.send(SnMessage(S.DISCONNECT))
                 moved = True
-            if not moved:
+            if not moved and not self.stirred:
                 return
 
     def take_datagrams(self):

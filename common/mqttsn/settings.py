@@ -14,7 +14,7 @@ SN_LISTENER = (
     ("max_clients", 16, K_INT, 1, None),  # SN clients at once; one more: CONNACK 0x01 congestion
     ("max_topic_ids", 32, K_INT, 1, 65534),  # normal topic ids per client; one more: REGACK/SUBACK 0x01
     ("predefined", {}, K_OBJECT, None, None),  # predefined topic ids for every client: {"1" = "plant/alarm"}
-    ("max_buffered", 1000, K_INT, 1, None),  # messages kept for a sleeping client; then queue_full's policy
+    ("max_buffered", 1000, K_INT, 1, None),  # messages kept for a sleeping client (then queue_full's policy), QoS 0 behind a REGISTER
     ("max_packet_size", 1024, K_INT, 16, 65535),  # bytes of a datagram, both ways; longer: dropped, counted
     ("session_expiry", 86400, K_INT, 0, None),  # s a sleeping or lost client's session and messages are kept
     ("retry_interval", 10, K_INT, 1, 3600),  # Tretry (s): an unacked PUBLISH/REGISTER to a client is sent again

@@ -17,6 +17,7 @@ resends it (§6.13).
 from common.client.client import CONNECTED, Client
 from common.compat import ticks_deadline
 from common.inprocess import InProcessHandle
+from common.mqtt import consts as C
 from common.mqttsn import consts as S
 from common.mqttsn.codec import SnMessage, encode_message
 from common.mqttsn.topicids import TopicIds, short_name
@@ -33,6 +34,10 @@ GONE = 7
 UPDATING = 8  # WILLTOPICUPD/WILLMSGUPD (§6.4): connecting again with the new will
 
 QOS_M1_CLIENT = "mqtt-sn-qos-1"  # the one session QoS -1 PUBLISHes go through (§6.8)
+
+# CONNACK reasons of a broker's limit (max_sessions, busy, quota, connect rate 0x9F):
+# the SN client hears 0x01 "rejected: congestion" (try later), not 0x03
+BROKER_LIMITS = (C.RC_SERVER_UNAVAILABLE, C.RC_SERVER_BUSY, C.RC_QUOTA_EXCEEDED, 0x9F)
 
 KEEP_ALIVE_GRACE = 1.5  # a client is lost after 1.5 x its Duration of silence (as MQTT [MQTT-3.1.2-24])
 
@@ -52,6 +57,7 @@ class SnClient(InProcessHandle):
         self.mqtt = None
         self.cid = -1
         self.ended_cid = -1  # a connection the broker ended: connection_lost owed
+        self.stirred = False  # in gw.stirred: Gateway.pump looks at it next
         self.heard_at = 0
         self.will_topic = None  # (topic, qos, retain) during the will handshake
         self.will = None  # (topic, payload, qos, retain): given again at every wake-up
@@ -60,6 +66,7 @@ class SnClient(InProcessHandle):
         self.sleep_until = 0  # ticks: ASLEEP, lost after this
         self.sleep_ms = 0  # 1.5 x the Duration of its last DISCONNECT
         self.waiting = []  # MQTT PUBLISHes from the broker behind a REGISTER
+        self.dropping = False  # QoS 0 dropped behind this REGISTER (logged once)
         self.reg_msg_id = 0  # the msg id of our REGISTER awaiting its REGACK (0 none)
         self.next_msg_id = 1
         self.subs = {}  # MQTT packet id -> (SN type of the ack, SN msg id, topic id)
@@ -73,7 +80,17 @@ class SnClient(InProcessHandle):
         # A copy: the driver reuses its buffer after the call.
         if self.mqtt is not None:
             self.mqtt.data_received(bytes(data), self.gw.ticks_ms())
+            self.stir()
             self.gw.wake()  # what the client answers, and the SN datagrams, at the shell's next pump
+
+    def stir(self):
+        """Something happened to it (a datagram, the broker wrote, it connects):
+        its MQTT client may have bytes for the broker, an AWAKE client may be
+        settled. Gateway.pump looks only at the clients stirred since the last
+        one, so a datagram costs the same with one client or thousands."""
+        if not self.stirred:
+            self.stirred = True
+            self.gw.stirred.append(self)
 
     def pause_reading(self):
         pass  # an SN client has no stream to hold: its QoS 1/2 publishes wait for their acks
@@ -109,19 +126,31 @@ class SnClient(InProcessHandle):
         # AWAKE: the queued messages follow; PINGRESP once they are acked (Gateway.pump)
 
     def on_refused(self, reason):
-        # v1.2 has no "not authorized": 0x03 "rejected: not supported" (§5.3.10)
+        # A limit of the broker's (server unavailable: max_sessions, busy, quota,
+        # connect rate): 0x01 "rejected: congestion", try later; anything else
+        # (v1.2 has no "not authorized"): 0x03 "rejected: not supported" (§5.3.10)
         self.gw.count("sn_refused_connects")
         self.gw.log(30, "MQTT-SN client %s refused by the broker (CONNACK 0x%02x)", (self.client_id, reason))
         rtype = self.update_resp if self.state == UPDATING else S.CONNACK
-        self.send(SnMessage(rtype, return_code=S.RC_NOT_SUPPORTED))
+        rc = S.RC_CONGESTION if reason in BROKER_LIMITS else S.RC_NOT_SUPPORTED
+        self.send(SnMessage(rtype, return_code=rc))
         self.state = GONE
         self.gw.lost.append(self)
 
     def on_message(self, pkt):
-        if self.waiting or self.reg_msg_id:
+        if not self.waiting and not self.reg_msg_id:
+            self._deliver(pkt)
+        elif pkt.qos or len(self.waiting) < self.gw.settings.max_buffered:
             self.waiting.append(pkt)  # in order, behind the REGISTER
         else:
-            self._deliver(pkt)
+            # QoS 0 behind a REGISTER not yet acked (QoS 1/2 are bounded by
+            # the broker's inflight window): past max_buffered, dropped as for
+            # any slow client; logged once a REGISTER
+            self.gw.count("dropped_qos0")
+            if not self.dropping:
+                self.dropping = True
+                why = "MQTT-SN client %s: max_buffered (%d) messages wait for its REGACK; QoS 0 dropped"
+                self.gw.log(30, why, (self.client_id, self.gw.settings.max_buffered))
 
     def on_delivered(self, token, reason):
         if token is None:
@@ -235,6 +264,7 @@ class SnClient(InProcessHandle):
         if msg.msg_id != self.reg_msg_id:
             return
         self.reg_msg_id = 0
+        self.dropping = False
         if msg.return_code:
             # The client refused the id: what waited for it cannot be sent.
             self.gw.count("sn_topic_ids_refused")
@@ -258,8 +288,10 @@ class SnClient(InProcessHandle):
     def received(self, msg, ms):
         t = msg.mtype
         self.heard_at = ms
+        self.stir()
         if self.state == WILL_TOPIC:
             if t != S.WILLTOPIC:
+                self._wrong_state(msg, "WILLTOPIC awaited")
                 return
             if msg.topic_name is None:  # an empty WILLTOPIC: no will after all (§6.2)
                 self._open(None, ms)
@@ -272,6 +304,8 @@ class SnClient(InProcessHandle):
             if t == S.WILLMSG:
                 topic, qos, retain = self.will_topic
                 self._open((topic, msg.data, qos, retain), ms)
+            else:
+                self._wrong_state(msg, "WILLMSG awaited")
             return
         if self.state == ASLEEP:
             self._asleep(msg, ms)
@@ -279,13 +313,14 @@ class SnClient(InProcessHandle):
         if self.state == AWAKE and t == S.PINGREQ:
             return  # its PINGRESP comes once what waited is delivered (Gateway.pump)
         if self.state != ACTIVE and self.state != AWAKE:
+            self._wrong_state(msg, "its MQTT connection is being made")
             return
         if t == S.PUBLISH:
             self._publish(msg)
         elif t == S.REGISTER:
             topic_id, rc = self.ids.register(msg.topic_name)
             if rc:
-                self.gw.count("sn_topic_ids_refused")
+                self._no_topic_id(msg.topic_name, rc)
             self.send(SnMessage(S.REGACK, topic_id=topic_id, msg_id=msg.msg_id, return_code=rc))
         elif t == S.REGACK:
             self._acked(S.REGISTER, msg.msg_id)
@@ -309,6 +344,8 @@ class SnClient(InProcessHandle):
             self._disconnect(msg, ms)
         elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
             self._update_will(msg)
+        else:
+            self._wrong_state(msg, "not a message to the gateway of a connected client")
 
     def _update_will(self, msg):
         """§6.4: MQTT cannot change a will on a live connection, so the MQTT
@@ -316,23 +353,23 @@ class SnClient(InProcessHandle):
         [MQTT-3.1.2-10]) and connects again with clean_start off and the new
         will; the session queues what comes meanwhile. The answer follows the
         new CONNACK (on_connected); the swap happens inside one pump()."""
-        will = self.will
-        if msg.mtype == S.WILLTOPICUPD:
-            rtype = S.WILLTOPICRESP
-            if msg.topic_name is None:
-                will = None  # an empty WILLTOPICUPD deletes the will topic and message (§5.4.23)
-            else:
-                data = will[1] if will is not None else b""
-                will = (msg.topic_name, data, msg.qos if msg.qos > 0 else 0, msg.retain)
-        else:
-            rtype = S.WILLMSGRESP
-            if will is not None:  # a message without a will topic has nowhere to go
-                will = (will[0], msg.data, will[2], will[3])
-        self.will = will
-        self.update_resp = rtype
+        self.will = self._new_will(msg)
+        self.update_resp = S.WILLTOPICRESP if msg.mtype == S.WILLTOPICUPD else S.WILLMSGRESP
         self.update_from = self.state
         self.state = UPDATING
         self.mqtt.disconnect()  # the broker ends the connection; Gateway.pump connects again
+
+    def _new_will(self, msg):
+        """The will after WILLTOPICUPD or WILLMSGUPD `msg` (§5.4.23, §5.4.25)."""
+        will = self.will
+        if msg.mtype == S.WILLTOPICUPD:
+            if msg.topic_name is None:
+                return None  # an empty WILLTOPICUPD deletes the will topic and message (§5.4.23)
+            data = will[1] if will is not None else b""
+            return (msg.topic_name, data, msg.qos if msg.qos > 0 else 0, msg.retain)
+        if will is None:
+            return None  # a message without a will topic has nowhere to go
+        return (will[0], msg.data, will[2], will[3])
 
     def _disconnect(self, msg, ms):
         """§6.12 DISCONNECT, or §6.14 with a Duration: asleep. Either way the
@@ -351,6 +388,9 @@ class SnClient(InProcessHandle):
             self.gw.leaving.append(self)
 
     def _asleep(self, msg, ms):
+        """§6.14, fig. 4: asleep, a client may PINGREQ (awake), DISCONNECT
+        (asleep again, or gone) or CONNECT (Gateway._connect); and update its
+        will (§6.4). Anything else waits for one of those: refused."""
         t = msg.mtype
         if t == S.PINGREQ:
             # §6.14: awake: the session's queued messages are sent, then PINGRESP
@@ -358,6 +398,30 @@ class SnClient(InProcessHandle):
             self._open(self.will, ms, False)
         elif t == S.DISCONNECT:
             self._disconnect(msg, ms)
+        elif t == S.WILLTOPICUPD or t == S.WILLMSGUPD:
+            # No MQTT connection holds a will while it sleeps: the new one is what
+            # the next carries (a PINGREQ's, or the last one, that publishes it
+            # when the sleep runs out). Answered now; still asleep, the sleep
+            # timer unchanged, what waits stays queued until a PINGREQ.
+            self.will = self._new_will(msg)
+            self.send(SnMessage(S.WILLTOPICRESP if t == S.WILLTOPICUPD else S.WILLMSGRESP, return_code=S.RC_ACCEPTED))
+        else:
+            self._wrong_state(msg, "asleep (PINGREQ or CONNECT first, §6.14)")
+
+    def _wrong_state(self, msg, why):
+        """A message the client's state does not take: counted, logged and,
+        where it has a return code, answered 0x01 "rejected: congestion" (try
+        again later, §6.5/§6.6/§6.9: after a CONNACK or PINGREQ it would pass)."""
+        gw = self.gw
+        gw.count("sn_wrong_state")
+        gw.log(30, "MQTT-SN client %s: message type 0x%02x refused: %s", (self.client_id, msg.mtype, why))
+        t = msg.mtype
+        if t == S.PUBLISH and msg.qos > 0:
+            self.send(SnMessage(S.PUBACK, topic_id=msg.topic_id, msg_id=msg.msg_id, return_code=S.RC_CONGESTION))
+        elif t == S.SUBSCRIBE:
+            self.send(SnMessage(S.SUBACK, msg_id=msg.msg_id, return_code=S.RC_CONGESTION))
+        elif t == S.REGISTER:
+            self.send(SnMessage(S.REGACK, msg_id=msg.msg_id, return_code=S.RC_CONGESTION))
 
     def settled(self):
         """AWAKE: everything the session held was delivered and acknowledged."""
@@ -384,12 +448,14 @@ class SnClient(InProcessHandle):
         cid = gw.driver.connection_made(self, peer)
         if cid < 0:
             gw.count("sn_refused_connects")
+            gw.log(30, "MQTT-SN client %s refused: the broker takes no more connections", (self.client_id,))
             self.send(SnMessage(S.CONNACK, return_code=S.RC_CONGESTION))
             self.state = GONE
             gw.lost.append(self)
             return
         self.cid = cid
         c.connect(ms)
+        self.stir()
 
     def _publish(self, msg):
         name = self.ids.name_of(msg.topic_id_type, msg.topic_id)
@@ -408,6 +474,12 @@ class SnClient(InProcessHandle):
         self.mqtt.publish(name, msg.data, qos, msg.retain, None, (msg.msg_id, msg.topic_id, qos))
         self.mqtt.pump(self.gw.ticks_ms())
 
+    def _no_topic_id(self, name, rc):
+        """A REGISTER or SUBSCRIBE refused its topic id (§6.5): counted, logged."""
+        self.gw.count("sn_topic_ids_refused")
+        why = "max_topic_ids (%d) given" % self.ids.max_ids if rc == S.RC_CONGESTION else "not a topic name"
+        self.gw.log(30, "MQTT-SN client %s: no topic id for %s: %s", (self.client_id, name, why))
+
     def _subscribe(self, msg):
         topic_id = 0
         if msg.topic_id_type == S.TOPIC_NORMAL:
@@ -415,7 +487,7 @@ class SnClient(InProcessHandle):
             if msg.mtype == S.SUBSCRIBE and "+" not in name and "#" not in name:
                 topic_id, rc = self.ids.register(name)
                 if rc:
-                    self.gw.count("sn_topic_ids_refused")
+                    self._no_topic_id(name, rc)
                     self.send(SnMessage(S.SUBACK, msg_id=msg.msg_id, return_code=rc))
                     return
         elif msg.topic_id_type == S.TOPIC_PREDEFINED:

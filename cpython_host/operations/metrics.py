@@ -271,6 +271,12 @@ FAMILIES = {
         "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
         ("cause", "retries"),
     ),
+    "sn_wrong_state": (
+        "siskin_mqttsn_refused_total",
+        COUNTER,
+        "MQTT-SN datagrams and requests refused, by cause (docs/mqtt-sn.md)",
+        ("cause", "wrong_state"),
+    ),
     "sn_too_large": (
         "siskin_mqttsn_refused_total",
         COUNTER,

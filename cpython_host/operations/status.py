@@ -146,6 +146,7 @@ DROPS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("sn_unknown_topic_ids", "MQTT-SN: PUBLISH, SUBSCRIBE naming a topic id the client has not got: 0x02", lambda s: "REGISTER first; predefined ids"),
     ("sn_keep_alive_lost", "MQTT-SN: SN clients silent for 1.5 x their Duration: lost, will published", lambda s: "the client's CONNECT Duration"),
     ("sn_retries_exhausted", "MQTT-SN: SN clients that acknowledged no resend of a PUBLISH or REGISTER: lost, will published", lambda s: "[[listener]] mqtt-sn retry_interval, max_retries"),
+    ("sn_wrong_state", "MQTT-SN: messages the client's state does not take (asleep: anything but PINGREQ, CONNECT, DISCONNECT, a will update): 0x01 where answered", lambda s: "MQTT-SN v1.2 §6.14: PINGREQ or CONNECT first"),
     ("sn_too_large", "MQTT-SN: datagrams over max_packet_size, from a client or to it: dropped", lambda s: "[[listener]] mqtt-sn max_packet_size"),
     ("sn_unsealed", "MQTT-SN: datagrams not sealed to a listener with keys (SEARCHGW only may be): dropped", lambda s: "[[listener]] mqtt-sn keys"),
     ("sn_bad_seal", "MQTT-SN: envelopes that do not open (unknown key id, tag mismatch, truncated): dropped", lambda s: "[[listener]] mqtt-sn keys"),

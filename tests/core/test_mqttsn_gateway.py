@@ -20,9 +20,11 @@ SENSOR = ("10.0.0.7", 5000)  # an address: opaque to the core
 
 
 class GatewayTest(unittest.TestCase):
-    def setUp(self):
+    def setUp(self, limits=None):
         self.clock = Clock(0)
-        self.broker = new_broker(new_settings({}), lambda n: bytes(n), None)
+        self.broker = new_broker(new_settings(limits or {}), lambda n: bytes(n), None)
+        self.logged = []
+        self.broker.logger = lambda level, text: self.logged.append(text)
         self.driver = Driver(self.broker, self.clock.read, 2, 5)
         sn = SnSettings()
         sn.max_clients = 2
@@ -107,6 +109,17 @@ class TestConnect(GatewayTest):
         self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, S.RC_CONGESTION)])
         self.assertEqual(self.broker.stats.sn_refused_connects, 1)
 
+    def test_broker_out_of_sessions_is_congestion(self):
+        # the broker's max_sessions (CONNACK 0x88 server unavailable to the MQTT
+        # client) is a limit, not a refusal of the client: CONNACK 0x01, counted, logged
+        self.setUp({"max_sessions": 1})
+        self.connect("a", ("h", 1))
+        got = self.sn(SnMessage(S.CONNECT, clean=True, duration=60, client_id="b"), ("h", 2))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.CONNACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_refused_connects, 1)
+        self.assertIn("MQTT-SN client b refused by the broker (CONNACK 0x88)", self.logged)
+        self.assertEqual(list(self.gw.clients), [("h", 1)])
+
     def test_disconnect(self):
         # §6.12: DISCONNECT -> DISCONNECT; the MQTT connection ends politely (no will)
         self.connect("s1")
@@ -114,6 +127,15 @@ class TestConnect(GatewayTest):
         self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
         self.assertEqual(self.gw.clients, {})
         self.assertEqual(self.broker.connections.live, 0)
+
+    def test_message_before_the_will_handshake_ends_refused(self):
+        # §6.2: between CONNECT and WILLTOPIC only WILLTOPIC is taken
+        self.sn(SnMessage(S.CONNECT, will=True, clean=True, duration=10, client_id="s1"))
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=4, topic_name="a/b"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.SUBACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_wrong_state, 1)
+        got = self.sn(SnMessage(S.WILLTOPIC, topic_name="w/s1"))
+        self.assertEqual([m.mtype for m in got], [S.WILLMSGREQ])
 
     def test_unknown_client_gets_disconnect(self):
         got = self.sn(SnMessage(S.PINGREQ))
@@ -240,6 +262,11 @@ class TestPublishFromSn(GatewayTest):
         got = self.sn(SnMessage(S.REGISTER, msg_id=3, topic_name="t/3"))
         self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.REGACK, S.RC_CONGESTION)])
         self.assertEqual(self.broker.stats.sn_topic_ids_refused, 1)
+        self.assertIn("MQTT-SN client s1: no topic id for t/3: max_topic_ids (2) given", self.logged)
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=4, topic_name="t/4"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.SUBACK, S.RC_CONGESTION)])
+        self.assertEqual(self.broker.stats.sn_topic_ids_refused, 2)
+        self.assertIn("MQTT-SN client s1: no topic id for t/4: max_topic_ids (2) given", self.logged)
 
 
 class TestDeliveryToSn(GatewayTest):
@@ -262,6 +289,22 @@ class TestDeliveryToSn(GatewayTest):
         for m in got:
             self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=m.msg_id))
         self.assertEqual(len(self.broker.sessions.find("s1").inflight), 0)
+
+    def test_qos0_behind_a_register_bounded_by_max_buffered(self):
+        # what waits for the REGACK (§6.10) is bounded: QoS 0 past max_buffered
+        # is dropped as for any slow client, counted, logged once
+        self.gw.settings.max_buffered = 3
+        self.connect("s1")
+        self.sn(SnMessage(S.SUBSCRIBE, qos=0, msg_id=3, topic_name="s/+"))
+        cid, _h = self.mqtt("pub")
+        for i in range(6):
+            self.publish(cid, "s/t", b"m%d" % i, 0)
+        got = self.replies()
+        self.assertEqual([m.mtype for m in got], [S.REGISTER])
+        self.assertEqual(self.broker.stats.dropped_qos0, 3)  # m0 waits (the REGISTER names it), m1, m2 behind it
+        self.assertEqual(len([t for t in self.logged if "wait for its REGACK" in t]), 1)
+        got = self.sn(SnMessage(S.REGACK, topic_id=got[0].topic_id, msg_id=got[0].msg_id))
+        self.assertEqual([m.data for m in got], [b"m0", b"m1", b"m2"])
 
     def test_subscribe_topic_name_gets_id_and_retained(self):
         # §6.9: SUBSCRIBE to a name -> SUBACK with its topic id; a retained message follows
@@ -392,6 +435,15 @@ class TestSleepingClients(GatewayTest):
         got = self.sn(SnMessage(S.DISCONNECT, duration=duration))
         self.assertEqual([m.mtype for m in got], [S.DISCONNECT])
 
+    def asleep_with_will(self, topic, message):
+        """A watcher of w/#; s1 connected with a will (Duration 10), then asleep for 20 s."""
+        _cid, h = self.mqtt("watcher", "w/#")
+        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
+        self.sn(SnMessage(S.WILLTOPIC, topic_name=topic))
+        self.sn(SnMessage(S.WILLMSG, data=message))
+        self.sleep(20)
+        return h
+
     def test_buffered_while_asleep_flushed_on_pingreq_pingresp_last(self):
         # §6.14: DISCONNECT with Duration -> asleep; the session queues; PINGREQ -> the
         # buffered messages, then PINGRESP last; asleep again after it
@@ -428,11 +480,7 @@ class TestSleepingClients(GatewayTest):
 
     def test_sleep_expiry_publishes_the_will(self):
         # §6.14: a client asleep past its Duration is lost: its will goes out
-        _cid, h = self.mqtt("watcher", "w/#")
-        self.sn(SnMessage(S.CONNECT, will=True, clean=False, duration=10, client_id="s1"))
-        self.sn(SnMessage(S.WILLTOPIC, topic_name="w/s1"))
-        self.sn(SnMessage(S.WILLMSG, data=b"gone"))
-        self.sleep(20)
+        h = self.asleep_with_will("w/s1", b"gone")
         self.clock.ms = 29999
         self.gw.tick()
         self.driver.flush()
@@ -444,6 +492,68 @@ class TestSleepingClients(GatewayTest):
         self.assertEqual([(p.topic, bytes(p.payload)) for p in h.inbox], [("w/s1", b"gone")])
         self.assertEqual(self.gw.clients, {})
         self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+
+    def test_will_updated_while_asleep_is_the_will_published_at_expiry(self):
+        # §6.14 + §6.4: WILLTOPICUPD / WILLMSGUPD from an asleep client are
+        # answered at once; it stays asleep, and when the sleep runs out the
+        # broker publishes the NEW will, never the old one
+        h = self.asleep_with_will("w/old", b"old")
+        self.clock.ms = 5000
+        got = self.sn(SnMessage(S.WILLTOPICUPD, qos=1, topic_name="w/new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        got = self.sn(SnMessage(S.WILLMSGUPD, data=b"new"))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLMSGRESP, 0)])
+        self.assertEqual(self.broker.connections.live, 1)  # (the watcher: still asleep)
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 29999  # the sleep timer runs from the DISCONNECT, not from the update
+        self.gw.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.clock.ms = 30000
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual([(p.topic, bytes(p.payload), p.qos) for p in h.inbox], [("w/new", b"new", 1)])
+        self.assertEqual(self.broker.stats.sn_keep_alive_lost, 1)
+        self.assertEqual(self.broker.stats.sn_wrong_state, 0)
+
+    def test_will_removed_while_asleep_then_woken_by_pingreq(self):
+        # an empty WILLTOPICUPD asleep removes the will (§5.4.23); the PINGREQ's
+        # connection carries no will, so the expiry after it publishes nothing
+        h = self.asleep_with_will("w/old", b"old")
+        got = self.sn(SnMessage(S.WILLTOPICUPD))
+        self.assertEqual([(m.mtype, m.return_code) for m in got], [(S.WILLTOPICRESP, 0)])
+        self.assertEqual([m.mtype for m in self.sn(SnMessage(S.PINGREQ, client_id="s1"))], [S.PINGRESP])
+        self.clock.ms = 30000
+        self.gw.tick()
+        self.driver.tick()
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.assertEqual(self.gw.clients, {})
+
+    def test_asleep_client_messages_refused_counted_answered_congestion(self):
+        # §6.14 fig. 4: asleep, a client PINGREQs or CONNECTs before anything
+        # else; a PUBLISH / SUBSCRIBE / REGISTER meanwhile gets 0x01 (try later),
+        # an ack has no answer; each is counted, and nothing reaches the broker
+        _cid, h = self.mqtt("watcher", "plant/#")
+        self.connect("s1")
+        self.sleep()
+        cases = [
+            (SnMessage(S.PUBLISH, qos=1, topic_id_type=S.TOPIC_PREDEFINED, topic_id=7, msg_id=3, data=b"x"), S.PUBACK),
+            (SnMessage(S.SUBSCRIBE, qos=1, msg_id=4, topic_name="a/b"), S.SUBACK),
+            (SnMessage(S.REGISTER, msg_id=5, topic_name="a/b"), S.REGACK),
+        ]
+        for msg, ack in cases:
+            got = self.sn(msg)
+            self.assertEqual([(m.mtype, m.msg_id, m.return_code) for m in got], [(ack, msg.msg_id, S.RC_CONGESTION)])
+        self.assertEqual(self.sn(SnMessage(S.PUBACK, topic_id=1, msg_id=9)), [])
+        self.assertEqual(self.broker.stats.sn_wrong_state, 4)
+        why = "MQTT-SN client s1: message type 0x0c refused: asleep (PINGREQ or CONNECT first, §6.14)"
+        self.assertIn(why, self.logged)
+        self.driver.flush()
+        self.assertEqual(h.types(), [])
+        self.assertEqual(self.broker.connections.live, 1)  # still asleep: the watcher's only
 
     def test_clean_client_disconnect_ends_its_session(self):
         self.connect("s1")
@@ -477,6 +587,27 @@ class TestShellHooks(GatewayTest):
         self.assertGreater(self.woken, woken)
         self.gw.pump()
         self.assertEqual([(m.mtype, m.data) for m in self.replies()], [(S.PUBLISH, b"x")])
+
+    def test_a_datagram_pumps_its_own_client_not_every_client(self):
+        # a datagram's cost does not grow with the clients connected: pump()
+        # takes the MQTT output of the clients something happened to, not of all
+        self.gw.settings.max_clients = 12
+        for i in range(12):
+            self.connect("c%d" % i, ("h", i))
+        looked = []
+        for c in self.gw.clients.values():
+            c.mqtt.take_output = (lambda take, name: lambda: looked.append(name) or take())(
+                c.mqtt.take_output, c.client_id
+            )
+        got = self.sn(SnMessage(S.PINGREQ), ("h", 5))
+        self.assertEqual([m.mtype for m in got], [S.PINGRESP])
+        self.assertEqual(looked, ["c5"])
+        del looked[:]
+        cid, _h = self.mqtt("pub")
+        got = self.sn(SnMessage(S.SUBSCRIBE, qos=1, msg_id=1, topic_name="a/b"), ("h", 3))
+        self.assertEqual([m.mtype for m in got], [S.SUBACK])
+        self.publish(cid, "a/b", b"x", 1)  # the broker writes to c3: c3 only
+        self.assertEqual(sorted(set(looked)), ["c3"])
 
     def test_max_packet_size_both_ways(self):
         # a limit: a datagram over max_packet_size is dropped, and so is a delivery; counted

@@ -334,6 +334,42 @@ def test_sleeping_client_buffered_then_flushed_on_pingreq(broker: BrokerProcess,
     assert wake_and_collect(r, "sleeper", 1) == [b"later"]
 
 
+def test_will_updated_while_asleep_is_published_when_the_sleep_runs_out(
+    broker: BrokerProcess, clients: list[Any]
+) -> None:
+    # §6.14 + §6.4: an asleep client's WILLTOPICUPD / WILLMSGUPD are answered
+    # (0x00) and it stays asleep; silent past 1.5 x its sleep Duration it is
+    # lost, and the broker publishes the NEW will (the old one never). A
+    # PUBLISH meanwhile is refused 0x01 (PINGREQ or CONNECT first), counted.
+    sub = paho(broker, clients, "watch", "wills/#", "$SYS/broker/mqtt-sn/refused/wrong_state")
+    r = raw(broker, clients)
+    r.send(CONNECT, bytes([0x08 | CLEAN, 0x01]) + u16(60) + b"sn-sleepy")  # the Will flag
+    r.expect(WILLTOPICREQ)
+    r.send(WILLTOPIC, b"\x20wills/old")
+    r.expect(WILLMSGREQ)
+    r.send(WILLMSG, b"old")
+    assert r.expect(CONNACK) == b"\x00"
+    r.send(DISCONNECT, u16(3))  # asleep; lost 4.5 s on unless it PINGREQs
+    r.expect(DISCONNECT)
+    r.send(WILLTOPICUPD, b"\x20wills/new")
+    assert r.expect(WILLTOPICRESP) == b"\x00"
+    r.send(WILLMSGUPD, b"new")
+    assert r.expect(WILLMSGRESP) == b"\x00"
+    r.publish(7, b"too soon", 1, msg_id=9, kind=PREDEFINED)
+    assert r.expect(PUBACK) == u16(7) + u16(9) + b"\x01"
+    will, counted = None, False
+    while will is None or not counted:
+        msg = sub.get(timeout=15)
+        if msg.topic.startswith("$SYS"):
+            counted = msg.payload == b"1"
+        else:
+            assert will is None, (will.topic, msg.topic)
+            will = msg
+    assert (will.topic, will.payload, will.qos) == ("wills/new", b"new", 1)
+    broker.wait_log(r"MQTT-SN client sn-sleepy asleep past its Duration: lost")
+    broker.wait_log(r"MQTT-SN client sn-sleepy: message type 0x0c refused: asleep")
+
+
 def test_listener_limits_max_buffered_and_max_packet_size(tmp_path: Path, clients: list[Any]) -> None:
     # §6.14 a sleeping client's buffer is bounded by max_buffered (then queue_full decides);
     # a datagram over max_packet_size is dropped either way, counted in $SYS

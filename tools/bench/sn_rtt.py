@@ -79,6 +79,21 @@ def pct(samples: list[float]) -> dict[str, float]:
     return {p: round(s[min(len(s) - 1, int(len(s) * q))] * 1000, 3) for p, q in (("p50", 0.5), ("p99", 0.99))}
 
 
+def sn_round_trips(snc: socket.socket, topic_id: bytes, sub: socket.socket, count: int) -> dict[str, Any]:
+    """`count` SN PUBLISH QoS 1, one at a time: until the TCP subscriber has it, until its PUBACK."""
+    deliver: list[float] = []
+    acked: list[float] = []
+    for i in range(1, count + 1):
+        t0 = time.perf_counter()
+        sn(snc, 0x0C, b"\x20" + topic_id + (i & 0xFFFF or 1).to_bytes(2, "big") + PAYLOAD)
+        read_packet(sub)
+        deliver.append(time.perf_counter() - t0)
+        if sn_expect(snc, 0x0D)[4] != 0:
+            raise RuntimeError("PUBACK refused")
+        acked.append(time.perf_counter() - t0)
+    return {"delivered": pct(deliver), "puback": pct(acked)}
+
+
 WINDOW = 32  # QoS 1 PUBLISHes in flight in the throughput runs
 
 
@@ -103,25 +118,21 @@ def throughput(sub: socket.socket, send: Any, ack: Any, count: int) -> float:
     return round(count / (time.perf_counter() - t0))
 
 
-def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
+def bench_clients(tcp: int, udp: int) -> tuple[socket.socket, socket.socket, socket.socket, bytes]:
+    """The TCP subscriber to b/#, a TCP publisher, an SN client with b/sn REGISTERed, its topic id."""
     sub = open_client(tcp, "bench-sub")
     do_subscribe(sub, "b/#", 0)
     pub = open_client(tcp, "bench-pub")
     snc = sn_client(udp, "bench-sn")
     sn(snc, 0x0A, b"\x00\x00\x00\x01b/sn")  # REGISTER
-    topic_id = sn_expect(snc, 0x0B)[0:2]
-    out: dict[str, Any] = {}
+    return sub, pub, snc, sn_expect(snc, 0x0B)[0:2]
+
+
+def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
+    sub, pub, snc, topic_id = bench_clients(tcp, udp)
+    out: dict[str, Any] = {"sn->mqtt": sn_round_trips(snc, topic_id, sub, count)}
     deliver: list[float] = []
     acked: list[float] = []
-    for i in range(1, count + 1):
-        t0 = time.perf_counter()
-        sn(snc, 0x0C, b"\x20" + topic_id + (i & 0xFFFF or 1).to_bytes(2, "big") + PAYLOAD)
-        read_packet(sub)
-        deliver.append(time.perf_counter() - t0)
-        sn_expect(snc, 0x0D)
-        acked.append(time.perf_counter() - t0)
-    out["sn->mqtt"] = {"delivered": pct(deliver), "puback": pct(acked)}
-    deliver, acked = [], []
     for i in range(1, count + 1):
         t0 = time.perf_counter()
         pub.sendall(publish("b/tcp", PAYLOAD, 1, i & 0xFFFF or 1))
@@ -158,31 +169,39 @@ def run(tcp: int, udp: int, count: int) -> dict[str, Any]:
     return {"round_trip_ms": out, "msg_per_s": rates}
 
 
+def start_broker(python: str, tmp: Path, extra: str = "") -> tuple[subprocess.Popen[bytes], list[int], Any]:
+    """The host broker on loopback, memory only: a plain MQTT and an MQTT-SN
+    listener (`extra`: more lines of the SN listener's table, then other
+    tables); (process, [tcp port, udp port], its log file, to close)."""
+    cfg = tmp / "sn.toml"
+    cfg.write_text(
+        '[server]\nwarm_up = false\n[[listener]]\nport = 0\n[[listener]]\nprotocol = "mqtt-sn"\nport = 0\n' + extra
+    )
+    log = tmp / "log"
+    logf = log.open("wb")
+    proc = procgroup.spawn(
+        [python, "-m", "cpython_host", "--config", str(cfg)], cwd=REPO, stdout=logf, stderr=subprocess.STDOUT
+    )
+    ports: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(ports) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        ports = [int(p) for p in re.findall(r"listening on [0-9.]+:(\d+)", log.read_text())]
+    if len(ports) < 2:
+        procgroup.kill(proc)
+        logf.close()
+        raise RuntimeError("the broker did not start: " + log.read_text())
+    return proc, ports, logf
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--python", default=sys.executable, help="the broker's interpreter")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "sn.toml"
-        cfg.write_text(
-            '[server]\nwarm_up = false\n[[listener]]\nport = 0\n[[listener]]\nprotocol = "mqtt-sn"\nport = 0\n'
-        )
-        logf = (Path(tmp) / "log").open("wb")
-        proc = procgroup.spawn(
-            [args.python, "-m", "cpython_host", "--config", str(cfg)],
-            cwd=REPO,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-        )
+        proc, ports, logf = start_broker(args.python, Path(tmp))
         try:
-            ports: list[int] = []
-            deadline = time.monotonic() + 20
-            while len(ports) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
-                ports = [int(p) for p in re.findall(r"listening on [0-9.]+:(\d+)", (Path(tmp) / "log").read_text())]
-            if len(ports) < 2:
-                raise RuntimeError("the broker did not start: " + (Path(tmp) / "log").read_text())
             result = run(ports[0], ports[1], args.count)
         finally:
             procgroup.kill(proc)
