@@ -27,7 +27,9 @@ import pytest
 from tests.conftest import REPO_ROOT, require
 from tests.host.broker_proc import Paho
 from tools.bench import mqtt as raw
+from tools.bench.sn_rtt import sn, sn_client, sn_expect
 from tools.emu.served import BOARD_IP, GUARD_S, PEER_IP, TLS_LIMITS, TLS_PORT, TLS_SERVER, ServedBoard, board_tls
+from tools.emu.sn_heap import SN_CONFIG, SN_PORT, SN_UP, publish_qos1, register
 
 pytestmark = [pytest.mark.emu, pytest.mark.timeout(3600)]
 
@@ -367,4 +369,50 @@ def test_a_client_flood_at_the_limits_is_refused_cleanly_and_the_heap_is_measure
             paho("after-the-flood").connect(GUARD_S).close()
 
         s.in_ns(after)
+        assert "Traceback" not in s.console()
+
+
+def test_an_mqtt_sn_client_over_ppp_meets_a_paho_client_on_the_pico_w(tmp_path: Path) -> None:
+    # MQTT-SN v1.2 over the image's own network path: hand-made datagrams
+    # from the namespace to the chip's address over UDP, across the PPP link,
+    # to firmware/sn.py's socket and the frozen gateway. The SN client
+    # CONNECTs, REGISTERs, PUBLISHes QoS 1 and gets its PUBACK; a paho
+    # subscriber on the same board has the message. Then the other way: the
+    # SN client SUBSCRIBEs by name (the SUBACK gives the topic id), paho
+    # publishes QoS 1 and the gateway's delivery (its wake, pumped by the
+    # firmware's task) reaches the SN client, which acknowledges it.
+    with served(tmp_path, PICOW_UF2, "rp2040_picow", config(mqttsn=SN_CONFIG)) as s:
+        s.wait_console(SN_UP)
+        s.wait_console(UP)
+        start = s.emulated_ms()
+
+        def sn_to_paho() -> tuple[Any, Any]:
+            watcher = paho("sn-watcher").connect(GUARD_S)
+            assert granted(watcher.subscribe("sn/#", 1, GUARD_S)) == [1]
+            device = sn_client(SN_PORT, "sn-device", host=BOARD_IP, timeout=GUARD_S, duration=3600)
+            topic_id = register(device, "sn/temp", 1)
+            publish_qos1(device, topic_id, 2, b"21.5")  # (its PUBACK: accepted, our topic id and msg id)
+            return watcher.get(GUARD_S), device
+
+        m, device = s.in_ns(sn_to_paho)
+        assert (m.topic, m.payload, m.qos, m.retain) == ("sn/temp", b"21.5", 1, False)
+        print(f"SN PUBLISH QoS 1 -> PUBACK, paho has it: {s.emulated_ms() - start} emulated ms from CONNECT")
+
+        def paho_to_sn() -> bytes:
+            sn(device, 0x12, b"\x20\x00\x03sn/cmd")  # SUBSCRIBE QoS 1, a normal name, msg id 3
+            ack = sn_expect(device, 0x13)  # SUBACK: flags, topic id, msg id, return code
+            assert (ack[0] & 0x60, ack[3:6]) == (0x20, b"\x00\x03\x00"), ack.hex()  # QoS 1 granted, accepted
+            topic_id = ack[1:3]
+            sender = paho("sn-sender").connect(GUARD_S)
+            sender.publish("sn/cmd", b"on", 1, timeout=GUARD_S)
+            got = sn_expect(device, 0x0C)  # PUBLISH: flags, topic id, msg id, data
+            assert got[1:3] == topic_id, got.hex()
+            sn(device, 0x0D, got[1:5] + b"\x00")  # PUBACK
+            return got
+
+        got = s.in_ns(paho_to_sn)
+        assert (got[0] & 0x60, got[5:]) == (0x20, b"on")  # QoS 1, the payload
+        print(f"and paho PUBLISH QoS 1 -> the SN subscriber: ok at t={s.emulated_ms()} ms (emulated)")
+        device.close()
+        assert s.board is not None and s.board.resets == 0
         assert "Traceback" not in s.console()

@@ -59,3 +59,13 @@ def test_the_sparkplug_heap_script_finds_its_harness_on_the_board() -> None:
     assert "from harness import Harness" in main and "tests.core" not in main
     assert b"class Harness" in files["harness.py"]
     assert set(files) == {"siskin.json", "main.py", "harness.py"}
+
+
+def test_the_sn_heap_tool_reads_the_pico_ws_margin_from_the_ram_serve_table() -> None:
+    # tools/emu/sn_heap.py computes the SN clients a Pico W holds from
+    # docs/boards.md's ram_serve table (the Pico W's column): a reworded
+    # table must stop it, not feed it another column or row.
+    from tools.emu.sn_heap import at_limits
+
+    free, heap = at_limits()
+    assert heap > 200_000 and 0.3 * heap < free < heap, (free, heap)

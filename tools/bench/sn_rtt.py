@@ -64,11 +64,14 @@ def sn_expect(sock: socket.socket, mtype: int) -> bytes:
     return data[2:]
 
 
-def sn_client(port: int, client_id: str) -> socket.socket:
+def sn_client(
+    port: int, client_id: str, host: str = "127.0.0.1", timeout: float = 10, duration: int = 60
+) -> socket.socket:
+    """A UDP socket whose SN client CONNECTed (clean, `duration` s) and got CONNACK accepted."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(10)
-    s.connect(("127.0.0.1", port))
-    sn(s, 0x04, b"\x04\x01\x00\x3c" + client_id.encode())  # CONNECT clean, Duration 60
+    s.settimeout(timeout)
+    s.connect((host, port))
+    sn(s, 0x04, b"\x04\x01" + duration.to_bytes(2, "big") + client_id.encode())  # CONNECT clean
     if sn_expect(s, 0x05) != b"\x00":
         raise RuntimeError("CONNACK refused")
     return s

@@ -136,6 +136,27 @@ def table(real: dict[str, int], core: dict[str, int], standin: dict[str, int] | 
     return "\n".join(lines)
 
 
+def emu_parser(prog: str, doc: str, markers: str) -> argparse.ArgumentParser:
+    """The arguments every tools/emu measurement takes: --bootrom, --uf2 (the Pico W image), --write."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("--bootrom", required=True, type=Path, help="bootrom.bin built from raspberrypi/pico-bootrom")
+    ap.add_argument("--uf2", required=True, type=Path, help="the Pico W image (make firmware BOARD=rp2040_picow)")
+    ap.add_argument("--write", type=Path, metavar="MARKDOWN", help=f"replace the text between the {markers} markers")
+    return ap
+
+
+def now_utc() -> str:
+    return time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime())
+
+
+def cpu_name() -> str:
+    """This machine's CPU, as /proc/cpuinfo names it (the figures' context)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return re.sub(r"\s+", " ", line.split(":", 1)[1].strip())
+    return "unknown CPU"
+
+
 def write(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
     """Replace what lies between the markers `begin` and `end` of `path` (markers included) by `text`."""
     doc = path.read_text()
@@ -146,16 +167,13 @@ def write(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tools/emu/heap", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootrom", required=True, type=Path, help="bootrom.bin built from raspberrypi/pico-bootrom")
-    ap.add_argument("--uf2", required=True, type=Path, help="the Pico W image (make firmware BOARD=rp2040_picow)")
+    ap = emu_parser("tools/emu/heap", __doc__, "emu_heap")
     ap.add_argument("--unix32", type=Path, help="the 32-bit unix MicroPython with Siskin frozen (the stand-in)")
-    ap.add_argument("--write", type=Path, metavar="MARKDOWN", help="replace the table between the emu_heap markers")
     args = ap.parse_args(argv)
     real = after_start(args.uf2, args.bootrom)
     core = core_selftest(args.uf2, args.bootrom)
     standin = board_heap.measure(str(args.unix32), BOARD, IMAGE_HEAP) if args.unix32 else None
-    text = table(real, core, standin, time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime()))
+    text = table(real, core, standin, now_utc())
     print(text)
     if args.write:
         write(args.write, text)

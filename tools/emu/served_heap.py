@@ -41,14 +41,11 @@ replaced (no hand-copied figures).
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import socket
 import ssl
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from tools.bench import mqtt as raw  # noqa: E402
-from tools.emu.heap import write  # noqa: E402
+from tools.emu.heap import cpu_name, emu_parser, now_utc, write  # noqa: E402
 from tools.emu.served import BOARD_IP, TLS_LIMITS, TLS_PORT, TLS_SERVER, ServedBoard, board_tls  # noqa: E402
 
 BOARD = "rp2040_picow"
@@ -222,22 +219,13 @@ def table(f: dict[str, int], when: str, cpu: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tools/emu/served_heap", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootrom", required=True, type=Path, help="bootrom.bin built from raspberrypi/pico-bootrom")
-    ap.add_argument("--uf2", required=True, type=Path, help="the Pico W image (make firmware BOARD=rp2040_picow)")
-    ap.add_argument("--write", type=Path, metavar="MARKDOWN", help="replace the table between the emu_served markers")
-    args = ap.parse_args(argv)
+    args = emu_parser("tools/emu/served_heap", __doc__, "emu_served").parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="siskin-served-") as tmp:
         figures = measure(args.uf2.resolve(), args.bootrom.resolve(), Path(tmp))
         tls_dir = Path(tmp) / "tls"
         tls_dir.mkdir()
         figures.update(measure_tls(args.uf2.resolve(), args.bootrom.resolve(), tls_dir))
-    cpu = "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = re.sub(r"\s+", " ", line.split(":", 1)[1].strip())
-            break
-    text = table(figures, time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime()), cpu)
+    text = table(figures, now_utc(), cpu_name())
     print(text)
     if args.write:
         write(args.write, text, BEGIN, END)
