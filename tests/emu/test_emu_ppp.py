@@ -372,7 +372,8 @@ def test_a_client_flood_at_the_limits_is_refused_cleanly_and_the_heap_is_measure
         assert "Traceback" not in s.console()
 
 
-def test_an_mqtt_sn_client_over_ppp_meets_a_paho_client_on_the_pico_w(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("uf2", "layout"), [(PICOW_UF2, "rp2040_picow"), (PICO_UF2, "rp2040_pico")])
+def test_an_mqtt_sn_client_over_ppp_meets_a_paho_client_on_the_board(tmp_path: Path, uf2: Path, layout: str) -> None:
     # MQTT-SN v1.2 over the image's own network path: hand-made datagrams
     # from the namespace to the chip's address over UDP, across the PPP link,
     # to firmware/sn.py's socket and the frozen gateway. The SN client
@@ -381,7 +382,7 @@ def test_an_mqtt_sn_client_over_ppp_meets_a_paho_client_on_the_pico_w(tmp_path: 
     # SN client SUBSCRIBEs by name (the SUBACK gives the topic id), paho
     # publishes QoS 1 and the gateway's delivery (its wake, pumped by the
     # firmware's task) reaches the SN client, which acknowledges it.
-    with served(tmp_path, PICOW_UF2, "rp2040_picow", config(mqttsn=SN_CONFIG)) as s:
+    with served(tmp_path, uf2, layout, config(mqttsn=SN_CONFIG)) as s:
         s.wait_console(SN_UP)
         s.wait_console(UP)
         start = s.emulated_ms()
@@ -396,7 +397,7 @@ def test_an_mqtt_sn_client_over_ppp_meets_a_paho_client_on_the_pico_w(tmp_path: 
 
         m, device = s.in_ns(sn_to_paho)
         assert (m.topic, m.payload, m.qos, m.retain) == ("sn/temp", b"21.5", 1, False)
-        print(f"SN PUBLISH QoS 1 -> PUBACK, paho has it: {s.emulated_ms() - start} emulated ms from CONNECT")
+        print(f"{layout}: SN PUBLISH QoS 1 -> PUBACK, paho has it: {s.emulated_ms() - start} emulated ms from CONNECT")
 
         def paho_to_sn() -> bytes:
             sn(device, 0x12, b"\x20\x00\x03sn/cmd")  # SUBSCRIBE QoS 1, a normal name, msg id 3
@@ -412,7 +413,7 @@ def test_an_mqtt_sn_client_over_ppp_meets_a_paho_client_on_the_pico_w(tmp_path: 
 
         got = s.in_ns(paho_to_sn)
         assert (got[0] & 0x60, got[5:]) == (0x20, b"on")  # QoS 1, the payload
-        print(f"and paho PUBLISH QoS 1 -> the SN subscriber: ok at t={s.emulated_ms()} ms (emulated)")
+        print(f"{layout}: and paho PUBLISH QoS 1 -> the SN subscriber: ok at t={s.emulated_ms()} ms (emulated)")
         device.close()
         assert s.board is not None and s.board.resets == 0
         assert "Traceback" not in s.console()
