@@ -6,7 +6,7 @@ the emulated RP2040.
 
 Theory of operation
 -------------------
-Three runs of the image (tools/emu/served.py: UART0 a PPP link to a peer on
+Five runs of the image (tools/emu/served.py: UART0 a PPP link to a peer on
 the host, clients in a network namespace), from a fresh flash, with the
 board file's settings, the store on and `heap_report` 1: the firmware prints
 `heap t=... free=... alloc=... open=N` every emulated second after a
@@ -27,6 +27,11 @@ not their bytecode. Read from those lines:
               REGACK): the difference / (CLIENTS * TOPIC_IDS) per topic id
   round trip  ROUND_TRIPS SN PUBLISHes QoS 1 of 64 B, each sent after the
               previous PUBACK: emulated ms per PUBLISH -> PUBACK
+  keys        SN on with `keys` for 1 client, then for KEYS clients (AES-128):
+              (1 key - KEYS keys) / (KEYS - 1) per key (its two AES-GCM
+              objects and their tables), and on - 1 key - that: the
+              envelope's code with the AES-GCM, HKDF and cryptolib shell it
+              loads (a store without a key file: none of it loaded before)
   wider       SN on and `max_connections` + CLIENTS (`max_sockets` too, which
               must stay above it): (on - that) / CLIENTS is what a connection
               beyond the TCP clients costs the board before it is used (the
@@ -67,6 +72,7 @@ SN_CONFIG = {"port": SN_PORT, "allow_remote": True}
 SN_UP = r"MQTT-SN \(UDP\) on 0\.0\.0\.0:1884"
 CLIENTS = 4
 TOPIC_IDS = 4
+KEYS = 4
 ROUND_TRIPS = 50
 PAYLOAD = b"x" * 64
 DURATION = 3600  # s of the SN clients' keep-alive: none runs out during a run
@@ -140,6 +146,15 @@ def measure(uf2: Path, bootrom: Path, workdir: Path) -> dict[str, int]:
             sock.close()
     out["wall_on_s"] = int(time.monotonic() - started)
 
+    for n in (1, KEYS):
+        keys = {client_id(i): f"{i + 1:032x}" for i in range(n)}
+        started = time.monotonic()
+        with served(workdir / f"keys{n}", uf2, bootrom, {**CONFIG, "mqttsn": {"port": SN_PORT, "keys": keys}}) as s:
+            s.wait_console(SN_UP + f"; {n} client keys")
+            s.wait_console(UP)
+            out[f"keys{n}_free"], _ = heap_after(s, 0)
+        out[f"wall_keys{n}_s"] = int(time.monotonic() - started)
+
     limits = json.loads((REPO_ROOT / "boards" / f"{BOARD}.json").read_text())
     tcp = limits["limits"]["max_connections"]
     wider = {
@@ -183,6 +198,8 @@ def table(f: dict[str, int], when: str, cpu: str) -> str:
     per_client = (f["on_free"] - f["clients_free"]) // CLIENTS
     per_topic = (f["clients_free"] - f["topics_free"]) // (CLIENTS * TOPIC_IDS)
     per_connection = (f["on_free"] - f["wider_free"]) // CLIENTS
+    per_key = (f["keys1_free"] - f[f"keys{KEYS}_free"]) // (KEYS - 1)
+    envelope = f["on_free"] - f["keys1_free"] - per_key
     heap = f["full_free"] + f["full_alloc"]
     free, ram_heap = at_limits()
     floor = int(ram_heap * FLOOR)
@@ -191,7 +208,8 @@ def table(f: dict[str, int], when: str, cpu: str) -> str:
     on_top = margin // (each + per_connection)
     instead = margin // each
     tcp = f["tcp"]
-    walls = f"{f['wall_off_s']} s, {f['wall_on_s']} s and {f['wall_wider_s']} s"
+    walls = ", ".join(f"{f[k]} s" for k in ("wall_off_s", "wall_on_s", "wall_keys1_s", f"wall_keys{KEYS}_s"))
+    walls += f" and {f['wall_wider_s']} s"
     return "\n".join(
         [
             BEGIN,
@@ -199,8 +217,8 @@ def table(f: dict[str, int], when: str, cpu: str) -> str:
                 f"Measured by `python -m tools.emu.sn_heap` on {when} ({cpu}): the Pico W image "
                 "(`make firmware BOARD=rp2040_picow`, SN's code frozen in) in rp2040js, serving real SN clients "
                 "over UDP across the PPP link (hand-made v1.2 datagrams from the host to the chip's address; "
-                f'`boards/rp2040_picow.json`, store on, `"mqttsn": {json.dumps(SN_CONFIG)}`, no keys; '
-                f"three runs from a fresh flash, {walls} of wall clock):"
+                f'`boards/rp2040_picow.json`, store on, `"mqttsn": {json.dumps(SN_CONFIG)}`, no keys but in the two `keys` runs; '
+                f"five runs from a fresh flash, {walls} of wall clock):"
             ),
             "",
             "| real image over PPP (emulated RP2040) | figure | from `.mpy` on the wasm port (below) |",
@@ -216,6 +234,15 @@ def table(f: dict[str, int], when: str, cpu: str) -> str:
                 f"| **{per_client:,} B** | 1,864 B (`per_sn_client`) |"
             ),
             f"| per topic id REGISTERed (mean of {CLIENTS * TOPIC_IDS}, 3-level names) | **{per_topic:,} B** | 47 B |",
+            (
+                "| `keys`: the envelope's code with what it loads (`envelope.py`, `common/crypto/` AES-GCM and "
+                f"HKDF, `firmware/crypto.py`), frozen, store without a key | {envelope:,} B | 12,128 B "
+                "(64-bit unix port, from source: Security) |"
+            ),
+            (
+                f"| per client key, AES-128 (its two AES-GCM objects; {KEYS} keys against 1) | {per_key:,} B "
+                "| 6,048 B (64-bit unix port) |"
+            ),
             (
                 f"| per connection allowed beyond the TCP clients (`max_connections` and `max_sockets` "
                 f"+{CLIENTS}: the shell's slot, its read buffer) | {per_connection:,} B | 1,223 B (docs/boards.md) |"
