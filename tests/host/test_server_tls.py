@@ -513,7 +513,7 @@ def test_listener_table_mistakes(tmp_path: Path, pki: Pki) -> None:
 def test_the_commented_tls_listener_of_linux_toml_works(tmp_path: Path, pki: Pki) -> None:
     """boards/linux.toml's TLS example, uncommented with this test's files, serves mutual TLS."""
     text = (REPO_ROOT / "boards" / "linux.toml").read_text()
-    start = text.index("# [[listener]]")
+    start = text.index('# [[listener]]\n# host = "0.0.0.0"\n# port = 8883\n')  # (the TLS example, by its port)
     block = text[start : text.index("\n\n", start)]
     example = "\n".join(line[2:] for line in block.splitlines() if not line.startswith("# #"))
     from tests.host.test_listener_security import revocation_list
