@@ -4,7 +4,14 @@ publishing more than 100 messages in any second. A backlog queued while
 it was away drains at publish_rate 90 (the aws profile's) with no throttle
 disconnect and nothing lost, in order; without pacing the same stand-in
 throws the bridge out (so it can fail). The core's side:
-tests/core/test_bridge_pacing.py."""
+tests/core/test_bridge_pacing.py.
+
+The stand-in counts a message when it reads it, so a stall of its own
+(the test process descheduled on a busy machine) bunches what the bridge
+sent evenly: 0.1 s of stall at 90/s packs 9 more into the next second. A
+ticker thread of the stand-in measures how late it wakes; a throttle
+disconnect within a second after the stand-in itself stalled is told apart
+(`stalled_disconnects`) and not held against the bridge."""
 
 from __future__ import annotations
 
@@ -19,10 +26,12 @@ import pytest
 
 from common.bridge.profiles import profile_named
 from tests.host.bridge_edge import edge, paho
-from tests.host.broker_proc import Paho, RawClient, parse_publish, wait_until
+from tests.host.broker_proc import BrokerProcess, Paho, RawClient, parse_publish, wait_until
 
 LIMIT = 100  # publishes in any second, as AWS IoT Core allows per connection
 BACKLOG = 900
+TICK = 0.01  # s: the stand-in's ticker
+STALL = 0.05  # s late: a stall of the stand-in (at 90/s: 4.5 messages bunched)
 
 
 class ThrottlingUpstream:
@@ -36,10 +45,23 @@ class ThrottlingUpstream:
         self.accepting = False
         self.payloads: list[bytes] = []
         self.disconnects = 0
+        self.stalled_disconnects = 0  # of those, within a second after a stall of the stand-in
+        self.stalls: deque[float] = deque()  # when the ticker woke STALL late or more
         self.max_in_a_second = 0
         self.lock = threading.Lock()
         self.stopped = False
         threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        due = time.monotonic() + TICK
+        while not self.stopped:
+            time.sleep(max(0.0, due - time.monotonic()))
+            now = time.monotonic()
+            if now - due >= STALL:
+                with self.lock:
+                    self.stalls.append(now)
+            due = now + TICK
 
     def _accept(self) -> None:
         while not self.stopped:
@@ -79,6 +101,8 @@ class ThrottlingUpstream:
                         self.max_in_a_second = max(self.max_in_a_second, len(arrivals))
                         if len(arrivals) > LIMIT:
                             self.disconnects += 1
+                            if any(now - 1.0 - STALL <= t for t in self.stalls):
+                                self.stalled_disconnects += 1
                             return  # throttled: the connection is dropped, that message unacknowledged
                     _topic, payload, qos, _retain, _dup, pid = parse_publish(first, body)
                     if qos:
@@ -109,6 +133,16 @@ def upstream() -> Iterator[ThrottlingUpstream]:
 OUT = [{"pattern": "#", "direction": "out", "local_prefix": "up/", "remote_prefix": "edge1/", "qos": 1}]
 
 
+def missing(upstream: ThrottlingUpstream, b: BrokerProcess) -> str:
+    """What a failure says: the messages that did not arrive, the disconnects, the broker's log."""
+    got = set(upstream.distinct())
+    lost = [i for i in range(BACKLOG) if b"%d" % i not in got]
+    return (
+        f"{BACKLOG - len(lost)} of {BACKLOG} arrived; missing {lost[:20]}; {upstream.disconnects} throttle "
+        f"disconnect(s), {upstream.stalled_disconnects} after a stall of the stand-in;\n{b.log_text()[-6000:]}"
+    )
+
+
 def queue_backlog(port: int, clients: list[Paho]) -> None:
     pub = paho(port, clients, "device")
     for i in range(BACKLOG):
@@ -124,16 +158,17 @@ def test_a_backlog_drains_paced_without_throttle_disconnects(tmp_path: Path, ups
         upstream.accepting = True
         started = time.monotonic()
         patience = 60 + 2 * BACKLOG / rate  # (twice the paced time: the machine may be busy)
-        wait_until(
-            lambda: len(upstream.distinct()) >= BACKLOG, patience, lambda: f"{len(upstream.distinct())} of {BACKLOG}"
-        )
+        wait_until(lambda: len(upstream.distinct()) >= BACKLOG, patience, lambda: missing(upstream, b))
         took = time.monotonic() - started
-        assert upstream.disconnects == 0
+        assert upstream.disconnects == upstream.stalled_disconnects, missing(upstream, b)
         assert upstream.distinct() == [b"%d" % i for i in range(BACKLOG)]  # in order, none lost
         # (max_in_a_second is counted as the stand-in reads, so the machine's
         # scheduling adds to it: reported, and AWS's 10 % headroom is for that.)
         assert took >= (BACKLOG - rate) / rate, took  # it was paced, not sent at once
-        print(f"paced drain: {BACKLOG} messages in {took:.1f} s, at most {upstream.max_in_a_second} in a second")
+        print(
+            f"paced drain: {BACKLOG} messages in {took:.1f} s, at most {upstream.max_in_a_second} in a second, "
+            f"{upstream.stalled_disconnects} disconnect(s) after a stall of the stand-in"
+        )
         for c in clients:
             c.close()
 
