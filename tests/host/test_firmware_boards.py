@@ -113,6 +113,64 @@ def test_a_restart_over_a_store_at_the_limits_serves_at_the_board_heap(board: st
         assert broker.stop() == 0, broker.log_text()
 
 
+@pytest.mark.parametrize("board", sorted(BOARD_HEAPS))
+def test_mqtt_sn_served_at_the_board_heap(board: str, tmp_path: Path) -> None:
+    """MQTT-SN on the frozen firmware at the board's heap (issue 40): the
+    device config's "mqttsn" object, two SN clients in two of the board's
+    max_connections and TCP clients in the rest. Each SN client REGISTERs
+    and PUBLISHes QoS 1 to a TCP subscriber (§6.5, §6.6), one SUBSCRIBEs to
+    a wildcard and gets a TCP client's QoS 1 PUBLISH after the gateway's
+    REGISTER (§6.9, §6.10); then, every connection in use, 30 % of the heap
+    is still free (docs/mqtt-sn.md, docs/boards.md)."""
+    from tests.host.test_firmware_mqttsn import free_udp_port
+    from tests.host.test_mqttsn_udp import PUBACK, PUBLISH, QOS, REGACK, REGISTER, SnRaw, publish_fields, u16
+
+    heap = BOARD_HEAPS[board]
+    settings = REPO_ROOT / "boards" / f"{board}.json"
+    max_connections = json.loads(settings.read_text())["limits"]["max_connections"]
+    sn_port = free_udp_port()
+    device = {"mqttsn": {"port": sn_port}, "allow_anonymous": True}
+    with UpyBrokerProcess(
+        tmp_path, board=str(settings), heap=heap, heap_report=1, frozen_exe=unix32(), device=device
+    ) as broker:
+        broker.wait_log(rf"MQTT-SN \(UDP\) on 127\.0\.0\.1:{sn_port}")
+        tcp: list[Paho] = []
+        sn: list[SnRaw] = []
+        try:
+            for i in range(max_connections - 2):
+                tcp.append(Paho(broker.port, f"tcp{i}").connect())
+            tcp[0].subscribe("sn/#", 1)
+            for i in range(2):
+                r = SnRaw(sn_port)
+                sn.append(r)
+                assert r.connect(f"sn{i}", duration=0) == 0
+                r.send(REGISTER, u16(0) + u16(1) + b"sn/%d" % i)
+                body = r.expect(REGACK)
+                topic_id = int.from_bytes(body[0:2], "big")
+                assert body[2:5] == u16(1) + b"\x00", body
+                r.publish(topic_id, b"from sn%d" % i, 1, msg_id=2)
+                assert r.expect(PUBACK) == u16(topic_id) + u16(2) + b"\x00"
+                msg = tcp[0].get()
+                assert (msg.topic, msg.payload, msg.qos) == (f"sn/{i}", b"from sn%d" % i, 1)
+            assert sn[1].subscribe("tcp/+", 1, 3) == (0, 0)
+            tcp[-1].publish("tcp/x", b"to sn1", 1)
+            reg = sn[1].expect(REGISTER)
+            sn[1].send(REGACK, reg[0:2] + reg[2:4] + b"\x00")
+            flags, tid, mid, data = publish_fields(sn[1].expect(PUBLISH))
+            assert (flags & 0x60, tid, data) == (QOS[1], int.from_bytes(reg[0:2], "big"), b"to sn1")
+            sn[1].send(PUBACK, u16(tid) + u16(mid) + b"\x00")
+            samples = broker.wait_heap_samples(len(broker.heap_samples()) + 2)
+            free = samples[-1]["free"]
+            print(f"{board}: {free} B free of {heap_bytes(heap)} with {len(tcp)} TCP and {len(sn)} SN clients")
+            assert free >= 0.3 * heap_bytes(heap), samples[-1]
+        finally:
+            for c in tcp:
+                c.close()
+            for r in sn:
+                r.close()
+        assert broker.stop() == 0, broker.log_text()
+
+
 def test_board_heap_tool_prints_the_table() -> None:
     """tools/board_heap, which docs/boards.md quotes, measures with the same binary."""
     proc = subprocess.run(
