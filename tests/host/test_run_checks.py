@@ -46,19 +46,42 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+# The process a test of the inner run leaves behind: it sleeps, and if a
+# catchable signal ends it first it writes down which one and who sent it
+# (and the sender's command line), so that a run in which it died before the
+# end-of-run check says why (one did, once, in a repeat run on a shared
+# machine). A SIGKILL leaves no word: then the file is missing.
+SLEEPER = r"""
+import signal, sys
+caught = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+info = signal.sigtimedwait(caught, 300)
+if info is not None:
+    try:
+        sender = open("/proc/%d/cmdline" % info.si_pid, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        sender = "(gone)"
+    open(sys.argv[1], "w").write("signal %d from pid %d: %s" % (info.si_signo, info.si_pid, sender))
+"""
+
+
 def test_what_a_run_says_at_its_end(tmp_path: Path) -> None:
     pidfile = tmp_path / "sleeper.pid"
+    ended = tmp_path / "sleeper.ended"
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text(SLEEPER)
     proc = inner_pytest(
         tmp_path,
         f"""
         import subprocess
+        import sys
 
         import pytest
         from tests.conftest import require
 
         def test_starts_a_sleeper_and_forgets_it():
             # its own session, as a daemon would: only the run's mark finds it
-            p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            p = subprocess.Popen([sys.executable, {str(sleeper)!r}, {str(ended)!r}], start_new_session=True)
             open({str(pidfile)!r}, "w").write(str(p.pid))
 
         def test_starts_and_stops():
@@ -85,7 +108,8 @@ def test_what_a_run_says_at_its_end(tmp_path: Path) -> None:
     try:
         assert "3 passed, 5 skipped in " in out, out
         # Every test passed, and still the run fails: one process is left running.
-        assert proc.returncode == 1, out
+        why = ended.read_text() if ended.exists() else "no signal it could catch (SIGKILL?)"
+        assert proc.returncode == 1, f"the sleeper was not left running: {why}\n{out}"
         end = out[out.index("3 passed, 5 skipped in ") :].splitlines()[1:]  # after pytest's own last line
         assert "skipped: missing components" in end[0], end
         assert end[1] == "4 tests skipped: these components are missing on this machine", end
@@ -95,7 +119,10 @@ def test_what_a_run_says_at_its_end(tmp_path: Path) -> None:
         assert not any("platform" in line for line in end), end  # a skip for another reason is not counted
         assert "processes left running" in end[6], end
         assert end[7] == "1 process(es) started by this run outlived it (now killed); the run fails:", end
-        assert end[8] == f"  pid {pid} started during test_inner.py::test_starts_a_sleeper_and_forgets_it (call): sleep 300"
+        assert end[8].startswith(
+            f"  pid {pid} started during test_inner.py::test_starts_a_sleeper_and_forgets_it (call): "
+        ), end
+        assert end[8].endswith(f"{sleeper} {ended}"), end
         assert len(end) == 9, end  # the sleeper stopped by its test is not there
         wait_until(lambda: not alive(pid), 10, f"the sleeper {pid} is still running")
     finally:
