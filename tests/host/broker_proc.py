@@ -436,6 +436,15 @@ def parse_publish(first: int, body: bytes) -> tuple[str, bytes, int, bool, bool,
 # paho-mqtt 2.2 (CallbackAPIVersion.VERSION2, MQTT 3.1.1) with blocking helpers.
 
 
+# How long a Paho wrapper waits for a PUBACK/PUBCOMP or a message by
+# default: a guard, not a decider (it returns as soon as the packet comes).
+# A repeat run on a loaded 2-core VM saw a broker's loop stand still for
+# seconds (its bridge's upstream closed it twice in one test for a missed
+# 1 s keep-alive; a store sync on the busy disk is the likely cause), and a
+# publish that waited 5 s for its PUBACK was failed while it was on its way.
+PAHO_WAIT = 30.0
+
+
 class Paho:
     def __init__(
         self,
@@ -522,12 +531,14 @@ class Paho:
         pub.client.max_queued_messages_set(0)
         return pub.connect()
 
-    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, timeout: float = 5.0) -> None:
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, timeout: float = PAHO_WAIT
+    ) -> None:
         info = self.client.publish(topic, payload, qos, retain)
         info.wait_for_publish(timeout)
         assert info.is_published(), f"publish to {topic} not completed"
 
-    def get(self, timeout: float = 5.0) -> Any:
+    def get(self, timeout: float = PAHO_WAIT) -> Any:
         import queue
 
         try:
