@@ -186,7 +186,9 @@ class BrokerProcess:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self, timeout: float = 15.0) -> BrokerProcess:
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        # (A guard: it returns once the broker listens. A repeat run on a
+        # loaded VM saw a broker write nothing for 15 s after its start.)
         cmd = [
             self.python,
             "-m",

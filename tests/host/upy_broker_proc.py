@@ -103,7 +103,7 @@ class UpyBrokerProcess(BrokerProcess):
         self.config_path = self.workdir / "siskin.json"
         self.config_path.write_text(json.dumps(device, indent=2))
 
-    def start(self, timeout: float = 15.0) -> UpyBrokerProcess:
+    def start(self, timeout: float = 60.0) -> UpyBrokerProcess:  # (a guard, as BrokerProcess.start's)
         exe = self.frozen_exe or micropython()
         env = dict(os.environ, MICROPYPATH=self.micropypath)
         script, cwd = (["-m"], self.workdir) if self.frozen_exe else ([str(self.main)], self.main.parent)
