@@ -438,8 +438,8 @@ def parse_publish(first: int, body: bytes) -> tuple[str, bytes, int, bool, bool,
 # paho-mqtt 2.2 (CallbackAPIVersion.VERSION2, MQTT 3.1.1) with blocking helpers.
 
 
-# How long a Paho wrapper waits for a PUBACK/PUBCOMP or a message by
-# default: a guard, not a decider (it returns as soon as the packet comes).
+# How long a Paho wrapper waits for its CONNACK, a PUBACK/PUBCOMP or a
+# message by default: a guard, not a decider (it returns as soon as the packet comes).
 # A repeat run on a loaded 2-core VM saw a broker's loop stand still for
 # seconds (its bridge's upstream closed it twice in one test for a missed
 # 1 s keep-alive; a store sync on the busy disk is the likely cause), and a
@@ -507,7 +507,7 @@ class Paho:
             self.subscribed[mid] = reasons
             self.sub_event.notify_all()
 
-    def connect(self, timeout: float = 5.0) -> Paho:
+    def connect(self, timeout: float = PAHO_WAIT) -> Paho:
         self.client.connect(self.host, self.port, keepalive=self.keep_alive)
         self.client.loop_start()
         if not self.connected.wait(timeout):
