@@ -189,9 +189,12 @@ class RateRefillTest(unittest.TestCase):
         self.at(500)
         self.flood(pub, FAST * 3)
         self.assertEqual(len(hsub.types()), FAST + 1)
-        # Its debt (1 PUBLISH) is paid 1 ms on, and it is read a step after the hold.
+        # Its debt (1 PUBLISH) is paid 1 ms on, and it is read a step after
+        # the hold: the shell, asleep until 1500, is woken (Driver.wake) and
+        # the next deadline names the release.
         self.assertEqual(self.broker.rate_due, 500 + STEP_MIN_MS)
-        self.at(501)
+        self.assertEqual(self.wakes, [500])
+        self.assertEqual(self.at(501), 1)
         self.assertEqual(hsub.types(), [])
         # Every ms for a second: never more than SLICE at once, and as
         # many releases as steps (the rate kept: SLICE a step).
