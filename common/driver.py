@@ -104,8 +104,8 @@
 # time; and a wake with nothing due costs a few comparisons, not a scan.
 # The exceptions: a connection handed over after its accept (`accepted`, a
 # TLS handshake later) may be due sooner; the shell then calls tick() again.
-# And a rate hold set by input is released within ms (ratelimit.py,
-# REFILL_MS): when a flush finds rate_due before the tick the shell sleeps
+# And a rate hold set by input is released within ms (ratelimit.py: a
+# step of 2-20 ms): when a flush finds rate_due before the tick the shell sleeps
 # until, it calls `wake` (the shell's, if it set one: run tick() soon, not
 # from inside the call); without one the release waits for that tick.
 

@@ -31,6 +31,13 @@ class ListenerRates:
         where one sets it: what is on somewhere."""
         return [rates[i] or max([r[i] for r in self.of.values()]) for i in range(9)]
 
+    def fastest(self, rate):
+        """The most PUBLISHes/s a bucket earns: `rate` ([limits]') or a
+        listener's own rate_messages or listener_rate_messages."""
+        for r in self.of.values():
+            rate = max(rate, r[0], r[6])
+        return rate
+
     def set_own(self, own, cid, peer):
         """The own buckets of `cid` (own: buckets.Buckets) take the rates
         of `peer`'s listener (else [limits]')."""

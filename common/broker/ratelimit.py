@@ -15,16 +15,29 @@
 # budgets do), so what it sends waits in its socket and TCP slows it.
 #
 # Release. A held client is read again as soon as its debts are paid, but
-# not sooner than REFILL_MS after the last refill of the held ones: the
-# broker names that moment in Broker.rate_due, the driver's tick() comes
-# then, refills the held clients' buckets and reads those out of debt
-# again. A released flooder so passes what it earned meanwhile, a slice of
-# about rate x REFILL_MS / 1000, not a second's worth at once: the other
-# clients wait for no long burst. The buckets of clients not held are
-# refilled when they send (Broker.data_received: at most once a step,
-# before the charge, so the time a bucket sat full is not credited to it
-# afterwards) and once a second, so with nobody held back there is no
-# wake-up more than before.
+# not sooner than a step (RateLimits.step) after the last refill of the
+# held ones: the broker names that moment in Broker.rate_due, the driver's
+# tick() comes then, refills the held clients' buckets and reads those out
+# of debt again. A released flooder so passes what it earned meanwhile, a
+# slice of rate x step / 1000, not a second's worth at once; while the
+# broker handles that slice the other clients' input waits, so the longest
+# wait a flooder adds to a bystander's round trip is one slice (the share
+# of time its allowed traffic takes is the same whatever the slice). The
+# step is made at start from the fastest PUBLISH rate set (own, user's,
+# listener's, a listener's own): SLICE x 1000 / rate ms, so that a release
+# passes about SLICE PUBLISHes, within [STEP_MIN_MS, STEP_MAX_MS]. At
+# 1000/s: 2 ms, 2 PUBLISHes a release (20 ms passed 20, ~180 us of a
+# bystander's wait on a host); at the boards' 50-100/s: 20 ms, as before
+# (there a debt of one PUBLISH takes 10-20 ms to pay: a shorter step would
+# pass 1 PUBLISH instead of 2 for up to twice the wake-ups). The cost:
+# wake-ups while someone is held, up to 1000 / step a second when debts
+# are paid that fast (500 at 1000/s and more; 50 on a board). A bytes or
+# filters limit alone keeps the 20 ms step (its slice is in bytes: the
+# step does not follow it). The buckets of clients not held are refilled
+# when they send (Broker.data_received: at most once a step, before the
+# charge, so the time a bucket sat full is not credited to it afterwards)
+# and once a second, so with nobody held back there is no wake-up more
+# than before.
 #
 # Burst. The cap stays one second's worth: a client that was quiet may
 # send that much at once (a device reporting a batch), and only then is
@@ -57,10 +70,13 @@ from common.broker.buckets import Buckets
 from common.broker.connection import CONNECTED
 from common.compat import const, ticks_deadline, ticks_diff, ticks_sooner
 
-# The least time between two refills of the held clients' buckets, so the
-# most a released client passes at once is about rate x REFILL_MS / 1000,
-# and the wake-ups for it at most 1000 / REFILL_MS a second.
-REFILL_MS = const(20)
+# The step between two refills of the held clients' buckets (RateLimits.step):
+# what a release passes at the fastest PUBLISH rate set (PUBLISHes), and
+# the bounds (ms) that cap the wake-ups for it at 1000 / STEP_MIN_MS a
+# second and keep slow rates at one refill per STEP_MAX_MS.
+SLICE = const(2)
+STEP_MIN_MS = const(2)
+STEP_MAX_MS = const(20)
 
 
 class RateLimits:
@@ -74,11 +90,15 @@ class RateLimits:
         # The listeners' own rates ([[listener]] tables), when one sets any.
         self.per_listener = None
         on = rates
+        fastest = max(rates[0], rates[3], rates[6])  # PUBLISHes/s, the most a bucket earns
         if s.per_listener:
             from common.broker.rate_listeners import ListenerRates
 
             self.per_listener = ListenerRates(s.per_listener, rates)
             on = self.per_listener.any_of(rates)
+            fastest = self.per_listener.fastest(fastest)
+        # ms: a release passes about SLICE PUBLISHes at the fastest rate (theory above)
+        self.step = min(max(SLICE * 1000 // fastest, STEP_MIN_MS), STEP_MAX_MS) if fastest else STEP_MAX_MS
         self.on = [on[k] or on[3 + k] or on[6 + k] for k in range(3)]  # kind -> any scope limits it
         # The shared buckets' module only when one is set (a board's
         # default sets per-client rates only: its heap holds no more).
@@ -183,7 +203,7 @@ class RateLimits:
     def release_at(self, cid):
         """The ms tick at which held `cid` is read again: when every bucket
         it takes from is out of debt, and not before the next step."""
-        due = ticks_deadline(self.stepped, REFILL_MS)
+        due = ticks_deadline(self.stepped, self.step)
         for table, slot in ((self.own, cid), (self.users, self.user_of[cid]), (self.listeners, self.listener_of[cid])):
             if slot >= 0:
                 paid = table.paid_at(slot)
@@ -205,7 +225,7 @@ class RateLimits:
         """Input from `cid` at tick `ms`, before it is charged: its buckets
         earn what they did since their last refill (at most once a step),
         so that the time a bucket sat full is not credited to it later."""
-        if ticks_diff(ms, self.own.last[cid]) >= REFILL_MS:
+        if ticks_diff(ms, self.own.last[cid]) >= self.step:
             self._refill(cid, ms)
 
     def _refill(self, cid, ms):
@@ -219,7 +239,7 @@ class RateLimits:
             self.listeners.refill(slot, ms)
 
     def tick(self, broker, now, ms):
-        """Broker.tick: each step (REFILL_MS at least), refill the held
+        """Broker.tick: each step (self.step at least), refill the held
         clients' buckets and read again those out of debt; each second,
         refill every bucket and close the clients held back for rate_grace
         seconds. Broker.rate_due: the next release, 0 if nobody is held."""
@@ -232,7 +252,7 @@ class RateLimits:
             broker.rate_due = 0
             self.stepped = ms  # (a hold from now on is released a step later at the soonest)
             return
-        if not second and ticks_diff(ms, self.stepped) < REFILL_MS:
+        if not second and ticks_diff(ms, self.stepped) < self.step:
             return
         self.stepped = ms
         by_id = broker.connections.by_id

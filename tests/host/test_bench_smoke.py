@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.conftest import REPO_ROOT, require
 from tests.host.conftest import pypy_python
-from tools.bench import brokers, scenarios_durable
+from tools.bench import brokers, scenarios_durable, scenarios_limits
 
 SCENARIOS = {
     "idle",
@@ -163,6 +163,34 @@ def test_bench_smoke_pypy(tmp_path: Path) -> None:
     assert "### Siskin on PyPy" in proc.stdout and "### Siskin on CPython" not in proc.stdout, proc.stdout[-2000:]
     rss = next(r for r in results if r["scenario"] == "idle")["rss_before"]
     assert rss > 0 and f"| broker RSS at start (bytes) | {rss:,} |" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_bench_limits_smoke() -> None:
+    # `python -m tools.bench limits` (tools/bench/scenarios_limits.py), a
+    # fraction of a second per run: each of its runs has a row with ordered
+    # percentiles, the two with another client what it sent, and the
+    # report sets flooded against limited and within_rate.
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "limits", "--seconds", "0.3"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0] in {name for name, _limits, _other in scenarios_limits.RUNS}:
+            rows[cells[0]] = cells
+    assert sorted(rows) == sorted(name for name, _limits, _other in scenarios_limits.RUNS), proc.stdout
+    for name, _limits, other in scenarios_limits.RUNS:
+        p50, p90, p99 = (float(x) for x in rows[name][1].split(" / "))
+        assert 0 < p50 <= p90 <= p99, rows[name]
+        assert int(rows[name][2]) > 0, rows[name]
+        assert (rows[name][3] != "-") == bool(other), rows[name]
+    for pair in ("flooded vs limited", "flooded vs within_rate", "within_rate vs limited", "on_idle vs off"):
+        assert f"- {pair} p99: " in proc.stdout, proc.stdout
 
 
 def test_free_port_never_hands_out_a_recent_port_twice(monkeypatch: Any) -> None:

@@ -488,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--takers", type=int, default=8, help="takeover: processes sharing one client id")
     r.add_argument("--topics", type=int, default=10000, help="retained: retained topics")
     lim = sub.add_parser("limits", help="rate limits: a bystander beside a flooder; on-not-reached vs off")
-    lim.add_argument("--seconds", type=float, default=8.0, help="seconds each of the four runs measures")
+    lim.add_argument("--seconds", type=float, default=8.0, help="seconds each of the five runs measures")
     lim.add_argument("--pypy", action="store_true", help="also on PyPy (.venv-pypy)")
     return p
 
