@@ -303,6 +303,11 @@ class FrameReader:
             # Nothing pending (the usual case): frame `data` where it is.
             self.buf = data
             self.own = None
+        elif not data:
+            # A held connection read again (driver._follow): what is pending
+            # stays where it is. Moving it would copy up to a whole read (256
+            # KB on the host) for each release of a rate-limited flooder.
+            return
         else:
             own = self.own
             if buf is not own:

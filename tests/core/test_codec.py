@@ -215,6 +215,32 @@ class TestFrameReader(unittest.TestCase):
             self.assertNotEqual(reader.maybe_read_frame(), None)
         self.assertTrue(len(reader.buf) <= 2 * len(one))
 
+    def test_an_empty_feed_moves_nothing_pending(self):
+        # A rate-held flooder is read again a slice at a time with feed(b"")
+        # (driver._follow): the bytes still pending (up to a whole read) are
+        # neither moved nor copied for it, only framed further.
+        one = encode_packet(Publish("a/b", b"p" * 50), 4)
+        chunk = bytearray(one * 1000)  # the shell's read buffer
+        reader = FrameReader(1 << 20)
+        reader.feed(chunk)
+        self.assertEqual(reader.next_frame(), 0x30)
+        reader.keep()  # as the shell does before it reads into `chunk` again
+        own = reader.own
+        size = len(own)
+        for _ in range(100):
+            reader.feed(b"")
+            for _ in range(2):
+                self.assertEqual(reader.next_frame(), 0x30)
+                self.assertEqual(bytes(reader.buf[reader.start:reader.stop]), one[2:])
+            self.assertIs(reader.own, own)
+            self.assertEqual(len(own), size)  # nothing moved: no copy of what waits
+        self.assertEqual(reader.pending(), (1000 - 201) * len(one))
+        reader.feed(one)  # new input still lands after what waits
+        frames = 0
+        while reader.next_frame() == 0x30:
+            frames += 1
+        self.assertEqual(frames, 1000 - 201 + 1)
+
     def test_old_frame_memory_survives_feed(self):
         # A caller's view of a returned frame keeps pointing at its bytes:
         # feed() never resizes a buffer a frame was handed out from.
