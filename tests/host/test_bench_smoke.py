@@ -169,9 +169,10 @@ def test_bench_limits_smoke() -> None:
     # `python -m tools.bench limits` (tools/bench/scenarios_limits.py), a
     # fraction of a second per run: each of its runs has a row with ordered
     # percentiles, the two with another client what it sent, and the
-    # report sets flooded against limited and within_rate.
+    # report sets flooded against limited and within_rate; `--cost 1` one
+    # fan-in pair, off and on_idle, with the broker's CPU per message.
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.bench", "limits", "--seconds", "0.3"],
+        [sys.executable, "-m", "tools.bench", "limits", "--seconds", "0.3", "--cost", "1"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -191,6 +192,11 @@ def test_bench_limits_smoke() -> None:
         assert (rows[name][3] != "-") == bool(other), rows[name]
     for pair in ("flooded vs limited", "flooded vs within_rate", "within_rate vs limited", "on_idle vs off"):
         assert f"- {pair} p99: " in proc.stdout, proc.stdout
+    for name in ("off", "on_idle"):
+        row = next(line for line in proc.stdout.splitlines() if line.startswith(f"| {name} | ") and line.count("|") == 5)
+        each = [float(x) for x in row.split("|")[2].split(",")]
+        assert len(each) == 1 and each[0] > 0, row
+    assert "- on_idle vs off, broker CPU per message: " in proc.stdout, proc.stdout
 
 
 def test_free_port_never_hands_out_a_recent_port_twice(monkeypatch: Any) -> None:

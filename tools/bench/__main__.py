@@ -5,7 +5,7 @@
     python -m tools.bench run fanin --port 1883 --qos 1 --publishers 4
                                           one scenario against a running broker:
                                           one JSON line
-    python -m tools.bench limits [--seconds 8] [--pypy]
+    python -m tools.bench limits [--seconds 8] [--pypy] [--cost 5]
                                           a bystander's latency beside a client
                                           flooding at 10 x its rate limit, and
                                           limits on but not reached vs off
@@ -490,6 +490,14 @@ def build_parser() -> argparse.ArgumentParser:
     lim = sub.add_parser("limits", help="rate limits: a bystander beside a flooder; on-not-reached vs off")
     lim.add_argument("--seconds", type=float, default=8.0, help="seconds each of the five runs measures")
     lim.add_argument("--pypy", action="store_true", help="also on PyPy (.venv-pypy)")
+    lim.add_argument(
+        "--cost",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="also the broker's CPU per message in a fan-in QoS 1, limits off and on but not reached, "
+        "alternated PAIRS times on fresh brokers (medians)",
+    )
     return p
 
 
@@ -498,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "run":
         return run_one(args)
     if args.cmd == "limits":
-        return scenarios_limits.main(args.seconds, args.pypy)
+        return scenarios_limits.main(args.seconds, args.pypy, args.cost)
     return compare(args)
 
 
