@@ -542,6 +542,23 @@ def test_shutdown_says_disconnect_then_going_away(tmp_path: Path, certs: Certs) 
         assert b.proc.wait(10) == 0  # type: ignore[union-attr]
 
 
+SNDBUF = 65536  # the flooder's send buffer below (the kernel doubles it)
+
+
+def flood_beyond_every_buffer(out_buffer: int) -> int:
+    """Bytes of QoS 1 PUBLISHes that a publisher which never reads its
+    PUBACKs cannot get rid of unless the broker goes on reading it, on this
+    kernel: the broker's receive buffer (autotuned up to tcp_rmem's maximum,
+    32 MB on some kernels; how far it grows depends on timing, so a fixed
+    8 MB once went through whole under load), the flooder's (2 x SNDBUF),
+    and what the broker reads before it stops: PUBLISHes whose PUBACKs (4 B
+    for 13 B in, counted as 4 x) fill max_out_buffer and its own send
+    buffer (up to tcp_wmem's maximum)."""
+    rmem_max = int(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()[2])
+    wmem_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    return rmem_max + 2 * SNDBUF + 4 * (wmem_max + out_buffer) + (1 << 20)
+
+
 @pytest.mark.slow
 def test_a_websocket_subscriber_that_never_reads_costs_bounded_memory(tmp_path: Path) -> None:
     """The write-buffer marks and pause_reading work through the adapter: a
@@ -582,13 +599,14 @@ def test_a_websocket_subscriber_that_never_reads_costs_bounded_memory(tmp_path: 
         # buffer, and then the broker stops reading it.
         flooder = WsClient(b.ports()[1])
         flooder.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        flooder.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)  # fixed: not autotuned
         flooder.send(connect_packet("ws-flooder"))
         assert flooder.read_packet() == (0x20, b"\x00\x00")
         flooder.sock.settimeout(1)
-        one = publish_packet("flood/t", b"", qos=1, packet_id=7)
+        chunk = publish_packet("flood/t", b"", qos=1, packet_id=7) * 100  # 13 B in for each 4 B PUBACK out
         with pytest.raises(TimeoutError):
-            for _ in range(20_000):  # 8 MB: far beyond every buffer on the way
-                flooder.send(one * 100)
+            for _ in range(flood_beyond_every_buffer(out_buffer) // len(chunk) + 1):
+                flooder.send(chunk)
         assert b.alive() and "closing ws-slow" not in b.log_text()
         monitor.close()
 
