@@ -119,9 +119,24 @@ def test_qos1_across_nodes(nats_cluster: NatsCluster, clients: list[Paho]) -> No
         assert [m.topic for m in receive(sub, 1, NATS_ACK_WAIT + CONNECT_TIMEOUT, nats_cluster)] == ["across/probe"]
     for i in range(5):
         pub.publish(f"across/{i}", f"m{i}".encode(), qos=1)
+    sent_at = time.monotonic()
+    expected = [(f"across/{i}", f"m{i}".encode(), 1) for i in range(5)]
     for sub in subs:
-        got = receive(sub, 5, NATS_ACK_WAIT, nats_cluster)
-        assert [(m.topic, m.payload, m.qos) for m in got] == [(f"across/{i}", f"m{i}".encode(), 1) for i in range(5)]
+        # In order, unless NATS missed a first delivery and sent it again
+        # after its ack_wait (under stress-ng a test-repeat run got m0, m2,
+        # m3, m4 and then nothing for 30 s): a message that comes later than
+        # that may come out of order and twice (QoS 1), and none is lost.
+        got = []
+        while len({m.topic for m in got}) < 5:
+            try:
+                got += receive(sub, 1, 2 * NATS_ACK_WAIT + CONNECT_TIMEOUT, nats_cluster)
+            except AssertionError as e:
+                raise AssertionError(f"after {[(m.topic, m.payload) for m in got]}: {e}") from None
+        items = [(m.topic, m.payload, m.qos) for m in got]
+        if time.monotonic() - sent_at < NATS_ACK_WAIT:
+            assert items == expected
+        else:
+            assert sorted(set(items)) == expected, items
 
 
 def receive(sub: Paho, count: int, timeout: float, cluster: NatsCluster) -> list[Any]:
