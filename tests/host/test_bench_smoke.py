@@ -11,6 +11,8 @@ asserts a speed: speed is what `make bench` reports, side by side.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +128,10 @@ def test_bench_smoke(tmp_path: Path) -> None:
     assert "| figure |" in proc.stdout, proc.stdout[-2000:]
     if "mosquitto" in names:
         assert "siskin/mosquitto" in proc.stdout
+    # A run that went well leaves no work dir behind (a make test ran this
+    # in every run, and each left 1 MB in /tmp).
+    workdir = re.search(r"work dir (\S+)", proc.stderr)
+    assert workdir and not Path(workdir.group(1)).exists(), proc.stderr[-2000:]
 
 
 def test_bench_smoke_durable(tmp_path: Path) -> None:
@@ -197,6 +203,23 @@ def test_bench_limits_smoke() -> None:
         each = [float(x) for x in row.split("|")[2].split(",")]
         assert len(each) == 1 and each[0] > 0, row
     assert "- on_idle vs off, broker CPU per message: " in proc.stdout, proc.stdout
+
+
+def test_a_work_dir_is_kept_only_when_a_run_went_wrong(capsys: Any) -> None:
+    with brokers.WorkDir() as good:
+        (good.path / "siskin.log").write_text("fine")
+    assert not good.path.exists()
+    with brokers.WorkDir() as failed:
+        failed.keep = True  # a scenario's error, a broker that died
+    assert failed.path.exists() and f"kept in {failed.path}" in capsys.readouterr().err
+    try:
+        with brokers.WorkDir() as cut:
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert cut.path.exists() and f"kept in {cut.path}" in capsys.readouterr().err
+    for work in (failed, cut):
+        shutil.rmtree(work.path)
 
 
 def test_free_port_never_hands_out_a_recent_port_twice(monkeypatch: Any) -> None:

@@ -304,7 +304,8 @@ def compare(args: argparse.Namespace) -> int:
     if args.only:
         keep = set(args.only.split(","))
         steps = [s for s in steps if s[0] in keep or s[0].split("_")[0] in keep]
-    workdir = brokers.make_workdir()
+    work = brokers.WorkDir()
+    workdir = work.path
     versions: dict[str, str] = {}
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n in names}
     out = open(args.json, "a") if args.json else None
@@ -340,8 +341,11 @@ def compare(args: argparse.Namespace) -> int:
                             out.write(line + "\n")
                         if "error" not in res:
                             runs[n].setdefault(step, []).append(res)
+                        else:
+                            work.keep = True
                         if b.proc is not None and b.proc.poll() is not None:
                             print(f"bench: {n} died during {step}: {b.log_tail()}", file=sys.stderr)
+                            work.keep = True
                             procs[n] = classes[n](workdir).start()
                 for n in names if not args.only else []:  # what a whole round left the broker holding
                     if n not in scenarios_durable.STORED and procs[n].proc.poll() is None:  # type: ignore[union-attr]
@@ -359,9 +363,13 @@ def compare(args: argparse.Namespace) -> int:
             finally:
                 for b in procs.values():
                     b.stop()
+    except BaseException:
+        work.keep = True
+        raise
     finally:
         if out:
             out.close()
+        work.close()
     medians = {n: {s: median_result(rs) for s, rs in runs[n].items()} for n in names}
     gen = max((max_gen_cpu(r) for n in names for rs in runs[n].values() for r in rs), default=0.0)
     print()

@@ -321,5 +321,25 @@ class Amqtt(BrokerProc):
         return "amqtt " + (r.stdout or r.stderr).strip().split()[-1] if (r.stdout or r.stderr).strip() else "amqtt"
 
 
-def make_workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="siskin-bench-"))
+class WorkDir:
+    """A run's directory for the brokers' configs, logs and data (a new one
+    under the temporary directory): removed when the run ends well, kept and
+    named when a scenario failed, a broker died or the run was cut short, so
+    that its logs say why (one bench run leaves about 1 MB)."""
+
+    def __init__(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="siskin-bench-"))
+        self.keep = False
+
+    def __enter__(self) -> WorkDir:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.keep = self.keep or exc_type is not None
+        self.close()
+
+    def close(self) -> None:
+        if self.keep:
+            print(f"bench: the brokers' configs and logs are kept in {self.path}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.path, ignore_errors=True)

@@ -156,30 +156,31 @@ def measure(port: int, seconds: float, other: float, tag: str) -> dict[str, Any]
 def run(python: str | None, seconds: float, label: str) -> dict[str, Any]:
     """The five runs on one interpreter; their figures by run name."""
     figures: dict[str, Any] = {}
-    workdir = brokers.make_workdir()
-    for name, limits, other in RUNS:
-        broker = brokers.Siskin(workdir, python, name=f"{label}-{name}", loop="asyncio", limits=limits)
-        broker.start()
-        try:
-            figures[name] = measure(broker.port, seconds, other, name)
-            figures[name]["held_logged"] = broker_log_count(broker.log_path, "over rate_messages")
-        finally:
-            broker.stop()
+    with brokers.WorkDir() as work:
+        for name, limits, other in RUNS:
+            broker = brokers.Siskin(work.path, python, name=f"{label}-{name}", loop="asyncio", limits=limits)
+            broker.start()
+            try:
+                figures[name] = measure(broker.port, seconds, other, name)
+                figures[name]["held_logged"] = broker_log_count(broker.log_path, "over rate_messages")
+            finally:
+                broker.stop()
     return figures
 
 
 def cost(python: str | None, seconds: float, pairs: int, label: str) -> dict[str, list[dict[str, Any]]]:
     """Fan-in QoS 1 on fresh brokers, `off` then `on_idle`, `pairs` times."""
     out: dict[str, list[dict[str, Any]]] = {"off": [], "on_idle": []}
-    workdir = brokers.make_workdir()
-    for i in range(pairs):
-        for name, limits in (("off", NONE), ("on_idle", ON_IDLE)):
-            broker = brokers.Siskin(workdir, python, name=f"{label}-cost-{name}-{i}", loop="asyncio", limits=limits)
-            broker.start()
-            try:
-                out[name].append(fan_in(broker.port, 1, duration=seconds, pid=broker.pid, tag=f"{name}{i}"))
-            finally:
-                broker.stop()
+    with brokers.WorkDir() as work:
+        for i in range(pairs):
+            for name, limits in (("off", NONE), ("on_idle", ON_IDLE)):
+                label_i = f"{label}-cost-{name}-{i}"
+                broker = brokers.Siskin(work.path, python, name=label_i, loop="asyncio", limits=limits)
+                broker.start()
+                try:
+                    out[name].append(fan_in(broker.port, 1, duration=seconds, pid=broker.pid, tag=f"{name}{i}"))
+                finally:
+                    broker.stop()
     return out
 
 
