@@ -205,6 +205,23 @@ def test_bench_limits_smoke() -> None:
     assert "- on_idle vs off, broker CPU per message: " in proc.stdout, proc.stdout
 
 
+def test_bench_rss_smoke() -> None:
+    # `python -m tools.bench rss` (tools/bench/rss_parts.py) on this
+    # interpreter: its six steps each with a figure, the module counts read
+    # from a started broker, the started broker's mappings with the
+    # interpreter's own library among them.
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "rss"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    steps = re.findall(r"^\| ([^|]+) \| ([0-9.]+) \|[^|]*\|$", proc.stdout, re.M)
+    assert len(steps) == 6 and all(float(mb) > 0 for _name, mb in steps), proc.stdout
+    counts = re.search(r"other (\d+) standard-library modules.*Siskin's (\d+) modules", proc.stdout, re.S)
+    assert counts and int(counts.group(1)) > 0 and int(counts.group(2)) > 0, proc.stdout
+    assert re.search(r"^\| the interpreter's library \(libpython[^|]*\| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\| all \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
+
+
 def test_a_work_dir_is_kept_only_when_a_run_went_wrong(capsys: Any) -> None:
     with brokers.WorkDir() as good:
         (good.path / "siskin.log").write_text("fine")

@@ -9,6 +9,8 @@
                                           a bystander's latency beside a client
                                           flooding at 10 x its rate limit, and
                                           limits on but not reached vs off
+    python -m tools.bench rss [--pypy]    where a fresh broker's resident memory
+                                          goes: interpreter, modules, warm-up
 
 See docs/benchmarks.md for what each scenario measures and how.
 """
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import brokers, scenarios, scenarios_connect, scenarios_durable, scenarios_limits
+from . import brokers, rss_parts, scenarios, scenarios_connect, scenarios_durable, scenarios_limits
 
 NOFILE = 65536
 
@@ -506,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also the broker's CPU per message in a fan-in QoS 1, limits off and on but not reached, "
         "alternated PAIRS times on fresh brokers (medians)",
     )
+    rss = sub.add_parser("rss", help="where a fresh broker's resident memory goes (tools/bench/rss_parts.py)")
+    rss.add_argument("--pypy", action="store_true", help="also on PyPy (.venv-pypy)")
     return p
 
 
@@ -515,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_one(args)
     if args.cmd == "limits":
         return scenarios_limits.main(args.seconds, args.pypy, args.cost)
+    if args.cmd == "rss":
+        return rss_parts.main(args.pypy, machine())
     return compare(args)
 
 
