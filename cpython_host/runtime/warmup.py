@@ -106,18 +106,30 @@ def _packets(n: int, level: int, stored: bool = False) -> list[bytes]:
     (a new leaf of the topic tree, removed when its clean session ends):
     code compiled for one length of string, or for a tree that no longer
     grows, would meet real clients with guards that fail. `stored`: every
-    other client's session outlives its connection (the store's paths)."""
+    other client's session outlives its connection (the store's paths).
+
+    Its QoS 0 and 1 PUBLISHes are retained, and every client of an even `n`
+    (those that leave in their own batch: warm_up's `how`) also subscribes
+    to its group's topics, or (one in four of them) to "#", at QoS 0: the
+    retained replay a SUBSCRIBE starts (common/broker/replay.py) runs
+    through dozens to hundreds of retained messages, as it does for each
+    client of a restarted broker that subscribes again (cold, a fresh PyPy
+    broker sent a "#" subscriber its first retained message of 10,000
+    after 6 ms, warm after 1: docs/benchmarks.md)."""
     pad = "x" * (n % 29)
     cid = f"warm-{level}-{n}-{pad}"
     topic = f"warm/{n % 7}/{pad}/{n}"
     persistent = stored and n % 2 == 1
     props = [(C.PROP_SESSION_EXPIRY_INTERVAL, 60 if persistent else 0)] if level == C.LEVEL_5 else None
     connect = Connect(level, level == C.LEVEL_5 or not persistent, 60, cid, props=props)
+    filters = [(topic, 1)]
+    if n % 2 == 0:
+        filters.append(("#" if n % 8 == 0 else f"warm/{n % 7}/#", 0))
     return [
         encode_connect(connect, level),
-        encode_subscribe(Subscribe(1, [(topic, 1)]), level),
-        encode_packet(Publish(topic, b"warm-up", 0), level)
-        + encode_packet(Publish(topic, b"warm-up", 1, packet_id=2), level)
+        encode_subscribe(Subscribe(1, filters), level),
+        encode_packet(Publish(topic, b"warm-up", 0, retain=True), level)
+        + encode_packet(Publish(topic, b"warm-up", 1, retain=True, packet_id=2), level)
         + encode_packet(Publish(topic, b"warm-up", 2, packet_id=3), level),
         encode_packet(PubAck(C.PUBREL, 3), level),
         encode_packet(PubAck(C.PUBACK, 1), level),  # its own QoS 1 copy's (the first packet id it was given)

@@ -175,6 +175,14 @@ from cpython_host.config import load_config
 from cpython_host.runtime.run import make_driver
 from cpython_host.server import ticks_ms
 from cpython_host.runtime.warmup import warm_up
+import common.broker.replay as replay
+
+replayed = [0]  # retained messages a SUBSCRIBE's replay sent
+deliver = replay.deliver
+def counting(*args):
+    replayed[0] += 1
+    return deliver(*args)
+replay.deliver = counting
 
 class Lines(logging.Handler):
     def __init__(self):
@@ -205,6 +213,7 @@ print(json.dumps({
     "logged": lines.lines,
     "open": [d.open for d in kept],
     "refused": [d.broker.stats.refused_connections for d in kept],
+    "replayed": replayed[0],
 }))
 """
 
@@ -234,6 +243,9 @@ def test_the_warm_up_runs_the_real_brokers_driver_logs_nothing_and_keeps_nothing
     assert result["logged"] == []
     # Its broker and driver are collected before the listeners open.
     assert result["kept"] == [False, False]
+    # Its clients' SUBSCRIBEs replayed retained messages (the replay path
+    # compiled too): several for each of the 200 clients.
+    assert result["replayed"] > 200, result
 
 
 def test_the_warm_up_stays_within_max_connections(tmp_path: Path) -> None:
