@@ -9,18 +9,16 @@ a fresh process of the same interpreter (VmRSS after a gc.collect()):
 4. + Siskin's own modules a started broker has loaded;
 5. a broker started with the bench's settings and `warm_up = false`;
 6. the same with `warm_up = true`, the default (on PyPy: the JIT warm-ups
-   of cpython_host/runtime/warmup.py; on CPython they do nothing).
-
-Each broker runs on the bench's event loop for its interpreter (uvloop
-where installed, as siskin-uvloop; PyPy: asyncio).
+   of cpython_host/runtime/warmup.py; on CPython they do nothing);
 
 and the last broker's memory by kind of mapping (/proc/PID/smaps): the
 interpreter's own shared library (its code, and on PyPy its prebuilt
 heap), anonymous memory (the object heap: arenas, PyPy's GC nursery,
-large objects),
-malloc's heap, JIT machine code, the other shared libraries. Which
-modules a started broker has loaded is read from one started apart, with
-a thread that writes sys.modules once it listens.
+large objects), malloc's heap, JIT machine code, the other shared
+libraries. Which modules a started broker has loaded is read from one
+started apart, with a thread that writes sys.modules once it listens.
+Each broker runs on the bench's event loop for its interpreter (uvloop
+where installed, as siskin-uvloop; PyPy: asyncio).
 """
 
 from __future__ import annotations
@@ -38,7 +36,9 @@ from cpython_host.runtime.pypy_heap import PINNED_NURSERY
 
 from . import brokers, scenarios
 
-# Steps 1-4 in one process, each on top of the last.
+# Steps 1-4 in one process, each on top of the last. (Its own VmRSS
+# reader, not scenarios.vmrss_bytes: importing the bench would add to what
+# it measures.)
 IMPORTS = """
 import gc, importlib, json, sys
 def rss():
