@@ -424,7 +424,9 @@ def main(argv: Sequence[str]) -> int:
             # broker's RSS at start, docs/benchmarks.md).
             give_back_heap()
             logging.getLogger("siskin.host").info(
-                "JIT warmed up: %d in-memory connections through the core in %.2f s ([server] warm_up)", *warmed
+                "JIT warmed up: %d in-memory connections through the core in %.2f s, "
+                "%d releases of clients held back for their rate limits ([server] warm_up)",
+                *warmed,
             )
     if store is not None:
         startup.restore(driver, int(time.time()), [b.name for b in cfg.bridges], _bridge_log)

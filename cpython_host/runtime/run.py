@@ -104,7 +104,11 @@ async def serve(
         warmed = await warm_up_sockets(config, lambda b: make_driver(config, b), security)
         if warmed is not None:
             give_back_heap()
-            log.info("JIT warmed up: %d takeovers through a loopback epoll hub in %.2f s ([server] warm_up)", *warmed)
+            log.info(
+                "JIT warmed up: %d takeovers through a loopback epoll hub in %.2f s, "
+                "%d PUBACKs beside clients over their rate limits ([server] warm_up)",
+                *warmed,
+            )
     server = BrokerServer(driver, config, contexts)
     loop = asyncio.get_running_loop()
     web = None

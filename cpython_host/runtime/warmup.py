@@ -20,12 +20,24 @@ first connects"). Nothing of it is kept: its broker is dropped and
 collected, only the compiled code stays (the real broker's objects have
 the same classes, so the same code serves them).
 
+When the config sets rate limits, `_flood` then runs clients over them
+through the hold and the release (common/broker/ratelimit.py, rate_hold.py,
+the driver's _follow): a fresh PyPy broker compiled those while its first
+flood was on, and a bystander's PUBLISH that came behind a trace waited
+for it (docs/benchmarks.md, "the flooded tail is the JIT's first meeting
+with the flood").
+
 What it cannot reach in memory is the shell's socket code (epoll_hub.py:
 accepting, reading, writing, a takeover's half-close and close, the loss
 reported to the driver), which a fresh broker's first takeover storm spent
 a quarter of its CPU compiling: `warm_up_sockets` runs that once the loop
 runs, before the real listeners open, with loopback clients that take one
 client id over from each other through a hub of a broker of its own.
+
+When rates are set, it then floods them over loopback too
+(_flood_sockets): the release then comes through the server's timer and
+the hub's pause and resume, each called from the loop, as in the real
+broker.
 
 On an interpreter without a JIT (CPython) it does nothing. [server]
 warm_up = false skips it (on PyPy a start-up up to BUDGET_S sooner).
@@ -70,12 +82,15 @@ def has_jit() -> bool:
 
 
 class _Sink:
-    """A connection handle that takes everything and sends nothing."""
+    """A connection handle that takes everything and sends nothing; it
+    tells whether the driver paused its reading, and how often it resumed it."""
 
-    __slots__ = ("closed",)
+    __slots__ = ("closed", "paused", "resumed")
 
     def __init__(self) -> None:
         self.closed = False
+        self.paused = False
+        self.resumed = 0
 
     def write(self, data: Any) -> None:
         pass
@@ -93,10 +108,11 @@ class _Sink:
         return 0
 
     def pause_reading(self) -> None:
-        pass
+        self.paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.paused = False
+        self.resumed += 1
 
 
 def _packets(n: int, level: int, stored: bool = False) -> list[bytes]:
@@ -142,7 +158,7 @@ class _Shell:
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
         self.turns = Turns(driver)
-        self.buf = bytearray(1024)
+        self.buf = bytearray(4096)  # (a flooder's read: FLOOD_READ PUBLISHes)
         self.view = memoryview(self.buf)
 
     def input(self, cid: int, data: bytes) -> None:
@@ -178,6 +194,82 @@ def _quiet_broker(
     return broker, driver
 
 
+# The rate limits' hold and release (_flood): this many clients publish
+# QoS 0 over their rates, FLOOD_READ PUBLISHes a read, until RELEASES
+# releases in all or FLOOD_BUDGET_S; none held after FLOOD_UNHELD PUBLISHes
+# (rates above about FLOOD_UNHELD / FLOODERS a second): it ends there.
+FLOODERS = 8
+FLOOD_READ = 64
+RELEASES = 2000
+FLOOD_BUDGET_S = 1.0
+FLOOD_UNHELD = 50_000
+
+
+def _flood_client(n: int) -> tuple[bytes, bytes]:
+    """Flood client `n`'s CONNECT and what it sends at a time: FLOOD_READ
+    PUBLISHes at QoS 0, or for n == FLOODERS (the client within its rate)
+    one at QoS 1."""
+    level = C.LEVEL_5 if n % 2 else C.LEVEL_311
+    topic = f"warm/flood/{n}"
+    if n < FLOODERS:
+        read = b"".join(encode_packet(Publish(topic, b"flood", 0), level) for _ in range(FLOOD_READ))
+    else:
+        read = encode_packet(Publish(topic, b"within", 1, packet_id=1), level)
+    return encode_connect(Connect(level, True, 60, f"warm-flood-{n}"), level), read
+
+
+def _flood(settings: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, ...]) -> int:
+    """Clients over their rate limits, held back and read again a slice at
+    a time by the driver's tick on the real clock (a release is due a step
+    of 2-20 ms after the last: ratelimit.py), beside one within its rate
+    that publishes at QoS 1 once each step; the releases made. On a broker
+    of its own: warm_up's clients leave a listener's or a user's shared
+    bucket seconds in debt."""
+    started = time.monotonic()
+    driver = _quiet_broker(settings, make_driver, security)[1]
+    shell = _Shell(driver)
+    clients = []
+    for n in range(FLOODERS + 1):
+        sink = _Sink()
+        cid = driver.connection_made(sink, ("127.0.0.1:1", None, True))
+        if cid < 0:
+            break  # (beyond max_connections)
+        connect, read = _flood_client(n)
+        shell.input(cid, connect)
+        clients.append((cid, sink, read))
+    shell.end_poll()
+    driver.flush()
+    flooders = clients[:FLOODERS]
+    within = clients[FLOODERS] if len(clients) > FLOODERS else None
+    sent = 0
+    released = 0
+    step_seen = 0
+    while released < RELEASES and time.monotonic() - started < FLOOD_BUDGET_S:
+        held = 0
+        for cid, sink, read in flooders:
+            if sink.paused:
+                held += 1
+            else:
+                shell.input(cid, read)
+                sent += FLOOD_READ
+        if not held and sent >= FLOOD_UNHELD:
+            break  # (rates no flood of this size reaches)
+        released = 0
+        for _, sink, _ in flooders:
+            released += sink.resumed
+        if within is not None and released != step_seen:  # (a step went by)
+            step_seen = released
+            shell.input(within[0], within[2])
+        shell.end_poll()
+        driver.flush()
+        driver.tick()
+    for cid, _, _ in flooders:
+        shell.lost(cid)
+    if within is not None:
+        shell.lost(within[0])
+    return released
+
+
 # The warm-up's own store: a directory of the data directory named so.
 SCRATCH_PREFIX = ".warm-up-"
 
@@ -210,9 +302,11 @@ def warm_up(
     rounds: int = ROUNDS,
     budget_s: float = BUDGET_S,
     store_in: tuple[str, bool] | None = None,
-) -> tuple[int, float] | None:
+) -> tuple[int, float, int] | None:
     """Run the core's connection paths for `rounds` clients (at most
-    `budget_s` seconds); (clients run, seconds), or None without a JIT.
+    `budget_s` seconds), then, when rates are set, clients over them
+    (_flood); (clients run, seconds, rate-limit releases), or None without
+    a JIT.
     `store_in`: (the data directory, whether the store is sealed) when the
     real broker has a store: the warm-up's broker then has one of its own
     there (removed after), and half its clients' sessions are persistent,
@@ -271,10 +365,12 @@ def warm_up(
     if store is not None:
         store.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    elapsed = time.monotonic() - started
+    rated = broker.rates is not None
     del broker, driver, shell, scripts, live, store
+    released = _flood(settings, make_driver, security) if rated else 0
+    elapsed = time.monotonic() - started
     gc.collect()
-    return done, elapsed
+    return done, elapsed, released
 
 
 # The socket warm-up: clients that share one client id and take its
@@ -282,18 +378,75 @@ def warm_up(
 TAKERS = 4
 SOCKETS_BUDGET_S = 2.0
 TAKEOVERS = 1500
+# Then, when rates are set, FLOODERS clients over them for this long beside
+# one within them (one QoS 1 PUBLISH each WITHIN_EVERY_S): the release
+# comes through the server's timer (Driver.wake, BrokerServer._on_timer)
+# and the hub's pause and resume, called from the loop, so the JIT compiles
+# them on their own (in memory, _flood's loop calls the driver itself).
+FLOOD_SOCKETS_S = 1.5
+WITHIN_EVERY_S = 0.002
+
+
+async def _loopback_client(loop: asyncio.AbstractEventLoop, address: Any, connect: bytes) -> socket.socket:
+    """A non-blocking client socket that sent `connect` to `address` and
+    read its CONNACK (closed if that failed)."""
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        await loop.sock_connect(s, address)
+        await loop.sock_sendall(s, connect)
+        await loop.sock_recv(s, 256)  # its CONNACK (3.1.1: 4 bytes; v5: with its properties)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+async def _flood_sockets(loop: asyncio.AbstractEventLoop, address: Any) -> int:
+    """FLOODERS loopback clients publish QoS 0 as fast as the broker reads
+    them, beside one at QoS 1 within its rate, for FLOOD_SOCKETS_S; the
+    PUBACKs the one within got."""
+    end = time.monotonic() + FLOOD_SOCKETS_S
+    acked = [0]
+
+    async def client(n: int) -> None:
+        connect, read = _flood_client(n)
+        s = await _loopback_client(loop, address, connect)
+        try:
+            if n < FLOODERS:
+                while time.monotonic() < end:
+                    await loop.sock_sendall(s, read)  # (waits while the broker holds it back)
+                return
+            while time.monotonic() < end:
+                await loop.sock_sendall(s, read)
+                if not await loop.sock_recv(s, 16):  # its PUBACK
+                    return
+                acked[0] += 1
+                await asyncio.sleep(WITHIN_EVERY_S)
+        finally:
+            s.close()
+
+    tasks = [loop.create_task(client(n)) for n in range(FLOODERS + 1)]
+    try:
+        await asyncio.wait(tasks, timeout=FLOOD_SOCKETS_S + 1.0)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return acked[0]
 
 
 async def warm_up_sockets(
     config: Any, make_driver: Callable[[Any], Driver], security: tuple[Any, ...]
-) -> tuple[int, float] | None:
+) -> tuple[int, float, int] | None:
     """The shell's socket code (epoll_hub.py: accept, read, write, the
     half-close and close of a taken-over connection, the loss reported to
     the driver), which warm_up cannot reach in memory: loopback clients
     take one client id over from each other through a hub of a broker of
-    its own, on the running loop, before the real listeners open.
-    (takeovers, seconds), or None without a JIT or a plain MQTT listener
-    on the hub."""
+    its own, on the running loop, before the real listeners open; then,
+    when rates are set, clients over them (_flood_sockets). (takeovers,
+    seconds, PUBACKs of the client within its rate beside the flood), or
+    None without a JIT or a plain MQTT listener on the hub."""
     from cpython_host.server import BrokerServer
     from cpython_host.transports import epoll_hub
     from cpython_host.transports.listeners import bind
@@ -315,12 +468,8 @@ async def warm_up_sockets(
 
     async def taker() -> None:
         while done[0] < TAKEOVERS and time.monotonic() < end:
-            s = socket.socket()
-            s.setblocking(False)
+            s = await _loopback_client(loop, address, connect)
             try:
-                await loop.sock_connect(s, address)
-                await loop.sock_sendall(s, connect)
-                await loop.sock_recv(s, 4)  # its CONNACK
                 done[0] += 1
                 while await loop.sock_recv(s, 64):  # until the broker closes it (taken over)
                     pass
@@ -328,14 +477,21 @@ async def warm_up_sockets(
                 s.close()
 
     tasks = [loop.create_task(taker()) for _ in range(TAKERS)]
+    flooded = 0
     try:
         # (the last holder is never taken over: its wait ends here)
         while done[0] < TAKEOVERS and time.monotonic() < end and not all(t.done() for t in tasks):
             await asyncio.sleep(0.02)
+        if driver.broker.rates is not None:
+            server.loop = loop
+            server._on_timer()  # (the release's tick: BrokerServer.start starts it so)
+            flooded = await _flood_sockets(loop, address)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if server.timer is not None:
+            server.timer.cancel()
         hub.unlisten(lsock)
         lsock.close()
         driver.abort_all()
@@ -344,7 +500,7 @@ async def warm_up_sockets(
     elapsed = time.monotonic() - started
     del broker, driver, server, hub
     gc.collect()
-    return done[0], elapsed
+    return done[0], elapsed, flooded
 
 
 if __name__ == "__main__":  # python -m cpython_host.runtime.warmup: how long the in-memory part takes here
