@@ -199,6 +199,9 @@ fuzz: setup
 SISKIN_CRASH_ITERATIONS ?= 100
 CRASHLOSS_RUNS ?= 40
 BRIDGE_OUTAGE_RUNS ?= 5
+# PACING_BACKLOG: the QoS 1 backlog a paced bridge drains into an AWS-like
+# throttling stand-in (tests/host/test_bridge_pacing.py; 900 in make test).
+PACING_BACKLOG ?= 24000
 soak: setup
 	$(PYTEST) tests/soak -m soak --timeout=0 $(PYTEST_ARGS)
 	SISKIN_CRASH_ITERATIONS=$(SISKIN_CRASH_ITERATIONS) $(PYTEST) tests/host/test_persist_crash.py -s --timeout=0 $(PYTEST_ARGS)
@@ -207,6 +210,7 @@ soak: setup
 	$(PY) -m tools.bridge_outage --case stop --kill9 --qos 2 --runs $(BRIDGE_OUTAGE_RUNS)
 	$(PY) -m tools.bridge_outage --case cut --kill9 --qos 2 --runs $(BRIDGE_OUTAGE_RUNS)
 	$(PY) -m tools.bridge_outage --upstream nats --case node-kill --kill9 --qos 1 --runs $(BRIDGE_OUTAGE_RUNS)
+	SISKIN_PACING_BACKLOG=$(PACING_BACKLOG) $(PYTEST) tests/host/test_bridge_pacing.py -k drains -s --timeout=0 $(PYTEST_ARGS)
 
 # Siskin (.venv, on asyncio's loop and on uvloop; .venv-pypy, on PyPy) side by side with Mosquitto
 # (/usr/sbin/mosquitto, Debian package) and amqtt. amqtt and py-spy go into a
