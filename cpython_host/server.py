@@ -221,6 +221,15 @@ class BrokerServer:
             self.timer.cancel()
         self._on_timer()
 
+    def start_timer(self) -> None:
+        """Run the driver's tick from now on, on the running loop."""
+        self.loop = asyncio.get_running_loop()
+        self._on_timer()
+
+    def stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -228,7 +237,7 @@ class BrokerServer:
         failed), start the timer and the bridges."""
         self.loop = asyncio.get_running_loop()
         self.accepting = await open_listeners(self, self.listening)
-        self._on_timer()  # starts the uptime clock and the first $SYS
+        self.start_timer()  # starts the uptime clock and the first $SYS
         from cpython_host.bridge import Bridges  # (its code: the bridge's runner and client)
 
         self.bridges = Bridges(self)
@@ -252,8 +261,7 @@ class BrokerServer:
             except asyncio.TimeoutError:
                 driver.abort_all()
                 await asyncio.sleep(0)
-        if self.timer is not None:
-            self.timer.cancel()
+        self.stop_timer()
         await listeners_closed(self.listening)
         if self.accepting is not None:
             self.accepting.close()

@@ -492,15 +492,13 @@ async def warm_up_sockets(
         while done[0] < TAKEOVERS and time.monotonic() < end and not all(t.done() for t in tasks):
             await asyncio.sleep(0.02)
         if driver.broker.rates is not None:
-            server.loop = loop
-            server._on_timer()  # (the release's tick: BrokerServer.start starts it so)
+            server.start_timer()  # (the release's tick)
             flooded = await _flood_sockets(loop, address, driver.broker)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if server.timer is not None:
-            server.timer.cancel()
+        server.stop_timer()
         hub.unlisten(lsock)
         lsock.close()
         driver.abort_all()

@@ -17,12 +17,12 @@ ticker has written the stall down.)"""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-import os
 from pathlib import Path
 
 import pytest
