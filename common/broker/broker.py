@@ -289,7 +289,7 @@ class Broker:
         rates = self.rates
         if rates is not None and not was_new:
             # (Its buckets earn up to this read before it is charged.)
-            rates.reading(cid, (now * 1000) & TICKS_MASK if ms is None else ms)
+            rates.reading(self, conn, (now * 1000) & TICKS_MASK if ms is None else ms, reader.pending() + len(data))
         try:
             reader.feed(data)
             while conn.state == NEW or conn.state == CONNECTED:
@@ -340,6 +340,9 @@ class Broker:
                 (name, self.settings.max_packet_size, self.stats.closed_out_of_memory, sent),
             )
             return
+        finally:
+            if rates is not None and rates.free == cid:
+                rates.settle(self, conn, now)  # (a read charged after it: ratelimit.py)
         if conn.state == CONNECTED and conn.keep_alive:
             if ms is None:
                 ms = (now * 1000) & TICKS_MASK

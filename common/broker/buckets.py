@@ -68,6 +68,12 @@ class Buckets:
                 tokens[slot] = t
                 carry[slot] = x % 1000
 
+    def holds(self, slot, n, size):
+        """Whether `slot`'s buckets hold `n` PUBLISHes and `size` bytes of them (a kind off holds any)."""
+        rates = self.rates
+        tokens = self.tokens
+        return (not rates[0][slot] or tokens[0][slot] >= n) and (not rates[1][slot] or tokens[1][slot] >= size)
+
     def in_debt(self, slot):
         for kind in range(len(self.rates)):
             if self.tokens[kind][slot] < 0:

@@ -67,8 +67,12 @@ def handle_publish(broker, conn, pkt, now):
     st.publish_bytes_received += conn.reader.stop - pkt.payload_at
     rates = broker.rates
     if rates is not None:  # (ratelimit.py: charged now, held back once in debt)
-        rates.charge(broker, conn, 0, 1, now)
-        rates.charge(broker, conn, 1, conn.reader.stop - conn.reader.start, now)
+        size = conn.reader.stop - conn.reader.start
+        if rates.free == conn.cid:
+            rates.owed += size  # (charged after the read)
+        else:
+            rates.charge(broker, conn, 0, 1, now)
+            rates.charge(broker, conn, 1, size, now)
     by_client = st.by_client
     if by_client is not None:
         by_client.received[conn.cid] += 1

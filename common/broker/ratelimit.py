@@ -14,6 +14,14 @@
 # publishers the broker does not read (Broker.throttled, as the queue
 # budgets do), so what it sends waits in its socket and TCP slows it.
 #
+# Charged after the read. Charging each PUBLISH to up to three buckets of
+# two kinds cost CPython 6 % of the broker's CPU per message with limits on
+# but not reached (docs/benchmarks.md). A read whose client's buckets all
+# hold the most it can contain (its bytes, a quarter as many PUBLISHes) is
+# charged once, after it (reading(), settle()): no bucket could go into
+# debt within it, and no other client is read meanwhile, so the holds fall
+# where they would and a shared bucket is exact for the next client.
+#
 # Release. A held client is read again as soon as its debts are paid, but
 # not sooner than a step (RateLimits.step) after the last refill of the
 # held ones: the broker names that moment in Broker.rate_due, the driver's
@@ -125,6 +133,11 @@ class RateLimits:
         self.second = 0  # s: every bucket's last refill and grace check
         self.log_at = 0  # s: the next hold logged
         self.held_on = {}  # listener key (a host's) -> holds counted by cause (rate_hold.py; /metrics)
+        # A read that every bucket of its client holds whole (reading()):
+        # its PUBLISHes are charged after it (settle()), not one by one.
+        self.free = -1  # cid of that read (-1: none; the rest are charged one by one)
+        self.owed = 0  # its PUBLISHes' frame bytes so far
+        self.counted = 0  # the broker's messages_received when it began
 
     def opened(self, cid, now, ms, peer=None):
         """A new connection on `cid` at (`now` s, `ms` ticks) through `peer`
@@ -171,7 +184,10 @@ class RateLimits:
         """Take `amount` of `kind` (0: a PUBLISH, 1: its bytes, 2: a
         SUBSCRIBE's filters) from the buckets of `conn`, its user and its
         listener; hold the client back once one of them is in debt."""
-        if not self.on[kind] or conn.session.client_id in broker.routing.unthrottled:
+        if not self.on[kind]:
+            return
+        session = conn.session  # (None: closed by the read that settle() charges)
+        if session is not None and session.client_id in broker.routing.unthrottled:
             return  # (a bridge's local client: its upstream is paced there)
         cid = conn.cid
         cause = -1
@@ -221,12 +237,41 @@ class RateLimits:
         slot = self.listener_of[cid]
         return slot >= 0 and self.listeners.in_debt(slot)
 
-    def reading(self, cid, ms):
-        """Input from `cid` at tick `ms`, before it is charged: its buckets
+    def reading(self, broker, conn, ms, size):
+        """Input from `conn` at tick `ms`, before it is charged: its buckets
         earn what they did since their last refill (at most once a step),
-        so that the time a bucket sat full is not credited to it later."""
+        so that the time a bucket sat full is not credited to it later.
+        `size`: the bytes it may frame in this read. If every bucket it
+        takes from holds that many bytes and a quarter as many PUBLISHes
+        (the most it can be: a PUBLISH is 5 bytes or more), the read is
+        charged after it (settle()): no bucket can go into debt before, and
+        no other client is read meanwhile (its shared buckets stay exact
+        for them), so the holds fall where they would, at a fraction of the
+        cost per PUBLISH."""
+        cid = conn.cid
         if ticks_diff(ms, self.own.last[cid]) >= self.step:
             self._refill(cid, ms)
+        n = size >> 2
+        user = self.user_of[cid]
+        listener = self.listener_of[cid]
+        if (
+            self.free < 0
+            and self.own.holds(cid, n, size)
+            and (user < 0 or self.users.holds(user, n, size))
+            and (listener < 0 or self.listeners.holds(listener, n, size))
+        ):
+            self.free = cid  # (a bridge's local client too: charge() then takes nothing)
+            self.owed = 0
+            self.counted = broker.stats.messages_received
+
+    def settle(self, broker, conn, now):
+        """The end of a read charged after it (reading()): its PUBLISHes
+        (handle_publish counts each in messages_received) and their bytes."""
+        self.free = -1
+        n = broker.stats.messages_received - self.counted
+        if n:
+            self.charge(broker, conn, 0, n, now)
+            self.charge(broker, conn, 1, self.owed, now)
 
     def _refill(self, cid, ms):
         # Every bucket `cid` takes from, up to tick `ms`.
